@@ -1,0 +1,15 @@
+//! Reading files: the CSIVolumeAdmission configuration (with an optional Pod Security
+//! configuration it defers to) and multi-document Kubernetes manifests, YAML or JSON.
+//!
+//! Everything is parsed and validated once, at start-up, into typed values; an error names the
+//! file, the field and the line.
+
+pub mod admission_config;
+pub mod documents;
+pub mod error;
+pub mod format;
+pub mod pod_security;
+
+pub use admission_config::{AdmissionConfig, CONFIG_API_VERSION, CONFIG_KIND};
+pub use documents::{Document, read_documents};
+pub use error::{Error, Result};

@@ -1,0 +1,28 @@
+//! The CSIVolumeAdmission decision core: plain data in (namespace labels, CSIDriver labels, a pod
+//! spec), a verdict and a read-only patch out. No I/O, no async, no logging.
+//!
+//! The hosts (the in-process chain, the webhook, `check`) look facts up and pass them in; this crate
+//! only decides.
+
+pub mod driver_profile;
+pub mod exemption;
+pub mod labels;
+pub mod level;
+pub mod message;
+pub mod namespace_policy;
+pub mod patch;
+pub mod read_only;
+pub mod settings;
+pub mod verdict;
+
+pub use driver_profile::{DriverLabelSource, DriverProfile};
+pub use exemption::Exemption;
+pub use level::{Level, Mode};
+pub use namespace_policy::{LabelError, NamespacePolicy};
+pub use patch::PatchOperation;
+pub use read_only::{MountScope, force_read_only};
+pub use settings::{Defaults, Exemptions, PolicySettings, ReadOnlyDrivers};
+pub use verdict::{Subject, SubjectKind, Verdict, evaluate};
+
+/// Labels as Kubernetes object metadata carries them.
+pub type Labels = std::collections::BTreeMap<String, String>;
