@@ -1,0 +1,252 @@
+//! The `admission.k8s.io/v1` AdmissionReview wire form: a request becomes [`Attributes`], an
+//! [`Outcome`] becomes a response. This is the only place an admission error becomes a status code,
+//! so the webhook server and `check -o json` answer identically.
+
+use std::collections::BTreeMap;
+
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+use crate::attributes::{Attributes, GroupVersionKind, GroupVersionResource, Operation, UserInfo};
+use crate::chain::{Chain, Outcome, Phase};
+use crate::error::AdmissionError;
+use crate::object::{AdmissionObject, ObjectDecodeError};
+
+/// The only AdmissionReview version spoken.
+pub const API_VERSION: &str = "admission.k8s.io/v1";
+/// The AdmissionReview kind.
+pub const KIND: &str = "AdmissionReview";
+
+/// Why a body is not a usable AdmissionReview request.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReviewError {
+    /// Not JSON, or fields of the wrong shape.
+    #[error("malformed AdmissionReview: {0}")]
+    Malformed(String),
+    /// A review of another group, version or kind.
+    #[error("unsupported {api_version:?} {kind:?}: expected {API_VERSION:?} {KIND:?}")]
+    WrongType {
+        /// The `apiVersion` found.
+        api_version: String,
+        /// The `kind` found.
+        kind: String,
+    },
+    /// A review without `request`.
+    #[error("AdmissionReview has no request")]
+    NoRequest,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ReviewEnvelope<'a> {
+    #[serde(default)]
+    api_version: String,
+    #[serde(default)]
+    kind: String,
+    #[serde(borrow)]
+    request: Option<ReviewRequest<'a>>,
+}
+
+/// An AdmissionReview request, its objects still undecoded so that a bad object can be answered
+/// with the request's uid.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReviewRequest<'a> {
+    /// Echoed in the response.
+    pub uid: String,
+    /// The kind of the object.
+    pub kind: GroupVersionKind,
+    /// The resource requested.
+    pub resource: GroupVersionResource,
+    /// The subresource, if any.
+    #[serde(default)]
+    pub sub_resource: Option<String>,
+    /// The object name (empty when generated).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// The namespace (empty for cluster-scoped objects).
+    #[serde(default)]
+    pub namespace: Option<String>,
+    /// The verb.
+    pub operation: Operation,
+    /// The requesting user.
+    #[serde(default)]
+    pub user_info: UserInfo,
+    /// The new object.
+    #[serde(default, borrow)]
+    pub object: Option<&'a RawValue>,
+    /// The existing object.
+    #[serde(default, borrow)]
+    pub old_object: Option<&'a RawValue>,
+    /// Whether the request is a dry run.
+    #[serde(default)]
+    pub dry_run: Option<bool>,
+}
+
+/// Parses an AdmissionReview request body.
+pub fn parse_request(body: &[u8]) -> Result<ReviewRequest<'_>, ReviewError> {
+    let envelope: ReviewEnvelope<'_> = match serde_json::from_slice(body) {
+        Ok(envelope) => envelope,
+        Err(error) => {
+            // A review of another version may fail on its request's shape; name the version
+            // instead. Only failures pay for this second read.
+            #[derive(Deserialize)]
+            #[serde(rename_all = "camelCase")]
+            struct TypeOnly {
+                #[serde(default)]
+                api_version: String,
+                #[serde(default)]
+                kind: String,
+            }
+            return Err(match serde_json::from_slice::<TypeOnly>(body) {
+                Ok(found) if found.api_version != API_VERSION || found.kind != KIND => {
+                    ReviewError::WrongType { api_version: found.api_version, kind: found.kind }
+                }
+                _ => ReviewError::Malformed(error.to_string()),
+            });
+        }
+    };
+    if envelope.api_version != API_VERSION || envelope.kind != KIND {
+        return Err(ReviewError::WrongType { api_version: envelope.api_version, kind: envelope.kind });
+    }
+    envelope.request.ok_or(ReviewError::NoRequest)
+}
+
+impl ReviewRequest<'_> {
+    /// Decodes the objects and builds the plugin attributes.
+    pub fn attributes(&self) -> Result<Attributes, ObjectDecodeError> {
+        let decode = |raw: Option<&RawValue>| {
+            raw.map(|raw| AdmissionObject::from_json(&self.resource, raw.get())).transpose()
+        };
+        Ok(Attributes {
+            operation: self.operation,
+            kind: self.kind.clone(),
+            resource: self.resource.clone(),
+            subresource: self.sub_resource.clone().unwrap_or_default(),
+            namespace: self.namespace.clone().unwrap_or_default(),
+            name: self.name.clone().unwrap_or_default(),
+            object: decode(self.object)?,
+            old_object: decode(self.old_object)?,
+            user_info: self.user_info.clone(),
+            dry_run: self.dry_run.unwrap_or(false),
+        })
+    }
+}
+
+/// A complete AdmissionReview carrying a response.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReviewResponse {
+    api_version: &'static str,
+    kind: &'static str,
+    /// The answer.
+    pub response: AdmissionResponse,
+}
+
+/// The answer to one request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AdmissionResponse {
+    /// The request's uid.
+    pub uid: String,
+    /// Whether the request is admitted.
+    pub allowed: bool,
+    /// Why not, when denied.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<Status>,
+    /// Warnings for the client.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+    /// Audit annotations (kube-apiserver prefixes the keys with the webhook name).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub audit_annotations: BTreeMap<String, String>,
+    /// `JSONPatch` when `patch` is set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub patch_type: Option<&'static str>,
+    /// The RFC 6902 patch, base64-encoded as the API requires.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub patch: Option<String>,
+}
+
+/// A `metav1.Status` explaining a denial.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Status {
+    /// Always `Failure`.
+    pub status: &'static str,
+    /// The human-readable reason.
+    pub message: String,
+    /// The machine-readable reason (`Forbidden`, `BadRequest`, `InternalError`).
+    pub reason: &'static str,
+    /// The HTTP status code it stands for.
+    pub code: u16,
+}
+
+impl Status {
+    /// The one mapping from admission errors to API statuses.
+    pub fn of(error: &AdmissionError) -> Status {
+        let (reason, code, message) = match error {
+            AdmissionError::Forbidden(message) => ("Forbidden", 403, message),
+            AdmissionError::BadRequest(message) => ("BadRequest", 400, message),
+            AdmissionError::Internal(message) => ("InternalError", 500, message),
+        };
+        Status { status: "Failure", message: message.clone(), reason, code }
+    }
+}
+
+impl ReviewResponse {
+    fn new(response: AdmissionResponse) -> ReviewResponse {
+        ReviewResponse { api_version: API_VERSION, kind: KIND, response }
+    }
+
+    /// The response to a request the chain ran on.
+    pub fn from_outcome(uid: &str, outcome: Outcome) -> ReviewResponse {
+        let patch = (!outcome.patch.is_empty()).then(|| {
+            let json = serde_json::to_vec(&outcome.patch).unwrap_or_default();
+            base64::engine::general_purpose::STANDARD.encode(json)
+        });
+        ReviewResponse::new(AdmissionResponse {
+            uid: uid.to_string(),
+            allowed: outcome.result.is_ok(),
+            status: outcome.result.as_ref().err().map(Status::of),
+            warnings: outcome.warnings,
+            audit_annotations: outcome.audit_annotations,
+            patch_type: patch.as_ref().map(|_| "JSONPatch"),
+            patch,
+        })
+    }
+
+    /// The response to a request whose object does not decode as its kind: denied, saying what
+    /// failed, rather than admitted unchecked.
+    pub fn from_decode_error(uid: &str, error: &ObjectDecodeError) -> ReviewResponse {
+        ReviewResponse::from_outcome(
+            uid,
+            Outcome {
+                result: Err(AdmissionError::BadRequest(error.to_string())),
+                warnings: Vec::new(),
+                audit_annotations: BTreeMap::new(),
+                patch: Vec::new(),
+            },
+        )
+    }
+
+    /// The response as one line of JSON.
+    pub fn to_json(&self) -> String {
+        // Serialising these plain structs cannot fail: every map key is a string.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+/// Answers one AdmissionReview body with `chain`: the path every host shares.
+pub async fn answer(chain: &Chain, phase: Phase, body: &[u8]) -> Result<ReviewResponse, ReviewError> {
+    let request = parse_request(body)?;
+    let mut attributes = match request.attributes() {
+        Ok(attributes) => attributes,
+        Err(error) => return Ok(ReviewResponse::from_decode_error(&request.uid, &error)),
+    };
+    let outcome = chain.run(phase, &mut attributes).await;
+    Ok(ReviewResponse::from_outcome(&request.uid, outcome))
+}
+
+#[cfg(test)]
+mod tests;

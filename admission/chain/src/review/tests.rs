@@ -1,0 +1,134 @@
+//! Round trips of AdmissionReview bodies through the standard chain, and every malformed-body answer.
+
+use std::sync::Arc;
+
+use base64::Engine as _;
+use futures_executor::block_on;
+use inline_guard_policy::settings::SHARED_RESOURCE_DRIVER;
+use inline_guard_policy::{Labels, PolicySettings};
+use serde_json::{Value, json};
+
+use super::*;
+use crate::facts::StaticClusterFacts;
+use crate::plugins::standard_chain;
+
+fn chain() -> Chain {
+    let mut facts = StaticClusterFacts::new();
+    let labels = |pairs: &[(&str, &str)]| -> Labels { pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect() };
+    facts.insert_namespace("locked", labels(&[("pod-security.kubernetes.io/enforce", "restricted")]));
+    facts.insert_namespace("open", Labels::new());
+    facts.insert_csi_driver("csi.example.com", labels(&[("security.openshift.io/csi-ephemeral-volume-profile", "privileged")]));
+    standard_chain(Arc::new(PolicySettings::default()), Arc::new(facts))
+}
+
+fn review(namespace: &str, operation: &str, sub_resource: Option<&str>, pod: Value) -> Vec<u8> {
+    let mut request = json!({
+        "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+        "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"},
+        "namespace": namespace,
+        "operation": operation,
+        "userInfo": {"username": "alice", "groups": ["system:authenticated"]},
+        "object": pod,
+    });
+    if let Some(sub) = sub_resource {
+        request["subResource"] = json!(sub);
+    }
+    serde_json::to_vec(&json!({"apiVersion": API_VERSION, "kind": KIND, "request": request})).unwrap()
+}
+
+fn pod(driver: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "web"},
+        "spec": {
+            "containers": [{"name": "app", "image": "nginx", "volumeMounts": [{"name": "v", "mountPath": "/v"}]}],
+            "volumes": [{"name": "v", "csi": {"driver": driver}}]
+        }
+    })
+}
+
+fn answer_json(phase: Phase, body: &[u8]) -> Value {
+    let response = block_on(answer(&chain(), phase, body)).unwrap();
+    serde_json::from_str(&response.to_json()).unwrap()
+}
+
+#[test]
+fn a_denied_pod_gets_a_403_with_the_exact_message_and_its_uid() {
+    let body = review("locked", "CREATE", None, pod("csi.example.com"));
+    let message = "web uses an inline volume provided by CSIDriver csi.example.com and namespace locked has a pod security enforce level that is lower than privileged";
+    assert_eq!(
+        answer_json(Phase::Validating, &body),
+        json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "response": {
+                "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+                "allowed": false,
+                "status": {"status": "Failure", "message": message, "reason": "Forbidden", "code": 403},
+                "auditAnnotations": {"enforce-violations": message}
+            }
+        })
+    );
+}
+
+#[test]
+fn the_mutating_phase_answers_with_a_base64_json_patch() {
+    let body = review("open", "CREATE", None, pod(SHARED_RESOURCE_DRIVER));
+    let answer = answer_json(Phase::Mutating, &body);
+    assert_eq!(answer["response"]["allowed"], json!(true));
+    assert_eq!(answer["response"]["patchType"], json!("JSONPatch"));
+    let patch = base64::engine::general_purpose::STANDARD.decode(answer["response"]["patch"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        serde_json::from_slice::<Value>(&patch).unwrap(),
+        json!([
+            {"op": "add", "path": "/spec/volumes/0/csi/readOnly", "value": true},
+            {"op": "add", "path": "/spec/containers/0/volumeMounts/0/readOnly", "value": true}
+        ])
+    );
+}
+
+#[test]
+fn nothing_to_change_means_no_patch_fields_at_all() {
+    let body = review("open", "CREATE", None, pod("csi.example.com"));
+    assert_eq!(
+        answer_json(Phase::Both, &body),
+        json!({"apiVersion": API_VERSION, "kind": KIND, "response": {"uid": "705ab4f5-6393-11e8-b7cc-42010a800002", "allowed": true}})
+    );
+}
+
+#[test]
+fn pod_subresources_are_not_evaluated() {
+    let body = review("locked", "UPDATE", Some("status"), pod("csi.example.com"));
+    assert_eq!(answer_json(Phase::Validating, &body)["response"]["allowed"], json!(true));
+}
+
+#[test]
+fn an_object_that_does_not_decode_is_denied_saying_what_failed() {
+    let mut bad = pod("csi.example.com");
+    bad["spec"]["volumes"][0]["csi"]["readOnly"] = json!("yes");
+    let answer = answer_json(Phase::Validating, &review("open", "CREATE", None, bad));
+    assert_eq!(answer["response"]["allowed"], json!(false));
+    assert_eq!(answer["response"]["status"]["code"], json!(400));
+    assert_eq!(answer["response"]["status"]["reason"], json!("BadRequest"));
+    let message = answer["response"]["status"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("object does not decode as Pod: spec.volumes[0].csi.readOnly: invalid type: string \"yes\", expected a boolean"),
+        "{message}"
+    );
+}
+
+#[test]
+fn malformed_bodies_are_errors_that_say_why() {
+    let run = |body: &[u8]| block_on(answer(&chain(), Phase::Both, body)).unwrap_err().to_string();
+    assert!(run(b"{not json").starts_with("malformed AdmissionReview: key must be a string"));
+    assert_eq!(run(br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#), "AdmissionReview has no request");
+    assert_eq!(
+        run(br#"{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview","request":{}}"#),
+        r#"unsupported "admission.k8s.io/v1beta1" "AdmissionReview": expected "admission.k8s.io/v1" "AdmissionReview""#
+    );
+    let message = run(br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u"}}"#);
+    assert!(message.starts_with("malformed AdmissionReview: missing field `kind`"), "{message}");
+    let message = run(br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","kind":{"version":"v1","kind":"Pod"},"resource":{"version":"v1","resource":"pods"},"operation":"PATCH"}}"#);
+    assert!(message.starts_with("malformed AdmissionReview: unknown variant `PATCH`"), "{message}");
+}
