@@ -36,6 +36,11 @@ pub struct Outcome {
 }
 
 impl Outcome {
+    /// A rejection decided before any plugin ran (an object that does not decode, say).
+    pub fn rejected(error: AdmissionError) -> Outcome {
+        Outcome { result: Err(error), warnings: Vec::new(), audit_annotations: BTreeMap::new(), patch: Vec::new() }
+    }
+
     /// True when the request is admitted.
     pub fn is_allowed(&self) -> bool {
         self.result.is_ok()

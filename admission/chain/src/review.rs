@@ -219,15 +219,7 @@ impl ReviewResponse {
     /// The response to a request whose object does not decode as its kind: denied, saying what
     /// failed, rather than admitted unchecked.
     pub fn from_decode_error(uid: &str, error: &ObjectDecodeError) -> ReviewResponse {
-        ReviewResponse::from_outcome(
-            uid,
-            Outcome {
-                result: Err(AdmissionError::BadRequest(error.to_string())),
-                warnings: Vec::new(),
-                audit_annotations: BTreeMap::new(),
-                patch: Vec::new(),
-            },
-        )
+        ReviewResponse::from_outcome(uid, Outcome::rejected(AdmissionError::BadRequest(error.to_string())))
     }
 
     /// The response as one line of JSON.

@@ -1,0 +1,83 @@
+//! Command-line parsing and exit codes. Exit 0: everything admitted; 1: something denied;
+//! 2: bad usage or bad input.
+
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::check::{self, CheckArgs};
+
+/// Everything admitted.
+pub const EXIT_ADMITTED: u8 = 0;
+/// At least one object denied.
+pub const EXIT_DENIED: u8 = 1;
+/// Bad usage or input.
+pub const EXIT_BAD_INPUT: u8 = 2;
+
+#[derive(Parser)]
+#[command(name = "csi-volume-admission", version, about = "CSIVolumeAdmission: admission control for CSI inline ephemeral volumes")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the admission chain offline on manifests, against a cluster state read from a file.
+    Check {
+        /// Namespaces and CSIDrivers (YAML, multi-document, JSON or a v1 List).
+        #[arg(long, value_name = "FILE")]
+        cluster_state: PathBuf,
+        /// CSIVolumeAdmission configuration; the built-in default (config/admission.yaml) otherwise.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// Output: a table for people, or one AdmissionReview response per line.
+        #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Table)]
+        output: Output,
+        /// Manifests of Pods, workloads, other objects or AdmissionReview requests; `-` is stdin.
+        #[arg(value_name = "INPUT", required = true)]
+        inputs: Vec<PathBuf>,
+    },
+}
+
+/// How `check` prints its results.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    /// A table a person reads.
+    Table,
+    /// One `admission.k8s.io/v1` AdmissionReview response per line, in input order.
+    Json,
+}
+
+/// Runs the command with `args` (program name first) and returns the exit code.
+pub fn run<I, T>(args: I, stdin: &mut dyn Read, stdout: &mut dyn Write, stderr: &mut dyn Write) -> u8
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(error) => {
+            let code = if error.use_stderr() { EXIT_BAD_INPUT } else { EXIT_ADMITTED };
+            let rendered = error.render().to_string();
+            let sink: &mut dyn Write = if error.use_stderr() { stderr } else { stdout };
+            let _ = sink.write_all(rendered.as_bytes());
+            return code;
+        }
+    };
+    match cli.command {
+        Command::Check { cluster_state, config, output, inputs } => {
+            let args = CheckArgs { cluster_state, config, output, inputs };
+            match check::run(&args, stdin, stdout) {
+                Ok(summary) if summary.denied > 0 => EXIT_DENIED,
+                Ok(_) => EXIT_ADMITTED,
+                Err(error) => {
+                    let _ = writeln!(stderr, "csi-volume-admission check: {error}");
+                    EXIT_BAD_INPUT
+                }
+            }
+        }
+    }
+}
