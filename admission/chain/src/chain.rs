@@ -111,3 +111,98 @@ impl Chain {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use async_trait::async_trait;
+    use futures_executor::block_on;
+    use inline_guard_policy::patch::PatchOp;
+
+    use super::*;
+    use crate::attributes::{GroupVersionResource, Operation, UserInfo};
+    use crate::plugin::Handler;
+
+    /// Records the order plugins ran in, and optionally rejects.
+    struct Probe {
+        name: &'static str,
+        reject: bool,
+        log: Arc<std::sync::Mutex<Vec<&'static str>>>,
+    }
+
+    impl Handler for Probe {
+        fn name(&self) -> &'static str {
+            self.name
+        }
+        fn handles(&self, operation: Operation) -> bool {
+            operation == Operation::Create
+        }
+    }
+
+    #[async_trait]
+    impl MutationInterface for Probe {
+        async fn admit(
+            &self,
+            _: &mut Attributes,
+            recorder: &mut Recorder,
+        ) -> Result<Vec<PatchOperation>, AdmissionError> {
+            self.log.lock().unwrap().push(self.name);
+            recorder.warn(format!("{} ran", self.name));
+            Ok(vec![PatchOperation { op: PatchOp::Add, path: format!("/{}", self.name), value: true }])
+        }
+    }
+
+    #[async_trait]
+    impl ValidationInterface for Probe {
+        async fn validate(&self, _: &Attributes, recorder: &mut Recorder) -> Result<(), AdmissionError> {
+            self.log.lock().unwrap().push(self.name);
+            recorder.annotate(self.name, "ran".into());
+            if self.reject { Err(AdmissionError::Forbidden(format!("{} says no", self.name))) } else { Ok(()) }
+        }
+    }
+
+    fn attributes(operation: Operation) -> Attributes {
+        Attributes {
+            operation,
+            kind: Default::default(),
+            resource: GroupVersionResource::v1("", "pods"),
+            subresource: String::new(),
+            namespace: "ns".into(),
+            name: "p".into(),
+            object: None,
+            old_object: None,
+            user_info: UserInfo::anonymous(),
+            dry_run: false,
+        }
+    }
+
+    fn probe(name: &'static str, reject: bool, log: &Arc<std::sync::Mutex<Vec<&'static str>>>) -> Arc<Probe> {
+        Arc::new(Probe { name, reject, log: log.clone() })
+    }
+
+    #[test]
+    fn mutating_plugins_run_in_order_before_validating_ones_and_the_first_rejection_stops_the_chain() {
+        let log = Arc::default();
+        let chain = Chain::new()
+            .with_validating(probe("v1", true, &log))
+            .with_validating(probe("v2", false, &log))
+            .with_mutating(probe("m1", false, &log))
+            .with_mutating(probe("m2", false, &log));
+        let outcome = block_on(chain.run(Phase::Both, &mut attributes(Operation::Create)));
+        assert_eq!(*log.lock().unwrap(), ["m1", "m2", "v1"]);
+        assert_eq!(outcome.result, Err(AdmissionError::Forbidden("v1 says no".into())));
+        assert!(outcome.patch.is_empty(), "a rejected request carries no patch");
+        assert_eq!(outcome.warnings, ["m1 ran", "m2 ran"]);
+        assert_eq!(outcome.audit_annotations.get("v1").map(String::as_str), Some("ran"));
+    }
+
+    #[test]
+    fn phases_select_plugins_and_handles_filters_operations() {
+        let log = Arc::default();
+        let chain = Chain::new().with_mutating(probe("m", false, &log)).with_validating(probe("v", false, &log));
+        let outcome = block_on(chain.run(Phase::Mutating, &mut attributes(Operation::Create)));
+        assert_eq!(outcome.patch.len(), 1);
+        block_on(chain.run(Phase::Validating, &mut attributes(Operation::Create)));
+        block_on(chain.run(Phase::Both, &mut attributes(Operation::Delete)));
+        assert_eq!(*log.lock().unwrap(), ["m", "v"]);
+    }
+}

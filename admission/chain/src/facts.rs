@@ -118,7 +118,11 @@ mod tests {
         facts
             .insert_object(&json!({"apiVersion":"v1","kind":"Namespace","metadata":{"name":"apps","labels":{"pod-security.kubernetes.io/enforce":"baseline"}}}))
             .unwrap();
-        facts.insert_object(&json!({"apiVersion":"storage.k8s.io/v1","kind":"CSIDriver","metadata":{"name":"csi.example.com"}})).unwrap();
+        facts
+            .insert_object(
+                &json!({"apiVersion":"storage.k8s.io/v1","kind":"CSIDriver","metadata":{"name":"csi.example.com"}}),
+            )
+            .unwrap();
         let labels = block_on(facts.namespace_labels("apps")).unwrap().unwrap();
         assert_eq!(labels.get("pod-security.kubernetes.io/enforce").map(String::as_str), Some("baseline"));
         assert_eq!(block_on(facts.csi_driver_labels("csi.example.com")).unwrap().unwrap().len(), 0);

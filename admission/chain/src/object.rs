@@ -143,7 +143,10 @@ impl AdmissionObject {
     }
 
     /// Decodes an already-parsed value as the kind `resource` holds. Other resources are kept as-is.
-    pub fn from_value(resource: &GroupVersionResource, value: serde_json::Value) -> Result<AdmissionObject, ObjectDecodeError> {
+    pub fn from_value(
+        resource: &GroupVersionResource,
+        value: serde_json::Value,
+    ) -> Result<AdmissionObject, ObjectDecodeError> {
         match PodSpecKind::of(resource) {
             Some(kind) => kind.decode(value),
             None => Ok(AdmissionObject::Other(value)),
@@ -213,7 +216,11 @@ mod tests {
             ("apps", "statefulsets", format!(r#"{{"spec":{{"selector":{{}},"template":{template}}}}}"#)),
             ("apps", "daemonsets", format!(r#"{{"spec":{{"selector":{{}},"template":{template}}}}}"#)),
             ("batch", "jobs", format!(r#"{{"spec":{{"template":{template}}}}}"#)),
-            ("batch", "cronjobs", format!(r#"{{"spec":{{"schedule":"* * * * *","jobTemplate":{{"spec":{{"template":{template}}}}}}}}}"#)),
+            (
+                "batch",
+                "cronjobs",
+                format!(r#"{{"spec":{{"schedule":"* * * * *","jobTemplate":{{"spec":{{"template":{template}}}}}}}}}"#),
+            ),
         ];
         for (group, resource, json) in cases {
             let object = AdmissionObject::from_json(&GroupVersionResource::v1(group, resource), &json).unwrap();
@@ -239,7 +246,8 @@ mod tests {
 
     #[test]
     fn other_resources_are_kept_as_json() {
-        let object = AdmissionObject::from_json(&GroupVersionResource::v1("", "configmaps"), r#"{"data":{"a":"b"}}"#).unwrap();
+        let object =
+            AdmissionObject::from_json(&GroupVersionResource::v1("", "configmaps"), r#"{"data":{"a":"b"}}"#).unwrap();
         assert!(matches!(object, AdmissionObject::Other(_)));
         assert_eq!(object.pod_spec(), None);
     }

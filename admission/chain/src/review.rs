@@ -116,9 +116,8 @@ pub fn parse_request(body: &[u8]) -> Result<ReviewRequest<'_>, ReviewError> {
 impl ReviewRequest<'_> {
     /// Decodes the objects and builds the plugin attributes.
     pub fn attributes(&self) -> Result<Attributes, ObjectDecodeError> {
-        let decode = |raw: Option<&RawValue>| {
-            raw.map(|raw| AdmissionObject::from_json(&self.resource, raw.get())).transpose()
-        };
+        let decode =
+            |raw: Option<&RawValue>| raw.map(|raw| AdmissionObject::from_json(&self.resource, raw.get())).transpose();
         Ok(Attributes {
             operation: self.operation,
             kind: self.kind.clone(),

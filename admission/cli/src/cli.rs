@@ -17,7 +17,11 @@ pub const EXIT_DENIED: u8 = 1;
 pub const EXIT_BAD_INPUT: u8 = 2;
 
 #[derive(Parser)]
-#[command(name = "csi-volume-admission", version, about = "CSIVolumeAdmission: admission control for CSI inline ephemeral volumes")]
+#[command(
+    name = "csi-volume-admission",
+    version,
+    about = "CSIVolumeAdmission: admission control for CSI inline ephemeral volumes"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -175,7 +175,10 @@ impl AdmissionConfig {
             None => ReadOnlyDrivers::default(),
             Some(drivers) => {
                 if let Some(index) = drivers.iter().position(|d| d.trim().is_empty()) {
-                    return Err(invalid(&format!("readOnlyDrivers[{index}]"), "a driver name must not be empty".into()));
+                    return Err(invalid(
+                        &format!("readOnlyDrivers[{index}]"),
+                        "a driver name must not be empty".into(),
+                    ));
                 }
                 ReadOnlyDrivers(drivers.into_iter().collect::<BTreeSet<_>>())
             }

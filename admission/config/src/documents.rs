@@ -117,7 +117,8 @@ mod tests {
 
     #[test]
     fn a_scalar_document_is_refused_with_its_position() {
-        let error = read_documents(Path::new("s.yaml"), "apiVersion: v1\nkind: Namespace\n---\njust text\n").unwrap_err();
+        let error =
+            read_documents(Path::new("s.yaml"), "apiVersion: v1\nkind: Namespace\n---\njust text\n").unwrap_err();
         assert_eq!(
             error.to_string(),
             "s.yaml: document 2: expected a Kubernetes object (a mapping with apiVersion and kind)"
@@ -140,7 +141,8 @@ mod tests {
 
     #[test]
     fn broken_json_names_the_document() {
-        let error = read_documents(Path::new("s.json"), "{\"apiVersion\":\"v1\",\"kind\":\"Namespace\"}\n{\"a\":").unwrap_err();
+        let error =
+            read_documents(Path::new("s.json"), "{\"apiVersion\":\"v1\",\"kind\":\"Namespace\"}\n{\"a\":").unwrap_err();
         assert!(error.to_string().starts_with("s.json: document 2: EOF while parsing"), "{error}");
     }
 }

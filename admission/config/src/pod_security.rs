@@ -135,7 +135,9 @@ fn from_admission_configuration(path: &Path, text: &str) -> Result<PodSecurityDe
             let text = read_text(&resolved)?;
             Ok(decode::<PodSecurityConfiguration>(&resolved, &text)?.into())
         }
-        (None, None) => Err(invalid(format!("plugins[{index}]"), "PodSecurity has neither configuration nor path".into())),
+        (None, None) => {
+            Err(invalid(format!("plugins[{index}]"), "PodSecurity has neither configuration nor path".into()))
+        }
     }
 }
 

@@ -7,10 +7,10 @@
 
 use std::fmt;
 
+use crate::Labels;
 use crate::labels;
 use crate::level::{Level, Mode};
 use crate::settings::Defaults;
-use crate::Labels;
 
 /// The level a namespace assigns to each mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,11 +37,7 @@ pub struct LabelError {
 impl fmt::Display for LabelError {
     // Same shape as apimachinery's field.Invalid, which Pod Security Admission reports.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "metadata.labels[{}]: Invalid value: {:?}: {}",
-            self.key, self.value, self.expected
-        )
+        write!(f, "metadata.labels[{}]: Invalid value: {:?}: {}", self.key, self.value, self.expected)
     }
 }
 
@@ -60,9 +56,7 @@ impl NamespacePolicy {
 
     /// True when no driver can violate this policy in any mode.
     pub fn is_fully_privileged(&self) -> bool {
-        self.enforce == Level::Privileged
-            && self.warn == Level::Privileged
-            && self.audit == Level::Privileged
+        self.enforce == Level::Privileged && self.warn == Level::Privileged && self.audit == Level::Privileged
     }
 
     /// Parses a namespace's labels. The returned policy is always usable; the errors say which
@@ -140,10 +134,7 @@ mod tests {
     #[test]
     fn missing_labels_take_the_configured_defaults() {
         let (policy, errors) = NamespacePolicy::from_labels(&Labels::new(), &DEFAULTS);
-        assert_eq!(
-            policy,
-            NamespacePolicy { enforce: Level::Baseline, warn: Level::Baseline, audit: Level::Baseline }
-        );
+        assert_eq!(policy, NamespacePolicy { enforce: Level::Baseline, warn: Level::Baseline, audit: Level::Baseline });
         assert!(errors.is_empty());
     }
 
@@ -172,7 +163,9 @@ mod tests {
         assert_eq!(policy.warn, Level::Baseline);
         assert_eq!(
             errors.iter().map(ToString::to_string).collect::<Vec<_>>(),
-            [r#"metadata.labels[pod-security.kubernetes.io/enforce]: Invalid value: "Privileged": must be one of privileged, baseline, restricted"#]
+            [
+                r#"metadata.labels[pod-security.kubernetes.io/enforce]: Invalid value: "Privileged": must be one of privileged, baseline, restricted"#
+            ]
         );
     }
 
@@ -212,8 +205,7 @@ mod tests {
             assert_eq!(policy.warn, Level::Restricted);
         }
         for version in ["", "v1", "v1.", "v1.01", "v2.0", "v1.x", "V1.2"] {
-            let (_, errors) =
-                NamespacePolicy::from_labels(&labels(&[(labels::AUDIT_VERSION, version)]), &DEFAULTS);
+            let (_, errors) = NamespacePolicy::from_labels(&labels(&[(labels::AUDIT_VERSION, version)]), &DEFAULTS);
             assert_eq!(errors.len(), 1, "{version:?}");
         }
     }

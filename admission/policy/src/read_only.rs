@@ -33,7 +33,8 @@ pub fn force_read_only(spec: &mut PodSpec, drivers: &ReadOnlyDrivers, scope: Mou
         }
         forced_volumes.push(volume.name.clone());
         if matches!(scope, MountScope::WholePod) && csi.read_only != Some(true) {
-            patch.push(PatchOperation::set_true(format!("/spec/volumes/{index}/csi/readOnly"), csi.read_only.is_some()));
+            patch
+                .push(PatchOperation::set_true(format!("/spec/volumes/{index}/csi/readOnly"), csi.read_only.is_some()));
             csi.read_only = Some(true);
         }
     }
@@ -43,7 +44,12 @@ pub fn force_read_only(spec: &mut PodSpec, drivers: &ReadOnlyDrivers, scope: Mou
 
     if matches!(scope, MountScope::WholePod) {
         for (index, container) in spec.containers.iter_mut().enumerate() {
-            force_mounts(&mut container.volume_mounts, &forced_volumes, &format!("/spec/containers/{index}"), &mut patch);
+            force_mounts(
+                &mut container.volume_mounts,
+                &forced_volumes,
+                &format!("/spec/containers/{index}"),
+                &mut patch,
+            );
         }
         for (index, container) in spec.init_containers.iter_mut().flatten().enumerate() {
             let prefix = format!("/spec/initContainers/{index}");
@@ -174,8 +180,11 @@ mod tests {
             volume_mounts: Some(vec![mount("shared", Some(false))]),
             ..Default::default()
         });
-        let patch =
-            force_read_only(&mut spec, &ReadOnlyDrivers::default(), MountScope::NewEphemeralContainers { existing: &["debug"] });
+        let patch = force_read_only(
+            &mut spec,
+            &ReadOnlyDrivers::default(),
+            MountScope::NewEphemeralContainers { existing: &["debug"] },
+        );
         assert_eq!(patch, [op(PatchOp::Replace, "/spec/ephemeralContainers/1/volumeMounts/0/readOnly")]);
     }
 }

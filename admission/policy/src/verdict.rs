@@ -72,9 +72,7 @@ pub fn evaluate<D: DriverLabelSource + ?Sized>(
 ) -> Verdict {
     let mut verdict = Verdict::default();
     let runtime_class = subject.spec.runtime_class_name.as_deref();
-    if let Some(exemption) =
-        Exemption::find(&settings.exemptions, subject.namespace, subject.username, runtime_class)
-    {
+    if let Some(exemption) = Exemption::find(&settings.exemptions, subject.namespace, subject.username, runtime_class) {
         verdict.audit_annotations.insert(audit::EXEMPT, exemption.as_str().to_string());
         return verdict;
     }

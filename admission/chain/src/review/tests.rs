@@ -14,10 +14,14 @@ use crate::plugins::standard_chain;
 
 fn chain() -> Chain {
     let mut facts = StaticClusterFacts::new();
-    let labels = |pairs: &[(&str, &str)]| -> Labels { pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect() };
+    let labels =
+        |pairs: &[(&str, &str)]| -> Labels { pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect() };
     facts.insert_namespace("locked", labels(&[("pod-security.kubernetes.io/enforce", "restricted")]));
     facts.insert_namespace("open", Labels::new());
-    facts.insert_csi_driver("csi.example.com", labels(&[("security.openshift.io/csi-ephemeral-volume-profile", "privileged")]));
+    facts.insert_csi_driver(
+        "csi.example.com",
+        labels(&[("security.openshift.io/csi-ephemeral-volume-profile", "privileged")]),
+    );
     standard_chain(Arc::new(PolicySettings::default()), Arc::new(facts))
 }
 
@@ -78,7 +82,8 @@ fn the_mutating_phase_answers_with_a_base64_json_patch() {
     let answer = answer_json(Phase::Mutating, &body);
     assert_eq!(answer["response"]["allowed"], json!(true));
     assert_eq!(answer["response"]["patchType"], json!("JSONPatch"));
-    let patch = base64::engine::general_purpose::STANDARD.decode(answer["response"]["patch"].as_str().unwrap()).unwrap();
+    let patch =
+        base64::engine::general_purpose::STANDARD.decode(answer["response"]["patch"].as_str().unwrap()).unwrap();
     assert_eq!(
         serde_json::from_slice::<Value>(&patch).unwrap(),
         json!([
@@ -122,7 +127,10 @@ fn an_object_that_does_not_decode_is_denied_saying_what_failed() {
 fn malformed_bodies_are_errors_that_say_why() {
     let run = |body: &[u8]| block_on(answer(&chain(), Phase::Both, body)).unwrap_err().to_string();
     assert!(run(b"{not json").starts_with("malformed AdmissionReview: key must be a string"));
-    assert_eq!(run(br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#), "AdmissionReview has no request");
+    assert_eq!(
+        run(br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#),
+        "AdmissionReview has no request"
+    );
     assert_eq!(
         run(br#"{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview","request":{}}"#),
         r#"unsupported "admission.k8s.io/v1beta1" "AdmissionReview": expected "admission.k8s.io/v1" "AdmissionReview""#

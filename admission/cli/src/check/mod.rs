@@ -106,9 +106,8 @@ pub fn run(args: &CheckArgs, stdin: &mut dyn Read, stdout: &mut dyn Write) -> Re
         };
         for document in read_documents(&name, &text)? {
             let position = document.position;
-            let request = request::prepare(document.value, prepared.len() + 1).map_err(|message| {
-                CheckError::Document { path: name.clone(), position, message }
-            })?;
+            let request = request::prepare(document.value, prepared.len() + 1)
+                .map_err(|message| CheckError::Document { path: name.clone(), position, message })?;
             prepared.push((source(&name, position), request));
         }
     }
@@ -139,10 +138,7 @@ pub fn run(args: &CheckArgs, stdin: &mut dyn Read, stdout: &mut dyn Write) -> Re
         }
         Output::Table => table::write(stdout, &evaluations)?,
     }
-    Ok(Summary {
-        evaluated: evaluations.len(),
-        denied: evaluations.iter().filter(|e| !e.outcome.is_allowed()).count(),
-    })
+    Ok(Summary { evaluated: evaluations.len(), denied: evaluations.iter().filter(|e| !e.outcome.is_allowed()).count() })
 }
 
 /// Replaces each directory by its `.yaml`, `.yml` and `.json` files in name order (not

@@ -2,7 +2,9 @@
 //! plain object is a CREATE by an anonymous user.
 
 use inline_guard_admission::review::{self, KIND as REVIEW_KIND};
-use inline_guard_admission::{AdmissionObject, Attributes, GroupVersionKind, GroupVersionResource, ObjectDecodeError, Operation, UserInfo};
+use inline_guard_admission::{
+    AdmissionObject, Attributes, GroupVersionKind, GroupVersionResource, ObjectDecodeError, Operation, UserInfo,
+};
 use serde_json::Value;
 
 /// An input ready to evaluate.
@@ -14,8 +16,8 @@ pub enum Prepared {
         uid: String,
         /// `Kind namespace/name`, for the table.
         label: String,
-        /// The request.
-        attributes: Attributes,
+        /// The request (boxed: it dwarfs the other variant).
+        attributes: Box<Attributes>,
     },
     /// An AdmissionReview whose object does not decode: answered as the server would, denied.
     Undecodable {
@@ -39,22 +41,21 @@ pub fn prepare(value: Value, ordinal: usize) -> Result<Prepared, String> {
     let text = |key: &str| value.get(key).and_then(Value::as_str).unwrap_or_default().to_string();
     let (api_version, kind) = (text("apiVersion"), text("kind"));
     let metadata = value.get("metadata");
-    let metadata_text = |key: &str| metadata.and_then(|m| m.get(key)).and_then(Value::as_str).unwrap_or_default().to_string();
-    let namespace = Some(metadata_text("namespace")).filter(|n| !n.is_empty()).unwrap_or_else(|| DEFAULT_NAMESPACE.into());
+    let metadata_text =
+        |key: &str| metadata.and_then(|m| m.get(key)).and_then(Value::as_str).unwrap_or_default().to_string();
+    let namespace =
+        Some(metadata_text("namespace")).filter(|n| !n.is_empty()).unwrap_or_else(|| DEFAULT_NAMESPACE.into());
     let name = metadata_text("name");
     let (group, version) = api_version.split_once('/').unwrap_or(("", &api_version));
-    let resource = GroupVersionResource {
-        group: group.to_string(),
-        version: version.to_string(),
-        resource: resource_name(&kind),
-    };
+    let resource =
+        GroupVersionResource { group: group.to_string(), version: version.to_string(), resource: resource_name(&kind) };
     let label = label(&kind, &namespace, &name, &metadata_text("generateName"));
     let object = AdmissionObject::from_value(&resource, value).map_err(|error| error.to_string())?;
     Ok(Prepared::Ready {
         // Plain objects have no uid; a stable one keeps the output reproducible.
         uid: format!("00000000-0000-0000-0000-{ordinal:012}"),
         label,
-        attributes: Attributes {
+        attributes: Box::new(Attributes {
             operation: Operation::Create,
             kind: GroupVersionKind { group: group.to_string(), version: version.to_string(), kind },
             resource,
@@ -65,7 +66,7 @@ pub fn prepare(value: Value, ordinal: usize) -> Result<Prepared, String> {
             old_object: None,
             user_info: UserInfo::anonymous(),
             dry_run: false,
-        },
+        }),
     })
 }
 
@@ -80,7 +81,7 @@ fn prepare_review(value: &Value) -> Result<Prepared, String> {
     );
     let uid = request.uid.clone();
     Ok(match request.attributes() {
-        Ok(attributes) => Prepared::Ready { uid, label, attributes },
+        Ok(attributes) => Prepared::Ready { uid, label, attributes: Box::new(attributes) },
         Err(error) => Prepared::Undecodable { uid, label, error },
     })
 }
@@ -100,7 +101,8 @@ fn resource_name(kind: &str) -> String {
 }
 
 fn label(kind: &str, namespace: &str, name: &str, generate_name: &str) -> String {
-    let name = if name.is_empty() && !generate_name.is_empty() { format!("{generate_name}*") } else { name.to_string() };
+    let name =
+        if name.is_empty() && !generate_name.is_empty() { format!("{generate_name}*") } else { name.to_string() };
     if namespace.is_empty() { format!("{kind} {name}") } else { format!("{kind} {namespace}/{name}") }
 }
 
@@ -132,7 +134,10 @@ mod tests {
         assert_eq!(uid, "00000000-0000-0000-0000-000000000007");
         assert_eq!(label, "Deployment default/api");
         assert_eq!(attributes.operation, Operation::Create);
-        assert_eq!(attributes.resource, GroupVersionResource { group: "apps".into(), version: "v1".into(), resource: "deployments".into() });
+        assert_eq!(
+            attributes.resource,
+            GroupVersionResource { group: "apps".into(), version: "v1".into(), resource: "deployments".into() }
+        );
         assert_eq!(attributes.user_info.username, "system:anonymous");
         assert!(matches!(attributes.object, Some(AdmissionObject::Deployment(_))));
     }
@@ -141,6 +146,9 @@ mod tests {
     fn a_plain_object_that_does_not_decode_is_unusable_input() {
         let value = serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": "none"}});
         let message = prepare(value, 1).unwrap_err();
-        assert!(message.starts_with("object does not decode as Pod: spec.containers: invalid type: string \"none\""), "{message}");
+        assert!(
+            message.starts_with("object does not decode as Pod: spec.containers: invalid type: string \"none\""),
+            "{message}"
+        );
     }
 }

@@ -96,9 +96,12 @@ fn an_invalid_level_names_file_field_and_line() {
 
 #[test]
 fn an_invalid_level_in_json_names_the_line_too() {
-    let message = AdmissionConfig::parse(Path::new("c.json"), "{\n  \"defaults\": {\"csi-ephemeral-volume-profile\": \"root\"}\n}")
-        .unwrap_err()
-        .to_string();
+    let message = AdmissionConfig::parse(
+        Path::new("c.json"),
+        "{\n  \"defaults\": {\"csi-ephemeral-volume-profile\": \"root\"}\n}",
+    )
+    .unwrap_err()
+    .to_string();
     assert_eq!(
         message,
         "c.json: defaults.csi-ephemeral-volume-profile: invalid level \"root\": must be one of privileged, baseline, restricted at line 2 column 54"
@@ -183,7 +186,9 @@ mod pod_security_configuration {
         write(
             dir.path(),
             "apiserver-admission.yaml",
-            &format!("apiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfiguration\nplugins:\n  - name: ResourceQuota\n    configuration: {{anything: goes}}\n  - name: PodSecurity\n    configuration:\n{inline}"),
+            &format!(
+                "apiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfiguration\nplugins:\n  - name: ResourceQuota\n    configuration: {{anything: goes}}\n  - name: PodSecurity\n    configuration:\n{inline}"
+            ),
         );
         let config_path = write(dir.path(), "admission.yaml", "podSecurityConfiguration: apiserver-admission.yaml\n");
         assert_taken_from_pod_security(&AdmissionConfig::load(&config_path).unwrap());

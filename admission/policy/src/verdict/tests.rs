@@ -70,8 +70,12 @@ fn every_cell_of_the_enforce_warn_and_audit_tables() {
             for driver_level in Level::ALL {
                 let cell = format!("{mode} namespace={namespace_level} driver={driver_level}");
                 let ns = labels(&[(mode_label(mode), namespace_level.as_str())]);
-                let verdict =
-                    evaluate(&settings, &pod(&spec), Some(&ns), &drivers(&[("csi.example.com", driver_level.as_str())]));
+                let verdict = evaluate(
+                    &settings,
+                    &pod(&spec),
+                    Some(&ns),
+                    &drivers(&[("csi.example.com", driver_level.as_str())]),
+                );
                 let expected_message = msg("csi.example.com", mode.as_str(), driver_level.as_str());
                 let mut expected = Verdict::default();
                 if table_says_violation(namespace_level, driver_level) {
@@ -101,12 +105,11 @@ fn an_unconfigured_install_changes_nothing() {
 
 #[test]
 fn missing_namespace_labels_take_the_configured_defaults() {
-    let settings = PolicySettings {
-        defaults: Defaults { enforce: Level::Baseline, ..Defaults::default() },
-        ..Default::default()
-    };
+    let settings =
+        PolicySettings { defaults: Defaults { enforce: Level::Baseline, ..Defaults::default() }, ..Default::default() };
     let spec = spec(vec![csi_volume("v", "csi.example.com")]);
-    let verdict = evaluate(&settings, &pod(&spec), Some(&Labels::new()), &drivers(&[("csi.example.com", "privileged")]));
+    let verdict =
+        evaluate(&settings, &pod(&spec), Some(&Labels::new()), &drivers(&[("csi.example.com", "privileged")]));
     assert_eq!(verdict.denial, Some(msg("csi.example.com", "enforce", "privileged")));
 }
 
@@ -162,7 +165,9 @@ fn invalid_enforce_label_denies_as_restricted_and_records_the_error() {
     assert_eq!(verdict.denial, Some(msg("csi.example.com", "enforce", "baseline")));
     assert_eq!(
         verdict.audit_annotations.get(audit::NAMESPACE_LABEL_ERRORS).map(String::as_str),
-        Some(r#"metadata.labels[pod-security.kubernetes.io/enforce]: Invalid value: "privileged-ish": must be one of privileged, baseline, restricted"#)
+        Some(
+            r#"metadata.labels[pod-security.kubernetes.io/enforce]: Invalid value: "privileged-ish": must be one of privileged, baseline, restricted"#
+        )
     );
 }
 
@@ -190,7 +195,10 @@ fn only_inline_csi_volumes_count() {
     let spec = spec(vec![
         Volume {
             name: "claim".into(),
-            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource { claim_name: "data".into(), ..Default::default() }),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: "data".into(),
+                ..Default::default()
+            }),
             ..Default::default()
         },
         Volume { name: "generic".into(), ephemeral: Some(EphemeralVolumeSource::default()), ..Default::default() },
@@ -220,11 +228,8 @@ fn every_violating_driver_is_reported_once_in_order_of_first_use() {
         ("c.example.com", "privileged"),
     ]);
     let verdict = evaluate(&PolicySettings::default(), &pod(&spec), Some(&ns), &drivers);
-    let denial = format!(
-        "{}; {}",
-        msg("a.example.com", "enforce", "privileged"),
-        msg("c.example.com", "enforce", "privileged")
-    );
+    let denial =
+        format!("{}; {}", msg("a.example.com", "enforce", "privileged"), msg("c.example.com", "enforce", "privileged"));
     assert_eq!(verdict.denial.as_deref(), Some(denial.as_str()));
     assert_eq!(verdict.warnings, [msg("b.example.com", "warn", "baseline")]);
     assert_eq!(
@@ -247,7 +252,7 @@ fn workload_enforce_violation_is_a_warning_and_an_audit_annotation() {
         evaluate(&PolicySettings::default(), &subject, Some(&ns), &drivers(&[("csi.example.com", "baseline")]));
     let enforce = msg("csi.example.com", "enforce", "baseline");
     assert!(verdict.is_allowed());
-    assert_eq!(verdict.warnings, [enforce.clone()]);
+    assert_eq!(verdict.warnings, std::slice::from_ref(&enforce));
     assert_eq!(verdict.audit_annotations.get(audit::ENFORCE_VIOLATIONS), Some(&enforce));
 }
 
@@ -292,10 +297,8 @@ fn exempt_requests_are_allowed_silently_with_the_reason_audited() {
     ];
     for case in cases {
         let verdict = evaluate(&settings, &case.subject, Some(&ns), &drivers);
-        let expected = Verdict {
-            audit_annotations: [(audit::EXEMPT, case.reason.to_string())].into(),
-            ..Default::default()
-        };
+        let expected =
+            Verdict { audit_annotations: [(audit::EXEMPT, case.reason.to_string())].into(), ..Default::default() };
         assert_eq!(verdict, expected, "{}", case.name);
     }
     assert!(!evaluate(&settings, &pod(&plain), Some(&ns), &drivers).is_allowed());

@@ -1,0 +1,73 @@
+//! Fixtures shared by the benchmarks: a labelled cluster, pod specs with N inline CSI volumes, and
+//! realistic AdmissionReview bodies.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use inline_guard_admission::plugins::standard_chain;
+use inline_guard_admission::{Chain, StaticClusterFacts};
+use inline_guard_policy::labels::{AUDIT_LEVEL, DRIVER_PROFILE, ENFORCE_LEVEL, WARN_LEVEL};
+use inline_guard_policy::{Labels, PolicySettings};
+use k8s_openapi::api::core::v1::{CSIVolumeSource, Container, PodSpec, Volume};
+
+/// A realistic pod CREATE review of about 3 KB (one container, one CSI volume, a projected token).
+pub const REVIEW_3K: &str = include_str!("../fixtures/review-3k.json");
+/// A pod CREATE review of about 30 KB (six containers with many environment variables).
+pub const REVIEW_30K: &str = include_str!("../fixtures/review-30k.json");
+
+/// The namespace the fixtures live in: enforce baseline, warn and audit restricted.
+pub const NAMESPACE: &str = "apps";
+
+/// Namespace labels with enforce `baseline`, warn and audit `restricted`.
+pub fn namespace_labels() -> Labels {
+    [(ENFORCE_LEVEL, "baseline"), (WARN_LEVEL, "restricted"), (AUDIT_LEVEL, "restricted")]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Driver names `csi-0.example.com`, `csi-1.example.com`, ... each labelled `baseline`.
+pub fn driver_name(index: usize) -> String {
+    format!("csi-{index}.example.com")
+}
+
+/// The labels of every fixture driver (and of `csi.example.com`, used by the review fixtures).
+pub fn drivers(count: usize) -> BTreeMap<String, Labels> {
+    let labels: Labels = [(DRIVER_PROFILE.to_string(), "baseline".to_string())].into();
+    (0..count)
+        .map(driver_name)
+        .chain(std::iter::once("csi.example.com".to_string()))
+        .map(|name| (name, labels.clone()))
+        .collect()
+}
+
+/// A pod spec with one container and `csi_volumes` inline CSI volumes of distinct drivers.
+pub fn pod_spec(csi_volumes: usize) -> PodSpec {
+    PodSpec {
+        containers: vec![Container {
+            name: "app".into(),
+            image: Some("registry.example.com/app:1".into()),
+            ..Default::default()
+        }],
+        volumes: Some(
+            (0..csi_volumes)
+                .map(|index| Volume {
+                    name: format!("v{index}"),
+                    csi: Some(CSIVolumeSource { driver: driver_name(index), ..Default::default() }),
+                    ..Default::default()
+                })
+                .collect(),
+        ),
+        ..Default::default()
+    }
+}
+
+/// The standard chain over the fixture cluster, with default settings.
+pub fn chain() -> Chain {
+    let mut facts = StaticClusterFacts::new();
+    facts.insert_namespace(NAMESPACE, namespace_labels());
+    for (name, labels) in drivers(8) {
+        facts.insert_csi_driver(&name, labels);
+    }
+    standard_chain(Arc::new(PolicySettings::default()), Arc::new(facts))
+}

@@ -1,0 +1,175 @@
+//! `check` as a user meets it: exit codes, the table, standard input, and an error naming the file
+//! and document for every kind of bad input.
+
+use inline_guard_tests::{repo_root, run};
+
+const CLUSTER: &str = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: locked\n  labels:\n    pod-security.kubernetes.io/enforce: restricted\n---\napiVersion: storage.k8s.io/v1\nkind: CSIDriver\nmetadata:\n  name: csi.example.com\n  labels:\n    security.openshift.io/csi-ephemeral-volume-profile: privileged\n";
+
+fn pod(namespace: &str, driver: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n  namespace: {namespace}\nspec:\n  containers:\n  - name: app\n    image: nginx\n  volumes:\n  - name: v\n    csi:\n      driver: {driver}\n"
+    )
+}
+
+struct Files {
+    dir: tempfile::TempDir,
+}
+
+impl Files {
+    fn new() -> Files {
+        let files = Files { dir: tempfile::tempdir().unwrap() };
+        files.write("cluster.yaml", CLUSTER);
+        files
+    }
+
+    fn write(&self, name: &str, text: &str) -> String {
+        let path = self.dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_string()
+    }
+
+    fn path(&self, name: &str) -> String {
+        self.dir.path().join(name).to_str().unwrap().to_string()
+    }
+}
+
+#[test]
+fn admitted_input_exits_zero_and_prints_a_table() {
+    let files = Files::new();
+    let input = files.write("pod.yaml", &pod("open", "csi.example.com"));
+    let result = run(&["check", "--cluster-state", &files.path("cluster.yaml"), &input], "");
+    assert_eq!(result.code, 0, "{}", result.stderr);
+    assert_eq!(
+        result.stdout,
+        format!(
+            "OBJECT        DECISION  SOURCE\nPod open/web  admitted  {input}:document 1\n\n1 objects: 1 admitted, 0 denied\n"
+        )
+    );
+}
+
+#[test]
+fn denied_input_exits_one_and_the_table_says_why() {
+    let files = Files::new();
+    let result =
+        run(&["check", "--cluster-state", &files.path("cluster.yaml"), "-"], &pod("locked", "csi.example.com"));
+    assert_eq!(result.code, 1, "{}", result.stderr);
+    let message = "web uses an inline volume provided by CSIDriver csi.example.com and namespace locked has a pod security enforce level that is lower than privileged";
+    assert_eq!(
+        result.stdout,
+        format!(
+            "OBJECT          DECISION  SOURCE\nPod locked/web  denied    <stdin>:document 1\n    deny     {message}\n    audit    enforce-violations: {message}\n\n1 objects: 0 admitted, 1 denied\n"
+        )
+    );
+}
+
+#[test]
+fn json_output_is_one_review_response_per_input_in_order() {
+    let files = Files::new();
+    let input = files
+        .write("pods.yaml", &format!("{}---\n{}", pod("open", "csi.example.com"), pod("locked", "csi.example.com")));
+    let result = run(&["check", "-o", "json", "--cluster-state", &files.path("cluster.yaml"), &input], "");
+    assert_eq!(result.code, 1);
+    let lines: Vec<serde_json::Value> = result.stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(
+        lines[0]["response"],
+        serde_json::json!({"uid": "00000000-0000-0000-0000-000000000001", "allowed": true})
+    );
+    assert_eq!(lines[1]["response"]["status"]["code"], 403);
+}
+
+#[test]
+fn the_shipped_openshift_configuration_is_accepted() {
+    let files = Files::new();
+    let config = repo_root().join("config/openshift-compatible.yaml");
+    let input = files.write("pod.yaml", &pod("open", "unlabeled.example.com"));
+    let result = run(
+        &["check", "--config", config.to_str().unwrap(), "--cluster-state", &files.path("cluster.yaml"), &input],
+        "",
+    );
+    // Unlabeled namespace → restricted, unlabeled driver → privileged: denied, as on OpenShift.
+    assert_eq!(result.code, 1, "{}", result.stderr);
+}
+
+fn bad_input(args: &[&str], stdin: &str) -> String {
+    let result = run(args, stdin);
+    assert_eq!(result.code, 2, "stdout: {}", result.stdout);
+    assert_eq!(result.stdout, "", "bad input must not produce half an answer");
+    result.stderr
+}
+
+#[test]
+fn a_bad_configuration_names_file_field_and_line() {
+    let files = Files::new();
+    let config = files.write("admission.yaml", "defaults:\n  pod-security-enforce-profile: strict\n");
+    let stderr = bad_input(&["check", "--config", &config, "--cluster-state", &files.path("cluster.yaml"), "-"], "");
+    assert_eq!(
+        stderr,
+        format!(
+            "csi-volume-admission check: {config}: defaults.pod-security-enforce-profile: invalid level \"strict\": must be one of privileged, baseline, restricted at line 2, column 33\n"
+        )
+    );
+}
+
+#[test]
+fn a_cluster_state_with_another_kind_names_the_document() {
+    let files = Files::new();
+    let state = files.write("state.yaml", &format!("{CLUSTER}---\n{}", pod("locked", "x")));
+    let stderr = bad_input(&["check", "--cluster-state", &state, "-"], "");
+    assert_eq!(
+        stderr,
+        format!(
+            "csi-volume-admission check: {state}: document 3: expected a v1 Namespace or a storage.k8s.io/v1 CSIDriver, found v1 Pod\n"
+        )
+    );
+}
+
+#[test]
+fn a_manifest_that_does_not_decode_names_file_and_document() {
+    let files = Files::new();
+    let input = files.write("pods.yaml", &format!("{}---\n{}", pod("open", "a"), pod("open", "[1, 2]")));
+    let stderr = bad_input(&["check", "--cluster-state", &files.path("cluster.yaml"), &input], "");
+    assert!(
+        stderr.starts_with(&format!("csi-volume-admission check: {input}: document 2: object does not decode as Pod: spec.volumes[0].csi.driver: invalid type: sequence")),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_malformed_admission_review_names_file_and_document() {
+    let files = Files::new();
+    let input = files.write("review.yaml", "apiVersion: admission.k8s.io/v1\nkind: AdmissionReview\n");
+    let stderr = bad_input(&["check", "--cluster-state", &files.path("cluster.yaml"), &input], "");
+    assert_eq!(stderr, format!("csi-volume-admission check: {input}: document 1: AdmissionReview has no request\n"));
+}
+
+#[test]
+fn broken_yaml_and_missing_files_are_named() {
+    let files = Files::new();
+    let input = files.write("broken.yaml", "kind: Pod\nmetadata: [\n");
+    let stderr = bad_input(&["check", "--cluster-state", &files.path("cluster.yaml"), &input], "");
+    assert!(stderr.starts_with(&format!("csi-volume-admission check: {input}: ")), "{stderr}");
+    let missing = files.path("missing.yaml");
+    let stderr = bad_input(&["check", "--cluster-state", &files.path("cluster.yaml"), &missing], "");
+    assert!(stderr.starts_with(&format!("csi-volume-admission check: {missing}: cannot read: ")), "{stderr}");
+}
+
+#[test]
+fn usage_errors_exit_two() {
+    let stderr = bad_input(&["check", "pod.yaml"], "");
+    assert!(stderr.contains("--cluster-state"), "{stderr}");
+    let stderr = bad_input(&["check", "--cluster-state", "c.yaml"], "");
+    assert!(stderr.contains("<INPUT>"), "{stderr}");
+    let stderr = bad_input(&["check", "-o", "xml", "--cluster-state", "c.yaml", "-"], "");
+    assert!(stderr.contains("xml"), "{stderr}");
+    let files = Files::new();
+    let stderr = bad_input(&["check", "--cluster-state", &files.path("cluster.yaml"), "-", "-"], "");
+    assert_eq!(stderr, "csi-volume-admission check: standard input: `-` given more than once\n");
+}
+
+#[test]
+fn help_exits_zero() {
+    let result = run(&["check", "--help"], "");
+    assert_eq!(result.code, 0);
+    assert!(result.stdout.contains("--cluster-state <FILE>"));
+}
