@@ -7,6 +7,7 @@ use k8s_openapi::api::core::v1::{Pod, PodSpec, PodTemplate, PodTemplateSpec, Rep
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use std::fmt;
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer};
 
 use crate::attributes::GroupVersionResource;
@@ -94,32 +95,54 @@ impl PodSpecKind {
         self != PodSpecKind::Pod
     }
 
-    /// Decodes an object of this kind from any serde_json deserializer (text or value).
-    fn decode<'de, D>(self, deserializer: D) -> Result<AdmissionObject, ObjectDecodeError>
-    where
-        D: Deserializer<'de, Error = serde_json::Error>,
-    {
-        fn typed<'de, T: Deserialize<'de>, D: Deserializer<'de, Error = serde_json::Error>>(
-            kind: PodSpecKind,
-            deserializer: D,
-        ) -> Result<Box<T>, ObjectDecodeError> {
-            serde_path_to_error::deserialize(deserializer).map(Box::new).map_err(|error| ObjectDecodeError {
-                kind: Some(kind),
-                field: error.path().to_string(),
-                message: error.into_inner().to_string(),
-            })
-        }
+    /// Decodes an object of this kind from JSON text or an already-parsed value.
+    fn decode(self, source: impl ObjectSource) -> Result<AdmissionObject, ObjectDecodeError> {
         Ok(match self {
-            PodSpecKind::Pod => AdmissionObject::Pod(typed(self, deserializer)?),
-            PodSpecKind::PodTemplate => AdmissionObject::PodTemplate(typed(self, deserializer)?),
-            PodSpecKind::ReplicationController => AdmissionObject::ReplicationController(typed(self, deserializer)?),
-            PodSpecKind::ReplicaSet => AdmissionObject::ReplicaSet(typed(self, deserializer)?),
-            PodSpecKind::Deployment => AdmissionObject::Deployment(typed(self, deserializer)?),
-            PodSpecKind::StatefulSet => AdmissionObject::StatefulSet(typed(self, deserializer)?),
-            PodSpecKind::DaemonSet => AdmissionObject::DaemonSet(typed(self, deserializer)?),
-            PodSpecKind::Job => AdmissionObject::Job(typed(self, deserializer)?),
-            PodSpecKind::CronJob => AdmissionObject::CronJob(typed(self, deserializer)?),
+            PodSpecKind::Pod => AdmissionObject::Pod(source.typed(self)?),
+            PodSpecKind::PodTemplate => AdmissionObject::PodTemplate(source.typed(self)?),
+            PodSpecKind::ReplicationController => AdmissionObject::ReplicationController(source.typed(self)?),
+            PodSpecKind::ReplicaSet => AdmissionObject::ReplicaSet(source.typed(self)?),
+            PodSpecKind::Deployment => AdmissionObject::Deployment(source.typed(self)?),
+            PodSpecKind::StatefulSet => AdmissionObject::StatefulSet(source.typed(self)?),
+            PodSpecKind::DaemonSet => AdmissionObject::DaemonSet(source.typed(self)?),
+            PodSpecKind::Job => AdmissionObject::Job(source.typed(self)?),
+            PodSpecKind::CronJob => AdmissionObject::CronJob(source.typed(self)?),
         })
+    }
+}
+
+/// Where an object is decoded from. Decoding runs untracked first; only a failure pays for a
+/// second, path-tracking read to say which field is wrong (tracking doubles the cost of a pod).
+trait ObjectSource {
+    fn typed<T: DeserializeOwned>(&self, kind: PodSpecKind) -> Result<Box<T>, ObjectDecodeError>;
+}
+
+impl ObjectSource for &str {
+    fn typed<T: DeserializeOwned>(&self, kind: PodSpecKind) -> Result<Box<T>, ObjectDecodeError> {
+        serde_json::from_str(self)
+            .map(Box::new)
+            .map_err(|plain| locate::<T, _>(kind, &mut serde_json::Deserializer::from_str(self), plain))
+    }
+}
+
+impl ObjectSource for &serde_json::Value {
+    fn typed<T: DeserializeOwned>(&self, kind: PodSpecKind) -> Result<Box<T>, ObjectDecodeError> {
+        T::deserialize(*self).map(Box::new).map_err(|plain| locate::<T, _>(kind, *self, plain))
+    }
+}
+
+fn locate<'de, T: Deserialize<'de>, D: Deserializer<'de, Error = serde_json::Error>>(
+    kind: PodSpecKind,
+    deserializer: D,
+    plain: serde_json::Error,
+) -> ObjectDecodeError {
+    match serde_path_to_error::deserialize::<_, T>(deserializer) {
+        Err(error) => ObjectDecodeError {
+            kind: Some(kind),
+            field: error.path().to_string(),
+            message: error.into_inner().to_string(),
+        },
+        Ok(_) => ObjectDecodeError { kind: Some(kind), field: ".".into(), message: plain.to_string() },
     }
 }
 
@@ -133,7 +156,7 @@ impl AdmissionObject {
     /// Decodes JSON text as the kind `resource` holds. Other resources are kept as JSON.
     pub fn from_json(resource: &GroupVersionResource, json: &str) -> Result<AdmissionObject, ObjectDecodeError> {
         match PodSpecKind::of(resource) {
-            Some(kind) => kind.decode(&mut serde_json::Deserializer::from_str(json)),
+            Some(kind) => kind.decode(json),
             None => serde_json::from_str(json).map(AdmissionObject::Other).map_err(|error| ObjectDecodeError {
                 kind: None,
                 field: ".".into(),
@@ -148,7 +171,7 @@ impl AdmissionObject {
         value: serde_json::Value,
     ) -> Result<AdmissionObject, ObjectDecodeError> {
         match PodSpecKind::of(resource) {
-            Some(kind) => kind.decode(value),
+            Some(kind) => kind.decode(&value),
             None => Ok(AdmissionObject::Other(value)),
         }
     }

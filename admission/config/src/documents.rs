@@ -145,4 +145,20 @@ mod tests {
             read_documents(Path::new("s.json"), "{\"apiVersion\":\"v1\",\"kind\":\"Namespace\"}\n{\"a\":").unwrap_err();
         assert!(error.to_string().starts_with("s.json: document 2: EOF while parsing"), "{error}");
     }
+
+    #[test]
+    fn an_alias_bomb_is_refused_not_expanded() {
+        let mut text = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+        for level in 1..12 {
+            let previous = level - 1;
+            let refs = std::iter::repeat_n(format!("*a{previous}"), 10).collect::<Vec<_>>().join(", ");
+            text.push_str(&format!("a{level}: &a{level} [{refs}]\n"));
+        }
+        let started = std::time::Instant::now();
+        let result = read_documents(Path::new("bomb.yaml"), &text);
+        let message = result.unwrap_err().to_string();
+        assert!(message.starts_with("bomb.yaml: .: "), "{message}");
+        assert!(message.to_lowercase().contains("budget"), "refused by the alias budget: {message}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(5), "refused promptly, not after expanding");
+    }
 }
