@@ -6,8 +6,10 @@ pub enum AdmissionError {
     /// The request violates policy (403 Forbidden).
     #[error("{0}")]
     Forbidden(String),
-    /// The request is malformed for this plugin (400 BadRequest), e.g. an object that does not
-    /// decode as its kind.
+    /// The object is well-formed but its content is not acceptable (422 Invalid).
+    #[error("{0}")]
+    Invalid(String),
+    /// The request is malformed (400 BadRequest), e.g. an object that does not decode as its kind.
     #[error("{0}")]
     BadRequest(String),
     /// The request cannot be judged right now (500 InternalError), e.g. cluster facts unavailable.

@@ -175,7 +175,7 @@ pub struct Status {
     pub status: &'static str,
     /// The human-readable reason.
     pub message: String,
-    /// The machine-readable reason (`Forbidden`, `BadRequest`, `InternalError`).
+    /// The machine-readable reason (`Forbidden`, `Invalid`, `BadRequest`, `InternalError`).
     pub reason: &'static str,
     /// The HTTP status code it stands for.
     pub code: u16,
@@ -186,6 +186,7 @@ impl Status {
     pub fn of(error: &AdmissionError) -> Status {
         let (reason, code, message) = match error {
             AdmissionError::Forbidden(message) => ("Forbidden", 403, message),
+            AdmissionError::Invalid(message) => ("Invalid", 422, message),
             AdmissionError::BadRequest(message) => ("BadRequest", 400, message),
             AdmissionError::Internal(message) => ("InternalError", 500, message),
         };

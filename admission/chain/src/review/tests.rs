@@ -140,3 +140,18 @@ fn malformed_bodies_are_errors_that_say_why() {
     let message = run(br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","kind":{"version":"v1","kind":"Pod"},"resource":{"version":"v1","resource":"pods"},"operation":"PATCH"}}"#);
     assert!(message.starts_with("malformed AdmissionReview: unknown variant `PATCH`"), "{message}");
 }
+
+#[test]
+fn each_admission_error_maps_to_its_status() {
+    let cases = [
+        (AdmissionError::Forbidden("f".into()), "Forbidden", 403),
+        (AdmissionError::Invalid("i".into()), "Invalid", 422),
+        (AdmissionError::BadRequest("b".into()), "BadRequest", 400),
+        (AdmissionError::Internal("x".into()), "InternalError", 500),
+    ];
+    for (error, reason, code) in cases {
+        let status = Status::of(&error);
+        assert_eq!((status.status, status.reason, status.code), ("Failure", reason, code));
+        assert_eq!(status.message, error.to_string());
+    }
+}

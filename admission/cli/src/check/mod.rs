@@ -91,8 +91,7 @@ pub fn run(args: &CheckArgs, stdin: &mut dyn Read, stdout: &mut dyn Write) -> Re
 
     let mut prepared = Vec::new();
     let mut stdin_used = false;
-    for input in expand_directories(&args.inputs)? {
-        let input = &input;
+    for input in &expand_directories(&args.inputs)? {
         let (name, text) = if input.as_os_str() == "-" {
             if stdin_used {
                 return Err(CheckError::Stdin("`-` given more than once".into()));
