@@ -216,12 +216,6 @@ impl ReviewResponse {
         })
     }
 
-    /// The response to a request whose object does not decode as its kind: denied, saying what
-    /// failed, rather than admitted unchecked.
-    pub fn from_decode_error(uid: &str, error: &ObjectDecodeError) -> ReviewResponse {
-        ReviewResponse::from_outcome(uid, Outcome::rejected(AdmissionError::BadRequest(error.to_string())))
-    }
-
     /// The response as one line of JSON.
     pub fn to_json(&self) -> String {
         // Serialising these plain structs cannot fail: every map key is a string.
@@ -229,15 +223,31 @@ impl ReviewResponse {
     }
 }
 
-/// Answers one AdmissionReview body with `chain`: the path every host shares.
-pub async fn answer(chain: &Chain, phase: Phase, body: &[u8]) -> Result<ReviewResponse, ReviewError> {
+/// A request the chain has decided, before it is encoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decided {
+    /// The request's uid.
+    pub uid: String,
+    /// The chain's outcome (a rejection with `BadRequest` when the object did not decode).
+    pub outcome: Outcome,
+}
+
+/// Runs `chain` on one AdmissionReview body: the path every host shares. Hosts that answer some
+/// outcomes differently (the webhook turns `Internal` into an HTTP error so the failure policy
+/// applies) look at the outcome before encoding it.
+pub async fn decide(chain: &Chain, phase: Phase, body: &[u8]) -> Result<Decided, ReviewError> {
     let request = parse_request(body)?;
-    let mut attributes = match request.attributes() {
-        Ok(attributes) => attributes,
-        Err(error) => return Ok(ReviewResponse::from_decode_error(&request.uid, &error)),
+    let outcome = match request.attributes() {
+        Ok(mut attributes) => chain.run(phase, &mut attributes).await,
+        Err(error) => Outcome::rejected(AdmissionError::BadRequest(error.to_string())),
     };
-    let outcome = chain.run(phase, &mut attributes).await;
-    Ok(ReviewResponse::from_outcome(&request.uid, outcome))
+    Ok(Decided { uid: request.uid, outcome })
+}
+
+/// Runs `chain` on one AdmissionReview body and encodes the answer.
+pub async fn answer(chain: &Chain, phase: Phase, body: &[u8]) -> Result<ReviewResponse, ReviewError> {
+    let decided = decide(chain, phase, body).await?;
+    Ok(ReviewResponse::from_outcome(&decided.uid, decided.outcome))
 }
 
 #[cfg(test)]

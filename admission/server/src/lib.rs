@@ -1,0 +1,6 @@
+//! The CSIVolumeAdmission webhook server: the admission chain behind HTTPS `POST /validate` and
+//! `POST /mutate`, with health, readiness and metrics on a plain-HTTP port, serving certificates
+//! reloaded from disk, and graceful shutdown.
+
+pub mod metrics;
+pub mod webhook;
