@@ -2,13 +2,10 @@
 //! interface is the only way the chain reaches the cluster; a lister cache, a file or a test table
 //! stand behind it.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use inline_guard_policy::Labels;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use serde_json::Value;
 
 /// A fact could not be looked up.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -28,122 +25,4 @@ pub trait ClusterFacts: Send + Sync {
     async fn namespace_labels(&self, name: &str) -> Result<Option<Arc<Labels>>, FactsError>;
     /// The labels of the CSIDriver `name`.
     async fn csi_driver_labels(&self, name: &str) -> Result<Option<Arc<Labels>>, FactsError>;
-}
-
-/// A fixed snapshot of Namespaces and CSIDrivers, from a file or a test.
-#[derive(Debug, Clone, Default)]
-pub struct StaticClusterFacts {
-    namespaces: HashMap<String, Arc<Labels>>,
-    csi_drivers: HashMap<String, Arc<Labels>>,
-}
-
-impl StaticClusterFacts {
-    /// An empty snapshot: every lookup finds nothing.
-    pub fn new() -> StaticClusterFacts {
-        StaticClusterFacts::default()
-    }
-
-    /// Adds or replaces a namespace.
-    pub fn insert_namespace(&mut self, name: &str, labels: Labels) {
-        self.namespaces.insert(name.to_string(), Arc::new(labels));
-    }
-
-    /// Adds or replaces a CSIDriver.
-    pub fn insert_csi_driver(&mut self, name: &str, labels: Labels) {
-        self.csi_drivers.insert(name.to_string(), Arc::new(labels));
-    }
-
-    /// Adds a `v1` Namespace or a `storage.k8s.io/v1` CSIDriver given as JSON; anything else is
-    /// refused with a message saying what was found.
-    pub fn insert_object(&mut self, object: &Value) -> Result<(), FactsError> {
-        let text = |key: &str| object.get(key).and_then(Value::as_str).unwrap_or_default();
-        let (api_version, kind) = (text("apiVersion"), text("kind"));
-        let is_namespace = api_version == "v1" && kind == "Namespace";
-        let is_csi_driver = api_version == "storage.k8s.io/v1" && kind == "CSIDriver";
-        if !is_namespace && !is_csi_driver {
-            return Err(FactsError::UnsupportedObject(format!(
-                "expected a v1 Namespace or a storage.k8s.io/v1 CSIDriver, found {api_version} {kind}"
-            )));
-        }
-        let metadata: ObjectMeta = match object.get("metadata") {
-            Some(metadata) => serde_path_to_error::deserialize(metadata).map_err(|error| {
-                FactsError::UnsupportedObject(format!("{kind} metadata.{}: {}", error.path(), error.inner()))
-            })?,
-            None => ObjectMeta::default(),
-        };
-        let Some(name) = metadata.name.filter(|name| !name.is_empty()) else {
-            return Err(FactsError::UnsupportedObject(format!("{kind} has no metadata.name")));
-        };
-        let labels = metadata.labels.unwrap_or_default();
-        if is_namespace {
-            self.insert_namespace(&name, labels);
-        } else {
-            self.insert_csi_driver(&name, labels);
-        }
-        Ok(())
-    }
-
-    /// How many namespaces and CSIDrivers the snapshot holds.
-    pub fn len(&self) -> (usize, usize) {
-        (self.namespaces.len(), self.csi_drivers.len())
-    }
-
-    /// True when the snapshot holds nothing.
-    pub fn is_empty(&self) -> bool {
-        self.namespaces.is_empty() && self.csi_drivers.is_empty()
-    }
-}
-
-#[async_trait]
-impl ClusterFacts for StaticClusterFacts {
-    async fn namespace_labels(&self, name: &str) -> Result<Option<Arc<Labels>>, FactsError> {
-        Ok(self.namespaces.get(name).cloned())
-    }
-
-    async fn csi_driver_labels(&self, name: &str) -> Result<Option<Arc<Labels>>, FactsError> {
-        Ok(self.csi_drivers.get(name).cloned())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use futures_executor::block_on;
-    use serde_json::json;
-
-    use super::*;
-
-    #[test]
-    fn namespaces_and_csi_drivers_are_indexed_by_name() {
-        let mut facts = StaticClusterFacts::new();
-        facts
-            .insert_object(&json!({"apiVersion":"v1","kind":"Namespace","metadata":{"name":"apps","labels":{"pod-security.kubernetes.io/enforce":"baseline"}}}))
-            .unwrap();
-        facts
-            .insert_object(
-                &json!({"apiVersion":"storage.k8s.io/v1","kind":"CSIDriver","metadata":{"name":"csi.example.com"}}),
-            )
-            .unwrap();
-        let labels = block_on(facts.namespace_labels("apps")).unwrap().unwrap();
-        assert_eq!(labels.get("pod-security.kubernetes.io/enforce").map(String::as_str), Some("baseline"));
-        assert_eq!(block_on(facts.csi_driver_labels("csi.example.com")).unwrap().unwrap().len(), 0);
-        assert_eq!(block_on(facts.csi_driver_labels("apps")).unwrap(), None);
-    }
-
-    #[test]
-    fn other_objects_are_refused_by_kind() {
-        let mut facts = StaticClusterFacts::new();
-        let error = facts.insert_object(&json!({"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"}})).unwrap_err();
-        assert_eq!(error.to_string(), "expected a v1 Namespace or a storage.k8s.io/v1 CSIDriver, found v1 Pod");
-    }
-
-    #[test]
-    fn malformed_labels_and_missing_names_are_refused() {
-        let mut facts = StaticClusterFacts::new();
-        let error = facts
-            .insert_object(&json!({"apiVersion":"v1","kind":"Namespace","metadata":{"name":"a","labels":{"x":1}}}))
-            .unwrap_err();
-        assert_eq!(error.to_string(), "Namespace metadata.labels.x: invalid type: integer `1`, expected a string");
-        let error = facts.insert_object(&json!({"apiVersion":"v1","kind":"Namespace"})).unwrap_err();
-        assert_eq!(error.to_string(), "Namespace has no metadata.name");
-    }
 }

@@ -15,11 +15,13 @@ pub mod plugin;
 pub mod plugins;
 pub mod recorder;
 pub mod review;
+pub mod static_facts;
 
 pub use attributes::{Attributes, GroupVersionKind, GroupVersionResource, Operation, UserInfo};
 pub use chain::{Chain, Outcome, Phase};
 pub use error::{AdmissionError, Result};
-pub use facts::{ClusterFacts, FactsError, StaticClusterFacts};
+pub use facts::{ClusterFacts, FactsError};
 pub use object::{AdmissionObject, ObjectDecodeError};
 pub use plugin::{Handler, MutationInterface, ValidationInterface};
 pub use recorder::Recorder;
+pub use static_facts::{ClusterStateError, StaticClusterFacts};

@@ -116,8 +116,8 @@ mod tests {
 
     use super::*;
     use crate::attributes::{GroupVersionResource, UserInfo};
-    use crate::facts::StaticClusterFacts;
     use crate::object::AdmissionObject;
+    use crate::static_facts::StaticClusterFacts;
 
     fn facts() -> StaticClusterFacts {
         let mut facts = StaticClusterFacts::new();

@@ -9,8 +9,8 @@ use inline_guard_policy::{Labels, PolicySettings};
 use serde_json::{Value, json};
 
 use super::*;
-use crate::facts::StaticClusterFacts;
 use crate::plugins::standard_chain;
+use crate::static_facts::StaticClusterFacts;
 
 fn chain() -> Chain {
     let mut facts = StaticClusterFacts::new();

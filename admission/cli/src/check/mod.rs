@@ -1,7 +1,6 @@
 //! `check`: the admission chain run offline. Every input is read and validated before anything is
 //! evaluated, so bad input never produces half an answer.
 
-mod cluster_state;
 mod request;
 mod table;
 
@@ -12,7 +11,7 @@ use std::sync::Arc;
 use futures_executor::block_on;
 use inline_guard_admission::plugins::standard_chain;
 use inline_guard_admission::review::ReviewResponse;
-use inline_guard_admission::{AdmissionError, Outcome, Phase};
+use inline_guard_admission::{AdmissionError, ClusterStateError, Outcome, Phase, StaticClusterFacts};
 use inline_guard_config::documents::Position;
 use inline_guard_config::{AdmissionConfig, read_documents};
 
@@ -47,6 +46,9 @@ pub enum CheckError {
     /// A file could not be read or parsed, or the configuration is invalid.
     #[error(transparent)]
     File(#[from] inline_guard_config::Error),
+    /// The cluster state holds something other than Namespaces and CSIDrivers.
+    #[error(transparent)]
+    ClusterState(#[from] ClusterStateError),
     /// One document of a file is unusable.
     #[error("{}: {position}: {message}", path.display())]
     Document {
@@ -87,7 +89,7 @@ pub fn run(args: &CheckArgs, stdin: &mut dyn Read, stdout: &mut dyn Write) -> Re
         Some(path) => AdmissionConfig::load(path)?,
         None => AdmissionConfig::embedded_default(),
     };
-    let facts = cluster_state::load(&args.cluster_state)?;
+    let facts = StaticClusterFacts::load(&args.cluster_state)?;
 
     let mut prepared = Vec::new();
     let mut stdin_used = false;
