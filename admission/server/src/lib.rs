@@ -2,5 +2,11 @@
 //! `POST /mutate`, with health, readiness and metrics on a plain-HTTP port, serving certificates
 //! reloaded from disk, and graceful shutdown.
 
+pub mod health;
+pub mod listener;
 pub mod metrics;
+pub mod reload;
+pub mod server;
+pub mod standalone;
+pub mod tls;
 pub mod webhook;

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::Body;
-use hyper::header::{ALLOW, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
+use hyper::header::{ALLOW, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use inline_guard_admission::review::{self, ReviewError, ReviewResponse};
 use inline_guard_admission::{AdmissionError, Chain, Phase};
@@ -73,6 +73,10 @@ impl HttpError {
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
         if matches!(self, HttpError::MethodNotAllowed(_)) {
             headers.insert(ALLOW, HeaderValue::from_static("POST"));
+        }
+        if matches!(self, HttpError::BodyTimeout(_)) {
+            // The rest of a late body would arrive as the next request's head: close instead.
+            headers.insert(CONNECTION, HeaderValue::from_static("close"));
         }
         response
     }

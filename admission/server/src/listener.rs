@@ -1,0 +1,128 @@
+//! Accepting connections: HTTPS for the webhook, plain HTTP for health, HTTP/1.1 with keep-alive,
+//! a bound on how long a client may take to send a request, and graceful shutdown (stop
+//! accepting, finish in-flight requests, close idle connections).
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio_rustls::TlsAcceptor;
+use tracing::{debug, warn};
+
+use crate::health::Health;
+use crate::webhook::Webhook;
+
+/// Who answers the requests of a listener.
+#[derive(Clone)]
+pub enum Handler {
+    /// The admission endpoints.
+    Webhook(Arc<Webhook>),
+    /// The health endpoints.
+    Health(Arc<Health>),
+}
+
+impl Handler {
+    async fn call(&self, request: Request<Incoming>) -> Response<Full<Bytes>> {
+        match self {
+            Handler::Webhook(webhook) => webhook.handle(request).await,
+            Handler::Health(health) => health.handle(&request),
+        }
+    }
+}
+
+/// One listening socket and how to serve it.
+pub struct Endpoint {
+    /// The bound socket.
+    pub listener: TcpListener,
+    /// TLS for HTTPS; `None` for plain HTTP.
+    pub tls: Option<TlsAcceptor>,
+    /// Who answers.
+    pub handler: Handler,
+}
+
+/// Bounds on slow clients and on shutdown.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    /// The TLS handshake and the request head must each complete within this; the body is bounded
+    /// by the webhook itself.
+    pub request: Duration,
+    /// How long in-flight requests may take to finish after shutdown starts.
+    pub shutdown_grace: Duration,
+}
+
+/// Serves every endpoint until `shutdown` turns true, then drains gracefully.
+pub async fn serve(endpoints: Vec<Endpoint>, timeouts: Timeouts, shutdown: watch::Receiver<bool>) {
+    let graceful = GracefulShutdown::new();
+    let loops = endpoints.into_iter().map(|endpoint| accept_loop(endpoint, timeouts, &graceful, shutdown.clone()));
+    futures_util::future::join_all(loops).await;
+    // Listeners are closed (dropped by their loops): no new connections. Idle keep-alive
+    // connections close now; busy ones once their response is written.
+    if tokio::time::timeout(timeouts.shutdown_grace, graceful.shutdown()).await.is_err() {
+        warn!(grace = ?timeouts.shutdown_grace, "connections still open after the shutdown grace period; closing them");
+    }
+}
+
+async fn accept_loop(
+    endpoint: Endpoint,
+    timeouts: Timeouts,
+    graceful: &GracefulShutdown,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let Endpoint { listener, tls, handler } = endpoint;
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = shutdown.wait_for(|stop| *stop) => return,
+        };
+        let (tcp, peer) = match accepted {
+            Ok(connection) => connection,
+            Err(error) => {
+                // Typically out of file descriptors: back off instead of spinning.
+                warn!(%error, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = tcp.set_nodelay(true);
+        let watcher = graceful.watcher();
+        let handler = handler.clone();
+        let tls = tls.clone();
+        tokio::spawn(async move {
+            match tls {
+                None => serve_connection(tcp, handler, watcher, timeouts.request).await,
+                Some(acceptor) => match tokio::time::timeout(timeouts.request, acceptor.accept(tcp)).await {
+                    Ok(Ok(stream)) => serve_connection(stream, handler, watcher, timeouts.request).await,
+                    Ok(Err(error)) => debug!(%peer, %error, "TLS handshake failed"),
+                    Err(_) => debug!(%peer, "TLS handshake timed out"),
+                },
+            }
+        });
+    }
+}
+
+async fn serve_connection<I>(io: I, handler: Handler, watcher: Watcher, header_timeout: Duration)
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let service = service_fn(move |request| {
+        let handler = handler.clone();
+        async move { Ok::<_, Infallible>(handler.call(request).await) }
+    });
+    let mut builder = http1::Builder::new();
+    builder.timer(TokioTimer::new()).header_read_timeout(header_timeout).keep_alive(true);
+    let connection = builder.serve_connection(TokioIo::new(io), service);
+    if let Err(error) = watcher.watch(connection).await {
+        debug!(%error, "connection closed with an error");
+    }
+}

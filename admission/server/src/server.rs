@@ -1,0 +1,141 @@
+//! The assembled server: the webhook on HTTPS, health on HTTP, certificate and cluster-state
+//! reloads, and one shutdown switch for all of it.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use inline_guard_admission::Chain;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_rustls::TlsAcceptor;
+use tracing::{error, info};
+
+use crate::health::{Health, Readiness};
+use crate::listener::{self, Endpoint, Handler, Timeouts};
+use crate::metrics::{Metrics, ReloadResult};
+use crate::reload::{self, Reload};
+use crate::standalone::FileFacts;
+use crate::tls::{ReloadingCertificate, server_config};
+use crate::webhook::Webhook;
+
+/// Addresses and bounds, validated by the command line.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// The HTTPS webhook address.
+    pub listen: SocketAddr,
+    /// The plain-HTTP health address.
+    pub health_listen: SocketAddr,
+    /// TLS handshake, request head and request body bounds (each).
+    pub request_timeout: Duration,
+    /// How long shutdown waits for in-flight requests.
+    pub shutdown_grace: Duration,
+    /// How often certificate and cluster-state files are checked for changes.
+    pub reload_interval: Duration,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions {
+            listen: SocketAddr::from(([0, 0, 0, 0], 8443)),
+            health_listen: SocketAddr::from(([0, 0, 0, 0], 8080)),
+            request_timeout: Duration::from_secs(10),
+            shutdown_grace: Duration::from_secs(20),
+            reload_interval: Duration::from_secs(2),
+        }
+    }
+}
+
+/// What the server decides with.
+pub struct Parts {
+    /// The admission chain.
+    pub chain: Chain,
+    /// Whether the facts behind the chain are ready.
+    pub readiness: Arc<dyn Readiness>,
+    /// Standalone mode's file-backed facts, reloaded on change.
+    pub file_facts: Option<Arc<FileFacts>>,
+    /// The serving certificate.
+    pub certificate: Arc<ReloadingCertificate>,
+    /// Where metrics go.
+    pub metrics: Arc<Metrics>,
+}
+
+/// A running server.
+pub struct Server {
+    webhook_addr: SocketAddr,
+    health_addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl Server {
+    /// Binds both addresses and starts serving.
+    pub async fn start(options: ServerOptions, parts: Parts) -> io::Result<Server> {
+        let webhook_listener = TcpListener::bind(options.listen).await?;
+        let health_listener = TcpListener::bind(options.health_listen).await?;
+        let webhook_addr = webhook_listener.local_addr()?;
+        let health_addr = health_listener.local_addr()?;
+        let tls = server_config(parts.certificate.clone()).map_err(io::Error::other)?;
+        let webhook = Arc::new(Webhook::new(parts.chain, parts.metrics.clone(), options.request_timeout));
+        let health = Arc::new(Health::new(parts.metrics.clone(), parts.readiness));
+        let endpoints = vec![
+            Endpoint {
+                listener: webhook_listener,
+                tls: Some(TlsAcceptor::from(tls)),
+                handler: Handler::Webhook(webhook),
+            },
+            Endpoint { listener: health_listener, tls: None, handler: Handler::Health(health) },
+        ];
+        let (stop, stopped) = watch::channel(false);
+
+        let certificate = parts.certificate;
+        let metrics = parts.metrics;
+        let certificates =
+            reload::poll(options.reload_interval, stopped.clone(), move || match certificate.reload_if_changed() {
+                Reload::Unchanged => {}
+                Reload::Reloaded => {
+                    info!("serving certificate reloaded");
+                    metrics.tls_reload(ReloadResult::Success);
+                }
+                Reload::Rejected(reason) => {
+                    error!(%reason, "new serving certificate rejected; still serving the previous one");
+                    metrics.tls_reload(ReloadResult::Failure);
+                }
+            });
+        let file_facts = parts.file_facts;
+        let cluster_state = reload::poll(options.reload_interval, stopped.clone(), move || {
+            match file_facts.as_ref().map(|facts| facts.reload_if_changed()) {
+                None | Some(Reload::Unchanged) => {}
+                Some(Reload::Reloaded) => info!("cluster state reloaded"),
+                Some(Reload::Rejected(reason)) => {
+                    error!(%reason, "cluster state edit rejected; keeping the previous state")
+                }
+            }
+        });
+        let timeouts = Timeouts { request: options.request_timeout, shutdown_grace: options.shutdown_grace };
+        let task = tokio::spawn(async move {
+            tokio::join!(listener::serve(endpoints, timeouts, stopped), certificates, cluster_state);
+        });
+        Ok(Server { webhook_addr, health_addr, stop, task })
+    }
+
+    /// Where the webhook listens.
+    pub fn webhook_addr(&self) -> SocketAddr {
+        self.webhook_addr
+    }
+
+    /// Where the health endpoints listen.
+    pub fn health_addr(&self) -> SocketAddr {
+        self.health_addr
+    }
+
+    /// Stops accepting, lets in-flight requests finish (within the grace period) and returns.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        if let Err(error) = self.task.await {
+            error!(%error, "server task failed");
+        }
+    }
+}

@@ -1,0 +1,122 @@
+//! Standalone mode: the cluster facts come from a cluster-state file instead of an apiserver, and
+//! are reloaded when the file changes. A broken edit is reported and the last good state kept.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use inline_guard_admission::{ClusterFacts, ClusterStateError, FactsError, StaticClusterFacts};
+use inline_guard_policy::Labels;
+
+use crate::health::Readiness;
+use crate::metrics::{CacheKind, Metrics};
+use crate::reload::Reload;
+
+/// Cluster facts read from a file and kept fresh.
+pub struct FileFacts {
+    path: PathBuf,
+    current: RwLock<Arc<StaticClusterFacts>>,
+    last_seen: Mutex<Vec<u8>>,
+    metrics: Arc<Metrics>,
+}
+
+impl FileFacts {
+    /// Loads the file; an unusable file at start-up is an error.
+    pub fn load(path: &Path, metrics: Arc<Metrics>) -> Result<FileFacts, ClusterStateError> {
+        let facts = StaticClusterFacts::load(path)?;
+        let seen = std::fs::read(path).unwrap_or_default();
+        let file_facts = FileFacts {
+            path: path.to_path_buf(),
+            current: RwLock::new(Arc::new(facts)),
+            last_seen: Mutex::new(seen),
+            metrics,
+        };
+        file_facts.publish_metrics();
+        Ok(file_facts)
+    }
+
+    /// Re-reads the file and swaps in its content if it changed and is valid.
+    pub fn reload_if_changed(&self) -> Reload {
+        let Ok(bytes) = std::fs::read(&self.path) else {
+            return Reload::Unchanged;
+        };
+        {
+            let mut last_seen = self.last_seen.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            if *last_seen == bytes {
+                return Reload::Unchanged;
+            }
+            *last_seen = bytes;
+        }
+        match StaticClusterFacts::load(&self.path) {
+            Ok(facts) => {
+                *self.current.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = Arc::new(facts);
+                self.publish_metrics();
+                Reload::Reloaded
+            }
+            Err(error) => Reload::Rejected(error.to_string()),
+        }
+    }
+
+    fn snapshot(&self) -> Arc<StaticClusterFacts> {
+        // Clone the Arc so the lock is not held while a request is decided.
+        self.current.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+    }
+
+    fn publish_metrics(&self) {
+        let (namespaces, drivers) = self.snapshot().len();
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or_default();
+        self.metrics.set_cache(CacheKind::Namespace, namespaces, true, now);
+        self.metrics.set_cache(CacheKind::CsiDriver, drivers, true, now);
+    }
+}
+
+#[async_trait]
+impl ClusterFacts for FileFacts {
+    async fn namespace_labels(&self, name: &str) -> Result<Option<Arc<Labels>>, FactsError> {
+        self.snapshot().namespace_labels(name).await
+    }
+
+    async fn csi_driver_labels(&self, name: &str) -> Result<Option<Arc<Labels>>, FactsError> {
+        self.snapshot().csi_driver_labels(name).await
+    }
+}
+
+impl Readiness for FileFacts {
+    /// A file is complete once read: ready from the start.
+    fn ready(&self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STATE: &str = "apiVersion: v1\nkind: Namespace\nmetadata: {name: a, labels: {team: x}}\n";
+
+    #[tokio::test]
+    async fn edits_are_picked_up_and_broken_edits_keep_the_last_good_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.yaml");
+        std::fs::write(&path, STATE).unwrap();
+        let metrics = Arc::new(Metrics::new());
+        let facts = FileFacts::load(&path, metrics.clone()).unwrap();
+        assert!(facts.namespace_labels("a").await.unwrap().is_some());
+        assert_eq!(facts.reload_if_changed(), Reload::Unchanged);
+
+        std::fs::write(&path, STATE.replace("name: a", "name: b")).unwrap();
+        assert_eq!(facts.reload_if_changed(), Reload::Reloaded);
+        assert!(facts.namespace_labels("a").await.unwrap().is_none());
+        assert!(facts.namespace_labels("b").await.unwrap().is_some());
+
+        std::fs::write(&path, "apiVersion: v1\nkind: Secret\nmetadata: {name: s}\n").unwrap();
+        let Reload::Rejected(message) = facts.reload_if_changed() else { panic!("a Secret was accepted") };
+        assert!(
+            message.ends_with("document 1: expected a v1 Namespace or a storage.k8s.io/v1 CSIDriver, found v1 Secret"),
+            "{message}"
+        );
+        assert!(facts.namespace_labels("b").await.unwrap().is_some(), "the last good state is kept");
+        assert!(metrics.encode().contains("csi_volume_admission_cache_objects{kind=\"namespace\"} 1"));
+    }
+}

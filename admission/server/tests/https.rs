@@ -1,0 +1,287 @@
+//! The server over real TLS on loopback: round trips on both endpoints, a kept-alive connection
+//! surviving a certificate rotation, slow clients cut off without slowing others, readiness
+//! gating, and graceful shutdown with a request in flight.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::Frame;
+use hyper::client::conn::http1::SendRequest;
+use hyper::{Request, StatusCode};
+use hyper_util::rt::TokioIo;
+use inline_guard_admission::plugins::standard_chain;
+use inline_guard_policy::PolicySettings;
+use inline_guard_server::health::Readiness;
+use inline_guard_server::metrics::Metrics;
+use inline_guard_server::server::{Parts, Server, ServerOptions};
+use inline_guard_server::standalone::FileFacts;
+use inline_guard_server::tls::{GeneratedPair, ReloadingCertificate, generate_pair};
+use rustls_pki_types::ServerName;
+use rustls_pki_types::pem::PemObject;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+
+const CLUSTER: &str = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: locked\n  labels:\n    pod-security.kubernetes.io/enforce: restricted\n---\napiVersion: storage.k8s.io/v1\nkind: CSIDriver\nmetadata:\n  name: csi.example.com\n  labels:\n    security.openshift.io/csi-ephemeral-volume-profile: privileged\n";
+
+struct Flag(AtomicBool);
+
+impl Readiness for Flag {
+    fn ready(&self) -> Result<(), String> {
+        if self.0.load(Ordering::SeqCst) { Ok(()) } else { Err("caches not synced".into()) }
+    }
+}
+
+struct Harness {
+    server: Server,
+    dir: tempfile::TempDir,
+    trusted: Vec<String>,
+    ready: Arc<Flag>,
+}
+
+const TIMEOUT: Duration = Duration::from_millis(400);
+
+async fn start() -> Harness {
+    let dir = tempfile::tempdir().unwrap();
+    let pair = generate_pair(&dir.path().join("tls"), &["localhost", "127.0.0.1"]).unwrap();
+    std::fs::write(dir.path().join("cluster.yaml"), CLUSTER).unwrap();
+    let metrics = Arc::new(Metrics::new());
+    let facts = Arc::new(FileFacts::load(&dir.path().join("cluster.yaml"), metrics.clone()).unwrap());
+    let ready = Arc::new(Flag(AtomicBool::new(true)));
+    let parts = Parts {
+        chain: standard_chain(Arc::new(PolicySettings::default()), facts.clone()),
+        readiness: ready.clone(),
+        file_facts: Some(facts),
+        certificate: Arc::new(ReloadingCertificate::load(pair.files.clone()).unwrap()),
+        metrics,
+    };
+    let options = ServerOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        health_listen: "127.0.0.1:0".parse().unwrap(),
+        request_timeout: TIMEOUT,
+        shutdown_grace: Duration::from_secs(5),
+        reload_interval: Duration::from_millis(50),
+    };
+    let server = Server::start(options, parts).await.unwrap();
+    Harness { server, dir, trusted: vec![pair.ca_pem], ready }
+}
+
+impl Harness {
+    fn connector(&self) -> TlsConnector {
+        let mut roots = rustls::RootCertStore::empty();
+        for pem in &self.trusted {
+            roots.add(rustls_pki_types::CertificateDer::from_pem_slice(pem.as_bytes()).unwrap()).unwrap();
+        }
+        let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        TlsConnector::from(Arc::new(config))
+    }
+
+    async fn tls_stream(&self) -> tokio_rustls::client::TlsStream<TcpStream> {
+        let tcp = TcpStream::connect(self.server.webhook_addr()).await.unwrap();
+        self.connector().connect(ServerName::try_from("localhost").unwrap(), tcp).await.unwrap()
+    }
+
+    async fn connection(&self) -> (SendRequest<Full<Bytes>>, Vec<u8>) {
+        let stream = self.tls_stream().await;
+        let leaf = stream.get_ref().1.peer_certificates().unwrap()[0].to_vec();
+        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.unwrap();
+        tokio::spawn(connection);
+        (sender, leaf)
+    }
+
+    fn rotate(&mut self) -> GeneratedPair {
+        let pair = generate_pair(&self.dir.path().join("tls"), &["localhost", "127.0.0.1"]).unwrap();
+        self.trusted.push(pair.ca_pem.clone());
+        pair
+    }
+}
+
+fn review(namespace: &str, driver: &str) -> String {
+    json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": "4c1e2f00-0000-4000-8000-000000000007",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": namespace, "operation": "CREATE", "userInfo": {"username": "alice"},
+            "object": {"metadata": {"name": "web"}, "spec": {"containers": [], "volumes": [{"name": "v", "csi": {"driver": driver}}]}}
+        }
+    })
+    .to_string()
+}
+
+async fn post(sender: &mut SendRequest<Full<Bytes>>, path: &str, body: String) -> (StatusCode, String) {
+    let request = Request::post(path)
+        .header("host", "localhost")
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body)))
+        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    let status = response.status();
+    (status, String::from_utf8(response.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap())
+}
+
+async fn health_get(addr: SocketAddr, path: &str) -> (StatusCode, String) {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await.unwrap();
+    tokio::spawn(connection);
+    let response = sender
+        .send_request(Request::get(path).header("host", "localhost").body(Full::new(Bytes::new())).unwrap())
+        .await
+        .unwrap();
+    let status = response.status();
+    (status, String::from_utf8(response.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap())
+}
+
+#[tokio::test]
+async fn both_endpoints_answer_over_tls_on_one_kept_alive_connection() {
+    let harness = start().await;
+    let (mut sender, _) = harness.connection().await;
+    let (status, body) = post(&mut sender, "/validate", review("locked", "csi.example.com")).await;
+    assert_eq!(status, StatusCode::OK);
+    let answer: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(answer["response"]["status"]["code"], 403);
+    let (status, body) = post(&mut sender, "/mutate", review("locked", "sharedresource.csi.inlineguard.dev")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["response"]["patchType"], "JSONPatch");
+    let (status, _) = post(&mut sender, "/validate", " ".repeat(3 * 1024 * 1024 + 1)).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    harness.server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_rotated_certificate_is_served_to_new_connections_while_old_ones_keep_working() {
+    let mut harness = start().await;
+    let (mut kept, original_leaf) = harness.connection().await;
+    assert_eq!(post(&mut kept, "/validate", review("open", "csi.example.com")).await.0, StatusCode::OK);
+
+    harness.rotate();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let rotated_leaf = loop {
+        let (_, leaf) = harness.connection().await;
+        if leaf != original_leaf {
+            break leaf;
+        }
+        assert!(Instant::now() < deadline, "the new certificate was not picked up");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_ne!(rotated_leaf, original_leaf);
+    assert_eq!(
+        post(&mut kept, "/validate", review("open", "csi.example.com")).await.0,
+        StatusCode::OK,
+        "the old connection still works"
+    );
+
+    // A broken pair is logged and the rotated one kept.
+    std::fs::write(harness.dir.path().join("tls/tls.key"), "not a key").unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(harness.connection().await.1, rotated_leaf);
+    let (_, metrics) = health_get(harness.server.health_addr(), "/metrics").await;
+    assert!(metrics.contains("csi_volume_admission_tls_reloads_total{result=\"success\"} 1"), "{metrics}");
+    assert!(metrics.contains("csi_volume_admission_tls_reloads_total{result=\"failure\"} 1"), "{metrics}");
+    harness.server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_slow_client_is_cut_off_and_does_not_slow_others() {
+    let harness = start().await;
+    let mut slow = harness.tls_stream().await;
+    slow.write_all(b"POST /validate HTTP/1.1\r\nhost: localhost\r\n").await.unwrap();
+    let cut_off = tokio::spawn(async move {
+        let started = Instant::now();
+        let mut buffer = Vec::new();
+        let _ = slow.read_to_end(&mut buffer).await;
+        (started.elapsed(), buffer)
+    });
+
+    let (mut other, _) = harness.connection().await;
+    let started = Instant::now();
+    assert_eq!(post(&mut other, "/validate", review("open", "csi.example.com")).await.0, StatusCode::OK);
+    assert!(started.elapsed() < TIMEOUT, "another client waited for the slow one");
+
+    let (elapsed, _) =
+        tokio::time::timeout(Duration::from_secs(5), cut_off).await.expect("slow client never cut off").unwrap();
+    assert!(elapsed >= TIMEOUT / 2, "cut off too early: {elapsed:?}");
+
+    // A body that stalls after the head is answered 408 and the connection closed.
+    let (mut stalled, connection) =
+        hyper::client::conn::http1::handshake(TokioIo::new(harness.tls_stream().await)).await.unwrap();
+    let connection = tokio::spawn(connection);
+    let (_keep_open, receiver) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, std::convert::Infallible>>(1);
+    let body = StreamBody::new(tokio_stream_from(receiver));
+    let request = Request::post("/validate")
+        .header("host", "localhost")
+        .header("content-type", "application/json")
+        .body(body)
+        .unwrap();
+    let response = stalled.send_request(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::REQUEST_TIMEOUT);
+    tokio::time::timeout(Duration::from_secs(5), connection)
+        .await
+        .expect("connection not closed after 408")
+        .unwrap()
+        .ok();
+    harness.server.shutdown().await;
+}
+
+#[tokio::test]
+async fn readiness_is_served_on_the_health_port() {
+    let harness = start().await;
+    let health = harness.server.health_addr();
+    harness.ready.0.store(false, Ordering::SeqCst);
+    assert_eq!(
+        health_get(health, "/readyz").await,
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready: caches not synced\n".into())
+    );
+    assert_eq!(health_get(health, "/healthz").await.0, StatusCode::OK);
+    harness.ready.0.store(true, Ordering::SeqCst);
+    assert_eq!(health_get(health, "/readyz").await, (StatusCode::OK, "ok\n".into()));
+    harness.server.shutdown().await;
+}
+
+#[tokio::test]
+async fn shutdown_finishes_the_request_in_flight_and_refuses_new_connections() {
+    let harness = start().await;
+    let addr = harness.server.webhook_addr();
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(TokioIo::new(harness.tls_stream().await)).await.unwrap();
+    tokio::spawn(connection);
+    let (body_sender, receiver) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, std::convert::Infallible>>(4);
+    let body = review("locked", "csi.example.com");
+    let (first, rest) = body.split_at(body.len() / 2);
+    body_sender.send(Ok(Frame::data(Bytes::from(first.to_string())))).await.unwrap();
+    let request = Request::post("/validate")
+        .header("host", "localhost")
+        .header("content-type", "application/json")
+        .body(StreamBody::new(tokio_stream_from(receiver)))
+        .unwrap();
+    let in_flight = tokio::spawn(async move { sender.send_request(request).await });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+
+    let shutdown = tokio::spawn(harness.server.shutdown());
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(TcpStream::connect(addr).await.is_err(), "still accepting after shutdown started");
+    body_sender.send(Ok(Frame::data(Bytes::from(rest.to_string())))).await.unwrap();
+    drop(body_sender);
+
+    let response = in_flight.await.unwrap().expect("the in-flight request was answered");
+    assert_eq!(response.status(), StatusCode::OK);
+    let answer: Value = serde_json::from_slice(&response.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    assert_eq!(answer["response"]["allowed"], false);
+    tokio::time::timeout(Duration::from_secs(5), shutdown).await.expect("shutdown did not finish").unwrap();
+}
+
+fn tokio_stream_from<T: Send + 'static>(
+    mut receiver: tokio::sync::mpsc::Receiver<T>,
+) -> impl futures_util::Stream<Item = T> {
+    futures_util::stream::poll_fn(move |context| receiver.poll_recv(context))
+}
