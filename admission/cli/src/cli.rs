@@ -1,13 +1,16 @@
-//! Command-line parsing and exit codes. Exit 0: everything admitted; 1: something denied;
-//! 2: bad usage or bad input.
+//! Command-line parsing and exit codes. `check` exits 0 when everything is admitted, 1 when
+//! something is denied, 2 on bad usage or input; `serve` exits 0 after a clean shutdown and 2 when
+//! it cannot start.
 
 use std::ffi::OsString;
 use std::io::{Read, Write};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::check::{self, CheckArgs};
+use crate::serve::{self, ServeArgs};
 
 /// Everything admitted.
 pub const EXIT_ADMITTED: u8 = 0;
@@ -44,6 +47,41 @@ enum Command {
         #[arg(value_name = "INPUT", required = true)]
         inputs: Vec<PathBuf>,
     },
+    /// Serve the admission chain as an HTTPS validating (/validate) and mutating (/mutate) webhook.
+    Serve {
+        /// Standalone mode: Namespaces and CSIDrivers from this file, reloaded when it changes.
+        /// (Required until the apiserver-backed cache lands.)
+        #[arg(long, value_name = "FILE")]
+        cluster_state: PathBuf,
+        /// CSIVolumeAdmission configuration; the built-in default (config/admission.yaml) otherwise.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// HTTPS address of the webhook.
+        #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8443")]
+        listen: SocketAddr,
+        /// Plain-HTTP address of /healthz, /readyz and /metrics.
+        #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8080")]
+        health_listen: SocketAddr,
+        /// Serving certificate (PEM), reloaded when it changes; a self-signed one is generated
+        /// when omitted.
+        #[arg(long, value_name = "FILE", requires = "tls_key")]
+        tls_cert: Option<PathBuf>,
+        /// Private key of --tls-cert (PEM).
+        #[arg(long, value_name = "FILE", requires = "tls_cert")]
+        tls_key: Option<PathBuf>,
+        /// Log format.
+        #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+        log_format: LogFormat,
+    },
+}
+
+/// How `serve` writes its logs (to stderr).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 /// How `check` prints its results.
@@ -72,6 +110,24 @@ where
         }
     };
     match cli.command {
+        Command::Serve { cluster_state, config, listen, health_listen, tls_cert, tls_key, log_format } => {
+            let tls = tls_cert.zip(tls_key).map(|(cert, key)| inline_guard_server::tls::TlsFiles { cert, key });
+            let args = ServeArgs {
+                cluster_state,
+                config,
+                listen,
+                health_listen,
+                tls,
+                json_logs: log_format == LogFormat::Json,
+            };
+            match serve::run(args, stdout) {
+                Ok(()) => EXIT_ADMITTED,
+                Err(error) => {
+                    let _ = writeln!(stderr, "csi-volume-admission serve: {error}");
+                    EXIT_BAD_INPUT
+                }
+            }
+        }
         Command::Check { cluster_state, config, output, inputs } => {
             let args = CheckArgs { cluster_state, config, output, inputs };
             match check::run(&args, stdin, stdout) {

@@ -1,0 +1,133 @@
+//! `serve`: the admission chain as an HTTPS validating and mutating webhook, until SIGTERM.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use base64::Engine as _;
+use inline_guard_admission::plugins::standard_chain;
+use inline_guard_config::AdmissionConfig;
+use inline_guard_server::metrics::Metrics;
+use inline_guard_server::server::{Parts, Server, ServerOptions};
+use inline_guard_server::standalone::FileFacts;
+use inline_guard_server::tls::{ReloadingCertificate, TlsFiles, generate_pair};
+use tracing::info;
+
+/// The arguments of `serve`, as parsed.
+#[derive(Debug, Clone)]
+pub struct ServeArgs {
+    /// Standalone mode: facts from this file.
+    pub cluster_state: PathBuf,
+    /// Configuration file; the built-in default otherwise.
+    pub config: Option<PathBuf>,
+    /// HTTPS address.
+    pub listen: SocketAddr,
+    /// Health address.
+    pub health_listen: SocketAddr,
+    /// Serving pair; generated when absent.
+    pub tls: Option<TlsFiles>,
+    /// JSON logs.
+    pub json_logs: bool,
+}
+
+/// Why `serve` could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// Bad configuration file.
+    #[error(transparent)]
+    Config(#[from] inline_guard_config::Error),
+    /// Bad cluster-state file.
+    #[error(transparent)]
+    ClusterState(#[from] inline_guard_admission::ClusterStateError),
+    /// Bad or ungeneratable certificate.
+    #[error(transparent)]
+    Tls(#[from] inline_guard_server::tls::TlsError),
+    /// A socket could not be bound, or the runtime not started.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Runs the server until SIGTERM or SIGINT, then drains and returns.
+pub fn run(args: ServeArgs, stdout: &mut dyn std::io::Write) -> Result<(), ServeError> {
+    init_logging(args.json_logs);
+    let config = match &args.config {
+        Some(path) => AdmissionConfig::load(path)?,
+        None => AdmissionConfig::embedded_default(),
+    };
+    let metrics = Arc::new(Metrics::new());
+    let facts = Arc::new(FileFacts::load(&args.cluster_state, metrics.clone())?);
+    let files = match args.tls.clone() {
+        Some(files) => files,
+        None => {
+            let dir = std::env::temp_dir().join(format!("csi-volume-admission-{}", std::process::id()));
+            let pair = generate_pair(&dir, &["localhost", "127.0.0.1", "::1"])?;
+            // Best effort, like the logs: a closed stdout must not stop the server.
+            let _ = writeln!(
+                stdout,
+                "serving certificate: {} (self-signed for localhost, 127.0.0.1, ::1)",
+                pair.files.cert.display()
+            );
+            let _ = writeln!(stdout, "CA certificate: {}", dir.join("ca.crt").display());
+            let _ = writeln!(stdout, "caBundle: {}", base64::engine::general_purpose::STANDARD.encode(&pair.ca_pem));
+            let _ = stdout.flush();
+            pair.files
+        }
+    };
+    let certificate = Arc::new(ReloadingCertificate::load(files)?);
+    let parts = Parts {
+        chain: standard_chain(Arc::new(config.settings), facts.clone()),
+        readiness: facts.clone(),
+        file_facts: Some(facts),
+        certificate,
+        metrics,
+    };
+    let options = ServerOptions { listen: args.listen, health_listen: args.health_listen, ..ServerOptions::default() };
+
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(async {
+        let server = Server::start(options, parts).await?;
+        info!(address = %server.webhook_addr(), "webhook listening (HTTPS: POST /validate, POST /mutate)");
+        info!(address = %server.health_addr(), "health listening (HTTP: /healthz, /readyz, /metrics)");
+        wait_for_termination().await?;
+        info!("shutting down: no new connections, finishing requests in flight");
+        server.shutdown().await;
+        info!("stopped");
+        Ok::<_, ServeError>(())
+    })
+}
+
+async fn wait_for_termination() -> std::io::Result<()> {
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = terminate.recv() => {}
+        result = tokio::signal::ctrl_c() => result?,
+    }
+    Ok(())
+}
+
+/// Standard error that swallows write failures. tracing-subscriber panics when it cannot even
+/// report a failed write, and a closed log pipe must not take the webhook down with it.
+struct LossyStderr;
+
+impl std::io::Write for LossyStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let _ = std::io::stderr().write_all(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let _ = std::io::stderr().flush();
+        Ok(())
+    }
+}
+
+fn init_logging(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    use std::io::IsTerminal as _;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(|| LossyStderr)
+        .with_ansi(std::io::stderr().is_terminal());
+    // A second initialisation (tests running serve twice in one process) keeps the first.
+    let _ = if json { builder.json().try_init() } else { builder.try_init() };
+}

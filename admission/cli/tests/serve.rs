@@ -1,0 +1,125 @@
+//! `serve` as a process: it starts on the example cluster state with a generated certificate,
+//! answers over HTTPS even after its log pipe closes, and on SIGTERM finishes the request in
+//! flight and exits 0.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, ServerName};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+
+struct Running {
+    child: Child,
+    address: String,
+    ca_pem: String,
+}
+
+fn start() -> Running {
+    let cluster_state = concat!(env!("CARGO_MANIFEST_DIR"), "/../../config/examples/cluster-state.yaml");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_csi-volume-admission"))
+        .args(["serve", "--cluster-state", cluster_state, "--listen", "127.0.0.1:0", "--health-listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut ca_path = None;
+    for line in stdout.lines() {
+        let line = line.unwrap();
+        if let Some(path) = line.strip_prefix("CA certificate: ") {
+            ca_path = Some(path.to_string());
+        }
+        if line.starts_with("caBundle: ") {
+            break;
+        }
+    }
+    let ca_pem = std::fs::read_to_string(ca_path.expect("serve printed where its CA is")).unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut address = None;
+    for line in stderr.by_ref() {
+        let line = line.unwrap();
+        if line.contains("webhook listening") {
+            address = line.split_whitespace().find_map(|word| word.strip_prefix("address=")).map(str::to_string);
+            break;
+        }
+    }
+    // The log pipe is closed from here on, as when a log shipper dies: the server must keep
+    // serving (tracing-subscriber panics on a failed write unless the writer swallows it).
+    drop(stderr);
+    Running { child, address: address.expect("serve logged its address"), ca_pem }
+}
+
+async fn tls(running: &Running) -> tokio_rustls::client::TlsStream<TcpStream> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(CertificateDer::from_pem_slice(running.ca_pem.as_bytes()).unwrap()).unwrap();
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let tcp = TcpStream::connect(&running.address).await.unwrap();
+    TlsConnector::from(Arc::new(config)).connect(ServerName::try_from("localhost").unwrap(), tcp).await.unwrap()
+}
+
+const REVIEW: &str = r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u-1","kind":{"group":"","version":"v1","kind":"Pod"},"resource":{"group":"","version":"v1","resource":"pods"},"namespace":"enforce-restricted","operation":"CREATE","userInfo":{"username":"alice"},"object":{"metadata":{"name":"web"},"spec":{"containers":[],"volumes":[{"name":"v","csi":{"driver":"privileged.csi.example.com"}}]}}}}"#;
+
+#[tokio::test]
+async fn sigterm_finishes_the_request_in_flight_and_exits_zero() {
+    let mut running = start();
+    let mut stream = tls(&running).await;
+    let (first, rest) = REVIEW.split_at(REVIEW.len() / 2);
+    let head = format!(
+        "POST /validate HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        REVIEW.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(first.as_bytes()).await.unwrap();
+    stream.flush().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    let status = Command::new("kill").args(["-TERM", &running.child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    stream.write_all(rest.as_bytes()).await.unwrap();
+    stream.flush().await.unwrap();
+
+    let mut response = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut response)).await;
+    let response = String::from_utf8_lossy(&response);
+    assert!(response.starts_with("HTTP/1.1 200 OK"), "no answer: {response:?}, exit {:?}", running.child.wait());
+    assert!(response.contains(r#""uid":"u-1","allowed":false"#), "{response}");
+
+    let started = Instant::now();
+    let exit = loop {
+        if let Some(exit) = running.child.try_wait().unwrap() {
+            break exit;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "serve did not exit after SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(exit.code(), Some(0));
+}
+
+#[test]
+fn a_bad_cluster_state_stops_serve_with_exit_two() {
+    let output = Command::new(env!("CARGO_BIN_EXE_csi-volume-admission"))
+        .args([
+            "serve",
+            "--cluster-state",
+            "/nonexistent/state.yaml",
+            "--listen",
+            "127.0.0.1:0",
+            "--health-listen",
+            "127.0.0.1:0",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(stderr.starts_with("csi-volume-admission serve: /nonexistent/state.yaml: cannot read: "), "{stderr}");
+}
