@@ -62,12 +62,17 @@ pub fn pod_spec(csi_volumes: usize) -> PodSpec {
     }
 }
 
-/// The standard chain over the fixture cluster, with default settings.
-pub fn chain() -> Chain {
+/// The fixture cluster: the namespace and every fixture driver.
+pub fn facts() -> StaticClusterFacts {
     let mut facts = StaticClusterFacts::new();
     facts.insert_namespace(NAMESPACE, namespace_labels());
     for (name, labels) in drivers(8) {
         facts.insert_csi_driver(&name, labels);
     }
-    standard_chain(Arc::new(PolicySettings::default()), Arc::new(facts))
+    facts
+}
+
+/// The standard chain over the fixture cluster, with default settings.
+pub fn chain() -> Chain {
+    standard_chain(Arc::new(PolicySettings::default()), Arc::new(facts()))
 }
