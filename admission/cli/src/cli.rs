@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::check::{self, CheckArgs};
-use crate::serve::{self, ServeArgs};
+use crate::serve::{self, FactsSource, ServeArgs};
 
 /// Everything admitted.
 pub const EXIT_ADMITTED: u8 = 0;
@@ -49,10 +49,14 @@ enum Command {
     },
     /// Serve the admission chain as an HTTPS validating (/validate) and mutating (/mutate) webhook.
     Serve {
-        /// Standalone mode: Namespaces and CSIDrivers from this file, reloaded when it changes.
-        /// (Required until the apiserver-backed cache lands.)
+        /// Standalone mode: Namespaces and CSIDrivers from this file, reloaded when it changes,
+        /// instead of an apiserver.
+        #[arg(long, value_name = "FILE", conflicts_with = "kubeconfig")]
+        cluster_state: Option<PathBuf>,
+        /// Watch Namespaces and CSIDrivers on the cluster this kubeconfig's current context names;
+        /// without it (and without --cluster-state), the in-cluster service account is used.
         #[arg(long, value_name = "FILE")]
-        cluster_state: PathBuf,
+        kubeconfig: Option<PathBuf>,
         /// CSIVolumeAdmission configuration; the built-in default (config/admission.yaml) otherwise.
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
@@ -110,16 +114,15 @@ where
         }
     };
     match cli.command {
-        Command::Serve { cluster_state, config, listen, health_listen, tls_cert, tls_key, log_format } => {
+        Command::Serve { cluster_state, kubeconfig, config, listen, health_listen, tls_cert, tls_key, log_format } => {
             let tls = tls_cert.zip(tls_key).map(|(cert, key)| inline_guard_server::tls::TlsFiles { cert, key });
-            let args = ServeArgs {
-                cluster_state,
-                config,
-                listen,
-                health_listen,
-                tls,
-                json_logs: log_format == LogFormat::Json,
+            let facts = match (cluster_state, kubeconfig) {
+                (Some(path), _) => FactsSource::ClusterState(path),
+                (None, Some(path)) => FactsSource::Kubeconfig(path),
+                (None, None) => FactsSource::InCluster,
             };
+            let args =
+                ServeArgs { facts, config, listen, health_listen, tls, json_logs: log_format == LogFormat::Json };
             match serve::run(args, stdout) {
                 Ok(()) => EXIT_ADMITTED,
                 Err(error) => {

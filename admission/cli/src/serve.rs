@@ -7,17 +7,29 @@ use std::sync::Arc;
 use base64::Engine as _;
 use inline_guard_admission::plugins::standard_chain;
 use inline_guard_config::AdmissionConfig;
+use inline_guard_server::cache::{CacheSettings, watch_cluster};
 use inline_guard_server::metrics::Metrics;
 use inline_guard_server::server::{Parts, Server, ServerOptions};
 use inline_guard_server::standalone::FileFacts;
 use inline_guard_server::tls::{ReloadingCertificate, TlsFiles, generate_pair};
 use tracing::info;
 
+/// Where the server's cluster facts come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FactsSource {
+    /// Standalone mode: a cluster-state file, reloaded when it changes.
+    ClusterState(PathBuf),
+    /// A lister cache on the cluster this kubeconfig names.
+    Kubeconfig(PathBuf),
+    /// A lister cache on the cluster the pod runs in.
+    InCluster,
+}
+
 /// The arguments of `serve`, as parsed.
 #[derive(Debug, Clone)]
 pub struct ServeArgs {
-    /// Standalone mode: facts from this file.
-    pub cluster_state: PathBuf,
+    /// Where facts come from.
+    pub facts: FactsSource,
     /// Configuration file; the built-in default otherwise.
     pub config: Option<PathBuf>,
     /// HTTPS address.
@@ -42,6 +54,9 @@ pub enum ServeError {
     /// Bad or ungeneratable certificate.
     #[error(transparent)]
     Tls(#[from] inline_guard_server::tls::TlsError),
+    /// No usable Kubernetes client configuration.
+    #[error("kubernetes client: {0}")]
+    Kube(String),
     /// A socket could not be bound, or the runtime not started.
     #[error("{0}")]
     Io(#[from] std::io::Error),
@@ -55,7 +70,6 @@ pub fn run(args: ServeArgs, stdout: &mut dyn std::io::Write) -> Result<(), Serve
         None => AdmissionConfig::embedded_default(),
     };
     let metrics = Arc::new(Metrics::new());
-    let facts = Arc::new(FileFacts::load(&args.cluster_state, metrics.clone())?);
     let files = match args.tls.clone() {
         Some(files) => files,
         None => {
@@ -74,17 +88,35 @@ pub fn run(args: ServeArgs, stdout: &mut dyn std::io::Write) -> Result<(), Serve
         }
     };
     let certificate = Arc::new(ReloadingCertificate::load(files)?);
-    let parts = Parts {
-        chain: standard_chain(Arc::new(config.settings), facts.clone()),
-        readiness: facts.clone(),
-        file_facts: Some(facts),
-        certificate,
-        metrics,
-    };
     let options = ServerOptions { listen: args.listen, health_listen: args.health_listen, ..ServerOptions::default() };
+    let settings = Arc::new(config.settings);
 
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async {
+        let parts = match &args.facts {
+            FactsSource::ClusterState(path) => {
+                let facts = Arc::new(FileFacts::load(path, metrics.clone())?);
+                Parts {
+                    chain: standard_chain(settings, facts.clone()),
+                    readiness: facts.clone(),
+                    file_facts: Some(facts),
+                    certificate,
+                    metrics,
+                }
+            }
+            source => {
+                let client = kube_client(source).await?;
+                let (facts, watches) = watch_cluster(client, CacheSettings::default(), metrics.clone());
+                tokio::spawn(watches);
+                Parts {
+                    chain: standard_chain(settings, facts.clone()),
+                    readiness: facts,
+                    file_facts: None,
+                    certificate,
+                    metrics,
+                }
+            }
+        };
         let server = Server::start(options, parts).await?;
         info!(address = %server.webhook_addr(), "webhook listening (HTTPS: POST /validate, POST /mutate)");
         info!(address = %server.health_addr(), "health listening (HTTP: /healthz, /readyz, /metrics)");
@@ -94,6 +126,24 @@ pub fn run(args: ServeArgs, stdout: &mut dyn std::io::Write) -> Result<(), Serve
         info!("stopped");
         Ok::<_, ServeError>(())
     })
+}
+
+/// A client for the kubeconfig's current context, or for the cluster the pod runs in.
+pub async fn kube_client(source: &FactsSource) -> Result<kube::Client, ServeError> {
+    let kube_error = |error: &dyn std::fmt::Display| ServeError::Kube(error.to_string());
+    // kube's TLS goes through rustls; only the ring provider is compiled in.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let config = match source {
+        FactsSource::Kubeconfig(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                .map_err(|error| ServeError::Kube(format!("{}: {error}", path.display())))?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|error| kube_error(&error))?
+        }
+        _ => kube::Config::incluster().map_err(|error| kube_error(&error))?,
+    };
+    kube::Client::try_from(config).map_err(|error| kube_error(&error))
 }
 
 async fn wait_for_termination() -> std::io::Result<()> {

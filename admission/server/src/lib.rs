@@ -2,6 +2,7 @@
 //! `POST /mutate`, with health, readiness and metrics on a plain-HTTP port, serving certificates
 //! reloaded from disk, and graceful shutdown.
 
+pub mod cache;
 pub mod health;
 pub mod listener;
 pub mod metrics;

@@ -92,9 +92,22 @@ impl Decision {
 
 impl CacheKind {
     fn label(self) -> &'static str {
+        self.singular()
+    }
+
+    /// `namespace` or `csidriver`.
+    pub fn singular(self) -> &'static str {
         match self {
             CacheKind::Namespace => "namespace",
             CacheKind::CsiDriver => "csidriver",
+        }
+    }
+
+    /// `namespaces` or `csidrivers`.
+    pub fn plural(self) -> &'static str {
+        match self {
+            CacheKind::Namespace => "namespaces",
+            CacheKind::CsiDriver => "csidrivers",
         }
     }
 }
@@ -117,6 +130,7 @@ pub struct Metrics {
     cache_synced: Family<CacheLabels, Gauge>,
     cache_last_update: Family<CacheLabels, Gauge<f64, AtomicU64>>,
     live_lookups: Counter,
+    watch_errors: Family<CacheLabels, Counter>,
     tls_reloads: Family<ReloadLabels, Counter>,
 }
 
@@ -149,6 +163,8 @@ impl Metrics {
         );
         let live_lookups = Counter::default();
         registry.register("live_lookups", "Cache misses answered by a live GET", live_lookups.clone());
+        let watch_errors = Family::<CacheLabels, Counter>::default();
+        registry.register("watch_errors", "Watch failures by kind (each retried with backoff)", watch_errors.clone());
         let tls_reloads = Family::<ReloadLabels, Counter>::default();
         registry.register("tls_reloads", "Serving certificate reloads, by result", tls_reloads.clone());
         Metrics {
@@ -159,6 +175,7 @@ impl Metrics {
             cache_synced,
             cache_last_update,
             live_lookups,
+            watch_errors,
             tls_reloads,
         }
     }
@@ -181,6 +198,11 @@ impl Metrics {
     /// Counts a cache miss answered by a live lookup.
     pub fn live_lookup(&self) {
         self.live_lookups.inc();
+    }
+
+    /// Counts a failed watch.
+    pub fn watch_error(&self, kind: CacheKind) {
+        self.watch_errors.get_or_create(&CacheLabels { kind: kind.label() }).inc();
     }
 
     /// Counts a certificate reload.
