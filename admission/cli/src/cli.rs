@@ -1,6 +1,6 @@
-//! Command-line parsing and exit codes. `check` exits 0 when everything is admitted, 1 when
-//! something is denied, 2 on bad usage or input; `serve` exits 0 after a clean shutdown and 2 when
-//! it cannot start.
+//! Command-line parsing and exit codes. `check` and `audit` exit 0 when everything is admitted,
+//! 1 when something is (or would be) denied, 2 on bad usage or input or an unreachable cluster;
+//! `serve` exits 0 after a clean shutdown and 2 when it cannot start.
 
 use std::ffi::OsString;
 use std::io::{Read, Write};
@@ -9,6 +9,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+use crate::audit::{self, AuditArgs};
 use crate::check::{self, CheckArgs};
 use crate::serve::{self, FactsSource, ServeArgs};
 
@@ -77,6 +78,20 @@ enum Command {
         #[arg(long, value_enum, default_value_t = LogFormat::Text)]
         log_format: LogFormat,
     },
+    /// Report which Pods and workloads of a live cluster would be denied, warned or audited under
+    /// the current labels and configuration. Exits 1 when any would be denied.
+    Audit {
+        /// The cluster of this kubeconfig's current context; the in-cluster service account
+        /// otherwise.
+        #[arg(long, value_name = "FILE")]
+        kubeconfig: Option<PathBuf>,
+        /// CSIVolumeAdmission configuration; the built-in default (config/admission.yaml) otherwise.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// Output: a table for people, or one JSON object per finding.
+        #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Table)]
+        output: Output,
+    },
 }
 
 /// How `serve` writes its logs (to stderr).
@@ -114,6 +129,17 @@ where
         }
     };
     match cli.command {
+        Command::Audit { kubeconfig, config, output } => {
+            let source = kubeconfig.map_or(FactsSource::InCluster, FactsSource::Kubeconfig);
+            match audit::run(&AuditArgs { source, config, output }, stdout) {
+                Ok(summary) if summary.denied > 0 => EXIT_DENIED,
+                Ok(_) => EXIT_ADMITTED,
+                Err(error) => {
+                    let _ = writeln!(stderr, "csi-volume-admission audit: {error}");
+                    EXIT_BAD_INPUT
+                }
+            }
+        }
         Command::Serve { cluster_state, kubeconfig, config, listen, health_listen, tls_cert, tls_key, log_format } => {
             let tls = tls_cert.zip(tls_key).map(|(cert, key)| inline_guard_server::tls::TlsFiles { cert, key });
             let facts = match (cluster_state, kubeconfig) {

@@ -2,7 +2,7 @@
 //! evaluated, so bad input never produces half an answer.
 
 mod request;
-mod table;
+pub(crate) mod table;
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -11,7 +11,7 @@ use std::sync::Arc;
 use futures_executor::block_on;
 use inline_guard_admission::plugins::standard_chain;
 use inline_guard_admission::review::ReviewResponse;
-use inline_guard_admission::{AdmissionError, ClusterStateError, Outcome, Phase, StaticClusterFacts};
+use inline_guard_admission::{AdmissionError, Chain, ClusterStateError, Outcome, Phase, StaticClusterFacts};
 use inline_guard_config::documents::Position;
 use inline_guard_config::{AdmissionConfig, read_documents};
 
@@ -114,21 +114,7 @@ pub fn run(args: &CheckArgs, stdin: &mut dyn Read, stdout: &mut dyn Write) -> Re
     }
 
     let chain = standard_chain(Arc::new(config.settings), Arc::new(facts));
-    let evaluations: Vec<Evaluation> = prepared
-        .into_iter()
-        .map(|(source, request)| {
-            let (uid, label, outcome) = match request {
-                Prepared::Ready { uid, label, mut attributes } => {
-                    let outcome = block_on(chain.run(Phase::Both, &mut attributes));
-                    (uid, label, outcome)
-                }
-                Prepared::Undecodable { uid, label, error } => {
-                    (uid, label, Outcome::rejected(AdmissionError::BadRequest(error.to_string())))
-                }
-            };
-            Evaluation { source, label, uid, outcome }
-        })
-        .collect();
+    let evaluations = evaluate_all(&chain, Phase::Both, prepared);
 
     match args.output {
         Output::Json => {
@@ -140,6 +126,26 @@ pub fn run(args: &CheckArgs, stdin: &mut dyn Read, stdout: &mut dyn Write) -> Re
         Output::Table => table::write(stdout, &evaluations)?,
     }
     Ok(Summary { evaluated: evaluations.len(), denied: evaluations.iter().filter(|e| !e.outcome.is_allowed()).count() })
+}
+
+/// Runs `phase` of `chain` on every prepared request, in order. `sources` say where each came from.
+pub fn evaluate_all(chain: &Chain, phase: Phase, prepared: Vec<(String, Prepared)>) -> Vec<Evaluation> {
+    prepared
+        .into_iter()
+        .map(|(source, request)| {
+            let (uid, label, outcome) = match request {
+                Prepared::Ready { uid, label, mut attributes } => {
+                    // Static facts never wait on I/O, so a plain executor suffices.
+                    let outcome = block_on(chain.run(phase, &mut attributes));
+                    (uid, label, outcome)
+                }
+                Prepared::Undecodable { uid, label, error } => {
+                    (uid, label, Outcome::rejected(AdmissionError::BadRequest(error.to_string())))
+                }
+            };
+            Evaluation { source, label, uid, outcome }
+        })
+        .collect()
 }
 
 /// Replaces each directory by its `.yaml`, `.yml` and `.json` files in name order (not

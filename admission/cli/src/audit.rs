@@ -1,0 +1,296 @@
+//! `audit`: every Pod and pod-template workload of a live cluster, evaluated as if created now
+//! under the current labels and configuration, the way `kubectl label --dry-run=server` reports
+//! Pod Security violations before an admin tightens a namespace. Only objects with something to
+//! report are listed.
+
+use std::fmt::Debug;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use inline_guard_admission::plugins::standard_chain;
+use inline_guard_admission::review::AdmissionResponse;
+use inline_guard_admission::review::ReviewResponse;
+use inline_guard_admission::{
+    AdmissionObject, Attributes, Chain, GroupVersionKind, GroupVersionResource, Operation, Phase, StaticClusterFacts,
+    UserInfo,
+};
+use inline_guard_config::AdmissionConfig;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::core::v1::{Namespace, Pod, PodTemplate, ReplicationController};
+use k8s_openapi::api::storage::v1::CSIDriver;
+use kube::api::{Api, ListParams, PartialObjectMeta};
+use kube::{Client, Resource, ResourceExt as _};
+use serde::de::DeserializeOwned;
+
+use crate::check::{Evaluation, Prepared, evaluate_all, table};
+use crate::cli::Output;
+use crate::serve::{FactsSource, ServeError, kube_client};
+
+/// The arguments of `audit`.
+#[derive(Debug, Clone)]
+pub struct AuditArgs {
+    /// The cluster: this kubeconfig, or in-cluster.
+    pub source: FactsSource,
+    /// The configuration to judge with.
+    pub config: Option<PathBuf>,
+    /// Table or JSON lines.
+    pub output: Output,
+}
+
+/// Why `audit` could not report.
+#[derive(Debug, thiserror::Error)]
+pub enum AuditError {
+    /// Bad configuration file.
+    #[error(transparent)]
+    Config(#[from] inline_guard_config::Error),
+    /// No cluster to talk to.
+    #[error(transparent)]
+    Client(#[from] ServeError),
+    /// A list failed.
+    #[error("listing {resource}: {message}")]
+    List {
+        /// What was being listed.
+        resource: String,
+        /// Why it failed.
+        message: String,
+    },
+    /// The report could not be written.
+    #[error("writing output: {0}")]
+    Output(#[from] std::io::Error),
+}
+
+/// What `audit` found.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AuditSummary {
+    /// Objects with inline CSI volumes or not, all evaluated.
+    pub scanned: usize,
+    /// Objects with something to report.
+    pub reported: usize,
+    /// Objects that would be denied.
+    pub denied: usize,
+}
+
+/// Lists the cluster, evaluates everything and writes the report.
+pub fn run(args: &AuditArgs, stdout: &mut dyn std::io::Write) -> Result<AuditSummary, AuditError> {
+    let config = match &args.config {
+        Some(path) => AdmissionConfig::load(path)?,
+        None => AdmissionConfig::embedded_default(),
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let (facts, objects) = runtime.block_on(async {
+        let client = kube_client(&args.source).await?;
+        Ok::<_, AuditError>((fetch_facts(&client).await?, fetch_objects(&client).await?))
+    })?;
+    let chain = standard_chain(Arc::new(config.settings), Arc::new(facts));
+    let scanned = objects.len();
+    let findings = findings(&chain, objects);
+    write_report(stdout, args.output, &findings)?;
+    Ok(AuditSummary {
+        scanned,
+        reported: findings.len(),
+        denied: findings.iter().filter(|e| !e.outcome.is_allowed()).count(),
+    })
+}
+
+/// Evaluates every object as a CREATE through the validating chain and keeps those with
+/// something to report: a denial, a warning or an audit annotation.
+pub fn findings(chain: &Chain, objects: Vec<(String, Prepared)>) -> Vec<Evaluation> {
+    evaluate_all(chain, Phase::Validating, objects)
+        .into_iter()
+        .filter(|evaluation| {
+            let outcome = &evaluation.outcome;
+            !outcome.is_allowed() || !outcome.warnings.is_empty() || !outcome.audit_annotations.is_empty()
+        })
+        .collect()
+}
+
+/// An existing object as the CREATE request that would make it now.
+pub fn as_create(
+    kind: GroupVersionKind,
+    resource: GroupVersionResource,
+    object: AdmissionObject,
+    ordinal: usize,
+) -> Prepared {
+    let metadata = object.metadata();
+    let namespace = metadata.and_then(|m| m.namespace.clone()).unwrap_or_default();
+    let name = metadata.and_then(|m| m.name.clone()).unwrap_or_default();
+    let label = format!("{} {namespace}/{name}", kind.kind);
+    let attributes = Attributes {
+        operation: Operation::Create,
+        kind,
+        resource,
+        subresource: String::new(),
+        namespace,
+        name,
+        object: Some(object),
+        old_object: None,
+        // Who will create the object next is unknown: username exemptions cannot apply.
+        user_info: UserInfo::anonymous(),
+        dry_run: true,
+    };
+    Prepared::Ready { uid: format!("00000000-0000-0000-0000-{ordinal:012}"), label, attributes: Box::new(attributes) }
+}
+
+/// One JSON line per finding: which object, and the answer it would get.
+#[derive(serde::Serialize)]
+struct Finding<'a> {
+    object: &'a str,
+    response: &'a AdmissionResponse,
+}
+
+/// Writes findings as a table or JSON lines.
+pub fn write_report(out: &mut dyn std::io::Write, output: Output, findings: &[Evaluation]) -> std::io::Result<()> {
+    match output {
+        Output::Table => table::write(out, findings),
+        Output::Json => {
+            for finding in findings {
+                let review = ReviewResponse::from_outcome(&finding.uid, finding.outcome.clone());
+                let line = serde_json::to_string(&Finding { object: &finding.label, response: &review.response })
+                    .map_err(std::io::Error::other)?;
+                writeln!(out, "{line}")?;
+            }
+            Ok(())
+        }
+    }
+}
+
+async fn fetch_facts(client: &Client) -> Result<StaticClusterFacts, AuditError> {
+    let mut facts = StaticClusterFacts::new();
+    for namespace in list_all(Api::<PartialObjectMeta<Namespace>>::all(client.clone()), "namespaces").await? {
+        facts.insert_namespace(&namespace.name_any(), namespace.metadata.labels.unwrap_or_default());
+    }
+    for driver in list_all(Api::<PartialObjectMeta<CSIDriver>>::all(client.clone()), "csidrivers").await? {
+        facts.insert_csi_driver(&driver.name_any(), driver.metadata.labels.unwrap_or_default());
+    }
+    Ok(facts)
+}
+
+async fn fetch_objects(client: &Client) -> Result<Vec<(String, Prepared)>, AuditError> {
+    let mut objects = Vec::new();
+    collect::<Pod>(client, &mut objects, |o| AdmissionObject::Pod(Box::new(o))).await?;
+    collect::<PodTemplate>(client, &mut objects, |o| AdmissionObject::PodTemplate(Box::new(o))).await?;
+    collect::<ReplicationController>(client, &mut objects, |o| AdmissionObject::ReplicationController(Box::new(o)))
+        .await?;
+    collect::<ReplicaSet>(client, &mut objects, |o| AdmissionObject::ReplicaSet(Box::new(o))).await?;
+    collect::<Deployment>(client, &mut objects, |o| AdmissionObject::Deployment(Box::new(o))).await?;
+    collect::<StatefulSet>(client, &mut objects, |o| AdmissionObject::StatefulSet(Box::new(o))).await?;
+    collect::<DaemonSet>(client, &mut objects, |o| AdmissionObject::DaemonSet(Box::new(o))).await?;
+    collect::<Job>(client, &mut objects, |o| AdmissionObject::Job(Box::new(o))).await?;
+    collect::<CronJob>(client, &mut objects, |o| AdmissionObject::CronJob(Box::new(o))).await?;
+    Ok(objects)
+}
+
+async fn collect<K>(
+    client: &Client,
+    into: &mut Vec<(String, Prepared)>,
+    wrap: impl Fn(K) -> AdmissionObject,
+) -> Result<(), AuditError>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+{
+    let resource = GroupVersionResource {
+        group: K::group(&()).into_owned(),
+        version: K::version(&()).into_owned(),
+        resource: K::plural(&()).into_owned(),
+    };
+    let kind = GroupVersionKind {
+        group: resource.group.clone(),
+        version: resource.version.clone(),
+        kind: K::kind(&()).into_owned(),
+    };
+    let source = if resource.group.is_empty() {
+        resource.resource.clone()
+    } else {
+        format!("{}.{}", resource.resource, resource.group)
+    };
+    for object in list_all(Api::<K>::all(client.clone()), &source).await? {
+        let prepared = as_create(kind.clone(), resource.clone(), wrap(object), into.len() + 1);
+        into.push((source.clone(), prepared));
+    }
+    Ok(())
+}
+
+async fn list_all<K>(api: Api<K>, resource: &str) -> Result<Vec<K>, AuditError>
+where
+    K: Clone + DeserializeOwned + Debug,
+{
+    let mut params = ListParams::default().limit(500);
+    let mut items = Vec::new();
+    loop {
+        let page = api
+            .list(&params)
+            .await
+            .map_err(|error| AuditError::List { resource: resource.to_string(), message: error.to_string() })?;
+        items.extend(page.items);
+        match page.metadata.continue_ {
+            Some(token) if !token.is_empty() => params = params.continue_token(&token),
+            _ => return Ok(items),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{CSIVolumeSource, PodSpec, Volume};
+    use kube::api::ObjectMeta;
+
+    use super::*;
+
+    fn pod(namespace: &str, name: &str, driver: Option<&str>) -> AdmissionObject {
+        let volumes = driver.map(|driver| {
+            vec![Volume {
+                name: "v".into(),
+                csi: Some(CSIVolumeSource { driver: driver.into(), ..Default::default() }),
+                ..Default::default()
+            }]
+        });
+        AdmissionObject::Pod(Box::new(Pod {
+            metadata: ObjectMeta { namespace: Some(namespace.into()), name: Some(name.into()), ..Default::default() },
+            spec: Some(PodSpec { volumes, ..Default::default() }),
+            ..Default::default()
+        }))
+    }
+
+    #[test]
+    fn only_objects_with_something_to_report_are_listed_with_their_answer() {
+        let mut facts = StaticClusterFacts::new();
+        facts.insert_namespace("locked", [("pod-security.kubernetes.io/enforce".into(), "restricted".into())].into());
+        facts.insert_namespace("watched", [("pod-security.kubernetes.io/warn".into(), "restricted".into())].into());
+        facts.insert_csi_driver(
+            "csi.example.com",
+            [("security.openshift.io/csi-ephemeral-volume-profile".into(), "privileged".into())].into(),
+        );
+        let chain = standard_chain(Arc::new(inline_guard_policy::PolicySettings::default()), Arc::new(facts));
+        let pods = GroupVersionResource::v1("", "pods");
+        let kind = GroupVersionKind { group: String::new(), version: "v1".into(), kind: "Pod".into() };
+        let objects = vec![
+            (
+                "pods".to_string(),
+                as_create(kind.clone(), pods.clone(), pod("locked", "denied", Some("csi.example.com")), 1),
+            ),
+            (
+                "pods".to_string(),
+                as_create(kind.clone(), pods.clone(), pod("watched", "warned", Some("csi.example.com")), 2),
+            ),
+            ("pods".to_string(), as_create(kind.clone(), pods.clone(), pod("locked", "plain", None), 3)),
+            ("pods".to_string(), as_create(kind, pods, pod("open", "fine", Some("csi.example.com")), 4)),
+        ];
+        let found = findings(&chain, objects);
+        assert_eq!(
+            found.iter().map(|f| f.label.as_str()).collect::<Vec<_>>(),
+            ["Pod locked/denied", "Pod watched/warned"]
+        );
+
+        let mut out = Vec::new();
+        write_report(&mut out, Output::Json, &found).unwrap();
+        let lines: Vec<serde_json::Value> =
+            String::from_utf8(out).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(lines[0]["object"], "Pod locked/denied");
+        assert_eq!(lines[0]["response"]["status"]["code"], 403);
+        assert_eq!(
+            lines[1]["response"]["warnings"][0],
+            "warned uses an inline volume provided by CSIDriver csi.example.com and namespace watched has a pod security warn level that is lower than privileged"
+        );
+    }
+}
