@@ -7,8 +7,7 @@ use std::sync::Arc;
 use inline_guard_admission::plugins::standard_chain;
 use inline_guard_admission::{Chain, StaticClusterFacts};
 use inline_guard_policy::labels::{AUDIT_LEVEL, DRIVER_PROFILE, ENFORCE_LEVEL, WARN_LEVEL};
-use inline_guard_policy::{Labels, PolicySettings};
-use k8s_openapi::api::core::v1::{CSIVolumeSource, Container, PodSpec, Volume};
+use inline_guard_policy::{ContainerView, CsiVolumeView, Labels, PodSpecView, PolicySettings, VolumeView};
 
 /// A realistic pod CREATE review of about 3 KB (one container, one CSI volume, a projected token).
 pub const REVIEW_3K: &str = include_str!("../fixtures/review-3k.json");
@@ -42,22 +41,15 @@ pub fn drivers(count: usize) -> BTreeMap<String, Labels> {
 }
 
 /// A pod spec with one container and `csi_volumes` inline CSI volumes of distinct drivers.
-pub fn pod_spec(csi_volumes: usize) -> PodSpec {
-    PodSpec {
-        containers: vec![Container {
-            name: "app".into(),
-            image: Some("registry.example.com/app:1".into()),
-            ..Default::default()
-        }],
-        volumes: Some(
-            (0..csi_volumes)
-                .map(|index| Volume {
-                    name: format!("v{index}"),
-                    csi: Some(CSIVolumeSource { driver: driver_name(index), ..Default::default() }),
-                    ..Default::default()
-                })
-                .collect(),
-        ),
+pub fn pod_spec(csi_volumes: usize) -> PodSpecView {
+    PodSpecView {
+        containers: vec![ContainerView { name: "app".into(), volume_mounts: Vec::new() }],
+        volumes: (0..csi_volumes)
+            .map(|index| VolumeView {
+                name: format!("v{index}"),
+                csi: Some(CsiVolumeView { driver: driver_name(index), read_only: None }),
+            })
+            .collect(),
         ..Default::default()
     }
 }

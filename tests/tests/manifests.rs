@@ -17,7 +17,9 @@ fn every_deployment_manifest_is_a_stream_of_kubernetes_objects() {
             kinds.push(document.value["kind"].as_str().unwrap().to_string());
         }
     }
-    for kind in ["Deployment", "Service", "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration", "ClusterRole"] {
+    for kind in
+        ["Deployment", "Service", "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration", "ClusterRole"]
+    {
         assert!(kinds.iter().any(|k| k == kind), "no {kind} in config/deploy");
     }
 }

@@ -10,10 +10,9 @@ use inline_guard_admission::review::answer;
 use inline_guard_admission::{Phase, StaticClusterFacts};
 use inline_guard_policy::labels::{AUDIT_LEVEL, DRIVER_PROFILE, ENFORCE_LEVEL, WARN_LEVEL};
 use inline_guard_policy::{
-    Defaults, Labels, Level, MountScope, PolicySettings, ReadOnlyDrivers, Subject, SubjectKind, evaluate,
-    force_read_only,
+    ContainerView, CsiVolumeView, Defaults, Labels, Level, MountScope, PodSpecView, PolicySettings, ReadOnlyDrivers,
+    Subject, SubjectKind, VolumeMountView, VolumeView, evaluate, force_read_only,
 };
-use k8s_openapi::api::core::v1::{CSIVolumeSource, Container, PodSpec, Volume, VolumeMount};
 use proptest::prelude::*;
 
 fn level() -> impl Strategy<Value = Level> {
@@ -34,19 +33,16 @@ fn pod_drivers() -> impl Strategy<Value = Vec<usize>> {
     prop::collection::vec(0usize..4, 0..6)
 }
 
-fn spec(drivers: &[usize]) -> PodSpec {
-    PodSpec {
-        volumes: Some(
-            drivers
-                .iter()
-                .enumerate()
-                .map(|(i, d)| Volume {
-                    name: format!("v{i}"),
-                    csi: Some(CSIVolumeSource { driver: format!("d{d}.example.com"), ..Default::default() }),
-                    ..Default::default()
-                })
-                .collect(),
-        ),
+fn spec(drivers: &[usize]) -> PodSpecView {
+    PodSpecView {
+        volumes: drivers
+            .iter()
+            .enumerate()
+            .map(|(i, d)| VolumeView {
+                name: format!("v{i}"),
+                csi: Some(CsiVolumeView { driver: format!("d{d}.example.com"), read_only: None }),
+            })
+            .collect(),
         ..Default::default()
     }
 }
@@ -116,13 +112,12 @@ proptest! {
         driver_profile in ".{0,12}",
         runtime_class in prop::option::of(".{0,10}"),
     ) {
-        let spec = PodSpec {
+        let spec = PodSpecView {
             runtime_class_name: runtime_class,
-            volumes: Some(driver_names.iter().map(|d| Volume {
-                name: d.clone(),
-                csi: Some(CSIVolumeSource { driver: d.clone(), ..Default::default() }),
-                ..Default::default()
-            }).collect()),
+            volumes: driver_names
+                .iter()
+                .map(|d| VolumeView { name: d.clone(), csi: Some(CsiVolumeView { driver: d.clone(), read_only: None }) })
+                .collect(),
             ..Default::default()
         };
         let table: BTreeMap<String, Labels> = driver_names.iter()
@@ -144,24 +139,22 @@ proptest! {
         listed in prop::collection::btree_set(0usize..4, 0..4),
     ) {
         let mut pod = spec(&drivers);
-        pod.containers = vec![Container {
+        pod.containers = vec![ContainerView {
             name: "c".into(),
-            volume_mounts: Some(mounts.iter().map(|(v, ro)| VolumeMount {
-                name: format!("v{v}"), mount_path: "/m".into(), read_only: *ro, ..Default::default()
-            }).collect()),
-            ..Default::default()
+            volume_mounts: mounts
+                .iter()
+                .map(|(v, ro)| VolumeMountView { name: format!("v{v}"), read_only: *ro })
+                .collect(),
         }];
         let listed = ReadOnlyDrivers(listed.iter().map(|d| format!("d{d}.example.com")).collect());
         let before = pod.clone();
         let patch = force_read_only(&mut pod, &listed, MountScope::WholePod);
         prop_assert!(force_read_only(&mut pod, &listed, MountScope::WholePod).is_empty());
         let changed = patch.len();
-        let differing_fields = before.volumes.iter().flatten().zip(pod.volumes.iter().flatten())
-            .filter(|(a, b)| a != b).count()
-            + before.containers[0].volume_mounts.iter().flatten().zip(pod.containers[0].volume_mounts.iter().flatten())
-            .filter(|(a, b)| a != b).count();
+        let differing_fields = before.volumes.iter().zip(&pod.volumes).filter(|(a, b)| a != b).count()
+            + before.containers[0].volume_mounts.iter().zip(&pod.containers[0].volume_mounts).filter(|(a, b)| a != b).count();
         prop_assert_eq!(changed, differing_fields, "one patch operation per changed field");
-        for (volume, original) in pod.volumes.iter().flatten().zip(before.volumes.iter().flatten()) {
+        for (volume, original) in pod.volumes.iter().zip(&before.volumes) {
             let csi = volume.csi.as_ref().unwrap();
             if !listed.contains(&csi.driver) {
                 prop_assert_eq!(volume, original);

@@ -111,10 +111,10 @@ impl Attributes {
         if !self.name.is_empty() {
             return &self.name;
         }
-        let metadata = self.object.as_ref().and_then(AdmissionObject::metadata);
-        metadata
-            .and_then(|m| m.name.as_deref().filter(|n| !n.is_empty()))
-            .or_else(|| metadata.and_then(|m| m.generate_name.as_deref()))
+        let names = self.object.as_ref().map(|object| &object.names);
+        names
+            .and_then(|n| n.name.as_deref().filter(|name| !name.is_empty()))
+            .or_else(|| names.and_then(|n| n.generate_name.as_deref()))
             .unwrap_or_default()
     }
 }

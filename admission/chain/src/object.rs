@@ -1,75 +1,37 @@
-//! The objects a request may carry, decoded into Kubernetes types by resource, and the pod spec
-//! inside each (a Pod's own, or a workload's template).
+//! What admission reads of a request's object: its names and the pod spec it carries (a Pod's own,
+//! or a workload's template), decoded in one pass that skips everything else. The whole object has
+//! already been validated by kube-apiserver; decoding only these parts keeps an answer within a
+//! few microseconds while still checking the type of every field that is read.
 
-use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
-use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::{Pod, PodSpec, PodTemplate, PodTemplateSpec, ReplicationController};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use std::fmt;
 
+use inline_guard_policy::PodSpecView;
+use inline_guard_policy::pod_spec::{ContainerView, VolumeView, nullable};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer};
 
 use crate::attributes::GroupVersionResource;
 
-/// A request's object. Pods and the pod-template workloads are typed; anything else is kept as
-/// JSON and never evaluated.
-#[derive(Debug, Clone, PartialEq)]
-pub enum AdmissionObject {
-    /// `pods`.
-    Pod(Box<Pod>),
-    /// `podtemplates`.
-    PodTemplate(Box<PodTemplate>),
-    /// `replicationcontrollers`.
-    ReplicationController(Box<ReplicationController>),
-    /// `apps/replicasets`.
-    ReplicaSet(Box<ReplicaSet>),
-    /// `apps/deployments`.
-    Deployment(Box<Deployment>),
-    /// `apps/statefulsets`.
-    StatefulSet(Box<StatefulSet>),
-    /// `apps/daemonsets`.
-    DaemonSet(Box<DaemonSet>),
-    /// `batch/jobs`.
-    Job(Box<Job>),
-    /// `batch/cronjobs`.
-    CronJob(Box<CronJob>),
-    /// Any other resource.
-    Other(serde_json::Value),
-}
-
-/// The object did not decode as the resource's kind.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("object does not decode as {}: {field}: {message}", kind.map_or("JSON".to_string(), |k| k.to_string()))]
-pub struct ObjectDecodeError {
-    /// The kind expected from the resource; `None` when the text is not even JSON.
-    pub kind: Option<PodSpecKind>,
-    /// The dotted path of the offending field.
-    pub field: String,
-    /// What is wrong.
-    pub message: String,
-}
-
 /// The resources whose objects carry a pod spec.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PodSpecKind {
-    /// `pods`.
+    /// `pods`: `spec`.
     Pod,
-    /// `podtemplates`.
+    /// `podtemplates`: `template.spec`.
     PodTemplate,
-    /// `replicationcontrollers`.
+    /// `replicationcontrollers`: `spec.template.spec`.
     ReplicationController,
-    /// `apps/replicasets`.
+    /// `apps/replicasets`: `spec.template.spec`.
     ReplicaSet,
-    /// `apps/deployments`.
+    /// `apps/deployments`: `spec.template.spec`.
     Deployment,
-    /// `apps/statefulsets`.
+    /// `apps/statefulsets`: `spec.template.spec`.
     StatefulSet,
-    /// `apps/daemonsets`.
+    /// `apps/daemonsets`: `spec.template.spec`.
     DaemonSet,
-    /// `batch/jobs`.
+    /// `batch/jobs`: `spec.template.spec`.
     Job,
-    /// `batch/cronjobs`.
+    /// `batch/cronjobs`: `spec.jobTemplate.spec.template.spec`.
     CronJob,
 }
 
@@ -94,56 +56,6 @@ impl PodSpecKind {
     pub fn is_workload(self) -> bool {
         self != PodSpecKind::Pod
     }
-
-    /// Decodes an object of this kind from JSON text or an already-parsed value.
-    fn decode(self, source: impl ObjectSource) -> Result<AdmissionObject, ObjectDecodeError> {
-        Ok(match self {
-            PodSpecKind::Pod => AdmissionObject::Pod(source.typed(self)?),
-            PodSpecKind::PodTemplate => AdmissionObject::PodTemplate(source.typed(self)?),
-            PodSpecKind::ReplicationController => AdmissionObject::ReplicationController(source.typed(self)?),
-            PodSpecKind::ReplicaSet => AdmissionObject::ReplicaSet(source.typed(self)?),
-            PodSpecKind::Deployment => AdmissionObject::Deployment(source.typed(self)?),
-            PodSpecKind::StatefulSet => AdmissionObject::StatefulSet(source.typed(self)?),
-            PodSpecKind::DaemonSet => AdmissionObject::DaemonSet(source.typed(self)?),
-            PodSpecKind::Job => AdmissionObject::Job(source.typed(self)?),
-            PodSpecKind::CronJob => AdmissionObject::CronJob(source.typed(self)?),
-        })
-    }
-}
-
-/// Where an object is decoded from. Decoding runs untracked first; only a failure pays for a
-/// second, path-tracking read to say which field is wrong (tracking doubles the cost of a pod).
-trait ObjectSource {
-    fn typed<T: DeserializeOwned>(&self, kind: PodSpecKind) -> Result<Box<T>, ObjectDecodeError>;
-}
-
-impl ObjectSource for &str {
-    fn typed<T: DeserializeOwned>(&self, kind: PodSpecKind) -> Result<Box<T>, ObjectDecodeError> {
-        serde_json::from_str(self)
-            .map(Box::new)
-            .map_err(|plain| locate::<T, _>(kind, &mut serde_json::Deserializer::from_str(self), plain))
-    }
-}
-
-impl ObjectSource for &serde_json::Value {
-    fn typed<T: DeserializeOwned>(&self, kind: PodSpecKind) -> Result<Box<T>, ObjectDecodeError> {
-        T::deserialize(*self).map(Box::new).map_err(|plain| locate::<T, _>(kind, *self, plain))
-    }
-}
-
-fn locate<'de, T: Deserialize<'de>, D: Deserializer<'de, Error = serde_json::Error>>(
-    kind: PodSpecKind,
-    deserializer: D,
-    plain: serde_json::Error,
-) -> ObjectDecodeError {
-    match serde_path_to_error::deserialize::<_, T>(deserializer) {
-        Err(error) => ObjectDecodeError {
-            kind: Some(kind),
-            field: error.path().to_string(),
-            message: error.into_inner().to_string(),
-        },
-        Ok(_) => ObjectDecodeError { kind: Some(kind), field: ".".into(), message: plain.to_string() },
-    }
 }
 
 impl fmt::Display for PodSpecKind {
@@ -152,86 +64,190 @@ impl fmt::Display for PodSpecKind {
     }
 }
 
+/// The names in an object's `metadata`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ObjectNames {
+    /// `metadata.name`.
+    pub name: Option<String>,
+    /// `metadata.generateName`.
+    pub generate_name: Option<String>,
+    /// `metadata.namespace`.
+    pub namespace: Option<String>,
+}
+
+/// A request's object as admission sees it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AdmissionObject {
+    /// The kind, when the resource carries a pod spec; `None` for every other resource.
+    pub kind: Option<PodSpecKind>,
+    /// Its names.
+    pub names: ObjectNames,
+    /// Its pod spec; `None` when the object has none (an empty template, another resource).
+    pub spec: Option<PodSpecView>,
+}
+
+/// The object did not decode as the resource's kind.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("object does not decode as {}: {field}: {message}", kind.map_or("JSON".to_string(), |k| k.to_string()))]
+pub struct ObjectDecodeError {
+    /// The kind expected from the resource; `None` when the text is not even JSON.
+    pub kind: Option<PodSpecKind>,
+    /// The dotted path of the offending field.
+    pub field: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// Every place a pod spec is carried, read in one pass without knowing the kind first: a Pod's
+/// `spec`, a workload's `spec.template.spec`, a CronJob's `spec.jobTemplate.spec.template.spec`, a
+/// PodTemplate's `template.spec`. Their field names do not collide, so one shape holds them all and
+/// the kind picks the right one afterwards.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ObjectShape {
+    #[serde(deserialize_with = "nullable")]
+    metadata: ObjectNames,
+    spec: Option<SpecShape>,
+    template: Option<TemplateShape>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct SpecShape {
+    #[serde(deserialize_with = "nullable")]
+    volumes: Vec<VolumeView>,
+    #[serde(deserialize_with = "nullable")]
+    containers: Vec<ContainerView>,
+    #[serde(deserialize_with = "nullable")]
+    init_containers: Vec<ContainerView>,
+    #[serde(deserialize_with = "nullable")]
+    ephemeral_containers: Vec<ContainerView>,
+    runtime_class_name: Option<String>,
+    template: Option<TemplateShape>,
+    job_template: Option<JobTemplateShape>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct TemplateShape {
+    spec: Option<PodSpecView>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct JobTemplateShape {
+    spec: Option<JobSpecShape>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct JobSpecShape {
+    template: Option<TemplateShape>,
+}
+
+/// Only the names, for resources admission does not evaluate: their spec may hold anything.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct NamesOnly {
+    #[serde(deserialize_with = "nullable")]
+    metadata: ObjectNames,
+}
+
 impl AdmissionObject {
-    /// Decodes JSON text as the kind `resource` holds. Other resources are kept as JSON.
-    pub fn from_json(resource: &GroupVersionResource, json: &str) -> Result<AdmissionObject, ObjectDecodeError> {
-        match PodSpecKind::of(resource) {
-            Some(kind) => kind.decode(json),
-            None => serde_json::from_str(json).map(AdmissionObject::Other).map_err(|error| ObjectDecodeError {
-                kind: None,
-                field: ".".into(),
-                message: error.to_string(),
+    /// The object `shape` as a `kind` (`None`: a resource without pod spec).
+    pub fn from_shape(kind: Option<PodSpecKind>, shape: ObjectShape) -> AdmissionObject {
+        let template_spec = |template: Option<TemplateShape>| template.and_then(|t| t.spec);
+        let spec = match kind {
+            None => None,
+            Some(PodSpecKind::Pod) => shape.spec.map(|s| PodSpecView {
+                volumes: s.volumes,
+                containers: s.containers,
+                init_containers: s.init_containers,
+                ephemeral_containers: s.ephemeral_containers,
+                runtime_class_name: s.runtime_class_name,
             }),
+            Some(PodSpecKind::PodTemplate) => template_spec(shape.template),
+            Some(PodSpecKind::CronJob) => {
+                template_spec(shape.spec.and_then(|s| s.job_template).and_then(|j| j.spec).and_then(|j| j.template))
+            }
+            Some(_) => template_spec(shape.spec.and_then(|s| s.template)),
+        };
+        AdmissionObject { kind, names: shape.metadata, spec }
+    }
+
+    /// Decodes JSON text as the object of `resource`.
+    pub fn from_json(resource: &GroupVersionResource, json: &str) -> Result<AdmissionObject, ObjectDecodeError> {
+        let kind = PodSpecKind::of(resource);
+        match kind {
+            Some(_) => {
+                let shape = decode(kind, || serde_json::from_str(json), &mut serde_json::Deserializer::from_str(json))?;
+                Ok(AdmissionObject::from_shape(kind, shape))
+            }
+            None => {
+                let names: NamesOnly =
+                    decode(None, || serde_json::from_str(json), &mut serde_json::Deserializer::from_str(json))?;
+                Ok(AdmissionObject { kind: None, names: names.metadata, spec: None })
+            }
         }
     }
 
-    /// Decodes an already-parsed value as the kind `resource` holds. Other resources are kept as-is.
+    /// Decodes an already-parsed value as the object of `resource`.
     pub fn from_value(
         resource: &GroupVersionResource,
-        value: serde_json::Value,
+        value: &serde_json::Value,
     ) -> Result<AdmissionObject, ObjectDecodeError> {
-        match PodSpecKind::of(resource) {
-            Some(kind) => kind.decode(&value),
-            None => Ok(AdmissionObject::Other(value)),
-        }
-    }
-
-    /// Object metadata, for typed objects.
-    pub fn metadata(&self) -> Option<&ObjectMeta> {
-        Some(match self {
-            AdmissionObject::Pod(o) => &o.metadata,
-            AdmissionObject::PodTemplate(o) => &o.metadata,
-            AdmissionObject::ReplicationController(o) => &o.metadata,
-            AdmissionObject::ReplicaSet(o) => &o.metadata,
-            AdmissionObject::Deployment(o) => &o.metadata,
-            AdmissionObject::StatefulSet(o) => &o.metadata,
-            AdmissionObject::DaemonSet(o) => &o.metadata,
-            AdmissionObject::Job(o) => &o.metadata,
-            AdmissionObject::CronJob(o) => &o.metadata,
-            AdmissionObject::Other(_) => return None,
-        })
-    }
-
-    /// The pod spec to evaluate: a Pod's spec or a workload's template spec. `None` when the
-    /// object has none (a template left empty, or another resource).
-    pub fn pod_spec(&self) -> Option<&PodSpec> {
-        match self {
-            AdmissionObject::Pod(o) => o.spec.as_ref(),
-            AdmissionObject::PodTemplate(o) => template_spec(o.template.as_ref()),
-            AdmissionObject::ReplicationController(o) => template_spec(o.spec.as_ref()?.template.as_ref()),
-            AdmissionObject::ReplicaSet(o) => template_spec(o.spec.as_ref()?.template.as_ref()),
-            AdmissionObject::Deployment(o) => template_spec(o.spec.as_ref().map(|s| &s.template)),
-            AdmissionObject::StatefulSet(o) => template_spec(o.spec.as_ref().map(|s| &s.template)),
-            AdmissionObject::DaemonSet(o) => template_spec(o.spec.as_ref().map(|s| &s.template)),
-            AdmissionObject::Job(o) => template_spec(o.spec.as_ref().map(|s| &s.template)),
-            AdmissionObject::CronJob(o) => {
-                template_spec(o.spec.as_ref()?.job_template.spec.as_ref().map(|s| &s.template))
+        let kind = PodSpecKind::of(resource);
+        match kind {
+            Some(_) => Ok(AdmissionObject::from_shape(kind, decode(kind, || ObjectShape::deserialize(value), value)?)),
+            None => {
+                let names: NamesOnly = decode(None, || NamesOnly::deserialize(value), value)?;
+                Ok(AdmissionObject { kind: None, names: names.metadata, spec: None })
             }
-            AdmissionObject::Other(_) => None,
         }
+    }
+
+    /// The pod spec to evaluate: a Pod's spec or a workload's template spec.
+    pub fn pod_spec(&self) -> Option<&PodSpecView> {
+        self.spec.as_ref()
     }
 
     /// A Pod's spec, mutable: read-only forcing only ever changes pods.
-    pub fn pod_spec_mut(&mut self) -> Option<&mut PodSpec> {
-        match self {
-            AdmissionObject::Pod(o) => o.spec.as_mut(),
-            _ => None,
-        }
+    pub fn pod_spec_mut(&mut self) -> Option<&mut PodSpecView> {
+        if self.kind == Some(PodSpecKind::Pod) { self.spec.as_mut() } else { None }
     }
 }
 
-fn template_spec(template: Option<&PodTemplateSpec>) -> Option<&PodSpec> {
-    template?.spec.as_ref()
+/// Decodes untracked; only a failure pays for a second, path-tracking read to say which field is
+/// wrong (tracking doubles the cost of a decode).
+fn decode<'de, T, D>(
+    kind: Option<PodSpecKind>,
+    fast: impl FnOnce() -> Result<T, serde_json::Error>,
+    tracked: D,
+) -> Result<T, ObjectDecodeError>
+where
+    T: DeserializeOwned,
+    D: Deserializer<'de, Error = serde_json::Error>,
+{
+    fast().map_err(|plain| match serde_path_to_error::deserialize::<_, T>(tracked) {
+        Err(error) => {
+            ObjectDecodeError { kind, field: error.path().to_string(), message: error.into_inner().to_string() }
+        }
+        Ok(_) => ObjectDecodeError { kind, field: ".".into(), message: plain.to_string() },
+    })
 }
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     #[test]
     fn each_workload_resource_yields_its_template_spec() {
         let template = r#"{"spec":{"containers":[],"volumes":[{"name":"v","csi":{"driver":"d"}}]}}"#;
         let cases = [
+            ("", "pods", template.to_string()),
             ("", "podtemplates", format!(r#"{{"template":{template}}}"#)),
             ("", "replicationcontrollers", format!(r#"{{"spec":{{"template":{template}}}}}"#)),
             ("apps", "replicasets", format!(r#"{{"spec":{{"selector":{{}},"template":{template}}}}}"#)),
@@ -246,12 +262,27 @@ mod tests {
             ),
         ];
         for (group, resource, json) in cases {
-            let object = AdmissionObject::from_json(&GroupVersionResource::v1(group, resource), &json).unwrap();
-            let spec = object.pod_spec().unwrap_or_else(|| panic!("{resource}: no spec"));
-            assert_eq!(spec.volumes.as_ref().unwrap()[0].csi.as_ref().unwrap().driver, "d", "{resource}");
+            let resource = GroupVersionResource::v1(group, resource);
+            let object = AdmissionObject::from_json(&resource, &json).unwrap();
+            let spec = object.pod_spec().unwrap_or_else(|| panic!("{}: no spec", resource.resource));
+            assert_eq!(spec.volumes[0].csi.as_ref().unwrap().driver, "d", "{}", resource.resource);
             let value: serde_json::Value = serde_json::from_str(&json).unwrap();
-            assert_eq!(AdmissionObject::from_value(&GroupVersionResource::v1(group, resource), value).unwrap(), object);
+            assert_eq!(AdmissionObject::from_value(&resource, &value).unwrap(), object);
         }
+    }
+
+    #[test]
+    fn only_a_pod_spec_may_be_changed() {
+        let pod = AdmissionObject::from_value(&GroupVersionResource::v1("", "pods"), &json!({"spec": {}})).unwrap();
+        let mut pod = pod;
+        assert!(pod.pod_spec_mut().is_some());
+        let mut deployment = AdmissionObject::from_value(
+            &GroupVersionResource::v1("apps", "deployments"),
+            &json!({"spec": {"template": {"spec": {}}}}),
+        )
+        .unwrap();
+        assert!(deployment.pod_spec().is_some());
+        assert!(deployment.pod_spec_mut().is_none());
     }
 
     #[test]
@@ -268,10 +299,14 @@ mod tests {
     }
 
     #[test]
-    fn other_resources_are_kept_as_json() {
-        let object =
-            AdmissionObject::from_json(&GroupVersionResource::v1("", "configmaps"), r#"{"data":{"a":"b"}}"#).unwrap();
-        assert!(matches!(object, AdmissionObject::Other(_)));
+    fn other_resources_keep_only_their_names_whatever_their_spec_holds() {
+        let object = AdmissionObject::from_json(
+            &GroupVersionResource::v1("example.com", "widgets"),
+            r#"{"metadata":{"name":"w"},"spec":{"volumes":"not a list","template":7}}"#,
+        )
+        .unwrap();
+        assert_eq!(object.kind, None);
+        assert_eq!(object.names.name.as_deref(), Some("w"));
         assert_eq!(object.pod_spec(), None);
     }
 }

@@ -11,7 +11,7 @@ use serde_json::value::RawValue;
 use crate::attributes::{Attributes, GroupVersionKind, GroupVersionResource, Operation, UserInfo};
 use crate::chain::{Chain, Outcome, Phase};
 use crate::error::AdmissionError;
-use crate::object::{AdmissionObject, ObjectDecodeError};
+use crate::object::{AdmissionObject, ObjectDecodeError, ObjectShape, PodSpecKind};
 
 /// The only AdmissionReview version spoken.
 pub const API_VERSION: &str = "admission.k8s.io/v1";
@@ -39,97 +39,113 @@ pub enum ReviewError {
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct ReviewEnvelope<'a> {
+struct ReviewEnvelope<O> {
     #[serde(default)]
     api_version: String,
     #[serde(default)]
     kind: String,
-    #[serde(borrow)]
-    request: Option<ReviewRequest<'a>>,
+    request: Option<RequestFields<O>>,
 }
 
-/// An AdmissionReview request, its objects still undecoded so that a bad object can be answered
-/// with the request's uid.
-#[derive(Debug, Deserialize)]
+/// The request as sent, its objects as `O`: decoded shapes on the fast path, raw JSON when a
+/// failure is being explained.
+#[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ReviewRequest<'a> {
+struct RequestFields<O> {
+    uid: String,
+    kind: GroupVersionKind,
+    resource: GroupVersionResource,
+    #[serde(default)]
+    sub_resource: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    namespace: Option<String>,
+    operation: Operation,
+    #[serde(default)]
+    user_info: UserInfo,
+    #[serde(default = "Option::default")]
+    object: Option<O>,
+    #[serde(default = "Option::default")]
+    old_object: Option<O>,
+    #[serde(default)]
+    dry_run: Option<bool>,
+}
+
+/// An AdmissionReview request: its identity, and either the attributes the chain runs on or why
+/// its object does not decode (answered with the request's uid rather than as a bad body).
+#[derive(Debug)]
+pub struct ReviewRequest {
     /// Echoed in the response.
     pub uid: String,
     /// The kind of the object.
     pub kind: GroupVersionKind,
-    /// The resource requested.
-    pub resource: GroupVersionResource,
-    /// The subresource, if any.
-    #[serde(default)]
-    pub sub_resource: Option<String>,
-    /// The object name (empty when generated).
-    #[serde(default)]
-    pub name: Option<String>,
     /// The namespace (empty for cluster-scoped objects).
-    #[serde(default)]
-    pub namespace: Option<String>,
-    /// The verb.
-    pub operation: Operation,
-    /// The requesting user.
-    #[serde(default)]
-    pub user_info: UserInfo,
-    /// The new object.
-    #[serde(default, borrow)]
-    pub object: Option<&'a RawValue>,
-    /// The existing object.
-    #[serde(default, borrow)]
-    pub old_object: Option<&'a RawValue>,
-    /// Whether the request is a dry run.
-    #[serde(default)]
-    pub dry_run: Option<bool>,
+    pub namespace: String,
+    /// The object name (empty when generated).
+    pub name: String,
+    /// The chain's input, or why the object does not decode.
+    pub attributes: Result<Attributes, ObjectDecodeError>,
 }
 
-/// Parses an AdmissionReview request body.
-pub fn parse_request(body: &[u8]) -> Result<ReviewRequest<'_>, ReviewError> {
-    let envelope: ReviewEnvelope<'_> = match serde_json::from_slice(body) {
-        Ok(envelope) => envelope,
-        Err(error) => {
-            // A review of another version may fail on its request's shape; name the version
-            // instead. Only failures pay for this second read.
-            #[derive(Deserialize)]
-            #[serde(rename_all = "camelCase")]
-            struct TypeOnly {
-                #[serde(default)]
-                api_version: String,
-                #[serde(default)]
-                kind: String,
-            }
-            return Err(match serde_json::from_slice::<TypeOnly>(body) {
-                Ok(found) if found.api_version != API_VERSION || found.kind != KIND => {
-                    ReviewError::WrongType { api_version: found.api_version, kind: found.kind }
-                }
-                _ => ReviewError::Malformed(error.to_string()),
-            });
+/// Parses an AdmissionReview request body. The objects are decoded in the same pass; only a body
+/// that fails is read again, to say precisely what is wrong.
+pub fn parse_request(body: &[u8]) -> Result<ReviewRequest, ReviewError> {
+    if let Ok(envelope) = serde_json::from_slice::<ReviewEnvelope<ObjectShape>>(body) {
+        let fields = checked(envelope)?;
+        let kind = PodSpecKind::of(&fields.resource);
+        return Ok(fields.into_request(|shape| Ok(shape.map(|shape| AdmissionObject::from_shape(kind, shape)))));
+    }
+    let envelope: ReviewEnvelope<Box<RawValue>> = serde_json::from_slice(body).map_err(|error| {
+        // A review of another version may fail on its request's shape: name the version instead.
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct TypeOnly {
+            #[serde(default)]
+            api_version: String,
+            #[serde(default)]
+            kind: String,
         }
-    };
+        match serde_json::from_slice::<TypeOnly>(body) {
+            Ok(found) if found.api_version != API_VERSION || found.kind != KIND => {
+                ReviewError::WrongType { api_version: found.api_version, kind: found.kind }
+            }
+            _ => ReviewError::Malformed(error.to_string()),
+        }
+    })?;
+    let fields = checked(envelope)?;
+    let resource = fields.resource.clone();
+    Ok(fields.into_request(|raw| raw.map(|raw| AdmissionObject::from_json(&resource, raw.get())).transpose()))
+}
+
+fn checked<O>(envelope: ReviewEnvelope<O>) -> Result<RequestFields<O>, ReviewError> {
     if envelope.api_version != API_VERSION || envelope.kind != KIND {
         return Err(ReviewError::WrongType { api_version: envelope.api_version, kind: envelope.kind });
     }
     envelope.request.ok_or(ReviewError::NoRequest)
 }
 
-impl ReviewRequest<'_> {
-    /// Decodes the objects and builds the plugin attributes.
-    pub fn attributes(&self) -> Result<Attributes, ObjectDecodeError> {
-        let decode =
-            |raw: Option<&RawValue>| raw.map(|raw| AdmissionObject::from_json(&self.resource, raw.get())).transpose();
-        Ok(Attributes {
+impl<O> RequestFields<O> {
+    fn into_request(
+        self,
+        mut decode: impl FnMut(Option<O>) -> Result<Option<AdmissionObject>, ObjectDecodeError>,
+    ) -> ReviewRequest {
+        let namespace = self.namespace.unwrap_or_default();
+        let name = self.name.unwrap_or_default();
+        let objects = decode(self.object).and_then(|object| Ok((object, decode(self.old_object)?)));
+        let attributes = objects.map(|(object, old_object)| Attributes {
             operation: self.operation,
             kind: self.kind.clone(),
-            resource: self.resource.clone(),
-            subresource: self.sub_resource.clone().unwrap_or_default(),
-            namespace: self.namespace.clone().unwrap_or_default(),
-            name: self.name.clone().unwrap_or_default(),
-            object: decode(self.object)?,
-            old_object: decode(self.old_object)?,
-            user_info: self.user_info.clone(),
+            resource: self.resource,
+            subresource: self.sub_resource.unwrap_or_default(),
+            namespace: namespace.clone(),
+            name: name.clone(),
+            object,
+            old_object,
+            user_info: self.user_info,
             dry_run: self.dry_run.unwrap_or(false),
-        })
+        });
+        ReviewRequest { uid: self.uid, kind: self.kind, namespace, name, attributes }
     }
 }
 
@@ -237,7 +253,7 @@ pub struct Decided {
 /// applies) look at the outcome before encoding it.
 pub async fn decide(chain: &Chain, phase: Phase, body: &[u8]) -> Result<Decided, ReviewError> {
     let request = parse_request(body)?;
-    let outcome = match request.attributes() {
+    let outcome = match request.attributes {
         Ok(mut attributes) => chain.run(phase, &mut attributes).await,
         Err(error) => Outcome::rejected(AdmissionError::BadRequest(error.to_string())),
     };

@@ -112,9 +112,8 @@ pub fn as_create(
     object: AdmissionObject,
     ordinal: usize,
 ) -> Prepared {
-    let metadata = object.metadata();
-    let namespace = metadata.and_then(|m| m.namespace.clone()).unwrap_or_default();
-    let name = metadata.and_then(|m| m.name.clone()).unwrap_or_default();
+    let namespace = object.names.namespace.clone().unwrap_or_default();
+    let name = object.names.name.clone().unwrap_or_default();
     let label = format!("{} {namespace}/{name}", kind.kind);
     let attributes = Attributes {
         operation: Operation::Create,
@@ -168,26 +167,21 @@ async fn fetch_facts(client: &Client) -> Result<StaticClusterFacts, AuditError> 
 
 async fn fetch_objects(client: &Client) -> Result<Vec<(String, Prepared)>, AuditError> {
     let mut objects = Vec::new();
-    collect::<Pod>(client, &mut objects, |o| AdmissionObject::Pod(Box::new(o))).await?;
-    collect::<PodTemplate>(client, &mut objects, |o| AdmissionObject::PodTemplate(Box::new(o))).await?;
-    collect::<ReplicationController>(client, &mut objects, |o| AdmissionObject::ReplicationController(Box::new(o)))
-        .await?;
-    collect::<ReplicaSet>(client, &mut objects, |o| AdmissionObject::ReplicaSet(Box::new(o))).await?;
-    collect::<Deployment>(client, &mut objects, |o| AdmissionObject::Deployment(Box::new(o))).await?;
-    collect::<StatefulSet>(client, &mut objects, |o| AdmissionObject::StatefulSet(Box::new(o))).await?;
-    collect::<DaemonSet>(client, &mut objects, |o| AdmissionObject::DaemonSet(Box::new(o))).await?;
-    collect::<Job>(client, &mut objects, |o| AdmissionObject::Job(Box::new(o))).await?;
-    collect::<CronJob>(client, &mut objects, |o| AdmissionObject::CronJob(Box::new(o))).await?;
+    collect::<Pod>(client, &mut objects).await?;
+    collect::<PodTemplate>(client, &mut objects).await?;
+    collect::<ReplicationController>(client, &mut objects).await?;
+    collect::<ReplicaSet>(client, &mut objects).await?;
+    collect::<Deployment>(client, &mut objects).await?;
+    collect::<StatefulSet>(client, &mut objects).await?;
+    collect::<DaemonSet>(client, &mut objects).await?;
+    collect::<Job>(client, &mut objects).await?;
+    collect::<CronJob>(client, &mut objects).await?;
     Ok(objects)
 }
 
-async fn collect<K>(
-    client: &Client,
-    into: &mut Vec<(String, Prepared)>,
-    wrap: impl Fn(K) -> AdmissionObject,
-) -> Result<(), AuditError>
+async fn collect<K>(client: &Client, into: &mut Vec<(String, Prepared)>) -> Result<(), AuditError>
 where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + serde::Serialize + Debug,
 {
     let resource = GroupVersionResource {
         group: K::group(&()).into_owned(),
@@ -205,8 +199,12 @@ where
         format!("{}.{}", resource.resource, resource.group)
     };
     for object in list_all(Api::<K>::all(client.clone()), &source).await? {
-        let prepared = as_create(kind.clone(), resource.clone(), wrap(object), into.len() + 1);
-        into.push((source.clone(), prepared));
+        // Through JSON, so listed objects are read exactly as webhook requests are.
+        let value = serde_json::to_value(&object)
+            .map_err(|error| AuditError::List { resource: source.clone(), message: error.to_string() })?;
+        let object = AdmissionObject::from_value(&resource, &value)
+            .map_err(|error| AuditError::List { resource: source.clone(), message: error.to_string() })?;
+        into.push((source.clone(), as_create(kind.clone(), resource.clone(), object, into.len() + 1)));
     }
     Ok(())
 }
@@ -237,6 +235,7 @@ mod tests {
 
     use super::*;
 
+    /// A typed Pod, as a list returns it, read the way `collect` reads it.
     fn pod(namespace: &str, name: &str, driver: Option<&str>) -> AdmissionObject {
         let volumes = driver.map(|driver| {
             vec![Volume {
@@ -245,11 +244,13 @@ mod tests {
                 ..Default::default()
             }]
         });
-        AdmissionObject::Pod(Box::new(Pod {
+        let pod = Pod {
             metadata: ObjectMeta { namespace: Some(namespace.into()), name: Some(name.into()), ..Default::default() },
             spec: Some(PodSpec { volumes, ..Default::default() }),
             ..Default::default()
-        }))
+        };
+        AdmissionObject::from_value(&GroupVersionResource::v1("", "pods"), &serde_json::to_value(&pod).unwrap())
+            .unwrap()
     }
 
     #[test]

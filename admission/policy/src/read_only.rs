@@ -2,9 +2,8 @@
 //! volume, is made read-only. The object is changed in place and the same change is returned as a
 //! minimal JSON Patch (one operation per field that was not already `true`).
 
-use k8s_openapi::api::core::v1::{PodSpec, VolumeMount};
-
 use crate::patch::PatchOperation;
+use crate::pod_spec::{ContainerView, PodSpecView};
 use crate::settings::ReadOnlyDrivers;
 
 /// Which parts of a pod may be changed by this request.
@@ -23,10 +22,14 @@ pub enum MountScope<'a> {
 
 /// Forces `readOnly: true` on the pod spec at `/spec` and returns the JSON Patch that does the same
 /// to the object as sent. An empty patch means nothing changed.
-pub fn force_read_only(spec: &mut PodSpec, drivers: &ReadOnlyDrivers, scope: MountScope<'_>) -> Vec<PatchOperation> {
+pub fn force_read_only(
+    spec: &mut PodSpecView,
+    drivers: &ReadOnlyDrivers,
+    scope: MountScope<'_>,
+) -> Vec<PatchOperation> {
     let mut patch = Vec::new();
     let mut forced_volumes: Vec<String> = Vec::new();
-    for (index, volume) in spec.volumes.iter_mut().flatten().enumerate() {
+    for (index, volume) in spec.volumes.iter_mut().enumerate() {
         let Some(csi) = volume.csi.as_mut() else { continue };
         if !drivers.contains(&csi.driver) {
             continue;
@@ -42,39 +45,34 @@ pub fn force_read_only(spec: &mut PodSpec, drivers: &ReadOnlyDrivers, scope: Mou
         return patch;
     }
 
-    if matches!(scope, MountScope::WholePod) {
-        for (index, container) in spec.containers.iter_mut().enumerate() {
-            force_mounts(
-                &mut container.volume_mounts,
-                &forced_volumes,
-                &format!("/spec/containers/{index}"),
-                &mut patch,
-            );
+    let lists: [(&str, &mut Vec<ContainerView>); 3] = [
+        ("containers", &mut spec.containers),
+        ("initContainers", &mut spec.init_containers),
+        ("ephemeralContainers", &mut spec.ephemeral_containers),
+    ];
+    for (list, containers) in lists {
+        for (index, container) in containers.iter_mut().enumerate() {
+            let may_change = match scope {
+                MountScope::WholePod => true,
+                MountScope::NewEphemeralContainers { existing } => {
+                    list == "ephemeralContainers" && !existing.contains(&container.name.as_str())
+                }
+            };
+            if may_change {
+                force_mounts(container, &forced_volumes, &format!("/spec/{list}/{index}"), &mut patch);
+            }
         }
-        for (index, container) in spec.init_containers.iter_mut().flatten().enumerate() {
-            let prefix = format!("/spec/initContainers/{index}");
-            force_mounts(&mut container.volume_mounts, &forced_volumes, &prefix, &mut patch);
-        }
-    }
-    for (index, container) in spec.ephemeral_containers.iter_mut().flatten().enumerate() {
-        if let MountScope::NewEphemeralContainers { existing } = scope
-            && existing.contains(&container.name.as_str())
-        {
-            continue;
-        }
-        let prefix = format!("/spec/ephemeralContainers/{index}");
-        force_mounts(&mut container.volume_mounts, &forced_volumes, &prefix, &mut patch);
     }
     patch
 }
 
 fn force_mounts(
-    mounts: &mut Option<Vec<VolumeMount>>,
+    container: &mut ContainerView,
     forced_volumes: &[String],
     container_path: &str,
     patch: &mut Vec<PatchOperation>,
 ) {
-    for (index, mount) in mounts.iter_mut().flatten().enumerate() {
+    for (index, mount) in container.volume_mounts.iter_mut().enumerate() {
         if mount.read_only != Some(true) && forced_volumes.contains(&mount.name) {
             patch.push(PatchOperation::set_true(
                 format!("{container_path}/volumeMounts/{index}/readOnly"),
@@ -87,49 +85,40 @@ fn force_mounts(
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::api::core::v1::{CSIVolumeSource, Container, EphemeralContainer, Volume};
-
     use super::*;
     use crate::patch::PatchOp;
+    use crate::pod_spec::{CsiVolumeView, VolumeMountView, VolumeView};
     use crate::settings::SHARED_RESOURCE_DRIVER;
 
-    fn csi(name: &str, driver: &str, read_only: Option<bool>) -> Volume {
-        Volume {
-            name: name.into(),
-            csi: Some(CSIVolumeSource { driver: driver.into(), read_only, ..Default::default() }),
-            ..Default::default()
-        }
+    fn csi(name: &str, driver: &str, read_only: Option<bool>) -> VolumeView {
+        VolumeView { name: name.into(), csi: Some(CsiVolumeView { driver: driver.into(), read_only }) }
     }
 
-    fn mount(name: &str, read_only: Option<bool>) -> VolumeMount {
-        VolumeMount { name: name.into(), mount_path: format!("/mnt/{name}"), read_only, ..Default::default() }
+    fn mount(name: &str, read_only: Option<bool>) -> VolumeMountView {
+        VolumeMountView { name: name.into(), read_only }
     }
 
-    fn container(name: &str, mounts: Vec<VolumeMount>) -> Container {
-        Container { name: name.into(), volume_mounts: Some(mounts), ..Default::default() }
+    fn container(name: &str, mounts: Vec<VolumeMountView>) -> ContainerView {
+        ContainerView { name: name.into(), volume_mounts: mounts }
     }
 
     fn op(op: PatchOp, path: &str) -> PatchOperation {
         PatchOperation { op, path: path.into(), value: true }
     }
 
-    fn sample() -> PodSpec {
-        PodSpec {
-            volumes: Some(vec![
+    fn sample() -> PodSpecView {
+        PodSpecView {
+            volumes: vec![
                 csi("other", "other.example.com", None),
                 csi("shared", SHARED_RESOURCE_DRIVER, None),
                 csi("shared-rw", SHARED_RESOURCE_DRIVER, Some(false)),
-            ]),
+            ],
             containers: vec![
                 container("app", vec![mount("other", None), mount("shared", None), mount("shared-rw", Some(false))]),
                 container("sidecar", vec![mount("shared", Some(true))]),
             ],
-            init_containers: Some(vec![container("init", vec![mount("shared", None)])]),
-            ephemeral_containers: Some(vec![EphemeralContainer {
-                name: "debug".into(),
-                volume_mounts: Some(vec![mount("shared-rw", None)]),
-                ..Default::default()
-            }]),
+            init_containers: vec![container("init", vec![mount("shared", None)])],
+            ephemeral_containers: vec![container("debug", vec![mount("shared-rw", None)])],
             ..Default::default()
         }
     }
@@ -149,10 +138,9 @@ mod tests {
                 op(PatchOp::Add, "/spec/ephemeralContainers/0/volumeMounts/0/readOnly"),
             ]
         );
-        let volumes = spec.volumes.as_ref().unwrap();
-        assert_eq!(volumes[0].csi.as_ref().unwrap().read_only, None, "other drivers are untouched");
-        assert_eq!(volumes[2].csi.as_ref().unwrap().read_only, Some(true));
-        assert_eq!(spec.containers[0].volume_mounts.as_ref().unwrap()[0].read_only, None);
+        assert_eq!(spec.volumes[0].csi.as_ref().unwrap().read_only, None, "other drivers are untouched");
+        assert_eq!(spec.volumes[2].csi.as_ref().unwrap().read_only, Some(true));
+        assert_eq!(spec.containers[0].volume_mounts[0].read_only, None);
     }
 
     #[test]
@@ -175,11 +163,7 @@ mod tests {
     #[test]
     fn ephemeral_container_update_touches_only_new_ephemeral_containers() {
         let mut spec = sample();
-        spec.ephemeral_containers.as_mut().unwrap().push(EphemeralContainer {
-            name: "debug-2".into(),
-            volume_mounts: Some(vec![mount("shared", Some(false))]),
-            ..Default::default()
-        });
+        spec.ephemeral_containers.push(container("debug-2", vec![mount("shared", Some(false))]));
         let patch = force_read_only(
             &mut spec,
             &ReadOnlyDrivers::default(),

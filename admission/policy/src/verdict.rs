@@ -3,8 +3,6 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::PodSpec;
-
 use crate::Labels;
 use crate::driver_profile::{DriverLabelSource, DriverProfile};
 use crate::exemption::Exemption;
@@ -12,6 +10,7 @@ use crate::labels::audit;
 use crate::level::Mode;
 use crate::message;
 use crate::namespace_policy::NamespacePolicy;
+use crate::pod_spec::PodSpecView;
 use crate::settings::PolicySettings;
 
 /// What kind of object carries the pod spec.
@@ -36,7 +35,7 @@ pub struct Subject<'a> {
     /// The requesting user, for username exemptions.
     pub username: &'a str,
     /// The pod spec (a workload's template spec).
-    pub spec: &'a PodSpec,
+    pub spec: &'a PodSpecView,
 }
 
 /// The outcome of one evaluation. Messages are exact API strings.
@@ -125,9 +124,9 @@ pub fn evaluate<D: DriverLabelSource + ?Sized>(
 
 /// The drivers of the spec's inline CSI volumes, each once, in order of first use. Only
 /// `volumes[].csi` counts: PVCs and generic `ephemeral` volumes are governed elsewhere.
-pub fn distinct_csi_drivers(spec: &PodSpec) -> Vec<&str> {
+pub fn distinct_csi_drivers(spec: &PodSpecView) -> Vec<&str> {
     let mut drivers: Vec<&str> = Vec::new();
-    for volume in spec.volumes.iter().flatten() {
+    for volume in &spec.volumes {
         if let Some(csi) = &volume.csi
             && !drivers.contains(&csi.driver.as_str())
         {

@@ -148,7 +148,7 @@ mod tests {
         object: serde_json::Value,
         old: Option<serde_json::Value>,
     ) -> Attributes {
-        let decode = |value| AdmissionObject::from_value(&resource, value).unwrap();
+        let decode = |value: serde_json::Value| AdmissionObject::from_value(&resource, &value).unwrap();
         Attributes {
             operation,
             kind: Default::default(),

@@ -54,8 +54,7 @@ impl MutationInterface for ReadOnlyForcing {
                 .old_object
                 .as_ref()
                 .and_then(AdmissionObject::pod_spec)
-                .and_then(|spec| spec.ephemeral_containers.as_ref())
-                .map(|containers| containers.iter().map(|c| c.name.as_str()).collect())
+                .map(|spec| spec.ephemeral_containers.iter().map(|c| c.name.as_str()).collect())
                 .unwrap_or_default(),
             _ => return Ok(Vec::new()),
         };

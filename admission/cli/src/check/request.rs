@@ -50,7 +50,7 @@ pub fn prepare(value: Value, ordinal: usize) -> Result<Prepared, String> {
     let resource =
         GroupVersionResource { group: group.to_string(), version: version.to_string(), resource: resource_name(&kind) };
     let label = label(&kind, &namespace, &name, &metadata_text("generateName"));
-    let object = AdmissionObject::from_value(&resource, value).map_err(|error| error.to_string())?;
+    let object = AdmissionObject::from_value(&resource, &value).map_err(|error| error.to_string())?;
     Ok(Prepared::Ready {
         // Plain objects have no uid; a stable one keeps the output reproducible.
         uid: format!("00000000-0000-0000-0000-{ordinal:012}"),
@@ -73,14 +73,9 @@ pub fn prepare(value: Value, ordinal: usize) -> Result<Prepared, String> {
 fn prepare_review(value: &Value) -> Result<Prepared, String> {
     let body = serde_json::to_vec(value).map_err(|error| error.to_string())?;
     let request = review::parse_request(&body).map_err(|error| error.to_string())?;
-    let label = label(
-        &request.kind.kind,
-        request.namespace.as_deref().unwrap_or_default(),
-        request.name.as_deref().unwrap_or_default(),
-        "",
-    );
-    let uid = request.uid.clone();
-    Ok(match request.attributes() {
+    let label = label(&request.kind.kind, &request.namespace, &request.name, "");
+    let uid = request.uid;
+    Ok(match request.attributes {
         Ok(attributes) => Prepared::Ready { uid, label, attributes: Box::new(attributes) },
         Err(error) => Prepared::Undecodable { uid, label, error },
     })
@@ -108,6 +103,8 @@ fn label(kind: &str, namespace: &str, name: &str, generate_name: &str) -> String
 
 #[cfg(test)]
 mod tests {
+    use inline_guard_admission::object::PodSpecKind;
+
     use super::*;
 
     #[test]
@@ -139,7 +136,7 @@ mod tests {
             GroupVersionResource { group: "apps".into(), version: "v1".into(), resource: "deployments".into() }
         );
         assert_eq!(attributes.user_info.username, "system:anonymous");
-        assert!(matches!(attributes.object, Some(AdmissionObject::Deployment(_))));
+        assert!(attributes.object.is_some_and(|object| object.kind == Some(PodSpecKind::Deployment)));
     }
 
     #[test]

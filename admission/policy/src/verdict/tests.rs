@@ -3,11 +3,10 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{CSIVolumeSource, PodSpec, Volume};
-
 use super::*;
 use crate::labels::{self, DRIVER_PROFILE};
 use crate::level::Level;
+use crate::pod_spec::{CsiVolumeView, PodSpecView, VolumeView};
 use crate::settings::{Defaults, Exemptions};
 
 const NS: &str = "apps";
@@ -17,23 +16,19 @@ fn labels(pairs: &[(&str, &str)]) -> Labels {
     pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
 
-fn csi_volume(name: &str, driver: &str) -> Volume {
-    Volume {
-        name: name.into(),
-        csi: Some(CSIVolumeSource { driver: driver.into(), ..Default::default() }),
-        ..Default::default()
-    }
+fn csi_volume(name: &str, driver: &str) -> VolumeView {
+    VolumeView { name: name.into(), csi: Some(CsiVolumeView { driver: driver.into(), read_only: None }) }
 }
 
-fn spec(volumes: Vec<Volume>) -> PodSpec {
-    PodSpec { volumes: Some(volumes), ..Default::default() }
+fn spec(volumes: Vec<VolumeView>) -> PodSpecView {
+    PodSpecView { volumes, ..Default::default() }
 }
 
 fn drivers(pairs: &[(&str, &str)]) -> BTreeMap<String, Labels> {
     pairs.iter().map(|(name, profile)| (name.to_string(), labels(&[(DRIVER_PROFILE, profile)]))).collect()
 }
 
-fn pod<'a>(spec: &'a PodSpec) -> Subject<'a> {
+fn pod<'a>(spec: &'a PodSpecView) -> Subject<'a> {
     Subject { kind: SubjectKind::Pod, name: POD, namespace: NS, username: "alice", spec }
 }
 
@@ -190,19 +185,11 @@ fn invalid_warn_label_fails_open_and_records_the_error() {
 
 #[test]
 fn only_inline_csi_volumes_count() {
-    use k8s_openapi::api::core::v1::{EphemeralVolumeSource, PersistentVolumeClaimVolumeSource};
     let ns = labels(&[(labels::ENFORCE_LEVEL, "restricted")]);
-    let spec = spec(vec![
-        Volume {
-            name: "claim".into(),
-            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
-                claim_name: "data".into(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        },
-        Volume { name: "generic".into(), ephemeral: Some(EphemeralVolumeSource::default()), ..Default::default() },
-    ]);
+    let spec: PodSpecView = serde_json::from_str(
+        r#"{"volumes":[{"name":"claim","persistentVolumeClaim":{"claimName":"data"}},{"name":"generic","ephemeral":{"volumeClaimTemplate":{"spec":{}}}}]}"#,
+    )
+    .unwrap();
     let verdict = evaluate(&PolicySettings::default(), &pod(&spec), Some(&ns), &drivers(&[]));
     assert_eq!(verdict, Verdict::default());
 }
@@ -284,7 +271,7 @@ fn exempt_requests_are_allowed_silently_with_the_reason_audited() {
     ]);
     let drivers = drivers(&[("csi.example.com", "privileged")]);
     let plain = spec(vec![csi_volume("v", "csi.example.com")]);
-    let kata = PodSpec { runtime_class_name: Some("kata".into()), ..plain.clone() };
+    let kata = PodSpecView { runtime_class_name: Some("kata".into()), ..plain.clone() };
     struct Case<'a> {
         name: &'a str,
         subject: Subject<'a>,

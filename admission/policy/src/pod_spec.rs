@@ -1,0 +1,115 @@
+//! The parts of a pod spec that inline-volume admission reads (volumes, their CSI sources, the
+//! runtime class) and read-only forcing writes (`readOnly` on volumes and mounts). Decoding only
+//! these parts, skipping the rest without allocating, is what keeps a webhook answer within a few
+//! microseconds; kube-apiserver has already validated the whole object before it calls a webhook.
+//! Field names and JSON spellings are those of `core/v1` PodSpec.
+
+use serde::{Deserialize, Deserializer};
+
+/// A pod spec, as admission sees it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct PodSpecView {
+    /// `spec.volumes`.
+    #[serde(deserialize_with = "nullable")]
+    pub volumes: Vec<VolumeView>,
+    /// `spec.containers`.
+    #[serde(deserialize_with = "nullable")]
+    pub containers: Vec<ContainerView>,
+    /// `spec.initContainers`.
+    #[serde(deserialize_with = "nullable")]
+    pub init_containers: Vec<ContainerView>,
+    /// `spec.ephemeralContainers`.
+    #[serde(deserialize_with = "nullable")]
+    pub ephemeral_containers: Vec<ContainerView>,
+    /// `spec.runtimeClassName`.
+    pub runtime_class_name: Option<String>,
+}
+
+/// One entry of `spec.volumes`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct VolumeView {
+    /// `name`.
+    pub name: String,
+    /// `csi`: present for inline CSI volumes only.
+    pub csi: Option<CsiVolumeView>,
+}
+
+/// A volume's `csi` source.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct CsiVolumeView {
+    /// `driver`.
+    pub driver: String,
+    /// `readOnly`.
+    pub read_only: Option<bool>,
+}
+
+/// A container, init container or ephemeral container, reduced to its mounts.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ContainerView {
+    /// `name`.
+    pub name: String,
+    /// `volumeMounts`.
+    #[serde(deserialize_with = "nullable")]
+    pub volume_mounts: Vec<VolumeMountView>,
+}
+
+/// One entry of a container's `volumeMounts`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct VolumeMountView {
+    /// `name`: the volume mounted.
+    pub name: String,
+    /// `readOnly`.
+    pub read_only: Option<bool>,
+}
+
+/// `null` (what an empty YAML key decodes to) reads as the empty value, as in Kubernetes.
+pub fn nullable<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Option::<T>::deserialize(deserializer).map(Option::unwrap_or_default)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_only_what_admission_needs_and_skips_the_rest() {
+        let spec: PodSpecView = serde_json::from_str(
+            r#"{"containers":[{"name":"app","image":"x","env":[{"name":"A","value":"1"}],"volumeMounts":[{"name":"v","mountPath":"/v","readOnly":false}]}],
+                "volumes":[{"name":"v","csi":{"driver":"d","volumeAttributes":{"a":"b"}}},{"name":"p","projected":{"sources":[]}}],
+                "initContainers":null,"runtimeClassName":"kata","nodeSelector":{"a":"b"}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            spec,
+            PodSpecView {
+                volumes: vec![
+                    VolumeView { name: "v".into(), csi: Some(CsiVolumeView { driver: "d".into(), read_only: None }) },
+                    VolumeView { name: "p".into(), csi: None },
+                ],
+                containers: vec![ContainerView {
+                    name: "app".into(),
+                    volume_mounts: vec![VolumeMountView { name: "v".into(), read_only: Some(false) }],
+                }],
+                init_containers: vec![],
+                ephemeral_containers: vec![],
+                runtime_class_name: Some("kata".into()),
+            }
+        );
+    }
+
+    #[test]
+    fn a_field_it_reads_must_have_the_right_type() {
+        let error =
+            serde_json::from_str::<PodSpecView>(r#"{"volumes":[{"name":"v","csi":{"driver":7}}]}"#).unwrap_err();
+        assert!(error.to_string().starts_with("invalid type: integer `7`, expected a string"), "{error}");
+    }
+}
