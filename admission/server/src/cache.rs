@@ -1,5 +1,5 @@
-//! The lister cache: metadata-only reflectors on Namespaces and CSIDrivers, trimmed to what
-//! decisions read (labels), with a bounded wait for the first sync and a remembered live GET for
+//! The lister cache: metadata-only watches of Namespaces and CSIDrivers feeding label stores that
+//! keep only what decisions read, a bounded wait for the first sync, and a remembered live GET for
 //! objects the watch has not delivered yet (a CSIDriver created a moment before the pod using it).
 
 use std::future::Future;
@@ -14,7 +14,6 @@ use inline_guard_policy::Labels;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::storage::v1::CSIDriver;
 use kube::api::{Api, PartialObjectMeta};
-use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Client, Resource};
 use lru::LruCache;
@@ -22,6 +21,7 @@ use tokio::sync::Mutex;
 use tracing::warn;
 
 use crate::health::Readiness;
+use crate::label_store::LabelStore;
 use crate::metrics::{CacheKind, Metrics};
 
 /// A Namespace as cached: metadata only.
@@ -87,10 +87,10 @@ impl LiveLookup for ApiLookup {
 
 type Remembered = (Instant, Option<Arc<Labels>>);
 
-/// Cluster facts from the reflector stores, with live lookups for misses.
+/// Cluster facts from the label stores, with live lookups for misses.
 pub struct KubeFacts {
-    namespaces: Store<NamespaceMeta>,
-    csi_drivers: Store<CsiDriverMeta>,
+    namespaces: Arc<LabelStore>,
+    csi_drivers: Arc<LabelStore>,
     live: Arc<dyn LiveLookup>,
     // One lock for every miss: at most one live GET is in flight, so a storm of misses (a
     // Deployment scaling up in a namespace the watch has not delivered yet) costs one request.
@@ -102,8 +102,8 @@ pub struct KubeFacts {
 impl KubeFacts {
     /// Facts over the given stores.
     pub fn new(
-        namespaces: Store<NamespaceMeta>,
-        csi_drivers: Store<CsiDriverMeta>,
+        namespaces: Arc<LabelStore>,
+        csi_drivers: Arc<LabelStore>,
         live: Arc<dyn LiveLookup>,
         settings: CacheSettings,
         metrics: Arc<Metrics>,
@@ -112,15 +112,7 @@ impl KubeFacts {
         KubeFacts { namespaces, csi_drivers, live, misses, settings, metrics }
     }
 
-    async fn lookup<K>(
-        &self,
-        kind: CacheKind,
-        store: &Store<PartialObjectMeta<K>>,
-        name: &str,
-    ) -> Result<Option<Arc<Labels>>, FactsError>
-    where
-        K: Resource<DynamicType = ()> + Clone + 'static,
-    {
+    async fn lookup(&self, kind: CacheKind, store: &LabelStore, name: &str) -> Result<Option<Arc<Labels>>, FactsError> {
         if tokio::time::timeout(self.settings.sync_wait, store.wait_until_ready()).await.is_err() {
             return Err(FactsError::Unavailable(format!(
                 "the {} cache has not synced after {:?}",
@@ -128,8 +120,8 @@ impl KubeFacts {
                 self.settings.sync_wait
             )));
         }
-        if let Some(meta) = store.get(&ObjectRef::new(name)) {
-            return Ok(Some(Arc::new(meta.metadata.labels.clone().unwrap_or_default())));
+        if let Some(labels) = store.get(name) {
+            return Ok(Some(labels));
         }
 
         let key = (kind, name.to_string());
@@ -140,8 +132,8 @@ impl KubeFacts {
             return Ok(labels.clone());
         }
         // The watch may have caught up while this request waited for the lock.
-        if let Some(meta) = store.get(&ObjectRef::new(name)) {
-            return Ok(Some(Arc::new(meta.metadata.labels.clone().unwrap_or_default())));
+        if let Some(labels) = store.get(name) {
+            return Ok(Some(labels));
         }
         self.metrics.live_lookup();
         let found = match kind {
@@ -168,10 +160,7 @@ impl ClusterFacts for KubeFacts {
 
 impl Readiness for KubeFacts {
     fn ready(&self) -> Result<(), String> {
-        let synced = |store_ready: Option<Result<(), _>>| matches!(store_ready, Some(Ok(())));
-        let namespaces = synced(self.namespaces.wait_until_ready().now_or_never());
-        let csi_drivers = synced(self.csi_drivers.wait_until_ready().now_or_never());
-        match (namespaces, csi_drivers) {
+        match (self.namespaces.is_ready(), self.csi_drivers.is_ready()) {
             (true, true) => Ok(()),
             (false, true) => Err("the namespaces cache has not synced".into()),
             (true, false) => Err("the csidrivers cache has not synced".into()),
@@ -188,8 +177,8 @@ pub fn watch_cluster(
     settings: CacheSettings,
     metrics: Arc<Metrics>,
 ) -> (Arc<KubeFacts>, impl Future<Output = ()>) {
-    let (namespaces, namespace_writer) = reflector::store::<NamespaceMeta>();
-    let (csi_drivers, csi_driver_writer) = reflector::store::<CsiDriverMeta>();
+    let namespaces = Arc::new(LabelStore::new(CacheKind::Namespace));
+    let csi_drivers = Arc::new(LabelStore::new(CacheKind::CsiDriver));
     let facts = Arc::new(KubeFacts::new(
         namespaces.clone(),
         csi_drivers.clone(),
@@ -198,44 +187,25 @@ pub fn watch_cluster(
         metrics.clone(),
     ));
     let drive = futures_util::future::join(
-        reflect(
-            Api::<NamespaceMeta>::all(client.clone()),
-            namespace_writer,
-            namespaces,
-            CacheKind::Namespace,
-            metrics.clone(),
-        ),
-        reflect(Api::<CsiDriverMeta>::all(client), csi_driver_writer, csi_drivers, CacheKind::CsiDriver, metrics),
+        feed(Api::<NamespaceMeta>::all(client.clone()), namespaces, metrics.clone()),
+        feed(Api::<CsiDriverMeta>::all(client), csi_drivers, metrics),
     )
     .map(|_| ());
     (facts, drive)
 }
 
-async fn reflect<K>(
-    api: Api<PartialObjectMeta<K>>,
-    writer: reflector::store::Writer<PartialObjectMeta<K>>,
-    store: Store<PartialObjectMeta<K>>,
-    kind: CacheKind,
-    metrics: Arc<Metrics>,
-) where
+async fn feed<K>(api: Api<PartialObjectMeta<K>>, store: Arc<LabelStore>, metrics: Arc<Metrics>)
+where
     K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
 {
+    let kind = store.kind();
     watcher(api, watcher::Config::default())
         .default_backoff()
-        // Keep only what decisions read: labels. Annotations and managed fields are most of an
-        // object's metadata, and 10 000 namespaces must stay a few megabytes.
-        .modify(|meta| {
-            meta.metadata.annotations = None;
-            meta.metadata.managed_fields = None;
-            meta.metadata.owner_references = None;
-            meta.metadata.finalizers = None;
-        })
-        .reflect(writer)
         .for_each(|event| {
             match event {
-                Ok(_) => {
-                    let synced = store.wait_until_ready().now_or_never().is_some_and(|ready| ready.is_ok());
-                    metrics.set_cache(kind, store.len(), synced, unix_now());
+                Ok(event) => {
+                    store.apply(event);
+                    metrics.set_cache(kind, store.len(), store.is_ready(), unix_now());
                 }
                 Err(error) => {
                     warn!(kind = kind.plural(), %error, "watch failed; retrying with backoff, serving the last known state");

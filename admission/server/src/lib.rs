@@ -4,6 +4,7 @@
 
 pub mod cache;
 pub mod health;
+pub mod label_store;
 pub mod listener;
 pub mod metrics;
 pub mod reload;

@@ -103,6 +103,14 @@ impl CacheKind {
         }
     }
 
+    /// Whether decisions read the label `key` on objects of this kind.
+    pub fn reads_label(self, key: &str) -> bool {
+        match self {
+            CacheKind::Namespace => key.starts_with("pod-security.kubernetes.io/"),
+            CacheKind::CsiDriver => key == inline_guard_policy::labels::DRIVER_PROFILE,
+        }
+    }
+
     /// `namespaces` or `csidrivers`.
     pub fn plural(self) -> &'static str {
         match self {

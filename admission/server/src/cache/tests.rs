@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use kube::api::ObjectMeta;
-use kube::runtime::reflector::store::Writer;
 use kube::runtime::watcher::Event;
 
 use super::*;
@@ -44,39 +43,34 @@ fn namespace(name: &str, pairs: &[(&str, &str)]) -> NamespaceMeta {
 
 struct Fixture {
     facts: Arc<KubeFacts>,
-    namespaces: Writer<NamespaceMeta>,
-    csi_drivers: Writer<CsiDriverMeta>,
+    namespaces: Arc<LabelStore>,
+    csi_drivers: Arc<LabelStore>,
     lookup: Arc<CountingLookup>,
     metrics: Arc<Metrics>,
 }
 
 fn fixture(settings: CacheSettings) -> Fixture {
-    let namespaces = Writer::<NamespaceMeta>::default();
-    let csi_drivers = Writer::<CsiDriverMeta>::default();
+    let namespaces = Arc::new(LabelStore::new(CacheKind::Namespace));
+    let csi_drivers = Arc::new(LabelStore::new(CacheKind::CsiDriver));
     let lookup = Arc::new(CountingLookup {
         calls: AtomicUsize::new(0),
         namespaces: [("fresh".to_string(), labels(&[("pod-security.kubernetes.io/enforce", "baseline")]))].into(),
         delay: Duration::from_millis(20),
     });
     let metrics = Arc::new(Metrics::new());
-    let facts = Arc::new(KubeFacts::new(
-        namespaces.as_reader(),
-        csi_drivers.as_reader(),
-        lookup.clone(),
-        settings,
-        metrics.clone(),
-    ));
+    let facts =
+        Arc::new(KubeFacts::new(namespaces.clone(), csi_drivers.clone(), lookup.clone(), settings, metrics.clone()));
     Fixture { facts, namespaces, csi_drivers, lookup, metrics }
 }
 
-fn sync(fixture: &mut Fixture, objects: Vec<NamespaceMeta>) {
-    fixture.namespaces.apply_watcher_event(&Event::Init);
+fn sync(fixture: &Fixture, objects: Vec<NamespaceMeta>) {
+    fixture.namespaces.apply(Event::<NamespaceMeta>::Init);
     for object in objects {
-        fixture.namespaces.apply_watcher_event(&Event::InitApply(object));
+        fixture.namespaces.apply(Event::InitApply(object));
     }
-    fixture.namespaces.apply_watcher_event(&Event::InitDone);
-    fixture.csi_drivers.apply_watcher_event(&Event::Init);
-    fixture.csi_drivers.apply_watcher_event(&Event::InitDone);
+    fixture.namespaces.apply(Event::<NamespaceMeta>::InitDone);
+    fixture.csi_drivers.apply(Event::<CsiDriverMeta>::Init);
+    fixture.csi_drivers.apply(Event::<CsiDriverMeta>::InitDone);
 }
 
 fn settings() -> CacheSettings {
@@ -99,34 +93,32 @@ async fn before_the_first_sync_a_lookup_waits_its_bound_then_is_unavailable() {
 
 #[tokio::test]
 async fn a_lookup_waiting_for_the_first_sync_is_answered_once_it_completes() {
-    let mut fixture = fixture(CacheSettings { sync_wait: Duration::from_secs(5), ..settings() });
+    let fixture = fixture(CacheSettings { sync_wait: Duration::from_secs(5), ..settings() });
     let facts = fixture.facts.clone();
     let waiting = tokio::spawn(async move { facts.namespace_labels("apps").await });
     tokio::time::sleep(Duration::from_millis(50)).await;
-    sync(&mut fixture, vec![namespace("apps", &[("team", "a")])]);
+    sync(&fixture, vec![namespace("apps", &[("pod-security.kubernetes.io/audit", "baseline")])]);
     let labels = waiting.await.unwrap().unwrap().unwrap();
-    assert_eq!(labels.get("team").map(String::as_str), Some("a"));
+    assert_eq!(labels.get("pod-security.kubernetes.io/audit").map(String::as_str), Some("baseline"));
     assert_eq!(fixture.facts.ready(), Ok(()));
     assert_eq!(fixture.lookup.calls.load(Ordering::SeqCst), 0);
 }
 
 #[tokio::test]
 async fn label_changes_from_the_watch_govern_the_next_lookup() {
-    let mut fixture = fixture(settings());
-    sync(&mut fixture, vec![namespace("apps", &[("pod-security.kubernetes.io/enforce", "privileged")])]);
-    fixture
-        .namespaces
-        .apply_watcher_event(&Event::Apply(namespace("apps", &[("pod-security.kubernetes.io/enforce", "restricted")])));
+    let fixture = fixture(settings());
+    sync(&fixture, vec![namespace("apps", &[("pod-security.kubernetes.io/enforce", "privileged")])]);
+    fixture.namespaces.apply(Event::Apply(namespace("apps", &[("pod-security.kubernetes.io/enforce", "restricted")])));
     let labels = fixture.facts.namespace_labels("apps").await.unwrap().unwrap();
     assert_eq!(labels.get("pod-security.kubernetes.io/enforce").map(String::as_str), Some("restricted"));
-    fixture.namespaces.apply_watcher_event(&Event::Delete(namespace("apps", &[])));
+    fixture.namespaces.apply(Event::Delete(namespace("apps", &[])));
     assert_eq!(fixture.facts.namespace_labels("apps").await.unwrap(), None, "deleted, and not found live either");
 }
 
 #[tokio::test]
 async fn a_miss_is_looked_up_live_once_and_remembered_for_its_ttl() {
-    let mut fixture = fixture(settings());
-    sync(&mut fixture, vec![]);
+    let fixture = fixture(settings());
+    sync(&fixture, vec![]);
     let found = fixture.facts.namespace_labels("fresh").await.unwrap().unwrap();
     assert_eq!(found.get("pod-security.kubernetes.io/enforce").map(String::as_str), Some("baseline"));
     assert_eq!(fixture.facts.namespace_labels("missing").await.unwrap(), None);
@@ -142,8 +134,8 @@ async fn a_miss_is_looked_up_live_once_and_remembered_for_its_ttl() {
 
 #[tokio::test]
 async fn a_storm_of_misses_costs_one_live_lookup() {
-    let mut fixture = fixture(settings());
-    sync(&mut fixture, vec![]);
+    let fixture = fixture(settings());
+    sync(&fixture, vec![]);
     let lookups: Vec<_> = (0..100)
         .map(|_| {
             let facts = fixture.facts.clone();
@@ -158,8 +150,8 @@ async fn a_storm_of_misses_costs_one_live_lookup() {
 
 #[tokio::test]
 async fn a_failing_live_lookup_is_unavailable_not_absent() {
-    let mut fixture = fixture(settings());
-    sync(&mut fixture, vec![]);
+    let fixture = fixture(settings());
+    sync(&fixture, vec![]);
     assert_eq!(
         fixture.facts.csi_driver_labels("csi.example.com").await,
         Err(FactsError::Unavailable("live lookup of csidriver csi.example.com: connection refused".into()))

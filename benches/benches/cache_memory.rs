@@ -1,0 +1,96 @@
+//! Memory of the lister cache: 10 000 namespaces as the watch delivers them (labels, annotations,
+//! managed fields), applied to the server's label store (which keeps the name and the Pod Security
+//! labels, sharing identical label sets), measured as the growth of the process's resident set.
+//! Beside it, for comparison, the same objects kept whole in kube's reflector store. Target: a few
+//! megabytes.
+//!
+//! `cargo bench -p inline-guard-benches --bench cache_memory`
+
+use std::collections::BTreeMap;
+
+use inline_guard_server::cache::NamespaceMeta;
+use inline_guard_server::label_store::LabelStore;
+use inline_guard_server::metrics::CacheKind;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, ObjectMeta};
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::watcher::Event;
+
+const NAMESPACES: usize = 10_000;
+
+fn resident_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").expect("Linux /proc");
+    let pages: u64 = statm.split_whitespace().nth(1).and_then(|p| p.parse().ok()).expect("statm resident");
+    pages * 4096
+}
+
+fn namespace(index: usize) -> NamespaceMeta {
+    let name = format!("team-{index:05}");
+    let labels: BTreeMap<String, String> = [
+        ("kubernetes.io/metadata.name", name.as_str()),
+        ("pod-security.kubernetes.io/enforce", "baseline"),
+        ("pod-security.kubernetes.io/warn", "restricted"),
+        ("pod-security.kubernetes.io/audit", "restricted"),
+        ("team", "payments"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let annotations: BTreeMap<String, String> = [(
+        "kubectl.kubernetes.io/last-applied-configuration".to_string(),
+        format!("{{\"apiVersion\":\"v1\",\"kind\":\"Namespace\",\"metadata\":{{\"labels\":{{\"team\":\"payments\"}},\"name\":\"{name}\"}}}}\n"),
+    )]
+    .into();
+    let managed = ManagedFieldsEntry {
+        api_version: Some("v1".into()),
+        fields_type: Some("FieldsV1".into()),
+        fields_v1: Some(FieldsV1(
+            serde_json::json!({"f:metadata": {"f:labels": {"f:team": {}, "f:pod-security.kubernetes.io/enforce": {}}}}),
+        )),
+        manager: Some("kubectl-client-side-apply".into()),
+        operation: Some("Update".into()),
+        ..Default::default()
+    };
+    NamespaceMeta {
+        types: None,
+        metadata: ObjectMeta {
+            name: Some(name),
+            labels: Some(labels),
+            annotations: Some(annotations),
+            managed_fields: Some(vec![managed.clone(), managed]),
+            resource_version: Some(format!("{}", 100_000 + index)),
+            uid: Some(format!("5f0c8a9e-0000-4000-8000-{index:012}")),
+            ..Default::default()
+        },
+        _phantom: Default::default(),
+    }
+}
+
+fn main() {
+    let before = resident_bytes();
+    let store = LabelStore::new(CacheKind::Namespace);
+    store.apply(Event::<NamespaceMeta>::Init);
+    for index in 0..NAMESPACES {
+        store.apply(Event::InitApply(namespace(index)));
+    }
+    store.apply(Event::<NamespaceMeta>::InitDone);
+    report("label store (as served)", store.len(), resident_bytes().saturating_sub(before));
+    drop(store);
+
+    let before = resident_bytes();
+    let mut writer = Writer::<NamespaceMeta>::default();
+    let reader = writer.as_reader();
+    writer.apply_watcher_event(&Event::Init);
+    for index in 0..NAMESPACES {
+        writer.apply_watcher_event(&Event::InitApply(namespace(index)));
+    }
+    writer.apply_watcher_event(&Event::InitDone);
+    report(
+        "whole objects in kube's reflector store (comparison)",
+        reader.len(),
+        resident_bytes().saturating_sub(before),
+    );
+}
+
+fn report(what: &str, objects: usize, grown: u64) {
+    println!("{objects} namespaces, {what}: resident set grew {:.1} MB", grown as f64 / 1e6);
+}
