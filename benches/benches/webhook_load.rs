@@ -23,9 +23,8 @@ use inline_guard_benches::{REVIEW_3K, facts};
 use inline_guard_policy::PolicySettings;
 use inline_guard_server::metrics::Metrics;
 use inline_guard_server::server::{Parts, Server, ServerOptions};
-use inline_guard_server::tls::{ReloadingCertificate, generate_pair, server_config};
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, ServerName};
+use inline_guard_server::tls::{ReloadingCertificate, connector_trusting, generate_pair, server_config};
+use rustls_pki_types::ServerName;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
@@ -79,7 +78,7 @@ fn main() {
     });
 
     let client_runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let connector = connector(&pair.ca_pem);
+    let connector = connector_trusting(&[&pair.ca_pem]).expect("client TLS configuration");
     let body = Bytes::from_static(REVIEW_3K.as_bytes());
     println!("review: {} bytes, {}s per run, server and client each on 2 worker threads", body.len(), seconds);
     println!("{:<10} {:<24} {:>12} {:>10} {:>10} {:>10}", "target", "load", "requests/s", "p50", "p99", "p99.9");
@@ -148,17 +147,6 @@ async fn start_floor(acceptor: TlsAcceptor) -> SocketAddr {
         }
     });
     addr
-}
-
-fn connector(ca_pem: &str) -> TlsConnector {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap()).unwrap();
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    TlsConnector::from(Arc::new(config))
 }
 
 async fn connect(addr: SocketAddr, connector: &TlsConnector) -> SendRequest<Full<Bytes>> {

@@ -11,8 +11,7 @@ use inline_guard_admission::plugins::standard_chain;
 use inline_guard_admission::review::AdmissionResponse;
 use inline_guard_admission::review::ReviewResponse;
 use inline_guard_admission::{
-    AdmissionObject, Attributes, Chain, GroupVersionKind, GroupVersionResource, Operation, Phase, StaticClusterFacts,
-    UserInfo,
+    AdmissionObject, Chain, GroupVersionKind, GroupVersionResource, Phase, StaticClusterFacts,
 };
 use inline_guard_config::AdmissionConfig;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
@@ -23,7 +22,7 @@ use kube::api::{Api, ListParams, PartialObjectMeta};
 use kube::{Client, Resource, ResourceExt as _};
 use serde::de::DeserializeOwned;
 
-use crate::check::{Evaluation, Prepared, evaluate_all, table};
+use crate::check::{Evaluation, Prepared, anonymous_create, evaluate_all, table};
 use crate::cli::Output;
 use crate::serve::{FactsSource, ServeError, kube_client};
 
@@ -105,32 +104,6 @@ pub fn findings(chain: &Chain, objects: Vec<(String, Prepared)>) -> Vec<Evaluati
         .collect()
 }
 
-/// An existing object as the CREATE request that would make it now.
-pub fn as_create(
-    kind: GroupVersionKind,
-    resource: GroupVersionResource,
-    object: AdmissionObject,
-    ordinal: usize,
-) -> Prepared {
-    let namespace = object.names.namespace.clone().unwrap_or_default();
-    let name = object.names.name.clone().unwrap_or_default();
-    let label = format!("{} {namespace}/{name}", kind.kind);
-    let attributes = Attributes {
-        operation: Operation::Create,
-        kind,
-        resource,
-        subresource: String::new(),
-        namespace,
-        name,
-        object: Some(object),
-        old_object: None,
-        // Who will create the object next is unknown: username exemptions cannot apply.
-        user_info: UserInfo::anonymous(),
-        dry_run: true,
-    };
-    Prepared::Ready { uid: format!("00000000-0000-0000-0000-{ordinal:012}"), label, attributes: Box::new(attributes) }
-}
-
 /// One JSON line per finding: which object, and the answer it would get.
 #[derive(serde::Serialize)]
 struct Finding<'a> {
@@ -204,7 +177,12 @@ where
             .map_err(|error| AuditError::List { resource: source.clone(), message: error.to_string() })?;
         let object = AdmissionObject::from_value(&resource, &value)
             .map_err(|error| AuditError::List { resource: source.clone(), message: error.to_string() })?;
-        into.push((source.clone(), as_create(kind.clone(), resource.clone(), object, into.len() + 1)));
+        // Who will create the object next is unknown: username exemptions cannot apply.
+        let namespace = object.names.namespace.clone().unwrap_or_default();
+        into.push((
+            source.clone(),
+            anonymous_create(kind.clone(), resource.clone(), namespace, object, into.len() + 1, true),
+        ));
     }
     Ok(())
 }
@@ -263,19 +241,16 @@ mod tests {
             [("security.openshift.io/csi-ephemeral-volume-profile".into(), "privileged".into())].into(),
         );
         let chain = standard_chain(Arc::new(inline_guard_policy::PolicySettings::default()), Arc::new(facts));
-        let pods = GroupVersionResource::v1("", "pods");
-        let kind = GroupVersionKind { group: String::new(), version: "v1".into(), kind: "Pod".into() };
+        let created = |object: AdmissionObject, ordinal| {
+            let namespace = object.names.namespace.clone().unwrap_or_default();
+            let kind = GroupVersionKind { group: String::new(), version: "v1".into(), kind: "Pod".into() };
+            anonymous_create(kind, GroupVersionResource::v1("", "pods"), namespace, object, ordinal, true)
+        };
         let objects = vec![
-            (
-                "pods".to_string(),
-                as_create(kind.clone(), pods.clone(), pod("locked", "denied", Some("csi.example.com")), 1),
-            ),
-            (
-                "pods".to_string(),
-                as_create(kind.clone(), pods.clone(), pod("watched", "warned", Some("csi.example.com")), 2),
-            ),
-            ("pods".to_string(), as_create(kind.clone(), pods.clone(), pod("locked", "plain", None), 3)),
-            ("pods".to_string(), as_create(kind, pods, pod("open", "fine", Some("csi.example.com")), 4)),
+            ("pods".to_string(), created(pod("locked", "denied", Some("csi.example.com")), 1)),
+            ("pods".to_string(), created(pod("watched", "warned", Some("csi.example.com")), 2)),
+            ("pods".to_string(), created(pod("locked", "plain", None), 3)),
+            ("pods".to_string(), created(pod("open", "fine", Some("csi.example.com")), 4)),
         ];
         let found = findings(&chain, objects);
         assert_eq!(

@@ -19,9 +19,8 @@ use inline_guard_server::health::Readiness;
 use inline_guard_server::metrics::Metrics;
 use inline_guard_server::server::{Parts, Server, ServerOptions};
 use inline_guard_server::standalone::FileFacts;
-use inline_guard_server::tls::{GeneratedPair, ReloadingCertificate, generate_pair};
+use inline_guard_server::tls::{GeneratedPair, ReloadingCertificate, connector_trusting, generate_pair};
 use rustls_pki_types::ServerName;
-use rustls_pki_types::pem::PemObject;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -73,16 +72,7 @@ async fn start() -> Harness {
 
 impl Harness {
     fn connector(&self) -> TlsConnector {
-        let mut roots = rustls::RootCertStore::empty();
-        for pem in &self.trusted {
-            roots.add(rustls_pki_types::CertificateDer::from_pem_slice(pem.as_bytes()).unwrap()).unwrap();
-        }
-        let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        TlsConnector::from(Arc::new(config))
+        connector_trusting(&self.trusted.iter().map(String::as_str).collect::<Vec<_>>()).unwrap()
     }
 
     async fn tls_stream(&self) -> tokio_rustls::client::TlsStream<TcpStream> {

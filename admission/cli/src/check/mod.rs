@@ -16,7 +16,7 @@ use inline_guard_config::documents::Position;
 use inline_guard_config::{AdmissionConfig, read_documents};
 
 use crate::cli::Output;
-pub use request::Prepared;
+pub use request::{Prepared, anonymous_create};
 
 /// The arguments of `check`.
 #[derive(Debug, Clone)]

@@ -45,29 +45,39 @@ pub fn prepare(value: Value, ordinal: usize) -> Result<Prepared, String> {
         |key: &str| metadata.and_then(|m| m.get(key)).and_then(Value::as_str).unwrap_or_default().to_string();
     let namespace =
         Some(metadata_text("namespace")).filter(|n| !n.is_empty()).unwrap_or_else(|| DEFAULT_NAMESPACE.into());
-    let name = metadata_text("name");
     let (group, version) = api_version.split_once('/').unwrap_or(("", &api_version));
     let resource =
         GroupVersionResource { group: group.to_string(), version: version.to_string(), resource: resource_name(&kind) };
-    let label = label(&kind, &namespace, &name, &metadata_text("generateName"));
+    let kind = GroupVersionKind { group: group.to_string(), version: version.to_string(), kind };
     let object = AdmissionObject::from_value(&resource, &value).map_err(|error| error.to_string())?;
-    Ok(Prepared::Ready {
-        // Plain objects have no uid; a stable one keeps the output reproducible.
-        uid: format!("00000000-0000-0000-0000-{ordinal:012}"),
-        label,
-        attributes: Box::new(Attributes {
-            operation: Operation::Create,
-            kind: GroupVersionKind { group: group.to_string(), version: version.to_string(), kind },
-            resource,
-            subresource: String::new(),
-            namespace,
-            name,
-            object: Some(object),
-            old_object: None,
-            user_info: UserInfo::anonymous(),
-            dry_run: false,
-        }),
-    })
+    Ok(anonymous_create(kind, resource, namespace, object, ordinal, false))
+}
+
+/// A CREATE of `object` by `system:anonymous`: how `check` and `audit` evaluate objects that come
+/// without a request. Plain objects have no uid; one made from `ordinal` keeps output reproducible.
+pub fn anonymous_create(
+    kind: GroupVersionKind,
+    resource: GroupVersionResource,
+    namespace: String,
+    object: AdmissionObject,
+    ordinal: usize,
+    dry_run: bool,
+) -> Prepared {
+    let name = object.names.name.clone().unwrap_or_default();
+    let label = label(&kind.kind, &namespace, &name, object.names.generate_name.as_deref().unwrap_or_default());
+    let attributes = Attributes {
+        operation: Operation::Create,
+        kind,
+        resource,
+        subresource: String::new(),
+        namespace,
+        name,
+        object: Some(object),
+        old_object: None,
+        user_info: UserInfo::anonymous(),
+        dry_run,
+    };
+    Prepared::Ready { uid: format!("00000000-0000-0000-0000-{ordinal:012}"), label, attributes: Box::new(attributes) }
 }
 
 fn prepare_review(value: &Value) -> Result<Prepared, String> {
