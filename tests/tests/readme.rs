@@ -36,5 +36,11 @@ fn the_readme_commands_exist() {
     assert!(root.join("tests/run").is_file());
     let ci = std::fs::read_to_string(root.join(".ci/run")).unwrap();
     assert!(ci.lines().any(|line| line.trim() == "exec tests/run"), ".ci/run calls the README's test command");
-    assert!(readme.contains("cargo run -q -p csi-volume-admission -- check --cluster-state config/examples/cluster-state.yaml config/examples/manifests"));
+    assert!(readme.contains(
+        "cargo run -q -p csi-volume-admission -- serve --cluster-state config/examples/cluster-state.yaml\n"
+    ));
+    assert!(readme.contains(
+        "cargo run -q -p csi-volume-admission -- check --cluster-state config/examples/cluster-state.yaml config/examples/manifests"
+    ));
+    assert!(root.join("config/examples/review-denied.json").is_file(), "the curl example's review exists");
 }
