@@ -108,9 +108,9 @@ impl Webhook {
             _ => (Endpoint::Other, Phase::Both),
         };
         let (response, decision) = match self.answer(endpoint, phase, request).await {
-            Ok((review, uid)) => {
+            Ok(review) => {
                 let decision = if review.response.allowed { Decision::Allowed } else { Decision::Denied };
-                debug!(uid = %uid, path = ?endpoint, allowed = review.response.allowed, "answered");
+                debug!(uid = %review.response.uid, path = ?endpoint, allowed = review.response.allowed, "answered");
                 (json_response(review.to_json()), decision)
             }
             Err(error) => {
@@ -127,7 +127,7 @@ impl Webhook {
         endpoint: Endpoint,
         phase: Phase,
         request: Request<B>,
-    ) -> Result<(ReviewResponse, String), HttpError>
+    ) -> Result<ReviewResponse, HttpError>
     where
         B: Body<Data = Bytes>,
         B::Error: Into<BoxError>,
@@ -168,8 +168,7 @@ impl Webhook {
         if let Err(AdmissionError::Internal(message)) = &decided.outcome.result {
             return Err(HttpError::Unavailable(message.clone()));
         }
-        let uid = decided.uid.clone();
-        Ok((ReviewResponse::from_outcome(&decided.uid, decided.outcome), uid))
+        Ok(ReviewResponse::from_outcome(&decided.uid, decided.outcome))
     }
 }
 
