@@ -72,7 +72,8 @@ async fn sigterm_finishes_the_request_in_flight_and_exits_zero() {
     stream.write_all(head.as_bytes()).await.unwrap();
     stream.write_all(first.as_bytes()).await.unwrap();
     stream.flush().await.unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Let the server read the head, so the request is in flight when SIGTERM arrives.
+    tokio::time::sleep(Duration::from_millis(300)).await;
 
     let status = Command::new("kill").args(["-TERM", &running.child.id().to_string()]).status().unwrap();
     assert!(status.success());

@@ -127,7 +127,7 @@ async fn a_miss_is_looked_up_live_once_and_remembered_for_its_ttl() {
     assert_eq!(fixture.lookup.calls.load(Ordering::SeqCst), 2);
     assert!(fixture.metrics.encode().contains("csi_volume_admission_live_lookups_total 2"));
 
-    tokio::time::sleep(Duration::from_millis(350)).await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
     fixture.facts.namespace_labels("fresh").await.unwrap();
     assert_eq!(fixture.lookup.calls.load(Ordering::SeqCst), 3, "looked up again after the TTL");
 }
