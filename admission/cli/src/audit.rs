@@ -85,11 +85,19 @@ pub fn run(args: &AuditArgs, stdout: &mut dyn std::io::Write) -> Result<AuditSum
     let scanned = objects.len();
     let findings = findings(&chain, objects);
     write_report(stdout, args.output, &findings)?;
-    Ok(AuditSummary {
+    let summary = AuditSummary {
         scanned,
         reported: findings.len(),
         denied: findings.iter().filter(|e| !e.outcome.is_allowed()).count(),
-    })
+    };
+    if args.output == Output::Table {
+        writeln!(
+            stdout,
+            "\n{} objects scanned: {} to report, {} would be denied",
+            summary.scanned, summary.reported, summary.denied
+        )?;
+    }
+    Ok(summary)
 }
 
 /// Evaluates every object as a CREATE through the validating chain and keeps those with

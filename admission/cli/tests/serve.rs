@@ -17,6 +17,16 @@ struct Running {
     ca_pem: String,
 }
 
+impl Drop for Running {
+    // A failed assertion must not leave a server behind.
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 fn start() -> Running {
     let cluster_state = concat!(env!("CARGO_MANIFEST_DIR"), "/../../config/examples/cluster-state.yaml");
     let mut child = Command::new(env!("CARGO_BIN_EXE_csi-volume-admission"))
@@ -63,6 +73,17 @@ const REVIEW: &str = r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionRev
 #[tokio::test]
 async fn sigterm_finishes_the_request_in_flight_and_exits_zero() {
     let mut running = start();
+    // A bad request is logged from a runtime worker thread; that log must not wait on a standard
+    // stream some other thread holds (it once deadlocked the server here).
+    let mut bad = tls(&running).await;
+    bad.write_all(b"GET /validate HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n").await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), bad.read_to_end(&mut answer))
+        .await
+        .expect("bad request answered")
+        .unwrap();
+    assert!(String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 405"), "{}", String::from_utf8_lossy(&answer));
+
     let mut stream = tls(&running).await;
     let (first, rest) = REVIEW.split_at(REVIEW.len() / 2);
     let head = format!(

@@ -123,7 +123,16 @@ pub fn run(args: &CheckArgs, stdin: &mut dyn Read, stdout: &mut dyn Write) -> Re
                 writeln!(stdout, "{}", response.to_json())?;
             }
         }
-        Output::Table => table::write(stdout, &evaluations)?,
+        Output::Table => {
+            table::write(stdout, &evaluations)?;
+            let denied = evaluations.iter().filter(|e| !e.outcome.is_allowed()).count();
+            writeln!(
+                stdout,
+                "\n{} objects: {} admitted, {denied} denied",
+                evaluations.len(),
+                evaluations.len() - denied
+            )?;
+        }
     }
     Ok(Summary { evaluated: evaluations.len(), denied: evaluations.iter().filter(|e| !e.outcome.is_allowed()).count() })
 }

@@ -6,7 +6,7 @@ use inline_guard_policy::patch::PatchOp;
 
 use super::Evaluation;
 
-/// Writes the table, with the details of each object indented under it, and a closing count.
+/// Writes the table, with the details of each object indented under it.
 pub fn write(out: &mut dyn Write, evaluations: &[Evaluation]) -> io::Result<()> {
     let width = evaluations.iter().map(|e| e.label.len()).max().unwrap_or(0).max("OBJECT".len());
     writeln!(out, "{:<width$}  {:<8}  SOURCE", "OBJECT", "DECISION")?;
@@ -31,6 +31,5 @@ pub fn write(out: &mut dyn Write, evaluations: &[Evaluation]) -> io::Result<()> 
             writeln!(out, "    patch    {op} {} = {}", operation.path, operation.value)?;
         }
     }
-    let denied = evaluations.iter().filter(|e| !e.outcome.is_allowed()).count();
-    writeln!(out, "\n{} objects: {} admitted, {denied} denied", evaluations.len(), evaluations.len() - denied)
+    Ok(())
 }
