@@ -1,0 +1,224 @@
+//! Lays out a volume's files so that a reader never sees a mix of old and new content: each
+//! version is written to its own hidden timestamped directory, `..data` is a symlink to the
+//! current one, swapped by rename (atomic), and each user-visible top-level name is a symlink
+//! through `..data`. The layout kubelet uses for Secret and ConfigMap volumes, so tools that know
+//! it (reloaders watching `..data`) work unchanged.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::io::Write as _;
+use std::os::unix::fs::{OpenOptionsExt as _, symlink};
+use std::path::{Component, Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::error::{Error, Result};
+
+/// The symlink to the current version.
+pub const DATA_LINK: &str = "..data";
+const DATA_LINK_TMP: &str = "..data_tmp";
+/// The default mode of content files.
+pub const DEFAULT_MODE: u32 = 0o644;
+const MAX_KEY_BYTES: usize = 4096;
+const MAX_COMPONENT_BYTES: usize = 255;
+
+/// One file of a volume.
+#[derive(Clone, PartialEq, Eq)]
+pub struct FileContent {
+    /// The bytes.
+    pub data: Vec<u8>,
+    /// Unix permission bits.
+    pub mode: u32,
+}
+
+impl FileContent {
+    /// Content with the default mode.
+    pub fn new(data: impl Into<Vec<u8>>) -> FileContent {
+        FileContent { data: data.into(), mode: DEFAULT_MODE }
+    }
+}
+
+// Content may be Secret data: never print it.
+impl std::fmt::Debug for FileContent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "FileContent({} bytes, mode {:o})", self.data.len(), self.mode)
+    }
+}
+
+/// A volume's content: relative paths (keys) to files.
+pub type Payload = BTreeMap<String, FileContent>;
+
+/// Checks that `key` names a file inside the volume: relative, no `.` or `..` components, no
+/// empty components, not starting with `..` (reserved for the writer's own entries), no NUL.
+pub fn check_key(key: &str) -> Result<()> {
+    let refuse = |why: &str| Err(Error::InvalidArgument(format!("key {key:?} is refused: {why}")));
+    if key.is_empty() {
+        return refuse("it is empty");
+    }
+    if key.len() > MAX_KEY_BYTES {
+        return refuse("it is longer than 4096 bytes");
+    }
+    if key.contains('\0') {
+        return refuse("it contains a NUL byte");
+    }
+    if key.starts_with('/') {
+        return refuse("it is an absolute path");
+    }
+    if key.starts_with("..") {
+        return refuse("names starting with \"..\" are reserved");
+    }
+    for component in key.split('/') {
+        match component {
+            "" => return refuse("it has an empty path component"),
+            "." | ".." => return refuse("it has a \".\" or \"..\" component"),
+            c if c.len() > MAX_COMPONENT_BYTES => return refuse("a path component is longer than 255 bytes"),
+            _ => {}
+        }
+    }
+    // Belt and braces: what the OS will make of it must stay inside the volume.
+    if Path::new(key).components().any(|c| !matches!(c, Component::Normal(_))) {
+        return refuse("it does not stay inside the volume");
+    }
+    Ok(())
+}
+
+/// Writes payloads into one volume directory.
+#[derive(Debug, Clone)]
+pub struct AtomicWriter {
+    dir: PathBuf,
+}
+
+impl AtomicWriter {
+    /// A writer for the volume rooted at `dir` (which must exist).
+    pub fn new(dir: impl Into<PathBuf>) -> AtomicWriter {
+        AtomicWriter { dir: dir.into() }
+    }
+
+    /// Makes `payload` the volume's content. Every key is checked before anything is written;
+    /// an unchanged payload writes nothing. Returns whether a new version was written.
+    pub fn write(&self, payload: &Payload) -> Result<bool> {
+        for key in payload.keys() {
+            check_key(key)?;
+        }
+        let previous = self.current_version();
+        if let Some(previous) = &previous
+            && self.holds(previous, payload)
+        {
+            return Ok(false);
+        }
+
+        let version = self.new_version_dir()?;
+        let cleanup = |error: Error| {
+            let _ = fs::remove_dir_all(self.dir.join(&version));
+            error
+        };
+        self.write_version(&version, payload).map_err(cleanup)?;
+
+        // The swap: a reader following ..data sees the old version or the new, never a mix.
+        let tmp_link = self.dir.join(DATA_LINK_TMP);
+        let _ = fs::remove_file(&tmp_link);
+        symlink(&version, &tmp_link).map_err(|e| cleanup(io_error("creating the data link", &tmp_link, e)))?;
+        fs::rename(&tmp_link, self.dir.join(DATA_LINK))
+            .map_err(|e| cleanup(io_error("swapping the data link", &tmp_link, e)))?;
+
+        self.update_visible_links(payload)?;
+        if let Some(previous) = previous {
+            fs::remove_dir_all(self.dir.join(&previous))
+                .map_err(|e| io_error("removing the previous version", &self.dir.join(&previous), e))?;
+        }
+        Ok(true)
+    }
+
+    fn current_version(&self) -> Option<PathBuf> {
+        fs::read_link(self.dir.join(DATA_LINK)).ok()
+    }
+
+    fn holds(&self, version: &Path, payload: &Payload) -> bool {
+        let root = self.dir.join(version);
+        let mut present = BTreeSet::new();
+        if collect_files(&root, &root, &mut present).is_err() {
+            return false;
+        }
+        present.len() == payload.len()
+            && payload.iter().all(|(key, content)| {
+                present.contains(key)
+                    && fs::read(root.join(key)).is_ok_and(|data| data == content.data)
+                    && fs::metadata(root.join(key)).is_ok_and(|m| {
+                        std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o7777 == content.mode
+                    })
+            })
+    }
+
+    fn new_version_dir(&self) -> Result<PathBuf> {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+        let name = PathBuf::from(format!("..{}.{:09}", now.as_secs(), now.subsec_nanos()));
+        let path = self.dir.join(&name);
+        fs::create_dir(&path).map_err(|e| io_error("creating a version directory", &path, e))?;
+        Ok(name)
+    }
+
+    fn write_version(&self, version: &Path, payload: &Payload) -> Result<()> {
+        let root = self.dir.join(version);
+        for (key, content) in payload {
+            let path = root.join(key);
+            if let Some(parent) = path.parent() {
+                fs::create_dir_all(parent).map_err(|e| io_error("creating a directory", parent, e))?;
+            }
+            let mut file = fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(content.mode)
+                .open(&path)
+                .map_err(|e| io_error("creating a file", &path, e))?;
+            file.write_all(&content.data).map_err(|e| io_error("writing a file", &path, e))?;
+            file.sync_all().map_err(|e| io_error("syncing a file", &path, e))?;
+            // The mode given to open() is filtered by the umask; set it exactly.
+            fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(content.mode))
+                .map_err(|e| io_error("setting a file's mode", &path, e))?;
+        }
+        Ok(())
+    }
+
+    /// Each top-level name of the payload is a symlink through `..data`; names no longer in the
+    /// payload are removed. Only symlinks are ever removed here.
+    fn update_visible_links(&self, payload: &Payload) -> Result<()> {
+        let wanted: BTreeSet<&str> = payload.keys().filter_map(|key| key.split('/').next()).collect();
+        for name in &wanted {
+            let link = self.dir.join(name);
+            if fs::symlink_metadata(&link).is_err() {
+                symlink(Path::new(DATA_LINK).join(name), &link).map_err(|e| io_error("creating a link", &link, e))?;
+            }
+        }
+        let entries = fs::read_dir(&self.dir).map_err(|e| io_error("listing the volume", &self.dir, e))?;
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with("..") || wanted.contains(name.as_ref()) {
+                continue;
+            }
+            if entry.file_type().is_ok_and(|t| t.is_symlink()) {
+                fs::remove_file(entry.path()).map_err(|e| io_error("removing a stale link", &entry.path(), e))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn collect_files(root: &Path, dir: &Path, into: &mut BTreeSet<String>) -> std::io::Result<()> {
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let path = entry.path();
+        if entry.file_type()?.is_dir() {
+            collect_files(root, &path, into)?;
+        } else if let Ok(relative) = path.strip_prefix(root) {
+            into.insert(relative.to_string_lossy().into_owned());
+        }
+    }
+    Ok(())
+}
+
+fn io_error(action: &str, path: &Path, error: std::io::Error) -> Error {
+    Error::Internal(format!("{action} {}: {error}", path.display()))
+}
+
+#[cfg(test)]
+mod tests;
