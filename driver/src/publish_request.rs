@@ -27,7 +27,7 @@ pub const SERVICE_ACCOUNT_NAME: &str = "csi.storage.k8s.io/serviceAccount.name";
 const KUBELET_PREFIX: &str = "csi.storage.k8s.io/";
 
 /// The pod a volume is published for.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PodInfo {
     /// Pod name.
     pub name: String,

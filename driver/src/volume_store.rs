@@ -1,0 +1,189 @@
+//! One record per published volume, so a restarted driver knows what it serves. Each record is
+//! its own JSON file, written atomically (temporary file, fsync, rename, fsync of the directory):
+//! a crash leaves the old record or the new one, never half of one.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::publish_request::PodInfo;
+
+/// What the driver remembers of a published volume. Never holds secrets or tokens.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VolumeRecord {
+    /// The volume.
+    pub volume_id: String,
+    /// Where it is mounted.
+    pub target_path: PathBuf,
+    /// Whose pod it is.
+    pub pod: PodInfo,
+    /// The pod's volume attributes.
+    pub attributes: BTreeMap<String, String>,
+    /// Whether the tmpfs is read-only on the host too.
+    pub host_read_only: bool,
+}
+
+/// Where records live.
+pub trait VolumeStore: Send + Sync {
+    /// Saves (or replaces) a record.
+    fn put(&self, record: &VolumeRecord) -> Result<()>;
+    /// Forgets a volume; forgetting an unknown volume is not an error.
+    fn remove(&self, volume_id: &str) -> Result<()>;
+    /// Every record, and a message for each file that could not be read as one.
+    fn load_all(&self) -> Result<(Vec<VolumeRecord>, Vec<String>)>;
+}
+
+/// Records as files in a directory.
+#[derive(Debug, Clone)]
+pub struct FileVolumeStore {
+    dir: PathBuf,
+}
+
+const SUFFIX: &str = ".json";
+
+impl FileVolumeStore {
+    /// A store in `dir`, created if missing.
+    pub fn open(dir: impl Into<PathBuf>) -> Result<FileVolumeStore> {
+        let dir = dir.into();
+        fs::create_dir_all(&dir).map_err(|e| io_error("creating the state directory", &dir, e))?;
+        Ok(FileVolumeStore { dir })
+    }
+
+    /// The record file of a volume. Volume ids come from kubelet; anything outside
+    /// `[A-Za-z0-9._-]` is percent-encoded so an id can never name a path outside the store.
+    fn path_of(&self, volume_id: &str) -> PathBuf {
+        let mut name = String::with_capacity(volume_id.len());
+        for byte in volume_id.bytes() {
+            if byte.is_ascii_alphanumeric() || b"-_".contains(&byte) || (byte == b'.' && !name.is_empty()) {
+                name.push(byte as char);
+            } else {
+                name.push_str(&format!("%{byte:02X}"));
+            }
+        }
+        self.dir.join(name + SUFFIX)
+    }
+}
+
+impl VolumeStore for FileVolumeStore {
+    fn put(&self, record: &VolumeRecord) -> Result<()> {
+        let path = self.path_of(&record.volume_id);
+        let temporary = path.with_extension("json.tmp");
+        let json = serde_json::to_vec_pretty(record).map_err(|e| Error::Internal(format!("encoding a record: {e}")))?;
+        let mut file = fs::File::create(&temporary).map_err(|e| io_error("creating", &temporary, e))?;
+        file.write_all(&json).map_err(|e| io_error("writing", &temporary, e))?;
+        file.sync_all().map_err(|e| io_error("syncing", &temporary, e))?;
+        fs::rename(&temporary, &path).map_err(|e| io_error("renaming into place", &path, e))?;
+        // The rename is durable only once the directory is.
+        fs::File::open(&self.dir).and_then(|dir| dir.sync_all()).map_err(|e| io_error("syncing", &self.dir, e))
+    }
+
+    fn remove(&self, volume_id: &str) -> Result<()> {
+        let path = self.path_of(volume_id);
+        match fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(error) => Err(io_error("removing", &path, error)),
+        }
+    }
+
+    fn load_all(&self) -> Result<(Vec<VolumeRecord>, Vec<String>)> {
+        let mut records = Vec::new();
+        let mut problems = Vec::new();
+        let entries = fs::read_dir(&self.dir).map_err(|e| io_error("listing", &self.dir, e))?;
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.ends_with(".json.tmp") {
+                // A write that never completed: the previous record, if any, is still in place.
+                let _ = fs::remove_file(&path);
+                continue;
+            }
+            if !name.ends_with(SUFFIX) {
+                continue;
+            }
+            match fs::read(&path)
+                .map_err(|e| e.to_string())
+                .and_then(|bytes| serde_json::from_slice::<VolumeRecord>(&bytes).map_err(|e| e.to_string()))
+            {
+                Ok(record) => records.push(record),
+                Err(error) => problems.push(format!("{}: {error}", path.display())),
+            }
+        }
+        records.sort_by(|a, b| a.volume_id.cmp(&b.volume_id));
+        Ok((records, problems))
+    }
+}
+
+fn io_error(action: &str, path: &Path, error: std::io::Error) -> Error {
+    Error::Internal(format!("{action} {}: {error}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(volume_id: &str) -> VolumeRecord {
+        VolumeRecord {
+            volume_id: volume_id.into(),
+            target_path: PathBuf::from("/var/lib/kubelet/pods/u/volumes/kubernetes.io~csi/v/mount"),
+            pod: PodInfo {
+                name: "web".into(),
+                namespace: "apps".into(),
+                uid: "u".into(),
+                service_account: "sa".into(),
+            },
+            attributes: [("sharedSecret".to_string(), "db".to_string())].into(),
+            host_read_only: false,
+        }
+    }
+
+    #[test]
+    fn records_survive_a_reopen_and_removal_is_idempotent() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FileVolumeStore::open(dir.path().join("state")).unwrap();
+        store.put(&record("csi-b")).unwrap();
+        store.put(&record("csi-a")).unwrap();
+        let mut changed = record("csi-a");
+        changed.host_read_only = true;
+        store.put(&changed).unwrap();
+
+        let reopened = FileVolumeStore::open(dir.path().join("state")).unwrap();
+        let (records, problems) = reopened.load_all().unwrap();
+        assert_eq!(records, [changed, record("csi-b")]);
+        assert!(problems.is_empty());
+        reopened.remove("csi-a").unwrap();
+        reopened.remove("csi-a").unwrap();
+        assert_eq!(reopened.load_all().unwrap().0.len(), 1);
+    }
+
+    #[test]
+    fn hostile_volume_ids_stay_inside_the_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FileVolumeStore::open(dir.path().join("state")).unwrap();
+        for id in ["../escape", "/etc/passwd", ".hidden", "a/b"] {
+            store.put(&record(id)).unwrap();
+        }
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1, "nothing written beside the store");
+        let ids: Vec<String> = store.load_all().unwrap().0.into_iter().map(|r| r.volume_id).collect();
+        assert_eq!(ids, ["../escape", ".hidden", "/etc/passwd", "a/b"]);
+    }
+
+    #[test]
+    fn a_torn_write_and_a_corrupt_record_are_reported_not_fatal() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FileVolumeStore::open(dir.path()).unwrap();
+        store.put(&record("csi-good")).unwrap();
+        fs::write(dir.path().join("csi-torn.json.tmp"), "{\"volume_id\":").unwrap();
+        fs::write(dir.path().join("csi-bad.json"), "not json").unwrap();
+        let (records, problems) = store.load_all().unwrap();
+        assert_eq!(records, [record("csi-good")]);
+        assert_eq!(problems.len(), 1);
+        assert!(problems[0].contains("csi-bad.json: expected ident"), "{}", problems[0]);
+        assert!(!dir.path().join("csi-torn.json.tmp").exists(), "the torn write is cleaned up");
+    }
+}
