@@ -11,6 +11,9 @@ pub enum Error {
     /// The target is already published with different arguments.
     #[error("{0}")]
     AlreadyExists(String),
+    /// Another operation on the same target is under way; retry.
+    #[error("{0}")]
+    Aborted(String),
     /// The volume's content cannot be served now.
     #[error("{0}")]
     Unavailable(String),
@@ -27,6 +30,7 @@ impl From<Error> for Status {
         match error {
             Error::InvalidArgument(message) => Status::invalid_argument(message),
             Error::AlreadyExists(message) => Status::already_exists(message),
+            Error::Aborted(message) => Status::aborted(message),
             Error::Unavailable(message) => Status::unavailable(message),
             Error::Internal(message) => Status::internal(message),
         }
@@ -43,6 +47,7 @@ mod tests {
     fn each_error_has_its_grpc_code() {
         assert_eq!(Status::from(Error::InvalidArgument("a".into())).code(), Code::InvalidArgument);
         assert_eq!(Status::from(Error::AlreadyExists("a".into())).code(), Code::AlreadyExists);
+        assert_eq!(Status::from(Error::Aborted("a".into())).code(), Code::Aborted);
         assert_eq!(Status::from(Error::Unavailable("a".into())).code(), Code::Unavailable);
         assert_eq!(Status::from(Error::Internal("a".into())).code(), Code::Internal);
         assert_eq!(Status::from(Error::Internal("disk full".into())).message(), "disk full");

@@ -7,9 +7,11 @@
 //! restart recovery, the unix socket server and kubelet registration, the content sources.
 
 pub mod atomic_writer;
+pub mod content;
 pub mod error;
 pub mod identity;
 pub mod mounter;
+pub mod node;
 pub mod publish_request;
 pub mod volume_store;
 

@@ -1,0 +1,78 @@
+//! Where a volume's files come from. The Kubernetes-backed source (SharedSecret, SharedConfigMap
+//! with the service-account access check) is the shares issue's; this file has the trait and a
+//! static source: files from a directory, one subdirectory per share.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use crate::atomic_writer::{FileContent, Payload, check_key};
+use crate::error::{Error, Result};
+use crate::publish_request::PublishRequest;
+
+/// The volume attribute naming the share a pod asks for.
+pub const SHARE_ATTRIBUTE: &str = "share";
+
+/// Produces the files of a volume.
+pub trait ContentSource: Send + Sync {
+    /// True once the source can serve (Probe reports it).
+    fn ready(&self) -> bool;
+    /// The files for `request`, or why it may not have them.
+    fn content(&self, request: &PublishRequest) -> Result<Payload>;
+}
+
+/// Shares as subdirectories of a directory; every regular file in a share (recursively) is a key.
+#[derive(Debug, Clone)]
+pub struct StaticDirSource {
+    root: PathBuf,
+}
+
+impl StaticDirSource {
+    /// Shares under `root`.
+    pub fn new(root: impl Into<PathBuf>) -> StaticDirSource {
+        StaticDirSource { root: root.into() }
+    }
+}
+
+impl ContentSource for StaticDirSource {
+    fn ready(&self) -> bool {
+        self.root.is_dir()
+    }
+
+    fn content(&self, request: &PublishRequest) -> Result<Payload> {
+        let Some(share) = request.attributes.get(SHARE_ATTRIBUTE) else {
+            return Err(Error::InvalidArgument(format!(
+                "volumeAttributes lacks {SHARE_ATTRIBUTE:?}: name the share to mount"
+            )));
+        };
+        check_key(share).map_err(|_| Error::InvalidArgument(format!("share name {share:?} is not a plain name")))?;
+        if share.contains('/') {
+            return Err(Error::InvalidArgument(format!("share name {share:?} is not a plain name")));
+        }
+        let dir = self.root.join(share);
+        if !dir.is_dir() {
+            return Err(Error::InvalidArgument(format!("no share named {share:?}")));
+        }
+        let mut payload = Payload::new();
+        collect(&dir, &dir, &mut payload)?;
+        Ok(payload)
+    }
+}
+
+fn collect(root: &Path, dir: &Path, payload: &mut Payload) -> Result<()> {
+    let read_error =
+        |path: &Path, error: std::io::Error| Error::Unavailable(format!("reading {}: {error}", path.display()));
+    for entry in fs::read_dir(dir).map_err(|e| read_error(dir, e))? {
+        let entry = entry.map_err(|e| read_error(dir, e))?;
+        let path = entry.path();
+        // Symlinks are not followed: a share must not reach outside its directory.
+        let kind = entry.file_type().map_err(|e| read_error(&path, e))?;
+        if kind.is_dir() {
+            collect(root, &path, payload)?;
+        } else if kind.is_file() {
+            let key = path.strip_prefix(root).unwrap_or(&path).to_string_lossy().into_owned();
+            let data = fs::read(&path).map_err(|e| read_error(&path, e))?;
+            payload.insert(key, FileContent::new(data));
+        }
+    }
+    Ok(())
+}
