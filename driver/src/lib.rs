@@ -7,12 +7,17 @@
 //! restart recovery, the unix socket server and kubelet registration, the content sources.
 
 pub mod atomic_writer;
+pub mod config;
 pub mod content;
 pub mod error;
 pub mod identity;
 pub mod mounter;
 pub mod node;
+pub mod plugin;
 pub mod publish_request;
+pub mod recovery;
+pub mod registration;
+pub mod socket;
 pub mod volume_store;
 
 /// The driver's registered name.

@@ -1,0 +1,114 @@
+//! The driver's configuration file (`config/driver.yaml`): where state and the registration
+//! socket live, how big each volume may be, whether the host mount is read-only too, and where
+//! the static shares are. Parsed once at start; a bad file stops the driver naming the field.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Deserializer};
+
+/// A validated configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct DriverConfig {
+    /// Where volume records are kept.
+    pub state_dir: PathBuf,
+    /// kubelet's plugin registry; `<driver>-reg.sock` is served there.
+    pub registry_dir: PathBuf,
+    /// Size limit of each volume's tmpfs, e.g. `64Mi`.
+    #[serde(deserialize_with = "quantity")]
+    pub tmpfs_size: u64,
+    /// Mount each tmpfs read-only on the host too.
+    pub host_read_only: bool,
+    /// A directory of static shares (one subdirectory each), for demos and tests.
+    pub static_shares_dir: Option<PathBuf>,
+}
+
+impl Default for DriverConfig {
+    fn default() -> Self {
+        DriverConfig {
+            state_dir: PathBuf::from("/var/lib/inline-guard/sharedresource"),
+            registry_dir: PathBuf::from("/var/lib/kubelet/plugins_registry"),
+            tmpfs_size: 8 << 20,
+            host_read_only: false,
+            static_shares_dir: None,
+        }
+    }
+}
+
+impl DriverConfig {
+    /// Reads and validates `path` (YAML or JSON).
+    pub fn load(path: &Path) -> Result<DriverConfig, inline_guard_config::Error> {
+        let text = inline_guard_config::format::read_text(path)?;
+        inline_guard_config::format::decode(path, &text)
+    }
+}
+
+/// `64Mi`, `512Ki`, `1Gi` or a plain number of bytes.
+fn quantity<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Bytes(u64),
+        Text(String),
+    }
+    let text = match Raw::deserialize(deserializer)? {
+        Raw::Bytes(bytes) => return nonzero(bytes),
+        Raw::Text(text) => text,
+    };
+    let (number, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(index) => text.split_at(index),
+        None => (text.as_str(), ""),
+    };
+    let multiplier: u64 = match unit {
+        "" => 1,
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        _ => {
+            return Err(serde::de::Error::custom(format!(
+                "invalid size {text:?}: use bytes or a Ki, Mi or Gi quantity"
+            )));
+        }
+    };
+    let value = number.parse::<u64>().ok().and_then(|n| n.checked_mul(multiplier)).ok_or_else(|| {
+        serde::de::Error::custom(format!("invalid size {text:?}: use bytes or a Ki, Mi or Gi quantity"))
+    })?;
+    nonzero(value)
+}
+
+fn nonzero<E: serde::de::Error>(bytes: u64) -> Result<u64, E> {
+    if bytes == 0 { Err(E::custom("the size must be greater than zero")) } else { Ok(bytes) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<DriverConfig, String> {
+        inline_guard_config::format::decode(Path::new("driver.yaml"), text).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_shipped_file_is_valid() {
+        let config = parse(include_str!("../../config/driver.yaml")).unwrap();
+        assert_eq!(config.tmpfs_size, 8 << 20);
+        assert_eq!(config.registry_dir, PathBuf::from("/var/lib/kubelet/plugins_registry"));
+    }
+
+    #[test]
+    fn sizes_are_quantities_or_bytes() {
+        assert_eq!(parse("tmpfsSize: 64Mi").unwrap().tmpfs_size, 64 << 20);
+        assert_eq!(parse("tmpfsSize: 4096").unwrap().tmpfs_size, 4096);
+        assert_eq!(
+            parse("tmpfsSize: 64MB").unwrap_err(),
+            "driver.yaml: tmpfsSize: invalid size \"64MB\": use bytes or a Ki, Mi or Gi quantity at line 1, column 12"
+        );
+        assert!(parse("tmpfsSize: 0").unwrap_err().contains("greater than zero"));
+    }
+
+    #[test]
+    fn an_unknown_field_is_named() {
+        let error = parse("stateDirectory: /x").unwrap_err();
+        assert!(error.starts_with("driver.yaml: stateDirectory: unknown field `stateDirectory`"), "{error}");
+    }
+}

@@ -1,0 +1,77 @@
+//! The `sharedresource-csi-driver` binary: flags and configuration in, the plugin served until
+//! SIGTERM.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Parser;
+use sharedresource_csi_driver::config::DriverConfig;
+use sharedresource_csi_driver::content::{ContentSource, StaticDirSource};
+use sharedresource_csi_driver::mounter::LinuxMounter;
+use sharedresource_csi_driver::plugin::Plugin;
+use sharedresource_csi_driver::socket::socket_path;
+
+#[derive(Parser)]
+#[command(
+    name = "sharedresource-csi-driver",
+    version,
+    about = "CSI node plugin for shared Secrets and ConfigMaps, read-only inline volumes only"
+)]
+struct Flags {
+    /// The CSI socket, unix:///path.
+    #[arg(long, default_value = "unix:///csi/csi.sock")]
+    endpoint: String,
+    /// This node's name (defaults to $NODE_NAME).
+    #[arg(long, env = "NODE_NAME")]
+    node_id: String,
+    /// Configuration file (config/driver.yaml); built-in defaults otherwise.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Do not serve kubelet registration (when a node-driver-registrar sidecar does).
+    #[arg(long)]
+    no_registration: bool,
+}
+
+fn main() -> ExitCode {
+    let flags = Flags::parse();
+    tracing_subscriber::fmt().with_writer(std::io::stderr).init();
+    match run(flags) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("sharedresource-csi-driver: {error}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
+    let config = match &flags.config {
+        Some(path) => DriverConfig::load(path)?,
+        None => DriverConfig::default(),
+    };
+    let Some(shares) = config.static_shares_dir.clone() else {
+        return Err("no content source: set staticSharesDir (the Kubernetes-backed source is not built yet)".into());
+    };
+    let content: Arc<dyn ContentSource> = Arc::new(StaticDirSource::new(shares));
+    let plugin = Plugin {
+        config,
+        csi_socket: socket_path(&flags.endpoint)?,
+        node_id: flags.node_id,
+        register: !flags.no_registration,
+        mounter: Arc::new(LinuxMounter),
+        content,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(plugin.run(async {
+        let mut terminate = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(signal) => signal,
+            Err(_) => return std::future::pending().await,
+        };
+        tokio::select! {
+            _ = terminate.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    }))?;
+    Ok(())
+}

@@ -1,0 +1,87 @@
+//! The assembled plugin: records recovered, services built, the CSI socket and the registration
+//! socket served until shutdown.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use inline_guard_proto::csi::v1::identity_server::IdentityServer;
+use inline_guard_proto::csi::v1::node_server::NodeServer;
+use inline_guard_proto::pluginregistration::registration_server::RegistrationServer;
+use tokio::sync::watch;
+use tonic::service::Routes;
+use tracing::{info, warn};
+
+use crate::DRIVER_NAME;
+use crate::config::DriverConfig;
+use crate::content::ContentSource;
+use crate::error::Result;
+use crate::identity::IdentityService;
+use crate::mounter::Mounter;
+use crate::node::{NodeService, VolumeSettings};
+use crate::recovery::recover;
+use crate::registration::RegistrationService;
+use crate::socket;
+use crate::volume_store::{FileVolumeStore, VolumeStore};
+
+/// Everything the plugin runs with.
+pub struct Plugin {
+    /// The parsed configuration.
+    pub config: DriverConfig,
+    /// Where the CSI socket goes.
+    pub csi_socket: PathBuf,
+    /// The node's name.
+    pub node_id: String,
+    /// Serve kubelet registration in the registry directory.
+    pub register: bool,
+    /// Mounts.
+    pub mounter: Arc<dyn Mounter>,
+    /// Volume content.
+    pub content: Arc<dyn ContentSource>,
+}
+
+impl Plugin {
+    /// Serves until `shutdown` completes, then removes its sockets.
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<()> {
+        let store = Arc::new(FileVolumeStore::open(&self.config.state_dir)?);
+        let (records, problems) = store.load_all()?;
+        for problem in problems {
+            warn!(%problem, "unreadable volume record ignored");
+        }
+        let (kept, dropped) = recover(records, self.mounter.as_ref(), store.as_ref());
+        for line in dropped {
+            info!("{line}");
+        }
+        info!(volumes = kept.len(), "recovered published volumes");
+
+        let ready = Arc::new(AtomicBool::new(self.content.ready()));
+        let settings =
+            VolumeSettings { tmpfs_bytes: self.config.tmpfs_size, host_read_only: self.config.host_read_only };
+        let store: Arc<dyn VolumeStore> = store;
+        let node = NodeService::new(self.node_id, settings, self.mounter, store, self.content, kept);
+        let csi_routes =
+            Routes::new(IdentityServer::new(IdentityService::new(ready))).add_service(NodeServer::new(node));
+
+        let (stop, stopped) = watch::channel(false);
+        let until_stopped = |mut stopped: watch::Receiver<bool>| async move {
+            let _ = stopped.wait_for(|stop| *stop).await;
+        };
+        let csi = socket::serve(self.csi_socket.clone(), csi_routes, until_stopped(stopped.clone()));
+        let registration = async {
+            if !self.register {
+                return Ok(());
+            }
+            let path = self.config.registry_dir.join(format!("{DRIVER_NAME}-reg.sock"));
+            let routes = Routes::new(RegistrationServer::new(RegistrationService::new(self.csi_socket.clone())));
+            socket::serve(path, routes, until_stopped(stopped.clone())).await
+        };
+        info!(socket = %self.csi_socket.display(), "serving CSI Identity and Node");
+        let signal = async {
+            shutdown.await;
+            let _ = stop.send(true);
+        };
+        let (csi, registration, ()) = tokio::join!(csi, registration, signal);
+        csi.and(registration)
+    }
+}

@@ -1,0 +1,138 @@
+//! The plugin as kubelet meets it: gRPC over a real unix socket, real tmpfs mounts in a temp
+//! directory (as root), kubelet registration, and sockets removed on shutdown.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper_util::rt::TokioIo;
+use inline_guard_proto::csi::v1::identity_client::IdentityClient;
+use inline_guard_proto::csi::v1::node_client::NodeClient;
+use inline_guard_proto::csi::v1::volume_capability::{AccessMode, AccessType, MountVolume};
+use inline_guard_proto::csi::v1::{
+    GetPluginInfoRequest, NodePublishVolumeRequest, NodeUnpublishVolumeRequest, ProbeRequest, VolumeCapability,
+};
+use inline_guard_proto::pluginregistration::InfoRequest;
+use inline_guard_proto::pluginregistration::registration_client::RegistrationClient;
+use sharedresource_csi_driver::config::DriverConfig;
+use sharedresource_csi_driver::content::StaticDirSource;
+use sharedresource_csi_driver::mounter::{LinuxMounter, Mounter};
+use sharedresource_csi_driver::plugin::Plugin;
+use tonic::Code;
+use tonic::transport::{Channel, Endpoint, Uri};
+
+async fn channel(path: PathBuf) -> Channel {
+    for _ in 0..100 {
+        if path.exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Endpoint::try_from("http://[::]:50051")
+        .unwrap()
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let path = path.clone();
+            async move { Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(path).await?)) }
+        }))
+        .await
+        .unwrap()
+}
+
+fn publish_request(volume_id: &str, target: &Path, readonly: bool) -> NodePublishVolumeRequest {
+    NodePublishVolumeRequest {
+        volume_id: volume_id.into(),
+        target_path: target.to_string_lossy().into_owned(),
+        volume_capability: Some(VolumeCapability {
+            access_type: Some(AccessType::Mount(MountVolume::default())),
+            access_mode: Some(AccessMode { mode: 2 }),
+        }),
+        readonly,
+        volume_context: [
+            ("csi.storage.k8s.io/ephemeral", "true"),
+            ("csi.storage.k8s.io/pod.name", "web"),
+            ("csi.storage.k8s.io/pod.namespace", "apps"),
+            ("csi.storage.k8s.io/pod.uid", "u-1"),
+            ("csi.storage.k8s.io/serviceAccount.name", "web"),
+            ("share", "cluster-ca"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect(),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn publish_and_unpublish_over_the_socket_with_real_mounts() {
+    if !nix_is_root() {
+        eprintln!("SKIPPED LOUDLY: real mounts need root; run the test command as root (CI does)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let shares = dir.path().join("shares");
+    std::fs::create_dir_all(shares.join("cluster-ca")).unwrap();
+    std::fs::write(shares.join("cluster-ca/ca.crt"), "-----BEGIN CERTIFICATE-----").unwrap();
+    let csi_socket = dir.path().join("plugins/csi.sock");
+    let registry = dir.path().join("plugins_registry");
+    let config = DriverConfig {
+        state_dir: dir.path().join("state"),
+        registry_dir: registry.clone(),
+        tmpfs_size: 1 << 20,
+        host_read_only: false,
+        static_shares_dir: Some(shares.clone()),
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let plugin = Plugin {
+        config,
+        csi_socket: csi_socket.clone(),
+        node_id: "node-1".into(),
+        register: true,
+        mounter: Arc::new(LinuxMounter),
+        content: Arc::new(StaticDirSource::new(shares)),
+    };
+    let running = tokio::spawn(plugin.run(async {
+        let _ = stopped.await;
+    }));
+
+    let csi = channel(csi_socket.clone()).await;
+    let mut identity = IdentityClient::new(csi.clone());
+    let info = identity.get_plugin_info(GetPluginInfoRequest {}).await.unwrap().into_inner();
+    assert_eq!(info.name, "sharedresource.csi.inlineguard.dev");
+    assert_eq!(identity.probe(ProbeRequest {}).await.unwrap().into_inner().ready, Some(true));
+
+    let mut node = NodeClient::new(csi);
+    let target = dir.path().join("pods/u-1/volumes/kubernetes.io~csi/shared/mount");
+    let refused = node.node_publish_volume(publish_request("csi-1", &target, false)).await.unwrap_err();
+    assert_eq!(refused.code(), Code::InvalidArgument);
+    assert!(!target.exists(), "a refused publish creates nothing");
+
+    node.node_publish_volume(publish_request("csi-1", &target, true)).await.unwrap();
+    assert!(LinuxMounter.is_mount_point(&target).unwrap(), "a tmpfs is mounted at the target");
+    assert_eq!(std::fs::read_to_string(target.join("ca.crt")).unwrap(), "-----BEGIN CERTIFICATE-----");
+    node.node_publish_volume(publish_request("csi-1", &target, true)).await.unwrap();
+
+    let mut registration =
+        RegistrationClient::new(channel(registry.join("sharedresource.csi.inlineguard.dev-reg.sock")).await);
+    let plugin_info = registration.get_info(InfoRequest {}).await.unwrap().into_inner();
+    assert_eq!(plugin_info.endpoint, csi_socket.to_string_lossy());
+    assert_eq!(plugin_info.r#type, "CSIPlugin");
+
+    let unpublish =
+        NodeUnpublishVolumeRequest { volume_id: "csi-1".into(), target_path: target.to_string_lossy().into_owned() };
+    node.node_unpublish_volume(unpublish.clone()).await.unwrap();
+    assert!(!target.exists(), "unmounted and removed");
+    node.node_unpublish_volume(unpublish).await.unwrap();
+
+    stop.send(()).unwrap();
+    running.await.unwrap().unwrap();
+    assert!(!csi_socket.exists(), "the CSI socket is removed on exit");
+    assert!(!registry.join("sharedresource.csi.inlineguard.dev-reg.sock").exists());
+}
+
+fn nix_is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .map(|status| {
+            status.lines().any(|line| line.starts_with("Uid:") && line.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
+}
