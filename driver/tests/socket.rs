@@ -129,6 +129,80 @@ async fn publish_and_unpublish_over_the_socket_with_real_mounts() {
     assert!(!registry.join("sharedresource.csi.inlineguard.dev-reg.sock").exists());
 }
 
+fn plugin(dir: &Path, csi_socket: &Path) -> Plugin {
+    let shares = dir.join("shares");
+    Plugin {
+        config: DriverConfig {
+            state_dir: dir.join("state"),
+            registry_dir: dir.join("registry"),
+            tmpfs_size: 1 << 20,
+            host_read_only: false,
+            static_shares_dir: Some(shares.clone()),
+        },
+        csi_socket: csi_socket.to_path_buf(),
+        node_id: "node-1".into(),
+        register: false,
+        mounter: Arc::new(LinuxMounter),
+        content: Arc::new(StaticDirSource::new(shares)),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_concurrent_publishes_and_a_restart_in_between() {
+    if !nix_is_root() {
+        eprintln!("SKIPPED LOUDLY: real mounts need root; run the test command as root (CI does)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("shares/cluster-ca")).unwrap();
+    std::fs::write(dir.path().join("shares/cluster-ca/ca.crt"), "pem").unwrap();
+    let socket = dir.path().join("csi.sock");
+    let targets: Vec<PathBuf> = (0..100).map(|i| dir.path().join(format!("pods/p{i}/mount"))).collect();
+
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(plugin(dir.path(), &socket).run(async {
+        let _ = stopped.await;
+    }));
+    let node = NodeClient::new(channel(socket.clone()).await);
+    let publishes: Vec<_> = targets
+        .iter()
+        .enumerate()
+        .map(|(i, target)| {
+            let mut node = node.clone();
+            let request = publish_request(&format!("csi-{i}"), target, true);
+            tokio::spawn(async move { node.node_publish_volume(request).await })
+        })
+        .collect();
+    for publish in publishes {
+        publish.await.unwrap().unwrap();
+    }
+    assert!(targets.iter().all(|t| LinuxMounter.is_mount_point(t).unwrap() && t.join("ca.crt").exists()));
+
+    // Restart: the records come back, and publishing the same volumes again changes nothing.
+    stop.send(()).unwrap();
+    running.await.unwrap().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(plugin(dir.path(), &socket).run(async {
+        let _ = stopped.await;
+    }));
+    let mut node = NodeClient::new(channel(socket.clone()).await);
+    node.node_publish_volume(publish_request("csi-0", &targets[0], true)).await.unwrap();
+    let mut other = publish_request("csi-0", &targets[0], true);
+    other.volume_context.insert("share".into(), "elsewhere".into());
+    assert_eq!(node.node_publish_volume(other).await.unwrap_err().code(), Code::AlreadyExists, "the record survived");
+
+    for (i, target) in targets.iter().enumerate() {
+        let request = NodeUnpublishVolumeRequest {
+            volume_id: format!("csi-{i}"),
+            target_path: target.to_string_lossy().into_owned(),
+        };
+        node.node_unpublish_volume(request).await.unwrap();
+    }
+    assert!(targets.iter().all(|t| !t.exists()), "no mount or directory left");
+    stop.send(()).unwrap();
+    running.await.unwrap().unwrap();
+}
+
 fn nix_is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .map(|status| {
