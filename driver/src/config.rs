@@ -21,6 +21,9 @@ pub struct DriverConfig {
     pub host_read_only: bool,
     /// A directory of static shares (one subdirectory each), for demos and tests.
     pub static_shares_dir: Option<PathBuf>,
+    /// How often published volumes are re-read and rewritten when their content changed.
+    #[serde(deserialize_with = "seconds")]
+    pub refresh_seconds: u64,
 }
 
 impl Default for DriverConfig {
@@ -31,6 +34,7 @@ impl Default for DriverConfig {
             tmpfs_size: 8 << 20,
             host_read_only: false,
             static_shares_dir: None,
+            refresh_seconds: 30,
         }
     }
 }
@@ -76,8 +80,12 @@ fn quantity<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error>
     nonzero(value)
 }
 
-fn nonzero<E: serde::de::Error>(bytes: u64) -> Result<u64, E> {
-    if bytes == 0 { Err(E::custom("the size must be greater than zero")) } else { Ok(bytes) }
+fn seconds<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
+    nonzero(u64::deserialize(deserializer)?)
+}
+
+fn nonzero<E: serde::de::Error>(value: u64) -> Result<u64, E> {
+    if value == 0 { Err(E::custom("must be greater than zero")) } else { Ok(value) }
 }
 
 #[cfg(test)]

@@ -137,6 +137,46 @@ impl NodeService {
         }
     }
 
+    /// Re-reads every published volume's content and rewrites what changed (the atomic writer
+    /// makes an unchanged volume a no-op). A volume whose content may no longer be had (the share
+    /// is gone, access was withdrawn) is emptied, not left serving stale data. Returns, per
+    /// volume, whether it changed.
+    pub fn refresh_all(&self) -> Vec<(String, Result<bool>)> {
+        let records: Vec<VolumeRecord> =
+            self.volumes.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
+        records
+            .into_iter()
+            .map(|record| {
+                let result = self.claim(&record.target_path).and_then(|_claim| self.refresh(&record));
+                (record.volume_id, result)
+            })
+            .collect()
+    }
+
+    fn refresh(&self, record: &VolumeRecord) -> Result<bool> {
+        let request = PublishRequest {
+            volume_id: record.volume_id.clone(),
+            target_path: record.target_path.clone(),
+            pod: record.pod.clone(),
+            attributes: record.attributes.clone(),
+            mount_flags: Vec::new(),
+        };
+        let payload = match self.content.content(&request) {
+            Ok(payload) => payload,
+            Err(Error::InvalidArgument(_)) => Default::default(),
+            Err(other) => return Err(other),
+        };
+        let writer = AtomicWriter::new(&record.target_path);
+        if record.host_read_only {
+            self.mounter.remount(&record.target_path, false)?;
+            let written = writer.write(&payload);
+            self.mounter.remount(&record.target_path, true)?;
+            written
+        } else {
+            writer.write(&payload)
+        }
+    }
+
     /// Unpublishes; an unknown volume or a missing target is already done.
     pub fn unpublish(&self, volume_id: &str, target: &Path) -> Result<()> {
         if volume_id.is_empty() {

@@ -5,6 +5,7 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
+use std::time::Duration;
 
 use inline_guard_proto::csi::v1::identity_server::IdentityServer;
 use inline_guard_proto::csi::v1::node_server::NodeServer;
@@ -59,9 +60,9 @@ impl Plugin {
         let settings =
             VolumeSettings { tmpfs_bytes: self.config.tmpfs_size, host_read_only: self.config.host_read_only };
         let store: Arc<dyn VolumeStore> = store;
-        let node = NodeService::new(self.node_id, settings, self.mounter, store, self.content, kept);
-        let csi_routes =
-            Routes::new(IdentityServer::new(IdentityService::new(ready))).add_service(NodeServer::new(node));
+        let node = Arc::new(NodeService::new(self.node_id, settings, self.mounter, store, self.content, kept));
+        let csi_routes = Routes::new(IdentityServer::new(IdentityService::new(ready)))
+            .add_service(NodeServer::from_arc(node.clone()));
 
         let (stop, stopped) = watch::channel(false);
         let until_stopped = |mut stopped: watch::Receiver<bool>| async move {
@@ -76,12 +77,38 @@ impl Plugin {
             let routes = Routes::new(RegistrationServer::new(RegistrationService::new(self.csi_socket.clone())));
             socket::serve(path, routes, until_stopped(stopped.clone())).await
         };
+        let refresh_every = Duration::from_secs(self.config.refresh_seconds);
+        let refresher = {
+            let mut stopped = stopped.clone();
+            async move {
+                let mut ticker = tokio::time::interval(refresh_every);
+                ticker.tick().await;
+                loop {
+                    tokio::select! {
+                        _ = ticker.tick() => {}
+                        _ = stopped.wait_for(|stop| *stop) => return,
+                    }
+                    let node = node.clone();
+                    // Files and mounts block: keep them off the async workers.
+                    let results = tokio::task::spawn_blocking(move || node.refresh_all()).await.unwrap_or_default();
+                    for (volume_id, result) in results {
+                        match result {
+                            Ok(true) => info!(volume = %volume_id, "content refreshed"),
+                            Ok(false) => {}
+                            Err(error) => {
+                                warn!(volume = %volume_id, %error, "content refresh failed; serving the previous content")
+                            }
+                        }
+                    }
+                }
+            }
+        };
         info!(socket = %self.csi_socket.display(), "serving CSI Identity and Node");
         let signal = async {
             shutdown.await;
             let _ = stop.send(true);
         };
-        let (csi, registration, ()) = tokio::join!(csi, registration, signal);
+        let (csi, registration, (), ()) = tokio::join!(csi, registration, signal, refresher);
         csi.and(registration)
     }
 }

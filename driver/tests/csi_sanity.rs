@@ -71,6 +71,7 @@ async fn csi_sanity_passes_with_the_controller_suite_skipped() {
             tmpfs_size: 1 << 20,
             host_read_only: false,
             static_shares_dir: Some(shares.clone()),
+            refresh_seconds: 30,
         },
         csi_socket: socket.clone(),
         node_id: "sanity-node".into(),

@@ -80,6 +80,7 @@ async fn publish_and_unpublish_over_the_socket_with_real_mounts() {
         tmpfs_size: 1 << 20,
         host_read_only: false,
         static_shares_dir: Some(shares.clone()),
+        refresh_seconds: 30,
     };
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let plugin = Plugin {
@@ -138,6 +139,7 @@ fn plugin(dir: &Path, csi_socket: &Path) -> Plugin {
             tmpfs_size: 1 << 20,
             host_read_only: false,
             static_shares_dir: Some(shares.clone()),
+            refresh_seconds: 30,
         },
         csi_socket: csi_socket.to_path_buf(),
         node_id: "node-1".into(),

@@ -191,3 +191,29 @@ async fn node_info_and_capabilities() {
         fixture.node.node_get_capabilities(Request::new(NodeGetCapabilitiesRequest {})).await.unwrap().into_inner();
     assert!(capabilities.capabilities.is_empty());
 }
+
+#[tokio::test]
+async fn refresh_rewrites_changed_content_and_empties_a_withdrawn_share() {
+    let fixture = fixture(VolumeSettings { host_read_only: true, ..SETTINGS });
+    let request = request(&fixture, "csi-1", "cluster-ca");
+    let target = PathBuf::from(&request.target_path);
+    publish(&fixture, request).await.unwrap();
+
+    assert_eq!(fixture.node.refresh_all(), [("csi-1".to_string(), Ok(false))], "nothing changed");
+    fs::write(fixture.dir.path().join("shares/cluster-ca/ca.crt"), "ROTATED").unwrap();
+    assert_eq!(fixture.node.refresh_all(), [("csi-1".to_string(), Ok(true))]);
+    assert_eq!(fs::read_to_string(target.join("ca.crt")).unwrap(), "ROTATED");
+    let actions = fixture.mounter.actions();
+    assert_eq!(
+        actions[actions.len() - 2..],
+        [
+            MountAction::Remount { target: target.clone(), read_only: false },
+            MountAction::Remount { target: target.clone(), read_only: true }
+        ],
+        "a read-only host mount is opened only for the write"
+    );
+
+    fs::remove_dir_all(fixture.dir.path().join("shares/cluster-ca")).unwrap();
+    assert_eq!(fixture.node.refresh_all(), [("csi-1".to_string(), Ok(true))]);
+    assert!(!target.join("ca.crt").exists(), "a withdrawn share leaves an empty volume");
+}
