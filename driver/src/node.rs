@@ -79,6 +79,7 @@ impl NodeService {
             pod: request.pod.clone(),
             attributes: request.attributes.clone(),
             host_read_only: self.settings.host_read_only,
+            complete: true,
         };
         if let Some(existing) = self.record(&request.volume_id) {
             if existing != wanted {
@@ -108,6 +109,9 @@ impl NodeService {
         let mut undo = Undo::default();
         let target = &request.target_path;
         let result = (|| {
+            // Recorded as incomplete first: if the driver dies mid-publish, start-up undoes it.
+            self.store.put(&VolumeRecord { complete: false, ..wanted.clone() })?;
+            undo.recorded = Some(wanted.volume_id.clone());
             if !target.exists() {
                 fs::create_dir_all(target)
                     .map_err(|e| Error::Internal(format!("creating {}: {e}", target.display())))?;
@@ -131,7 +135,10 @@ impl NodeService {
                 Ok(())
             }
             Err(error) => {
-                undo.run(self.mounter.as_ref());
+                if undo.recorded.is_some() {
+                    self.volumes.lock().unwrap_or_else(|p| p.into_inner()).remove(&wanted.volume_id);
+                }
+                undo.run(self.mounter.as_ref(), self.store.as_ref());
                 Err(error)
             }
         }
@@ -215,17 +222,21 @@ impl Drop for TargetClaim<'_> {
 /// What a failed publish must take back, last step first.
 #[derive(Default)]
 struct Undo {
+    recorded: Option<String>,
     created_dir: Option<PathBuf>,
     mounted: Option<PathBuf>,
 }
 
 impl Undo {
-    fn run(self, mounter: &dyn Mounter) {
+    fn run(self, mounter: &dyn Mounter, store: &dyn VolumeStore) {
         if let Some(target) = self.mounted {
             let _ = mounter.unmount(&target);
         }
         if let Some(dir) = self.created_dir {
             let _ = fs::remove_dir_all(dir);
+        }
+        if let Some(volume_id) = self.recorded {
+            let _ = store.remove(&volume_id);
         }
     }
 }

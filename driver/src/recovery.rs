@@ -1,6 +1,8 @@
 //! What a restarted driver keeps of its records: volumes whose target is still a mount point.
 //! A record whose target is gone (the pod was deleted while the driver was down) or no longer
-//! mounted (the node rebooted) is dropped; kubelet publishes again whatever it still wants.
+//! mounted (the node rebooted) is dropped; kubelet publishes again whatever it still wants. A
+//! publish the driver was killed in (its record still incomplete) is undone: unmounted, its target
+//! removed, its record dropped. No half volume survives a restart.
 
 use crate::mounter::Mounter;
 use crate::volume_store::{VolumeRecord, VolumeStore};
@@ -16,6 +18,19 @@ pub fn recover(
     let mut dropped = Vec::new();
     for record in records {
         let mounted = record.target_path.exists() && mounter.is_mount_point(&record.target_path).unwrap_or(false);
+        if !record.complete {
+            if mounted {
+                let _ = mounter.unmount(&record.target_path);
+            }
+            let _ = std::fs::remove_dir_all(&record.target_path);
+            let _ = store.remove(&record.volume_id);
+            dropped.push(format!(
+                "volume {}: publish to {} was interrupted; undone",
+                record.volume_id,
+                record.target_path.display()
+            ));
+            continue;
+        }
         if mounted {
             kept.push(record);
             continue;
@@ -53,6 +68,7 @@ mod tests {
             pod: PodInfo { name: "p".into(), namespace: "n".into(), uid: "u".into(), service_account: "s".into() },
             attributes: Default::default(),
             host_read_only: false,
+            complete: true,
         }
     }
 
@@ -79,5 +95,24 @@ mod tests {
                 && dropped[0].ends_with("is no longer mounted; record dropped")
         );
         assert_eq!(store.load_all().unwrap().0.len(), 1);
+    }
+
+    #[test]
+    fn a_publish_interrupted_by_a_crash_is_undone() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FileVolumeStore::open(dir.path().join("state")).unwrap();
+        let mounter = FakeMounter::default();
+        let target = dir.path().join("half");
+        std::fs::create_dir_all(&target).unwrap();
+        std::fs::write(target.join("partial"), "x").unwrap();
+        mounter.mount_tmpfs(&target, 1, false).unwrap();
+        let half = VolumeRecord { complete: false, ..record("half", target.clone()) };
+        store.put(&half).unwrap();
+        let (kept, dropped) = recover(vec![half], &mounter, &store);
+        assert!(kept.is_empty());
+        assert!(dropped[0].ends_with("was interrupted; undone"), "{}", dropped[0]);
+        assert!(!mounter.is_mount_point(&target).unwrap(), "unmounted");
+        assert!(!target.exists(), "the target is removed");
+        assert!(store.load_all().unwrap().0.is_empty(), "the record is dropped");
     }
 }

@@ -25,6 +25,14 @@ pub struct VolumeRecord {
     pub attributes: BTreeMap<String, String>,
     /// Whether the tmpfs is read-only on the host too.
     pub host_read_only: bool,
+    /// False from the moment a publish starts until it has finished: a record still incomplete
+    /// at start-up marks a publish the driver was killed in, to be undone.
+    #[serde(default = "complete_by_default")]
+    pub complete: bool,
+}
+
+fn complete_by_default() -> bool {
+    true
 }
 
 /// Where records live.
@@ -139,6 +147,7 @@ mod tests {
             },
             attributes: [("sharedSecret".to_string(), "db".to_string())].into(),
             host_read_only: false,
+            complete: true,
         }
     }
 

@@ -101,6 +101,14 @@ async fn publish_and_unpublish_over_the_socket_with_real_mounts() {
     assert_eq!(info.name, "sharedresource.csi.inlineguard.dev");
     assert_eq!(identity.probe(ProbeRequest {}).await.unwrap().into_inner().ready, Some(true));
 
+    // RPCs this plugin does not implement are UNIMPLEMENTED, as for undeclared capabilities.
+    let mut grpc = tonic::client::Grpc::new(csi.clone());
+    grpc.ready().await.unwrap();
+    let codec = tonic_prost::ProstCodec::<ProbeRequest, ProbeRequest>::default();
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static("/csi.v1.Node/NodeStageVolume");
+    let status = grpc.unary(tonic::Request::new(ProbeRequest {}), path, codec).await.unwrap_err();
+    assert_eq!(status.code(), Code::Unimplemented);
+
     let mut node = NodeClient::new(csi);
     let target = dir.path().join("pods/u-1/volumes/kubernetes.io~csi/shared/mount");
     let refused = node.node_publish_volume(publish_request("csi-1", &target, false)).await.unwrap_err();
