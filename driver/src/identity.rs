@@ -3,7 +3,6 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use inline_guard_proto::csi::v1::identity_server::Identity;
 use inline_guard_proto::csi::v1::{
@@ -13,17 +12,18 @@ use inline_guard_proto::csi::v1::{
 use tonic::{Request, Response, Status};
 
 use crate::DRIVER_NAME;
+use crate::content::ContentSource;
 
-/// The Identity service. `ready` turns true once the content source can serve volumes.
-#[derive(Debug, Clone)]
+/// The Identity service. Probe asks the content source each time, so readiness follows it.
+#[derive(Clone)]
 pub struct IdentityService {
-    ready: Arc<AtomicBool>,
+    content: Arc<dyn ContentSource>,
 }
 
 impl IdentityService {
-    /// Reports readiness from `ready`.
-    pub fn new(ready: Arc<AtomicBool>) -> IdentityService {
-        IdentityService { ready }
+    /// Reports readiness from `content`.
+    pub fn new(content: Arc<dyn ContentSource>) -> IdentityService {
+        IdentityService { content }
     }
 }
 
@@ -49,7 +49,7 @@ impl Identity for IdentityService {
     }
 
     async fn probe(&self, _: Request<ProbeRequest>) -> Result<Response<ProbeResponse>, Status> {
-        Ok(Response::new(ProbeResponse { ready: Some(self.ready.load(Ordering::Acquire)) }))
+        Ok(Response::new(ProbeResponse { ready: Some(self.content.ready()) }))
     }
 }
 
@@ -59,8 +59,9 @@ mod tests {
 
     #[tokio::test]
     async fn names_itself_and_reports_readiness() {
-        let ready = Arc::new(AtomicBool::new(false));
-        let service = IdentityService::new(ready.clone());
+        let dir = tempfile::tempdir().unwrap();
+        let shares = dir.path().join("shares");
+        let service = IdentityService::new(Arc::new(crate::content::StaticDirSource::new(shares.clone())));
         let info = service.get_plugin_info(Request::new(GetPluginInfoRequest {})).await.unwrap().into_inner();
         assert_eq!(info.name, "sharedresource.csi.inlineguard.dev");
         assert_eq!(info.vendor_version, env!("CARGO_PKG_VERSION"));
@@ -68,7 +69,7 @@ mod tests {
             service.get_plugin_capabilities(Request::new(GetPluginCapabilitiesRequest {})).await.unwrap().into_inner();
         assert!(capabilities.capabilities.is_empty(), "no controller service");
         assert_eq!(service.probe(Request::new(ProbeRequest {})).await.unwrap().into_inner().ready, Some(false));
-        ready.store(true, Ordering::Release);
+        std::fs::create_dir(&shares).unwrap();
         assert_eq!(service.probe(Request::new(ProbeRequest {})).await.unwrap().into_inner().ready, Some(true));
     }
 }

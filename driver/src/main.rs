@@ -35,13 +35,31 @@ struct Flags {
 
 fn main() -> ExitCode {
     let flags = Flags::parse();
-    tracing_subscriber::fmt().with_writer(std::io::stderr).init();
+    use std::io::IsTerminal as _;
+    tracing_subscriber::fmt().with_writer(|| LossyStderr).with_ansi(std::io::stderr().is_terminal()).init();
     match run(flags) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("sharedresource-csi-driver: {error}");
             ExitCode::from(2)
         }
+    }
+}
+
+/// Standard error that swallows write failures: tracing-subscriber panics when it cannot report a
+/// failed write, and a closed log pipe must not take the node plugin down. (The admission
+/// server's logger does the same, in its own crate.)
+struct LossyStderr;
+
+impl std::io::Write for LossyStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let _ = std::io::stderr().write_all(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let _ = std::io::stderr().flush();
+        Ok(())
     }
 }
 

@@ -4,7 +4,6 @@
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use inline_guard_proto::csi::v1::identity_server::IdentityServer;
@@ -56,12 +55,11 @@ impl Plugin {
         }
         info!(volumes = kept.len(), "recovered published volumes");
 
-        let ready = Arc::new(AtomicBool::new(self.content.ready()));
         let settings =
             VolumeSettings { tmpfs_bytes: self.config.tmpfs_size, host_read_only: self.config.host_read_only };
         let store: Arc<dyn VolumeStore> = store;
-        let node = Arc::new(NodeService::new(self.node_id, settings, self.mounter, store, self.content, kept));
-        let csi_routes = Routes::new(IdentityServer::new(IdentityService::new(ready)))
+        let node = Arc::new(NodeService::new(self.node_id, settings, self.mounter, store, self.content.clone(), kept));
+        let csi_routes = Routes::new(IdentityServer::new(IdentityService::new(self.content.clone())))
             .add_service(NodeServer::from_arc(node.clone()));
 
         let (stop, stopped) = watch::channel(false);

@@ -120,6 +120,27 @@ async fn publish_and_unpublish_over_the_socket_with_real_mounts() {
     assert_eq!(std::fs::read_to_string(target.join("ca.crt")).unwrap(), "-----BEGIN CERTIFICATE-----");
     node.node_publish_volume(publish_request("csi-1", &target, true)).await.unwrap();
 
+    // What kubelet does next, since readOnly was required: a read-only bind mount into the
+    // container. The content reads; nothing can be written.
+    let container = dir.path().join("container/etc/shared");
+    std::fs::create_dir_all(&container).unwrap();
+    bind_read_only(&target, &container);
+    assert_eq!(std::fs::read_to_string(container.join("ca.crt")).unwrap(), "-----BEGIN CERTIFICATE-----");
+    let write = std::fs::write(container.join("ca.crt"), "tampered").unwrap_err();
+    assert_eq!(write.raw_os_error(), Some(30), "EROFS inside the container");
+    LinuxMounter.unmount(&container).unwrap();
+
+    // A share holding a name the writer reserves is refused as a hostile key, and nothing stays.
+    std::fs::create_dir_all(dir.path().join("shares/hostile")).unwrap();
+    std::fs::write(dir.path().join("shares/hostile/..data"), "x").unwrap();
+    let hostile_target = dir.path().join("pods/u-2/mount");
+    let mut hostile = publish_request("csi-2", &hostile_target, true);
+    hostile.volume_context.insert("share".into(), "hostile".into());
+    let refused = node.node_publish_volume(hostile).await.unwrap_err();
+    assert_eq!(refused.code(), Code::InvalidArgument);
+    assert_eq!(refused.message(), "key \"..data\" is refused: names starting with \"..\" are reserved");
+    assert!(!hostile_target.exists(), "no mount or directory left behind");
+
     let mut registration =
         RegistrationClient::new(channel(registry.join("sharedresource.csi.inlineguard.dev-reg.sock")).await);
     let plugin_info = registration.get_info(InfoRequest {}).await.unwrap().into_inner();
@@ -136,6 +157,20 @@ async fn publish_and_unpublish_over_the_socket_with_real_mounts() {
     running.await.unwrap().unwrap();
     assert!(!csi_socket.exists(), "the CSI socket is removed on exit");
     assert!(!registry.join("sharedresource.csi.inlineguard.dev-reg.sock").exists());
+}
+
+/// kubelet's read-only bind mount of a published volume into a container's filesystem.
+fn bind_read_only(source: &Path, target: &Path) {
+    use nix::mount::{MsFlags, mount};
+    mount(Some(source), target, None::<&str>, MsFlags::MS_BIND, None::<&str>).unwrap();
+    mount(
+        None::<&str>,
+        target,
+        None::<&str>,
+        MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY,
+        None::<&str>,
+    )
+    .unwrap();
 }
 
 fn plugin(dir: &Path, csi_socket: &Path) -> Plugin {
