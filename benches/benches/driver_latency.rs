@@ -112,6 +112,11 @@ fn main() {
             .unwrap();
         let mut node = NodeClient::new(channel);
         let targets: Vec<PathBuf> = (0..VOLUMES).map(|i| dir.path().join(format!("pods/{i}/mount"))).collect();
+        // kubelet creates the pod's volume directory before calling the driver; only the
+        // target itself is the driver's to create.
+        for target in &targets {
+            std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+        }
 
         let mut publish = Vec::with_capacity(VOLUMES);
         for (index, target) in targets.iter().enumerate() {

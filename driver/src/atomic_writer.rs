@@ -158,9 +158,13 @@ impl AtomicWriter {
 
     fn write_version(&self, version: &Path, payload: &Payload) -> Result<()> {
         let root = self.dir.join(version);
+        let mut created = BTreeSet::new();
         for (key, content) in payload {
             let path = root.join(key);
-            if let Some(parent) = path.parent() {
+            if let Some(parent) = path.parent()
+                && parent != root
+                && created.insert(parent.to_path_buf())
+            {
                 fs::create_dir_all(parent).map_err(|e| io_error("creating a directory", parent, e))?;
             }
             let mut file = fs::OpenOptions::new()
@@ -169,8 +173,9 @@ impl AtomicWriter {
                 .mode(content.mode)
                 .open(&path)
                 .map_err(|e| io_error("creating a file", &path, e))?;
+            // No fsync: volumes live on tmpfs, whose content never outlives the boot, and the
+            // reader's consistency comes from the rename of ..data, not from durability.
             file.write_all(&content.data).map_err(|e| io_error("writing a file", &path, e))?;
-            file.sync_all().map_err(|e| io_error("syncing a file", &path, e))?;
             // The mode given to open() is filtered by the umask; set it exactly.
             fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(content.mode))
                 .map_err(|e| io_error("setting a file's mode", &path, e))?;

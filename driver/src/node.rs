@@ -110,7 +110,9 @@ impl NodeService {
         let target = &request.target_path;
         let result = (|| {
             // Recorded as incomplete first: if the driver dies mid-publish, start-up undoes it.
-            self.store.put(&VolumeRecord { complete: false, ..wanted.clone() })?;
+            // Not waited for: should it be lost in a crash, the mount it would have marked is
+            // replaced by the next publish to the target, or removed by the unpublish.
+            self.store.put(&VolumeRecord { complete: false, ..wanted.clone() }, false)?;
             undo.recorded = Some(wanted.volume_id.clone());
             if !target.exists() {
                 fs::create_dir_all(target)
@@ -127,7 +129,8 @@ impl NodeService {
             if self.settings.host_read_only {
                 self.mounter.remount(target, true)?;
             }
-            self.store.put(&wanted)
+            // Durable before answering: kubelet will treat the volume as published from here on.
+            self.store.put(&wanted, true)
         })();
         match result {
             Ok(()) => {

@@ -85,7 +85,7 @@ mod tests {
         let records =
             vec![record("kept", mounted), record("stale", unmounted), record("gone", dir.path().join("missing"))];
         for r in &records {
-            store.put(r).unwrap();
+            store.put(r, true).unwrap();
         }
         let (kept, dropped) = recover(records, &mounter, &store);
         assert_eq!(kept.iter().map(|r| r.volume_id.as_str()).collect::<Vec<_>>(), ["kept"]);
@@ -107,7 +107,7 @@ mod tests {
         std::fs::write(target.join("partial"), "x").unwrap();
         mounter.mount_tmpfs(&target, 1, false).unwrap();
         let half = VolumeRecord { complete: false, ..record("half", target.clone()) };
-        store.put(&half).unwrap();
+        store.put(&half, true).unwrap();
         let (kept, dropped) = recover(vec![half], &mounter, &store);
         assert!(kept.is_empty());
         assert!(dropped[0].ends_with("was interrupted; undone"), "{}", dropped[0]);

@@ -37,8 +37,8 @@ fn complete_by_default() -> bool {
 
 /// Where records live.
 pub trait VolumeStore: Send + Sync {
-    /// Saves (or replaces) a record.
-    fn put(&self, record: &VolumeRecord) -> Result<()>;
+    /// Saves (or replaces) a record; `durable` waits until it is on disk.
+    fn put(&self, record: &VolumeRecord, durable: bool) -> Result<()>;
     /// Forgets a volume; forgetting an unknown volume is not an error.
     fn remove(&self, volume_id: &str) -> Result<()>;
     /// Every record, and a message for each file that could not be read as one.
@@ -77,14 +77,19 @@ impl FileVolumeStore {
 }
 
 impl VolumeStore for FileVolumeStore {
-    fn put(&self, record: &VolumeRecord) -> Result<()> {
+    fn put(&self, record: &VolumeRecord, durable: bool) -> Result<()> {
         let path = self.path_of(&record.volume_id);
         let temporary = path.with_extension("json.tmp");
         let json = serde_json::to_vec_pretty(record).map_err(|e| Error::Internal(format!("encoding a record: {e}")))?;
         let mut file = fs::File::create(&temporary).map_err(|e| io_error("creating", &temporary, e))?;
         file.write_all(&json).map_err(|e| io_error("writing", &temporary, e))?;
-        file.sync_all().map_err(|e| io_error("syncing", &temporary, e))?;
+        if durable {
+            file.sync_all().map_err(|e| io_error("syncing", &temporary, e))?;
+        }
         fs::rename(&temporary, &path).map_err(|e| io_error("renaming into place", &path, e))?;
+        if !durable {
+            return Ok(());
+        }
         // The rename is durable only once the directory is.
         fs::File::open(&self.dir).and_then(|dir| dir.sync_all()).map_err(|e| io_error("syncing", &self.dir, e))
     }
@@ -155,11 +160,11 @@ mod tests {
     fn records_survive_a_reopen_and_removal_is_idempotent() {
         let dir = tempfile::tempdir().unwrap();
         let store = FileVolumeStore::open(dir.path().join("state")).unwrap();
-        store.put(&record("csi-b")).unwrap();
-        store.put(&record("csi-a")).unwrap();
+        store.put(&record("csi-b"), true).unwrap();
+        store.put(&record("csi-a"), false).unwrap();
         let mut changed = record("csi-a");
         changed.host_read_only = true;
-        store.put(&changed).unwrap();
+        store.put(&changed, true).unwrap();
 
         let reopened = FileVolumeStore::open(dir.path().join("state")).unwrap();
         let (records, problems) = reopened.load_all().unwrap();
@@ -175,7 +180,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = FileVolumeStore::open(dir.path().join("state")).unwrap();
         for id in ["../escape", "/etc/passwd", ".hidden", "a/b"] {
-            store.put(&record(id)).unwrap();
+            store.put(&record(id), true).unwrap();
         }
         assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1, "nothing written beside the store");
         let ids: Vec<String> = store.load_all().unwrap().0.into_iter().map(|r| r.volume_id).collect();
@@ -186,7 +191,7 @@ mod tests {
     fn a_torn_write_and_a_corrupt_record_are_reported_not_fatal() {
         let dir = tempfile::tempdir().unwrap();
         let store = FileVolumeStore::open(dir.path()).unwrap();
-        store.put(&record("csi-good")).unwrap();
+        store.put(&record("csi-good"), true).unwrap();
         fs::write(dir.path().join("csi-torn.json.tmp"), "{\"volume_id\":").unwrap();
         fs::write(dir.path().join("csi-bad.json"), "not json").unwrap();
         let (records, problems) = store.load_all().unwrap();
