@@ -14,7 +14,7 @@ use inline_guard_proto::csi::v1::{
 };
 use tonic::{Request, Response, Status};
 
-use crate::atomic_writer::AtomicWriter;
+use crate::atomic_writer::{AtomicWriter, check_key};
 use crate::content::ContentSource;
 use crate::error::{Error, Result};
 use crate::mounter::Mounter;
@@ -106,6 +106,10 @@ impl NodeService {
         }
 
         let payload = self.content.content(request)?;
+        // A hostile key is refused before anything is created or mounted.
+        for key in payload.keys() {
+            check_key(key)?;
+        }
         let mut undo = Undo::default();
         let target = &request.target_path;
         let result = (|| {
