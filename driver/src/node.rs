@@ -248,14 +248,39 @@ impl Undo {
     }
 }
 
+/// The Node service on the wire. Publish and unpublish mount, write and fsync: they run on the
+/// blocking pool, never on the async workers that serve every other call.
+#[derive(Clone)]
+pub struct NodeGrpc {
+    service: Arc<NodeService>,
+}
+
+impl NodeGrpc {
+    /// Serves `service`.
+    pub fn new(service: Arc<NodeService>) -> NodeGrpc {
+        NodeGrpc { service }
+    }
+
+    async fn blocking<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&NodeService) -> Result<T> + Send + 'static,
+    ) -> std::result::Result<T, Status> {
+        let service = self.service.clone();
+        match tokio::task::spawn_blocking(move || work(&service)).await {
+            Ok(result) => result.map_err(Status::from),
+            Err(error) => Err(Status::internal(format!("the operation failed: {error}"))),
+        }
+    }
+}
+
 #[tonic::async_trait]
-impl Node for NodeService {
+impl Node for NodeGrpc {
     async fn node_publish_volume(
         &self,
         request: Request<NodePublishVolumeRequest>,
     ) -> std::result::Result<Response<NodePublishVolumeResponse>, Status> {
         let checked = check(request.get_ref())?;
-        self.publish(&checked)?;
+        self.blocking(move |service| service.publish(&checked)).await?;
         Ok(Response::new(NodePublishVolumeResponse {}))
     }
 
@@ -264,7 +289,7 @@ impl Node for NodeService {
         request: Request<NodeUnpublishVolumeRequest>,
     ) -> std::result::Result<Response<NodeUnpublishVolumeResponse>, Status> {
         let request = request.into_inner();
-        self.unpublish(&request.volume_id, Path::new(&request.target_path))?;
+        self.blocking(move |service| service.unpublish(&request.volume_id, Path::new(&request.target_path))).await?;
         Ok(Response::new(NodeUnpublishVolumeResponse {}))
     }
 
@@ -281,7 +306,7 @@ impl Node for NodeService {
         _: Request<NodeGetInfoRequest>,
     ) -> std::result::Result<Response<NodeGetInfoResponse>, Status> {
         Ok(Response::new(NodeGetInfoResponse {
-            node_id: self.node_id.clone(),
+            node_id: self.service.node_id.clone(),
             max_volumes_per_node: 0,
             accessible_topology: None,
         }))

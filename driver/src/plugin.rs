@@ -19,7 +19,7 @@ use crate::content::ContentSource;
 use crate::error::Result;
 use crate::identity::IdentityService;
 use crate::mounter::Mounter;
-use crate::node::{NodeService, VolumeSettings};
+use crate::node::{NodeGrpc, NodeService, VolumeSettings};
 use crate::recovery::recover;
 use crate::registration::RegistrationService;
 use crate::socket;
@@ -60,7 +60,7 @@ impl Plugin {
         let store: Arc<dyn VolumeStore> = store;
         let node = Arc::new(NodeService::new(self.node_id, settings, self.mounter, store, self.content.clone(), kept));
         let csi_routes = Routes::new(IdentityServer::new(IdentityService::new(self.content.clone())))
-            .add_service(NodeServer::from_arc(node.clone()));
+            .add_service(NodeServer::new(NodeGrpc::new(node.clone())));
 
         let (stop, stopped) = watch::channel(false);
         let until_stopped = |mut stopped: watch::Receiver<bool>| async move {

@@ -17,7 +17,8 @@ struct Fixture {
     dir: tempfile::TempDir,
     mounter: Arc<FakeMounter>,
     store: Arc<FileVolumeStore>,
-    node: NodeService,
+    node: NodeGrpc,
+    service: Arc<NodeService>,
 }
 
 const SETTINGS: VolumeSettings = VolumeSettings { tmpfs_bytes: 1 << 20, host_read_only: false };
@@ -30,15 +31,15 @@ fn fixture(settings: VolumeSettings) -> Fixture {
     fs::write(shares.join("cluster-ca/nested/extra"), "more").unwrap();
     let mounter = Arc::new(FakeMounter::default());
     let store = Arc::new(FileVolumeStore::open(dir.path().join("state")).unwrap());
-    let node = NodeService::new(
+    let service = Arc::new(NodeService::new(
         "node-1".into(),
         settings,
         mounter.clone(),
         store.clone(),
         Arc::new(StaticDirSource::new(shares)),
         Vec::new(),
-    );
-    Fixture { dir, mounter, store, node }
+    ));
+    Fixture { dir, mounter, store, node: NodeGrpc::new(service.clone()), service }
 }
 
 fn request(fixture: &Fixture, volume_id: &str, share: &str) -> NodePublishVolumeRequest {
@@ -199,9 +200,9 @@ async fn refresh_rewrites_changed_content_and_empties_a_withdrawn_share() {
     let target = PathBuf::from(&request.target_path);
     publish(&fixture, request).await.unwrap();
 
-    assert_eq!(fixture.node.refresh_all(), [("csi-1".to_string(), Ok(false))], "nothing changed");
+    assert_eq!(fixture.service.refresh_all(), [("csi-1".to_string(), Ok(false))], "nothing changed");
     fs::write(fixture.dir.path().join("shares/cluster-ca/ca.crt"), "ROTATED").unwrap();
-    assert_eq!(fixture.node.refresh_all(), [("csi-1".to_string(), Ok(true))]);
+    assert_eq!(fixture.service.refresh_all(), [("csi-1".to_string(), Ok(true))]);
     assert_eq!(fs::read_to_string(target.join("ca.crt")).unwrap(), "ROTATED");
     let actions = fixture.mounter.actions();
     assert_eq!(
@@ -214,6 +215,6 @@ async fn refresh_rewrites_changed_content_and_empties_a_withdrawn_share() {
     );
 
     fs::remove_dir_all(fixture.dir.path().join("shares/cluster-ca")).unwrap();
-    assert_eq!(fixture.node.refresh_all(), [("csi-1".to_string(), Ok(true))]);
+    assert_eq!(fixture.service.refresh_all(), [("csi-1".to_string(), Ok(true))]);
     assert!(!target.join("ca.crt").exists(), "a withdrawn share leaves an empty volume");
 }
