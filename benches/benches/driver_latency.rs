@@ -5,16 +5,12 @@
 //! `cargo bench -p inline-guard-benches --bench driver_latency`
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hyper_util::rt::TokioIo;
 use inline_guard_proto::csi::v1::node_client::NodeClient;
 use inline_guard_proto::csi::v1::volume_capability::{AccessMode, AccessType, MountVolume};
 use inline_guard_proto::csi::v1::{NodePublishVolumeRequest, NodeUnpublishVolumeRequest, VolumeCapability};
-use sharedresource_csi_driver::config::DriverConfig;
-use sharedresource_csi_driver::content::StaticDirSource;
-use sharedresource_csi_driver::mounter::LinuxMounter;
 use sharedresource_csi_driver::plugin::Plugin;
 use tonic::transport::{Endpoint, Uri};
 
@@ -79,21 +75,7 @@ fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     runtime.block_on(async {
         let baseline = resident_mb();
-        let plugin = Plugin {
-            config: DriverConfig {
-                state_dir: dir.path().join("state"),
-                registry_dir: dir.path().join("registry"),
-                tmpfs_size: 1 << 20,
-                host_read_only: false,
-                static_shares_dir: Some(dir.path().join("shares")),
-                refresh_seconds: 3600,
-            },
-            csi_socket: socket.clone(),
-            node_id: "bench".into(),
-            register: false,
-            mounter: Arc::new(LinuxMounter),
-            content: Arc::new(StaticDirSource::new(dir.path().join("shares"))),
-        };
+        let plugin = Plugin::in_directory(dir.path(), socket.clone());
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let running = tokio::spawn(plugin.run(async {
             let _ = stopped.await;

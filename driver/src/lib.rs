@@ -1,10 +1,11 @@
 //! The shared-resource CSI node plugin `sharedresource.csi.inlineguard.dev`.
 //!
-//! Built so far: the Identity service, the NodePublishVolume request check (the fixed validation
-//! order and the readonly refusal), the atomic writer that lays out volume content, the mounter
-//! (Linux and a recording fake), the volume records, and the one place errors become gRPC
-//! statuses. Still to come (see the CSI driver issue): the Node service that ties them together,
-//! restart recovery, the unix socket server and kubelet registration, the content sources.
+//! It serves inline ephemeral volumes only, read-only only: a per-volume tmpfs filled by the
+//! atomic writer from a content source, recorded so that a restart keeps what is mounted and
+//! undoes what was interrupted. `plugin` assembles the services on their sockets; the rooms are
+//! the request check, the node and identity services, the writer, the mounter, the records,
+//! recovery, registration and sockets. The Kubernetes-backed content source is the shares
+//! issue's; today's source is a directory of static shares.
 
 pub mod atomic_writer;
 pub mod config;

@@ -42,6 +42,28 @@ pub struct Plugin {
 }
 
 impl Plugin {
+    /// A plugin keeping everything under `dir` (state, registry, and the static shares in
+    /// `dir/shares`), with real mounts and 1 MiB volumes: what the tests and benchmarks run.
+    #[cfg(any(test, feature = "test-util"))]
+    pub fn in_directory(dir: &std::path::Path, csi_socket: PathBuf) -> Plugin {
+        let shares = dir.join("shares");
+        Plugin {
+            config: DriverConfig {
+                state_dir: dir.join("state"),
+                registry_dir: dir.join("registry"),
+                tmpfs_size: 1 << 20,
+                host_read_only: false,
+                static_shares_dir: Some(shares.clone()),
+                refresh_seconds: 3600,
+            },
+            csi_socket,
+            node_id: "test-node".into(),
+            register: false,
+            mounter: Arc::new(crate::mounter::LinuxMounter),
+            content: Arc::new(crate::content::StaticDirSource::new(shares)),
+        }
+    }
+
     /// Serves until `shutdown` completes, then removes its sockets.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<()> {
         let store = Arc::new(FileVolumeStore::open(&self.config.state_dir)?);

@@ -8,12 +8,8 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Arc;
 use std::time::Duration;
 
-use sharedresource_csi_driver::config::DriverConfig;
-use sharedresource_csi_driver::content::StaticDirSource;
-use sharedresource_csi_driver::mounter::LinuxMounter;
 use sharedresource_csi_driver::plugin::Plugin;
 
 const SKIPPED_SPECS: &str = "Controller|should remove target path";
@@ -64,21 +60,7 @@ async fn csi_sanity_passes_with_the_controller_suite_skipped() {
     std::fs::create_dir_all(shares.join("cluster-ca")).unwrap();
     std::fs::write(shares.join("cluster-ca/ca.crt"), "pem").unwrap();
     let socket = dir.path().join("csi.sock");
-    let plugin = Plugin {
-        config: DriverConfig {
-            state_dir: dir.path().join("state"),
-            registry_dir: dir.path().join("registry"),
-            tmpfs_size: 1 << 20,
-            host_read_only: false,
-            static_shares_dir: Some(shares.clone()),
-            refresh_seconds: 30,
-        },
-        csi_socket: socket.clone(),
-        node_id: "sanity-node".into(),
-        register: false,
-        mounter: Arc::new(LinuxMounter),
-        content: Arc::new(StaticDirSource::new(shares)),
-    };
+    let plugin = Plugin::in_directory(dir.path(), socket.clone());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let running = tokio::spawn(plugin.run(async {
         let _ = stopped.await;

@@ -2,7 +2,6 @@
 //! directory (as root), kubelet registration, and sockets removed on shutdown.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
@@ -14,8 +13,6 @@ use inline_guard_proto::csi::v1::{
 };
 use inline_guard_proto::pluginregistration::InfoRequest;
 use inline_guard_proto::pluginregistration::registration_client::RegistrationClient;
-use sharedresource_csi_driver::config::DriverConfig;
-use sharedresource_csi_driver::content::StaticDirSource;
 use sharedresource_csi_driver::mounter::{LinuxMounter, Mounter};
 use sharedresource_csi_driver::plugin::Plugin;
 use tonic::Code;
@@ -73,24 +70,10 @@ async fn publish_and_unpublish_over_the_socket_with_real_mounts() {
     std::fs::create_dir_all(shares.join("cluster-ca")).unwrap();
     std::fs::write(shares.join("cluster-ca/ca.crt"), "-----BEGIN CERTIFICATE-----").unwrap();
     let csi_socket = dir.path().join("plugins/csi.sock");
-    let registry = dir.path().join("plugins_registry");
-    let config = DriverConfig {
-        state_dir: dir.path().join("state"),
-        registry_dir: registry.clone(),
-        tmpfs_size: 1 << 20,
-        host_read_only: false,
-        static_shares_dir: Some(shares.clone()),
-        refresh_seconds: 30,
-    };
+    let registry = dir.path().join("registry");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let plugin = Plugin {
-        config,
-        csi_socket: csi_socket.clone(),
-        node_id: "node-1".into(),
-        register: true,
-        mounter: Arc::new(LinuxMounter),
-        content: Arc::new(StaticDirSource::new(shares)),
-    };
+    let plugin =
+        Plugin { register: true, node_id: "node-1".into(), ..Plugin::in_directory(dir.path(), csi_socket.clone()) };
     let running = tokio::spawn(plugin.run(async {
         let _ = stopped.await;
     }));
@@ -174,22 +157,7 @@ fn bind_read_only(source: &Path, target: &Path) {
 }
 
 fn plugin(dir: &Path, csi_socket: &Path) -> Plugin {
-    let shares = dir.join("shares");
-    Plugin {
-        config: DriverConfig {
-            state_dir: dir.join("state"),
-            registry_dir: dir.join("registry"),
-            tmpfs_size: 1 << 20,
-            host_read_only: false,
-            static_shares_dir: Some(shares.clone()),
-            refresh_seconds: 30,
-        },
-        csi_socket: csi_socket.to_path_buf(),
-        node_id: "node-1".into(),
-        register: false,
-        mounter: Arc::new(LinuxMounter),
-        content: Arc::new(StaticDirSource::new(shares)),
-    }
+    Plugin::in_directory(dir, csi_socket.to_path_buf())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

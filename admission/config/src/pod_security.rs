@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
+use inline_guard_policy::namespace_policy::{VERSION_EXPECTED, is_valid_version};
 use inline_guard_policy::{Exemptions, Level};
 use serde::Deserialize;
 
@@ -68,10 +69,10 @@ struct VersionField;
 impl<'de> Deserialize<'de> for VersionField {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
         let value = String::deserialize(deserializer)?;
-        if inline_guard_policy::namespace_policy::is_valid_version(&value) {
+        if is_valid_version(&value) {
             Ok(VersionField)
         } else {
-            Err(serde::de::Error::custom(format!("invalid version {value:?}: must be \"latest\" or \"v1.x\"")))
+            Err(serde::de::Error::custom(format!("invalid version {value:?}: {VERSION_EXPECTED}")))
         }
     }
 }

@@ -42,7 +42,8 @@ impl fmt::Display for LabelError {
 }
 
 const LEVEL_EXPECTED: &str = crate::level::MUST_BE_A_LEVEL;
-const VERSION_EXPECTED: &str = "must be \"latest\" or \"v1.x\"";
+/// What a valid `-version` label looks like, as every message about a bad version says it.
+pub const VERSION_EXPECTED: &str = "must be \"latest\" or \"v1.x\"";
 
 impl NamespacePolicy {
     /// The level for one mode.
