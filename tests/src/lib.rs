@@ -1,5 +1,12 @@
-//! Test support shared by the suites in `tests/tests/`: running the command in process and
-//! comparing output against checked-in golden files.
+//! Test support shared by the suites in `tests/tests/`: running the command in process, comparing
+//! output against checked-in golden files, and, for the end-to-end suite, the real Kubernetes
+//! peers ([`peers`]), a control plane on loopback ([`cluster`]) and the webhook as a separate
+//! process registered with it ([`webhook`]).
+
+pub mod apply;
+pub mod cluster;
+pub mod peers;
+pub mod webhook;
 
 use std::path::{Path, PathBuf};
 

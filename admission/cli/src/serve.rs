@@ -70,10 +70,12 @@ pub fn run(args: ServeArgs, stdout: &mut dyn std::io::Write) -> Result<(), Serve
         None => AdmissionConfig::embedded_default(),
     };
     let metrics = Arc::new(Metrics::new());
+    let mut _generated = None;
     let files = match args.tls.clone() {
         Some(files) => files,
         None => {
             let dir = std::env::temp_dir().join(format!("csi-volume-admission-{}", std::process::id()));
+            _generated = Some(GeneratedDir(dir.clone()));
             let pair = generate_pair(&dir, &["localhost", "127.0.0.1", "::1"])?;
             // Best effort, like the logs: a closed stdout must not stop the server.
             let _ = writeln!(
@@ -126,6 +128,16 @@ pub fn run(args: ServeArgs, stdout: &mut dyn std::io::Write) -> Result<(), Serve
         info!("stopped");
         Ok::<_, ServeError>(())
     })
+}
+
+/// The directory of a generated self-signed pair, removed when `serve` returns: the pair is only
+/// good for this process (the next start generates a new CA), so nothing is left in /tmp.
+struct GeneratedDir(PathBuf);
+
+impl Drop for GeneratedDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// A client for the kubeconfig's current context, or for the cluster the pod runs in.

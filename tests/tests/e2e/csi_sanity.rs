@@ -1,42 +1,18 @@
-//! csi-sanity, the CSI conformance suite, against the plugin on a real unix socket with real
-//! mounts. csi-sanity is built from the Go module proxy with the machine's Go toolchain (pinned by
-//! tests/peers/go.mod) into target/peers, once.
+//! csi-sanity, the CSI conformance suite, against the driver on a real unix socket with real
+//! mounts.
 //!
 //! Skipped specs, and why: everything naming the Controller (a node-only plugin has no
 //! CONTROLLER_SERVICE), and "NodeUnpublishVolume should remove target path", which creates its
 //! volume through the controller's CreateVolume and so cannot run against a node-only plugin.
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
 use sharedresource_csi_driver::plugin::Plugin;
 
+use crate::support::{Outcome, Suite};
+
 const SKIPPED_SPECS: &str = "Controller|should remove target path";
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
-}
-
-/// The csi-sanity binary, built on first use.
-fn csi_sanity() -> PathBuf {
-    let workspace = workspace();
-    let binary = workspace.join("target/peers/csi-sanity-v5.6.0");
-    if binary.exists() {
-        return binary;
-    }
-    let status = Command::new("go")
-        .args(["build", "-o"])
-        .arg(&binary)
-        .arg("github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity")
-        .current_dir(workspace.join("tests/peers"))
-        .env("GOFLAGS", "-mod=readonly")
-        .env("CGO_ENABLED", "0")
-        .status()
-        .expect("the Go toolchain builds csi-sanity; is `go` on PATH?");
-    assert!(status.success(), "building csi-sanity from tests/peers failed");
-    binary
-}
 
 fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
@@ -46,19 +22,17 @@ fn is_root() -> bool {
         .unwrap_or(false)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn csi_sanity_passes_with_the_controller_suite_skipped() {
+pub async fn passes_with_the_controller_suite_skipped(suite: &Suite) -> Outcome {
     if !is_root() {
         eprintln!(
             "SKIPPED LOUDLY: csi-sanity publishes real mounts and needs root; run the test command as root (CI does)"
         );
-        return;
+        return Ok(());
     }
-    let sanity = tokio::task::spawn_blocking(csi_sanity).await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let shares = dir.path().join("shares");
-    std::fs::create_dir_all(shares.join("cluster-ca")).unwrap();
-    std::fs::write(shares.join("cluster-ca/ca.crt"), "pem").unwrap();
+    std::fs::create_dir_all(shares.join("cluster-ca")).map_err(|e| e.to_string())?;
+    std::fs::write(shares.join("cluster-ca/ca.crt"), "pem").map_err(|e| e.to_string())?;
     let socket = dir.path().join("csi.sock");
     let plugin = Plugin::in_directory(dir.path(), socket.clone());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -72,8 +46,8 @@ async fn csi_sanity_passes_with_the_controller_suite_skipped() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 
+    let sanity = suite.peers.csi_sanity.clone();
     let output = tokio::task::spawn_blocking({
-        let socket = socket.clone();
         let dir = dir.path().to_path_buf();
         move || {
             Command::new(sanity)
@@ -85,17 +59,19 @@ async fn csi_sanity_passes_with_the_controller_suite_skipped() {
                 .arg(dir.join("staging"))
                 .args(["--ginkgo.skip", SKIPPED_SPECS, "--ginkgo.no-color"])
                 .output()
-                .unwrap()
         }
     })
     .await
-    .unwrap();
-    stop.send(()).unwrap();
-    running.await.unwrap().unwrap();
+    .map_err(|e| e.to_string())?
+    .map_err(|e| format!("running csi-sanity: {e}"))?;
+    let _ = stop.send(());
+    running.await.map_err(|e| e.to_string())?.map_err(|e| e.to_string())?;
 
     let report = String::from_utf8_lossy(&output.stdout);
     let summary = report.lines().rev().find(|line| line.contains("Passed")).unwrap_or_default().to_string();
     println!("csi-sanity: {summary}");
-    assert!(output.status.success(), "csi-sanity failed:\n{report}\n{}", String::from_utf8_lossy(&output.stderr));
-    assert!(summary.contains("0 Failed"), "{summary}");
+    if !output.status.success() || !summary.contains("0 Failed") {
+        return Err(format!("csi-sanity failed: {summary}\n{report}\n{}", String::from_utf8_lossy(&output.stderr)));
+    }
+    Ok(())
 }

@@ -1,0 +1,68 @@
+//! The apiserver's JSON audit log, read back as the events a cluster admin would query.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Deserialize;
+
+/// The part of an `audit.k8s.io/v1` Event the suites look at.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditEvent {
+    /// `create`, `update`, ...
+    pub verb: String,
+    /// `ResponseComplete`, `Panic`, ...
+    pub stage: String,
+    /// What the request was about.
+    #[serde(default)]
+    pub object_ref: Option<ObjectRef>,
+    /// The answer's status code.
+    #[serde(default)]
+    pub response_status: Option<ResponseStatus>,
+    /// Audit annotations, a webhook's prefixed with the webhook's name.
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// `objectRef`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ObjectRef {
+    /// Resource, e.g. `pods`.
+    #[serde(default)]
+    pub resource: String,
+    /// Namespace.
+    #[serde(default)]
+    pub namespace: String,
+    /// Name (filled from the object for creates).
+    #[serde(default)]
+    pub name: String,
+}
+
+/// `responseStatus`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ResponseStatus {
+    /// HTTP status code.
+    #[serde(default)]
+    pub code: u16,
+}
+
+impl AuditEvent {
+    /// Whether this is the completed request for `resource` `namespace/name`.
+    pub fn is_about(&self, resource: &str, namespace: &str, name: &str) -> bool {
+        self.stage == "ResponseComplete"
+            && self
+                .object_ref
+                .as_ref()
+                .is_some_and(|o| o.resource == resource && o.namespace == namespace && o.name == name)
+    }
+}
+
+/// Every event in the log; a line the apiserver has not finished writing is skipped.
+pub fn read(path: &Path) -> Result<Vec<AuditEvent>, String> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    };
+    Ok(text.lines().filter_map(|line| serde_json::from_str(line).ok()).collect())
+}

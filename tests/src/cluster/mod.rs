@@ -1,0 +1,245 @@
+//! A real control plane on loopback for the end-to-end suites: etcd and kube-apiserver in a
+//! temporary directory, RBAC authorization, an admin identity (a static token), serving
+//! certificates generated for the run, and an audit policy writing a log file the suites read.
+//! Dropping the [`Cluster`] kills both processes and removes the directory.
+
+mod audit_log;
+mod process;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use inline_guard_server::tls::generate_pair;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+pub use audit_log::AuditEvent;
+pub use process::{ChildProcess, free_port};
+
+use crate::peers::Peers;
+
+/// The audit policy: metadata (with annotations) for the objects the webhooks see, nothing else,
+/// so the log stays small enough to scan after every request.
+const AUDIT_POLICY: &str = r#"apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+    resources:
+      - group: ""
+        resources: [pods, podtemplates, replicationcontrollers]
+      - group: apps
+        resources: [deployments, replicasets, statefulsets, daemonsets]
+      - group: batch
+        resources: [jobs, cronjobs]
+  - level: None
+"#;
+
+/// How long the apiserver may take to become ready (RBAC bootstrap included).
+const READY_WITHIN: Duration = Duration::from_secs(90);
+
+/// etcd and kube-apiserver, running.
+pub struct Cluster {
+    // Declared before `dir` so they are killed before their directory is removed.
+    apiserver: ChildProcess,
+    etcd: ChildProcess,
+    dir: tempfile::TempDir,
+    url: String,
+    ca: PathBuf,
+    token: String,
+    kubeconfig: PathBuf,
+    audit_log: PathBuf,
+    /// The apiserver's release.
+    pub version: String,
+}
+
+impl Cluster {
+    /// Starts etcd and kube-apiserver and waits until `/readyz` answers 200.
+    pub async fn start(peers: &Peers) -> Result<Cluster, String> {
+        let dir = tempfile::Builder::new().prefix("inline-guard-e2e-").tempdir().map_err(|e| e.to_string())?;
+        let root = dir.path().to_path_buf();
+        let write = |name: &str, text: &str| -> Result<PathBuf, String> {
+            let path = root.join(name);
+            std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+            Ok(path)
+        };
+
+        let (client_port, peer_port) = (free_port()?, free_port()?);
+        let etcd_url = format!("http://127.0.0.1:{client_port}");
+        let peer_url = format!("http://127.0.0.1:{peer_port}");
+        let etcd = ChildProcess::spawn(
+            "etcd",
+            &peers.etcd,
+            &[
+                format!("--data-dir={}", root.join("etcd").display()),
+                format!("--listen-client-urls={etcd_url}"),
+                format!("--advertise-client-urls={etcd_url}"),
+                format!("--listen-peer-urls={peer_url}"),
+                format!("--initial-advertise-peer-urls={peer_url}"),
+                format!("--initial-cluster=default={peer_url}"),
+                // A throwaway store: durability costs seconds per test run and buys nothing.
+                "--unsafe-no-fsync".into(),
+                "--log-level=warn".into(),
+            ],
+            &[],
+            &root,
+        )?;
+
+        let serving = generate_pair(&root.join("serving"), &["127.0.0.1", "localhost"]).map_err(|e| e.to_string())?;
+        let service_account_key = rcgen::KeyPair::generate().map_err(|e| e.to_string())?;
+        let sa_key = write("service-account.key", &service_account_key.serialize_pem())?;
+        let sa_pub = write("service-account.pub", &service_account_key.public_key_pem())?;
+        let token = random_token()?;
+        let tokens = write("tokens.csv", &format!("{token},admin,admin,system:masters\n"))?;
+        let policy = write("audit-policy.yaml", AUDIT_POLICY)?;
+        let audit_log = root.join("audit.log");
+        let port = free_port()?;
+        let url = format!("https://127.0.0.1:{port}");
+        let path = |p: &Path| p.display().to_string();
+        let apiserver = ChildProcess::spawn(
+            "kube-apiserver",
+            &peers.kube_apiserver,
+            &[
+                format!("--etcd-servers={etcd_url}"),
+                "--bind-address=127.0.0.1".into(),
+                "--advertise-address=127.0.0.1".into(),
+                format!("--secure-port={port}"),
+                format!("--cert-dir={}", root.join("certs").display()),
+                format!("--tls-cert-file={}", path(&serving.files.cert)),
+                format!("--tls-private-key-file={}", path(&serving.files.key)),
+                format!("--token-auth-file={}", path(&tokens)),
+                "--authorization-mode=RBAC".into(),
+                "--service-account-issuer=https://kubernetes.default.svc".into(),
+                format!("--service-account-key-file={}", path(&sa_pub)),
+                format!("--service-account-signing-key-file={}", path(&sa_key)),
+                "--service-cluster-ip-range=10.0.0.0/24".into(),
+                // No controller-manager runs here to create the ServiceAccounts it would require.
+                "--disable-admission-plugins=ServiceAccount".into(),
+                format!("--audit-policy-file={}", path(&policy)),
+                format!("--audit-log-path={}", path(&audit_log)),
+                "--audit-log-mode=blocking".into(),
+                "--audit-log-format=json".into(),
+                "--profiling=false".into(),
+            ],
+            &[],
+            &root,
+        )?;
+
+        let ca = write("ca.crt", &serving.ca_pem)?;
+        let kubeconfig = write("kubeconfig", &kubeconfig_text(&url, &ca, &token, None))?;
+
+        let mut cluster = Cluster {
+            apiserver,
+            etcd,
+            dir,
+            url,
+            ca,
+            token,
+            kubeconfig,
+            audit_log,
+            version: peers.kubernetes_version.clone(),
+        };
+        cluster.wait_ready().await?;
+        Ok(cluster)
+    }
+
+    async fn wait_ready(&mut self) -> Result<(), String> {
+        let client = self.client().await?;
+        let deadline = Instant::now() + READY_WITHIN;
+        let mut last = String::new();
+        while Instant::now() < deadline {
+            self.etcd.ensure_running()?;
+            self.apiserver.ensure_running()?;
+            let request = http::Request::get("/readyz").body(Vec::new()).map_err(|e| e.to_string())?;
+            match client.request_text(request).await {
+                Ok(text) if text.trim() == "ok" => return Ok(()),
+                Ok(text) => last = text,
+                Err(error) => last = error.to_string(),
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        Err(format!(
+            "kube-apiserver at {} not ready within {READY_WITHIN:?}: {last}\n{}\n{}",
+            self.url,
+            self.apiserver.log_tail(30),
+            self.etcd.log_tail(10)
+        ))
+    }
+
+    /// The apiserver's URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// An admin kubeconfig file (what `serve --kubeconfig` and `audit --kubeconfig` are given).
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// A kubeconfig file acting as `user` by impersonation (`as:`), so that a process given it
+    /// (`serve`, `audit`) has exactly the RBAC permissions granted to that user.
+    pub fn kubeconfig_as(&self, user: &str) -> Result<PathBuf, String> {
+        let file_name: String = user.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
+        let path = self.dir.path().join(format!("kubeconfig-{file_name}"));
+        std::fs::write(&path, kubeconfig_text(&self.url, &self.ca, &self.token, Some(user)))
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(path)
+    }
+
+    /// A directory for the suites' own files, removed with the cluster.
+    pub fn run_dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// A client acting as the admin (`system:masters`).
+    pub async fn client(&self) -> Result<kube::Client, String> {
+        self.client_with(|_| {}).await
+    }
+
+    /// A client acting as `user` in `groups`, by impersonation, so RBAC decides what it may do
+    /// (a service account is `system:serviceaccount:NAMESPACE:NAME`).
+    pub async fn client_as(&self, user: &str, groups: &[&str]) -> Result<kube::Client, String> {
+        self.client_with(|config| {
+            config.auth_info.impersonate = Some(user.to_string());
+            config.auth_info.impersonate_groups = Some(groups.iter().map(|g| g.to_string()).collect());
+        })
+        .await
+    }
+
+    async fn client_with(&self, adjust: impl FnOnce(&mut kube::Config)) -> Result<kube::Client, String> {
+        let kubeconfig = Kubeconfig::read_from(&self.kubeconfig).map_err(|e| e.to_string())?;
+        let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        adjust(&mut config);
+        kube::Client::try_from(config).map_err(|e| e.to_string())
+    }
+
+    /// Every audit event written so far.
+    pub fn audit_events(&self) -> Result<Vec<AuditEvent>, String> {
+        audit_log::read(&self.audit_log)
+    }
+
+    /// The apiserver's log tail, for failure messages.
+    pub fn apiserver_log_tail(&self, lines: usize) -> String {
+        self.apiserver.log_tail(lines)
+    }
+}
+
+/// A kubeconfig for the admin token, impersonating `user` when given.
+fn kubeconfig_text(url: &str, ca: &Path, token: &str, user: Option<&str>) -> String {
+    let impersonation = user.map(|user| format!("    as: {user}\n")).unwrap_or_default();
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: e2e\n  cluster:\n    server: {url}\n    certificate-authority: {}\nusers:\n- name: admin\n  user:\n    token: {token}\n{impersonation}contexts:\n- name: e2e\n  context:\n    cluster: e2e\n    user: admin\n    namespace: default\ncurrent-context: e2e\n",
+        ca.display()
+    )
+}
+
+/// 32 hex digits from the kernel's random source.
+fn random_token() -> Result<String, String> {
+    use std::io::Read;
+    let mut bytes = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .map_err(|e| format!("/dev/urandom: {e}"))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}

@@ -1,0 +1,167 @@
+//! The real Kubernetes components the suites run against (kube-apiserver, etcd, csi-sanity), built
+//! from the Go module proxy with the machine's Go toolchain at the versions `tests/peers/go.mod`
+//! pins, and cached outside the checkout so that a fresh clone pays for the build once per machine.
+//!
+//! The cache directory is keyed by a hash of `go.mod`, `go.sum`, `tools.go` and the Go version: a
+//! version bump builds into a new directory instead of reusing a stale binary. Builds land in a
+//! temporary directory and are renamed into place, and a lock file serialises concurrent test
+//! processes, so a half-written binary is never run.
+
+use std::fs::{self, File};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::repo_root;
+
+/// Where the built peers are.
+#[derive(Debug, Clone)]
+pub struct Peers {
+    /// `kube-apiserver`.
+    pub kube_apiserver: PathBuf,
+    /// `etcd`.
+    pub etcd: PathBuf,
+    /// `csi-sanity`.
+    pub csi_sanity: PathBuf,
+    /// The Kubernetes release the apiserver was built from, e.g. `v1.35.4`.
+    pub kubernetes_version: String,
+}
+
+/// One Go main package and the file it is built to.
+struct Target {
+    file: &'static str,
+    package: &'static str,
+}
+
+const TARGETS: [Target; 3] = [
+    Target { file: "kube-apiserver", package: "k8s.io/kubernetes/cmd/kube-apiserver" },
+    Target { file: "etcd", package: "go.etcd.io/etcd/server/v3" },
+    Target { file: "csi-sanity", package: "github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity" },
+];
+
+/// Builds the peers on first use (minutes, cold) and returns them (milliseconds, cached).
+pub fn peers() -> Result<Peers, String> {
+    let module = repo_root().join("tests/peers");
+    let go_version = go(&module, &["env", "GOVERSION"])?;
+    let go_mod = read(&module.join("go.mod"))?;
+    let kubernetes_version = required_version(&go_mod, "k8s.io/kubernetes")?;
+    let key = fingerprint(&[&go_mod, &read(&module.join("go.sum"))?, &read(&module.join("tools.go"))?, &go_version]);
+    let dir = cache_root()?.join(format!("{go_version}-{key:016x}"));
+    fs::create_dir_all(&dir).map_err(|e| format!("creating the peer cache {}: {e}", dir.display()))?;
+
+    let lock_path = dir.join(".lock");
+    let lock = File::create(&lock_path).map_err(|e| format!("{}: {e}", lock_path.display()))?;
+    lock.lock().map_err(|e| format!("locking {}: {e}", lock_path.display()))?;
+    for target in &TARGETS {
+        let binary = dir.join(target.file);
+        if binary.exists() {
+            continue;
+        }
+        eprintln!("peers: building {} from the Go module proxy (once per machine; minutes when cold)", target.package);
+        let partial = dir.join(format!(".{}.partial", target.file));
+        // The apiserver reports this version to clients; without it, v0.0.0-master.
+        let ldflags = format!(
+            "-s -w -X k8s.io/component-base/version.gitVersion={kubernetes_version} \
+             -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor={}",
+            minor(&kubernetes_version)
+        );
+        let out = partial.to_str().ok_or("the cache path is not UTF-8")?.to_string();
+        go(&module, &["build", "-trimpath", "-ldflags", &ldflags, "-o", &out, target.package])?;
+        fs::rename(&partial, &binary).map_err(|e| format!("moving {} into place: {e}", binary.display()))?;
+    }
+    drop(lock);
+    Ok(Peers {
+        kube_apiserver: dir.join("kube-apiserver"),
+        etcd: dir.join("etcd"),
+        csi_sanity: dir.join("csi-sanity"),
+        kubernetes_version,
+    })
+}
+
+/// `$INLINE_GUARD_PEERS_CACHE`, else `$XDG_CACHE_HOME/inline-guard/peers`, else
+/// `~/.cache/inline-guard/peers`.
+fn cache_root() -> Result<PathBuf, String> {
+    if let Some(dir) = std::env::var_os("INLINE_GUARD_PEERS_CACHE") {
+        return Ok(PathBuf::from(dir));
+    }
+    let base = match std::env::var_os("XDG_CACHE_HOME") {
+        Some(dir) => PathBuf::from(dir),
+        None => PathBuf::from(std::env::var_os("HOME").ok_or("neither XDG_CACHE_HOME nor HOME is set")?).join(".cache"),
+    };
+    Ok(base.join("inline-guard/peers"))
+}
+
+/// Runs `go ARGS` in the pinned module, offline from anything but the module proxy.
+fn go(module: &Path, args: &[&str]) -> Result<String, String> {
+    let output = Command::new("go")
+        .args(args)
+        .current_dir(module)
+        .env("GOFLAGS", "-mod=readonly")
+        .env("CGO_ENABLED", "0")
+        .output()
+        .map_err(|e| format!("running `go {}`: {e}; the end-to-end suites need the Go toolchain on PATH", args[0]))?;
+    if !output.status.success() {
+        return Err(format!(
+            "`go {}` in {} failed ({}):\n{}",
+            args.join(" "),
+            module.display(),
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).trim().to_string())
+}
+
+fn read(path: &Path) -> Result<String, String> {
+    fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// The version `go.mod` requires of `module`.
+fn required_version(go_mod: &str, module: &str) -> Result<String, String> {
+    go_mod
+        .lines()
+        .map(str::split_whitespace)
+        .find_map(|mut words| {
+            let first = words.next()?;
+            let (name, version) =
+                if first == "require" { (words.next()?, words.next()?) } else { (first, words.next()?) };
+            (name == module).then(|| version.to_string())
+        })
+        .ok_or_else(|| format!("tests/peers/go.mod does not require {module}"))
+}
+
+/// `35` of `v1.35.4`.
+fn minor(version: &str) -> &str {
+    version.split('.').nth(1).unwrap_or("0")
+}
+
+/// FNV-1a over the parts, separated so that moving bytes between parts changes the key. Stable
+/// across Rust releases, unlike `DefaultHasher`.
+fn fingerprint(parts: &[&str]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for part in parts {
+        for byte in part.bytes().chain([0xff]) {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    hash
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_required_version_is_read_from_a_require_block() {
+        let go_mod = "module x\n\nrequire (\n\tgo.etcd.io/etcd/server/v3 v3.6.16\n\tk8s.io/kubernetes v1.35.4\n)\n";
+        assert_eq!(required_version(go_mod, "k8s.io/kubernetes").unwrap(), "v1.35.4");
+        assert_eq!(minor("v1.35.4"), "35");
+        assert!(required_version(go_mod, "k8s.io/api").is_err());
+    }
+
+    #[test]
+    fn the_fingerprint_changes_when_bytes_move_between_parts() {
+        assert_ne!(fingerprint(&["ab", "c"]), fingerprint(&["a", "bc"]));
+        assert_eq!(fingerprint(&["ab", "c"]), fingerprint(&["ab", "c"]));
+    }
+}

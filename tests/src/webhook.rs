@@ -1,0 +1,221 @@
+//! `csi-volume-admission serve` as a separate process on loopback, and its registration with the
+//! apiserver from the shipped `config/deploy/webhooks.yaml` (only the client config and a namespace
+//! selector are changed, so the tests exercise the shipped rules and matchConditions).
+//!
+//! The process is the test binary itself re-executed with [`CHILD_ENV`] set: the suites depend on
+//! the command's library, not on a built binary, and `main` hands a re-executed child straight to
+//! the same entry point the real binary's `main` calls.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use inline_guard_server::tls::generate_pair;
+use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::{Value, json};
+
+use crate::cluster::{ChildProcess, Cluster, free_port};
+use crate::repo_root;
+
+/// Set in a re-executed test binary's environment: run `csi-volume-admission` with the arguments.
+pub const CHILD_ENV: &str = "INLINE_GUARD_E2E_RUN_CLI";
+
+/// Runs the command instead of the tests when this process is a re-executed child; call first
+/// thing in `main`.
+pub fn run_cli_if_child() {
+    if std::env::var_os(CHILD_ENV).is_none() {
+        return;
+    }
+    let args = std::env::args_os().skip(1);
+    let argv = std::iter::once(std::ffi::OsString::from("csi-volume-admission")).chain(args);
+    let code =
+        csi_volume_admission::cli::run(argv, &mut std::io::stdin(), &mut std::io::stdout(), &mut std::io::stderr());
+    std::process::exit(i32::from(code));
+}
+
+/// Runs `csi-volume-admission ARGS` to completion as a child process; returns (exit code, stdout, stderr).
+pub fn run_cli(args: &[&str]) -> Result<(i32, String, String), String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let output = std::process::Command::new(exe)
+        .args(args)
+        .env(CHILD_ENV, "1")
+        .output()
+        .map_err(|e| format!("running csi-volume-admission: {e}"))?;
+    Ok((
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    ))
+}
+
+/// A running `serve`, killed on drop.
+pub struct WebhookServer {
+    process: Option<ChildProcess>,
+    name: String,
+    args: Vec<String>,
+    log_dir: PathBuf,
+    /// `https://127.0.0.1:PORT`.
+    pub url: String,
+    /// The CA that signed the serving certificate (PEM).
+    pub ca_pem: String,
+    health: u16,
+}
+
+impl WebhookServer {
+    /// Starts `serve` against `cluster` with `config` (a file under the repository's `config/`),
+    /// reaching the apiserver through `kubeconfig`, and waits until it is ready (both caches synced).
+    pub fn start(cluster: &Cluster, name: &str, config: &Path, kubeconfig: &Path) -> Result<WebhookServer, String> {
+        let dir = cluster.run_dir().join(name);
+        let pair = generate_pair(&dir, &["127.0.0.1", "localhost"]).map_err(|e| e.to_string())?;
+        let (port, health) = (free_port()?, free_port()?);
+        let args = vec![
+            "serve".to_string(),
+            "--kubeconfig".into(),
+            kubeconfig.display().to_string(),
+            "--config".into(),
+            config.display().to_string(),
+            "--listen".into(),
+            format!("127.0.0.1:{port}"),
+            "--health-listen".into(),
+            format!("127.0.0.1:{health}"),
+            "--tls-cert".into(),
+            pair.files.cert.display().to_string(),
+            "--tls-key".into(),
+            pair.files.key.display().to_string(),
+        ];
+        let mut server = WebhookServer {
+            process: None,
+            name: name.to_string(),
+            args,
+            log_dir: dir,
+            url: format!("https://127.0.0.1:{port}"),
+            ca_pem: pair.ca_pem,
+            health,
+        };
+        server.restart()?;
+        Ok(server)
+    }
+
+    /// Kills the process without letting it drain, as an OOM kill or a node loss would.
+    pub fn kill(&mut self) {
+        if let Some(mut process) = self.process.take() {
+            process.kill();
+        }
+    }
+
+    /// Starts the process again on the same ports and certificate, and waits until it is ready.
+    pub fn restart(&mut self) -> Result<(), String> {
+        self.kill();
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let mut process = ChildProcess::spawn(&self.name, &exe, &self.args, &[(CHILD_ENV, "1")], &self.log_dir)?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            process.ensure_running()?;
+            if http_status(self.health, "/readyz") == Some(200) {
+                self.process = Some(process);
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Err(format!("{} not ready within 30 s\n{}", self.name, process.log_tail(30)))
+    }
+
+    /// The server's log tail, for failure messages.
+    pub fn log_tail(&self, lines: usize) -> String {
+        self.process.as_ref().map(|p| p.log_tail(lines)).unwrap_or_else(|| format!("{} is not running", self.name))
+    }
+
+    /// `GET /metrics` from the health port.
+    pub fn metrics(&self) -> String {
+        http_get(self.health, "/metrics").unwrap_or_default()
+    }
+}
+
+/// The status code of a plain-HTTP GET on loopback, if one came back.
+fn http_status(port: u16, path: &str) -> Option<u16> {
+    let response = http_get(port, path)?;
+    response.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn http_get(port: u16, path: &str) -> Option<String> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    Some(response)
+}
+
+/// The shipped webhook configurations, pointed at `server` and limited to namespaces matching
+/// `namespace_selector`, created under names ending in `-SUFFIX`. Returns their names.
+pub async fn register(
+    client: &kube::Client,
+    server: &WebhookServer,
+    suffix: &str,
+    namespace_selector: Value,
+) -> Result<Registration, String> {
+    let path = repo_root().join("config/deploy/webhooks.yaml");
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let documents = inline_guard_config::read_documents(&path, &text).map_err(|e| e.to_string())?;
+    let ca_bundle = base64::engine::general_purpose::STANDARD.encode(&server.ca_pem);
+    let mut registration = Registration { client: client.clone(), validating: Vec::new(), mutating: Vec::new() };
+    for document in documents {
+        let mut object = document.value;
+        let name = format!("{}-{suffix}", object["metadata"]["name"].as_str().unwrap_or("csi-volume-admission"));
+        object["metadata"] = json!({ "name": name });
+        let Some(webhooks) = object["webhooks"].as_array_mut() else {
+            return Err(format!("{}: {} has no webhooks", path.display(), name));
+        };
+        for webhook in webhooks {
+            let service_path = webhook["clientConfig"]["service"]["path"].as_str().unwrap_or("/").to_string();
+            webhook["clientConfig"] = json!({ "url": format!("{}{service_path}", server.url), "caBundle": ca_bundle });
+            webhook["namespaceSelector"] = namespace_selector.clone();
+        }
+        match object["kind"].as_str() {
+            Some("ValidatingWebhookConfiguration") => {
+                let typed: ValidatingWebhookConfiguration =
+                    serde_json::from_value(object).map_err(|e| e.to_string())?;
+                Api::all(client.clone())
+                    .create(&PostParams::default(), &typed)
+                    .await
+                    .map_err(|e| format!("{name}: {e}"))?;
+                registration.validating.push(name);
+            }
+            Some("MutatingWebhookConfiguration") => {
+                let typed: MutatingWebhookConfiguration = serde_json::from_value(object).map_err(|e| e.to_string())?;
+                Api::all(client.clone())
+                    .create(&PostParams::default(), &typed)
+                    .await
+                    .map_err(|e| format!("{name}: {e}"))?;
+                registration.mutating.push(name);
+            }
+            other => return Err(format!("{}: unexpected kind {other:?}", path.display())),
+        }
+    }
+    Ok(registration)
+}
+
+/// Webhook configurations created by [`register`].
+pub struct Registration {
+    client: kube::Client,
+    validating: Vec<String>,
+    mutating: Vec<String>,
+}
+
+impl Registration {
+    /// Deletes the configurations.
+    pub async fn remove(self) -> Result<(), String> {
+        let validating: Api<ValidatingWebhookConfiguration> = Api::all(self.client.clone());
+        for name in &self.validating {
+            validating.delete(name, &DeleteParams::default()).await.map_err(|e| format!("{name}: {e}"))?;
+        }
+        let mutating: Api<MutatingWebhookConfiguration> = Api::all(self.client.clone());
+        for name in &self.mutating {
+            mutating.delete(name, &DeleteParams::default()).await.map_err(|e| format!("{name}: {e}"))?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,110 @@
+//! The end-to-end suite: the webhook and the driver against a real etcd, kube-apiserver and
+//! csi-sanity built from `tests/peers/go.mod` (see `inline_guard_tests::peers`).
+//!
+//! One control plane serves every scenario (each works in its own namespaces and CSIDrivers), so
+//! this binary has its own `main`: it starts the control plane only when a selected scenario needs
+//! it, runs the scenarios with libtest-mimic (the usual filters and output), and drops the control
+//! plane before exiting, panic or not.
+
+mod admission_tables;
+mod audit_command;
+mod cold_cache;
+mod csi_sanity;
+mod manifests;
+mod read_only;
+mod relabel;
+mod support;
+mod webhook_restart;
+mod workloads;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use libtest_mimic::{Arguments, Failed, Trial};
+use support::{Outcome, Suite};
+
+/// A scenario's body, borrowing the suite.
+type Scenario = Box<dyn Fn(&Suite) -> Pin<Box<dyn Future<Output = Outcome> + Send + '_>> + Send + Sync>;
+
+/// No scenario may hang the run.
+const SCENARIO_BOUND: Duration = Duration::from_secs(180);
+
+fn scenarios() -> Vec<(&'static str, Scenario)> {
+    vec![
+        ("admission::enforce_table", Box::new(|s| Box::pin(admission_tables::table(s, "enforce")))),
+        ("admission::warn_table", Box::new(|s| Box::pin(admission_tables::table(s, "warn")))),
+        ("admission::audit_table", Box::new(|s| Box::pin(admission_tables::table(s, "audit")))),
+        (
+            "admission::workloads_warned_by_default_denied_when_enforced",
+            Box::new(|s| Box::pin(workloads::warned_by_default_denied_when_enforced(s))),
+        ),
+        ("admission::read_only_forced_on_every_mount", Box::new(|s| Box::pin(read_only::forced_on_every_mount(s)))),
+        ("admission::driver_relabel_within_one_second", Box::new(|s| Box::pin(relabel::driver_relabel(s)))),
+        ("admission::namespace_relabel_within_one_second", Box::new(|s| Box::pin(relabel::namespace_relabel(s)))),
+        ("admission::cold_cache_no_spurious_violation", Box::new(|s| Box::pin(cold_cache::no_spurious_violation(s)))),
+        ("admission::cold_cache_no_spurious_admission", Box::new(|s| Box::pin(cold_cache::no_spurious_admission(s)))),
+        (
+            "admission::webhook_killed_and_restarted_admits_nothing_forbidden",
+            Box::new(|s| Box::pin(webhook_restart::no_forbidden_pod_admitted(s))),
+        ),
+        (
+            "admission::audit_command_reports_what_tightening_would_deny",
+            Box::new(|s| Box::pin(audit_command::reports_what_tightening_would_deny(s))),
+        ),
+        (
+            "manifests::deploy_pass_server_side_dry_run",
+            Box::new(|s| Box::pin(manifests::deploy_manifests_pass_dry_run(s))),
+        ),
+        ("manifests::examples_pass_server_side_dry_run", Box::new(|s| Box::pin(manifests::examples_pass_dry_run(s)))),
+        ("driver::csi_sanity", Box::new(|s| Box::pin(csi_sanity::passes_with_the_controller_suite_skipped(s)))),
+    ]
+}
+
+/// libtest's selection rules, so that a filtered `cargo test` run does not start a control plane
+/// for nothing.
+fn selected(args: &Arguments, name: &str) -> bool {
+    let matches = |pattern: &str| if args.exact { name == pattern } else { name.contains(pattern) };
+    !args.list && args.filter.as_deref().is_none_or(matches) && !args.skip.iter().any(|s| matches(s))
+}
+
+fn main() -> ExitCode {
+    inline_guard_tests::webhook::run_cli_if_child();
+    let args = Arguments::from_args();
+    let scenarios = scenarios();
+
+    let suite: Arc<Result<Suite, String>> = if scenarios.iter().any(|(name, _)| selected(&args, name)) {
+        let started = Instant::now();
+        let suite = inline_guard_tests::peers::peers().and_then(Suite::start);
+        if let Err(error) = &suite {
+            eprintln!("e2e: THE CONTROL PLANE DID NOT START; every scenario fails with this:\n{error}");
+        } else {
+            eprintln!("e2e: control plane and webhooks ready in {:?}", started.elapsed());
+        }
+        Arc::new(suite)
+    } else {
+        Arc::new(Err("not started: no selected scenario needs it".into()))
+    };
+
+    let mut trials = vec![Trial::test("support::warning_headers_are_unescaped", || {
+        support::warning_headers_are_unescaped().map_err(Failed::from)
+    })];
+    for (name, scenario) in scenarios {
+        let suite = suite.clone();
+        trials.push(Trial::test(name, move || {
+            let suite = suite.as_ref().as_ref().map_err(|e| Failed::from(format!("control plane: {e}")))?;
+            // The timer is created inside the runtime: `timeout` needs its reactor.
+            let outcome = suite.runtime.block_on(async { tokio::time::timeout(SCENARIO_BOUND, scenario(suite)).await });
+            let outcome = outcome.unwrap_or_else(|_| Err(format!("timed out after {SCENARIO_BOUND:?}")));
+            outcome.map_err(|error| {
+                Failed::from(format!("{error}\n{}\n{}", suite.shared.log_tail(15), suite.openshift.log_tail(15)))
+            })
+        }));
+    }
+    let conclusion = libtest_mimic::run(&args, trials);
+    // Every trial (and its clone of the suite) is gone: this drop kills the control plane.
+    drop(suite);
+    conclusion.exit_code()
+}
