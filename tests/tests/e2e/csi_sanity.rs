@@ -14,7 +14,7 @@ use crate::support::{Outcome, Suite};
 
 const SKIPPED_SPECS: &str = "Controller|should remove target path";
 
-fn is_root() -> bool {
+pub fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .map(|status| {
             status.lines().any(|line| line.starts_with("Uid:") && line.split_whitespace().nth(1) == Some("0"))

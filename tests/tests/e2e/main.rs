@@ -10,6 +10,7 @@ mod admission_tables;
 mod audit_command;
 mod cold_cache;
 mod csi_sanity;
+mod kubelet_publish;
 mod manifests;
 mod read_only;
 mod relabel;
@@ -59,6 +60,10 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
             Box::new(|s| Box::pin(manifests::deploy_manifests_pass_dry_run(s))),
         ),
         ("manifests::examples_pass_server_side_dry_run", Box::new(|s| Box::pin(manifests::examples_pass_dry_run(s)))),
+        (
+            "driver::publish_as_kubelet_admitted_pod_served_unguarded_pod_refused",
+            Box::new(|s| Box::pin(kubelet_publish::admitted_pod_publishes_unguarded_pod_is_refused(s))),
+        ),
         ("driver::csi_sanity", Box::new(|s| Box::pin(csi_sanity::passes_with_the_controller_suite_skipped(s)))),
     ]
 }
