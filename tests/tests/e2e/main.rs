@@ -12,6 +12,7 @@ mod cold_cache;
 mod csi_sanity;
 mod kubelet_publish;
 mod manifests;
+mod match_conditions;
 mod read_only;
 mod relabel;
 mod support;
@@ -41,6 +42,10 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
         (
             "admission::workloads_warned_by_default_denied_when_enforced",
             Box::new(|s| Box::pin(workloads::warned_by_default_denied_when_enforced(s))),
+        ),
+        (
+            "admission::match_conditions_send_only_objects_with_csi_volumes",
+            Box::new(|s| Box::pin(match_conditions::only_objects_with_csi_volumes_are_sent(s))),
         ),
         ("admission::read_only_forced_on_every_mount", Box::new(|s| Box::pin(read_only::forced_on_every_mount(s)))),
         ("admission::driver_relabel_within_one_second", Box::new(|s| Box::pin(relabel::driver_relabel(s)))),
