@@ -13,6 +13,7 @@ mod csi_sanity;
 mod kubelet_publish;
 mod manifests;
 mod match_conditions;
+mod rbac;
 mod read_only;
 mod relabel;
 mod support;
@@ -59,6 +60,10 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
         (
             "admission::audit_command_reports_what_tightening_would_deny",
             Box::new(|s| Box::pin(audit_command::reports_what_tightening_would_deny(s))),
+        ),
+        (
+            "manifests::rbac_grants_the_webhook_exactly_what_it_needs",
+            Box::new(|s| Box::pin(rbac::webhook_gets_exactly_what_it_needs(s))),
         ),
         (
             "manifests::deploy_pass_server_side_dry_run",

@@ -1,0 +1,52 @@
+//! The shipped RBAC grants the webhook's ServiceAccount what it needs and nothing more, as the
+//! apiserver's authorizer sees it: it reads Namespaces and CSIDrivers, and reads no pod or Secret
+//! and changes nothing. (That it is *enough* is proven by every admission scenario: the servers
+//! run as this ServiceAccount. The audit role is exercised by the `audit` scenario.)
+
+use k8s_openapi::api::core::v1::{Namespace, Pod, Secret};
+use k8s_openapi::api::storage::v1::CSIDriver;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use serde_json::json;
+
+use crate::support::{Outcome, SERVICE_ACCOUNT, Suite};
+
+/// `Ok(true)` when allowed, `Ok(false)` when the apiserver answered 403.
+fn allowed<T>(result: Result<T, kube::Error>) -> Result<bool, String> {
+    match result {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(status)) if status.code == 403 => Ok(false),
+        Err(error) => Err(error.to_string()),
+    }
+}
+
+pub async fn webhook_gets_exactly_what_it_needs(suite: &Suite) -> Outcome {
+    let webhook = suite.cluster.client_as(SERVICE_ACCOUNT, &[]).await?;
+    let list = ListParams::default().limit(1);
+    let relabel = json!({"metadata": {"labels": {"e2e.inlineguard.dev/touched": "yes"}}});
+    let checks = [
+        ("webhook lists namespaces", true, allowed(Api::<Namespace>::all(webhook.clone()).list_metadata(&list).await)?),
+        ("webhook lists csidrivers", true, allowed(Api::<CSIDriver>::all(webhook.clone()).list_metadata(&list).await)?),
+        (
+            "webhook gets a namespace",
+            true,
+            allowed(Api::<Namespace>::all(webhook.clone()).get_metadata("default").await)?,
+        ),
+        ("webhook lists pods", false, allowed(Api::<Pod>::all(webhook.clone()).list(&list).await)?),
+        ("webhook lists secrets", false, allowed(Api::<Secret>::all(webhook.clone()).list(&list).await)?),
+        (
+            "webhook relabels a namespace",
+            false,
+            allowed(
+                Api::<Namespace>::all(webhook.clone())
+                    .patch("default", &PatchParams::default(), &Patch::Merge(&relabel))
+                    .await,
+            )?,
+        ),
+    ];
+    let wrong: Vec<String> = checks
+        .iter()
+        .filter(|(_, expected, seen)| expected != seen)
+        .map(|(what, expected, _)| format!("{what}: expected {}", if *expected { "allowed" } else { "forbidden" }))
+        .collect();
+    if wrong.is_empty() { Ok(()) } else { Err(wrong.join("\n")) }
+}
