@@ -150,7 +150,7 @@ fn http_get(port: u16, path: &str) -> Option<String> {
 }
 
 /// The shipped webhook configurations, pointed at `server` and limited to namespaces matching
-/// `namespace_selector`, created under names ending in `-SUFFIX`. Returns their names.
+/// `namespace_selector`, created under names ending in `-SUFFIX`.
 pub async fn register(
     client: &kube::Client,
     server: &WebhookServer,

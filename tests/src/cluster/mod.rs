@@ -170,7 +170,7 @@ impl Cluster {
         &self.url
     }
 
-    /// An admin kubeconfig file (what `serve --kubeconfig` and `audit --kubeconfig` are given).
+    /// An admin kubeconfig file.
     pub fn kubeconfig(&self) -> &Path {
         &self.kubeconfig
     }
@@ -217,11 +217,6 @@ impl Cluster {
     /// Every audit event written so far.
     pub fn audit_events(&self) -> Result<Vec<AuditEvent>, String> {
         audit_log::read(&self.audit_log)
-    }
-
-    /// The apiserver's log tail, for failure messages.
-    pub fn apiserver_log_tail(&self, lines: usize) -> String {
-        self.apiserver.log_tail(lines)
     }
 }
 

@@ -43,16 +43,6 @@ impl ChildProcess {
         Ok(ChildProcess { name: name.to_string(), child, log })
     }
 
-    /// The process id.
-    pub fn id(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// Whether it is still running.
-    pub fn is_running(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
-    }
-
     /// The last `lines` lines of its log, for failure messages.
     pub fn log_tail(&self, lines: usize) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();

@@ -43,13 +43,14 @@ pub struct Suite {
     pub cluster: Cluster,
     /// The built peers.
     pub peers: Peers,
-    /// The runtime every scenario runs on; last, so everything above is dropped inside it first.
+    /// The runtime every scenario runs on; last, so that the clients and processes above are gone
+    /// before it is.
     pub runtime: tokio::runtime::Runtime,
 }
 
 impl Suite {
-    /// Builds the peers, starts the control plane and both webhook servers, registers them and
-    /// waits until the apiserver calls them.
+    /// Starts the control plane from the built `peers`, applies the shipped namespace and RBAC,
+    /// starts both webhook servers, registers them and waits until the apiserver calls them.
     pub fn start(peers: Peers) -> Result<Suite, String> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
