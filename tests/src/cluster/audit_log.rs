@@ -9,16 +9,11 @@ use serde::Deserialize;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AuditEvent {
-    /// `create`, `update`, ...
-    pub verb: String,
     /// `ResponseComplete`, `Panic`, ...
     pub stage: String,
     /// What the request was about.
     #[serde(default)]
     pub object_ref: Option<ObjectRef>,
-    /// The answer's status code.
-    #[serde(default)]
-    pub response_status: Option<ResponseStatus>,
     /// Audit annotations, a webhook's prefixed with the webhook's name.
     #[serde(default)]
     pub annotations: BTreeMap<String, String>,
@@ -36,14 +31,6 @@ pub struct ObjectRef {
     /// Name (filled from the object for creates).
     #[serde(default)]
     pub name: String,
-}
-
-/// `responseStatus`.
-#[derive(Debug, Clone, Deserialize)]
-pub struct ResponseStatus {
-    /// HTTP status code.
-    #[serde(default)]
-    pub code: u16,
 }
 
 impl AuditEvent {

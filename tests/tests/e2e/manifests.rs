@@ -17,6 +17,18 @@ const INVALID_LABELS: &str = "invalid-labels";
 /// Kinds that need an operator this control plane does not run; reported, not failed.
 const NEEDS_OPERATOR: &[&str] = &["cert-manager.io/"];
 
+/// The `.yaml` files of `dir`, in name order.
+fn yaml_files(dir: &std::path::Path) -> Result<Vec<std::path::PathBuf>, String> {
+    let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut files: Vec<_> = entries
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
 fn report(file: &str, applied: &[Applied]) -> Outcome {
     for outcome in applied {
         match outcome {
@@ -32,11 +44,7 @@ fn report(file: &str, applied: &[Applied]) -> Outcome {
 
 /// `config/deploy/*.yaml`: everything kustomization lists, plus the cert-manager certificate.
 pub async fn deploy_manifests_pass_dry_run(suite: &Suite) -> Outcome {
-    let dir = repo_root().join("config/deploy");
-    let mut files: Vec<_> =
-        std::fs::read_dir(&dir).map_err(|e| e.to_string())?.filter_map(|e| e.ok()).map(|e| e.path()).collect();
-    files.sort();
-    for path in files.iter().filter(|p| p.extension().is_some_and(|e| e == "yaml")) {
+    for path in &yaml_files(&repo_root().join("config/deploy"))? {
         let file = path.strip_prefix(repo_root()).unwrap_or(path).display().to_string();
         let applied = apply(&suite.admin, &objects(path)?, true).await?;
         report(&file, &applied)?;
@@ -76,11 +84,7 @@ pub async fn examples_pass_dry_run(suite: &Suite) -> Outcome {
         ours.len()
     );
 
-    let dir = examples.join("manifests");
-    let mut files: Vec<_> =
-        std::fs::read_dir(&dir).map_err(|e| e.to_string())?.filter_map(|e| e.ok()).map(|e| e.path()).collect();
-    files.sort();
-    for path in &files {
+    for path in &yaml_files(&examples.join("manifests"))? {
         let file = path.strip_prefix(repo_root()).unwrap_or(path).display().to_string();
         // AdmissionReviews are requests for `check`, not objects an apiserver stores; objects in
         // the refused namespace have nowhere to go.

@@ -14,6 +14,10 @@ use k8s_openapi::api::storage::v1::CSIDriver;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
+// Label keys, webhook names and message wording are spelled out here rather than imported from
+// the policy crate: the suite checks the contract users and runbooks see, so a wrong constant in
+// the product must fail here instead of being echoed back.
+
 /// The label that selects which webhook server a namespace's pods go to.
 pub const WEBHOOK_LABEL: &str = "e2e.inlineguard.dev/webhook";
 /// The driver profile label.
