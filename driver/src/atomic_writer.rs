@@ -12,6 +12,7 @@ use std::path::{Component, Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::error::{Error, Result};
+use crate::quote::{quote, quote_path};
 
 /// The symlink to the current version.
 pub const DATA_LINK: &str = "..data";
@@ -50,7 +51,7 @@ pub type Payload = BTreeMap<String, FileContent>;
 /// Checks that `key` names a file inside the volume: relative, no `.` or `..` components, no
 /// empty components, not starting with `..` (reserved for the writer's own entries), no NUL.
 pub fn check_key(key: &str) -> Result<()> {
-    let refuse = |why: &str| Err(Error::InvalidArgument(format!("key {key:?} is refused: {why}")));
+    let refuse = |why: &str| Err(Error::InvalidArgument(format!("key {} is refused: {why}", quote(key))));
     if key.is_empty() {
         return refuse("it is empty");
     }
@@ -128,8 +129,14 @@ impl AtomicWriter {
         Ok(true)
     }
 
+    /// The version `..data` points at, if it names one of the writer's own version directories:
+    /// the previous version is removed after a swap, so a link pointing anywhere else must never
+    /// be taken for one.
     fn current_version(&self) -> Option<PathBuf> {
-        fs::read_link(self.dir.join(DATA_LINK)).ok()
+        let version = fs::read_link(self.dir.join(DATA_LINK)).ok()?;
+        let name = version.to_str()?;
+        let own = name.starts_with("..") && name.len() > 2 && name[2..].bytes().all(|b| b.is_ascii_digit() || b == b'.');
+        own.then_some(version)
     }
 
     fn holds(&self, version: &Path, payload: &Payload) -> bool {
@@ -222,7 +229,7 @@ fn collect_files(root: &Path, dir: &Path, into: &mut BTreeSet<String>) -> std::i
 }
 
 fn io_error(action: &str, path: &Path, error: std::io::Error) -> Error {
-    Error::Internal(format!("{action} {}: {error}", path.display()))
+    Error::Internal(format!("{action} {}: {error}", quote_path(path)))
 }
 
 #[cfg(test)]

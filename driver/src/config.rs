@@ -1,6 +1,7 @@
-//! The driver's configuration file (`config/driver.yaml`): where state and the registration
-//! socket live, how big each volume may be, whether the host mount is read-only too, and where
-//! the static shares are. Parsed once at start; a bad file stops the driver naming the field.
+//! The driver's configuration file (`config/driver.yaml`): where state, kubelet's root and the
+//! registration socket live, how big each volume may be, whether the host mount is read-only
+//! too, where the static shares are, and how long shutdown may take. Parsed once at start; a bad
+//! file stops the driver naming the field.
 
 use std::path::{Path, PathBuf};
 
@@ -14,6 +15,11 @@ pub struct DriverConfig {
     pub state_dir: PathBuf,
     /// kubelet's plugin registry; `<driver>-reg.sock` is served there.
     pub registry_dir: PathBuf,
+    /// kubelet's root directory: every target must be a CSI inline volume's `mount` directory
+    /// under `<kubeletDir>/pods/`. Trusted as configured (it may itself be a symlink); nothing
+    /// below it is followed through a symlink.
+    #[serde(deserialize_with = "absolute_normal_path")]
+    pub kubelet_dir: PathBuf,
     /// Size limit of each volume's tmpfs, e.g. `64Mi`.
     #[serde(deserialize_with = "quantity")]
     pub tmpfs_size: u64,
@@ -24,6 +30,10 @@ pub struct DriverConfig {
     /// How often published volumes are re-read and rewritten when their content changed.
     #[serde(deserialize_with = "seconds")]
     pub refresh_seconds: u64,
+    /// After SIGTERM, how long requests in flight may take before the driver exits anyway (an
+    /// interrupted publish is undone at the next start).
+    #[serde(deserialize_with = "seconds")]
+    pub shutdown_timeout_seconds: u64,
 }
 
 impl Default for DriverConfig {
@@ -31,10 +41,12 @@ impl Default for DriverConfig {
         DriverConfig {
             state_dir: PathBuf::from("/var/lib/inline-guard/sharedresource"),
             registry_dir: PathBuf::from("/var/lib/kubelet/plugins_registry"),
+            kubelet_dir: PathBuf::from("/var/lib/kubelet"),
             tmpfs_size: 8 << 20,
             host_read_only: false,
             static_shares_dir: None,
             refresh_seconds: 30,
+            shutdown_timeout_seconds: 10,
         }
     }
 }
@@ -80,6 +92,21 @@ fn quantity<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error>
     nonzero(value)
 }
 
+/// An absolute path with no `.`, `..` or empty components: the prefix every target is compared
+/// against, so it must have one spelling.
+fn absolute_normal_path<'de, D: Deserializer<'de>>(deserializer: D) -> Result<PathBuf, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    let normal = text.starts_with('/')
+        && (text == "/" || text[1..].split('/').all(|c| !c.is_empty() && c != "." && c != ".."));
+    if !normal {
+        return Err(serde::de::Error::custom(format!(
+            "{} is not an absolute path without \".\", \"..\" or empty components",
+            crate::quote::quote(&text)
+        )));
+    }
+    Ok(PathBuf::from(text))
+}
+
 fn seconds<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
     nonzero(u64::deserialize(deserializer)?)
 }
@@ -101,6 +128,17 @@ mod tests {
         let config = parse(include_str!("../../config/driver.yaml")).unwrap();
         assert_eq!(config.tmpfs_size, 8 << 20);
         assert_eq!(config.registry_dir, PathBuf::from("/var/lib/kubelet/plugins_registry"));
+        assert_eq!(config.kubelet_dir, PathBuf::from("/var/lib/kubelet"));
+        assert_eq!(config.shutdown_timeout_seconds, 10);
+    }
+
+    #[test]
+    fn the_kubelet_dir_has_one_spelling() {
+        assert_eq!(parse("kubeletDir: /data/kubelet").unwrap().kubelet_dir, PathBuf::from("/data/kubelet"));
+        for bad in ["relative", "/var/lib/kubelet/", "/var//lib", "/var/lib/../etc", "/var/./lib"] {
+            let error = parse(&format!("kubeletDir: {bad}")).unwrap_err();
+            assert!(error.contains("is not an absolute path without"), "{bad}: {error}");
+        }
     }
 
     #[test]

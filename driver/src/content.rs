@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use crate::atomic_writer::{FileContent, Payload, check_key};
 use crate::error::{Error, Result};
 use crate::publish_request::PublishRequest;
+use crate::quote::{quote, quote_path};
 
 /// The volume attribute naming the share a pod asks for.
 pub const SHARE_ATTRIBUTE: &str = "share";
@@ -44,13 +45,14 @@ impl ContentSource for StaticDirSource {
                 "volumeAttributes lacks {SHARE_ATTRIBUTE:?}: name the share to mount"
             )));
         };
-        check_key(share).map_err(|_| Error::InvalidArgument(format!("share name {share:?} is not a plain name")))?;
+        let not_plain = || Error::InvalidArgument(format!("share name {} is not a plain name", quote(share)));
+        check_key(share).map_err(|_| not_plain())?;
         if share.contains('/') {
-            return Err(Error::InvalidArgument(format!("share name {share:?} is not a plain name")));
+            return Err(not_plain());
         }
         let dir = self.root.join(share);
         if !dir.is_dir() {
-            return Err(Error::InvalidArgument(format!("no share named {share:?}")));
+            return Err(Error::InvalidArgument(format!("no share named {}", quote(share))));
         }
         let mut payload = Payload::new();
         collect(&dir, &dir, &mut payload)?;
@@ -60,7 +62,7 @@ impl ContentSource for StaticDirSource {
 
 fn collect(root: &Path, dir: &Path, payload: &mut Payload) -> Result<()> {
     let read_error =
-        |path: &Path, error: std::io::Error| Error::Unavailable(format!("reading {}: {error}", path.display()));
+        |path: &Path, error: std::io::Error| Error::Unavailable(format!("reading {}: {error}", quote_path(path)));
     for entry in fs::read_dir(dir).map_err(|e| read_error(dir, e))? {
         let entry = entry.map_err(|e| read_error(dir, e))?;
         let path = entry.path();

@@ -11,7 +11,11 @@ pub enum Error {
     /// The target is already published with different arguments.
     #[error("{0}")]
     AlreadyExists(String),
-    /// Another operation on the same target is under way; retry.
+    /// The target is in a state the driver will not change: something it did not make is
+    /// mounted there.
+    #[error("{0}")]
+    FailedPrecondition(String),
+    /// Another operation on the same volume or target is under way; retry.
     #[error("{0}")]
     Aborted(String),
     /// The volume's content cannot be served now.
@@ -25,14 +29,31 @@ pub enum Error {
 /// Result with a driver error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// The longest message sent to a client. Messages quote input through `quote` already; this is
+/// the backstop, so that no path through the code can echo a megabyte back.
+const MAX_MESSAGE_BYTES: usize = 1024;
+
+fn bounded(mut message: String) -> String {
+    if message.len() > MAX_MESSAGE_BYTES {
+        let mut end = MAX_MESSAGE_BYTES;
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        message.truncate(end);
+        message.push_str("...");
+    }
+    message
+}
+
 impl From<Error> for Status {
     fn from(error: Error) -> Status {
         match error {
-            Error::InvalidArgument(message) => Status::invalid_argument(message),
-            Error::AlreadyExists(message) => Status::already_exists(message),
-            Error::Aborted(message) => Status::aborted(message),
-            Error::Unavailable(message) => Status::unavailable(message),
-            Error::Internal(message) => Status::internal(message),
+            Error::InvalidArgument(message) => Status::invalid_argument(bounded(message)),
+            Error::AlreadyExists(message) => Status::already_exists(bounded(message)),
+            Error::FailedPrecondition(message) => Status::failed_precondition(bounded(message)),
+            Error::Aborted(message) => Status::aborted(bounded(message)),
+            Error::Unavailable(message) => Status::unavailable(bounded(message)),
+            Error::Internal(message) => Status::internal(bounded(message)),
         }
     }
 }
@@ -50,6 +71,9 @@ mod tests {
         assert_eq!(Status::from(Error::Aborted("a".into())).code(), Code::Aborted);
         assert_eq!(Status::from(Error::Unavailable("a".into())).code(), Code::Unavailable);
         assert_eq!(Status::from(Error::Internal("a".into())).code(), Code::Internal);
+        assert_eq!(Status::from(Error::FailedPrecondition("a".into())).code(), Code::FailedPrecondition);
         assert_eq!(Status::from(Error::Internal("disk full".into())).message(), "disk full");
+        let huge = Status::from(Error::Internal("x".repeat(1 << 20)));
+        assert_eq!(huge.message().len(), 1024 + 3, "no message reaches the wire unbounded");
     }
 }

@@ -2,9 +2,11 @@
 //!
 //! It serves inline ephemeral volumes only, read-only only: a per-volume tmpfs filled by the
 //! atomic writer from a content source, recorded so that a restart keeps what is mounted and
-//! undoes what was interrupted. `plugin` assembles the services on their sockets; the rooms are
-//! the request check, the node and identity services, the writer, the mounter, the records,
-//! recovery, registration and sockets. The Kubernetes-backed content source is the shares
+//! undoes what was interrupted. It owns only what it creates: targets are reached without
+//! following symlinks, and records say which directories and mounts the driver made, so undo
+//! and unpublish remove exactly those. `plugin` assembles the services on their sockets; the
+//! rooms are the request check, target paths and their walk, the node and identity services,
+//! the writer, the mounter, the records, recovery, the state lock, registration and sockets. The Kubernetes-backed content source is the shares
 //! issue's; today's source is a directory of static shares.
 
 pub mod atomic_writer;
@@ -16,9 +18,13 @@ pub mod mounter;
 pub mod node;
 pub mod plugin;
 pub mod publish_request;
+pub mod quote;
 pub mod recovery;
 pub mod registration;
 pub mod socket;
+pub mod state_lock;
+pub mod target_dir;
+pub mod target_path;
 pub mod volume_store;
 
 /// The driver's registered name.

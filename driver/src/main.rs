@@ -81,7 +81,7 @@ fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
         content,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    runtime.block_on(plugin.run(async {
+    let served = runtime.block_on(plugin.run(async {
         let mut terminate = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(signal) => signal,
             Err(_) => return std::future::pending().await,
@@ -90,6 +90,10 @@ fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
             _ = terminate.recv() => {}
             _ = tokio::signal::ctrl_c() => {}
         }
-    }))?;
+    }));
+    // The plugin has waited its grace period; a publish still running on the blocking pool is
+    // cut off here, as a SIGKILL would, and undone at the next start.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(200));
+    served?;
     Ok(())
 }

@@ -1,25 +1,51 @@
 //! Mounting, behind a trait so the Node service can be tested with a fake that records what it
-//! was asked to do; the Linux implementation uses the kernel's mount(2) through nix.
+//! was asked to do; the Linux implementation uses the kernel's mount(2) through nix, always on a
+//! directory already opened without following symlinks (through its `/proc/self/fd` path).
+//!
+//! Every tmpfs the driver makes carries a source name derived from its volume id (its tag), so
+//! the driver can tell its own mount from anything else mounted on a target and never unmounts
+//! what it did not make.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use nix::mount::{MntFlags, MsFlags, mount, umount2};
 
 use crate::error::{Error, Result};
+use crate::quote::quote_path;
+use crate::target_dir::OpenDir;
+
+/// What is mounted on a directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountSource {
+    /// The filesystem type (`tmpfs`).
+    pub fs_type: String,
+    /// The mount's source name (for the driver's own mounts, their tag).
+    pub source: String,
+}
+
+impl MountSource {
+    /// True for the driver's own tmpfs tagged `tag`.
+    pub fn is(&self, tag: &str) -> bool {
+        self.fs_type == "tmpfs" && self.source == tag
+    }
+}
 
 /// What the Node service needs from mounts.
 pub trait Mounter: Send + Sync {
-    /// Mounts a fresh tmpfs of at most `size_bytes` at `target`.
-    fn mount_tmpfs(&self, target: &Path, size_bytes: u64, read_only: bool) -> Result<()>;
-    /// Switches the tmpfs at `target` between read-only and read-write (content refresh on a
-    /// read-only host mount).
-    fn remount(&self, target: &Path, read_only: bool) -> Result<()>;
-    /// Unmounts `target`.
-    fn unmount(&self, target: &Path) -> Result<()>;
-    /// True when `target` is itself a mount point.
-    fn is_mount_point(&self, target: &Path) -> Result<bool>;
+    /// Mounts a fresh tmpfs of at most `size_bytes`, with source name `tag`, on the directory
+    /// `at`.
+    fn mount_tmpfs(&self, at: &OpenDir, size_bytes: u64, tag: &str) -> Result<()>;
+    /// Switches the tmpfs whose root is `root` between read-only and read-write (content refresh
+    /// on a read-only host mount).
+    fn remount(&self, root: &OpenDir, read_only: bool) -> Result<()>;
+    /// Unmounts the mount whose root is `root`: that very mount, whatever has happened to the
+    /// path since it was opened.
+    fn unmount(&self, root: &OpenDir) -> Result<()>;
+    /// What is mounted with its root at `dir` (a child of `parent`), or `None` when `dir` is a
+    /// plain directory.
+    fn mount_source(&self, parent: &OpenDir, dir: &OpenDir) -> Result<Option<MountSource>>;
 }
 
 /// Real mounts (needs CAP_SYS_ADMIN).
@@ -27,50 +53,71 @@ pub trait Mounter: Send + Sync {
 pub struct LinuxMounter;
 
 fn mount_error(action: &str, target: &Path, error: nix::Error) -> Error {
-    Error::Internal(format!("{action} {}: {error}", target.display()))
+    Error::Internal(format!("{action} {}: {error}", quote_path(target)))
 }
 
 // No device files, no set-uid, no execution: volumes hold data only.
 const DATA_ONLY: MsFlags = MsFlags::MS_NOSUID.union(MsFlags::MS_NODEV).union(MsFlags::MS_NOEXEC);
 
 impl Mounter for LinuxMounter {
-    fn mount_tmpfs(&self, target: &Path, size_bytes: u64, read_only: bool) -> Result<()> {
-        let mut flags = DATA_ONLY;
-        if read_only {
-            flags |= MsFlags::MS_RDONLY;
-        }
+    fn mount_tmpfs(&self, at: &OpenDir, size_bytes: u64, tag: &str) -> Result<()> {
         let options = format!("size={size_bytes},mode=0755");
-        mount(Some("inline-guard"), target, Some("tmpfs"), flags, Some(options.as_str()))
-            .map_err(|error| mount_error("mounting a tmpfs at", target, error))
+        mount(Some(tag), &at.proc_path(), Some("tmpfs"), DATA_ONLY, Some(options.as_str()))
+            .map_err(|error| mount_error("mounting a tmpfs at", at.path(), error))
     }
 
-    fn remount(&self, target: &Path, read_only: bool) -> Result<()> {
+    fn remount(&self, root: &OpenDir, read_only: bool) -> Result<()> {
         let mut flags = DATA_ONLY | MsFlags::MS_REMOUNT;
         if read_only {
             flags |= MsFlags::MS_RDONLY;
         }
-        mount(None::<&str>, target, None::<&str>, flags, None::<&str>)
-            .map_err(|error| mount_error("remounting", target, error))
+        mount(None::<&str>, &root.proc_path(), None::<&str>, flags, None::<&str>)
+            .map_err(|error| mount_error("remounting", root.path(), error))
     }
 
-    fn unmount(&self, target: &Path) -> Result<()> {
-        umount2(target, MntFlags::empty()).map_err(|error| mount_error("unmounting", target, error))
+    /// Detached through the descriptor its identity was checked on: the descriptor keeps the
+    /// mount busy, so a plain unmount would fail, and unmounting by path would let a mount
+    /// slipped in since the check be the one removed. The kernel refuses unless the descriptor
+    /// is a mount's root.
+    fn unmount(&self, root: &OpenDir) -> Result<()> {
+        umount2(&root.proc_path(), MntFlags::MNT_DETACH).map_err(|error| mount_error("unmounting", root.path(), error))
     }
 
-    /// A filesystem mounted at `target` has a device of its own, different from its parent's.
-    /// Comparing devices costs two stat calls, where reading /proc/self/mountinfo grows with
-    /// every mount on the node (a thousand volumes made it the slowest step of a publish). A bind
-    /// mount of the parent's own filesystem is not seen this way; this driver never makes one.
-    fn is_mount_point(&self, target: &Path) -> Result<bool> {
-        use std::os::unix::fs::MetadataExt as _;
-        let Ok(metadata) = std::fs::metadata(target) else {
-            return Ok(false);
-        };
-        let parent = target.parent().unwrap_or(Path::new("/"));
-        let parent = std::fs::metadata(parent)
-            .map_err(|error| Error::Internal(format!("inspecting {}: {error}", parent.display())))?;
-        Ok(metadata.dev() != parent.dev())
+    /// A mount's root has a mount id of its own, different from its parent directory's; only
+    /// then is the mount table read, so a publish to a fresh directory never pays for it.
+    fn mount_source(&self, parent: &OpenDir, dir: &OpenDir) -> Result<Option<MountSource>> {
+        let id = mount_id(dir)?;
+        if id == mount_id(parent)? {
+            return Ok(None);
+        }
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")
+            .map_err(|error| Error::Internal(format!("reading /proc/self/mountinfo: {error}")))?;
+        Ok(mountinfo.lines().find_map(|line| source_of(line, &id)))
     }
+}
+
+/// The id of the mount `dir` lies on, from `/proc/self/fdinfo`.
+fn mount_id(dir: &OpenDir) -> Result<String> {
+    use std::os::fd::AsRawFd as _;
+    let path = format!("/proc/self/fdinfo/{}", dir.fd().as_raw_fd());
+    let info = std::fs::read_to_string(&path).map_err(|error| Error::Internal(format!("reading {path}: {error}")))?;
+    info.lines()
+        .find_map(|line| line.strip_prefix("mnt_id:"))
+        .map(|id| id.trim().to_string())
+        .ok_or_else(|| Error::Internal(format!("{path} has no mnt_id")))
+}
+
+/// The fs type and source of a mountinfo line when its mount id is `id`:
+/// `36 35 98:0 /root /mount/point options [optional fields...] - fstype source superoptions`.
+fn source_of(line: &str, id: &str) -> Option<MountSource> {
+    if line.split(' ').next() != Some(id) {
+        return None;
+    }
+    let (_, after) = line.split_once(" - ")?;
+    let mut fields = after.split(' ');
+    let fs_type = unescape_mountinfo(fields.next()?);
+    let source = unescape_mountinfo(fields.next()?);
+    Some(MountSource { fs_type, source })
 }
 
 /// Whether `target` appears in /proc/self/mountinfo: exact, but linear in the node's mounts, so
@@ -113,8 +160,8 @@ pub enum MountAction {
         target: PathBuf,
         /// Size limit.
         size_bytes: u64,
-        /// Read-only on the host.
-        read_only: bool,
+        /// The source name.
+        tag: String,
     },
     /// `remount`.
     Remount {
@@ -130,11 +177,11 @@ pub enum MountAction {
     },
 }
 
-/// Records actions and tracks mount points in memory; can be told to fail the next mount.
+/// Records actions and tracks mounts by path in memory; can be told to fail the next mount.
 #[derive(Debug, Default)]
 pub struct FakeMounter {
     actions: Mutex<Vec<MountAction>>,
-    mounted: Mutex<HashSet<PathBuf>>,
+    mounted: Mutex<HashMap<PathBuf, MountSource>>,
     fail_next_mount: Mutex<Option<String>>,
 }
 
@@ -149,34 +196,45 @@ impl FakeMounter {
         *self.fail_next_mount.lock().unwrap_or_else(|p| p.into_inner()) = Some(message.to_string());
     }
 
+    /// Pretends something else is mounted at `path`.
+    pub fn mount_foreign(&self, path: &Path, source: MountSource) {
+        self.mounted.lock().unwrap_or_else(|p| p.into_inner()).insert(path.to_path_buf(), source);
+    }
+
+    /// True when the fake holds a mount at `path`.
+    pub fn is_mounted(&self, path: &Path) -> bool {
+        self.mounted.lock().unwrap_or_else(|p| p.into_inner()).contains_key(path)
+    }
+
     fn record(&self, action: MountAction) {
         self.actions.lock().unwrap_or_else(|p| p.into_inner()).push(action);
     }
 }
 
 impl Mounter for FakeMounter {
-    fn mount_tmpfs(&self, target: &Path, size_bytes: u64, read_only: bool) -> Result<()> {
-        self.record(MountAction::MountTmpfs { target: target.to_path_buf(), size_bytes, read_only });
+    fn mount_tmpfs(&self, at: &OpenDir, size_bytes: u64, tag: &str) -> Result<()> {
+        self.record(MountAction::MountTmpfs { target: at.path().to_path_buf(), size_bytes, tag: tag.to_string() });
         if let Some(message) = self.fail_next_mount.lock().unwrap_or_else(|p| p.into_inner()).take() {
             return Err(Error::Internal(message));
         }
-        self.mounted.lock().unwrap_or_else(|p| p.into_inner()).insert(target.to_path_buf());
+        let source = MountSource { fs_type: "tmpfs".into(), source: tag.into() };
+        self.mounted.lock().unwrap_or_else(|p| p.into_inner()).insert(at.path().to_path_buf(), source);
         Ok(())
     }
 
-    fn remount(&self, target: &Path, read_only: bool) -> Result<()> {
-        self.record(MountAction::Remount { target: target.to_path_buf(), read_only });
+    fn remount(&self, root: &OpenDir, read_only: bool) -> Result<()> {
+        self.record(MountAction::Remount { target: root.path().to_path_buf(), read_only });
         Ok(())
     }
 
-    fn unmount(&self, target: &Path) -> Result<()> {
-        self.record(MountAction::Unmount { target: target.to_path_buf() });
-        self.mounted.lock().unwrap_or_else(|p| p.into_inner()).remove(target);
+    fn unmount(&self, root: &OpenDir) -> Result<()> {
+        self.record(MountAction::Unmount { target: root.path().to_path_buf() });
+        self.mounted.lock().unwrap_or_else(|p| p.into_inner()).remove(root.path());
         Ok(())
     }
 
-    fn is_mount_point(&self, target: &Path) -> Result<bool> {
-        Ok(self.mounted.lock().unwrap_or_else(|p| p.into_inner()).contains(target))
+    fn mount_source(&self, _parent: &OpenDir, dir: &OpenDir) -> Result<Option<MountSource>> {
+        Ok(self.mounted.lock().unwrap_or_else(|p| p.into_inner()).get(dir.path()).cloned())
     }
 }
 
@@ -192,27 +250,56 @@ mod tests {
     }
 
     #[test]
-    fn a_real_tmpfs_is_mounted_read_only_remounted_and_unmounted() {
-        if !nix::unistd::geteuid().is_root() {
-            eprintln!("SKIPPED LOUDLY: mounting needs root; run the test command as root (CI does)");
-            return;
-        }
+    fn a_mountinfo_line_yields_its_source_by_mount_id() {
+        let line = "612 30 0:88 / /var/lib/kubelet/pods/u/volumes/kubernetes.io~csi/v/mount rw,nosuid shared:300 - tmpfs inline-guard:0f1e rw,size=1024k";
+        let expected = MountSource { fs_type: "tmpfs".into(), source: "inline-guard:0f1e".into() };
+        assert_eq!(source_of(line, "612"), Some(expected.clone()));
+        assert!(expected.is("inline-guard:0f1e"));
+        assert!(!MountSource { fs_type: "ext4".into(), ..expected }.is("inline-guard:0f1e"));
+        assert_eq!(source_of(line, "61"), None);
+    }
+
+    #[test]
+    fn a_real_tmpfs_is_tagged_remounted_and_unmounted_through_its_descriptor() {
+        assert!(nix::unistd::geteuid().is_root(), "mounting needs root: run the test command as root");
         let dir = tempfile::tempdir().unwrap();
-        let target = dir.path().join("volume");
-        std::fs::create_dir(&target).unwrap();
+        let root = dir.path();
+        let text = root.join("pods/u/volumes/kubernetes.io~csi/v/mount");
+        let target = crate::target_path::TargetPath::parse(text.to_str().unwrap(), root).unwrap();
+        let opened = crate::target_dir::create(root, &target, &mut Vec::new()).unwrap();
         let mounter = LinuxMounter;
-        assert!(!mounter.is_mount_point(&target).unwrap());
-        mounter.mount_tmpfs(&target, 1 << 20, false).unwrap();
-        assert!(mounter.is_mount_point(&target).unwrap());
-        assert!(listed_in_mountinfo(&target).unwrap(), "the device check agrees with the mount table");
-        std::fs::write(target.join("f"), "x").unwrap();
-        mounter.remount(&target, true).unwrap();
-        let error = std::fs::write(target.join("g"), "y").unwrap_err();
+        assert_eq!(mounter.mount_source(&opened.parent, &opened.target).unwrap(), None);
+        mounter.mount_tmpfs(&opened.target, 1 << 20, "inline-guard:test").unwrap();
+        let mounted = opened.reopen().unwrap();
+        let source = mounter.mount_source(&opened.parent, &mounted).unwrap().unwrap();
+        assert!(source.is("inline-guard:test"), "{source:?}");
+        assert!(listed_in_mountinfo(&text).unwrap(), "mounted on the path that was checked");
+        std::fs::write(text.join("f"), "x").unwrap();
+        mounter.remount(&mounted, true).unwrap();
+        let error = std::fs::write(text.join("g"), "y").unwrap_err();
         assert_eq!(error.raw_os_error(), Some(nix::libc::EROFS), "read-only after remount");
-        assert_eq!(std::fs::read_to_string(target.join("f")).unwrap(), "x");
-        mounter.unmount(&target).unwrap();
-        assert!(!mounter.is_mount_point(&target).unwrap());
-        assert!(!listed_in_mountinfo(&target).unwrap());
-        assert!(!target.join("f").exists(), "the tmpfs content went with it");
+        assert_eq!(std::fs::read_to_string(text.join("f")).unwrap(), "x");
+        mounter.unmount(&mounted).unwrap();
+        drop(mounted);
+        let reopened = opened.reopen().unwrap();
+        assert_eq!(mounter.mount_source(&opened.parent, &reopened).unwrap(), None);
+        assert!(!listed_in_mountinfo(&text).unwrap());
+        assert!(!text.join("f").exists(), "the tmpfs content went with it");
+    }
+
+    #[test]
+    fn a_bind_mount_of_the_same_filesystem_is_seen_as_a_mount() {
+        assert!(nix::unistd::geteuid().is_root(), "mounting needs root: run the test command as root");
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let text = root.join("pods/u/volumes/kubernetes.io~csi/v/mount");
+        let target = crate::target_path::TargetPath::parse(text.to_str().unwrap(), root).unwrap();
+        let opened = crate::target_dir::create(root, &target, &mut Vec::new()).unwrap();
+        std::fs::create_dir(root.join("elsewhere")).unwrap();
+        mount(Some(&root.join("elsewhere")), &text, None::<&str>, MsFlags::MS_BIND, None::<&str>).unwrap();
+        let source = LinuxMounter.mount_source(&opened.parent, &opened.reopen().unwrap()).unwrap();
+        umount2(&text, MntFlags::empty()).unwrap();
+        let source = source.expect("a bind mount is a mount");
+        assert!(!source.is("inline-guard:test"));
     }
 }

@@ -1,9 +1,11 @@
 //! The CSI Node service: publish builds a per-volume tmpfs at the target and fills it through
-//! the atomic writer; unpublish takes it down. Both are idempotent; a publish that fails part-way
-//! undoes what it did, so no mount, directory or record is left behind.
+//! the atomic writer; unpublish takes it down. Both are idempotent. The driver owns only what it
+//! creates: the record of a volume, written durably before anything is made, names the
+//! directories it is about to create, and its tmpfs carries a tag derived from the volume id, so
+//! undo, unpublish and recovery remove exactly what it made: its own mount (never another one
+//! found at a target), and its own directories, only while empty.
 
 use std::collections::{HashMap, HashSet};
-use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -13,22 +15,41 @@ use inline_guard_proto::csi::v1::{
     NodePublishVolumeRequest, NodePublishVolumeResponse, NodeUnpublishVolumeRequest, NodeUnpublishVolumeResponse,
 };
 use tonic::{Request, Response, Status};
+use tracing::warn;
 
 use crate::atomic_writer::{AtomicWriter, check_key};
 use crate::content::ContentSource;
 use crate::error::{Error, Result};
 use crate::mounter::Mounter;
-use crate::publish_request::{PublishRequest, check};
-use crate::volume_store::{VolumeRecord, VolumeStore};
+use crate::publish_request::{PublishRequest, check, check_volume_id};
+use crate::quote::{quote, quote_path};
+use crate::target_dir::{self, OpenDir, OpenTarget};
+use crate::target_path::TargetPath;
+use crate::volume_store::{VolumeRecord, VolumeStore, volume_digest};
 
 /// How volumes are built.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VolumeSettings {
     /// The size limit of each volume's tmpfs.
     pub tmpfs_bytes: u64,
     /// Mount the tmpfs read-only on the host too (kubelet's bind mount into the container is
     /// read-only either way, since readonly is required).
     pub host_read_only: bool,
+    /// kubelet's root: every target lies below it in kubelet's layout.
+    pub kubelet_dir: PathBuf,
+}
+
+/// The source name of the tmpfs the driver mounts for `volume_id`: how it recognises its own
+/// mount at a target.
+pub fn mount_tag(volume_id: &str) -> String {
+    format!("inline-guard:{}", &volume_digest(volume_id)[..32])
+}
+
+/// What an operation holds exclusively.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Busy {
+    Volume(String),
+    Target(PathBuf),
 }
 
 /// The Node service.
@@ -39,9 +60,9 @@ pub struct NodeService {
     store: Arc<dyn VolumeStore>,
     content: Arc<dyn ContentSource>,
     volumes: Mutex<HashMap<String, VolumeRecord>>,
-    // Targets with an operation under way: a second one is told to retry (ABORTED), as the
-    // specification asks, instead of racing the first.
-    busy: Mutex<HashSet<PathBuf>>,
+    // Volume ids and targets with an operation under way: a second one on either is told to
+    // retry (ABORTED), as the specification asks, instead of racing the first.
+    busy: Mutex<HashSet<Busy>>,
 }
 
 impl NodeService {
@@ -58,51 +79,81 @@ impl NodeService {
         NodeService { node_id, settings, mounter, store, content, volumes: Mutex::new(volumes), busy: Mutex::default() }
     }
 
-    fn claim(&self, target: &Path) -> Result<TargetClaim<'_>> {
+    /// kubelet's root, as configured.
+    pub fn kubelet_dir(&self) -> &Path {
+        &self.settings.kubelet_dir
+    }
+
+    fn claim(&self, volume_id: &str, target: &Path) -> Result<Claim<'_>> {
+        let keys = [Busy::Volume(volume_id.to_string()), Busy::Target(target.to_path_buf())];
         let mut busy = self.busy.lock().unwrap_or_else(|p| p.into_inner());
-        if !busy.insert(target.to_path_buf()) {
-            return Err(Error::Aborted(format!("an operation on {} is in progress", target.display())));
+        if let Some(taken) = keys.iter().find(|key| busy.contains(key)) {
+            let what = match taken {
+                Busy::Volume(id) => format!("volume {}", quote(id)),
+                Busy::Target(path) => quote_path(path),
+            };
+            return Err(Error::Aborted(format!("an operation on {what} is in progress")));
         }
-        Ok(TargetClaim { service: self, target: target.to_path_buf() })
+        busy.extend(keys.iter().cloned());
+        Ok(Claim { service: self, keys })
     }
 
     fn record(&self, volume_id: &str) -> Option<VolumeRecord> {
         self.volumes.lock().unwrap_or_else(|p| p.into_inner()).get(volume_id).cloned()
     }
 
+    /// Whether `opened` has this volume's own tmpfs on it; an error when something else is
+    /// mounted there.
+    fn holds_own_mount(&self, opened: &OpenTarget, volume_id: &str) -> Result<bool> {
+        match self.mounter.mount_source(&opened.parent, &opened.target)? {
+            None => Ok(false),
+            Some(source) if source.is(&mount_tag(volume_id)) => Ok(true),
+            Some(source) => Err(Error::FailedPrecondition(format!(
+                "{} has a {} mount the driver did not make; it is left alone",
+                quote_path(opened.target.path()),
+                quote(&source.fs_type)
+            ))),
+        }
+    }
+
     /// Publishes a checked request.
     pub fn publish(&self, request: &PublishRequest) -> Result<()> {
-        let _claim = self.claim(&request.target_path)?;
+        let root = self.kubelet_dir();
+        let target = &request.target;
+        let _claim = self.claim(&request.volume_id, target.as_path())?;
         let wanted = VolumeRecord {
             volume_id: request.volume_id.clone(),
-            target_path: request.target_path.clone(),
+            target_path: target.as_path().to_path_buf(),
             pod: request.pod.clone(),
             attributes: request.attributes.clone(),
             host_read_only: self.settings.host_read_only,
+            created_dirs: Vec::new(),
             complete: true,
         };
-        if let Some(existing) = self.record(&request.volume_id) {
-            if existing != wanted {
+        let existing = self.record(&request.volume_id);
+        if let Some(existing) = &existing {
+            if !existing.same_publish(&wanted) {
                 return Err(Error::AlreadyExists(format!(
                     "volume {} is already published with other arguments",
-                    request.volume_id
+                    quote(&request.volume_id)
                 )));
             }
-            if self.mounter.is_mount_point(&request.target_path)? {
+            if let Some(opened) = target_dir::open(root, target)?
+                && self.holds_own_mount(&opened, &request.volume_id)?
+            {
                 return Ok(());
             }
+            // Recorded, but its mount is gone (unmounted behind the driver's back): publish it
+            // again, keeping the record of what was made before.
         }
         let other = self
             .volumes
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .values()
-            .any(|r| r.target_path == request.target_path && r.volume_id != request.volume_id);
+            .any(|r| r.target_path == target.as_path() && r.volume_id != request.volume_id);
         if other {
-            return Err(Error::AlreadyExists(format!(
-                "{} already holds another volume",
-                request.target_path.display()
-            )));
+            return Err(Error::AlreadyExists(format!("{} already holds another volume", quote_path(target.as_path()))));
         }
 
         let payload = self.content.content(request)?;
@@ -110,45 +161,103 @@ impl NodeService {
         for key in payload.keys() {
             check_key(key)?;
         }
-        let mut undo = Undo::default();
-        let target = &request.target_path;
-        let result = (|| {
-            // Recorded as incomplete first: if the driver dies mid-publish, start-up undoes it.
-            // Not waited for: should it be lost in a crash, the mount it would have marked is
-            // replaced by the next publish to the target, or removed by the unpublish.
-            self.store.put(&VolumeRecord { complete: false, ..wanted.clone() }, false)?;
-            undo.recorded = Some(wanted.volume_id.clone());
-            if !target.exists() {
-                fs::create_dir_all(target)
-                    .map_err(|e| Error::Internal(format!("creating {}: {e}", target.display())))?;
-                undo.created_dir = Some(target.clone());
-            }
-            // A mount without a record is what an interrupted publish leaves: replace it.
-            if self.mounter.is_mount_point(target)? {
-                self.mounter.unmount(target)?;
-            }
-            self.mounter.mount_tmpfs(target, self.settings.tmpfs_bytes, false)?;
-            undo.mounted = Some(target.clone());
-            AtomicWriter::new(target).write(&payload)?;
-            if self.settings.host_read_only {
-                self.mounter.remount(target, true)?;
-            }
-            // Durable before answering: kubelet will treat the volume as published from here on.
-            self.store.put(&wanted, true)
-        })();
+        let made_before = existing.map(|r| r.created_dirs).unwrap_or_default();
+        let mut record = VolumeRecord { complete: false, created_dirs: made_before.clone(), ..wanted };
+        record.created_dirs.extend(target_dir::missing(root, target)?);
+        // Durable before anything is made: should the driver die from here on, the next start
+        // finds this record and takes back exactly what it names.
+        self.store.put(&record, true)?;
+
+        let mut made = Made { dirs: made_before, mounted: false };
+        let result = self.build(target, &request.volume_id, &payload, &mut made).and_then(|()| {
+            record.created_dirs = made.dirs.clone();
+            record.complete = true;
+            // Durable before answering: kubelet treats the volume as published from here on.
+            self.store.put(&record, true)
+        });
         match result {
             Ok(()) => {
-                self.volumes.lock().unwrap_or_else(|p| p.into_inner()).insert(wanted.volume_id.clone(), wanted);
+                self.volumes.lock().unwrap_or_else(|p| p.into_inner()).insert(record.volume_id.clone(), record);
                 Ok(())
             }
             Err(error) => {
-                if undo.recorded.is_some() {
-                    self.volumes.lock().unwrap_or_else(|p| p.into_inner()).remove(&wanted.volume_id);
+                self.volumes.lock().unwrap_or_else(|p| p.into_inner()).remove(&record.volume_id);
+                record.created_dirs = made.dirs;
+                for problem in self.take_down(&record, made.mounted) {
+                    warn!(volume = %quote(&record.volume_id), "undoing a failed publish: {problem}");
                 }
-                undo.run(self.mounter.as_ref(), self.store.as_ref());
                 Err(error)
             }
         }
+    }
+
+    /// The steps of a publish that make something, each noted in `made` as soon as it is done.
+    fn build(
+        &self,
+        target: &TargetPath,
+        volume_id: &str,
+        payload: &crate::atomic_writer::Payload,
+        made: &mut Made,
+    ) -> Result<()> {
+        let mut created = Vec::new();
+        let opened = target_dir::create(self.kubelet_dir(), target, &mut created);
+        made.dirs.extend(created);
+        let opened = opened?;
+        // Its own tag can already be there only when a publish of this volume lost its mount's
+        // record; its content is rewritten below.
+        if !self.holds_own_mount(&opened, volume_id)? {
+            self.mounter.mount_tmpfs(&opened.target, self.settings.tmpfs_bytes, &mount_tag(volume_id))?;
+        }
+        made.mounted = true;
+        // The descriptor opened before the mount is the directory under it; the volume's root
+        // is reached by opening the target again from the same parent.
+        let volume = OpenTarget { target: opened.reopen()?, parent: opened.parent };
+        if !self.holds_own_mount(&volume, volume_id)? {
+            return Err(Error::Internal(format!(
+                "the tmpfs mounted at {} is not there any more",
+                quote_path(target.as_path())
+            )));
+        }
+        self.write(&volume.target, payload, false).map(drop)
+    }
+
+    /// Writes `payload` into the volume whose root is `volume`; on a read-only host mount the
+    /// tmpfs is opened for writing only for the write (`reopen` for a refresh of a finished one).
+    fn write(&self, volume: &OpenDir, payload: &crate::atomic_writer::Payload, reopen: bool) -> Result<bool> {
+        let writer = AtomicWriter::new(volume.proc_path());
+        if !self.settings.host_read_only {
+            return writer.write(payload);
+        }
+        if reopen {
+            self.mounter.remount(volume, false)?;
+        }
+        let written = writer.write(payload);
+        self.mounter.remount(volume, true)?;
+        written
+    }
+
+    /// Takes down what `record` says the driver made: its own mount when `mounted` (never
+    /// another), then its own directories while empty. Returns a line for each thing left.
+    fn take_down(&self, record: &VolumeRecord, mounted: bool) -> Vec<String> {
+        let mut left = Vec::new();
+        let root = self.kubelet_dir();
+        if mounted {
+            let unmounted = TargetPath::parse(&record.target_path.to_string_lossy(), root).and_then(|target| {
+                let Some(opened) = target_dir::open(root, &target)? else {
+                    return Ok(());
+                };
+                if self.holds_own_mount(&opened, &record.volume_id)? {
+                    self.mounter.unmount(&opened.target)?;
+                }
+                Ok(())
+            });
+            if let Err(error) = unmounted {
+                left.push(error.to_string());
+            }
+        }
+        left.extend(target_dir::remove_created(root, &record.target_path, &record.created_dirs));
+        let _ = self.store.remove(&record.volume_id);
+        left
     }
 
     /// Re-reads every published volume's content and rewrites what changed (the atomic writer
@@ -161,16 +270,18 @@ impl NodeService {
         records
             .into_iter()
             .map(|record| {
-                let result = self.claim(&record.target_path).and_then(|_claim| self.refresh(&record));
+                let result =
+                    self.claim(&record.volume_id, &record.target_path).and_then(|_claim| self.refresh(&record));
                 (record.volume_id, result)
             })
             .collect()
     }
 
     fn refresh(&self, record: &VolumeRecord) -> Result<bool> {
+        let target = TargetPath::parse(&record.target_path.to_string_lossy(), self.kubelet_dir())?;
         let request = PublishRequest {
             volume_id: record.volume_id.clone(),
-            target_path: record.target_path.clone(),
+            target: target.clone(),
             pod: record.pod.clone(),
             attributes: record.attributes.clone(),
             mount_flags: Vec::new(),
@@ -180,70 +291,61 @@ impl NodeService {
             Err(Error::InvalidArgument(_)) => Default::default(),
             Err(other) => return Err(other),
         };
-        let writer = AtomicWriter::new(&record.target_path);
-        if record.host_read_only {
-            self.mounter.remount(&record.target_path, false)?;
-            let written = writer.write(&payload);
-            self.mounter.remount(&record.target_path, true)?;
-            written
-        } else {
-            writer.write(&payload)
-        }
+        let opened = target_dir::open(self.kubelet_dir(), &target)?;
+        let Some(opened) = opened.filter(|opened| self.holds_own_mount(opened, &record.volume_id).unwrap_or(false))
+        else {
+            return Err(Error::Internal(format!(
+                "{} no longer holds the volume's tmpfs; not written",
+                quote_path(&record.target_path)
+            )));
+        };
+        self.write(&opened.target, &payload, true)
     }
 
-    /// Unpublishes; an unknown volume or a missing target is already done.
-    pub fn unpublish(&self, volume_id: &str, target: &Path) -> Result<()> {
-        if volume_id.is_empty() {
-            return Err(Error::InvalidArgument("volume_id is required".into()));
-        }
-        if target.as_os_str().is_empty() {
+    /// Unpublishes. A volume the driver does not hold at `target` is already done; a mount the
+    /// driver did not make is never unmounted.
+    pub fn unpublish(&self, volume_id: &str, target: &str) -> Result<()> {
+        check_volume_id(volume_id)?;
+        if target.is_empty() {
             return Err(Error::InvalidArgument("target_path is required".into()));
         }
-        let _claim = self.claim(target)?;
-        if self.mounter.is_mount_point(target)? {
-            self.mounter.unmount(target)?;
+        let target = TargetPath::parse(target, self.kubelet_dir())?;
+        let _claim = self.claim(volume_id, target.as_path())?;
+        let Some(record) = self.record(volume_id).filter(|r| r.target_path == target.as_path()) else {
+            return Ok(());
+        };
+        if let Some(opened) = target_dir::open(self.kubelet_dir(), &target)? {
+            // Refused (FAILED_PRECONDITION) when another mount covers the volume's: kubelet
+            // retries, and nothing of someone else's is taken down meanwhile.
+            if self.holds_own_mount(&opened, volume_id)? {
+                self.mounter.unmount(&opened.target)?;
+            }
         }
-        match fs::remove_dir(target) {
-            Ok(()) => {}
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-            Err(error) => return Err(Error::Internal(format!("removing {}: {error}", target.display()))),
+        for problem in self.take_down(&record, false) {
+            warn!(volume = %quote(volume_id), "unpublish: {problem}");
         }
-        self.store.remove(volume_id)?;
         self.volumes.lock().unwrap_or_else(|p| p.into_inner()).remove(volume_id);
         Ok(())
     }
 }
 
-/// Marks a target busy for the life of an operation.
-struct TargetClaim<'a> {
+/// What a publish has made so far.
+struct Made {
+    dirs: Vec<PathBuf>,
+    mounted: bool,
+}
+
+/// Marks a volume id and a target busy for the life of an operation.
+struct Claim<'a> {
     service: &'a NodeService,
-    target: PathBuf,
+    keys: [Busy; 2],
 }
 
-impl Drop for TargetClaim<'_> {
+impl Drop for Claim<'_> {
     fn drop(&mut self) {
-        self.service.busy.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.target);
-    }
-}
-
-/// What a failed publish must take back, last step first.
-#[derive(Default)]
-struct Undo {
-    recorded: Option<String>,
-    created_dir: Option<PathBuf>,
-    mounted: Option<PathBuf>,
-}
-
-impl Undo {
-    fn run(self, mounter: &dyn Mounter, store: &dyn VolumeStore) {
-        if let Some(target) = self.mounted {
-            let _ = mounter.unmount(&target);
-        }
-        if let Some(dir) = self.created_dir {
-            let _ = fs::remove_dir_all(dir);
-        }
-        if let Some(volume_id) = self.recorded {
-            let _ = store.remove(&volume_id);
+        let mut busy = self.service.busy.lock().unwrap_or_else(|p| p.into_inner());
+        for key in &self.keys {
+            busy.remove(key);
         }
     }
 }
@@ -279,7 +381,7 @@ impl Node for NodeGrpc {
         &self,
         request: Request<NodePublishVolumeRequest>,
     ) -> std::result::Result<Response<NodePublishVolumeResponse>, Status> {
-        let checked = check(request.get_ref())?;
+        let checked = check(request.get_ref(), self.service.kubelet_dir())?;
         self.blocking(move |service| service.publish(&checked)).await?;
         Ok(Response::new(NodePublishVolumeResponse {}))
     }
@@ -289,7 +391,7 @@ impl Node for NodeGrpc {
         request: Request<NodeUnpublishVolumeRequest>,
     ) -> std::result::Result<Response<NodeUnpublishVolumeResponse>, Status> {
         let request = request.into_inner();
-        self.blocking(move |service| service.unpublish(&request.volume_id, Path::new(&request.target_path))).await?;
+        self.blocking(move |service| service.unpublish(&request.volume_id, &request.target_path)).await?;
         Ok(Response::new(NodeUnpublishVolumeResponse {}))
     }
 

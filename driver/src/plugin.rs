@@ -1,5 +1,6 @@
-//! The assembled plugin: records recovered, services built, the CSI socket and the registration
-//! socket served until shutdown.
+//! The assembled plugin: the state directory locked and both sockets bound first (so a second
+//! instance stops before it touches anything), records recovered, services built, everything
+//! served until shutdown, and shutdown bounded whatever the clients do.
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -22,7 +23,9 @@ use crate::mounter::Mounter;
 use crate::node::{NodeGrpc, NodeService, VolumeSettings};
 use crate::recovery::recover;
 use crate::registration::RegistrationService;
+use crate::quote::quote;
 use crate::socket;
+use crate::state_lock::StateLock;
 use crate::volume_store::{FileVolumeStore, VolumeStore};
 
 /// Everything the plugin runs with.
@@ -42,8 +45,9 @@ pub struct Plugin {
 }
 
 impl Plugin {
-    /// A plugin keeping everything under `dir` (state, registry, and the static shares in
-    /// `dir/shares`), with real mounts and 1 MiB volumes: what the tests and benchmarks run.
+    /// A plugin keeping everything under `dir` (state, registry, the static shares in
+    /// `dir/shares`, and `dir` as the kubelet root, so targets are `dir/pods/...`), with real
+    /// mounts and 1 MiB volumes: what the tests and benchmarks run.
     #[cfg(any(test, feature = "test-util"))]
     pub fn in_directory(dir: &std::path::Path, csi_socket: PathBuf) -> Plugin {
         let shares = dir.join("shares");
@@ -51,10 +55,12 @@ impl Plugin {
             config: DriverConfig {
                 state_dir: dir.join("state"),
                 registry_dir: dir.join("registry"),
+                kubelet_dir: dir.to_path_buf(),
                 tmpfs_size: 1 << 20,
                 host_read_only: false,
                 static_shares_dir: Some(shares.clone()),
                 refresh_seconds: 3600,
+                shutdown_timeout_seconds: 10,
             },
             csi_socket,
             node_id: "test-node".into(),
@@ -64,21 +70,35 @@ impl Plugin {
         }
     }
 
-    /// Serves until `shutdown` completes, then removes its sockets.
+    /// Serves until `shutdown` completes, then removes its sockets. After `shutdown`, requests
+    /// in flight get `shutdownTimeoutSeconds` to finish; then the servers are dropped with
+    /// whatever connections are still open.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<()> {
+        let _lock = StateLock::acquire(&self.config.state_dir)?;
+        let csi_socket = socket::bind(&self.csi_socket)?;
+        let registration_socket = if self.register {
+            Some(socket::bind(&self.config.registry_dir.join(format!("{DRIVER_NAME}-reg.sock")))?)
+        } else {
+            None
+        };
+
         let store = Arc::new(FileVolumeStore::open(&self.config.state_dir)?);
         let (records, problems) = store.load_all()?;
         for problem in problems {
             warn!(%problem, "unreadable volume record ignored");
         }
-        let (kept, dropped) = recover(records, self.mounter.as_ref(), store.as_ref());
+        let kubelet_dir = self.config.kubelet_dir.clone();
+        let (kept, dropped) = recover(records, self.mounter.as_ref(), store.as_ref(), &kubelet_dir);
         for line in dropped {
             info!("{line}");
         }
         info!(volumes = kept.len(), "recovered published volumes");
 
-        let settings =
-            VolumeSettings { tmpfs_bytes: self.config.tmpfs_size, host_read_only: self.config.host_read_only };
+        let settings = VolumeSettings {
+            tmpfs_bytes: self.config.tmpfs_size,
+            host_read_only: self.config.host_read_only,
+            kubelet_dir,
+        };
         let store: Arc<dyn VolumeStore> = store;
         let node = Arc::new(NodeService::new(self.node_id, settings, self.mounter, store, self.content.clone(), kept));
         let csi_routes = Routes::new(IdentityServer::new(IdentityService::new(self.content.clone())))
@@ -88,14 +108,13 @@ impl Plugin {
         let until_stopped = |mut stopped: watch::Receiver<bool>| async move {
             let _ = stopped.wait_for(|stop| *stop).await;
         };
-        let csi = socket::serve(self.csi_socket.clone(), csi_routes, until_stopped(stopped.clone()));
+        let csi = socket::serve(csi_socket, csi_routes, until_stopped(stopped.clone()));
         let registration = async {
-            if !self.register {
+            let Some(registration_socket) = registration_socket else {
                 return Ok(());
-            }
-            let path = self.config.registry_dir.join(format!("{DRIVER_NAME}-reg.sock"));
+            };
             let routes = Routes::new(RegistrationServer::new(RegistrationService::new(self.csi_socket.clone())));
-            socket::serve(path, routes, until_stopped(stopped.clone())).await
+            socket::serve(registration_socket, routes, until_stopped(stopped.clone())).await
         };
         let refresh_every = Duration::from_secs(self.config.refresh_seconds);
         let refresher = {
@@ -112,11 +131,12 @@ impl Plugin {
                     // Files and mounts block: keep them off the async workers.
                     let results = tokio::task::spawn_blocking(move || node.refresh_all()).await.unwrap_or_default();
                     for (volume_id, result) in results {
+                        let volume = quote(&volume_id);
                         match result {
-                            Ok(true) => info!(volume = %volume_id, "content refreshed"),
+                            Ok(true) => info!(%volume, "content refreshed"),
                             Ok(false) => {}
                             Err(error) => {
-                                warn!(volume = %volume_id, %error, "content refresh failed; serving the previous content")
+                                warn!(%volume, %error, "content refresh failed; serving the previous content")
                             }
                         }
                     }
@@ -128,7 +148,19 @@ impl Plugin {
             shutdown.await;
             let _ = stop.send(true);
         };
-        let (csi, registration, (), ()) = tokio::join!(csi, registration, signal, refresher);
-        csi.and(registration)
+        let grace = Duration::from_secs(self.config.shutdown_timeout_seconds);
+        let deadline = async {
+            until_stopped(stopped.clone()).await;
+            tokio::time::sleep(grace).await;
+        };
+        tokio::select! {
+            (csi, registration, (), ()) = async { tokio::join!(csi, registration, signal, refresher) } => {
+                csi.and(registration)
+            }
+            () = deadline => {
+                warn!(?grace, "shutdown: connections still open after the grace period; closing them");
+                Ok(())
+            }
+        }
     }
 }

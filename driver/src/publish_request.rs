@@ -5,12 +5,14 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::PathBuf;
+use std::path::Path;
 
 use inline_guard_proto::csi::v1::NodePublishVolumeRequest;
 use inline_guard_proto::csi::v1::volume_capability::AccessType;
 
 use crate::error::{Error, Result};
+use crate::quote::quote;
+use crate::target_path::TargetPath;
 
 /// `"true"` for inline ephemeral volumes (kubelet sets it).
 pub const EPHEMERAL: &str = "csi.storage.k8s.io/ephemeral";
@@ -25,6 +27,9 @@ pub const SERVICE_ACCOUNT_NAME: &str = "csi.storage.k8s.io/serviceAccount.name";
 /// Every key kubelet reserves in the volume context; never treated as a volume attribute (the
 /// service-account tokens key among them must never be logged or stored).
 const KUBELET_PREFIX: &str = "csi.storage.k8s.io/";
+/// The longest volume id accepted: far above kubelet's (`csi-` and 64 hex digits) and CSI's
+/// advised 128 bytes, low enough that a record stays small.
+const MAX_VOLUME_ID_BYTES: usize = 4096;
 
 /// The pod a volume is published for.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -45,7 +50,7 @@ pub struct PublishRequest {
     /// The volume.
     pub volume_id: String,
     /// Where kubelet wants it mounted.
-    pub target_path: PathBuf,
+    pub target: TargetPath,
     /// Whose pod it is.
     pub pod: PodInfo,
     /// The pod's `volumeAttributes` (kubelet's own keys removed).
@@ -59,23 +64,22 @@ impl fmt::Debug for PublishRequest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PublishRequest")
             .field("volume_id", &self.volume_id)
-            .field("target_path", &self.target_path)
+            .field("target_path", &self.target.as_path())
             .field("pod", &self.pod)
             .field("attribute_keys", &self.attributes.keys().collect::<Vec<_>>())
             .finish()
     }
 }
 
-/// Checks `request` in the order: volume_id, target_path, volume_capability, access type,
-/// ephemeral, pod information, readonly.
-pub fn check(request: &NodePublishVolumeRequest) -> Result<PublishRequest> {
+/// Checks `request` in the order: volume_id, target_path (present, then kubelet's layout under
+/// `kubelet_dir`), volume_capability, access type, ephemeral, pod information, readonly.
+pub fn check(request: &NodePublishVolumeRequest, kubelet_dir: &Path) -> Result<PublishRequest> {
     let invalid = |message: String| Err(Error::InvalidArgument(message));
-    if request.volume_id.is_empty() {
-        return invalid("volume_id is required".into());
-    }
+    check_volume_id(&request.volume_id)?;
     if request.target_path.is_empty() {
         return invalid("target_path is required".into());
     }
+    let target = TargetPath::parse(&request.target_path, kubelet_dir)?;
     let Some(capability) = &request.volume_capability else {
         return invalid("volume_capability is required".into());
     };
@@ -110,7 +114,7 @@ pub fn check(request: &NodePublishVolumeRequest) -> Result<PublishRequest> {
     let value = |key: &str| context.get(key).cloned().unwrap_or_default();
     Ok(PublishRequest {
         volume_id: request.volume_id.clone(),
-        target_path: PathBuf::from(&request.target_path),
+        target,
         pod: PodInfo {
             name: value(POD_NAME),
             namespace: value(POD_NAMESPACE),
@@ -124,6 +128,20 @@ pub fn check(request: &NodePublishVolumeRequest) -> Result<PublishRequest> {
             .collect(),
         mount_flags,
     })
+}
+
+/// A volume id is required, and bounded.
+pub fn check_volume_id(volume_id: &str) -> Result<()> {
+    if volume_id.is_empty() {
+        return Err(Error::InvalidArgument("volume_id is required".into()));
+    }
+    if volume_id.len() > MAX_VOLUME_ID_BYTES {
+        return Err(Error::InvalidArgument(format!(
+            "volume_id {} is longer than {MAX_VOLUME_ID_BYTES} bytes",
+            quote(volume_id)
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -159,7 +177,7 @@ mod tests {
     }
 
     fn message(request: &NodePublishVolumeRequest) -> String {
-        match check(request) {
+        match check(request, Path::new("/var/lib/kubelet")) {
             Err(Error::InvalidArgument(message)) => message,
             other => panic!("expected INVALID_ARGUMENT, got {other:?}"),
         }
@@ -167,7 +185,7 @@ mod tests {
 
     #[test]
     fn a_valid_request_yields_the_pod_and_only_the_user_attributes() {
-        let checked = check(&valid()).unwrap();
+        let checked = check(&valid(), Path::new("/var/lib/kubelet")).unwrap();
         assert_eq!(
             checked.pod,
             PodInfo {
@@ -192,6 +210,11 @@ mod tests {
         let cases = [
             Case { name: "volume_id", break_it: |r| r.volume_id.clear(), expected: "volume_id is required" },
             Case { name: "target_path", break_it: |r| r.target_path.clear(), expected: "target_path is required" },
+            Case {
+                name: "target layout",
+                break_it: |r| r.target_path = "/etc".into(),
+                expected: "target_path \"/etc\" is not a CSI inline volume's directory under the kubelet root: expected /var/lib/kubelet/pods/<pod uid>/volumes/kubernetes.io~csi/<volume>/mount",
+            },
             Case {
                 name: "capability",
                 break_it: |r| r.volume_capability = None,
@@ -236,5 +259,15 @@ mod tests {
             (case.break_it)(&mut request);
         }
         assert_eq!(message(&request), "volume_id is required");
+    }
+
+    #[test]
+    fn a_huge_volume_id_is_refused_quoting_only_its_start() {
+        let mut request = valid();
+        request.volume_id = "v".repeat(1 << 20);
+        let refused = message(&request);
+        assert_eq!(refused, format!("volume_id \"{}\"... (1048576 bytes) is longer than 4096 bytes", "v".repeat(256)));
+        request.volume_id = "v".repeat(4096);
+        check(&request, Path::new("/var/lib/kubelet")).unwrap();
     }
 }

@@ -1,9 +1,11 @@
-//! Serving gRPC on unix sockets: a stale socket is removed before binding, the socket is made
-//! 0660, and it is removed again on exit.
+//! Serving gRPC on unix sockets. A socket left by a dead process is replaced, but one a live
+//! process still answers on is not (a second instance refuses to start instead of stealing it),
+//! and another kind of file is never touched. The socket is made 0660, and removed on exit only
+//! while it is still the one this process bound.
 
 use std::fs;
 use std::future::Future;
-use std::os::unix::fs::{FileTypeExt as _, PermissionsExt as _};
+use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 
 use tokio::net::UnixListener;
@@ -11,47 +13,79 @@ use tokio_stream::wrappers::UnixListenerStream;
 use tonic::service::Routes;
 
 use crate::error::{Error, Result};
+use crate::quote::{quote, quote_path};
 
 /// Parses `unix:///path` (or a bare path) into the socket path.
 pub fn socket_path(endpoint: &str) -> Result<PathBuf> {
     let path = endpoint.strip_prefix("unix://").unwrap_or(endpoint);
     if !path.starts_with('/') {
-        return Err(Error::InvalidArgument(format!("endpoint {endpoint:?} is not unix:///absolute/path")));
+        return Err(Error::InvalidArgument(format!("endpoint {} is not unix:///absolute/path", quote(endpoint))));
     }
     Ok(PathBuf::from(path))
 }
 
-/// Binds `path`, replacing a stale socket (but never another kind of file).
-pub fn bind(path: &Path) -> Result<UnixListener> {
+/// A bound socket; dropping it removes the socket file if it is still this one.
+#[derive(Debug)]
+pub struct BoundSocket {
+    listener: Option<UnixListener>,
+    path: PathBuf,
+    // The socket file's identity when bound: whatever is at the path later is removed only if
+    // it is still this file (a successor may have replaced it).
+    identity: (u64, u64),
+}
+
+impl Drop for BoundSocket {
+    fn drop(&mut self) {
+        let still_ours = fs::symlink_metadata(&self.path).is_ok_and(|m| (m.dev(), m.ino()) == self.identity);
+        if still_ours {
+            let _ = fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// Binds `path`. A socket nobody answers on is stale and replaced; one a live process answers
+/// on, or any other kind of file, is an error naming it.
+pub fn bind(path: &Path) -> Result<BoundSocket> {
     if let Ok(metadata) = fs::symlink_metadata(path) {
         if !metadata.file_type().is_socket() {
             return Err(Error::Internal(format!(
                 "{} exists and is not a socket; refusing to replace it",
-                path.display()
+                quote_path(path)
+            )));
+        }
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            return Err(Error::FailedPrecondition(format!(
+                "{} is served by a live process (another instance of the driver?); refusing to take it over",
+                quote_path(path)
             )));
         }
         fs::remove_file(path)
-            .map_err(|e| Error::Internal(format!("removing the stale socket {}: {e}", path.display())))?;
+            .map_err(|e| Error::Internal(format!("removing the stale socket {}: {e}", quote_path(path))))?;
     }
     if let Some(parent) = path.parent() {
-        fs::create_dir_all(parent).map_err(|e| Error::Internal(format!("creating {}: {e}", parent.display())))?;
+        fs::create_dir_all(parent).map_err(|e| Error::Internal(format!("creating {}: {e}", quote_path(parent))))?;
     }
-    let listener = UnixListener::bind(path).map_err(|e| Error::Internal(format!("binding {}: {e}", path.display())))?;
+    let listener =
+        UnixListener::bind(path).map_err(|e| Error::Internal(format!("binding {}: {e}", quote_path(path))))?;
+    let metadata = fs::symlink_metadata(path)
+        .map_err(|e| Error::Internal(format!("inspecting {}: {e}", quote_path(path))))?;
+    let bound = BoundSocket { listener: Some(listener), path: path.to_path_buf(), identity: (metadata.dev(), metadata.ino()) };
     fs::set_permissions(path, fs::Permissions::from_mode(0o660))
-        .map_err(|e| Error::Internal(format!("setting the mode of {}: {e}", path.display())))?;
-    Ok(listener)
+        .map_err(|e| Error::Internal(format!("setting the mode of {}: {e}", quote_path(path))))?;
+    Ok(bound)
 }
 
-/// Serves `routes` on `path` until `shutdown` completes, then removes the socket.
-pub async fn serve(path: PathBuf, routes: Routes, shutdown: impl Future<Output = ()> + Send) -> Result<()> {
-    let listener = bind(&path)?;
-    let served = tonic::transport::Server::builder()
+/// Serves `routes` on `socket` until `shutdown` completes; the socket is removed when this
+/// future finishes or is dropped.
+pub async fn serve(mut socket: BoundSocket, routes: Routes, shutdown: impl Future<Output = ()> + Send) -> Result<()> {
+    let Some(listener) = socket.listener.take() else {
+        return Err(Error::Internal(format!("{} was served already", quote_path(&socket.path))));
+    };
+    tonic::transport::Server::builder()
         .add_routes(routes)
         .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
         .await
-        .map_err(|e| Error::Internal(format!("serving on {}: {e}", path.display())));
-    let _ = fs::remove_file(&path);
-    served
+        .map_err(|e| Error::Internal(format!("serving on {}: {e}", quote_path(&socket.path))))
 }
 
 #[cfg(test)]
@@ -67,14 +101,29 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_stale_socket_is_replaced_but_a_regular_file_is_not() {
+    async fn a_stale_socket_is_replaced_but_a_live_one_and_a_regular_file_are_not() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("csi.sock");
-        drop(bind(&path).unwrap());
-        assert!(path.exists(), "a socket left behind by a dead process");
-        let listener = bind(&path).unwrap();
+        // What a killed process leaves: a socket file nobody listens on.
+        drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+        assert!(path.exists());
+        let bound = bind(&path).unwrap();
         assert_eq!(fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o660);
-        drop(listener);
+
+        let refused = bind(&path).unwrap_err();
+        assert!(refused.to_string().ends_with("is served by a live process (another instance of the driver?); refusing to take it over"));
+        assert!(path.exists(), "the live socket is left in place");
+
+        // A successor's socket at the same path is not removed by the predecessor's exit.
+        fs::remove_file(&path).unwrap();
+        let successor = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        drop(bound);
+        assert!(path.exists(), "only the socket this process bound is removed");
+        drop(successor);
+        fs::remove_file(&path).unwrap();
+        drop(bind(&path).unwrap());
+        assert!(!path.exists(), "its own socket is removed on drop");
+
         let file = dir.path().join("file");
         fs::write(&file, "keep me").unwrap();
         assert!(bind(&file).is_err());

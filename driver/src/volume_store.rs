@@ -1,11 +1,14 @@
-//! One record per published volume, so a restarted driver knows what it serves. Each record is
-//! its own JSON file, written atomically (temporary file, fsync, rename, fsync of the directory):
-//! a crash leaves the old record or the new one, never half of one.
+//! One record per published volume, so a restarted driver knows what it serves and what it made.
+//! Each record is its own JSON file named by the SHA-256 of its volume id (so any id, however long
+//! or strange, fits in a file name and none can name a path outside the store), written
+//! atomically through a temporary file of its own (fsync, rename, fsync of the directory): a crash
+//! leaves the old record or the new one, never half of one, and two writers never share a file.
 
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
@@ -25,6 +28,11 @@ pub struct VolumeRecord {
     pub attributes: BTreeMap<String, String>,
     /// Whether the tmpfs is read-only on the host too.
     pub host_read_only: bool,
+    /// The directories the driver created on the way to (and including) the target: the only
+    /// ones it may remove, and only while empty. While a publish is incomplete, the ones it is
+    /// about to create.
+    #[serde(default)]
+    pub created_dirs: Vec<PathBuf>,
     /// False from the moment a publish starts until it has finished: a record still incomplete
     /// at start-up marks a publish the driver was killed in, to be undone.
     #[serde(default = "complete_by_default")]
@@ -33,6 +41,25 @@ pub struct VolumeRecord {
 
 fn complete_by_default() -> bool {
     true
+}
+
+impl VolumeRecord {
+    /// True when `other` publishes the same volume the same way (what a repeated
+    /// NodePublishVolume must match to be idempotent); what the driver made along the way does
+    /// not count.
+    pub fn same_publish(&self, other: &VolumeRecord) -> bool {
+        self.volume_id == other.volume_id
+            && self.target_path == other.target_path
+            && self.pod == other.pod
+            && self.attributes == other.attributes
+            && self.host_read_only == other.host_read_only
+    }
+}
+
+/// The lowercase hex SHA-256 of a volume id: its record's file name and its mounts' tag.
+pub fn volume_digest(volume_id: &str) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA256, volume_id.as_bytes());
+    digest.as_ref().iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
 /// Where records live.
@@ -46,47 +73,49 @@ pub trait VolumeStore: Send + Sync {
 }
 
 /// Records as files in a directory.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct FileVolumeStore {
     dir: PathBuf,
+    // Makes each temporary file name unique within the process (the pid, across processes).
+    writes: AtomicU64,
 }
 
 const SUFFIX: &str = ".json";
+const TEMPORARY_SUFFIX: &str = ".tmp";
 
 impl FileVolumeStore {
     /// A store in `dir`, created if missing.
     pub fn open(dir: impl Into<PathBuf>) -> Result<FileVolumeStore> {
         let dir = dir.into();
         fs::create_dir_all(&dir).map_err(|e| io_error("creating the state directory", &dir, e))?;
-        Ok(FileVolumeStore { dir })
+        Ok(FileVolumeStore { dir, writes: AtomicU64::new(0) })
     }
 
-    /// The record file of a volume. Volume ids come from kubelet; anything outside
-    /// `[A-Za-z0-9._-]` is percent-encoded so an id can never name a path outside the store.
+    /// The record file of a volume.
     fn path_of(&self, volume_id: &str) -> PathBuf {
-        let mut name = String::with_capacity(volume_id.len());
-        for byte in volume_id.bytes() {
-            if byte.is_ascii_alphanumeric() || b"-_".contains(&byte) || (byte == b'.' && !name.is_empty()) {
-                name.push(byte as char);
-            } else {
-                name.push_str(&format!("%{byte:02X}"));
-            }
-        }
-        self.dir.join(name + SUFFIX)
+        self.dir.join(volume_digest(volume_id) + SUFFIX)
     }
 }
 
 impl VolumeStore for FileVolumeStore {
     fn put(&self, record: &VolumeRecord, durable: bool) -> Result<()> {
         let path = self.path_of(&record.volume_id);
-        let temporary = path.with_extension("json.tmp");
+        let write = self.writes.fetch_add(1, Ordering::Relaxed);
+        let temporary =
+            self.dir.join(format!(".{}.{}.{write}{TEMPORARY_SUFFIX}", volume_digest(&record.volume_id), std::process::id()));
         let json = serde_json::to_vec_pretty(record).map_err(|e| Error::Internal(format!("encoding a record: {e}")))?;
-        let mut file = fs::File::create(&temporary).map_err(|e| io_error("creating", &temporary, e))?;
-        file.write_all(&json).map_err(|e| io_error("writing", &temporary, e))?;
-        if durable {
-            file.sync_all().map_err(|e| io_error("syncing", &temporary, e))?;
+        let written = (|| {
+            let mut file = fs::File::create_new(&temporary).map_err(|e| io_error("creating", &temporary, e))?;
+            file.write_all(&json).map_err(|e| io_error("writing", &temporary, e))?;
+            if durable {
+                file.sync_all().map_err(|e| io_error("syncing", &temporary, e))?;
+            }
+            fs::rename(&temporary, &path).map_err(|e| io_error("renaming into place", &path, e))
+        })();
+        if written.is_err() {
+            let _ = fs::remove_file(&temporary);
         }
-        fs::rename(&temporary, &path).map_err(|e| io_error("renaming into place", &path, e))?;
+        written?;
         if !durable {
             return Ok(());
         }
@@ -111,8 +140,9 @@ impl VolumeStore for FileVolumeStore {
             let path = entry.path();
             let name = entry.file_name();
             let name = name.to_string_lossy();
-            if name.ends_with(".json.tmp") {
+            if name.ends_with(TEMPORARY_SUFFIX) {
                 // A write that never completed: the previous record, if any, is still in place.
+                // (Only one driver runs on a state directory, so no write is under way now.)
                 let _ = fs::remove_file(&path);
                 continue;
             }
@@ -133,7 +163,7 @@ impl VolumeStore for FileVolumeStore {
 }
 
 fn io_error(action: &str, path: &Path, error: std::io::Error) -> Error {
-    Error::Internal(format!("{action} {}: {error}", path.display()))
+    Error::Internal(format!("{action} {}: {error}", crate::quote::quote_path(path)))
 }
 
 #[cfg(test)]
@@ -152,6 +182,7 @@ mod tests {
             },
             attributes: [("sharedSecret".to_string(), "db".to_string())].into(),
             host_read_only: false,
+            created_dirs: Vec::new(),
             complete: true,
         }
     }
@@ -179,12 +210,19 @@ mod tests {
     fn hostile_volume_ids_stay_inside_the_store() {
         let dir = tempfile::tempdir().unwrap();
         let store = FileVolumeStore::open(dir.path().join("state")).unwrap();
-        for id in ["../escape", "/etc/passwd", ".hidden", "a/b"] {
+        let long = "%/".repeat(64);
+        for id in ["../escape", "/etc/passwd", ".hidden", "a/b", long.as_str()] {
             store.put(&record(id), true).unwrap();
         }
         assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1, "nothing written beside the store");
         let ids: Vec<String> = store.load_all().unwrap().0.into_iter().map(|r| r.volume_id).collect();
-        assert_eq!(ids, ["../escape", ".hidden", "/etc/passwd", "a/b"]);
+        assert_eq!(ids, ["%/".repeat(64).as_str(), "../escape", ".hidden", "/etc/passwd", "a/b"]);
+        assert!(
+            fs::read_dir(dir.path().join("state")).unwrap().all(|e| e.unwrap().file_name().len() == 64 + 5),
+            "every file is named by the digest of its id"
+        );
+        store.remove(&long).unwrap();
+        assert_eq!(store.load_all().unwrap().0.len(), 4, "a long id is removed like any other");
     }
 
     #[test]
@@ -192,12 +230,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = FileVolumeStore::open(dir.path()).unwrap();
         store.put(&record("csi-good"), true).unwrap();
-        fs::write(dir.path().join("csi-torn.json.tmp"), "{\"volume_id\":").unwrap();
+        fs::write(dir.path().join(".0badc0de.1.0.tmp"), "{\"volume_id\":").unwrap();
         fs::write(dir.path().join("csi-bad.json"), "not json").unwrap();
         let (records, problems) = store.load_all().unwrap();
         assert_eq!(records, [record("csi-good")]);
         assert_eq!(problems.len(), 1);
         assert!(problems[0].contains("csi-bad.json: expected ident"), "{}", problems[0]);
-        assert!(!dir.path().join("csi-torn.json.tmp").exists(), "the torn write is cleaned up");
+        assert!(!dir.path().join(".0badc0de.1.0.tmp").exists(), "the torn write is cleaned up");
     }
 }

@@ -113,3 +113,17 @@ fn a_concurrent_reader_never_sees_a_mix_of_versions() {
     stop.store(true, Ordering::Relaxed);
     assert!(reader.join().unwrap() > 0, "the reader read something");
 }
+
+#[test]
+fn a_data_link_pointing_outside_its_versions_is_never_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let volume = dir.path().join("volume");
+    let bystander = dir.path().join("bystander");
+    fs::create_dir_all(&volume).unwrap();
+    fs::create_dir_all(&bystander).unwrap();
+    fs::write(bystander.join("keep"), "mine").unwrap();
+    symlink("../bystander", volume.join(DATA_LINK)).unwrap();
+    assert!(AtomicWriter::new(&volume).write(&payload(&[("a", "1")])).unwrap());
+    assert_eq!(read(&bystander, "keep"), "mine", "what the link pointed at is untouched");
+    assert_eq!(read(&volume, "a"), "1");
+}

@@ -1,8 +1,9 @@
 //! The Node service with a recording fake mounter, a static share directory and a file store:
-//! publish, idempotency, ALREADY_EXISTS, the readonly refusal on the wire, cleanup after failures,
-//! unpublish.
+//! publish, idempotency, ALREADY_EXISTS, ABORTED, the readonly refusal on the wire, cleanup after
+//! failures of exactly what was made, foreign mounts left alone, unpublish.
 
 use std::collections::HashMap;
+use std::fs;
 
 use inline_guard_proto::csi::v1::VolumeCapability;
 use inline_guard_proto::csi::v1::volume_capability::{AccessMode, AccessType, MountVolume};
@@ -10,7 +11,7 @@ use tonic::Code;
 
 use super::*;
 use crate::content::StaticDirSource;
-use crate::mounter::{FakeMounter, MountAction};
+use crate::mounter::{FakeMounter, MountAction, MountSource};
 use crate::volume_store::FileVolumeStore;
 
 struct Fixture {
@@ -21,10 +22,13 @@ struct Fixture {
     service: Arc<NodeService>,
 }
 
-const SETTINGS: VolumeSettings = VolumeSettings { tmpfs_bytes: 1 << 20, host_read_only: false };
+fn settings(host_read_only: bool) -> VolumeSettings {
+    VolumeSettings { tmpfs_bytes: 1 << 20, host_read_only, kubelet_dir: PathBuf::new() }
+}
 
-fn fixture(settings: VolumeSettings) -> Fixture {
+fn fixture(mut settings: VolumeSettings) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
+    settings.kubelet_dir = dir.path().to_path_buf();
     let shares = dir.path().join("shares");
     fs::create_dir_all(shares.join("cluster-ca/nested")).unwrap();
     fs::write(shares.join("cluster-ca/ca.crt"), "PEM").unwrap();
@@ -56,7 +60,7 @@ fn request(fixture: &Fixture, volume_id: &str, share: &str) -> NodePublishVolume
     .collect();
     NodePublishVolumeRequest {
         volume_id: volume_id.into(),
-        target_path: fixture.dir.path().join("pods").join(volume_id).join("mount").to_string_lossy().into_owned(),
+        target_path: target_of(fixture, volume_id).to_string_lossy().into_owned(),
         volume_capability: Some(VolumeCapability {
             access_type: Some(AccessType::Mount(MountVolume::default())),
             access_mode: Some(AccessMode { mode: 2 }),
@@ -67,30 +71,51 @@ fn request(fixture: &Fixture, volume_id: &str, share: &str) -> NodePublishVolume
     }
 }
 
+fn target_of(fixture: &Fixture, pod: &str) -> PathBuf {
+    fixture.dir.path().join("pods").join(pod).join("volumes/kubernetes.io~csi/shared/mount")
+}
+
 async fn publish(fixture: &Fixture, request: NodePublishVolumeRequest) -> std::result::Result<(), Status> {
     fixture.node.node_publish_volume(Request::new(request)).await.map(|_| ())
 }
 
 #[tokio::test]
 async fn publish_mounts_fills_and_records_the_volume() {
-    let fixture = fixture(SETTINGS);
+    let fixture = fixture(settings(false));
     let request = request(&fixture, "csi-1", "cluster-ca");
     let target = PathBuf::from(&request.target_path);
     publish(&fixture, request).await.unwrap();
     assert_eq!(
         fixture.mounter.actions(),
-        [MountAction::MountTmpfs { target: target.clone(), size_bytes: 1 << 20, read_only: false }]
+        [MountAction::MountTmpfs { target: target.clone(), size_bytes: 1 << 20, tag: mount_tag("csi-1") }]
     );
     assert_eq!(fs::read_to_string(target.join("ca.crt")).unwrap(), "PEM");
     assert_eq!(fs::read_to_string(target.join("nested/extra")).unwrap(), "more");
     let (records, _) = fixture.store.load_all().unwrap();
     assert_eq!(records.len(), 1);
     assert_eq!(records[0].pod.service_account, "web");
+    let pods = fixture.dir.path().join("pods");
+    let expected: Vec<PathBuf> = ["", "csi-1", "csi-1/volumes", "csi-1/volumes/kubernetes.io~csi"]
+        .iter()
+        .map(|p| if p.is_empty() { pods.clone() } else { pods.join(p) })
+        .chain([target.parent().unwrap().to_path_buf(), target.clone()])
+        .collect();
+    assert_eq!(records[0].created_dirs, expected, "every directory it made, and only those");
+}
+
+#[tokio::test]
+async fn directories_kubelet_made_are_not_recorded_as_the_drivers() {
+    let fixture = fixture(settings(false));
+    let request = request(&fixture, "csi-1", "cluster-ca");
+    let target = PathBuf::from(&request.target_path);
+    fs::create_dir_all(target.parent().unwrap()).unwrap();
+    publish(&fixture, request).await.unwrap();
+    assert_eq!(fixture.store.load_all().unwrap().0[0].created_dirs, [target]);
 }
 
 #[tokio::test]
 async fn host_read_only_remounts_after_writing() {
-    let fixture = fixture(VolumeSettings { host_read_only: true, ..SETTINGS });
+    let fixture = fixture(settings(true));
     let request = request(&fixture, "csi-1", "cluster-ca");
     let target = PathBuf::from(&request.target_path);
     publish(&fixture, request).await.unwrap();
@@ -99,7 +124,7 @@ async fn host_read_only_remounts_after_writing() {
 
 #[tokio::test]
 async fn the_same_publish_twice_is_ok_and_mounts_once() {
-    let fixture = fixture(SETTINGS);
+    let fixture = fixture(settings(false));
     publish(&fixture, request(&fixture, "csi-1", "cluster-ca")).await.unwrap();
     publish(&fixture, request(&fixture, "csi-1", "cluster-ca")).await.unwrap();
     assert_eq!(fixture.mounter.actions().len(), 1);
@@ -107,7 +132,7 @@ async fn the_same_publish_twice_is_ok_and_mounts_once() {
 
 #[tokio::test]
 async fn the_same_volume_with_other_arguments_already_exists() {
-    let fixture = fixture(SETTINGS);
+    let fixture = fixture(settings(false));
     publish(&fixture, request(&fixture, "csi-1", "cluster-ca")).await.unwrap();
     fs::create_dir_all(fixture.dir.path().join("shares/other")).unwrap();
     let status = publish(&fixture, request(&fixture, "csi-1", "other")).await.unwrap_err();
@@ -119,7 +144,7 @@ async fn the_same_volume_with_other_arguments_already_exists() {
 
 #[tokio::test]
 async fn a_writable_publish_is_refused_on_the_wire() {
-    let fixture = fixture(SETTINGS);
+    let fixture = fixture(settings(false));
     let mut writable = request(&fixture, "csi-1", "cluster-ca");
     writable.readonly = false;
     let status = publish(&fixture, writable).await.unwrap_err();
@@ -133,19 +158,74 @@ async fn a_writable_publish_is_refused_on_the_wire() {
 
 #[tokio::test]
 async fn a_failed_mount_leaves_no_directory_or_record() {
-    let fixture = fixture(SETTINGS);
+    let fixture = fixture(settings(false));
     fixture.mounter.fail_next_mount("tmpfs: out of memory");
     let request = request(&fixture, "csi-1", "cluster-ca");
     let target = PathBuf::from(&request.target_path);
     let status = publish(&fixture, request).await.unwrap_err();
     assert_eq!((status.code(), status.message()), (Code::Internal, "tmpfs: out of memory"));
     assert!(!target.exists(), "the target directory it created is removed");
+    assert!(!fixture.dir.path().join("pods").exists(), "and every parent it created");
     assert!(fixture.store.load_all().unwrap().0.is_empty());
 }
 
 #[tokio::test]
+async fn a_failed_publish_keeps_what_was_there_before() {
+    let fixture = fixture(settings(false));
+    fixture.mounter.fail_next_mount("tmpfs: out of memory");
+    let request = request(&fixture, "csi-1", "cluster-ca");
+    let target = PathBuf::from(&request.target_path);
+    fs::create_dir_all(&target).unwrap();
+    fs::write(target.join("precious"), "keep").unwrap();
+    publish(&fixture, request).await.unwrap_err();
+    assert_eq!(fs::read_to_string(target.join("precious")).unwrap(), "keep");
+}
+
+#[tokio::test]
+async fn a_mount_it_did_not_make_is_never_replaced_or_unmounted() {
+    let fixture = fixture(settings(false));
+    let request = request(&fixture, "csi-1", "cluster-ca");
+    let target = PathBuf::from(&request.target_path);
+    fs::create_dir_all(&target).unwrap();
+    let foreign = MountSource { fs_type: "ext4".into(), source: "/dev/sdb1".into() };
+    fixture.mounter.mount_foreign(&target, foreign);
+    let status = publish(&fixture, request).await.unwrap_err();
+    assert_eq!(status.code(), Code::FailedPrecondition);
+    assert_eq!(status.message(), format!("{target:?} has a \"ext4\" mount the driver did not make; it is left alone"));
+    let unpublish = NodeUnpublishVolumeRequest {
+        volume_id: "csi-unknown".into(),
+        target_path: target.to_string_lossy().into_owned(),
+    };
+    fixture.node.node_unpublish_volume(Request::new(unpublish)).await.unwrap();
+    assert!(fixture.mounter.is_mounted(&target));
+    assert!(fixture.mounter.actions().iter().all(|a| !matches!(a, MountAction::Unmount { .. })), "never unmounted");
+    assert!(target.exists());
+}
+
+#[tokio::test]
+async fn a_second_operation_on_a_busy_volume_or_target_is_aborted_and_touches_nothing() {
+    let fixture = fixture(settings(false));
+    let first = request(&fixture, "csi-1", "cluster-ca");
+    let first_target = PathBuf::from(&first.target_path);
+    let claim = fixture.service.claim("csi-1", &first_target).unwrap();
+    // The same volume to another target, and another volume to the same target.
+    let mut same_volume = request(&fixture, "csi-1", "cluster-ca");
+    same_volume.target_path = target_of(&fixture, "other").to_string_lossy().into_owned();
+    let mut same_target = request(&fixture, "csi-2", "cluster-ca");
+    same_target.target_path = first.target_path.clone();
+    for busy in [same_volume, same_target] {
+        let status = publish(&fixture, busy).await.unwrap_err();
+        assert_eq!(status.code(), Code::Aborted, "{}", status.message());
+    }
+    drop(claim);
+    assert!(fixture.mounter.actions().is_empty());
+    assert!(fixture.store.load_all().unwrap().0.is_empty());
+    publish(&fixture, first).await.unwrap();
+}
+
+#[tokio::test]
 async fn hostile_share_names_are_refused_before_anything_is_mounted() {
-    let fixture = fixture(SETTINGS);
+    let fixture = fixture(settings(false));
     for share in ["../state", "/etc", "a/b", "missing"] {
         let status = publish(&fixture, request(&fixture, "csi-1", share)).await.unwrap_err();
         assert_eq!(status.code(), Code::InvalidArgument, "{share}");
@@ -155,7 +235,7 @@ async fn hostile_share_names_are_refused_before_anything_is_mounted() {
 
 #[tokio::test]
 async fn unpublish_unmounts_removes_and_forgets_and_is_idempotent() {
-    let fixture = fixture(SETTINGS);
+    let fixture = fixture(settings(false));
     let request = request(&fixture, "csi-1", "cluster-ca");
     let target = PathBuf::from(&request.target_path);
     publish(&fixture, request).await.unwrap();
@@ -175,16 +255,19 @@ async fn unpublish_unmounts_removes_and_forgets_and_is_idempotent() {
     fixture.node.node_unpublish_volume(Request::new(unpublish("csi-1", &target))).await.unwrap();
     assert_eq!(fixture.mounter.actions().last(), Some(&MountAction::Unmount { target: target.clone() }));
     assert!(!target.exists());
+    assert!(!fixture.dir.path().join("pods").exists(), "the parents it made go too");
     assert!(fixture.store.load_all().unwrap().0.is_empty());
     fixture.node.node_unpublish_volume(Request::new(unpublish("csi-1", &target))).await.unwrap();
     fixture.node.node_unpublish_volume(Request::new(unpublish("unknown", &target))).await.unwrap();
     let status = fixture.node.node_unpublish_volume(Request::new(unpublish("", &target))).await.unwrap_err();
     assert_eq!(status.code(), Code::InvalidArgument);
+    let status = fixture.node.node_unpublish_volume(Request::new(unpublish("csi-1", Path::new("/etc")))).await;
+    assert_eq!(status.unwrap_err().code(), Code::InvalidArgument);
 }
 
 #[tokio::test]
 async fn node_info_and_capabilities() {
-    let fixture = fixture(SETTINGS);
+    let fixture = fixture(settings(false));
     let info = fixture.node.node_get_info(Request::new(NodeGetInfoRequest {})).await.unwrap().into_inner();
     assert_eq!(info.node_id, "node-1");
     assert!(info.accessible_topology.is_none());
@@ -195,7 +278,7 @@ async fn node_info_and_capabilities() {
 
 #[tokio::test]
 async fn refresh_rewrites_changed_content_and_empties_a_withdrawn_share() {
-    let fixture = fixture(VolumeSettings { host_read_only: true, ..SETTINGS });
+    let fixture = fixture(settings(true));
     let request = request(&fixture, "csi-1", "cluster-ca");
     let target = PathBuf::from(&request.target_path);
     publish(&fixture, request).await.unwrap();

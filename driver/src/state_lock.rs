@@ -1,0 +1,78 @@
+//! One driver per state directory: an exclusive lock on `<stateDir>/driver.lock`, held for the
+//! life of the process (the kernel drops it when the process dies, SIGKILL included). A second
+//! instance refuses to start before it reads a record, recovers anything or touches a socket.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read as _, Seek as _, Write as _};
+use std::path::Path;
+
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
+
+use crate::error::{Error, Result};
+use crate::quote::quote_path;
+
+/// The lock file's name in the state directory.
+pub const LOCK_FILE: &str = "driver.lock";
+
+/// The held lock; dropping it releases it.
+#[derive(Debug)]
+pub struct StateLock {
+    _lock: Flock<File>,
+}
+
+impl StateLock {
+    /// Takes the lock of `state_dir` (created if missing) without waiting, and writes this
+    /// process's id into the lock file for the next one's message.
+    pub fn acquire(state_dir: &Path) -> Result<StateLock> {
+        std::fs::create_dir_all(state_dir)
+            .map_err(|e| Error::Internal(format!("creating the state directory {}: {e}", quote_path(state_dir))))?;
+        let path = state_dir.join(LOCK_FILE);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| Error::Internal(format!("opening {}: {e}", quote_path(&path))))?;
+        let mut lock = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => lock,
+            Err((mut file, Errno::EWOULDBLOCK)) => {
+                let mut holder = String::new();
+                let _ = file.read_to_string(&mut holder);
+                let holder = holder.trim();
+                let pid = if holder.is_empty() || holder.len() > 20 { "unknown".into() } else { holder.to_string() };
+                return Err(Error::FailedPrecondition(format!(
+                    "another sharedresource-csi-driver (pid {pid}) is running on the state directory {}; refusing to start",
+                    quote_path(state_dir)
+                )));
+            }
+            Err((_, errno)) => return Err(Error::Internal(format!("locking {}: {errno}", quote_path(&path)))),
+        };
+        let written = lock
+            .set_len(0)
+            .and_then(|()| lock.rewind())
+            .and_then(|()| lock.write_all(std::process::id().to_string().as_bytes()));
+        written.map_err(|e| Error::Internal(format!("writing {}: {e}", quote_path(&path))))?;
+        Ok(StateLock { _lock: lock })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_holder_is_refused_naming_the_first_until_it_lets_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = StateLock::acquire(dir.path()).unwrap();
+        let refused = StateLock::acquire(dir.path()).unwrap_err();
+        let message = refused.to_string();
+        assert!(
+            message.starts_with(&format!("another sharedresource-csi-driver (pid {}) is running", std::process::id())),
+            "{message}"
+        );
+        drop(first);
+        StateLock::acquire(dir.path()).unwrap();
+    }
+}
