@@ -93,7 +93,9 @@ fn main() {
             .await
             .unwrap();
         let mut node = NodeClient::new(channel);
-        let targets: Vec<PathBuf> = (0..VOLUMES).map(|i| dir.path().join(format!("pods/{i}/mount"))).collect();
+        let targets: Vec<PathBuf> = (0..VOLUMES)
+            .map(|i| dir.path().join(format!("pods/{i}/volumes/kubernetes.io~csi/shared/mount")))
+            .collect();
         // kubelet creates the pod's volume directory before calling the driver; only the
         // target itself is the driver's to create.
         for target in &targets {

@@ -135,7 +135,8 @@ impl AtomicWriter {
     fn current_version(&self) -> Option<PathBuf> {
         let version = fs::read_link(self.dir.join(DATA_LINK)).ok()?;
         let name = version.to_str()?;
-        let own = name.starts_with("..") && name.len() > 2 && name[2..].bytes().all(|b| b.is_ascii_digit() || b == b'.');
+        let own =
+            name.starts_with("..") && name.len() > 2 && name[2..].bytes().all(|b| b.is_ascii_digit() || b == b'.');
         own.then_some(version)
     }
 

@@ -96,8 +96,8 @@ fn quantity<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error>
 /// against, so it must have one spelling.
 fn absolute_normal_path<'de, D: Deserializer<'de>>(deserializer: D) -> Result<PathBuf, D::Error> {
     let text = String::deserialize(deserializer)?;
-    let normal = text.starts_with('/')
-        && (text == "/" || text[1..].split('/').all(|c| !c.is_empty() && c != "." && c != ".."));
+    let normal =
+        text.starts_with('/') && (text == "/" || text[1..].split('/').all(|c| !c.is_empty() && c != "." && c != ".."));
     if !normal {
         return Err(serde::de::Error::custom(format!(
             "{} is not an absolute path without \".\", \"..\" or empty components",

@@ -67,9 +67,10 @@ pub fn bind(path: &Path) -> Result<BoundSocket> {
     }
     let listener =
         UnixListener::bind(path).map_err(|e| Error::Internal(format!("binding {}: {e}", quote_path(path))))?;
-    let metadata = fs::symlink_metadata(path)
-        .map_err(|e| Error::Internal(format!("inspecting {}: {e}", quote_path(path))))?;
-    let bound = BoundSocket { listener: Some(listener), path: path.to_path_buf(), identity: (metadata.dev(), metadata.ino()) };
+    let metadata =
+        fs::symlink_metadata(path).map_err(|e| Error::Internal(format!("inspecting {}: {e}", quote_path(path))))?;
+    let bound =
+        BoundSocket { listener: Some(listener), path: path.to_path_buf(), identity: (metadata.dev(), metadata.ino()) };
     fs::set_permissions(path, fs::Permissions::from_mode(0o660))
         .map_err(|e| Error::Internal(format!("setting the mode of {}: {e}", quote_path(path))))?;
     Ok(bound)
@@ -111,7 +112,11 @@ mod tests {
         assert_eq!(fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o660);
 
         let refused = bind(&path).unwrap_err();
-        assert!(refused.to_string().ends_with("is served by a live process (another instance of the driver?); refusing to take it over"));
+        assert!(
+            refused
+                .to_string()
+                .ends_with("is served by a live process (another instance of the driver?); refusing to take it over")
+        );
         assert!(path.exists(), "the live socket is left in place");
 
         // A successor's socket at the same path is not removed by the predecessor's exit.

@@ -215,8 +215,11 @@ mod tests {
         let target = target(root, "u");
         assert_eq!(
             missing(root, &target).unwrap(),
-            [root.join("pods/u/volumes/kubernetes.io~csi"), root.join("pods/u/volumes/kubernetes.io~csi/v"), root
-                .join("pods/u/volumes/kubernetes.io~csi/v/mount")]
+            [
+                root.join("pods/u/volumes/kubernetes.io~csi"),
+                root.join("pods/u/volumes/kubernetes.io~csi/v"),
+                root.join("pods/u/volumes/kubernetes.io~csi/v/mount")
+            ]
         );
         assert!(open(root, &target).unwrap().is_none());
         let mut created = Vec::new();
@@ -236,10 +239,14 @@ mod tests {
     }
 
     fn missing_before(root: &Path) -> Vec<PathBuf> {
-        ["pods/u/volumes/kubernetes.io~csi", "pods/u/volumes/kubernetes.io~csi/v", "pods/u/volumes/kubernetes.io~csi/v/mount"]
-            .iter()
-            .map(|p| root.join(p))
-            .collect()
+        [
+            "pods/u/volumes/kubernetes.io~csi",
+            "pods/u/volumes/kubernetes.io~csi/v",
+            "pods/u/volumes/kubernetes.io~csi/v/mount",
+        ]
+        .iter()
+        .map(|p| root.join(p))
+        .collect()
     }
 
     #[test]

@@ -66,6 +66,14 @@ impl TargetPath {
         if !layout {
             return outside();
         }
+        for (what, name) in [("pod uid", below[1]), ("volume name", below[4])] {
+            if !is_plain_name(name) {
+                return invalid(format!(
+                    "has a {what} {} that is not a plain name (letters, digits, '-', '_' and '.', not first)",
+                    quote(name)
+                ));
+            }
+        }
         Ok(TargetPath { full: PathBuf::from(target), below_root: below.into_iter().map(String::from).collect() })
     }
 
@@ -79,6 +87,12 @@ impl TargetPath {
     pub fn below_root(&self) -> &[String] {
         &self.below_root
     }
+}
+
+/// A pod uid (a UUID, or a hash for static pods) or a volume name (a DNS label) as kubelet
+/// writes them into its paths.
+fn is_plain_name(name: &str) -> bool {
+    !name.starts_with('.') && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
 }
 
 #[cfg(test)]
@@ -126,6 +140,14 @@ mod tests {
             Case { target: "/var/lib/kubelet/pods/u/volumes/kubernetes.io~csi/v/mount/deeper", why: outside },
             Case { target: "/var/lib/kubelet/plugins/u/volumes/kubernetes.io~csi/v/mount", why: outside },
             Case { target: "/var/lib/kubelet/pods/u/v\0/kubernetes.io~csi/v/mount", why: "contains a NUL byte" },
+            Case {
+                target: "/var/lib/kubelet/pods/..u/volumes/kubernetes.io~csi/v/mount",
+                why: "has a pod uid \"..u\" that is not a plain name (letters, digits, '-', '_' and '.', not first)",
+            },
+            Case {
+                target: "/var/lib/kubelet/pods/u/volumes/kubernetes.io~csi/v\nforged/mount",
+                why: "has a volume name \"v\\nforged\" that is not a plain name (letters, digits, '-', '_' and '.', not first)",
+            },
         ] {
             assert_eq!(message(case.target), format!("target_path {:?} {}", case.target, case.why));
         }

@@ -101,8 +101,11 @@ impl VolumeStore for FileVolumeStore {
     fn put(&self, record: &VolumeRecord, durable: bool) -> Result<()> {
         let path = self.path_of(&record.volume_id);
         let write = self.writes.fetch_add(1, Ordering::Relaxed);
-        let temporary =
-            self.dir.join(format!(".{}.{}.{write}{TEMPORARY_SUFFIX}", volume_digest(&record.volume_id), std::process::id()));
+        let temporary = self.dir.join(format!(
+            ".{}.{}.{write}{TEMPORARY_SUFFIX}",
+            volume_digest(&record.volume_id),
+            std::process::id()
+        ));
         let json = serde_json::to_vec_pretty(record).map_err(|e| Error::Internal(format!("encoding a record: {e}")))?;
         let written = (|| {
             let mut file = fs::File::create_new(&temporary).map_err(|e| io_error("creating", &temporary, e))?;

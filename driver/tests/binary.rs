@@ -1,6 +1,22 @@
-//! The driver binary's start-up refusals: a bad configuration file names the field and line.
+//! The driver binary as a node runs it: start-up refusals (a bad configuration names the field
+//! and line; a second instance stops before touching anything), SIGKILL in the middle of a large
+//! publish followed by a restart that undoes exactly what was made, and a SIGTERM that completes
+//! within its bound whatever a client does.
 
-use std::process::Command;
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use inline_guard_proto::csi::v1::ProbeRequest;
+use inline_guard_proto::csi::v1::identity_client::IdentityClient;
+use inline_guard_proto::csi::v1::node_client::NodeClient;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use sharedresource_csi_driver::mounter::listed_in_mountinfo;
+use support::{channel, kubelet_target, publish_request, snapshot};
+
+mod support;
 
 #[test]
 fn a_bad_configuration_stops_the_driver_naming_the_field() {
@@ -39,4 +55,219 @@ fn a_relative_endpoint_is_refused() {
         .unwrap();
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8(output.stderr).unwrap().contains("is not unix:///absolute/path"));
+}
+
+/// The release binary on a configuration under `dir`: kubelet root `dir/kubelet`, shares in
+/// `dir/shares`, state in `dir/state`, registration in `dir/registry`.
+struct Driver {
+    dir: PathBuf,
+    child: std::process::Child,
+}
+
+impl Driver {
+    fn config(dir: &Path, extra: &str) -> PathBuf {
+        let config = dir.join("driver.yaml");
+        let text = format!(
+            "stateDir: {d}/state\nregistryDir: {d}/registry\nkubeletDir: {d}/kubelet\nstaticSharesDir: {d}/shares\n{extra}",
+            d = dir.display()
+        );
+        std::fs::write(&config, text).unwrap();
+        config
+    }
+
+    fn spawn(dir: &Path, extra: &str) -> std::process::Child {
+        Command::new(env!("CARGO_BIN_EXE_sharedresource-csi-driver"))
+            .args(["--endpoint", &format!("unix://{}/csi.sock", dir.display()), "--node-id", "n1", "--config"])
+            .arg(Self::config(dir, extra))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    fn start(dir: &Path, extra: &str) -> Driver {
+        Driver { dir: dir.to_path_buf(), child: Self::spawn(dir, extra) }
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.dir.join("csi.sock")
+    }
+
+    fn signal(&self, signal: Signal) {
+        kill(Pid::from_raw(self.child.id() as i32), signal).unwrap();
+    }
+
+    /// Waits up to `bound` for the process to exit; its status and standard error.
+    fn wait(mut self, bound: Duration) -> (Option<i32>, String) {
+        let deadline = Instant::now() + bound;
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                let mut stderr = String::new();
+                let _ = self.child.stderr.take().unwrap().read_to_string(&mut stderr);
+                return (status.code(), stderr);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = self.child.kill();
+        panic!("the driver did not exit within {bound:?}");
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn node_dir() -> tempfile::TempDir {
+    assert!(support::is_root(), "real mounts need root: run the test command as root");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("kubelet/pods")).unwrap();
+    std::fs::create_dir_all(dir.path().join("shares/cluster-ca")).unwrap();
+    std::fs::write(dir.path().join("shares/cluster-ca/ca.crt"), "pem").unwrap();
+    dir
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+}
+
+/// The driver's answer to Probe over `socket`.
+fn probe(socket: &Path) -> Option<bool> {
+    runtime().block_on(async {
+        let mut identity = IdentityClient::new(channel(socket.to_path_buf()).await);
+        identity.probe(ProbeRequest {}).await.unwrap().into_inner().ready
+    })
+}
+
+#[test]
+fn a_sigkill_in_the_middle_of_a_large_publish_is_undone_at_restart_and_nothing_else_changes() {
+    let dir = node_dir();
+    let root = dir.path();
+    // A share large enough that its write takes a while: the kill lands while it is written.
+    let share = root.join("shares/cluster-ca");
+    for i in 0..4000 {
+        std::fs::write(share.join(format!("file-{i:05}")), format!("content {i}")).unwrap();
+    }
+    // What kubelet and others left on the node: the pod's volume directory with kubelet's file,
+    // another pod's data, and a target directory that already exists with content.
+    let target = kubelet_target(&root.join("kubelet"), "pod-a", "shared");
+    std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+    std::fs::write(target.parent().unwrap().join("vol_data.json"), "{\"kubelet\":true}").unwrap();
+    std::fs::create_dir_all(root.join("kubelet/pods/pod-b/etc-hosts")).unwrap();
+    std::fs::write(root.join("kubelet/pods/pod-b/etc-hosts/hosts"), "127.0.0.1 localhost").unwrap();
+    let before = snapshot(&root.join("kubelet"));
+
+    let extra = "tmpfsSize: 64Mi\n";
+    let driver = Driver::start(root, extra);
+    let runtime = runtime();
+    let publishing = {
+        let socket = driver.socket();
+        let target = target.clone();
+        std::thread::spawn(move || {
+            runtime.block_on(async {
+                let mut node = NodeClient::new(channel(socket).await);
+                node.node_publish_volume(publish_request("csi-big", &target, true)).await
+            })
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !listed_in_mountinfo(&target).unwrap() {
+        assert!(Instant::now() < deadline, "the publish never mounted");
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    driver.signal(Signal::SIGKILL);
+    let (code, _) = driver.wait(Duration::from_secs(5));
+    assert_eq!(code, None, "killed by the signal");
+    assert!(publishing.join().unwrap().is_err(), "the publish was cut off");
+    let records: Vec<String> = std::fs::read_dir(root.join("state"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .map(|p| std::fs::read_to_string(p).unwrap())
+        .collect();
+    assert_eq!(records.len(), 1);
+    assert!(records[0].contains("\"complete\": false"), "killed mid-publish: {}", records[0]);
+    assert!(listed_in_mountinfo(&target).unwrap(), "the half volume is still mounted before the restart");
+
+    // The restart undoes the half publish: its tmpfs and the target it made go, nothing else.
+    let driver = Driver::start(root, extra);
+    // Served only once recovery is done.
+    assert_eq!(probe(&driver.socket()), Some(true));
+    assert!(!listed_in_mountinfo(&target).unwrap(), "the interrupted volume is unmounted");
+    assert_eq!(snapshot(&root.join("kubelet")), before, "everything else is exactly as it was");
+    driver.signal(Signal::SIGTERM);
+    assert_eq!(driver.wait(Duration::from_secs(15)).0, Some(0));
+    assert!(
+        !root.join("state").read_dir().unwrap().any(|e| e.unwrap().path().extension().is_some_and(|e| e == "json"))
+    );
+}
+
+#[test]
+fn a_second_instance_refuses_to_start_and_the_first_keeps_serving() {
+    let dir = node_dir();
+    let first = Driver::start(dir.path(), "");
+    let socket = first.socket();
+    assert_eq!(probe(&socket), Some(true));
+
+    // Same configuration: the state directory is taken.
+    let (code, stderr) = Driver::start(dir.path(), "").wait(Duration::from_secs(10));
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "another sharedresource-csi-driver (pid {}) is running on the state directory",
+            first.child.id()
+        )),
+        "{stderr}"
+    );
+    // Another state directory, the same endpoint: the live socket is not taken over.
+    let other = Driver::config(dir.path(), "");
+    let text = std::fs::read_to_string(&other).unwrap().replace("/state", "/state-2");
+    std::fs::write(&other, text).unwrap();
+    let mut second = Command::new(env!("CARGO_BIN_EXE_sharedresource-csi-driver"))
+        .args(["--endpoint", &format!("unix://{}", socket.display()), "--node-id", "n1", "--config"])
+        .arg(&other)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = second.wait().unwrap();
+    let mut stderr = String::new();
+    second.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("is served by a live process (another instance of the driver?); refusing to take it over"),
+        "{stderr}"
+    );
+
+    assert!(socket.exists(), "the refused instances removed nothing");
+    assert_eq!(probe(&socket), Some(true), "the first instance still answers");
+    first.signal(Signal::SIGTERM);
+    assert_eq!(first.wait(Duration::from_secs(15)).0, Some(0));
+    assert!(!socket.exists(), "its own socket is removed on exit");
+}
+
+#[test]
+fn sigterm_completes_within_the_bound_while_a_client_holds_a_silent_connection() {
+    let dir = node_dir();
+    let driver = Driver::start(dir.path(), "shutdownTimeoutSeconds: 1\n");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !driver.socket().exists() {
+        assert!(Instant::now() < deadline, "the driver did not start");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // A client that opens HTTP/2 (preface and an empty SETTINGS frame) and then never reads or
+    // answers: graceful shutdown's GOAWAY and PING go unacknowledged, so it never completes.
+    let mut silent = std::os::unix::net::UnixStream::connect(driver.socket()).unwrap();
+    std::io::Write::write_all(&mut silent, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0").unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let socket = driver.socket();
+    let started = Instant::now();
+    driver.signal(Signal::SIGTERM);
+    let (code, stderr) = driver.wait(Duration::from_secs(10));
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+    assert!(stderr.contains("connections still open after the grace period"), "{stderr}");
+    assert!(!socket.exists(), "the socket is removed");
+    drop(silent);
 }

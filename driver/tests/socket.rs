@@ -2,69 +2,22 @@
 //! directory (as root), kubelet registration, and sockets removed on shutdown.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
-use hyper_util::rt::TokioIo;
 use inline_guard_proto::csi::v1::identity_client::IdentityClient;
 use inline_guard_proto::csi::v1::node_client::NodeClient;
-use inline_guard_proto::csi::v1::volume_capability::{AccessMode, AccessType, MountVolume};
-use inline_guard_proto::csi::v1::{
-    GetPluginInfoRequest, NodePublishVolumeRequest, NodeUnpublishVolumeRequest, ProbeRequest, VolumeCapability,
-};
+use inline_guard_proto::csi::v1::{GetPluginInfoRequest, NodeUnpublishVolumeRequest, ProbeRequest};
 use inline_guard_proto::pluginregistration::InfoRequest;
 use inline_guard_proto::pluginregistration::registration_client::RegistrationClient;
-use sharedresource_csi_driver::mounter::{LinuxMounter, Mounter};
+use sharedresource_csi_driver::mounter::listed_in_mountinfo;
 use sharedresource_csi_driver::plugin::Plugin;
+use support::{channel, publish_request};
 use tonic::Code;
-use tonic::transport::{Channel, Endpoint, Uri};
 
-async fn channel(path: PathBuf) -> Channel {
-    for _ in 0..100 {
-        if path.exists() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    Endpoint::try_from("http://[::]:50051")
-        .unwrap()
-        .connect_with_connector(tower::service_fn(move |_: Uri| {
-            let path = path.clone();
-            async move { Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(path).await?)) }
-        }))
-        .await
-        .unwrap()
-}
-
-fn publish_request(volume_id: &str, target: &Path, readonly: bool) -> NodePublishVolumeRequest {
-    NodePublishVolumeRequest {
-        volume_id: volume_id.into(),
-        target_path: target.to_string_lossy().into_owned(),
-        volume_capability: Some(VolumeCapability {
-            access_type: Some(AccessType::Mount(MountVolume::default())),
-            access_mode: Some(AccessMode { mode: 2 }),
-        }),
-        readonly,
-        volume_context: [
-            ("csi.storage.k8s.io/ephemeral", "true"),
-            ("csi.storage.k8s.io/pod.name", "web"),
-            ("csi.storage.k8s.io/pod.namespace", "apps"),
-            ("csi.storage.k8s.io/pod.uid", "u-1"),
-            ("csi.storage.k8s.io/serviceAccount.name", "web"),
-            ("share", "cluster-ca"),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect(),
-        ..Default::default()
-    }
-}
+mod support;
 
 #[tokio::test]
 async fn publish_and_unpublish_over_the_socket_with_real_mounts() {
-    if !nix_is_root() {
-        eprintln!("SKIPPED LOUDLY: real mounts need root; run the test command as root (CI does)");
-        return;
-    }
+    assert!(support::is_root(), "real mounts need root: run the test command as root");
     let dir = tempfile::tempdir().unwrap();
     let shares = dir.path().join("shares");
     std::fs::create_dir_all(shares.join("cluster-ca")).unwrap();
@@ -99,7 +52,7 @@ async fn publish_and_unpublish_over_the_socket_with_real_mounts() {
     assert!(!target.exists(), "a refused publish creates nothing");
 
     node.node_publish_volume(publish_request("csi-1", &target, true)).await.unwrap();
-    assert!(LinuxMounter.is_mount_point(&target).unwrap(), "a tmpfs is mounted at the target");
+    assert!(listed_in_mountinfo(&target).unwrap(), "a tmpfs is mounted at the target");
     assert_eq!(std::fs::read_to_string(target.join("ca.crt")).unwrap(), "-----BEGIN CERTIFICATE-----");
     node.node_publish_volume(publish_request("csi-1", &target, true)).await.unwrap();
 
@@ -111,18 +64,18 @@ async fn publish_and_unpublish_over_the_socket_with_real_mounts() {
     assert_eq!(std::fs::read_to_string(container.join("ca.crt")).unwrap(), "-----BEGIN CERTIFICATE-----");
     let write = std::fs::write(container.join("ca.crt"), "tampered").unwrap_err();
     assert_eq!(write.raw_os_error(), Some(30), "EROFS inside the container");
-    LinuxMounter.unmount(&container).unwrap();
+    nix::mount::umount2(&container, nix::mount::MntFlags::empty()).unwrap();
 
     // A share holding a name the writer reserves is refused as a hostile key, and nothing stays.
     std::fs::create_dir_all(dir.path().join("shares/hostile")).unwrap();
     std::fs::write(dir.path().join("shares/hostile/..data"), "x").unwrap();
-    let hostile_target = dir.path().join("pods/u-2/mount");
+    let hostile_target = dir.path().join("pods/u-2/volumes/kubernetes.io~csi/shared/mount");
     let mut hostile = publish_request("csi-2", &hostile_target, true);
     hostile.volume_context.insert("share".into(), "hostile".into());
     let refused = node.node_publish_volume(hostile).await.unwrap_err();
     assert_eq!(refused.code(), Code::InvalidArgument);
     assert_eq!(refused.message(), "key \"..data\" is refused: names starting with \"..\" are reserved");
-    assert!(!hostile_target.exists(), "no mount or directory left behind");
+    assert!(!dir.path().join("pods/u-2").exists(), "no mount or directory left behind");
 
     let mut registration =
         RegistrationClient::new(channel(registry.join("sharedresource.csi.inlineguard.dev-reg.sock")).await);
@@ -134,6 +87,7 @@ async fn publish_and_unpublish_over_the_socket_with_real_mounts() {
         NodeUnpublishVolumeRequest { volume_id: "csi-1".into(), target_path: target.to_string_lossy().into_owned() };
     node.node_unpublish_volume(unpublish.clone()).await.unwrap();
     assert!(!target.exists(), "unmounted and removed");
+    assert!(!dir.path().join("pods").exists(), "with every directory the driver made on the way");
     node.node_unpublish_volume(unpublish).await.unwrap();
 
     stop.send(()).unwrap();
@@ -162,15 +116,13 @@ fn plugin(dir: &Path, csi_socket: &Path) -> Plugin {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hundred_concurrent_publishes_and_a_restart_in_between() {
-    if !nix_is_root() {
-        eprintln!("SKIPPED LOUDLY: real mounts need root; run the test command as root (CI does)");
-        return;
-    }
+    assert!(support::is_root(), "real mounts need root: run the test command as root");
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("shares/cluster-ca")).unwrap();
     std::fs::write(dir.path().join("shares/cluster-ca/ca.crt"), "pem").unwrap();
     let socket = dir.path().join("csi.sock");
-    let targets: Vec<PathBuf> = (0..100).map(|i| dir.path().join(format!("pods/p{i}/mount"))).collect();
+    let targets: Vec<PathBuf> =
+        (0..100).map(|i| dir.path().join(format!("pods/p{i}/volumes/kubernetes.io~csi/v/mount"))).collect();
 
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let running = tokio::spawn(plugin(dir.path(), &socket).run(async {
@@ -189,7 +141,7 @@ async fn a_hundred_concurrent_publishes_and_a_restart_in_between() {
     for publish in publishes {
         publish.await.unwrap().unwrap();
     }
-    assert!(targets.iter().all(|t| LinuxMounter.is_mount_point(t).unwrap() && t.join("ca.crt").exists()));
+    assert!(targets.iter().all(|t| listed_in_mountinfo(t).unwrap() && t.join("ca.crt").exists()));
 
     // Restart: the records come back, and publishing the same volumes again changes nothing.
     stop.send(()).unwrap();
@@ -214,12 +166,4 @@ async fn a_hundred_concurrent_publishes_and_a_restart_in_between() {
     assert!(targets.iter().all(|t| !t.exists()), "no mount or directory left");
     stop.send(()).unwrap();
     running.await.unwrap().unwrap();
-}
-
-fn nix_is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .map(|status| {
-            status.lines().any(|line| line.starts_with("Uid:") && line.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false)
 }
