@@ -82,6 +82,7 @@ pub struct FileVolumeStore {
 
 const SUFFIX: &str = ".json";
 const TEMPORARY_SUFFIX: &str = ".tmp";
+const MAX_RECORD_BYTES: u64 = 1 << 20;
 
 impl FileVolumeStore {
     /// A store in `dir`, created if missing.
@@ -152,13 +153,36 @@ impl VolumeStore for FileVolumeStore {
             if !name.ends_with(SUFFIX) {
                 continue;
             }
-            match fs::read(&path)
-                .map_err(|e| e.to_string())
-                .and_then(|bytes| serde_json::from_slice::<VolumeRecord>(&bytes).map_err(|e| e.to_string()))
-            {
-                Ok(record) => records.push(record),
-                Err(error) => problems.push(format!("{}: {error}", path.display())),
+            // Records are a few hundred bytes; anything far larger is not one of them.
+            let too_large = entry.metadata().is_ok_and(|m| !m.is_file() || m.len() > MAX_RECORD_BYTES);
+            let record = (if too_large { Err("not a record file (too large, or not a file)".to_string()) } else { Ok(()) })
+                .and_then(|()| fs::read(&path).map_err(|e| e.to_string()))
+                .and_then(|bytes| serde_json::from_slice::<VolumeRecord>(&bytes).map_err(|e| e.to_string()));
+            let record = match record {
+                Ok(record) => record,
+                Err(error) => {
+                    problems.push(format!("{}: {error}", crate::quote::quote_path(&path)));
+                    continue;
+                }
+            };
+            // A record under another name (an older layout, or put there by hand) is moved to
+            // its own, so that dropping the volume later drops this file too.
+            let own = self.path_of(&record.volume_id);
+            if path != own {
+                if own.exists() {
+                    problems.push(format!(
+                        "{}: a second record of volume {}; ignored",
+                        crate::quote::quote_path(&path),
+                        crate::quote::quote(&record.volume_id)
+                    ));
+                    continue;
+                }
+                if let Err(error) = fs::rename(&path, &own) {
+                    problems.push(format!("{}: {error}", crate::quote::quote_path(&path)));
+                    continue;
+                }
             }
+            records.push(record);
         }
         records.sort_by(|a, b| a.volume_id.cmp(&b.volume_id));
         Ok((records, problems))
@@ -229,6 +253,18 @@ mod tests {
     }
 
     #[test]
+    fn a_record_under_another_name_is_moved_to_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FileVolumeStore::open(dir.path()).unwrap();
+        let json = serde_json::to_vec(&record("csi-hand")).unwrap();
+        fs::write(dir.path().join("by-hand.json"), &json).unwrap();
+        let (records, problems) = store.load_all().unwrap();
+        assert_eq!((records, problems), (vec![record("csi-hand")], vec![]));
+        store.remove("csi-hand").unwrap();
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0, "dropping the volume dropped its file");
+    }
+
+    #[test]
     fn a_torn_write_and_a_corrupt_record_are_reported_not_fatal() {
         let dir = tempfile::tempdir().unwrap();
         let store = FileVolumeStore::open(dir.path()).unwrap();
@@ -238,7 +274,7 @@ mod tests {
         let (records, problems) = store.load_all().unwrap();
         assert_eq!(records, [record("csi-good")]);
         assert_eq!(problems.len(), 1);
-        assert!(problems[0].contains("csi-bad.json: expected ident"), "{}", problems[0]);
+        assert!(problems[0].contains("csi-bad.json\": expected ident"), "{}", problems[0]);
         assert!(!dir.path().join(".0badc0de.1.0.tmp").exists(), "the torn write is cleaned up");
     }
 }

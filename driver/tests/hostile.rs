@@ -263,3 +263,40 @@ async fn unpublish_removes_only_the_directories_the_driver_made() {
     assert_eq!(std::fs::read_to_string(target.join("precious")).unwrap(), "keep");
     node.stop().await;
 }
+
+#[tokio::test]
+async fn records_pointing_at_directories_with_content_remove_nothing_at_restart() {
+    let mut node = Node::start().await;
+    node.stop().await;
+    // Records as a crash, an older version or a hand could leave them: an interrupted publish
+    // at a host directory, and one at a kubelet target that holds someone's data, each claiming
+    // to have created directories it did not.
+    let bystander = node.bystander().join("etc");
+    let target = node.target("a");
+    std::fs::create_dir_all(&target).unwrap();
+    std::fs::write(target.join("data"), "theirs").unwrap();
+    let state = node.dir.path().join("state");
+    for (name, at, claims) in [
+        ("etc.json", &bystander, vec![bystander.clone(), node.bystander()]),
+        ("pod.json", &target, vec![target.clone(), target.parent().unwrap().to_path_buf(), node.kubelet()]),
+    ] {
+        let record = serde_json::json!({
+            "volume_id": name, "target_path": at, "complete": false, "host_read_only": false,
+            "pod": {"name": "p", "namespace": "n", "uid": "u", "service_account": "s"},
+            "attributes": {}, "created_dirs": claims,
+        });
+        std::fs::write(state.join(name), record.to_string()).unwrap();
+    }
+    let before = snapshot(node.dir.path());
+    node.restart().await;
+    let after = snapshot(node.dir.path());
+    let changed: Vec<_> = after.iter().filter(|(path, what)| before.get(*path) != Some(*what)).collect();
+    let gone: Vec<_> = before.keys().filter(|path| !after.contains_key(*path)).collect();
+    let own = |path: &Path| path.starts_with(&state) || path == node.dir.path().join("csi.sock");
+    assert!(changed.iter().all(|(path, _)| own(path)), "only the driver's state and socket changed: {changed:?}");
+    assert!(gone.iter().all(|path| own(path)), "nothing else removed: {gone:?}");
+    assert_eq!(std::fs::read_to_string(bystander.join("passwd")).unwrap(), "root:x:0:0");
+    assert_eq!(std::fs::read_to_string(target.join("data")).unwrap(), "theirs");
+    assert!(!state.join("etc.json").exists() && !state.join("pod.json").exists(), "the records are dropped");
+    node.stop().await;
+}
