@@ -259,14 +259,19 @@ mod tests {
         assert_eq!(source_of(line, "61"), None);
     }
 
-    #[test]
-    fn a_real_tmpfs_is_tagged_remounted_and_unmounted_through_its_descriptor() {
+    /// A kubelet target created below a fresh root (as root: these tests mount).
+    fn created_target() -> (tempfile::TempDir, PathBuf, crate::target_dir::OpenTarget) {
         assert!(nix::unistd::geteuid().is_root(), "mounting needs root: run the test command as root");
         let dir = tempfile::tempdir().unwrap();
-        let root = dir.path();
-        let text = root.join("pods/u/volumes/kubernetes.io~csi/v/mount");
-        let target = crate::target_path::TargetPath::parse(text.to_str().unwrap(), root).unwrap();
-        let opened = crate::target_dir::create(root, &target, &mut Vec::new()).unwrap();
+        let text = dir.path().join("pods/u/volumes/kubernetes.io~csi/v/mount");
+        let target = crate::target_path::TargetPath::parse(text.to_str().unwrap(), dir.path()).unwrap();
+        let opened = crate::target_dir::create(dir.path(), &target, &mut Vec::new()).unwrap();
+        (dir, text, opened)
+    }
+
+    #[test]
+    fn a_real_tmpfs_is_tagged_remounted_and_unmounted_through_its_descriptor() {
+        let (_dir, text, opened) = created_target();
         let mounter = LinuxMounter;
         assert_eq!(mounter.mount_source(&opened.parent, &opened.target).unwrap(), None);
         mounter.mount_tmpfs(&opened.target, 1 << 20, "inline-guard:test").unwrap();
@@ -289,12 +294,8 @@ mod tests {
 
     #[test]
     fn a_bind_mount_of_the_same_filesystem_is_seen_as_a_mount() {
-        assert!(nix::unistd::geteuid().is_root(), "mounting needs root: run the test command as root");
-        let dir = tempfile::tempdir().unwrap();
+        let (dir, text, opened) = created_target();
         let root = dir.path();
-        let text = root.join("pods/u/volumes/kubernetes.io~csi/v/mount");
-        let target = crate::target_path::TargetPath::parse(text.to_str().unwrap(), root).unwrap();
-        let opened = crate::target_dir::create(root, &target, &mut Vec::new()).unwrap();
         std::fs::create_dir(root.join("elsewhere")).unwrap();
         mount(Some(&root.join("elsewhere")), &text, None::<&str>, MsFlags::MS_BIND, None::<&str>).unwrap();
         let source = LinuxMounter.mount_source(&opened.parent, &opened.reopen().unwrap()).unwrap();

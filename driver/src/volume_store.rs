@@ -155,9 +155,10 @@ impl VolumeStore for FileVolumeStore {
             }
             // Records are a few hundred bytes; anything far larger is not one of them.
             let too_large = entry.metadata().is_ok_and(|m| !m.is_file() || m.len() > MAX_RECORD_BYTES);
-            let record = (if too_large { Err("not a record file (too large, or not a file)".to_string()) } else { Ok(()) })
-                .and_then(|()| fs::read(&path).map_err(|e| e.to_string()))
-                .and_then(|bytes| serde_json::from_slice::<VolumeRecord>(&bytes).map_err(|e| e.to_string()));
+            let record =
+                (if too_large { Err("not a record file (too large, or not a file)".to_string()) } else { Ok(()) })
+                    .and_then(|()| fs::read(&path).map_err(|e| e.to_string()))
+                    .and_then(|bytes| serde_json::from_slice::<VolumeRecord>(&bytes).map_err(|e| e.to_string()));
             let record = match record {
                 Ok(record) => record,
                 Err(error) => {

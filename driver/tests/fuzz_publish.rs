@@ -64,7 +64,12 @@ fn assert_key_property(key: &str) {
     }
 }
 
-fn request(volume_id: String, target: String, context: HashMap<String, String>, readonly: bool) -> NodePublishVolumeRequest {
+fn request(
+    volume_id: String,
+    target: String,
+    context: HashMap<String, String>,
+    readonly: bool,
+) -> NodePublishVolumeRequest {
     NodePublishVolumeRequest {
         volume_id,
         target_path: target,
@@ -97,7 +102,11 @@ fn the_corpus_is_refused_or_accepted_by_the_rules() {
     let keys = corpus("keys.txt");
     assert!(targets.len() >= 15 && keys.len() >= 15, "the corpus is read");
     let accepted: Vec<&String> = targets.iter().filter(|t| TargetPath::parse(t, Path::new(ROOT)).is_ok()).collect();
-    assert_eq!(accepted, ["/var/lib/kubelet/pods/0c5e/volumes/kubernetes.io~csi/shared/mount"], "only kubelet's layout");
+    assert_eq!(
+        accepted,
+        ["/var/lib/kubelet/pods/0c5e/volumes/kubernetes.io~csi/shared/mount"],
+        "only kubelet's layout"
+    );
     for target in &targets {
         assert_target_property(target);
     }

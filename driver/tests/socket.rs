@@ -167,3 +167,39 @@ async fn a_hundred_concurrent_publishes_and_a_restart_in_between() {
     stop.send(()).unwrap();
     running.await.unwrap().unwrap();
 }
+
+#[test]
+fn a_host_read_only_volume_is_refreshed_through_its_descriptor_and_stays_read_only() {
+    use std::sync::Arc;
+
+    use sharedresource_csi_driver::content::StaticDirSource;
+    use sharedresource_csi_driver::mounter::LinuxMounter;
+    use sharedresource_csi_driver::node::{NodeService, VolumeSettings};
+    use sharedresource_csi_driver::publish_request::check;
+    use sharedresource_csi_driver::volume_store::FileVolumeStore;
+
+    assert!(support::is_root(), "real mounts need root: run the test command as root");
+    let dir = tempfile::tempdir().unwrap();
+    let shares = dir.path().join("shares");
+    std::fs::create_dir_all(shares.join("cluster-ca")).unwrap();
+    std::fs::write(shares.join("cluster-ca/ca.crt"), "first").unwrap();
+    let settings = VolumeSettings { tmpfs_bytes: 1 << 20, host_read_only: true, kubelet_dir: dir.path().to_path_buf() };
+    let service = NodeService::new(
+        "n".into(),
+        settings,
+        Arc::new(LinuxMounter),
+        Arc::new(FileVolumeStore::open(dir.path().join("state")).unwrap()),
+        Arc::new(StaticDirSource::new(shares.clone())),
+        Vec::new(),
+    );
+    let target = support::kubelet_target(dir.path(), "u-1", "shared");
+    service.publish(&check(&publish_request("csi-1", &target, true), dir.path()).unwrap()).unwrap();
+    let erofs = |path: &Path| std::fs::write(path.join("intruder"), "x").unwrap_err().raw_os_error();
+    assert_eq!(erofs(&target), Some(30), "read-only on the host");
+    std::fs::write(shares.join("cluster-ca/ca.crt"), "rotated").unwrap();
+    assert_eq!(service.refresh_all(), [("csi-1".to_string(), Ok(true))]);
+    assert_eq!(std::fs::read_to_string(target.join("ca.crt")).unwrap(), "rotated");
+    assert_eq!(erofs(&target), Some(30), "read-only again after the refresh");
+    service.unpublish("csi-1", &target.to_string_lossy()).unwrap();
+    assert!(!dir.path().join("pods").exists());
+}
