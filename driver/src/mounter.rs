@@ -44,8 +44,12 @@ pub trait Mounter: Send + Sync {
     /// path since it was opened.
     fn unmount(&self, root: &OpenDir) -> Result<()>;
     /// What is mounted with its root at `dir` (a child of `parent`), or `None` when `dir` is a
-    /// plain directory.
+    /// plain directory. Reads the mount table when `dir` is a mount.
     fn mount_source(&self, parent: &OpenDir, dir: &OpenDir) -> Result<Option<MountSource>>;
+    /// The device number of the filesystem mounted with its root at `dir`, or `None` when `dir`
+    /// is a plain directory; never reads the mount table. A tmpfs's device number is its own
+    /// among all mounted filesystems, so a recorded one identifies the driver's mount cheaply.
+    fn mount_device(&self, parent: &OpenDir, dir: &OpenDir) -> Result<Option<u64>>;
 }
 
 /// Real mounts (needs CAP_SYS_ADMIN).
@@ -86,14 +90,43 @@ impl Mounter for LinuxMounter {
     /// A mount's root has a mount id of its own, different from its parent directory's; only
     /// then is the mount table read, so a publish to a fresh directory never pays for it.
     fn mount_source(&self, parent: &OpenDir, dir: &OpenDir) -> Result<Option<MountSource>> {
-        let id = mount_id(dir)?;
-        if id == mount_id(parent)? {
+        let Some(id) = mount_root_id(parent, dir)? else {
+            return Ok(None);
+        };
+        // Read in large chunks and stopped at the match: the kernel renders the table as it is
+        // read, so the mounts after it are never rendered (an unpublish of an early volume
+        // reads little of a table of thousands).
+        use std::io::BufRead as _;
+        let read_error = |error: std::io::Error| Error::Internal(format!("reading /proc/self/mountinfo: {error}"));
+        let mountinfo = std::fs::File::open("/proc/self/mountinfo").map_err(read_error)?;
+        let mut reader = std::io::BufReader::with_capacity(1 << 16, mountinfo);
+        let prefix = format!("{id} ");
+        let mut line = Vec::with_capacity(256);
+        loop {
+            line.clear();
+            if reader.read_until(b'\n', &mut line).map_err(read_error)? == 0 {
+                return Ok(None);
+            }
+            if line.starts_with(prefix.as_bytes()) {
+                return Ok(source_of(String::from_utf8_lossy(&line).trim_end(), &id));
+            }
+        }
+    }
+
+    fn mount_device(&self, parent: &OpenDir, dir: &OpenDir) -> Result<Option<u64>> {
+        if mount_root_id(parent, dir)?.is_none() {
             return Ok(None);
         }
-        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")
-            .map_err(|error| Error::Internal(format!("reading /proc/self/mountinfo: {error}")))?;
-        Ok(mountinfo.lines().find_map(|line| source_of(line, &id)))
+        let stat = nix::sys::stat::fstat(dir.fd())
+            .map_err(|error| Error::Internal(format!("inspecting {}: {error}", quote_path(dir.path()))))?;
+        Ok(Some(stat.st_dev))
     }
+}
+
+/// The id of the mount whose root `dir` is, `None` when `dir` lies on its parent's mount.
+fn mount_root_id(parent: &OpenDir, dir: &OpenDir) -> Result<Option<String>> {
+    let id = mount_id(dir)?;
+    Ok((id != mount_id(parent)?).then_some(id))
 }
 
 /// The id of the mount `dir` lies on, from `/proc/self/fdinfo`.
@@ -181,7 +214,7 @@ pub enum MountAction {
 #[derive(Debug, Default)]
 pub struct FakeMounter {
     actions: Mutex<Vec<MountAction>>,
-    mounted: Mutex<HashMap<PathBuf, MountSource>>,
+    mounted: Mutex<HashMap<PathBuf, (MountSource, u64)>>,
     fail_next_mount: Mutex<Option<String>>,
 }
 
@@ -198,7 +231,14 @@ impl FakeMounter {
 
     /// Pretends something else is mounted at `path`.
     pub fn mount_foreign(&self, path: &Path, source: MountSource) {
-        self.mounted.lock().unwrap_or_else(|p| p.into_inner()).insert(path.to_path_buf(), source);
+        self.insert(path, source);
+    }
+
+    /// Mounts `source` at `path` with a device number of its own.
+    fn insert(&self, path: &Path, source: MountSource) {
+        let mut mounted = self.mounted.lock().unwrap_or_else(|p| p.into_inner());
+        let device = 1000 + mounted.len() as u64 + self.actions.lock().unwrap_or_else(|p| p.into_inner()).len() as u64;
+        mounted.insert(path.to_path_buf(), (source, device));
     }
 
     /// True when the fake holds a mount at `path`.
@@ -217,8 +257,7 @@ impl Mounter for FakeMounter {
         if let Some(message) = self.fail_next_mount.lock().unwrap_or_else(|p| p.into_inner()).take() {
             return Err(Error::Internal(message));
         }
-        let source = MountSource { fs_type: "tmpfs".into(), source: tag.into() };
-        self.mounted.lock().unwrap_or_else(|p| p.into_inner()).insert(at.path().to_path_buf(), source);
+        self.insert(at.path(), MountSource { fs_type: "tmpfs".into(), source: tag.into() });
         Ok(())
     }
 
@@ -234,7 +273,11 @@ impl Mounter for FakeMounter {
     }
 
     fn mount_source(&self, _parent: &OpenDir, dir: &OpenDir) -> Result<Option<MountSource>> {
-        Ok(self.mounted.lock().unwrap_or_else(|p| p.into_inner()).get(dir.path()).cloned())
+        Ok(self.mounted.lock().unwrap_or_else(|p| p.into_inner()).get(dir.path()).map(|(source, _)| source.clone()))
+    }
+
+    fn mount_device(&self, _parent: &OpenDir, dir: &OpenDir) -> Result<Option<u64>> {
+        Ok(self.mounted.lock().unwrap_or_else(|p| p.into_inner()).get(dir.path()).map(|(_, device)| *device))
     }
 }
 
@@ -278,6 +321,9 @@ mod tests {
         let mounted = opened.reopen().unwrap();
         let source = mounter.mount_source(&opened.parent, &mounted).unwrap().unwrap();
         assert!(source.is("inline-guard:test"), "{source:?}");
+        let device = mounter.mount_device(&opened.parent, &mounted).unwrap().unwrap();
+        assert_eq!(mounter.mount_device(&opened.parent, &opened.target).unwrap(), None, "the directory under it");
+        assert_ne!(device, nix::sys::stat::fstat(opened.parent.fd()).unwrap().st_dev);
         assert!(listed_in_mountinfo(&text).unwrap(), "mounted on the path that was checked");
         std::fs::write(text.join("f"), "x").unwrap();
         mounter.remount(&mounted, true).unwrap();

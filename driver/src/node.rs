@@ -103,8 +103,14 @@ impl NodeService {
     }
 
     /// Whether `opened` has this volume's own tmpfs on it; an error when something else is
-    /// mounted there.
-    fn holds_own_mount(&self, opened: &OpenTarget, volume_id: &str) -> Result<bool> {
+    /// mounted there. The device the record remembers answers without reading the mount table;
+    /// otherwise the mount's tag decides.
+    fn holds_own_mount(&self, opened: &OpenTarget, volume_id: &str, device: Option<u64>) -> Result<bool> {
+        if let Some(device) = device
+            && self.mounter.mount_device(&opened.parent, &opened.target)? == Some(device)
+        {
+            return Ok(true);
+        }
         match self.mounter.mount_source(&opened.parent, &opened.target)? {
             None => Ok(false),
             Some(source) if source.is(&mount_tag(volume_id)) => Ok(true),
@@ -128,6 +134,7 @@ impl NodeService {
             attributes: request.attributes.clone(),
             host_read_only: self.settings.host_read_only,
             created_dirs: Vec::new(),
+            device: None,
             complete: true,
         };
         let existing = self.record(&request.volume_id);
@@ -139,7 +146,7 @@ impl NodeService {
                 )));
             }
             if let Some(opened) = target_dir::open(root, target)?
-                && self.holds_own_mount(&opened, &request.volume_id)?
+                && self.holds_own_mount(&opened, &request.volume_id, existing.device)?
             {
                 return Ok(());
             }
@@ -164,13 +171,16 @@ impl NodeService {
         let made_before = existing.map(|r| r.created_dirs).unwrap_or_default();
         let mut record = VolumeRecord { complete: false, created_dirs: made_before.clone(), ..wanted };
         record.created_dirs.extend(target_dir::missing(root, target)?);
-        // Durable before anything is made: should the driver die from here on, the next start
-        // finds this record and takes back exactly what it names.
-        self.store.put(&record, true)?;
+        // In place before anything is made: should the driver die from here on, the next start
+        // finds this record and takes back exactly what it names. Renamed into place but not
+        // fsynced: a killed process's writes are in the page cache for its successor, and a
+        // power loss takes every tmpfs with it, so the most it could leave is an empty directory.
+        self.store.put(&record, false)?;
 
-        let mut made = Made { dirs: made_before, mounted: false };
+        let mut made = Made { dirs: made_before, mounted: false, device: None };
         let result = self.build(target, &request.volume_id, &payload, &mut made).and_then(|()| {
             record.created_dirs = made.dirs.clone();
+            record.device = made.device;
             record.complete = true;
             // Durable before answering: kubelet treats the volume as published from here on.
             self.store.put(&record, true)
@@ -183,6 +193,7 @@ impl NodeService {
             Err(error) => {
                 self.volumes.lock().unwrap_or_else(|p| p.into_inner()).remove(&record.volume_id);
                 record.created_dirs = made.dirs;
+                record.device = made.device;
                 for problem in self.take_down(&record, made.mounted) {
                     warn!(volume = %quote(&record.volume_id), "undoing a failed publish: {problem}");
                 }
@@ -205,19 +216,21 @@ impl NodeService {
         let opened = opened?;
         // Its own tag can already be there only when a publish of this volume lost its mount's
         // record; its content is rewritten below.
-        if !self.holds_own_mount(&opened, volume_id)? {
+        if !self.holds_own_mount(&opened, volume_id, None)? {
             self.mounter.mount_tmpfs(&opened.target, self.settings.tmpfs_bytes, &mount_tag(volume_id))?;
         }
         made.mounted = true;
         // The descriptor opened before the mount is the directory under it; the volume's root
-        // is reached by opening the target again from the same parent.
+        // is reached by opening the target again from the same parent. Nothing else mounts on a
+        // target this operation holds, so the mount found there now is the one just made.
         let volume = OpenTarget { target: opened.reopen()?, parent: opened.parent };
-        if !self.holds_own_mount(&volume, volume_id)? {
+        let Some(device) = self.mounter.mount_device(&volume.parent, &volume.target)? else {
             return Err(Error::Internal(format!(
                 "the tmpfs mounted at {} is not there any more",
                 quote_path(target.as_path())
             )));
-        }
+        };
+        made.device = Some(device);
         self.write(&volume.target, payload, false).map(drop)
     }
 
@@ -246,7 +259,7 @@ impl NodeService {
                 let Some(opened) = target_dir::open(root, &target)? else {
                     return Ok(());
                 };
-                if self.holds_own_mount(&opened, &record.volume_id)? {
+                if self.holds_own_mount(&opened, &record.volume_id, record.device)? {
                     self.mounter.unmount(&opened.target)?;
                 }
                 Ok(())
@@ -292,7 +305,8 @@ impl NodeService {
             Err(other) => return Err(other),
         };
         let opened = target_dir::open(self.kubelet_dir(), &target)?;
-        let Some(opened) = opened.filter(|opened| self.holds_own_mount(opened, &record.volume_id).unwrap_or(false))
+        let Some(opened) =
+            opened.filter(|opened| self.holds_own_mount(opened, &record.volume_id, record.device).unwrap_or(false))
         else {
             return Err(Error::Internal(format!(
                 "{} no longer holds the volume's tmpfs; not written",
@@ -312,12 +326,21 @@ impl NodeService {
         let target = TargetPath::parse(target, self.kubelet_dir())?;
         let _claim = self.claim(volume_id, target.as_path())?;
         let Some(record) = self.record(volume_id).filter(|r| r.target_path == target.as_path()) else {
+            // No record (never the driver's, or lost with its state directory): only a tmpfs
+            // carrying this volume's own tag can be the driver's, and only that is taken down;
+            // no directory is removed, since none is known to be the driver's.
+            if let Ok(Some(opened)) = target_dir::open(self.kubelet_dir(), &target)
+                && let Ok(Some(source)) = self.mounter.mount_source(&opened.parent, &opened.target)
+                && source.is(&mount_tag(volume_id))
+            {
+                self.mounter.unmount(&opened.target)?;
+            }
             return Ok(());
         };
         if let Some(opened) = target_dir::open(self.kubelet_dir(), &target)? {
             // Refused (FAILED_PRECONDITION) when another mount covers the volume's: kubelet
             // retries, and nothing of someone else's is taken down meanwhile.
-            if self.holds_own_mount(&opened, volume_id)? {
+            if self.holds_own_mount(&opened, volume_id, record.device)? {
                 self.mounter.unmount(&opened.target)?;
             }
         }
@@ -329,10 +352,11 @@ impl NodeService {
     }
 }
 
-/// What a publish has made so far.
+/// What a publish has made so far: directories, its mount, and that mount's device once seen.
 struct Made {
     dirs: Vec<PathBuf>,
     mounted: bool,
+    device: Option<u64>,
 }
 
 /// Marks a volume id and a target busy for the life of an operation.

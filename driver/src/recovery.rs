@@ -34,6 +34,12 @@ pub fn recover(
             .and_then(|path| target_dir::open(kubelet_dir, &path))
             .and_then(|opened| {
                 let Some(opened) = opened else { return Ok(None) };
+                // The recorded device answers without the mount table; else the tag decides.
+                if let Some(device) = record.device
+                    && mounter.mount_device(&opened.parent, &opened.target)? == Some(device)
+                {
+                    return Ok(Some((true, opened)));
+                }
                 let source = mounter.mount_source(&opened.parent, &opened.target)?;
                 Ok(source.map(|source| (source.is(&mount_tag(&record.volume_id)), opened)))
             });
@@ -95,6 +101,7 @@ mod tests {
             attributes: Default::default(),
             host_read_only: false,
             created_dirs: created.iter().map(|p| p.to_path_buf()).collect(),
+            device: None,
             complete: true,
         }
     }

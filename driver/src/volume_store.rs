@@ -33,6 +33,10 @@ pub struct VolumeRecord {
     /// about to create.
     #[serde(default)]
     pub created_dirs: Vec<PathBuf>,
+    /// The device number of the volume's tmpfs once mounted: how the driver recognises its own
+    /// mount without reading the mount table (the tag is the fallback).
+    #[serde(default)]
+    pub device: Option<u64>,
     /// False from the moment a publish starts until it has finished: a record still incomplete
     /// at start-up marks a publish the driver was killed in, to be undone.
     #[serde(default = "complete_by_default")]
@@ -211,6 +215,7 @@ mod tests {
             attributes: [("sharedSecret".to_string(), "db".to_string())].into(),
             host_read_only: false,
             created_dirs: Vec::new(),
+            device: None,
             complete: true,
         }
     }

@@ -300,3 +300,25 @@ async fn records_pointing_at_directories_with_content_remove_nothing_at_restart(
     assert!(!state.join("etc.json").exists() && !state.join("pod.json").exists(), "the records are dropped");
     node.stop().await;
 }
+
+#[tokio::test]
+async fn a_volume_whose_record_was_lost_is_still_taken_down_by_its_own_tag_only() {
+    let mut node = Node::start().await;
+    let (ours, theirs) = (node.target("a"), node.target("b"));
+    node.publish("csi-1", &ours).await.unwrap();
+    node.stop().await;
+    // The state directory is wiped (a misconfigured DaemonSet, a disk replaced).
+    for entry in std::fs::read_dir(node.dir.path().join("state")).unwrap() {
+        std::fs::remove_file(entry.unwrap().path()).unwrap();
+    }
+    std::fs::create_dir_all(&theirs).unwrap();
+    mount_foreign_tmpfs(&theirs, "data");
+    node.restart().await;
+    node.unpublish("csi-1", &ours).await.unwrap();
+    assert!(!listed_in_mountinfo(&ours).unwrap(), "its own tagged tmpfs is unmounted");
+    assert!(ours.exists(), "no directory is removed without a record saying it is the driver's");
+    node.unpublish("csi-1", &theirs).await.unwrap();
+    assert_eq!(std::fs::read_to_string(theirs.join("data")).unwrap(), "theirs", "another tag is never ours");
+    umount2(&theirs, MntFlags::empty()).unwrap();
+    node.stop().await;
+}
