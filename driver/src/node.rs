@@ -1,9 +1,10 @@
 //! The CSI Node service: publish builds a per-volume tmpfs at the target and fills it through
 //! the atomic writer; unpublish takes it down. Both are idempotent. The driver owns only what it
-//! creates: the record of a volume, written durably before anything is made, names the
-//! directories it is about to create, and its tmpfs carries a tag derived from the volume id, so
-//! undo, unpublish and recovery remove exactly what it made: its own mount (never another one
-//! found at a target), and its own directories, only while empty.
+//! creates: the record of a volume, in place before anything is made, names the directories it
+//! is about to create, and its tmpfs carries a tag derived from the volume id (and, once seen, the
+//! record keeps its device number), so undo, unpublish and recovery remove exactly what it made:
+//! its own mount (never another one found at a target), and its own directories, only while
+//! empty.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
