@@ -21,6 +21,16 @@ pub enum ClusterStateError {
     /// The file could not be read or parsed.
     #[error(transparent)]
     File(#[from] inline_guard_config::Error),
+    /// The file holds no Namespace at all: what an emptied or truncated file looks like. The
+    /// webhook refuses it, since deciding on it would treat every namespace as unlabelled.
+    #[error(
+        "{}: holds no Namespace; refusing it as broken (an empty or truncated file would admit every pod as if no namespace were labelled)",
+        path.display()
+    )]
+    NoNamespace {
+        /// The file.
+        path: PathBuf,
+    },
     /// One document is not a usable Namespace or CSIDriver.
     #[error("{}: {position}: {source}", path.display())]
     Document {
@@ -49,9 +59,13 @@ impl StaticClusterFacts {
     /// Reads every Namespace and CSIDriver in a cluster-state file (YAML, JSON or a `List`); any
     /// other object is an error naming its document.
     pub fn load(path: &Path) -> Result<StaticClusterFacts, ClusterStateError> {
-        let text = read_text(path)?;
+        StaticClusterFacts::parse(path, &read_text(path)?)
+    }
+
+    /// [`StaticClusterFacts::load`] on text already read from `path` (named in messages).
+    pub fn parse(path: &Path, text: &str) -> Result<StaticClusterFacts, ClusterStateError> {
         let mut facts = StaticClusterFacts::new();
-        for document in read_documents(path, &text)? {
+        for document in read_documents(path, text)? {
             facts.insert_object(&document.value).map_err(|source| ClusterStateError::Document {
                 path: path.to_path_buf(),
                 position: document.position,

@@ -77,6 +77,19 @@ enum Command {
         /// Log format.
         #[arg(long, value_enum, default_value_t = LogFormat::Text)]
         log_format: LogFormat,
+        /// After SIGTERM, seconds during which /readyz fails and every response closes its
+        /// connection while new connections are still served (so endpoints move first).
+        #[arg(long, value_name = "SECONDS", default_value_t = 5)]
+        shutdown_delay_seconds: u64,
+        /// Webhook connections served at once; more wait in the listen backlog.
+        #[arg(long, value_name = "N", default_value_t = inline_guard_server::server::DEFAULT_MAX_CONNECTIONS,
+              value_parser = clap::value_parser!(usize))]
+        max_connections: usize,
+        /// MiB of request bodies held in memory at once; a request over it is answered 429 with
+        /// Retry-After. The default fits the shipped limits.memory of 128Mi.
+        #[arg(long, value_name = "MIB", default_value_t = (inline_guard_server::server::DEFAULT_BODY_BUDGET_BYTES >> 20) as u64,
+              value_parser = clap::value_parser!(u64).range(3..=4096))]
+        body_budget_mib: u64,
     },
     /// Report which Pods and workloads of a live cluster would be denied, warned or audited under
     /// the current labels and configuration. Exits 1 when any would be denied.
@@ -140,15 +153,34 @@ where
                 }
             }
         }
-        Command::Serve { cluster_state, kubeconfig, config, listen, health_listen, tls_cert, tls_key, log_format } => {
+        Command::Serve {
+            cluster_state,
+            kubeconfig,
+            config,
+            listen,
+            health_listen,
+            tls_cert,
+            tls_key,
+            log_format,
+            shutdown_delay_seconds,
+            max_connections,
+            body_budget_mib,
+        } => {
             let tls = tls_cert.zip(tls_key).map(|(cert, key)| inline_guard_server::tls::TlsFiles { cert, key });
             let facts = match (cluster_state, kubeconfig) {
                 (Some(path), _) => FactsSource::ClusterState(path),
                 (None, Some(path)) => FactsSource::Kubeconfig(path),
                 (None, None) => FactsSource::InCluster,
             };
-            let args =
-                ServeArgs { facts, config, listen, health_listen, tls, json_logs: log_format == LogFormat::Json };
+            let options = inline_guard_server::server::ServerOptions {
+                listen,
+                health_listen,
+                shutdown_delay: std::time::Duration::from_secs(shutdown_delay_seconds),
+                max_connections: max_connections.max(1),
+                body_budget_bytes: (body_budget_mib << 20) as usize,
+                ..Default::default()
+            };
+            let args = ServeArgs { facts, config, options, tls, json_logs: log_format == LogFormat::Json };
             match serve::run(args, stdout) {
                 Ok(()) => EXIT_ADMITTED,
                 Err(error) => {

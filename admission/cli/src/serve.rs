@@ -1,6 +1,5 @@
 //! `serve`: the admission chain as an HTTPS validating and mutating webhook, until SIGTERM.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -32,10 +31,8 @@ pub struct ServeArgs {
     pub facts: FactsSource,
     /// Configuration file; the built-in default otherwise.
     pub config: Option<PathBuf>,
-    /// HTTPS address.
-    pub listen: SocketAddr,
-    /// Health address.
-    pub health_listen: SocketAddr,
+    /// Addresses and bounds.
+    pub options: ServerOptions,
     /// Serving pair; generated when absent.
     pub tls: Option<TlsFiles>,
     /// JSON logs.
@@ -90,7 +87,7 @@ pub fn run(args: ServeArgs, stdout: &mut dyn std::io::Write) -> Result<(), Serve
         }
     };
     let certificate = Arc::new(ReloadingCertificate::load(files)?);
-    let options = ServerOptions { listen: args.listen, health_listen: args.health_listen, ..ServerOptions::default() };
+    let options = args.options.clone();
     let settings = Arc::new(config.settings);
 
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
@@ -123,7 +120,7 @@ pub fn run(args: ServeArgs, stdout: &mut dyn std::io::Write) -> Result<(), Serve
         info!(address = %server.webhook_addr(), "webhook listening (HTTPS: POST /validate, POST /mutate)");
         info!(address = %server.health_addr(), "health listening (HTTP: /healthz, /readyz, /metrics)");
         wait_for_termination().await?;
-        info!("shutting down: no new connections, finishing requests in flight");
+        info!(delay = ?args.options.shutdown_delay, "shutting down: not ready, closing connections after their answers; then no new connections");
         server.shutdown().await;
         info!("stopped");
         Ok::<_, ServeError>(())

@@ -13,6 +13,14 @@ pub enum Error {
         /// Why.
         source: std::io::Error,
     },
+    /// The file is larger than any input this tool reads (a device such as /dev/zero included).
+    #[error("{path}: larger than {limit} bytes; refusing to read it")]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// The limit.
+        limit: u64,
+    },
     /// The file is not valid YAML or JSON, or a field does not match the schema.
     #[error("{path}: {field}: {message}")]
     Decode {

@@ -49,7 +49,28 @@ pub fn decode<T: DeserializeOwned>(path: &Path, text: &str) -> Result<T> {
     decoded.map_err(|message| Error::Decode { path: path.to_path_buf(), field, message })
 }
 
-/// Reads a file into a string, naming it on failure.
+/// The largest file any command reads: far above a cluster state of tens of thousands of
+/// namespaces, far below what would exhaust a machine (an endless device stops here).
+pub const MAX_INPUT_BYTES: u64 = 64 << 20;
+
+/// Reads a file into a string, naming it on failure; refuses one over [`MAX_INPUT_BYTES`].
 pub fn read_text(path: &Path) -> Result<String> {
-    std::fs::read_to_string(path).map_err(|source| Error::Read { path: path.to_path_buf(), source })
+    let bytes = read_bounded(path)?;
+    String::from_utf8(bytes).map_err(|error| Error::Read {
+        path: path.to_path_buf(),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidData, error.utf8_error()),
+    })
+}
+
+/// Reads a file's bytes, at most [`MAX_INPUT_BYTES`] of them.
+pub fn read_bounded(path: &Path) -> Result<Vec<u8>> {
+    use std::io::Read as _;
+    let read_error = |source| Error::Read { path: path.to_path_buf(), source };
+    let file = std::fs::File::open(path).map_err(read_error)?;
+    let mut bytes = Vec::new();
+    file.take(MAX_INPUT_BYTES + 1).read_to_end(&mut bytes).map_err(read_error)?;
+    if bytes.len() as u64 > MAX_INPUT_BYTES {
+        return Err(Error::TooLarge { path: path.to_path_buf(), limit: MAX_INPUT_BYTES });
+    }
+    Ok(bytes)
 }

@@ -1,5 +1,5 @@
 //! The plain-HTTP health port: `/healthz` (the process answers), `/readyz` (its facts are loaded
-//! or synced) and `/metrics` (Prometheus text).
+//! or synced, and it is not shutting down) and `/metrics` (Prometheus text).
 
 use std::sync::Arc;
 
@@ -8,6 +8,7 @@ use http_body_util::Full;
 use hyper::header::{CONTENT_TYPE, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 
+use crate::drain::Drain;
 use crate::metrics::Metrics;
 
 /// Whether the server can decide requests yet.
@@ -20,18 +21,22 @@ pub trait Readiness: Send + Sync {
 pub struct Health {
     metrics: Arc<Metrics>,
     readiness: Arc<dyn Readiness>,
+    drain: Arc<Drain>,
 }
 
 impl Health {
-    /// Health endpoints reporting `readiness` and `metrics`.
-    pub fn new(metrics: Arc<Metrics>, readiness: Arc<dyn Readiness>) -> Health {
-        Health { metrics, readiness }
+    /// Health endpoints reporting `readiness` (not ready once `drain` starts) and `metrics`.
+    pub fn new(metrics: Arc<Metrics>, readiness: Arc<dyn Readiness>, drain: Arc<Drain>) -> Health {
+        Health { metrics, readiness, drain }
     }
 
     /// Answers one request.
     pub fn handle<B>(&self, request: &Request<B>) -> Response<Full<Bytes>> {
         match request.uri().path() {
             "/healthz" => text(StatusCode::OK, "ok\n".into()),
+            "/readyz" if self.drain.is_draining() => {
+                text(StatusCode::SERVICE_UNAVAILABLE, "not ready: shutting down\n".into())
+            }
             "/readyz" => match self.readiness.ready() {
                 Ok(()) => text(StatusCode::OK, "ok\n".into()),
                 Err(missing) => text(StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {missing}\n")),
@@ -83,7 +88,8 @@ mod tests {
     #[tokio::test]
     async fn readiness_follows_the_facts_and_liveness_does_not() {
         let flag = Arc::new(Flag(AtomicBool::new(false)));
-        let health = Health::new(Arc::new(Metrics::new()), flag.clone());
+        let drain = Arc::new(Drain::new());
+        let health = Health::new(Arc::new(Metrics::new()), flag.clone(), drain.clone());
         assert_eq!(get(&health, "/healthz").await, (StatusCode::OK, "ok\n".into()));
         assert_eq!(
             get(&health, "/readyz").await,
@@ -95,5 +101,11 @@ mod tests {
         assert_eq!(status, StatusCode::OK);
         assert!(metrics.contains("csi_volume_admission_live_lookups_total 0"), "{metrics}");
         assert_eq!(get(&health, "/nope").await.0, StatusCode::NOT_FOUND);
+        drain.start();
+        assert_eq!(
+            get(&health, "/readyz").await,
+            (StatusCode::SERVICE_UNAVAILABLE, "not ready: shutting down\n".into())
+        );
+        assert_eq!(get(&health, "/healthz").await.0, StatusCode::OK, "alive while draining");
     }
 }

@@ -2,10 +2,13 @@
 //! `POST /mutate`, with health, readiness and metrics on a plain-HTTP port, serving certificates
 //! reloaded from disk, and graceful shutdown.
 
+pub mod body_budget;
 pub mod cache;
+pub mod drain;
 pub mod health;
 pub mod label_store;
 pub mod listener;
+pub mod log_text;
 pub mod metrics;
 pub mod reload;
 pub mod server;

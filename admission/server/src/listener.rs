@@ -1,6 +1,7 @@
 //! Accepting connections: HTTPS for the webhook, plain HTTP for health, HTTP/1.1 with keep-alive,
-//! a bound on how long a client may take to send a request, and graceful shutdown (stop
-//! accepting, finish in-flight requests, close idle connections).
+//! a bound on how many connections are served at once and on how long a client may take to send
+//! a request, and graceful shutdown (stop accepting, finish in-flight requests, close idle
+//! connections).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -49,6 +50,9 @@ pub struct Endpoint {
     pub tls: Option<TlsAcceptor>,
     /// Who answers.
     pub handler: Handler,
+    /// Connections served at once; the next is accepted when one closes (it waits in the
+    /// kernel's listen backlog meanwhile).
+    pub max_connections: usize,
 }
 
 /// Bounds on slow clients and on shutdown.
@@ -79,8 +83,14 @@ async fn accept_loop(
     graceful: &GracefulShutdown,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let Endpoint { listener, tls, handler } = endpoint;
+    let Endpoint { listener, tls, handler, max_connections } = endpoint;
+    let slots = Arc::new(tokio::sync::Semaphore::new(max_connections.max(1)));
     loop {
+        let slot = tokio::select! {
+            slot = slots.clone().acquire_owned() => slot,
+            _ = shutdown.wait_for(|stop| *stop) => return,
+        };
+        let Ok(slot) = slot else { return };
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
             _ = shutdown.wait_for(|stop| *stop) => return,
@@ -99,6 +109,7 @@ async fn accept_loop(
         let handler = handler.clone();
         let tls = tls.clone();
         tokio::spawn(async move {
+            let _slot = slot;
             match tls {
                 None => serve_connection(tcp, handler, watcher, timeouts.request).await,
                 Some(acceptor) => match tokio::time::timeout(timeouts.request, acceptor.accept(tcp)).await {
@@ -120,7 +131,9 @@ where
         async move { Ok::<_, Infallible>(handler.call(request).await) }
     });
     let mut builder = http1::Builder::new();
-    builder.timer(TokioTimer::new()).header_read_timeout(header_timeout).keep_alive(true);
+    // A connection's read buffer may not grow past 64 KiB (hyper's default is ~400 KiB): bodies
+    // stream through it in chunks, and the connection limit times this is what connections cost.
+    builder.timer(TokioTimer::new()).header_read_timeout(header_timeout).keep_alive(true).max_buf_size(64 << 10);
     let connection = builder.serve_connection(TokioIo::new(io), service);
     if let Err(error) = watcher.watch(connection).await {
         debug!(%error, "connection closed with an error");

@@ -70,6 +70,11 @@ struct ReloadLabels {
     result: &'static str,
 }
 
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct StatusLabels {
+    status: u16,
+}
+
 impl Endpoint {
     fn label(self) -> &'static str {
         match self {
@@ -140,6 +145,7 @@ pub struct Metrics {
     live_lookups: Counter,
     watch_errors: Family<CacheLabels, Counter>,
     tls_reloads: Family<ReloadLabels, Counter>,
+    unanswered: Family<StatusLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -175,6 +181,12 @@ impl Metrics {
         registry.register("watch_errors", "Watch failures by kind (each retried with backoff)", watch_errors.clone());
         let tls_reloads = Family::<ReloadLabels, Counter>::default();
         registry.register("tls_reloads", "Serving certificate reloads, by result", tls_reloads.clone());
+        let unanswered = Family::<StatusLabels, Counter>::default();
+        registry.register(
+            "unanswered_requests",
+            "Requests answered with an HTTP error instead of an AdmissionReview, by status (their log lines are rate-limited)",
+            unanswered.clone(),
+        );
         Metrics {
             registry,
             requests,
@@ -185,7 +197,13 @@ impl Metrics {
             live_lookups,
             watch_errors,
             tls_reloads,
+            unanswered,
         }
+    }
+
+    /// Counts a request answered with an HTTP error status.
+    pub fn unanswered(&self, status: u16) {
+        self.unanswered.get_or_create(&StatusLabels { status }).inc();
     }
 
     /// Counts one answered request and its latency.
@@ -238,6 +256,7 @@ mod tests {
         metrics.set_cache(CacheKind::Namespace, 3, true, 1_700_000_000.0);
         metrics.live_lookup();
         metrics.tls_reload(ReloadResult::Failure);
+        metrics.unanswered(429);
         let text = metrics.encode();
         for line in [
             "csi_volume_admission_requests_total{path=\"/validate\",decision=\"denied\"} 1",
@@ -246,6 +265,7 @@ mod tests {
             "csi_volume_admission_cache_synced{kind=\"namespace\"} 1",
             "csi_volume_admission_live_lookups_total 1",
             "csi_volume_admission_tls_reloads_total{result=\"failure\"} 1",
+            "csi_volume_admission_unanswered_requests_total{status=\"429\"} 1",
         ] {
             assert!(text.contains(line), "missing {line:?} in\n{text}");
         }

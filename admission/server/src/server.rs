@@ -1,5 +1,7 @@
 //! The assembled server: the webhook on HTTPS, health on HTTP, certificate and cluster-state
-//! reloads, and one shutdown switch for all of it.
+//! reloads, and one shutdown sequence for all of it: drain (readiness fails, responses close
+//! their connections, the listener still accepts), then after the shutdown delay stop accepting,
+//! finish what is in flight and close the rest.
 
 use std::io;
 use std::net::SocketAddr;
@@ -13,13 +15,18 @@ use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 use tracing::{error, info};
 
+use crate::body_budget::BodyBudget;
+use crate::drain::Drain;
 use crate::health::{Health, Readiness};
 use crate::listener::{self, Endpoint, Handler, Timeouts};
 use crate::metrics::{Metrics, ReloadResult};
 use crate::reload::{self, Reload};
 use crate::standalone::FileFacts;
 use crate::tls::{ReloadingCertificate, server_config};
-use crate::webhook::Webhook;
+use crate::webhook::{Limits, Webhook};
+
+/// Health connections served at once (probes and scrapes), apart from the webhook's.
+const HEALTH_CONNECTIONS: usize = 32;
 
 /// Addresses and bounds, validated by the command line.
 #[derive(Debug, Clone)]
@@ -30,11 +37,25 @@ pub struct ServerOptions {
     pub health_listen: SocketAddr,
     /// TLS handshake, request head and request body bounds (each).
     pub request_timeout: Duration,
-    /// How long shutdown waits for in-flight requests.
+    /// How long shutdown waits for in-flight requests once the listener is closed.
     pub shutdown_grace: Duration,
+    /// From the start of shutdown until the listener closes: long enough for the endpoints
+    /// controller to take the pod out of the Service, so no client is refused meanwhile.
+    pub shutdown_delay: Duration,
+    /// Webhook connections served at once; the next one waits in the listen backlog.
+    pub max_connections: usize,
+    /// Bytes of request bodies held in memory at once; a request over it is answered 429.
+    pub body_budget_bytes: usize,
     /// How often certificate and cluster-state files are checked for changes.
     pub reload_interval: Duration,
 }
+
+/// Sized with the shipped Deployment's `limits.memory: 128Mi`: connections cost up to about
+/// 150 KiB each (TLS and HTTP buffers), so 256 of them about 38 MiB.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
+/// Eight 3 MiB reviews; with the copies made while decoding, about 50 MiB at the worst moment.
+/// With the connections and the process itself (about 15 MiB), under 128 MiB with margin.
+pub const DEFAULT_BODY_BUDGET_BYTES: usize = 24 << 20;
 
 impl Default for ServerOptions {
     fn default() -> Self {
@@ -43,6 +64,9 @@ impl Default for ServerOptions {
             health_listen: SocketAddr::from(([0, 0, 0, 0], 8080)),
             request_timeout: Duration::from_secs(10),
             shutdown_grace: Duration::from_secs(20),
+            shutdown_delay: Duration::from_secs(5),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            body_budget_bytes: DEFAULT_BODY_BUDGET_BYTES,
             reload_interval: Duration::from_secs(2),
         }
     }
@@ -66,6 +90,8 @@ pub struct Parts {
 pub struct Server {
     webhook_addr: SocketAddr,
     health_addr: SocketAddr,
+    drain: Arc<Drain>,
+    shutdown_delay: Duration,
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
 }
@@ -78,15 +104,24 @@ impl Server {
         let webhook_addr = webhook_listener.local_addr()?;
         let health_addr = health_listener.local_addr()?;
         let tls = server_config(parts.certificate.clone()).map_err(io::Error::other)?;
-        let webhook = Arc::new(Webhook::new(parts.chain, parts.metrics.clone(), options.request_timeout));
-        let health = Arc::new(Health::new(parts.metrics.clone(), parts.readiness));
+        let drain = Arc::new(Drain::new());
+        let limits =
+            Limits { body_timeout: options.request_timeout, body_budget: BodyBudget::new(options.body_budget_bytes) };
+        let webhook = Arc::new(Webhook::new(parts.chain, parts.metrics.clone(), limits, drain.clone()));
+        let health = Arc::new(Health::new(parts.metrics.clone(), parts.readiness, drain.clone()));
         let endpoints = vec![
             Endpoint {
                 listener: webhook_listener,
                 tls: Some(TlsAcceptor::from(tls)),
                 handler: Handler::Webhook(webhook),
+                max_connections: options.max_connections,
             },
-            Endpoint { listener: health_listener, tls: None, handler: Handler::Health(health) },
+            Endpoint {
+                listener: health_listener,
+                tls: None,
+                handler: Handler::Health(health),
+                max_connections: HEALTH_CONNECTIONS,
+            },
         ];
         let (stop, stopped) = watch::channel(false);
 
@@ -118,7 +153,7 @@ impl Server {
         let task = tokio::spawn(async move {
             tokio::join!(listener::serve(endpoints, timeouts, stopped), certificates, cluster_state);
         });
-        Ok(Server { webhook_addr, health_addr, stop, task })
+        Ok(Server { webhook_addr, health_addr, drain, shutdown_delay: options.shutdown_delay, stop, task })
     }
 
     /// Where the webhook listens.
@@ -131,8 +166,12 @@ impl Server {
         self.health_addr
     }
 
-    /// Stops accepting, lets in-flight requests finish (within the grace period) and returns.
+    /// Drains for the shutdown delay (readiness fails, every response closes its connection,
+    /// new connections are still served), then stops accepting, lets in-flight requests finish
+    /// (within the grace period), closes idle connections and returns.
     pub async fn shutdown(self) {
+        self.drain.start();
+        tokio::time::sleep(self.shutdown_delay).await;
         let _ = self.stop.send(true);
         if let Err(error) = self.task.await {
             error!(%error, "server task failed");

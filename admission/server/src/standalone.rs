@@ -1,5 +1,8 @@
 //! Standalone mode: the cluster facts come from a cluster-state file instead of an apiserver, and
-//! are reloaded when the file changes. A broken edit is reported and the last good state kept.
+//! are reloaded when the file changes. A broken edit is reported and the last good state kept; a
+//! file with no Namespace at all counts as broken (an emptied or half-written file must not turn
+//! every denial into an admission). Each reload reads the file once: the bytes compared are the
+//! bytes parsed.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
@@ -24,12 +27,12 @@ pub struct FileFacts {
 impl FileFacts {
     /// Loads the file; an unusable file at start-up is an error.
     pub fn load(path: &Path, metrics: Arc<Metrics>) -> Result<FileFacts, ClusterStateError> {
-        let facts = StaticClusterFacts::load(path)?;
-        let seen = std::fs::read(path).unwrap_or_default();
+        let bytes = inline_guard_config::format::read_bounded(path)?;
+        let facts = parse(path, &bytes)?;
         let file_facts = FileFacts {
             path: path.to_path_buf(),
             current: RwLock::new(Arc::new(facts)),
-            last_seen: Mutex::new(seen),
+            last_seen: Mutex::new(bytes),
             metrics,
         };
         file_facts.publish_metrics();
@@ -38,17 +41,26 @@ impl FileFacts {
 
     /// Re-reads the file and swaps in its content if it changed and is valid.
     pub fn reload_if_changed(&self) -> Reload {
-        let Ok(bytes) = std::fs::read(&self.path) else {
-            return Reload::Unchanged;
+        let bytes = match inline_guard_config::format::read_bounded(&self.path) {
+            Ok(bytes) => bytes,
+            Err(error) => {
+                let mut last_seen = self.last_seen.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                // Reported once per change, not every poll: forget the bytes last seen.
+                if last_seen.is_empty() {
+                    return Reload::Unchanged;
+                }
+                last_seen.clear();
+                return Reload::Rejected(error.to_string());
+            }
         };
         {
             let mut last_seen = self.last_seen.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
             if *last_seen == bytes {
                 return Reload::Unchanged;
             }
-            *last_seen = bytes;
+            *last_seen = bytes.clone();
         }
-        match StaticClusterFacts::load(&self.path) {
+        match parse(&self.path, &bytes) {
             Ok(facts) => {
                 *self.current.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = Arc::new(facts);
                 self.publish_metrics();
@@ -69,6 +81,20 @@ impl FileFacts {
         self.metrics.set_cache(CacheKind::Namespace, namespaces, true, now);
         self.metrics.set_cache(CacheKind::CsiDriver, drivers, true, now);
     }
+}
+
+/// The facts in `bytes` read from `path`, refused when not UTF-8, not a cluster state, or without
+/// a single Namespace.
+fn parse(path: &Path, bytes: &[u8]) -> Result<StaticClusterFacts, ClusterStateError> {
+    let text = std::str::from_utf8(bytes).map_err(|error| inline_guard_config::Error::Read {
+        path: path.to_path_buf(),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidData, error),
+    })?;
+    let facts = StaticClusterFacts::parse(path, text)?;
+    if facts.len().0 == 0 {
+        return Err(ClusterStateError::NoNamespace { path: path.to_path_buf() });
+    }
+    Ok(facts)
 }
 
 #[async_trait]
@@ -118,5 +144,30 @@ mod tests {
         );
         assert!(facts.namespace_labels("b").await.unwrap().is_some(), "the last good state is kept");
         assert!(metrics.encode().contains("csi_volume_admission_cache_objects{kind=\"namespace\"} 1"));
+    }
+
+    #[tokio::test]
+    async fn a_state_without_any_namespace_is_broken_at_start_and_on_reload() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.yaml");
+        let metrics = Arc::new(Metrics::new());
+        let driver_only = "apiVersion: storage.k8s.io/v1\nkind: CSIDriver\nmetadata: {name: d}\n";
+        for empty in ["", "---\n", "# regenerating\n", driver_only] {
+            std::fs::write(&path, empty).unwrap();
+            let Err(error) = FileFacts::load(&path, metrics.clone()) else { panic!("{empty:?} was accepted") };
+            assert!(error.to_string().ends_with("holds no Namespace; refusing it as broken (an empty or truncated file would admit every pod as if no namespace were labelled)"), "{error}");
+        }
+        std::fs::write(&path, STATE).unwrap();
+        let facts = FileFacts::load(&path, metrics).unwrap();
+        for empty in ["", "---\n", "# regenerating\n", driver_only] {
+            std::fs::write(&path, empty).unwrap();
+            assert!(matches!(facts.reload_if_changed(), Reload::Rejected(_)), "{empty:?}");
+            assert!(facts.namespace_labels("a").await.unwrap().is_some(), "the last good state is kept");
+        }
+        std::fs::remove_file(&path).unwrap();
+        assert!(matches!(facts.reload_if_changed(), Reload::Rejected(_)), "a vanished file is reported once");
+        assert_eq!(facts.reload_if_changed(), Reload::Unchanged);
+        std::fs::write(&path, STATE).unwrap();
+        assert_eq!(facts.reload_if_changed(), Reload::Reloaded);
     }
 }

@@ -8,12 +8,15 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::Body;
-use hyper::header::{ALLOW, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
+use hyper::header::{ALLOW, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use hyper::{Method, Request, Response, StatusCode};
 use inline_guard_admission::review::{self, ReviewError, ReviewResponse};
 use inline_guard_admission::{AdmissionError, Chain, Phase};
 use tracing::{debug, warn};
 
+use crate::body_budget::{BodyBudget, Reservation};
+use crate::drain::Drain;
+use crate::log_text::{LogLimiter, escaped};
 use crate::metrics::{Decision, Endpoint, Metrics};
 
 /// The error type bodies are read with.
@@ -37,6 +40,10 @@ pub enum HttpError {
     /// Over [`MAX_BODY_BYTES`].
     #[error("request body is larger than {MAX_BODY_BYTES} bytes")]
     PayloadTooLarge,
+    /// The bodies already in memory fill the server's budget: retry shortly (another replica
+    /// may have room).
+    #[error("too many request bodies in memory: retry shortly")]
+    OverBudget,
     /// The body did not arrive in time.
     #[error("request body not received within {0:?}")]
     BodyTimeout(Duration),
@@ -60,6 +67,7 @@ impl HttpError {
             HttpError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             HttpError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             HttpError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            HttpError::OverBudget => StatusCode::TOO_MANY_REQUESTS,
             HttpError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             HttpError::BodyRead(_) | HttpError::Review(_) => StatusCode::BAD_REQUEST,
             HttpError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
@@ -67,12 +75,16 @@ impl HttpError {
     }
 
     fn response(&self) -> Response<Full<Bytes>> {
-        let mut response = Response::new(Full::new(Bytes::from(format!("{self}\n"))));
+        // Parser messages quote the request: escaped and bounded like a log line.
+        let mut response = Response::new(Full::new(Bytes::from(format!("{}\n", escaped(&self.to_string())))));
         *response.status_mut() = self.status();
         let headers = response.headers_mut();
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
         if matches!(self, HttpError::MethodNotAllowed(_)) {
             headers.insert(ALLOW, HeaderValue::from_static("POST"));
+        }
+        if matches!(self, HttpError::OverBudget) {
+            headers.insert(RETRY_AFTER, HeaderValue::from_static("1"));
         }
         if matches!(self, HttpError::BodyTimeout(_)) {
             // The rest of a late body would arrive as the next request's head: close instead.
@@ -82,17 +94,31 @@ impl HttpError {
     }
 }
 
+/// How the webhook bounds what clients make it hold.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// A request body must arrive within this of its head.
+    pub body_timeout: Duration,
+    /// The bytes all bodies in memory may take together.
+    pub body_budget: BodyBudget,
+}
+
 /// The admission endpoints over one chain.
 pub struct Webhook {
     chain: Chain,
     metrics: Arc<Metrics>,
-    body_timeout: Duration,
+    limits: Limits,
+    drain: Arc<Drain>,
+    // One WARN line per second for requests that get no AdmissionReview; every one is counted in
+    // `unanswered_requests_total`.
+    unanswered_log: LogLimiter,
 }
 
 impl Webhook {
-    /// Serves `chain`; a request body must arrive within `body_timeout` of its head.
-    pub fn new(chain: Chain, metrics: Arc<Metrics>, body_timeout: Duration) -> Webhook {
-        Webhook { chain, metrics, body_timeout }
+    /// Serves `chain` within `limits`; once `drain` starts, every response asks its client to
+    /// close the connection.
+    pub fn new(chain: Chain, metrics: Arc<Metrics>, limits: Limits, drain: Arc<Drain>) -> Webhook {
+        Webhook { chain, metrics, limits, drain, unanswered_log: LogLimiter::new(Duration::from_secs(1)) }
     }
 
     /// Answers one HTTP request. Never fails: every problem becomes a response.
@@ -107,17 +133,24 @@ impl Webhook {
             "/mutate" => (Endpoint::Mutate, Phase::Mutating),
             _ => (Endpoint::Other, Phase::Both),
         };
-        let (response, decision) = match self.answer(endpoint, phase, request).await {
+        let (mut response, decision) = match self.answer(endpoint, phase, request).await {
             Ok(review) => {
                 let decision = if review.response.allowed { Decision::Allowed } else { Decision::Denied };
-                debug!(uid = %review.response.uid, path = ?endpoint, allowed = review.response.allowed, "answered");
+                debug!(uid = %escaped(&review.response.uid), path = ?endpoint, allowed = review.response.allowed, "answered");
                 (json_response(review.to_json()), decision)
             }
             Err(error) => {
-                warn!(path = ?endpoint, status = error.status().as_u16(), error = %error, "request not answered");
+                let status = error.status().as_u16();
+                self.metrics.unanswered(status);
+                if let Some(held_back) = self.unanswered_log.allow() {
+                    warn!(path = ?endpoint, status, error = %escaped(&error.to_string()), held_back, "request not answered");
+                }
                 (error.response(), Decision::Rejected)
             }
         };
+        if self.drain.is_draining() {
+            response.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
+        }
         self.metrics.observe_request(endpoint, decision, started.elapsed().as_secs_f64());
         response
     }
@@ -151,10 +184,15 @@ impl Webhook {
         if declared.is_some_and(|length| length > MAX_BODY_BYTES as u64) {
             return Err(HttpError::PayloadTooLarge);
         }
-        let body = Limited::new(request.into_body(), MAX_BODY_BYTES);
-        let collected = tokio::time::timeout(self.body_timeout, body.collect())
+        // Held until the answer is built: the body, and what is decoded from it, stay within
+        // the budget. A body of unknown length reserves the most it may be.
+        let reserve = declared.map_or(MAX_BODY_BYTES, |length| length as usize);
+        let _reservation: Reservation = self.limits.body_budget.try_reserve(reserve).ok_or(HttpError::OverBudget)?;
+        let body = Limited::new(request.into_body(), declared.map_or(MAX_BODY_BYTES, |length| length as usize));
+        let body_timeout = self.limits.body_timeout;
+        let collected = tokio::time::timeout(body_timeout, body.collect())
             .await
-            .map_err(|_| HttpError::BodyTimeout(self.body_timeout))?
+            .map_err(|_| HttpError::BodyTimeout(body_timeout))?
             .map_err(|error| {
                 if error.downcast_ref::<LengthLimitError>().is_some() {
                     HttpError::PayloadTooLarge

@@ -66,7 +66,9 @@ async fn start() -> Harness {
         health_listen: "127.0.0.1:0".parse().unwrap(),
         request_timeout: TIMEOUT,
         shutdown_grace: Duration::from_secs(5),
+        shutdown_delay: Duration::ZERO,
         reload_interval: Duration::from_millis(50),
+        ..ServerOptions::default()
     };
     let server = Server::start(options, parts).await.unwrap();
     Harness { server, dir, trusted: vec![pair.ca_pem], ready }

@@ -28,7 +28,8 @@ fn facts() -> StaticClusterFacts {
 fn webhook_with(facts: Arc<dyn ClusterFacts>) -> (Webhook, Arc<Metrics>) {
     let metrics = Arc::new(Metrics::new());
     let chain = standard_chain(Arc::new(PolicySettings::default()), facts);
-    (Webhook::new(chain, metrics.clone(), Duration::from_millis(200)), metrics)
+    let limits = Limits { body_timeout: Duration::from_millis(200), body_budget: BodyBudget::new(8 << 20) };
+    (Webhook::new(chain, metrics.clone(), limits, Arc::new(Drain::new())), metrics)
 }
 
 fn webhook() -> Webhook {
