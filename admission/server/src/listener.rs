@@ -63,6 +63,9 @@ pub struct Timeouts {
     pub request: Duration,
     /// How long in-flight requests may take to finish after shutdown starts.
     pub shutdown_grace: Duration,
+    /// Between closing the listeners and closing idle connections: time for requests already on
+    /// their way on fresh connections to arrive and be answered.
+    pub close_linger: Duration,
 }
 
 /// Serves every endpoint until `shutdown` turns true, then drains gracefully.
@@ -70,8 +73,12 @@ pub async fn serve(endpoints: Vec<Endpoint>, timeouts: Timeouts, shutdown: watch
     let graceful = GracefulShutdown::new();
     let loops = endpoints.into_iter().map(|endpoint| accept_loop(endpoint, timeouts, &graceful, shutdown.clone()));
     futures_util::future::join_all(loops).await;
-    // Listeners are closed (dropped by their loops): no new connections. Idle keep-alive
-    // connections close now; busy ones once their response is written.
+    // Listeners are closed (dropped by their loops): no new connections. A client that connected
+    // a moment ago may not have sent its request yet, and closing its connection now, idle in
+    // hyper's eyes, would lose that request: for a short while every connection is still served
+    // (and, draining, closed after its answer). Then idle keep-alive connections close; busy
+    // ones once their response is written.
+    tokio::time::sleep(timeouts.close_linger).await;
     if tokio::time::timeout(timeouts.shutdown_grace, graceful.shutdown()).await.is_err() {
         warn!(grace = ?timeouts.shutdown_grace, "connections still open after the shutdown grace period; closing them");
     }

@@ -25,6 +25,10 @@ use crate::standalone::FileFacts;
 use crate::tls::{ReloadingCertificate, server_config};
 use crate::webhook::{Limits, Webhook};
 
+/// After the listener closes, how long connections are still served before idle ones close
+/// (never longer than the shutdown delay: a server told not to wait does not).
+const CLOSE_LINGER: Duration = Duration::from_secs(1);
+
 /// Health connections served at once (probes and scrapes), apart from the webhook's.
 const HEALTH_CONNECTIONS: usize = 32;
 
@@ -149,7 +153,11 @@ impl Server {
                 }
             }
         });
-        let timeouts = Timeouts { request: options.request_timeout, shutdown_grace: options.shutdown_grace };
+        let timeouts = Timeouts {
+            request: options.request_timeout,
+            shutdown_grace: options.shutdown_grace,
+            close_linger: CLOSE_LINGER.min(options.shutdown_delay),
+        };
         let task = tokio::spawn(async move {
             tokio::join!(listener::serve(endpoints, timeouts, stopped), certificates, cluster_state);
         });

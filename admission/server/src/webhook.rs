@@ -14,7 +14,7 @@ use inline_guard_admission::review::{self, ReviewError, ReviewResponse};
 use inline_guard_admission::{AdmissionError, Chain, Phase};
 use tracing::{debug, warn};
 
-use crate::body_budget::{BodyBudget, Reservation};
+use crate::body_budget::BodyBudget;
 use crate::drain::Drain;
 use crate::log_text::{LogLimiter, escaped};
 use crate::metrics::{Decision, Endpoint, Metrics};
@@ -187,9 +187,14 @@ impl Webhook {
         // Held until the answer is built: the body, and what is decoded from it, stay within
         // the budget. A body of unknown length reserves the most it may be.
         let reserve = declared.map_or(MAX_BODY_BYTES, |length| length as usize);
-        let _reservation: Reservation = self.limits.body_budget.try_reserve(reserve).ok_or(HttpError::OverBudget)?;
         let body = Limited::new(request.into_body(), declared.map_or(MAX_BODY_BYTES, |length| length as usize));
         let body_timeout = self.limits.body_timeout;
+        let Some(_reservation) = self.limits.body_budget.try_reserve(reserve) else {
+            // Read and dropped chunk by chunk (no memory kept), so the 429 reaches a client still
+            // writing its body instead of a reset connection, and the connection stays usable.
+            let _ = tokio::time::timeout(body_timeout, discard(body)).await;
+            return Err(HttpError::OverBudget);
+        };
         let collected = tokio::time::timeout(body_timeout, body.collect())
             .await
             .map_err(|_| HttpError::BodyTimeout(body_timeout))?
@@ -208,6 +213,16 @@ impl Webhook {
         }
         Ok(ReviewResponse::from_outcome(&decided.uid, decided.outcome))
     }
+}
+
+/// Reads `body` to its end, keeping none of it.
+async fn discard<B>(body: Limited<B>)
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    let mut body = std::pin::pin!(body);
+    while let Some(Ok(_)) = body.as_mut().frame().await {}
 }
 
 fn json_response(json: String) -> Response<Full<Bytes>> {

@@ -48,6 +48,11 @@ struct Harness {
 const TIMEOUT: Duration = Duration::from_secs(1);
 
 async fn start() -> Harness {
+    start_with(ServerOptions::default()).await
+}
+
+/// A server on loopback with the test's timeouts and `options`' delay, budget and limits.
+async fn start_with(options: ServerOptions) -> Harness {
     let dir = tempfile::tempdir().unwrap();
     let pair = generate_pair(&dir.path().join("tls"), &["localhost", "127.0.0.1"]).unwrap();
     std::fs::write(dir.path().join("cluster.yaml"), CLUSTER).unwrap();
@@ -61,14 +66,19 @@ async fn start() -> Harness {
         certificate: Arc::new(ReloadingCertificate::load(pair.files.clone()).unwrap()),
         metrics,
     };
+    let defaults = ServerOptions::default();
     let options = ServerOptions {
         listen: "127.0.0.1:0".parse().unwrap(),
         health_listen: "127.0.0.1:0".parse().unwrap(),
         request_timeout: TIMEOUT,
         shutdown_grace: Duration::from_secs(5),
-        shutdown_delay: Duration::ZERO,
         reload_interval: Duration::from_millis(50),
-        ..ServerOptions::default()
+        shutdown_delay: if options.shutdown_delay == defaults.shutdown_delay {
+            Duration::ZERO
+        } else {
+            options.shutdown_delay
+        },
+        ..options
     };
     let server = Server::start(options, parts).await.unwrap();
     Harness { server, dir, trusted: vec![pair.ca_pem], ready }
@@ -282,4 +292,114 @@ fn tokio_stream_from<T: Send + 'static>(
     mut receiver: tokio::sync::mpsc::Receiver<T>,
 ) -> impl futures_util::Stream<Item = T> {
     futures_util::stream::poll_fn(move |context| receiver.poll_recv(context))
+}
+
+#[tokio::test]
+async fn draining_fails_readiness_closes_kept_alive_connections_after_their_answer_and_still_accepts() {
+    let harness =
+        start_with(ServerOptions { shutdown_delay: Duration::from_secs(1), ..ServerOptions::default() }).await;
+    let (webhook, health) = (harness.server.webhook_addr(), harness.server.health_addr());
+    let (mut kept, _) = harness.connection().await;
+    assert_eq!(post(&mut kept, "/validate", review("open", "csi.example.com")).await.0, StatusCode::OK);
+
+    let tls = TlsConnectorBox(harness.connector());
+    let started = Instant::now();
+    let shutdown = tokio::spawn(harness.server.shutdown());
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while health_get(health, "/readyz").await.0 == StatusCode::OK {
+        assert!(Instant::now() < deadline, "/readyz still 200 after shutdown started");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(health_get(health, "/readyz").await.1, "not ready: shutting down\n");
+
+    // A request on the kept-alive connection is answered, and asks the client to reconnect.
+    let request = Request::post("/validate")
+        .header("host", "localhost")
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(review("open", "csi.example.com"))))
+        .unwrap();
+    let response = kept.send_request(request).await.expect("answered while draining");
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.headers().get("connection").map(|v| v.as_bytes()), Some(&b"close"[..]));
+    // New connections are still served during the delay.
+    let (mut fresh, connection) =
+        hyper::client::conn::http1::handshake(TokioIo::new(tls.connect(webhook).await)).await.unwrap();
+    tokio::spawn(connection);
+    assert_eq!(post(&mut fresh, "/mutate", review("open", "csi.example.com")).await.0, StatusCode::OK);
+    assert!(started.elapsed() < Duration::from_secs(1), "these ran within the delay");
+
+    tokio::time::timeout(Duration::from_secs(10), shutdown).await.expect("shutdown did not finish").unwrap();
+    assert!(started.elapsed() >= Duration::from_secs(1), "the listener stayed open for the delay");
+    assert!(TcpStream::connect(webhook).await.is_err(), "closed after the delay");
+}
+
+/// A connector that outlives the harness it came from.
+struct TlsConnectorBox(TlsConnector);
+
+impl TlsConnectorBox {
+    async fn connect(&self, addr: SocketAddr) -> tokio_rustls::client::TlsStream<TcpStream> {
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        self.0.connect(ServerName::try_from("localhost").unwrap(), tcp).await.unwrap()
+    }
+}
+
+#[tokio::test]
+async fn bodies_over_the_budget_are_answered_429_with_retry_after_and_the_budget_comes_back() {
+    let harness = start_with(ServerOptions { body_budget_bytes: 4 << 20, ..ServerOptions::default() }).await;
+    // Two requests declaring 2 MiB each hold the whole budget while their bodies trickle in.
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut stream = harness.tls_stream().await;
+        let head = "POST /validate HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: 2097152\r\n\r\n{";
+        stream.write_all(head.as_bytes()).await.unwrap();
+        stream.flush().await.unwrap();
+        held.push(stream);
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (mut other, _) = harness.connection().await;
+    let request = Request::post("/validate")
+        .header("host", "localhost")
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(review("open", "csi.example.com"))))
+        .unwrap();
+    let response = other.send_request(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(response.headers().get("retry-after").map(|v| v.as_bytes()), Some(&b"1"[..]));
+    // The held bodies time out (408) and give their bytes back.
+    drop(held);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (mut sender, _) = harness.connection().await;
+        let (status, _) = post(&mut sender, "/validate", review("open", "csi.example.com")).await;
+        if status == StatusCode::OK {
+            break;
+        }
+        assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+        assert!(Instant::now() < deadline, "the budget never came back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (_, metrics) = health_get(harness.server.health_addr(), "/metrics").await;
+    assert!(metrics.contains("csi_volume_admission_unanswered_requests_total{status=\"429\"} 1"), "{metrics}");
+    harness.server.shutdown().await;
+}
+
+#[tokio::test]
+async fn connections_over_the_limit_wait_and_are_served_when_one_closes() {
+    let harness = start_with(ServerOptions { max_connections: 2, ..ServerOptions::default() }).await;
+    let (mut first, _) = harness.connection().await;
+    let (mut second, _) = harness.connection().await;
+    assert_eq!(post(&mut first, "/validate", review("open", "csi.example.com")).await.0, StatusCode::OK);
+    assert_eq!(post(&mut second, "/validate", review("open", "csi.example.com")).await.0, StatusCode::OK);
+    // The third connects (the kernel's backlog) but its handshake waits for a slot.
+    let tcp = TcpStream::connect(harness.server.webhook_addr()).await.unwrap();
+    let connector = harness.connector();
+    let third = tokio::spawn(async move { connector.connect(ServerName::try_from("localhost").unwrap(), tcp).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!third.is_finished(), "a third connection was served beyond the limit");
+    drop(first);
+    let stream = tokio::time::timeout(Duration::from_secs(5), third).await.expect("never served").unwrap().unwrap();
+    let (mut third, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.unwrap();
+    tokio::spawn(connection);
+    assert_eq!(post(&mut third, "/validate", review("open", "csi.example.com")).await.0, StatusCode::OK);
+    harness.server.shutdown().await;
 }
