@@ -173,3 +173,81 @@ fn help_exits_zero() {
     assert_eq!(result.code, 0);
     assert!(result.stdout.contains("--cluster-state <FILE>"));
 }
+
+#[test]
+fn unreadable_directory_entries_exit_two_naming_each() {
+    let files = Files::new();
+    let dir = files.dir.path().join("manifests");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("good.yaml"), pod("open", "csi.example.com")).unwrap();
+    std::os::unix::fs::symlink(dir.join("missing.yaml"), dir.join("dangling.yaml")).unwrap();
+    std::os::unix::fs::symlink(dir.join("loop.yaml"), dir.join("loop.yaml")).unwrap();
+    let fifo = dir.join("fifo.json");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    std::fs::write(dir.join("notes.txt"), "not a manifest: ignored").unwrap();
+    let result = run(&["check", "--cluster-state", &files.path("cluster.yaml"), dir.to_str().unwrap()], "");
+    assert_eq!(result.code, 2, "{}", result.stdout);
+    assert_eq!(result.stdout, "", "no partial answer");
+    let stderr = result.stderr;
+    assert!(stderr.starts_with(&format!("csi-volume-admission check: {}: cannot read ", dir.display())), "{stderr}");
+    assert!(stderr.contains("\"dangling.yaml\" (a symlink that leads nowhere: "), "{stderr}");
+    assert!(stderr.contains("\"fifo.json\" (not a regular file: a FIFO, socket or device)"), "{stderr}");
+    assert!(stderr.contains("\"loop.yaml\" (a symlink that leads nowhere: "), "{stderr}");
+    assert!(!stderr.contains("good.yaml") && !stderr.contains("notes.txt"), "{stderr}");
+}
+
+#[test]
+fn an_endless_input_is_refused_not_read_forever() {
+    let files = Files::new();
+    let result = run(&["check", "--cluster-state", &files.path("cluster.yaml"), "/dev/zero"], "");
+    assert_eq!(result.code, 2);
+    assert_eq!(
+        result.stderr,
+        "csi-volume-admission check: /dev/zero: larger than 67108864 bytes; refusing to read it\n"
+    );
+    let result = run(&["check", "--cluster-state", "/dev/zero", &files.write("p.yaml", &pod("open", "d"))], "");
+    assert_eq!(result.code, 2);
+    assert!(result.stderr.ends_with("larger than 67108864 bytes; refusing to read it\n"), "{}", result.stderr);
+}
+
+#[test]
+fn duplicate_json_keys_are_answered_as_the_webhook_answers_them() {
+    let files = Files::new();
+    // A duplicate field of the object: the webhook answers allowed: false, status 400, naming
+    // it; so does check -o json, byte for byte.
+    let review = r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u-1","kind":{"group":"","version":"v1","kind":"Pod"},"resource":{"group":"","version":"v1","resource":"pods"},"namespace":"open","operation":"CREATE","userInfo":{"username":"alice"},"object":{"metadata":{"name":"web"},"spec":{"containers":[],"volumes":[],"volumes":[{"name":"v","csi":{"driver":"csi.example.com"}}]}}}}"#;
+    let input = files.write("review.json", review);
+    let result = run(&["check", "-o", "json", "--cluster-state", &files.path("cluster.yaml"), &input], "");
+    let facts =
+        inline_guard_admission::StaticClusterFacts::load(std::path::Path::new(&files.path("cluster.yaml"))).unwrap();
+    let chain = inline_guard_admission::plugins::standard_chain(
+        std::sync::Arc::new(inline_guard_policy::PolicySettings::default()),
+        std::sync::Arc::new(facts),
+    );
+    let webhook = futures_executor::block_on(inline_guard_admission::review::answer(
+        &chain,
+        inline_guard_admission::Phase::Both,
+        review.as_bytes(),
+    ))
+    .unwrap();
+    assert_eq!(result.stdout.trim_end(), webhook.to_json());
+    assert!(
+        result.stdout.contains(r#""allowed":false"#) && result.stdout.contains("duplicate field `volumes`"),
+        "{}",
+        result.stdout
+    );
+
+    // A duplicate in the review itself: the webhook cannot answer it (HTTP 400), check exits 2.
+    let envelope = files.write("envelope.json", &review.replacen(r#""uid":"u-1","#, r#""uid":"u-1","uid":"u-2","#, 1));
+    let result = run(&["check", "--cluster-state", &files.path("cluster.yaml"), &envelope], "");
+    assert_eq!(result.code, 2);
+    assert!(result.stderr.contains("malformed AdmissionReview: duplicate field `uid`"), "{}", result.stderr);
+    // And in a plain object: unusable input, as a YAML duplicate already was.
+    let object = files.write(
+        "pod.json",
+        r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a"},"spec":{"containers":[],"containers":[]}}"#,
+    );
+    let result = run(&["check", "--cluster-state", &files.path("cluster.yaml"), &object], "");
+    assert_eq!(result.code, 2);
+    assert!(result.stderr.contains("spec: duplicate field `containers`"), "{}", result.stderr);
+}

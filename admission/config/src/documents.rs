@@ -15,6 +15,11 @@ pub struct Document {
     pub position: Position,
     /// The object, as JSON.
     pub value: Value,
+    /// The object's own JSON text, when the input was JSON and the object a whole document (not
+    /// an item of a `List`): decoding these bytes instead of `value` treats duplicate keys as a
+    /// server decoding the same bytes would (a duplicate field is an error), where `value` has
+    /// already kept the last one silently.
+    pub raw_json: Option<String>,
 }
 
 /// The place of an object in a file: the 1-based document, and its 1-based item within a `List`.
@@ -39,18 +44,28 @@ impl fmt::Display for Position {
 /// Splits a manifest text into objects. `name` labels errors (a path, or `-` for stdin).
 pub fn read_documents(name: &std::path::Path, text: &str) -> Result<Vec<Document>> {
     let decode_error = |field: String, message: String| Error::Decode { path: name.to_path_buf(), field, message };
-    let values: Vec<Value> = match Format::detect(text) {
-        Format::Json => serde_json::Deserializer::from_str(text)
-            .into_iter::<Value>()
-            .enumerate()
-            .map(|(index, value)| value.map_err(|e| decode_error(format!("document {}", index + 1), e.to_string())))
-            .collect::<Result<_>>()?,
+    let values: Vec<(Value, Option<String>)> = match Format::detect(text) {
+        Format::Json => {
+            let mut stream = serde_json::Deserializer::from_str(text).into_iter::<Value>();
+            let mut values = Vec::new();
+            let mut start = 0;
+            while let Some(value) = stream.next() {
+                let value = value.map_err(|e| decode_error(format!("document {}", values.len() + 1), e.to_string()))?;
+                let end = stream.byte_offset();
+                values.push((value, Some(text[start..end].trim().to_string())));
+                start = end;
+            }
+            values
+        }
         Format::Yaml => serde_saphyr::from_multiple::<Value>(text)
-            .map_err(|e| decode_error(".".into(), e.without_snippet().to_string()))?,
+            .map_err(|e| decode_error(".".into(), e.without_snippet().to_string()))?
+            .into_iter()
+            .map(|value| (value, None))
+            .collect(),
     };
 
     let mut documents = Vec::new();
-    for (index, value) in values.into_iter().enumerate() {
+    for (index, (value, raw_json)) in values.into_iter().enumerate() {
         let document = index + 1;
         match value {
             Value::Null => continue,
@@ -61,13 +76,13 @@ pub fn read_documents(name: &std::path::Path, text: &str) -> Result<Vec<Document
                 for (item_index, item) in items.iter().enumerate() {
                     let position = Position { document, item: Some(item_index + 1) };
                     require_object(item).map_err(|m| decode_error(position.to_string(), m))?;
-                    documents.push(Document { position, value: item.clone() });
+                    documents.push(Document { position, value: item.clone(), raw_json: None });
                 }
             }
             value => {
                 let position = Position { document, item: None };
                 require_object(&value).map_err(|m| decode_error(position.to_string(), m))?;
-                documents.push(Document { position, value });
+                documents.push(Document { position, value, raw_json });
             }
         }
     }

@@ -59,6 +59,14 @@ pub enum CheckError {
         /// What is wrong.
         message: String,
     },
+    /// Entries of an input directory that look like manifests but cannot be read as files.
+    #[error("{}: cannot read {}", dir.display(), entries.join("; "))]
+    Unreadable {
+        /// The directory.
+        dir: PathBuf,
+        /// Each entry and why.
+        entries: Vec<String>,
+    },
     /// Standard input was named twice, or could not be read.
     #[error("standard input: {0}")]
     Stdin(String),
@@ -100,14 +108,18 @@ pub fn run(args: &CheckArgs, stdin: &mut dyn Read, stdout: &mut dyn Write) -> Re
             }
             stdin_used = true;
             let mut text = String::new();
-            stdin.read_to_string(&mut text).map_err(|error| CheckError::Stdin(error.to_string()))?;
+            let limit = inline_guard_config::format::MAX_INPUT_BYTES;
+            stdin.take(limit + 1).read_to_string(&mut text).map_err(|error| CheckError::Stdin(error.to_string()))?;
+            if text.len() as u64 > limit {
+                return Err(CheckError::Stdin(format!("larger than {limit} bytes; refusing to read it")));
+            }
             (PathBuf::from(STDIN_NAME), text)
         } else {
             (input.clone(), inline_guard_config::format::read_text(input)?)
         };
         for document in read_documents(&name, &text)? {
             let position = document.position;
-            let request = request::prepare(document.value, prepared.len() + 1)
+            let request = request::prepare(document.value, document.raw_json.as_deref(), prepared.len() + 1)
                 .map_err(|message| CheckError::Document { path: name.clone(), position, message })?;
             prepared.push((source(&name, position), request));
         }
@@ -168,12 +180,29 @@ fn expand_directories(inputs: &[PathBuf]) -> Result<Vec<PathBuf>, CheckError> {
         }
         let read_error = |source| inline_guard_config::Error::Read { path: input.clone(), source };
         let mut entries = Vec::new();
+        let mut unreadable = Vec::new();
         for entry in std::fs::read_dir(input).map_err(read_error)? {
             let path = entry.map_err(read_error)?.path();
             let is_manifest = path.extension().is_some_and(|ext| ext == "yaml" || ext == "yml" || ext == "json");
-            if is_manifest && path.is_file() {
-                entries.push(path);
+            if !is_manifest {
+                continue;
             }
+            // Followed like kubectl follows it; a subdirectory is not read (no recursion), but
+            // anything else that is not a regular file is an error, never silently skipped.
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            match std::fs::metadata(&path) {
+                Ok(metadata) if metadata.is_file() => entries.push(path),
+                Ok(metadata) if metadata.is_dir() => {}
+                Ok(_) => unreadable.push(format!("{name:?} (not a regular file: a FIFO, socket or device)")),
+                Err(error) if std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) => {
+                    unreadable.push(format!("{name:?} (a symlink that leads nowhere: {error})"))
+                }
+                Err(error) => unreadable.push(format!("{name:?} ({error})")),
+            }
+        }
+        if !unreadable.is_empty() {
+            unreadable.sort();
+            return Err(CheckError::Unreadable { dir: input.clone(), entries: unreadable });
         }
         entries.sort();
         files.extend(entries);

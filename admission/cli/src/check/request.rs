@@ -33,10 +33,12 @@ pub enum Prepared {
 /// Namespace kubectl would use for an object that names none.
 const DEFAULT_NAMESPACE: &str = "default";
 
-/// Prepares the `ordinal`-th input document. `Err` is a message for the user: the input is unusable.
-pub fn prepare(value: Value, ordinal: usize) -> Result<Prepared, String> {
+/// Prepares the `ordinal`-th input document; `raw_json` is its own JSON text when it came as
+/// JSON, decoded instead of `value` so that duplicate keys fail as they do in the webhook. `Err`
+/// is a message for the user: the input is unusable.
+pub fn prepare(value: Value, raw_json: Option<&str>, ordinal: usize) -> Result<Prepared, String> {
     if value.get("kind").and_then(Value::as_str) == Some(REVIEW_KIND) {
-        return prepare_review(&value);
+        return prepare_review(&value, raw_json);
     }
     let text = |key: &str| value.get(key).and_then(Value::as_str).unwrap_or_default().to_string();
     let (api_version, kind) = (text("apiVersion"), text("kind"));
@@ -49,7 +51,11 @@ pub fn prepare(value: Value, ordinal: usize) -> Result<Prepared, String> {
     let resource =
         GroupVersionResource { group: group.to_string(), version: version.to_string(), resource: resource_name(&kind) };
     let kind = GroupVersionKind { group: group.to_string(), version: version.to_string(), kind };
-    let object = AdmissionObject::from_value(&resource, &value).map_err(|error| error.to_string())?;
+    let object = match raw_json {
+        Some(json) => AdmissionObject::from_json(&resource, json),
+        None => AdmissionObject::from_value(&resource, &value),
+    }
+    .map_err(|error| error.to_string())?;
     Ok(anonymous_create(kind, resource, namespace, object, ordinal, false))
 }
 
@@ -80,8 +86,11 @@ pub fn anonymous_create(
     Prepared::Ready { uid: format!("00000000-0000-0000-0000-{ordinal:012}"), label, attributes: Box::new(attributes) }
 }
 
-fn prepare_review(value: &Value) -> Result<Prepared, String> {
-    let body = serde_json::to_vec(value).map_err(|error| error.to_string())?;
+fn prepare_review(value: &Value, raw_json: Option<&str>) -> Result<Prepared, String> {
+    let body = match raw_json {
+        Some(json) => json.as_bytes().to_vec(),
+        None => serde_json::to_vec(value).map_err(|error| error.to_string())?,
+    };
     let request = review::parse_request(&body).map_err(|error| error.to_string())?;
     let label = label(&request.kind.kind, &request.namespace, &request.name, "");
     let uid = request.uid;
@@ -137,7 +146,7 @@ mod tests {
     #[test]
     fn a_plain_object_is_an_anonymous_create_in_the_default_namespace() {
         let value = serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "api"}, "spec": {"selector": {}, "template": {}}});
-        let Ok(Prepared::Ready { uid, label, attributes }) = prepare(value, 7) else { panic!("not ready") };
+        let Ok(Prepared::Ready { uid, label, attributes }) = prepare(value, None, 7) else { panic!("not ready") };
         assert_eq!(uid, "00000000-0000-0000-0000-000000000007");
         assert_eq!(label, "Deployment default/api");
         assert_eq!(attributes.operation, Operation::Create);
@@ -152,7 +161,7 @@ mod tests {
     #[test]
     fn a_plain_object_that_does_not_decode_is_unusable_input() {
         let value = serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": "none"}});
-        let message = prepare(value, 1).unwrap_err();
+        let message = prepare(value, None, 1).unwrap_err();
         assert!(
             message.starts_with("object does not decode as Pod: spec.containers: invalid type: string \"none\""),
             "{message}"
