@@ -119,8 +119,17 @@ pub fn run(args: ServeArgs, stdout: &mut dyn std::io::Write) -> Result<(), Serve
         let server = Server::start(options, parts).await?;
         info!(address = %server.webhook_addr(), "webhook listening (HTTPS: POST /validate, POST /mutate)");
         info!(address = %server.health_addr(), "health listening (HTTP: /healthz, /readyz, /metrics)");
-        wait_for_termination().await?;
-        info!(delay = ?args.options.shutdown_delay, "shutting down: not ready, closing connections after their answers; then no new connections");
+        let server = match wait_for_termination().await? {
+            Signal::Terminate => {
+                info!(delay = ?args.options.shutdown_delay, "SIGTERM: draining (not ready, connections closed after their answers), then no new connections");
+                server
+            }
+            // A person at a terminal is not behind a Service: no delay to wait out.
+            Signal::Interrupt => {
+                info!("interrupted: no new connections, finishing requests in flight");
+                server.without_shutdown_delay()
+            }
+        };
         server.shutdown().await;
         info!("stopped");
         Ok::<_, ServeError>(())
@@ -155,13 +164,23 @@ pub async fn kube_client(source: &FactsSource) -> Result<kube::Client, ServeErro
     kube::Client::try_from(config).map_err(|error| kube_error(&error))
 }
 
-async fn wait_for_termination() -> std::io::Result<()> {
+/// What stopped the server.
+enum Signal {
+    /// SIGTERM: the kubelet (or an orchestrator) stopping a replica.
+    Terminate,
+    /// SIGINT: Ctrl-C.
+    Interrupt,
+}
+
+async fn wait_for_termination() -> std::io::Result<Signal> {
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    tokio::select! {
-        _ = terminate.recv() => {}
-        result = tokio::signal::ctrl_c() => result?,
-    }
-    Ok(())
+    Ok(tokio::select! {
+        _ = terminate.recv() => Signal::Terminate,
+        result = tokio::signal::ctrl_c() => {
+            result?;
+            Signal::Interrupt
+        }
+    })
 }
 
 /// Standard error that swallows write failures. tracing-subscriber panics when it cannot even

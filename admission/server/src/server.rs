@@ -174,6 +174,11 @@ impl Server {
         self.health_addr
     }
 
+    /// The same server, shutting down without the drain delay (for an interactive stop).
+    pub fn without_shutdown_delay(self) -> Server {
+        Server { shutdown_delay: Duration::ZERO, ..self }
+    }
+
     /// Drains for the shutdown delay (readiness fails, every response closes its connection,
     /// new connections are still served), then stops accepting, lets in-flight requests finish
     /// (within the grace period), closes idle connections and returns.
