@@ -4,6 +4,7 @@
 //! process registered with it ([`webhook`]).
 
 pub mod apply;
+pub mod bounded;
 pub mod cluster;
 pub mod peers;
 pub mod webhook;
@@ -35,12 +36,25 @@ pub fn run(args: &[&str], stdin: &str) -> Run {
     Run { code, stdout: String::from_utf8_lossy(&out).into_owned(), stderr: String::from_utf8_lossy(&err).into_owned() }
 }
 
+/// A line on the real standard error: libtest captures `eprintln!` of passing tests, and a
+/// rewritten golden file must never go unnoticed.
+fn say(line: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
 /// Compares `actual` with the golden file `tests/golden/NAME`; with `UPDATE_GOLDEN=1` rewrites it
-/// instead. Drift fails with both texts shown.
+/// instead (saying so on standard error, file by file). Drift fails with both texts shown.
 pub fn assert_golden(name: &str, actual: &str) {
     let path = repo_root().join("tests/golden").join(name);
     if std::env::var_os("UPDATE_GOLDEN").is_some_and(|v| v == "1") {
+        let before = std::fs::read_to_string(&path).ok();
+        if before.as_deref() == Some(actual) {
+            say(&format!("UPDATE_GOLDEN: {} unchanged", path.display()));
+            return;
+        }
         std::fs::write(&path, actual).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+        say(&format!("UPDATE_GOLDEN: REWROTE {} (review the diff before committing)", path.display()));
         return;
     }
     let expected = std::fs::read_to_string(&path)

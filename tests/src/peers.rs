@@ -10,6 +10,7 @@
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 use crate::repo_root;
 
@@ -92,13 +93,11 @@ fn cache_root() -> Result<PathBuf, String> {
 
 /// Runs `go ARGS` in the pinned module, offline from anything but the module proxy.
 fn go(module: &Path, args: &[&str]) -> Result<String, String> {
-    let output = Command::new("go")
-        .args(args)
-        .current_dir(module)
-        .env("GOFLAGS", "-mod=readonly")
-        .env("CGO_ENABLED", "0")
-        .output()
-        .map_err(|e| format!("running `go {}`: {e}; the end-to-end suites need the Go toolchain on PATH", args[0]))?;
+    let mut command = Command::new("go");
+    command.args(args).current_dir(module).env("GOFLAGS", "-mod=readonly").env("CGO_ENABLED", "0");
+    // A cold build of kube-apiserver takes minutes; an hour means something is stuck.
+    let output = crate::bounded::output_within(&mut command, Duration::from_secs(3600), &format!("`go {}`", args[0]))
+        .map_err(|e| format!("{e}; the end-to-end suites need the Go toolchain on PATH"))?;
     if !output.status.success() {
         return Err(format!(
             "`go {}` in {} failed ({}):\n{}",

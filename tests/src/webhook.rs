@@ -39,11 +39,9 @@ pub fn run_cli_if_child() {
 /// Runs `csi-volume-admission ARGS` to completion as a child process; returns (exit code, stdout, stderr).
 pub fn run_cli(args: &[&str]) -> Result<(i32, String, String), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let output = std::process::Command::new(exe)
-        .args(args)
-        .env(CHILD_ENV, "1")
-        .output()
-        .map_err(|e| format!("running csi-volume-admission: {e}"))?;
+    let mut command = std::process::Command::new(exe);
+    command.args(args).env(CHILD_ENV, "1");
+    let output = crate::bounded::output_within(&mut command, Duration::from_secs(120), "csi-volume-admission")?;
     Ok((
         output.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&output.stdout).into_owned(),

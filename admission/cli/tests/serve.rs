@@ -14,6 +14,7 @@ use tokio::net::TcpStream;
 struct Running {
     child: Child,
     address: String,
+    health: String,
     ca_pem: String,
 }
 
@@ -48,18 +49,29 @@ fn start() -> Running {
     }
     let ca_pem = std::fs::read_to_string(ca_path.expect("serve printed where its CA is")).unwrap();
     let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
-    let mut address = None;
+    let (mut address, mut health) = (None, None);
     for line in stderr.by_ref() {
         let line = line.unwrap();
+        let logged = || line.split_whitespace().find_map(|word| word.strip_prefix("address=")).map(str::to_string);
         if line.contains("webhook listening") {
-            address = line.split_whitespace().find_map(|word| word.strip_prefix("address=")).map(str::to_string);
+            address = logged();
+        }
+        if line.contains("health listening") {
+            health = logged();
+        }
+        if address.is_some() && health.is_some() {
             break;
         }
     }
     // The log pipe is closed from here on, as when a log shipper dies: the server must keep
     // serving (tracing-subscriber panics on a failed write unless the writer swallows it).
     drop(stderr);
-    Running { child, address: address.expect("serve logged its address"), ca_pem }
+    Running {
+        child,
+        address: address.expect("serve logged its address"),
+        health: health.expect("serve logged its health address"),
+        ca_pem,
+    }
 }
 
 async fn tls(running: &Running) -> tokio_rustls::client::TlsStream<TcpStream> {
@@ -69,6 +81,22 @@ async fn tls(running: &Running) -> tokio_rustls::client::TlsStream<TcpStream> {
 }
 
 const REVIEW: &str = r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u-1","kind":{"group":"","version":"v1","kind":"Pod"},"resource":{"group":"","version":"v1","resource":"pods"},"namespace":"enforce-restricted","operation":"CREATE","userInfo":{"username":"alice"},"object":{"metadata":{"name":"web"},"spec":{"containers":[],"volumes":[{"name":"v","csi":{"driver":"privileged.csi.example.com"}}]}}}}"#;
+
+/// Waits (up to 10 s) until `GET path` on the health port answers as `done` says.
+async fn wait_for_health(running: &Running, path: &str, done: impl Fn(&str) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut tcp = TcpStream::connect(&running.health).await.unwrap();
+        tcp.write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        tcp.read_to_string(&mut answer).await.unwrap();
+        if done(&answer) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "GET {path} never answered as expected: {answer}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
 
 #[tokio::test]
 async fn sigterm_finishes_the_request_in_flight_and_exits_zero() {
@@ -93,12 +121,13 @@ async fn sigterm_finishes_the_request_in_flight_and_exits_zero() {
     stream.write_all(head.as_bytes()).await.unwrap();
     stream.write_all(first.as_bytes()).await.unwrap();
     stream.flush().await.unwrap();
-    // Let the server read the head, so the request is in flight when SIGTERM arrives.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The request is in flight when SIGTERM arrives.
+    wait_for_health(&running, "/metrics", |answer| answer.contains("csi_volume_admission_requests_in_flight 1")).await;
 
     let status = Command::new("kill").args(["-TERM", &running.child.id().to_string()]).status().unwrap();
     assert!(status.success());
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The signal has been handled: the server is draining.
+    wait_for_health(&running, "/readyz", |answer| answer.starts_with("HTTP/1.1 503")).await;
     stream.write_all(rest.as_bytes()).await.unwrap();
     stream.flush().await.unwrap();
 

@@ -134,6 +134,16 @@ impl ReloadResult {
     }
 }
 
+/// A request counted in `requests_in_flight`; dropping it ends the count.
+#[derive(Debug)]
+pub struct InFlight(Gauge);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
 /// Every metric the server exports.
 pub struct Metrics {
     registry: Registry,
@@ -146,6 +156,7 @@ pub struct Metrics {
     watch_errors: Family<CacheLabels, Counter>,
     tls_reloads: Family<ReloadLabels, Counter>,
     unanswered: Family<StatusLabels, Counter>,
+    in_flight: Gauge,
 }
 
 impl Default for Metrics {
@@ -187,6 +198,12 @@ impl Metrics {
             "Requests answered with an HTTP error instead of an AdmissionReview, by status (their log lines are rate-limited)",
             unanswered.clone(),
         );
+        let in_flight = Gauge::default();
+        registry.register(
+            "requests_in_flight",
+            "Webhook requests whose head has arrived and whose answer is not yet written",
+            in_flight.clone(),
+        );
         Metrics {
             registry,
             requests,
@@ -198,7 +215,14 @@ impl Metrics {
             watch_errors,
             tls_reloads,
             unanswered,
+            in_flight,
         }
+    }
+
+    /// Counts a request in flight until the returned guard is dropped.
+    pub fn in_flight(&self) -> InFlight {
+        self.in_flight.inc();
+        InFlight(self.in_flight.clone())
     }
 
     /// Counts a request answered with an HTTP error status.
@@ -257,6 +281,9 @@ mod tests {
         metrics.live_lookup();
         metrics.tls_reload(ReloadResult::Failure);
         metrics.unanswered(429);
+        let in_flight = metrics.in_flight();
+        assert!(metrics.encode().contains("csi_volume_admission_requests_in_flight 1"));
+        drop(in_flight);
         let text = metrics.encode();
         for line in [
             "csi_volume_admission_requests_total{path=\"/validate\",decision=\"denied\"} 1",
@@ -266,6 +293,7 @@ mod tests {
             "csi_volume_admission_live_lookups_total 1",
             "csi_volume_admission_tls_reloads_total{result=\"failure\"} 1",
             "csi_volume_admission_unanswered_requests_total{status=\"429\"} 1",
+            "csi_volume_admission_requests_in_flight 0",
         ] {
             assert!(text.contains(line), "missing {line:?} in\n{text}");
         }

@@ -128,6 +128,7 @@ impl Webhook {
         B::Error: Into<BoxError>,
     {
         let started = Instant::now();
+        let _in_flight = self.metrics.in_flight();
         let (endpoint, phase) = match request.uri().path() {
             "/validate" => (Endpoint::Validate, Phase::Validating),
             "/mutate" => (Endpoint::Mutate, Phase::Mutating),

@@ -134,6 +134,19 @@ async fn post(sender: &mut SendRequest<Full<Bytes>>, path: &str, body: String) -
     (status, String::from_utf8(response.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap())
 }
 
+/// Waits (up to 5 s) until `/metrics` holds `line`.
+async fn wait_for_metric(health: SocketAddr, line: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (_, metrics) = health_get(health, "/metrics").await;
+        if metrics.lines().any(|l| l == line) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "/metrics never showed {line:?}:\n{metrics}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 async fn health_get(addr: SocketAddr, path: &str) -> (StatusCode, String) {
     let tcp = TcpStream::connect(addr).await.unwrap();
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await.unwrap();
@@ -187,7 +200,7 @@ async fn a_rotated_certificate_is_served_to_new_connections_while_old_ones_keep_
 
     // A broken pair is logged and the rotated one kept.
     std::fs::write(harness.dir.path().join("tls/tls.key"), "not a key").unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    wait_for_metric(harness.server.health_addr(), "csi_volume_admission_tls_reloads_total{result=\"failure\"} 1").await;
     assert_eq!(harness.connection().await.1, rotated_leaf);
     let (_, metrics) = health_get(harness.server.health_addr(), "/metrics").await;
     assert!(metrics.contains("csi_volume_admission_tls_reloads_total{result=\"success\"} 1"), "{metrics}");
@@ -269,8 +282,8 @@ async fn shutdown_finishes_the_request_in_flight_and_refuses_new_connections() {
         .body(StreamBody::new(tokio_stream_from(receiver)))
         .unwrap();
     let in_flight = tokio::spawn(async move { sender.send_request(request).await });
-    // Let the server read the head, so the request is in flight when shutdown starts.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The request is in flight when shutdown starts.
+    wait_for_metric(harness.server.health_addr(), "csi_volume_admission_requests_in_flight 1").await;
 
     let shutdown = tokio::spawn(harness.server.shutdown());
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -355,7 +368,7 @@ async fn bodies_over_the_budget_are_answered_429_with_retry_after_and_the_budget
         stream.flush().await.unwrap();
         held.push(stream);
     }
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    wait_for_metric(harness.server.health_addr(), "csi_volume_admission_requests_in_flight 2").await;
     let (mut other, _) = harness.connection().await;
     let request = Request::post("/validate")
         .header("host", "localhost")
@@ -394,6 +407,7 @@ async fn connections_over_the_limit_wait_and_are_served_when_one_closes() {
     let tcp = TcpStream::connect(harness.server.webhook_addr()).await.unwrap();
     let connector = harness.connector();
     let third = tokio::spawn(async move { connector.connect(ServerName::try_from("localhost").unwrap(), tcp).await });
+    // A negative can only be watched for a while: 300 ms is far beyond a loopback handshake.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!third.is_finished(), "a third connection was served beyond the limit");
     drop(first);

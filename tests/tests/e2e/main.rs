@@ -74,7 +74,7 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
             "driver::publish_as_kubelet_admitted_pod_served_unguarded_pod_refused",
             Box::new(|s| Box::pin(kubelet_publish::admitted_pod_publishes_unguarded_pod_is_refused(s))),
         ),
-        ("driver::csi_sanity", Box::new(|s| Box::pin(csi_sanity::passes_with_the_controller_suite_skipped(s)))),
+        ("driver::csi_sanity", Box::new(|s| Box::pin(csi_sanity::passes_its_node_and_identity_specs(s)))),
     ]
 }
 
