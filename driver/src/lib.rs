@@ -10,6 +10,7 @@
 //! issue's; today's source is a directory of static shares.
 
 pub mod atomic_writer;
+pub mod authority_rewrite;
 pub mod config;
 pub mod content;
 pub mod error;

@@ -24,7 +24,7 @@ use crate::node::{NodeGrpc, NodeService, VolumeSettings};
 use crate::quote::quote;
 use crate::recovery::recover;
 use crate::registration::RegistrationService;
-use crate::socket;
+use crate::socket::{self, Clients};
 use crate::state_lock::StateLock;
 use crate::volume_store::{FileVolumeStore, VolumeStore};
 
@@ -108,13 +108,14 @@ impl Plugin {
         let until_stopped = |mut stopped: watch::Receiver<bool>| async move {
             let _ = stopped.wait_for(|stop| *stop).await;
         };
-        let csi = socket::serve(csi_socket, csi_routes, until_stopped(stopped.clone()));
+        let csi = socket::serve(csi_socket, csi_routes, Clients::AsSent, until_stopped(stopped.clone()));
         let registration = async {
             let Some(registration_socket) = registration_socket else {
                 return Ok(());
             };
             let routes = Routes::new(RegistrationServer::new(RegistrationService::new(self.csi_socket.clone())));
-            socket::serve(registration_socket, routes, until_stopped(stopped.clone())).await
+            socket::serve(registration_socket, routes, Clients::KubeletRegistration, until_stopped(stopped.clone()))
+                .await
         };
         let refresh_every = Duration::from_secs(self.config.refresh_seconds);
         let refresher = {

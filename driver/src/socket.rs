@@ -9,8 +9,12 @@ use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _, PermissionsExt as _}
 use std::path::{Path, PathBuf};
 
 use tokio::net::UnixListener;
+use tokio_stream::StreamExt as _;
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::service::Routes;
+use tonic::transport::server::Connected;
+
+use crate::authority_rewrite::AuthorityRewrite;
 
 use crate::error::{Error, Result};
 use crate::quote::{quote, quote_path};
@@ -76,17 +80,45 @@ pub fn bind(path: &Path) -> Result<BoundSocket> {
     Ok(bound)
 }
 
+/// How the bytes of a connection reach the gRPC server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Clients {
+    /// As sent (the CSI socket: kubelet's CSI calls send a valid authority).
+    AsSent,
+    /// Through [`AuthorityRewrite`] (the registration socket: kubelet's plugin watcher sends its
+    /// socket path as the `:authority`, which h2 refuses).
+    KubeletRegistration,
+}
+
 /// Serves `routes` on `socket` until `shutdown` completes; the socket is removed when this
 /// future finishes or is dropped.
-pub async fn serve(mut socket: BoundSocket, routes: Routes, shutdown: impl Future<Output = ()> + Send) -> Result<()> {
+pub async fn serve(
+    mut socket: BoundSocket,
+    routes: Routes,
+    clients: Clients,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<()> {
     let Some(listener) = socket.listener.take() else {
         return Err(Error::Internal(format!("{} was served already", quote_path(&socket.path))));
     };
-    tonic::transport::Server::builder()
-        .add_routes(routes)
-        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
-        .await
-        .map_err(|e| Error::Internal(format!("serving on {}: {e}", quote_path(&socket.path))))
+    let server = tonic::transport::Server::builder().add_routes(routes);
+    let connections = UnixListenerStream::new(listener);
+    let served = match clients {
+        Clients::AsSent => server.serve_with_incoming_shutdown(connections, shutdown).await,
+        Clients::KubeletRegistration => {
+            let rewritten = connections.map(|connection| connection.map(AuthorityRewrite::new));
+            server.serve_with_incoming_shutdown(rewritten, shutdown).await
+        }
+    };
+    served.map_err(|e| Error::Internal(format!("serving on {}: {e}", quote_path(&socket.path))))
+}
+
+impl<S: Connected> Connected for AuthorityRewrite<S> {
+    type ConnectInfo = S::ConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.inner().connect_info()
+    }
 }
 
 #[cfg(test)]

@@ -203,3 +203,100 @@ fn a_host_read_only_volume_is_refreshed_through_its_descriptor_and_stays_read_on
     service.unpublish("csi-1", &target.to_string_lossy()).unwrap();
     assert!(!dir.path().join("pods").exists());
 }
+
+/// What an HTTP/2 server did with a request.
+#[derive(Debug, PartialEq, Eq)]
+enum Answer {
+    /// DATA frames on the stream (the gRPC response message).
+    Data(Vec<u8>),
+    /// RST_STREAM with this error code.
+    Reset(u32),
+}
+
+/// A gRPC call with an empty message on raw HTTP/2, as grpc-go sends it when dialled with a bare
+/// socket path: `:authority` is that path.
+async fn grpc_with_authority(socket: &Path, method: &str, authority: &str) -> Answer {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let frame = |kind: u8, flags: u8, stream: u32, payload: &[u8]| {
+        let mut frame = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+        frame.push(kind);
+        frame.push(flags);
+        frame.extend_from_slice(&stream.to_be_bytes());
+        frame.extend_from_slice(payload);
+        frame
+    };
+    let literal = |out: &mut Vec<u8>, value: &str| {
+        assert!(value.len() < 127);
+        out.push(value.len() as u8);
+        out.extend_from_slice(value.as_bytes());
+    };
+    // :method POST, :scheme http (static 3 and 6), :path and :authority (literals with
+    // incremental indexing of static names 4 and 1), content-type (without indexing, static 31),
+    // te: trailers (literal name).
+    let mut block = vec![0x83, 0x86, 0x44];
+    literal(&mut block, method);
+    block.push(0x41);
+    literal(&mut block, authority);
+    block.extend_from_slice(&[0x0f, 0x10]);
+    literal(&mut block, "application/grpc");
+    block.push(0x00);
+    literal(&mut block, "te");
+    literal(&mut block, "trailers");
+    let mut stream = tokio::net::UnixStream::connect(socket).await.unwrap();
+    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    out.extend(frame(0x4, 0, 0, &[]));
+    out.extend(frame(0x1, 0x4, 1, &block));
+    out.extend(frame(0x0, 0x1, 1, &[0, 0, 0, 0, 0]));
+    stream.write_all(&out).await.unwrap();
+    let mut data = Vec::new();
+    loop {
+        let mut header = [0u8; 9];
+        tokio::time::timeout(std::time::Duration::from_secs(5), stream.read_exact(&mut header))
+            .await
+            .expect("the server answered within 5 s")
+            .unwrap();
+        let length = u32::from_be_bytes([0, header[0], header[1], header[2]]) as usize;
+        let (kind, flags) = (header[3], header[4]);
+        let id = u32::from_be_bytes([header[5], header[6], header[7], header[8]]) & 0x7fff_ffff;
+        let mut payload = vec![0u8; length];
+        stream.read_exact(&mut payload).await.unwrap();
+        match (kind, id) {
+            (0x4, 0) if flags & 0x1 == 0 => stream.write_all(&frame(0x4, 0x1, 0, &[])).await.unwrap(),
+            (0x3, 1) => return Answer::Reset(u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]])),
+            (0x0, 1) => data.extend_from_slice(&payload),
+            (0x1, 1) if flags & 0x1 != 0 => return Answer::Data(data),
+            _ => {}
+        }
+    }
+}
+
+#[tokio::test]
+async fn kubelets_registration_dial_with_its_socket_path_as_authority_is_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("shares")).unwrap();
+    let csi_socket = dir.path().join("csi.sock");
+    let registration = dir.path().join("registry/sharedresource.csi.inlineguard.dev-reg.sock");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let plugin = Plugin { register: true, ..Plugin::in_directory(dir.path(), csi_socket.clone()) };
+    let running = tokio::spawn(plugin.run(async {
+        let _ = stopped.await;
+    }));
+    drop(channel(registration.clone()).await);
+
+    // What kubelet's plugin watcher sends: the socket path as the authority.
+    let authority = registration.to_string_lossy().into_owned();
+    let Answer::Data(info) =
+        grpc_with_authority(&registration, "/pluginregistration.Registration/GetInfo", &authority).await
+    else {
+        panic!("GetInfo was not answered");
+    };
+    let info = String::from_utf8_lossy(&info);
+    assert!(info.contains("CSIPlugin") && info.contains("sharedresource.csi.inlineguard.dev"), "{info:?}");
+    assert!(info.contains(csi_socket.to_str().unwrap()), "it names the CSI socket: {info:?}");
+    // The same request on a socket served as sent is refused by h2 (PROTOCOL_ERROR, 0x1): the
+    // failure the rewrite exists for.
+    let refused = grpc_with_authority(&csi_socket, "/csi.v1.Identity/GetPluginInfo", &authority).await;
+    assert_eq!(refused, Answer::Reset(0x1));
+    stop.send(()).unwrap();
+    running.await.unwrap().unwrap();
+}

@@ -23,6 +23,9 @@ pub struct Peers {
     pub etcd: PathBuf,
     /// `csi-sanity`.
     pub csi_sanity: PathBuf,
+    /// `registration-probe` (this repository's `tests/peers/cmd/registration-probe`): grpc-go
+    /// dialling a plugin's registration socket exactly as kubelet's plugin watcher does.
+    pub registration_probe: PathBuf,
     /// The Kubernetes release the apiserver was built from, e.g. `v1.35.4`.
     pub kubernetes_version: String,
 }
@@ -33,11 +36,15 @@ struct Target {
     package: &'static str,
 }
 
-const TARGETS: [Target; 3] = [
+const TARGETS: [Target; 4] = [
     Target { file: "kube-apiserver", package: "k8s.io/kubernetes/cmd/kube-apiserver" },
     Target { file: "etcd", package: "go.etcd.io/etcd/server/v3" },
     Target { file: "csi-sanity", package: "github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity" },
+    Target { file: "registration-probe", package: "./cmd/registration-probe" },
 ];
+
+/// The one Go source of this repository built as a peer (part of the cache key).
+const PROBE_SOURCE: &str = "cmd/registration-probe/main.go";
 
 /// Builds the peers on first use (minutes, cold) and returns them (milliseconds, cached).
 pub fn peers() -> Result<Peers, String> {
@@ -45,7 +52,13 @@ pub fn peers() -> Result<Peers, String> {
     let go_version = go(&module, &["env", "GOVERSION"])?;
     let go_mod = read(&module.join("go.mod"))?;
     let kubernetes_version = required_version(&go_mod, "k8s.io/kubernetes")?;
-    let key = fingerprint(&[&go_mod, &read(&module.join("go.sum"))?, &read(&module.join("tools.go"))?, &go_version]);
+    let key = fingerprint(&[
+        &go_mod,
+        &read(&module.join("go.sum"))?,
+        &read(&module.join("tools.go"))?,
+        &read(&module.join(PROBE_SOURCE))?,
+        &go_version,
+    ]);
     let dir = cache_root()?.join(format!("{go_version}-{key:016x}"));
     fs::create_dir_all(&dir).map_err(|e| format!("creating the peer cache {}: {e}", dir.display()))?;
 
@@ -74,6 +87,7 @@ pub fn peers() -> Result<Peers, String> {
         kube_apiserver: dir.join("kube-apiserver"),
         etcd: dir.join("etcd"),
         csi_sanity: dir.join("csi-sanity"),
+        registration_probe: dir.join("registration-probe"),
         kubernetes_version,
     })
 }

@@ -11,6 +11,7 @@ mod audit_command;
 mod cold_cache;
 mod csi_sanity;
 mod kubelet_publish;
+mod kubelet_registration;
 mod manifests;
 mod match_conditions;
 mod rbac;
@@ -73,6 +74,10 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
         (
             "driver::publish_as_kubelet_admitted_pod_served_unguarded_pod_refused",
             Box::new(|s| Box::pin(kubelet_publish::admitted_pod_publishes_unguarded_pod_is_refused(s))),
+        ),
+        (
+            "driver::registration_answers_grpc_go_dialled_as_kubelet",
+            Box::new(|s| Box::pin(kubelet_registration::grpc_go_dialled_as_kubelet_registers_the_driver(s))),
         ),
         ("driver::csi_sanity", Box::new(|s| Box::pin(csi_sanity::passes_its_node_and_identity_specs(s)))),
     ]
