@@ -100,6 +100,13 @@ pub fn check(request: &NodePublishVolumeRequest, kubelet_dir: &Path) -> Result<P
         .into_iter()
         .filter(|key| context.get(*key).is_none_or(|value| value.is_empty()))
         .collect();
+    if missing == [SERVICE_ACCOUNT_NAME] {
+        // podInfoOnMount is on (the other keys came): the pod itself has no service account, as
+        // when the ServiceAccount admission plugin is off and the pod names none.
+        return invalid(format!(
+            "volume_context[{SERVICE_ACCOUNT_NAME:?}] is empty: the pod runs without a service account, and access to a share is granted to one (set spec.serviceAccountName, or enable the ServiceAccount admission plugin)"
+        ));
+    }
     if !missing.is_empty() {
         return invalid(format!(
             "volume_context lacks the pod information {}: set podInfoOnMount: true on the CSIDriver",
@@ -241,6 +248,13 @@ mod tests {
                     r.volume_context.insert(SERVICE_ACCOUNT_NAME.into(), String::new());
                 },
                 expected: "volume_context lacks the pod information csi.storage.k8s.io/pod.uid, csi.storage.k8s.io/serviceAccount.name: set podInfoOnMount: true on the CSIDriver",
+            },
+            Case {
+                name: "no service account",
+                break_it: |r| {
+                    r.volume_context.insert(SERVICE_ACCOUNT_NAME.into(), String::new());
+                },
+                expected: "volume_context[\"csi.storage.k8s.io/serviceAccount.name\"] is empty: the pod runs without a service account, and access to a share is granted to one (set spec.serviceAccountName, or enable the ServiceAccount admission plugin)",
             },
             Case {
                 name: "readonly",
