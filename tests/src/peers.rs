@@ -1,8 +1,10 @@
-//! The real Kubernetes components the suites run against (kube-apiserver, etcd, csi-sanity), built
-//! from the Go module proxy with the machine's Go toolchain at the versions `tests/peers/go.mod`
-//! pins, and cached outside the checkout so that a fresh clone pays for the build once per machine.
+//! The real Kubernetes components the suites run against (kube-apiserver, etcd, csi-sanity, and
+//! for the node kubelet), and two small Go programs of this repository (a registration probe, a
+//! pause process), built from the Go module proxy with the machine's Go toolchain at the versions
+//! `tests/peers/go.mod` and `tests/peers/node/go.mod` pin, and cached outside the checkout so
+//! that a fresh clone pays for the build once per machine.
 //!
-//! The cache directory is keyed by a hash of `go.mod`, `go.sum`, `tools.go` and the Go version: a
+//! The cache directory is keyed by a hash of those modules' files and the Go version: a
 //! version bump builds into a new directory instead of reusing a stale binary. Builds land in a
 //! temporary directory and are renamed into place, and a lock file serialises concurrent test
 //! processes, so a half-written binary is never run.
@@ -26,25 +28,43 @@ pub struct Peers {
     /// `registration-probe` (this repository's `tests/peers/cmd/registration-probe`): grpc-go
     /// dialling a plugin's registration socket exactly as kubelet's plugin watcher does.
     pub registration_probe: PathBuf,
+    /// `kubelet`, from the same Kubernetes release as the apiserver.
+    pub kubelet: PathBuf,
+    /// `pause` (`tests/peers/node/cmd/pause`): the sandbox process of the node's pods.
+    pub pause: PathBuf,
     /// The Kubernetes release the apiserver was built from, e.g. `v1.35.4`.
     pub kubernetes_version: String,
 }
 
-/// One Go main package and the file it is built to.
+/// One Go main package, the module (a directory of `tests/peers`) it is built in, and the file it
+/// is built to.
 struct Target {
     file: &'static str,
     package: &'static str,
+    module: &'static str,
 }
 
-const TARGETS: [Target; 4] = [
-    Target { file: "kube-apiserver", package: "k8s.io/kubernetes/cmd/kube-apiserver" },
-    Target { file: "etcd", package: "go.etcd.io/etcd/server/v3" },
-    Target { file: "csi-sanity", package: "github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity" },
-    Target { file: "registration-probe", package: "./cmd/registration-probe" },
+const TARGETS: [Target; 6] = [
+    Target { file: "kube-apiserver", package: "k8s.io/kubernetes/cmd/kube-apiserver", module: "." },
+    Target { file: "etcd", package: "go.etcd.io/etcd/server/v3", module: "." },
+    Target { file: "csi-sanity", package: "github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity", module: "." },
+    Target { file: "registration-probe", package: "./cmd/registration-probe", module: "." },
+    // The node: a module of its own, since csi-test needs a newer CSI spec than kubelet builds with.
+    Target { file: "kubelet", package: "k8s.io/kubernetes/cmd/kubelet", module: "node" },
+    Target { file: "pause", package: "./cmd/pause", module: "node" },
 ];
 
-/// The one Go source of this repository built as a peer (part of the cache key).
-const PROBE_SOURCE: &str = "cmd/registration-probe/main.go";
+/// Every file that decides what the peers are: the cache key hashes them all.
+const SOURCES: [&str; 8] = [
+    "go.mod",
+    "go.sum",
+    "tools.go",
+    "cmd/registration-probe/main.go",
+    "node/go.mod",
+    "node/go.sum",
+    "node/tools.go",
+    "node/cmd/pause/main.go",
+];
 
 /// Builds the peers on first use (minutes, cold) and returns them (milliseconds, cached).
 pub fn peers() -> Result<Peers, String> {
@@ -52,13 +72,9 @@ pub fn peers() -> Result<Peers, String> {
     let go_version = go(&module, &["env", "GOVERSION"])?;
     let go_mod = read(&module.join("go.mod"))?;
     let kubernetes_version = required_version(&go_mod, "k8s.io/kubernetes")?;
-    let key = fingerprint(&[
-        &go_mod,
-        &read(&module.join("go.sum"))?,
-        &read(&module.join("tools.go"))?,
-        &read(&module.join(PROBE_SOURCE))?,
-        &go_version,
-    ]);
+    let mut sources = SOURCES.iter().map(|file| read(&module.join(file))).collect::<Result<Vec<String>, String>>()?;
+    sources.push(go_version.clone());
+    let key = fingerprint(&sources.iter().map(String::as_str).collect::<Vec<_>>());
     let dir = cache_root()?.join(format!("{go_version}-{key:016x}"));
     fs::create_dir_all(&dir).map_err(|e| format!("creating the peer cache {}: {e}", dir.display()))?;
 
@@ -79,7 +95,7 @@ pub fn peers() -> Result<Peers, String> {
             minor(&kubernetes_version)
         );
         let out = partial.to_str().ok_or("the cache path is not UTF-8")?.to_string();
-        go(&module, &["build", "-trimpath", "-ldflags", &ldflags, "-o", &out, target.package])?;
+        go(&module.join(target.module), &["build", "-trimpath", "-ldflags", &ldflags, "-o", &out, target.package])?;
         fs::rename(&partial, &binary).map_err(|e| format!("moving {} into place: {e}", binary.display()))?;
     }
     drop(lock);
@@ -88,6 +104,8 @@ pub fn peers() -> Result<Peers, String> {
         etcd: dir.join("etcd"),
         csi_sanity: dir.join("csi-sanity"),
         registration_probe: dir.join("registration-probe"),
+        kubelet: dir.join("kubelet"),
+        pause: dir.join("pause"),
         kubernetes_version,
     })
 }
