@@ -14,6 +14,7 @@ mod kubelet_publish;
 mod kubelet_registration;
 mod manifests;
 mod match_conditions;
+mod node;
 mod rbac;
 mod read_only;
 mod relabel;
@@ -79,6 +80,7 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
             "driver::registration_answers_grpc_go_dialled_as_kubelet",
             Box::new(|s| Box::pin(kubelet_registration::grpc_go_dialled_as_kubelet_registers_the_driver(s))),
         ),
+        ("node::kubelet_registers_the_driver", Box::new(|s| Box::pin(node::kubelet_registers_the_driver(s)))),
         ("driver::csi_sanity", Box::new(|s| Box::pin(csi_sanity::passes_its_node_and_identity_specs(s)))),
     ]
 }
@@ -92,6 +94,7 @@ fn selected(args: &Arguments, name: &str) -> bool {
 
 fn main() -> ExitCode {
     inline_guard_tests::webhook::run_cli_if_child();
+    inline_guard_tests::node::plugin::run_driver_if_child();
     let args = Arguments::from_args();
     let scenarios = scenarios();
 

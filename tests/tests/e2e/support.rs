@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use inline_guard_tests::apply::{apply, objects};
 use inline_guard_tests::cluster::{AuditEvent, Cluster};
+use inline_guard_tests::node::Node;
 use inline_guard_tests::peers::Peers;
 use inline_guard_tests::repo_root;
 use inline_guard_tests::webhook::{Registration, WebhookServer, register};
@@ -34,8 +35,11 @@ pub const SHARED_RESOURCE_DRIVER: &str = "sharedresource.csi.inlineguard.dev";
 /// A scenario's result; `Err` carries what was observed.
 pub type Outcome = Result<(), String>;
 
-/// The control plane and the webhook servers, for the whole run.
+/// The control plane, the webhook servers and the node, for the whole run.
 pub struct Suite {
+    /// The real node (containerd, kubelet, the driver), or why it did not start: only the node
+    /// scenarios fail then. First, so that it is torn down while the apiserver still runs.
+    pub node: Result<Node, String>,
     /// `serve` with `config/admission.yaml`, for namespaces labelled `WEBHOOK_LABEL=shared`.
     pub shared: WebhookServer,
     /// `serve` with `config/openshift-compatible.yaml`, for `WEBHOOK_LABEL=openshift`.
@@ -88,7 +92,12 @@ impl Suite {
             Ok::<_, String>(registrations)
         })?;
         eprintln!("e2e: both webhooks answering through the apiserver after {:?}", started.elapsed());
-        Ok(Suite { shared, openshift, _registrations: registrations, admin, cluster, peers, runtime })
+        let node = runtime.block_on(Node::start(&cluster, &peers, &admin));
+        match &node {
+            Ok(_) => eprintln!("e2e: node Ready after {:?}", started.elapsed()),
+            Err(error) => eprintln!("e2e: THE NODE DID NOT START; every node scenario fails with this:\n{error}"),
+        }
+        Ok(Suite { node, shared, openshift, _registrations: registrations, admin, cluster, peers, runtime })
     }
 }
 

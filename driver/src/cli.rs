@@ -1,0 +1,109 @@
+//! The command line of `sharedresource-csi-driver`: flags and configuration in, the plugin served
+//! until SIGTERM. In the library so that a test binary can run it as a child process of its own.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Parser;
+
+use crate::config::DriverConfig;
+use crate::content::{ContentSource, StaticDirSource};
+use crate::mounter::LinuxMounter;
+use crate::plugin::Plugin;
+use crate::socket::socket_path;
+
+#[derive(Parser)]
+#[command(
+    name = "sharedresource-csi-driver",
+    version,
+    about = "CSI node plugin for shared Secrets and ConfigMaps, read-only inline volumes only"
+)]
+struct Flags {
+    /// The CSI socket, unix:///path.
+    #[arg(long, default_value = "unix:///csi/csi.sock")]
+    endpoint: String,
+    /// This node's name (defaults to $NODE_NAME).
+    #[arg(long, env = "NODE_NAME")]
+    node_id: String,
+    /// Configuration file (config/driver.yaml); built-in defaults otherwise.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Do not serve kubelet registration (when a node-driver-registrar sidecar does).
+    #[arg(long)]
+    no_registration: bool,
+}
+
+/// Parses `args` (the program name first), serves until SIGTERM or SIGINT, and returns the exit
+/// code: 0 after a clean shutdown, 2 when the driver cannot start.
+pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
+    let flags = match Flags::try_parse_from(args) {
+        Ok(flags) => flags,
+        Err(error) => {
+            let _ = error.print();
+            return if error.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS };
+        }
+    };
+    use std::io::IsTerminal as _;
+    let _ = tracing_subscriber::fmt().with_writer(|| LossyStderr).with_ansi(std::io::stderr().is_terminal()).try_init();
+    match run(flags) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("sharedresource-csi-driver: {error}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Standard error that swallows write failures: tracing-subscriber panics when it cannot report a
+/// failed write, and a closed log pipe must not take the node plugin down. (The admission
+/// server's logger does the same, in its own crate.)
+struct LossyStderr;
+
+impl std::io::Write for LossyStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let _ = std::io::stderr().write_all(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let _ = std::io::stderr().flush();
+        Ok(())
+    }
+}
+
+fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
+    let config = match &flags.config {
+        Some(path) => DriverConfig::load(path)?,
+        None => DriverConfig::default(),
+    };
+    let Some(shares) = config.static_shares_dir.clone() else {
+        return Err("no content source: set staticSharesDir (the Kubernetes-backed source is not built yet)".into());
+    };
+    let content: Arc<dyn ContentSource> = Arc::new(StaticDirSource::new(shares));
+    let plugin = Plugin {
+        config,
+        csi_socket: socket_path(&flags.endpoint)?,
+        node_id: flags.node_id,
+        register: !flags.no_registration,
+        mounter: Arc::new(LinuxMounter),
+        content,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let served = runtime.block_on(plugin.run(async {
+        let mut terminate = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(signal) => signal,
+            Err(_) => return std::future::pending().await,
+        };
+        tokio::select! {
+            _ = terminate.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    }));
+    // The plugin has waited its grace period; a publish still running on the blocking pool is
+    // cut off here, as a SIGKILL would, and undone at the next start.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(200));
+    served?;
+    Ok(())
+}

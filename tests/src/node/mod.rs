@@ -1,0 +1,221 @@
+//! A real node for the end-to-end suite: Debian's containerd and runc, kubelet built from the same
+//! Kubernetes release as the apiserver, and the driver as a host process in kubelet's plugin
+//! directories, so kubelet discovers it through its registration socket as in a cluster. Pods
+//! name the node directly (`spec.nodeName`: no scheduler runs) and use images imported from OCI
+//! layouts (`imagePullPolicy: Never`).
+//!
+//! One node per machine at a time: kubelet and containerd keep some state of their own (cgroups,
+//! shims). Teardown removes exactly what the run made: pods' containers, the shims, every mount
+//! under the run directory, then the directory.
+
+pub mod image;
+pub mod kubelet;
+pub mod plugin;
+pub mod runtime;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Node as NodeObject;
+use k8s_openapi::api::storage::v1::CSINode;
+use kube::api::Api;
+
+use crate::cluster::{ChildProcess, Cluster};
+use crate::peers::Peers;
+use kubelet::{KubeletDirs, NODE_NAME};
+use plugin::PluginFiles;
+use runtime::Containerd;
+
+/// The busybox image the node's pods run.
+pub const BUSYBOX_IMAGE: &str = "inline-guard.test/busybox:e2e";
+
+/// A running node. Dropping it tears it down.
+pub struct Node {
+    /// kubelet's directories.
+    pub kubelet_dirs: KubeletDirs,
+    /// The driver's files.
+    pub plugin: PluginFiles,
+    driver: Mutex<Option<ChildProcess>>,
+    kubelet: Option<ChildProcess>,
+    containerd: Option<Containerd>,
+    dir: Option<tempfile::TempDir>,
+}
+
+impl Node {
+    /// The node's name.
+    pub fn name(&self) -> &'static str {
+        NODE_NAME
+    }
+
+    /// Starts containerd, imports the images, starts kubelet and the driver, and waits until the
+    /// Node is Ready.
+    pub async fn start(cluster: &Cluster, peers: &Peers, admin: &kube::Client) -> Result<Node, String> {
+        let dir = tempfile::Builder::new().prefix("inline-guard-node-").tempdir().map_err(|e| e.to_string())?;
+        let root = dir.path().to_path_buf();
+        let containerd = Containerd::start(&root.join("containerd"))?;
+        let images = root.join("images");
+        std::fs::create_dir_all(&images).map_err(|e| e.to_string())?;
+        containerd.import(&image::pause(&images, runtime::PAUSE_IMAGE, &peers.pause)?)?;
+        containerd.import(&image::busybox(&images, BUSYBOX_IMAGE)?)?;
+        let (kubelet, kubelet_dirs) =
+            kubelet::start(&peers.kubelet, &root.join("kubelet"), cluster.kubeconfig(), &containerd.socket)?;
+        let plugin = PluginFiles::new(&root.join("driver"), &kubelet_dirs.root)?;
+        let driver = plugin.start(&root, "driver")?;
+        let mut node = Node {
+            kubelet_dirs,
+            plugin,
+            driver: Mutex::new(Some(driver)),
+            kubelet: Some(kubelet),
+            containerd: Some(containerd),
+            dir: Some(dir),
+        };
+        node.wait_ready(admin).await?;
+        Ok(node)
+    }
+
+    async fn wait_ready(&mut self, admin: &kube::Client) -> Result<(), String> {
+        let nodes = Api::<NodeObject>::all(admin.clone());
+        let deadline = Instant::now() + Duration::from_secs(90);
+        let mut last = String::from("no Node object yet");
+        while Instant::now() < deadline {
+            if let Some(kubelet) = self.kubelet.as_mut() {
+                kubelet.ensure_running()?;
+            }
+            if let Ok(node) = nodes.get(NODE_NAME).await {
+                let conditions = node.status.and_then(|s| s.conditions).unwrap_or_default();
+                match conditions.iter().find(|c| c.type_ == "Ready") {
+                    Some(ready) if ready.status == "True" => return Ok(()),
+                    Some(ready) => last = format!("Ready={}: {}", ready.status, ready.message.clone().unwrap_or_default()),
+                    None => last = "no Ready condition yet".into(),
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Err(format!("node {NODE_NAME} not Ready within 90 s: {last}\n{}", self.log_tails()))
+    }
+
+    /// The drivers the node's CSINode lists, with their node ids.
+    pub async fn csi_node_drivers(&self, admin: &kube::Client) -> Vec<(String, String)> {
+        match Api::<CSINode>::all(admin.clone()).get(NODE_NAME).await {
+            Ok(node) => node.spec.drivers.into_iter().map(|d| (d.name, d.node_id)).collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    /// SIGKILLs the driver.
+    pub fn kill_driver(&self) {
+        if let Some(mut driver) = self.driver.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            driver.kill();
+        }
+    }
+
+    /// Starts the driver again (after [`Node::kill_driver`]).
+    pub fn restart_driver(&self) -> Result<(), String> {
+        let dir = self.dir.as_ref().ok_or("the node is torn down")?.path();
+        let driver = self.plugin.start(dir, "driver-restarted")?;
+        *self.driver.lock().unwrap_or_else(|p| p.into_inner()) = Some(driver);
+        Ok(())
+    }
+
+    /// What the container `container` of pod `namespace/pod` has written so far, one line per
+    /// write (the CRI log format's prefix removed).
+    pub fn container_log(&self, namespace: &str, pod: &str, container: &str) -> Vec<String> {
+        let prefix = format!("{namespace}_{pod}_");
+        let Ok(entries) = std::fs::read_dir(&self.kubelet_dirs.pod_logs) else { return Vec::new() };
+        let mut lines = Vec::new();
+        for entry in entries.flatten() {
+            if !entry.file_name().to_string_lossy().starts_with(&prefix) {
+                continue;
+            }
+            let Ok(files) = std::fs::read_dir(entry.path().join(container)) else { continue };
+            let mut files: Vec<PathBuf> = files.flatten().map(|f| f.path()).collect();
+            files.sort();
+            for file in files {
+                let text = std::fs::read_to_string(&file).unwrap_or_default();
+                // `<time> stdout F <line>`
+                lines.extend(text.lines().filter_map(|l| l.splitn(4, ' ').nth(3)).map(str::to_string));
+            }
+        }
+        lines
+    }
+
+    /// Mount points under kubelet's pods directory (what a published volume leaves).
+    pub fn pod_mounts(&self) -> Vec<String> {
+        mounts_under(&self.kubelet_dirs.root.join("pods"))
+    }
+
+    /// The driver's volume records.
+    pub fn driver_records(&self) -> Vec<PathBuf> {
+        std::fs::read_dir(&self.plugin.state)
+            .map(|entries| {
+                entries.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "json")).collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The last lines of kubelet's, containerd's and the driver's logs, for failure messages.
+    pub fn log_tails(&self) -> String {
+        let mut tails = Vec::new();
+        if let Some(kubelet) = &self.kubelet {
+            tails.push(kubelet.log_tail(25));
+        }
+        if let Some(containerd) = &self.containerd {
+            tails.push(containerd.process.log_tail(10));
+        }
+        if let Some(driver) = self.driver.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            tails.push(driver.log_tail(15));
+        }
+        tails.join("\n")
+    }
+}
+
+/// Mount points at or below `dir`, deepest first, from this process's mount table.
+fn mounts_under(dir: &Path) -> Vec<String> {
+    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let prefix = dir.to_string_lossy().into_owned();
+    let mut mounts: Vec<String> = table
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .map(|point| point.replace("\\040", " "))
+        .filter(|point| point == &prefix || point.starts_with(&format!("{prefix}/")))
+        .collect();
+    mounts.sort_by_key(|point| std::cmp::Reverse(point.len()));
+    mounts.dedup();
+    mounts
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        // kubelet first, so it restarts nothing; then every container and sandbox, their shims,
+        // containerd, the driver; then every mount the run made, deepest first; then the files.
+        drop(self.kubelet.take());
+        if let Some(containerd) = self.containerd.take() {
+            containerd.remove_everything();
+            let state = containerd.state.to_string_lossy().into_owned();
+            drop(containerd);
+            kill_processes_mentioning(&state);
+        }
+        self.kill_driver();
+        if let Some(dir) = self.dir.take() {
+            for point in mounts_under(dir.path()) {
+                let _ = Command::new("umount").arg("-l").arg(&point).status();
+            }
+            drop(dir);
+        }
+    }
+}
+
+/// SIGKILLs every process whose command line mentions `needle` (containerd's shims name its
+/// state directory in their arguments).
+fn kill_processes_mentioning(needle: &str) {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return };
+    for entry in entries.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        if String::from_utf8_lossy(&cmdline).contains(needle) && pid != std::process::id() {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        }
+    }
+}

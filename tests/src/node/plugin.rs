@@ -1,0 +1,75 @@
+//! The driver as a node runs it: a separate process (the test binary re-executed into the
+//! driver's own command line, so it can be SIGKILLed), its sockets where kubelet looks, in
+//! kubelet's plugin directories.
+
+use std::path::{Path, PathBuf};
+
+use crate::cluster::ChildProcess;
+
+/// Set in the environment of the re-executed test binary.
+const DRIVER_CHILD_ENV: &str = "INLINE_GUARD_E2E_DRIVER";
+
+/// Call first thing in a test binary's `main`: when this process is the driver child, runs the
+/// driver and exits.
+pub fn run_driver_if_child() {
+    if std::env::var_os(DRIVER_CHILD_ENV).is_none() {
+        return;
+    }
+    let args = std::iter::once("sharedresource-csi-driver".into()).chain(std::env::args_os().skip(1));
+    let code = sharedresource_csi_driver::cli::main(args);
+    std::process::exit(if code == std::process::ExitCode::SUCCESS { 0 } else { 2 });
+}
+
+/// Where the driver of a node keeps what.
+pub struct PluginFiles {
+    /// Its configuration.
+    pub config: PathBuf,
+    /// Its CSI socket.
+    pub socket: PathBuf,
+    /// The static shares it serves.
+    pub shares: PathBuf,
+    /// Its records.
+    pub state: PathBuf,
+}
+
+impl PluginFiles {
+    /// Lays out the driver of the node whose kubelet root is `kubelet_root`, keeping its own
+    /// files in `dir`; content is refreshed every second.
+    pub fn new(dir: &Path, kubelet_root: &Path) -> Result<PluginFiles, String> {
+        let files = PluginFiles {
+            config: dir.join("driver.yaml"),
+            socket: kubelet_root.join("plugins/sharedresource.csi.inlineguard.dev/csi.sock"),
+            shares: dir.join("shares"),
+            state: dir.join("state"),
+        };
+        std::fs::create_dir_all(&files.shares).map_err(|e| format!("{}: {e}", files.shares.display()))?;
+        let text = format!(
+            "stateDir: {}\nregistryDir: {}\nkubeletDir: {}\nstaticSharesDir: {}\ntmpfsSize: 1Mi\nrefreshSeconds: 1\nshutdownTimeoutSeconds: 2\n",
+            files.state.display(),
+            kubelet_root.join("plugins_registry").display(),
+            kubelet_root.display(),
+            files.shares.display(),
+        );
+        std::fs::write(&files.config, text).map_err(|e| format!("{}: {e}", files.config.display()))?;
+        Ok(files)
+    }
+
+    /// Starts the driver process, logging to `dir/NAME.log`.
+    pub fn start(&self, dir: &Path, name: &str) -> Result<ChildProcess, String> {
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        ChildProcess::spawn(
+            name,
+            &exe,
+            &[
+                "--endpoint".into(),
+                format!("unix://{}", self.socket.display()),
+                "--node-id".into(),
+                super::kubelet::NODE_NAME.into(),
+                "--config".into(),
+                self.config.display().to_string(),
+            ],
+            &[(DRIVER_CHILD_ENV, "1")],
+            dir,
+        )
+    }
+}

@@ -1,0 +1,128 @@
+//! The container runtime of the node: Debian's containerd and runc, with a root, state, socket and
+//! CNI configuration of the run's own. The CNI network is loopback only: pods reach nothing
+//! beyond themselves, and no bridge or address is added to the machine.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::bounded::output_within;
+use crate::cluster::ChildProcess;
+
+/// A running containerd.
+pub struct Containerd {
+    /// The process.
+    pub process: ChildProcess,
+    /// Its CRI and API socket.
+    pub socket: PathBuf,
+    /// Its state directory (the shims' sockets live here).
+    pub state: PathBuf,
+}
+
+/// The image every pod sandbox runs.
+pub const PAUSE_IMAGE: &str = "inline-guard.test/pause:e2e";
+
+impl Containerd {
+    /// Starts containerd under `dir` and waits until it answers.
+    pub fn start(dir: &Path) -> Result<Containerd, String> {
+        let write = |path: &Path, text: &str| std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()));
+        let (root, state, cni) = (dir.join("root"), dir.join("state"), dir.join("cni"));
+        for created in [&root, &state, &cni] {
+            std::fs::create_dir_all(created).map_err(|e| format!("{}: {e}", created.display()))?;
+        }
+        let socket = state.join("containerd.sock");
+        write(&cni.join("10-loopback.conflist"), r#"{"cniVersion": "1.0.0", "name": "inline-guard-e2e", "plugins": [{"type": "loopback"}]}"#)?;
+        let config = dir.join("config.toml");
+        write(
+            &config,
+            &format!(
+                r#"version = 2
+root = "{root}"
+state = "{state}"
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs"]
+
+[grpc]
+  address = "{socket}"
+
+[ttrpc]
+  address = "{state}/containerd.sock.ttrpc"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{PAUSE_IMAGE}"
+  # This sandbox lacks CAP_SYS_RESOURCE: runc cannot lower oom_score_adj below the parent's.
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "{cni}"
+"#,
+                root = root.display(),
+                state = state.display(),
+                socket = socket.display(),
+                cni = cni.display(),
+            ),
+        )?;
+        let mut process = ChildProcess::spawn(
+            "containerd",
+            Path::new("/usr/bin/containerd"),
+            &["--config".into(), config.display().to_string()],
+            &[],
+            dir,
+        )?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+            process.ensure_running()?;
+            if Instant::now() > deadline {
+                return Err(format!("containerd did not listen within 30 s\n{}", process.log_tail(20)));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(Containerd { process, socket, state })
+    }
+
+    /// `ctr -n k8s.io ARGS` against this containerd.
+    pub fn ctr(&self, args: &[&str]) -> Result<String, String> {
+        let output = output_within(
+            Command::new("/usr/bin/ctr").arg("--address").arg(&self.socket).args(["-n", "k8s.io"]).args(args),
+            Duration::from_secs(120),
+            "ctr",
+        )?;
+        if !output.status.success() {
+            return Err(format!("ctr {} failed: {}", args.join(" "), String::from_utf8_lossy(&output.stderr)));
+        }
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+
+    /// Imports an OCI layout tar.
+    pub fn import(&self, archive: &Path) -> Result<(), String> {
+        self.ctr(&["images", "import", &archive.display().to_string()]).map(drop)
+    }
+
+    /// Stops every container and sandbox it runs (their shims outlive containerd otherwise).
+    pub fn remove_everything(&self) {
+        for kind in ["tasks", "containers"] {
+            let listed = self.ctr(&[kind, "list", "-q"]).unwrap_or_default();
+            for id in listed.lines().filter(|l| !l.is_empty()) {
+                let _ = match kind {
+                    "tasks" => self.ctr(&["tasks", "kill", "-s", "SIGKILL", id]),
+                    _ => self.ctr(&["containers", "delete", id]),
+                };
+            }
+            if kind == "tasks" {
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while Instant::now() < deadline && !self.ctr(&["tasks", "list", "-q"]).unwrap_or_default().trim().is_empty() {
+                    for id in self.ctr(&["tasks", "list", "-q"]).unwrap_or_default().lines() {
+                        let _ = self.ctr(&["tasks", "delete", "-f", id]);
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+        }
+    }
+}
