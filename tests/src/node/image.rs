@@ -73,7 +73,15 @@ pub fn build(work: &Path, name: &str, entries: &[Entry], entrypoint: &[&str]) ->
     }
     let layer_tar = work.join(format!("{stem}-layer.tar"));
     run(
-        Command::new("tar").arg("--owner=0").arg("--group=0").arg("--numeric-owner").arg("-C").arg(&root).arg("-cf").arg(&layer_tar).arg("."),
+        Command::new("tar")
+            .arg("--owner=0")
+            .arg("--group=0")
+            .arg("--numeric-owner")
+            .arg("-C")
+            .arg(&root)
+            .arg("-cf")
+            .arg(&layer_tar)
+            .arg("."),
         "tar (layer)",
     )?;
     let layer = std::fs::read(&layer_tar).map_err(io)?;

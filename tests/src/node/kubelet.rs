@@ -24,7 +24,11 @@ pub struct KubeletDirs {
 /// The first global IPv4 address of the machine: kubelet refuses a loopback node IP. Only
 /// reported in the Node's status; nothing connects to it.
 fn node_ip() -> Result<String, String> {
-    let output = output_within(Command::new("ip").args(["-4", "-o", "addr", "show", "scope", "global"]), Duration::from_secs(10), "ip addr")?;
+    let output = output_within(
+        Command::new("ip").args(["-4", "-o", "addr", "show", "scope", "global"]),
+        Duration::from_secs(10),
+        "ip addr",
+    )?;
     String::from_utf8_lossy(&output.stdout)
         .lines()
         .find_map(|line| line.split_whitespace().skip_while(|w| *w != "inet").nth(1))
@@ -34,7 +38,12 @@ fn node_ip() -> Result<String, String> {
 }
 
 /// Starts kubelet in `dir` against `kubeconfig` and `runtime_socket`.
-pub fn start(kubelet: &Path, dir: &Path, kubeconfig: &Path, runtime_socket: &Path) -> Result<(ChildProcess, KubeletDirs), String> {
+pub fn start(
+    kubelet: &Path,
+    dir: &Path,
+    kubeconfig: &Path,
+    runtime_socket: &Path,
+) -> Result<(ChildProcess, KubeletDirs), String> {
     let dirs = KubeletDirs { root: dir.join("root"), pod_logs: dir.join("pod-logs") };
     for created in [&dirs.root, &dirs.pod_logs] {
         std::fs::create_dir_all(created).map_err(|e| format!("{}: {e}", created.display()))?;

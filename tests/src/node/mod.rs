@@ -87,7 +87,9 @@ impl Node {
                 let conditions = node.status.and_then(|s| s.conditions).unwrap_or_default();
                 match conditions.iter().find(|c| c.type_ == "Ready") {
                     Some(ready) if ready.status == "True" => return Ok(()),
-                    Some(ready) => last = format!("Ready={}: {}", ready.status, ready.message.clone().unwrap_or_default()),
+                    Some(ready) => {
+                        last = format!("Ready={}: {}", ready.status, ready.message.clone().unwrap_or_default())
+                    }
                     None => last = "no Ready condition yet".into(),
                 }
             }
@@ -196,6 +198,7 @@ impl Drop for Node {
             let state = containerd.state.to_string_lossy().into_owned();
             drop(containerd);
             kill_processes_mentioning(&state);
+            runtime::delete_bridge();
         }
         self.kill_driver();
         if let Some(dir) = self.dir.take() {

@@ -1,6 +1,11 @@
 //! The container runtime of the node: Debian's containerd and runc, with a root, state, socket and
-//! CNI configuration of the run's own. The CNI network is loopback only: pods reach nothing
-//! beyond themselves, and no bridge or address is added to the machine.
+//! CNI configuration of the run's own.
+//!
+//! containerd insists on an `eth0` with an address in every sandbox, so pods get one on an
+//! isolated bridge: no gateway, no masquerading, no route, nothing attached to it but the pods'
+//! veths, addresses from TEST-NET-2 (198.51.100.0/24, reserved for documentation). Pods reach
+//! nothing beyond the bridge, and nothing on the machine's own networks changes. Teardown
+//! deletes the bridge.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -19,19 +24,50 @@ pub struct Containerd {
     pub state: PathBuf,
 }
 
+/// The isolated bridge the pods' `eth0` hang on.
+pub const BRIDGE: &str = "ig-e2e0";
+
+/// Deletes the pods' bridge (the CNI plugin creates it, nothing removes it).
+pub fn delete_bridge() {
+    let _ =
+        output_within(Command::new("ip").args(["link", "delete", BRIDGE]), Duration::from_secs(10), "ip link delete");
+}
+
 /// The image every pod sandbox runs.
 pub const PAUSE_IMAGE: &str = "inline-guard.test/pause:e2e";
 
 impl Containerd {
     /// Starts containerd under `dir` and waits until it answers.
     pub fn start(dir: &Path) -> Result<Containerd, String> {
-        let write = |path: &Path, text: &str| std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()));
+        let write =
+            |path: &Path, text: &str| std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()));
         let (root, state, cni) = (dir.join("root"), dir.join("state"), dir.join("cni"));
         for created in [&root, &state, &cni] {
             std::fs::create_dir_all(created).map_err(|e| format!("{}: {e}", created.display()))?;
         }
         let socket = state.join("containerd.sock");
-        write(&cni.join("10-loopback.conflist"), r#"{"cniVersion": "1.0.0", "name": "inline-guard-e2e", "plugins": [{"type": "loopback"}]}"#)?;
+        write(
+            &cni.join("10-isolated.conflist"),
+            &serde_json::json!({
+                "cniVersion": "1.0.0",
+                "name": "inline-guard-e2e",
+                "plugins": [
+                    {
+                        "type": "bridge",
+                        "bridge": BRIDGE,
+                        "isGateway": false,
+                        "ipMasq": false,
+                        "ipam": {
+                            "type": "host-local",
+                            "ranges": [[{"subnet": "198.51.100.0/24"}]],
+                            "dataDir": dir.join("ipam"),
+                        },
+                    },
+                    {"type": "loopback"},
+                ],
+            })
+            .to_string(),
+        )?;
         let config = dir.join("config.toml");
         write(
             &config,
@@ -116,7 +152,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             }
             if kind == "tasks" {
                 let deadline = Instant::now() + Duration::from_secs(10);
-                while Instant::now() < deadline && !self.ctr(&["tasks", "list", "-q"]).unwrap_or_default().trim().is_empty() {
+                while Instant::now() < deadline
+                    && !self.ctr(&["tasks", "list", "-q"]).unwrap_or_default().trim().is_empty()
+                {
                     for id in self.ctr(&["tasks", "list", "-q"]).unwrap_or_default().lines() {
                         let _ = self.ctr(&["tasks", "delete", "-f", id]);
                     }

@@ -81,6 +81,22 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
             Box::new(|s| Box::pin(kubelet_registration::grpc_go_dialled_as_kubelet_registers_the_driver(s))),
         ),
         ("node::kubelet_registers_the_driver", Box::new(|s| Box::pin(node::kubelet_registers_the_driver(s)))),
+        (
+            "node::container_reads_sees_updates_cannot_write_and_nothing_is_left",
+            Box::new(|s| Box::pin(node::container_reads_sees_updates_cannot_write_and_nothing_is_left(s))),
+        ),
+        (
+            "node::pod_without_read_only_never_starts",
+            Box::new(|s| Box::pin(node::pod_without_read_only_never_starts(s))),
+        ),
+        (
+            "node::webhooks_refuse_one_pod_and_patch_another_that_runs",
+            Box::new(|s| Box::pin(node::webhooks_refuse_one_pod_and_patch_another_that_runs(s))),
+        ),
+        (
+            "node::driver_killed_under_a_running_pod_which_still_reads_and_unpublishes",
+            Box::new(|s| Box::pin(node::driver_killed_under_a_running_pod_which_still_reads_and_unpublishes(s))),
+        ),
         ("driver::csi_sanity", Box::new(|s| Box::pin(csi_sanity::passes_its_node_and_identity_specs(s)))),
     ]
 }

@@ -4,9 +4,15 @@
 
 use std::time::{Duration, Instant};
 
-use inline_guard_tests::node::Node;
+use inline_guard_tests::node::{BUSYBOX_IMAGE, Node};
+use k8s_openapi::api::core::v1::{Event, Pod};
+use kube::api::{Api, DeleteParams, ListParams};
+use serde_json::{Value, json};
 
-use crate::support::{Outcome, SHARED_RESOURCE_DRIVER, Suite};
+use crate::support::{
+    Outcome, SHARED_RESOURCE_DRIVER, Suite, create, create_csi_driver, create_namespace, denied_by, pods_path,
+    violation,
+};
 
 fn node(suite: &Suite) -> Result<&Node, String> {
     suite.node.as_ref().map_err(|error| format!("the node did not start: {error}"))
@@ -28,4 +34,252 @@ pub async fn kubelet_registers_the_driver(suite: &Suite) -> Outcome {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// One node scenario at a time: one of them kills the driver, and kubelet's retry backoff after
+/// a failed mount would slow any other scenario publishing meanwhile.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// What each reader container does, every second: print the share's file, try to write into the
+/// volume and print how that went.
+/// (The write runs in a subshell whose error output is captured: the shell reports a failed
+/// redirection on the stderr it had before that command's own redirections.)
+const READER: &str = r#"while true; do echo "content: $(cat /shared/ca.crt)"; if (echo x > /shared/probe) 2>/tmp/error; then echo "write: succeeded"; else echo "write: $(cat /tmp/error)"; fi; sleep 1; done"#;
+
+/// The line a reader prints when the volume refuses its write.
+const READ_ONLY_REFUSAL: &str = "can't create /shared/probe: Read-only file system";
+
+/// A pod on the node whose container runs [`READER`] on an inline volume of share `share`;
+/// `read_only` is the csi volume's `readOnly` (absent when `None`). The mount itself is not
+/// marked read-only: a refused write proves the volume's own read-only publish.
+fn reader_pod(node: &Node, name: &str, share: &str, read_only: Option<bool>) -> Value {
+    let mut csi = json!({"driver": SHARED_RESOURCE_DRIVER, "volumeAttributes": {"share": share}});
+    if let Some(read_only) = read_only {
+        csi["readOnly"] = json!(read_only);
+    }
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeName": node.name(),
+            "serviceAccountName": "reader",
+            "terminationGracePeriodSeconds": 1,
+            "securityContext": {"runAsNonRoot": true, "runAsUser": 1000, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{
+                "name": "reader",
+                "image": BUSYBOX_IMAGE,
+                "imagePullPolicy": "Never",
+                "command": ["/bin/sh", "-c", READER],
+                "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}},
+                "volumeMounts": [{"name": "shared", "mountPath": "/shared"}],
+            }],
+            "volumes": [{"name": "shared", "csi": csi}],
+        },
+    })
+}
+
+/// Writes the share `name` of the node's driver with `ca.crt` = `content`, atomically.
+fn write_share(node: &Node, name: &str, content: &str) -> Outcome {
+    let dir = node.plugin.shares.join(name);
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let temporary = node.plugin.shares.join(format!(".{name}.tmp"));
+    std::fs::write(&temporary, content).map_err(|e| e.to_string())?;
+    std::fs::rename(&temporary, dir.join("ca.crt")).map_err(|e| e.to_string())
+}
+
+async fn create_pod(suite: &Suite, namespace: &str, pod: &Value) -> Result<Pod, String> {
+    let answer = create(&suite.admin, &pods_path(namespace), pod, false).await?;
+    if answer.status != 201 {
+        return Err(format!("creating the pod answered {}: {}", answer.status, answer.message()));
+    }
+    serde_json::from_value(answer.body).map_err(|e| e.to_string())
+}
+
+/// Waits until the container's log has a line for which `wanted` holds; returns the log.
+async fn wait_for_log(
+    node: &Node,
+    namespace: &str,
+    pod: &str,
+    what: &str,
+    wanted: impl Fn(&str) -> bool,
+) -> Result<Vec<String>, String> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let log = node.container_log(namespace, pod, "reader");
+        if log.iter().any(|line| wanted(line)) {
+            return Ok(log);
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "{namespace}/{pod} never logged {what} in 60 s; its log: {log:?}\n{}",
+                node.log_tails()
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Deletes the pod and waits until it is gone: kubelet deletes it only once its volumes are
+/// unpublished.
+async fn delete_and_wait(suite: &Suite, namespace: &str, name: &str) -> Outcome {
+    let pods = Api::<Pod>::namespaced(suite.admin.clone(), namespace);
+    pods.delete(name, &DeleteParams::default()).await.map_err(|e| format!("deleting {namespace}/{name}: {e}"))?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while pods.get_opt(name).await.map_err(|e| e.to_string())?.is_some() {
+        if Instant::now() > deadline {
+            return Err(format!("{namespace}/{name} still exists 60 s after its deletion"));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(())
+}
+
+/// Nothing of the pod's volume is left: no mount under its pod directory, no driver record.
+fn nothing_left(node: &Node, uid: &str) -> Outcome {
+    let mounts: Vec<String> = node.pod_mounts().into_iter().filter(|m| m.contains(uid)).collect();
+    let records: Vec<_> = node
+        .driver_records()
+        .into_iter()
+        .filter(|r| std::fs::read_to_string(r).unwrap_or_default().contains(uid))
+        .collect();
+    if !mounts.is_empty() || !records.is_empty() {
+        return Err(format!("left behind for pod {uid}: mounts {mounts:?}, records {records:?}"));
+    }
+    Ok(())
+}
+
+fn uid(pod: &Pod) -> String {
+    pod.metadata.uid.clone().unwrap_or_default()
+}
+
+/// 2 and 4. A pod with a read-only inline volume starts; the container reads the share's file,
+/// and its write into the volume fails with EROFS; the share changes and the container sees the
+/// new content after the refresh; the pod is deleted, the driver unpublishes, nothing is left.
+pub async fn container_reads_sees_updates_cannot_write_and_nothing_is_left(suite: &Suite) -> Outcome {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let node = node(suite)?;
+    let namespace = "node-reader";
+    create_namespace(&suite.admin, namespace, "none", &[]).await?;
+    write_share(node, "node-reader", "first version")?;
+    let pod = create_pod(suite, namespace, &reader_pod(node, "reader", "node-reader", Some(true))).await?;
+    let log = wait_for_log(node, namespace, "reader", "the share's content", |l| l == "content: first version").await?;
+    let log = if log.iter().any(|l| l.starts_with("write: ")) {
+        log
+    } else {
+        wait_for_log(node, namespace, "reader", "a write attempt", |l| l.starts_with("write: ")).await?
+    };
+    let writes: Vec<&String> = log.iter().filter(|l| l.starts_with("write: ")).collect();
+    if !writes.iter().all(|l| l.ends_with(READ_ONLY_REFUSAL)) {
+        return Err(format!("a write into the volume did not fail with EROFS: {writes:?}"));
+    }
+    write_share(node, "node-reader", "second version")?;
+    wait_for_log(node, namespace, "reader", "the updated content", |l| l == "content: second version").await?;
+    delete_and_wait(suite, namespace, "reader").await?;
+    nothing_left(node, &uid(&pod))?;
+    println!("container read, was refused its write ({}), saw the update; unpublished cleanly", writes[0]);
+    Ok(())
+}
+
+/// 3. A pod whose inline volume lacks readOnly, in a namespace no webhook covers, never starts:
+/// its events carry the driver's INVALID_ARGUMENT message.
+pub async fn pod_without_read_only_never_starts(suite: &Suite) -> Outcome {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let node = node(suite)?;
+    let namespace = "node-unguarded";
+    create_namespace(&suite.admin, namespace, "none", &[]).await?;
+    write_share(node, "node-unguarded", "never served")?;
+    create_pod(suite, namespace, &reader_pod(node, "writable", "node-unguarded", None)).await?;
+    let events = Api::<Event>::namespaced(suite.admin.clone(), namespace);
+    let wanted = "this driver only publishes read-only volumes: set readOnly: true on the pod's csi volume";
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let message = loop {
+        let listed = events
+            .list(&ListParams::default().fields("involvedObject.name=writable"))
+            .await
+            .map_err(|e| e.to_string())?;
+        if let Some(event) = listed.items.iter().find(|e| e.message.as_deref().is_some_and(|m| m.contains(wanted))) {
+            break event.message.clone().unwrap_or_default();
+        }
+        if Instant::now() > deadline {
+            let seen: Vec<_> = listed.items.iter().map(|e| (e.reason.clone(), e.message.clone())).collect();
+            return Err(format!("no event carried the driver's refusal within 60 s: {seen:?}"));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let pod =
+        Api::<Pod>::namespaced(suite.admin.clone(), namespace).get("writable").await.map_err(|e| e.to_string())?;
+    let phase = pod.status.and_then(|s| s.phase).unwrap_or_default();
+    if phase != "Pending" || !node.container_log(namespace, "writable", "reader").is_empty() {
+        return Err(format!("the pod was not held back: phase {phase}"));
+    }
+    delete_and_wait(suite, namespace, "writable").await?;
+    println!("pod held in Pending; event: {message}");
+    Ok(())
+}
+
+/// 5. With the admission webhooks on: a pod in a restricted namespace using a privileged-profile
+/// driver is refused at creation with the exact message; a pod using this driver without
+/// readOnly is admitted with the read-only patch and runs, its writes refused.
+pub async fn webhooks_refuse_one_pod_and_patch_another_that_runs(suite: &Suite) -> Outcome {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let node = node(suite)?;
+    let restricted = "node-restricted";
+    create_namespace(&suite.admin, restricted, "shared", &[("pod-security.kubernetes.io/enforce", "restricted")])
+        .await?;
+    let privileged_driver = "privileged.node.e2e.inlineguard.dev";
+    create_csi_driver(&suite.admin, privileged_driver, Some("privileged")).await?;
+    let mut refused = reader_pod(node, "refused", "none", Some(true));
+    refused["spec"]["volumes"][0]["csi"]["driver"] = json!(privileged_driver);
+    let answer = create(&suite.admin, &pods_path(restricted), &refused, false).await?;
+    let expected = denied_by(
+        "pods.csi-volume-admission.inlineguard.dev",
+        &violation("refused", privileged_driver, restricted, "enforce", "privileged"),
+    );
+    if answer.status != 403 || answer.message() != expected {
+        return Err(format!("expected 403 {expected:?}, got {} {:?}", answer.status, answer.message()));
+    }
+
+    let guarded = "node-guarded";
+    create_namespace(&suite.admin, guarded, "shared", &[]).await?;
+    write_share(node, "node-guarded", "patched and served")?;
+    let pod = create_pod(suite, guarded, &reader_pod(node, "patched", "node-guarded", None)).await?;
+    let read_only =
+        pod.spec.as_ref().and_then(|s| s.volumes.as_ref()).and_then(|v| v[0].csi.as_ref()).and_then(|c| c.read_only);
+    if read_only != Some(true) {
+        return Err(format!("the stored pod's csi volume has readOnly {read_only:?}, not the webhook's true"));
+    }
+    wait_for_log(node, guarded, "patched", "the share's content", |l| l == "content: patched and served").await?;
+    let log = wait_for_log(node, guarded, "patched", "a refused write", |l| l.ends_with(READ_ONLY_REFUSAL)).await?;
+    delete_and_wait(suite, guarded, "patched").await?;
+    nothing_left(node, &uid(&pod))?;
+    println!("refused: {expected}; patched pod ran and read: {:?}", log.first());
+    Ok(())
+}
+
+/// 6. The driver is SIGKILLed while a pod runs: the container keeps reading its files; the
+/// driver comes back, and the pod's deletion still unpublishes cleanly.
+pub async fn driver_killed_under_a_running_pod_which_still_reads_and_unpublishes(suite: &Suite) -> Outcome {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let node = node(suite)?;
+    let namespace = "node-restart";
+    create_namespace(&suite.admin, namespace, "none", &[]).await?;
+    write_share(node, "node-restart", "survives the driver")?;
+    let pod = create_pod(suite, namespace, &reader_pod(node, "steady", "node-restart", Some(true))).await?;
+    wait_for_log(node, namespace, "steady", "the share's content", |l| l == "content: survives the driver").await?;
+    node.kill_driver();
+    let before = node.container_log(namespace, "steady", "reader").len();
+    let log = wait_for_log(node, namespace, "steady", "reads after the kill", |_| {
+        node.container_log(namespace, "steady", "reader").len() >= before + 6
+    })
+    .await?;
+    let after_kill: Vec<&String> = log[before..].iter().filter(|l| l.starts_with("content: ")).collect();
+    if after_kill.is_empty() || !after_kill.iter().all(|l| *l == "content: survives the driver") {
+        return Err(format!("reads after the driver's death: {after_kill:?}"));
+    }
+    node.restart_driver()?;
+    delete_and_wait(suite, namespace, "steady").await?;
+    nothing_left(node, &uid(&pod))?;
+    println!("{} reads while the driver was dead; unpublished by the restarted driver", after_kill.len());
+    Ok(())
 }
