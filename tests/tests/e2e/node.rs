@@ -18,7 +18,7 @@ fn node(suite: &Suite) -> Result<&Node, String> {
     suite.node.as_ref().map_err(|error| format!("the node did not start: {error}"))
 }
 
-/// 1. kubelet found the driver's registration socket, asked who it is, and registered it: the
+/// Scenario 1: kubelet found the driver's registration socket, asked who it is, and registered it: the
 /// CSINode object lists the driver with this node's id.
 pub async fn kubelet_registers_the_driver(suite: &Suite) -> Outcome {
     let node = node(suite)?;
@@ -153,7 +153,7 @@ fn uid(pod: &Pod) -> String {
     pod.metadata.uid.clone().unwrap_or_default()
 }
 
-/// 2 and 4. A pod with a read-only inline volume starts; the container reads the share's file,
+/// Scenarios 2 and 4: a pod with a read-only inline volume starts; the container reads the share's file,
 /// and its write into the volume fails with EROFS; the share changes and the container sees the
 /// new content after the refresh; the pod is deleted, the driver unpublishes, nothing is left.
 pub async fn container_reads_sees_updates_cannot_write_and_nothing_is_left(suite: &Suite) -> Outcome {
@@ -181,7 +181,7 @@ pub async fn container_reads_sees_updates_cannot_write_and_nothing_is_left(suite
     Ok(())
 }
 
-/// 3. A pod whose inline volume lacks readOnly, in a namespace no webhook covers, never starts:
+/// Scenario 3: a pod whose inline volume lacks readOnly, in a namespace no webhook covers, never starts:
 /// its events carry the driver's INVALID_ARGUMENT message.
 pub async fn pod_without_read_only_never_starts(suite: &Suite) -> Outcome {
     let _turn = ONE_AT_A_TIME.lock().await;
@@ -218,7 +218,7 @@ pub async fn pod_without_read_only_never_starts(suite: &Suite) -> Outcome {
     Ok(())
 }
 
-/// 5. With the admission webhooks on: a pod in a restricted namespace using a privileged-profile
+/// Scenario 5: with the admission webhooks on: a pod in a restricted namespace using a privileged-profile
 /// driver is refused at creation with the exact message; a pod using this driver without
 /// readOnly is admitted with the read-only patch and runs, its writes refused.
 pub async fn webhooks_refuse_one_pod_and_patch_another_that_runs(suite: &Suite) -> Outcome {
@@ -257,7 +257,7 @@ pub async fn webhooks_refuse_one_pod_and_patch_another_that_runs(suite: &Suite) 
     Ok(())
 }
 
-/// 6. The driver is SIGKILLed while a pod runs: the container keeps reading its files; the
+/// Scenario 6: the driver is SIGKILLed while a pod runs: the container keeps reading its files; the
 /// driver comes back, and the pod's deletion still unpublishes cleanly.
 pub async fn driver_killed_under_a_running_pod_which_still_reads_and_unpublishes(suite: &Suite) -> Outcome {
     let _turn = ONE_AT_A_TIME.lock().await;
