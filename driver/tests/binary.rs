@@ -120,13 +120,34 @@ impl Drop for Driver {
     }
 }
 
-fn node_dir() -> tempfile::TempDir {
+/// A node's directory; whatever is still mounted below it when the test ends (a failed
+/// assertion between a kill and the restart that undoes it) is unmounted with it.
+struct NodeDir(tempfile::TempDir);
+
+impl std::ops::Deref for NodeDir {
+    type Target = tempfile::TempDir;
+    fn deref(&self) -> &tempfile::TempDir {
+        &self.0
+    }
+}
+
+impl Drop for NodeDir {
+    fn drop(&mut self) {
+        let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let prefix = self.0.path().to_string_lossy().into_owned();
+        for point in table.lines().filter_map(|l| l.split(' ').nth(4)).filter(|p| p.starts_with(&prefix)) {
+            let _ = nix::mount::umount2(point, nix::mount::MntFlags::MNT_DETACH);
+        }
+    }
+}
+
+fn node_dir() -> NodeDir {
     assert!(support::is_root(), "real mounts need root: run the test command as root");
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("kubelet/pods")).unwrap();
     std::fs::create_dir_all(dir.path().join("shares/cluster-ca")).unwrap();
     std::fs::write(dir.path().join("shares/cluster-ca/ca.crt"), "pem").unwrap();
-    dir
+    NodeDir(dir)
 }
 
 fn runtime() -> tokio::runtime::Runtime {
