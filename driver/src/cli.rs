@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use clap::Parser;
 
-use crate::config::DriverConfig;
+use crate::config::{DriverConfig, SourceKind};
+use crate::shares::source::KubernetesSource;
 use crate::content::{ContentSource, StaticDirSource};
 use crate::mounter::LinuxMounter;
 use crate::plugin::Plugin;
@@ -73,15 +74,33 @@ impl std::io::Write for LossyStderr {
     }
 }
 
+/// A client for `kubeconfig`, else for `$KUBECONFIG` or the in-cluster service account.
+async fn kube_client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client, Box<dyn std::error::Error>> {
+    // kube's TLS goes through rustls; only the ring provider is compiled in.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let config = match kubeconfig {
+        Some(path) => {
+            let file = kube::config::Kubeconfig::read_from(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default()).await?
+        }
+        None => kube::Config::infer().await?,
+    };
+    Ok(kube::Client::try_from(config)?)
+}
+
 fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
     let config = match &flags.config {
         Some(path) => DriverConfig::load(path)?,
         None => DriverConfig::default(),
     };
-    let Some(shares) = config.static_shares_dir.clone() else {
-        return Err("no content source: set staticSharesDir (the Kubernetes-backed source is not built yet)".into());
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let content: Arc<dyn ContentSource> = match config.source()? {
+        SourceKind::Static => Arc::new(StaticDirSource::new(config.static_shares_dir.clone().unwrap_or_default())),
+        SourceKind::Kubernetes => {
+            let client = runtime.block_on(kube_client(config.kubeconfig.as_deref()))?;
+            Arc::new(KubernetesSource::new(client, runtime.handle().clone()))
+        }
     };
-    let content: Arc<dyn ContentSource> = Arc::new(StaticDirSource::new(shares));
     let plugin = Plugin {
         config,
         csi_socket: socket_path(&flags.endpoint)?,
@@ -90,7 +109,6 @@ fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
         mounter: Arc::new(LinuxMounter),
         content,
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let served = runtime.block_on(plugin.run(async {
         let mut terminate = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(signal) => signal,

@@ -25,6 +25,12 @@ pub struct DriverConfig {
     pub tmpfs_size: u64,
     /// Mount each tmpfs read-only on the host too.
     pub host_read_only: bool,
+    /// Where volume content comes from; when unset, `static` if `staticSharesDir` is given,
+    /// `kubernetes` otherwise (see [`DriverConfig::source`]).
+    pub content_source: Option<SourceKind>,
+    /// The kubeconfig of the Kubernetes source; without it, `$KUBECONFIG` or the in-cluster
+    /// service account.
+    pub kubeconfig: Option<PathBuf>,
     /// A directory of static shares (one subdirectory each), for demos and tests.
     pub static_shares_dir: Option<PathBuf>,
     /// How often published volumes are re-read and rewritten when their content changed.
@@ -44,6 +50,8 @@ impl Default for DriverConfig {
             kubelet_dir: PathBuf::from("/var/lib/kubelet"),
             tmpfs_size: 8 << 20,
             host_read_only: false,
+            content_source: None,
+            kubeconfig: None,
             static_shares_dir: None,
             refresh_seconds: 30,
             shutdown_timeout_seconds: 10,
@@ -51,7 +59,32 @@ impl Default for DriverConfig {
     }
 }
 
+/// Where volume content comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SourceKind {
+    /// SharedSecret and SharedConfigMap of the cluster, with the access check.
+    Kubernetes,
+    /// Subdirectories of `staticSharesDir` (demos and tests): every share to every pod.
+    Static,
+}
+
 impl DriverConfig {
+    /// The content source to run: `contentSource` when given, else `static` when
+    /// `staticSharesDir` is set, else `kubernetes`. A static source without a directory is an
+    /// error.
+    pub fn source(&self) -> Result<SourceKind, String> {
+        let kind = self.content_source.unwrap_or(if self.static_shares_dir.is_some() {
+            SourceKind::Static
+        } else {
+            SourceKind::Kubernetes
+        });
+        if kind == SourceKind::Static && self.static_shares_dir.is_none() {
+            return Err("contentSource: static needs staticSharesDir".into());
+        }
+        Ok(kind)
+    }
+
     /// Reads and validates `path` (YAML or JSON).
     pub fn load(path: &Path) -> Result<DriverConfig, inline_guard_config::Error> {
         let text = inline_guard_config::format::read_text(path)?;
@@ -150,6 +183,15 @@ mod tests {
             "driver.yaml: tmpfsSize: invalid size \"64MB\": use bytes or a Ki, Mi or Gi quantity at line 1, column 12"
         );
         assert!(parse("tmpfsSize: 0").unwrap_err().contains("greater than zero"));
+    }
+
+    #[test]
+    fn the_content_source_follows_the_static_directory_unless_named() {
+        assert_eq!(parse("{}").unwrap().source(), Ok(SourceKind::Kubernetes));
+        assert_eq!(parse("staticSharesDir: /s").unwrap().source(), Ok(SourceKind::Static));
+        assert_eq!(parse("contentSource: kubernetes\nstaticSharesDir: /s").unwrap().source(), Ok(SourceKind::Kubernetes));
+        assert_eq!(parse("contentSource: static").unwrap().source(), Err("contentSource: static needs staticSharesDir".into()));
+        assert!(parse("contentSource: vault").unwrap_err().contains("unknown variant `vault`"));
     }
 
     #[test]

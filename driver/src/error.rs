@@ -8,6 +8,12 @@ pub enum Error {
     /// The request is malformed or asks for something this driver never does.
     #[error("{0}")]
     InvalidArgument(String),
+    /// The share, or the object it is backed by, does not exist.
+    #[error("{0}")]
+    NotFound(String),
+    /// The pod's service account may not use the share.
+    #[error("{0}")]
+    PermissionDenied(String),
     /// The target is already published with different arguments.
     #[error("{0}")]
     AlreadyExists(String),
@@ -49,6 +55,8 @@ impl From<Error> for Status {
     fn from(error: Error) -> Status {
         match error {
             Error::InvalidArgument(message) => Status::invalid_argument(bounded(message)),
+            Error::NotFound(message) => Status::not_found(bounded(message)),
+            Error::PermissionDenied(message) => Status::permission_denied(bounded(message)),
             Error::AlreadyExists(message) => Status::already_exists(bounded(message)),
             Error::FailedPrecondition(message) => Status::failed_precondition(bounded(message)),
             Error::Aborted(message) => Status::aborted(bounded(message)),
@@ -68,6 +76,8 @@ mod tests {
     fn each_error_has_its_grpc_code() {
         assert_eq!(Status::from(Error::InvalidArgument("a".into())).code(), Code::InvalidArgument);
         assert_eq!(Status::from(Error::AlreadyExists("a".into())).code(), Code::AlreadyExists);
+        assert_eq!(Status::from(Error::NotFound("a".into())).code(), Code::NotFound);
+        assert_eq!(Status::from(Error::PermissionDenied("a".into())).code(), Code::PermissionDenied);
         assert_eq!(Status::from(Error::Aborted("a".into())).code(), Code::Aborted);
         assert_eq!(Status::from(Error::Unavailable("a".into())).code(), Code::Unavailable);
         assert_eq!(Status::from(Error::Internal("a".into())).code(), Code::Internal);

@@ -23,6 +23,7 @@ pub mod publish_request;
 pub mod quote;
 pub mod recovery;
 pub mod registration;
+pub mod shares;
 pub mod socket;
 pub mod state_lock;
 pub mod target_dir;

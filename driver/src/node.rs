@@ -300,9 +300,11 @@ impl NodeService {
             attributes: record.attributes.clone(),
             mount_flags: Vec::new(),
         };
+        // A share gone, or access withdrawn, empties the volume (it stays mounted); a source
+        // that cannot answer now changes nothing.
         let payload = match self.content.content(&request) {
             Ok(payload) => payload,
-            Err(Error::InvalidArgument(_)) => Default::default(),
+            Err(Error::InvalidArgument(_) | Error::NotFound(_) | Error::PermissionDenied(_)) => Default::default(),
             Err(other) => return Err(other),
         };
         let opened = target_dir::open(self.kubelet_dir(), &target)?;

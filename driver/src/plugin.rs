@@ -58,6 +58,8 @@ impl Plugin {
                 kubelet_dir: dir.to_path_buf(),
                 tmpfs_size: 1 << 20,
                 host_read_only: false,
+                content_source: None,
+                kubeconfig: None,
                 static_shares_dir: Some(shares.clone()),
                 refresh_seconds: 3600,
                 shutdown_timeout_seconds: 10,

@@ -1,0 +1,130 @@
+//! The access check: may a pod's service account `use` a share? Asked of the apiserver as a
+//! SubjectAccessReview for the service account's user and groups, so that RBAC (a RoleBinding in
+//! the pod's namespace, or a ClusterRoleBinding) decides, and revoking the binding revokes the
+//! volume.
+
+use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
+
+use super::api::{GROUP, USE_VERB};
+
+/// Which kind of share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ShareKind {
+    /// `SharedSecret`.
+    Secret,
+    /// `SharedConfigMap`.
+    ConfigMap,
+}
+
+impl ShareKind {
+    /// The resource name RBAC rules use.
+    pub fn resource(self) -> &'static str {
+        match self {
+            ShareKind::Secret => "sharedsecrets",
+            ShareKind::ConfigMap => "sharedconfigmaps",
+        }
+    }
+
+    /// The kind, for messages.
+    pub fn kind(self) -> &'static str {
+        match self {
+            ShareKind::Secret => "SharedSecret",
+            ShareKind::ConfigMap => "SharedConfigMap",
+        }
+    }
+
+    /// The kind of the backing object, for messages.
+    pub fn backing_kind(self) -> &'static str {
+        match self {
+            ShareKind::Secret => "Secret",
+            ShareKind::ConfigMap => "ConfigMap",
+        }
+    }
+}
+
+/// Who asks for which share: the unit access is checked and cached by.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct AccessQuestion {
+    /// The pod's namespace.
+    pub namespace: String,
+    /// The pod's service account.
+    pub service_account: String,
+    /// The kind of share.
+    pub kind: ShareKind,
+    /// The share's name.
+    pub share: String,
+}
+
+impl AccessQuestion {
+    /// The SubjectAccessReview asking it: verb `use` on the share, in the pod's namespace, as
+    /// `system:serviceaccount:<ns>:<sa>` with the groups every service account has.
+    pub fn review(&self) -> SubjectAccessReview {
+        let namespace = &self.namespace;
+        SubjectAccessReview {
+            spec: SubjectAccessReviewSpec {
+                user: Some(format!("system:serviceaccount:{namespace}:{}", self.service_account)),
+                groups: Some(vec![
+                    "system:serviceaccounts".into(),
+                    format!("system:serviceaccounts:{namespace}"),
+                    "system:authenticated".into(),
+                ]),
+                resource_attributes: Some(ResourceAttributes {
+                    group: Some(GROUP.into()),
+                    resource: Some(self.kind.resource().into()),
+                    verb: Some(USE_VERB.into()),
+                    name: Some(self.share.clone()),
+                    namespace: Some(namespace.clone()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    /// The refusal's message: the share, the namespace and the service account.
+    pub fn denial(&self) -> String {
+        format!(
+            "service account {}/{} may not use {} {:?}: grant it the verb \"use\" on {}.{} {:?} (a Role and RoleBinding in namespace {})",
+            self.namespace,
+            self.service_account,
+            self.kind.kind(),
+            self.share,
+            self.kind.resource(),
+            GROUP,
+            self.share,
+            self.namespace
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_review_asks_as_the_service_account_for_use_of_the_share_in_its_namespace() {
+        let question = AccessQuestion {
+            namespace: "team-a".into(),
+            service_account: "web".into(),
+            kind: ShareKind::Secret,
+            share: "db".into(),
+        };
+        let review = serde_json::to_value(question.review()).unwrap();
+        assert_eq!(
+            review["spec"],
+            serde_json::json!({
+                "user": "system:serviceaccount:team-a:web",
+                "groups": ["system:serviceaccounts", "system:serviceaccounts:team-a", "system:authenticated"],
+                "resourceAttributes": {
+                    "group": "sharedresource.inlineguard.dev", "resource": "sharedsecrets", "verb": "use",
+                    "name": "db", "namespace": "team-a"
+                }
+            })
+        );
+        assert_eq!(
+            question.denial(),
+            "service account team-a/web may not use SharedSecret \"db\": grant it the verb \"use\" on sharedsecrets.sharedresource.inlineguard.dev \"db\" (a Role and RoleBinding in namespace team-a)"
+        );
+    }
+}

@@ -1,0 +1,178 @@
+//! The Kubernetes-backed content source: a volume names one share (`sharedSecret` or
+//! `sharedConfigMap` in its attributes); its files are the share's backing Secret or ConfigMap,
+//! served only while the pod's service account may `use` the share. Every publish and every
+//! refresh asks the apiserver afresh, so an update reaches the volume at the next refresh, and a
+//! revoked binding or a deleted share or backing object empties it; an apiserver that cannot be
+//! reached changes nothing (the error is reported and the refresh retried).
+
+use k8s_openapi::api::authorization::v1::SubjectAccessReview;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{Api, PostParams};
+
+use super::access::{AccessQuestion, ShareKind};
+use super::api::{ObjectRef, SharedConfigMap, SharedSecret};
+use crate::atomic_writer::{FileContent, Payload};
+use crate::content::ContentSource;
+use crate::error::{Error, Result};
+use crate::publish_request::PublishRequest;
+use crate::quote::quote;
+
+/// The volume attribute naming a SharedSecret.
+pub const SHARED_SECRET_ATTRIBUTE: &str = "sharedSecret";
+/// The volume attribute naming a SharedConfigMap.
+pub const SHARED_CONFIG_MAP_ATTRIBUTE: &str = "sharedConfigMap";
+
+/// Shares read from the cluster with `client`.
+pub struct KubernetesSource {
+    client: kube::Client,
+    // Publish and refresh run on the blocking pool; the client's calls run on this runtime.
+    runtime: tokio::runtime::Handle,
+}
+
+impl KubernetesSource {
+    /// A source asking the cluster `client` talks to, on `runtime`.
+    pub fn new(client: kube::Client, runtime: tokio::runtime::Handle) -> KubernetesSource {
+        KubernetesSource { client, runtime }
+    }
+
+    async fn payload(&self, request: &PublishRequest) -> Result<Payload> {
+        let (kind, share) = share_of(request)?;
+        let unavailable = |what: String, error: kube::Error| Error::Unavailable(format!("{what}: {error}"));
+        let backing: ObjectRef = match kind {
+            ShareKind::Secret => Api::<SharedSecret>::all(self.client.clone())
+                .get_opt(&share)
+                .await
+                .map_err(|e| unavailable(format!("reading SharedSecret {}", quote(&share)), e))?
+                .map(|s| s.spec.secret_ref),
+            ShareKind::ConfigMap => Api::<SharedConfigMap>::all(self.client.clone())
+                .get_opt(&share)
+                .await
+                .map_err(|e| unavailable(format!("reading SharedConfigMap {}", quote(&share)), e))?
+                .map(|s| s.spec.config_map_ref),
+        }
+        .ok_or_else(|| Error::NotFound(format!("{} {} not found", kind.kind(), quote(&share))))?;
+
+        let question = AccessQuestion {
+            namespace: request.pod.namespace.clone(),
+            service_account: request.pod.service_account.clone(),
+            kind,
+            share: share.clone(),
+        };
+        let review = Api::<SubjectAccessReview>::all(self.client.clone())
+            .create(&PostParams::default(), &question.review())
+            .await
+            .map_err(|e| unavailable("asking the apiserver whether the pod may use the share".into(), e))?;
+        if !review.status.is_some_and(|s| s.allowed) {
+            return Err(Error::PermissionDenied(question.denial()));
+        }
+
+        let missing = || {
+            Error::NotFound(format!(
+                "{} {}/{}, shared by {} {}, not found",
+                kind.backing_kind(),
+                backing.namespace,
+                backing.name,
+                kind.kind(),
+                quote(&share)
+            ))
+        };
+        let reading = format!("reading {} {}/{}", kind.backing_kind(), backing.namespace, backing.name);
+        let mut payload = Payload::new();
+        match kind {
+            ShareKind::Secret => {
+                let secret = Api::<Secret>::namespaced(self.client.clone(), &backing.namespace)
+                    .get_opt(&backing.name)
+                    .await
+                    .map_err(|e| unavailable(reading, e))?
+                    .ok_or_else(missing)?;
+                for (key, value) in secret.data.unwrap_or_default() {
+                    payload.insert(key, FileContent::new(value.0));
+                }
+            }
+            ShareKind::ConfigMap => {
+                let config_map = Api::<ConfigMap>::namespaced(self.client.clone(), &backing.namespace)
+                    .get_opt(&backing.name)
+                    .await
+                    .map_err(|e| unavailable(reading, e))?
+                    .ok_or_else(missing)?;
+                for (key, value) in config_map.data.unwrap_or_default() {
+                    payload.insert(key, FileContent::new(value.into_bytes()));
+                }
+                for (key, value) in config_map.binary_data.unwrap_or_default() {
+                    payload.insert(key, FileContent::new(value.0));
+                }
+            }
+        }
+        Ok(payload)
+    }
+}
+
+/// The share a request names: exactly one of the two attributes, with a non-empty name.
+fn share_of(request: &PublishRequest) -> Result<(ShareKind, String)> {
+    let secret = request.attributes.get(SHARED_SECRET_ATTRIBUTE);
+    let config_map = request.attributes.get(SHARED_CONFIG_MAP_ATTRIBUTE);
+    let (kind, name) = match (secret, config_map) {
+        (Some(name), None) => (ShareKind::Secret, name),
+        (None, Some(name)) => (ShareKind::ConfigMap, name),
+        (Some(_), Some(_)) => {
+            return Err(Error::InvalidArgument(format!(
+                "volumeAttributes names both {SHARED_SECRET_ATTRIBUTE:?} and {SHARED_CONFIG_MAP_ATTRIBUTE:?}: name one share"
+            )));
+        }
+        (None, None) => {
+            return Err(Error::InvalidArgument(format!(
+                "volumeAttributes lacks {SHARED_SECRET_ATTRIBUTE:?} or {SHARED_CONFIG_MAP_ATTRIBUTE:?}: name the share to mount"
+            )));
+        }
+    };
+    let plain = !name.is_empty()
+        && name.len() <= 253
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
+    if !plain {
+        return Err(Error::InvalidArgument(format!("{} name {} is not a valid object name", kind.kind(), quote(name))));
+    }
+    Ok((kind, name.clone()))
+}
+
+impl ContentSource for KubernetesSource {
+    fn ready(&self) -> bool {
+        true
+    }
+
+    fn content(&self, request: &PublishRequest) -> Result<Payload> {
+        self.runtime.block_on(self.payload(request))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::publish_request::PodInfo;
+    use crate::target_path::TargetPath;
+
+    fn request(attributes: &[(&str, &str)]) -> PublishRequest {
+        PublishRequest {
+            volume_id: "csi-1".into(),
+            target: TargetPath::parse("/k/pods/u/volumes/kubernetes.io~csi/v/mount", Path::new("/k")).unwrap(),
+            pod: PodInfo { name: "p".into(), namespace: "n".into(), uid: "u".into(), service_account: "s".into() },
+            attributes: attributes.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            mount_flags: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_volume_names_exactly_one_valid_share() {
+        assert_eq!(share_of(&request(&[("sharedSecret", "db")])).unwrap(), (ShareKind::Secret, "db".into()));
+        assert_eq!(share_of(&request(&[("sharedConfigMap", "ca.bundle")])).unwrap(), (ShareKind::ConfigMap, "ca.bundle".into()));
+        for (attributes, message) in [
+            (vec![], "volumeAttributes lacks \"sharedSecret\" or \"sharedConfigMap\": name the share to mount"),
+            (vec![("sharedSecret", "a"), ("sharedConfigMap", "b")], "volumeAttributes names both \"sharedSecret\" and \"sharedConfigMap\": name one share"),
+            (vec![("sharedSecret", "../x")], "SharedSecret name \"../x\" is not a valid object name"),
+            (vec![("sharedConfigMap", "")], "SharedConfigMap name \"\" is not a valid object name"),
+        ] {
+            assert_eq!(share_of(&request(&attributes)), Err(Error::InvalidArgument(message.into())));
+        }
+    }
+}
