@@ -9,10 +9,10 @@ use std::sync::Arc;
 use clap::Parser;
 
 use crate::config::{DriverConfig, SourceKind};
-use crate::shares::source::KubernetesSource;
 use crate::content::{ContentSource, StaticDirSource};
 use crate::mounter::LinuxMounter;
 use crate::plugin::Plugin;
+use crate::shares::source::KubernetesSource;
 use crate::socket::socket_path;
 
 #[derive(Parser)]

@@ -189,8 +189,14 @@ mod tests {
     fn the_content_source_follows_the_static_directory_unless_named() {
         assert_eq!(parse("{}").unwrap().source(), Ok(SourceKind::Kubernetes));
         assert_eq!(parse("staticSharesDir: /s").unwrap().source(), Ok(SourceKind::Static));
-        assert_eq!(parse("contentSource: kubernetes\nstaticSharesDir: /s").unwrap().source(), Ok(SourceKind::Kubernetes));
-        assert_eq!(parse("contentSource: static").unwrap().source(), Err("contentSource: static needs staticSharesDir".into()));
+        assert_eq!(
+            parse("contentSource: kubernetes\nstaticSharesDir: /s").unwrap().source(),
+            Ok(SourceKind::Kubernetes)
+        );
+        assert_eq!(
+            parse("contentSource: static").unwrap().source(),
+            Err("contentSource: static needs staticSharesDir".into())
+        );
         assert!(parse("contentSource: vault").unwrap_err().contains("unknown variant `vault`"));
     }
 

@@ -74,7 +74,9 @@ pub struct SharedConfigMapSpec {
 /// Both CRDs as one YAML stream: what `config/deploy/driver/crds.yaml` holds.
 pub fn crds_yaml() -> Result<String, String> {
     use kube::CustomResourceExt as _;
-    let mut text = String::from("# Generated from driver/src/shares/api.rs; `UPDATE_CRDS=1 cargo test -p sharedresource-csi-driver crds` rewrites it.\n");
+    let mut text = String::from(
+        "# Generated from driver/src/shares/api.rs; `UPDATE_CRDS=1 cargo test -p sharedresource-csi-driver crds` rewrites it.\n",
+    );
     for crd in [SharedSecret::crd(), SharedConfigMap::crd()] {
         text.push_str("---\n");
         text.push_str(&serde_saphyr::to_string(&crd).map_err(|e| e.to_string())?);
@@ -104,12 +106,8 @@ mod tests {
         let crd = SharedSecret::crd();
         assert_eq!(crd.spec.scope, "Cluster");
         assert_eq!(crd.spec.group, GROUP);
-        let columns: Vec<String> = crd.spec.versions[0]
-            .additional_printer_columns
-            .iter()
-            .flatten()
-            .map(|c| c.json_path.clone())
-            .collect();
+        let columns: Vec<String> =
+            crd.spec.versions[0].additional_printer_columns.iter().flatten().map(|c| c.json_path.clone()).collect();
         assert_eq!(columns, [".spec.secretRef.namespace", ".spec.secretRef.name", ".metadata.creationTimestamp"]);
         let share: SharedSecret = serde_json::from_value(serde_json::json!({
             "apiVersion": "sharedresource.inlineguard.dev/v1alpha1", "kind": "SharedSecret",

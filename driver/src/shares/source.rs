@@ -165,10 +165,16 @@ mod tests {
     #[test]
     fn a_volume_names_exactly_one_valid_share() {
         assert_eq!(share_of(&request(&[("sharedSecret", "db")])).unwrap(), (ShareKind::Secret, "db".into()));
-        assert_eq!(share_of(&request(&[("sharedConfigMap", "ca.bundle")])).unwrap(), (ShareKind::ConfigMap, "ca.bundle".into()));
+        assert_eq!(
+            share_of(&request(&[("sharedConfigMap", "ca.bundle")])).unwrap(),
+            (ShareKind::ConfigMap, "ca.bundle".into())
+        );
         for (attributes, message) in [
             (vec![], "volumeAttributes lacks \"sharedSecret\" or \"sharedConfigMap\": name the share to mount"),
-            (vec![("sharedSecret", "a"), ("sharedConfigMap", "b")], "volumeAttributes names both \"sharedSecret\" and \"sharedConfigMap\": name one share"),
+            (
+                vec![("sharedSecret", "a"), ("sharedConfigMap", "b")],
+                "volumeAttributes names both \"sharedSecret\" and \"sharedConfigMap\": name one share",
+            ),
             (vec![("sharedSecret", "../x")], "SharedSecret name \"../x\" is not a valid object name"),
             (vec![("sharedConfigMap", "")], "SharedConfigMap name \"\" is not a valid object name"),
         ] {

@@ -34,7 +34,7 @@ const SINGLE_NODE_WRITER: i32 = 1;
 
 /// The NodePublishVolumeRequest kubelet sends for `volume` of a stored `pod` whose CSIDriver has
 /// `podInfoOnMount: true`.
-fn kubelet_request(pod: &Pod, volume: &str, target: &Path) -> Result<NodePublishVolumeRequest, String> {
+pub fn kubelet_request(pod: &Pod, volume: &str, target: &Path) -> Result<NodePublishVolumeRequest, String> {
     let uid = pod.metadata.uid.clone().ok_or("the stored pod has no uid")?;
     let spec = pod.spec.as_ref().ok_or("the stored pod has no spec")?;
     let csi =
@@ -67,7 +67,7 @@ fn kubelet_request(pod: &Pod, volume: &str, target: &Path) -> Result<NodePublish
     })
 }
 
-async fn channel(socket: PathBuf) -> Result<Channel, String> {
+pub async fn channel(socket: PathBuf) -> Result<Channel, String> {
     for _ in 0..100 {
         if socket.exists() {
             break;

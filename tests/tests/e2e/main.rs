@@ -18,6 +18,7 @@ mod node;
 mod rbac;
 mod read_only;
 mod relabel;
+mod shares;
 mod support;
 mod webhook_restart;
 mod workloads;
@@ -96,6 +97,10 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
         (
             "node::driver_killed_under_a_running_pod_which_still_reads_and_unpublishes",
             Box::new(|s| Box::pin(node::driver_killed_under_a_running_pod_which_still_reads_and_unpublishes(s))),
+        ),
+        (
+            "shares::access_updates_revocation_and_deletion_reach_the_files",
+            Box::new(|s| Box::pin(shares::access_updates_revocation_and_deletion_reach_the_files(s))),
         ),
         ("driver::csi_sanity", Box::new(|s| Box::pin(csi_sanity::passes_its_node_and_identity_specs(s)))),
     ]

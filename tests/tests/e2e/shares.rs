@@ -1,0 +1,246 @@
+//! Shares on the real apiserver: the shipped CRDs and driver RBAC applied as written, the driver
+//! (Kubernetes source) running as its ServiceAccount with real tmpfs mounts on a real socket, and
+//! NodePublishVolume built from stored pods as `kubelet_publish` builds it. Each step asserts the
+//! files a container would see.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use inline_guard_proto::csi::v1::NodeUnpublishVolumeRequest;
+use inline_guard_proto::csi::v1::node_client::NodeClient;
+use inline_guard_tests::apply::{apply, objects};
+use inline_guard_tests::repo_root;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::rbac::v1::RoleBinding;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use sharedresource_csi_driver::plugin::Plugin;
+use sharedresource_csi_driver::shares::source::KubernetesSource;
+use tonic::Code;
+
+use crate::kubelet_publish::{channel, kubelet_request};
+use crate::support::{Outcome, SHARED_RESOURCE_DRIVER, Suite, create, create_namespace, pods_path};
+
+/// The driver's identity in `config/deploy/driver/rbac.yaml`.
+const DRIVER_USER: &str = "system:serviceaccount:inline-guard-system:sharedresource-csi-driver";
+/// How long a change may take to reach the files: the refresh runs every second.
+const WITHIN: Duration = Duration::from_secs(10);
+
+async fn apply_file(suite: &Suite, file: &str) -> Outcome {
+    apply(&suite.admin, &objects(&repo_root().join(file))?, false).await.map(drop)
+}
+
+async fn wait_established(suite: &Suite, name: &str) -> Outcome {
+    let crds = Api::<CustomResourceDefinition>::all(suite.admin.clone());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let crd = crds.get(name).await.map_err(|e| e.to_string())?;
+        let established = crd
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True");
+        if established {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!("CRD {name} not established within 30 s"));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn create_object(suite: &Suite, path: &str, object: Value) -> Outcome {
+    let answer = create(&suite.admin, path, &object, false).await?;
+    if answer.status != 201 {
+        return Err(format!("POST {path}: {} {}", answer.status, answer.message()));
+    }
+    Ok(())
+}
+
+fn grant(namespace: &str) -> (Value, Value) {
+    let role = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "use-db", "namespace": namespace},
+        "rules": [{"apiGroups": ["sharedresource.inlineguard.dev"], "resources": ["sharedsecrets"], "resourceNames": ["db"], "verbs": ["use"]}]
+    });
+    let binding = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "reader-uses-db", "namespace": namespace},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "use-db"},
+        "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": namespace}]
+    });
+    (role, binding)
+}
+
+fn share(name: &str) -> Value {
+    json!({
+        "apiVersion": "sharedresource.inlineguard.dev/v1alpha1", "kind": "SharedSecret",
+        "metadata": {"name": name},
+        "spec": {"secretRef": {"namespace": "shares-owner", "name": "db-creds"}, "description": "the app's database"}
+    })
+}
+
+fn reader_pod(name: &str, share: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {
+            "serviceAccountName": "reader",
+            "containers": [{"name": "app", "image": "registry.invalid/app:1", "volumeMounts": [{"name": "db", "mountPath": "/db"}]}],
+            "volumes": [{"name": "db", "csi": {"driver": SHARED_RESOURCE_DRIVER, "readOnly": true, "volumeAttributes": {"sharedSecret": share}}}]
+        }
+    })
+}
+
+/// The files of a volume, as a container would list them (user-visible names only).
+fn files(target: &Path) -> Vec<(String, String)> {
+    let mut files: Vec<(String, String)> = std::fs::read_dir(target)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter(|e| !e.file_name().to_string_lossy().starts_with(".."))
+                .map(|e| {
+                    (
+                        e.file_name().to_string_lossy().into_owned(),
+                        std::fs::read_to_string(e.path()).unwrap_or_default(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    files.sort();
+    files
+}
+
+async fn wait_for_files(target: &Path, what: &str, expected: &[(&str, &str)]) -> Outcome {
+    let expected: Vec<(String, String)> = expected.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let deadline = Instant::now() + WITHIN;
+    loop {
+        let seen = files(target);
+        if seen == expected {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!("{what}: the volume holds {seen:?}, expected {expected:?} within {WITHIN:?}"));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+pub async fn access_updates_revocation_and_deletion_reach_the_files(suite: &Suite) -> Outcome {
+    let admin = &suite.admin;
+    apply_file(suite, "config/deploy/driver/crds.yaml").await?;
+    wait_established(suite, "sharedsecrets.sharedresource.inlineguard.dev").await?;
+    apply_file(suite, "config/deploy/driver/rbac.yaml").await?;
+    for namespace in ["shares-owner", "shares-consumer", "shares-stranger"] {
+        create_namespace(admin, namespace, "none", &[]).await?;
+    }
+    create_object(
+        suite,
+        "/api/v1/namespaces/shares-owner/secrets",
+        json!({
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db-creds"},
+            "stringData": {"password": "s3cret", "user": "app"}
+        }),
+    )
+    .await?;
+    create_object(suite, "/apis/sharedresource.inlineguard.dev/v1alpha1/sharedsecrets", share("db")).await?;
+    let (role, binding) = grant("shares-consumer");
+    create_object(suite, "/apis/rbac.authorization.k8s.io/v1/namespaces/shares-consumer/roles", role).await?;
+    create_object(suite, "/apis/rbac.authorization.k8s.io/v1/namespaces/shares-consumer/rolebindings", binding.clone())
+        .await?;
+    let mut stored = Vec::new();
+    for (namespace, pod) in [
+        ("shares-consumer", reader_pod("reader", "db")),
+        ("shares-stranger", reader_pod("reader", "db")),
+        ("shares-consumer", reader_pod("lost", "nope")),
+    ] {
+        let answer = create(admin, &pods_path(namespace), &pod, false).await?;
+        if answer.status != 201 {
+            return Err(format!("creating a pod in {namespace}: {} {}", answer.status, answer.message()));
+        }
+        stored.push(serde_json::from_value::<Pod>(answer.body).map_err(|e| e.to_string())?);
+    }
+
+    // The driver as its ServiceAccount, with the shipped RBAC, refreshing every second.
+    let driver_client = suite
+        .cluster
+        .client_as(
+            DRIVER_USER,
+            &["system:serviceaccounts", "system:serviceaccounts:inline-guard-system", "system:authenticated"],
+        )
+        .await?;
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let socket = dir.path().join("csi.sock");
+    let mut plugin = Plugin::in_directory(dir.path(), socket.clone());
+    plugin.config.refresh_seconds = 1;
+    plugin.content = std::sync::Arc::new(KubernetesSource::new(driver_client, tokio::runtime::Handle::current()));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(plugin.run(async {
+        let _ = stopped.await;
+    }));
+    let mut node = NodeClient::new(channel(socket).await?);
+
+    let result = async {
+        let target = dir.path().join("pods/reader/volumes/kubernetes.io~csi/db/mount");
+        let request = kubelet_request(&stored[0], "db", &target)?;
+        node.node_publish_volume(request.clone()).await.map_err(|e| format!("publish allowed by the RoleBinding: {e}"))?;
+        wait_for_files(&target, "published", &[("password", "s3cret"), ("user", "app")]).await?;
+
+        // Without a binding in its namespace: PERMISSION_DENIED naming share, namespace, account.
+        let stranger = dir.path().join("pods/stranger/volumes/kubernetes.io~csi/db/mount");
+        let denied = node.node_publish_volume(kubelet_request(&stored[1], "db", &stranger)?).await.err().ok_or("a pod without access was published")?;
+        let expected = "service account shares-stranger/reader may not use SharedSecret \"db\": grant it the verb \"use\" on sharedsecrets.sharedresource.inlineguard.dev \"db\" (a Role and RoleBinding in namespace shares-stranger)";
+        if denied.code() != Code::PermissionDenied || denied.message() != expected {
+            return Err(format!("expected PERMISSION_DENIED {expected:?}, got {denied:?}"));
+        }
+        if stranger.exists() {
+            return Err("a refused publish left its target".into());
+        }
+        // A share that does not exist: NOT_FOUND naming it.
+        let lost = dir.path().join("pods/lost/volumes/kubernetes.io~csi/db/mount");
+        let missing = node.node_publish_volume(kubelet_request(&stored[2], "db", &lost)?).await.err().ok_or("a missing share was published")?;
+        if missing.code() != Code::NotFound || missing.message() != "SharedSecret \"nope\" not found" {
+            return Err(format!("expected NOT_FOUND for the missing share, got {missing:?}"));
+        }
+
+        // The Secret changes: a new password, a key removed.
+        let secrets = Api::<Secret>::namespaced(admin.clone(), "shares-owner");
+        let update = json!({"data": {"password": "cm90YXRlZA==", "user": null}});
+        secrets.patch("db-creds", &PatchParams::default(), &Patch::Merge(&update)).await.map_err(|e| e.to_string())?;
+        wait_for_files(&target, "after the Secret update", &[("password", "rotated")]).await?;
+
+        // Access revoked: the volume is emptied and stays mounted; granted again: content back.
+        let bindings = Api::<RoleBinding>::namespaced(admin.clone(), "shares-consumer");
+        bindings.delete("reader-uses-db", &DeleteParams::default()).await.map_err(|e| e.to_string())?;
+        wait_for_files(&target, "after the RoleBinding was removed", &[]).await?;
+        let binding: RoleBinding = serde_json::from_value(binding).map_err(|e| e.to_string())?;
+        bindings.create(&PostParams::default(), &binding).await.map_err(|e| e.to_string())?;
+        wait_for_files(&target, "after the RoleBinding came back", &[("password", "rotated")]).await?;
+
+        // The share deleted: emptied; recreated: back.
+        let shares = Api::<kube::api::DynamicObject>::all_with(admin.clone(), &kube::api::ApiResource::from_gvk_with_plural(
+            &kube::api::GroupVersionKind::gvk("sharedresource.inlineguard.dev", "v1alpha1", "SharedSecret"),
+            "sharedsecrets",
+        ));
+        shares.delete("db", &DeleteParams::default()).await.map_err(|e| e.to_string())?;
+        wait_for_files(&target, "after the share was deleted", &[]).await?;
+        create_object(suite, "/apis/sharedresource.inlineguard.dev/v1alpha1/sharedsecrets", share("db")).await?;
+        wait_for_files(&target, "after the share was recreated", &[("password", "rotated")]).await?;
+
+        node.node_unpublish_volume(NodeUnpublishVolumeRequest { volume_id: request.volume_id, target_path: request.target_path })
+            .await
+            .map_err(|e| format!("unpublish: {e}"))?;
+        if target.exists() {
+            return Err("unpublish left the target".into());
+        }
+        println!("shares: published by RoleBinding, refused without ({expected}), updated, revoked and restored, deleted and restored");
+        Ok(())
+    }
+    .await;
+    let _ = stop.send(());
+    running.await.map_err(|e| e.to_string())?.map_err(|e| e.to_string())?;
+    result
+}
