@@ -44,7 +44,9 @@ fn report(file: &str, applied: &[Applied]) -> Outcome {
 
 /// `config/deploy/*.yaml`: everything kustomization lists, plus the cert-manager certificate.
 pub async fn deploy_manifests_pass_dry_run(suite: &Suite) -> Outcome {
-    for path in &yaml_files(&repo_root().join("config/deploy"))? {
+    let mut files = yaml_files(&repo_root().join("config/deploy"))?;
+    files.extend(yaml_files(&repo_root().join("config/deploy/driver"))?);
+    for path in &files {
         let file = path.strip_prefix(repo_root()).unwrap_or(path).display().to_string();
         let applied = apply(&suite.admin, &objects(path)?, true).await?;
         report(&file, &applied)?;
