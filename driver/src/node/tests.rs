@@ -47,6 +47,10 @@ fn fixture(mut settings: VolumeSettings) -> Fixture {
 }
 
 fn request(fixture: &Fixture, volume_id: &str, share: &str) -> NodePublishVolumeRequest {
+    request_at(fixture.dir.path(), volume_id, share)
+}
+
+fn request_at(root: &Path, volume_id: &str, share: &str) -> NodePublishVolumeRequest {
     let context: HashMap<String, String> = [
         ("csi.storage.k8s.io/ephemeral", "true"),
         ("csi.storage.k8s.io/pod.name", "web"),
@@ -60,7 +64,7 @@ fn request(fixture: &Fixture, volume_id: &str, share: &str) -> NodePublishVolume
     .collect();
     NodePublishVolumeRequest {
         volume_id: volume_id.into(),
-        target_path: target_of(fixture, volume_id).to_string_lossy().into_owned(),
+        target_path: target_at(root, volume_id).to_string_lossy().into_owned(),
         volume_capability: Some(VolumeCapability {
             access_type: Some(AccessType::Mount(MountVolume::default())),
             access_mode: Some(AccessMode { mode: 2 }),
@@ -72,7 +76,11 @@ fn request(fixture: &Fixture, volume_id: &str, share: &str) -> NodePublishVolume
 }
 
 fn target_of(fixture: &Fixture, pod: &str) -> PathBuf {
-    fixture.dir.path().join("pods").join(pod).join("volumes/kubernetes.io~csi/shared/mount")
+    target_at(fixture.dir.path(), pod)
+}
+
+fn target_at(root: &Path, pod: &str) -> PathBuf {
+    root.join("pods").join(pod).join("volumes/kubernetes.io~csi/shared/mount")
 }
 
 async fn publish(fixture: &Fixture, request: NodePublishVolumeRequest) -> std::result::Result<(), Status> {
@@ -300,4 +308,68 @@ async fn refresh_rewrites_changed_content_and_empties_a_withdrawn_share() {
     fs::remove_dir_all(fixture.dir.path().join("shares/cluster-ca")).unwrap();
     assert_eq!(fixture.service.refresh_all(), [("csi-1".to_string(), Ok(true))]);
     assert!(!target.join("ca.crt").exists(), "a withdrawn share leaves an empty volume");
+}
+
+/// A content source answering what the test sets, as the Kubernetes source would: content,
+/// NOT_FOUND (share or backing object gone), PERMISSION_DENIED (access revoked), UNAVAILABLE
+/// (apiserver unreachable).
+#[derive(Default)]
+struct Scripted(std::sync::Mutex<Option<Result<crate::atomic_writer::Payload>>>);
+
+impl Scripted {
+    fn set(&self, answer: Result<crate::atomic_writer::Payload>) {
+        *self.0.lock().unwrap() = Some(answer);
+    }
+}
+
+impl ContentSource for Scripted {
+    fn ready(&self) -> bool {
+        true
+    }
+
+    fn content(&self, _: &PublishRequest) -> Result<crate::atomic_writer::Payload> {
+        self.0.lock().unwrap().clone().unwrap_or_else(|| Err(Error::Unavailable("nothing scripted".into())))
+    }
+}
+
+#[tokio::test]
+async fn a_refresh_empties_on_revocation_or_deletion_and_keeps_content_when_the_source_is_unreachable() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = Arc::new(Scripted::default());
+    let one = |value: &str| -> crate::atomic_writer::Payload {
+        [("password".to_string(), crate::atomic_writer::FileContent::new(value.as_bytes()))].into()
+    };
+    source.set(Ok(one("s3cret")));
+    let service = Arc::new(NodeService::new(
+        "node-1".into(),
+        VolumeSettings { tmpfs_bytes: 1 << 20, host_read_only: false, kubelet_dir: dir.path().to_path_buf() },
+        Arc::new(FakeMounter::default()),
+        Arc::new(FileVolumeStore::open(dir.path().join("state")).unwrap()),
+        source.clone(),
+        Vec::new(),
+    ));
+    let node = NodeGrpc::new(service.clone());
+    let request = request_at(dir.path(), "csi-1", "unused");
+    let target = PathBuf::from(&request.target_path);
+    node.node_publish_volume(Request::new(request)).await.unwrap();
+    let read = || fs::read_to_string(target.join("password")).ok();
+    assert_eq!(read().as_deref(), Some("s3cret"));
+
+    source.set(Err(Error::Unavailable("apiserver unreachable".into())));
+    let results = service.refresh_all();
+    assert!(matches!(results[0].1, Err(Error::Unavailable(_))), "{results:?}");
+    assert_eq!(read().as_deref(), Some("s3cret"), "an unreachable source never empties a volume");
+
+    source.set(Err(Error::PermissionDenied("revoked".into())));
+    service.refresh_all();
+    assert_eq!(read(), None, "revoked access empties the volume");
+    assert!(target.exists(), "and it stays mounted");
+
+    source.set(Ok(one("back")));
+    service.refresh_all();
+    assert_eq!(read().as_deref(), Some("back"));
+
+    source.set(Err(Error::NotFound("SharedSecret \"db\" not found".into())));
+    service.refresh_all();
+    assert_eq!(read(), None, "a deleted share empties the volume");
 }
