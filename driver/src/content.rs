@@ -19,6 +19,17 @@ pub trait ContentSource: Send + Sync {
     fn ready(&self) -> bool;
     /// The files for `request`, or why it may not have them.
     fn content(&self, request: &PublishRequest) -> Result<Payload>;
+    /// Woken when something content depends on changed, so a refresh need not wait for its
+    /// interval; `None` for a source that cannot tell.
+    fn changes(&self) -> Option<std::sync::Arc<tokio::sync::Notify>> {
+        None
+    }
+    /// A refresh of every volume starts: answers may be shared between its volumes until
+    /// [`ContentSource::end_pass`] (one access check per service account and share, not per
+    /// volume). Outside a pass, every call asks afresh.
+    fn start_pass(&self) {}
+    /// The refresh started by [`ContentSource::start_pass`] is over.
+    fn end_pass(&self) {}
 }
 
 /// Shares as subdirectories of a directory; every regular file in a share (recursively) is a key.

@@ -281,14 +281,17 @@ impl NodeService {
     pub fn refresh_all(&self) -> Vec<(String, Result<bool>)> {
         let records: Vec<VolumeRecord> =
             self.volumes.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
-        records
+        self.content.start_pass();
+        let results = records
             .into_iter()
             .map(|record| {
                 let result =
                     self.claim(&record.volume_id, &record.target_path).and_then(|_claim| self.refresh(&record));
                 (record.volume_id, result)
             })
-            .collect()
+            .collect();
+        self.content.end_pass();
+        results
     }
 
     fn refresh(&self, record: &VolumeRecord) -> Result<bool> {

@@ -120,14 +120,27 @@ impl Plugin {
                 .await
         };
         let refresh_every = Duration::from_secs(self.config.refresh_seconds);
+        let changes = self.content.changes();
         let refresher = {
             let mut stopped = stopped.clone();
             async move {
                 let mut ticker = tokio::time::interval(refresh_every);
                 ticker.tick().await;
+                let changed = || async {
+                    match &changes {
+                        Some(changes) => {
+                            changes.notified().await;
+                            // A burst of events (a RoleBinding and its Role, a Secret applied
+                            // twice) makes one pass.
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                        }
+                        None => std::future::pending().await,
+                    }
+                };
                 loop {
                     tokio::select! {
                         _ = ticker.tick() => {}
+                        () = changed() => {}
                         _ = stopped.wait_for(|stop| *stop) => return,
                     }
                     let node = node.clone();

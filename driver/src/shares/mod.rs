@@ -1,6 +1,8 @@
 //! Shares backed by the cluster: the API types, the access check a pod's service account must
-//! pass, and the content source that reads a share's backing Secret or ConfigMap.
+//! pass, the content source that reads a share's backing Secret or ConfigMap, and the watches
+//! that make a change apply at once.
 
 pub mod access;
 pub mod api;
 pub mod source;
+pub mod watch;

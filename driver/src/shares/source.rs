@@ -3,7 +3,12 @@
 //! served only while the pod's service account may `use` the share. Every publish and every
 //! refresh asks the apiserver afresh, so an update reaches the volume at the next refresh, and a
 //! revoked binding or a deleted share or backing object empties it; an apiserver that cannot be
-//! reached changes nothing (the error is reported and the refresh retried).
+//! reached changes nothing (the error is reported and the refresh retried). Within one refresh
+//! pass, answers are shared between volumes: one access check per service account and share,
+//! one read per share and backing object. Watches wake the refresher when any of them changes.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::authorization::v1::SubjectAccessReview;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -11,6 +16,7 @@ use kube::api::{Api, PostParams};
 
 use super::access::{AccessQuestion, ShareKind};
 use super::api::{ObjectRef, SharedConfigMap, SharedSecret};
+use super::watch::{Served, watch_changes};
 use crate::atomic_writer::{FileContent, Payload};
 use crate::content::ContentSource;
 use crate::error::{Error, Result};
@@ -22,51 +28,77 @@ pub const SHARED_SECRET_ATTRIBUTE: &str = "sharedSecret";
 /// The volume attribute naming a SharedConfigMap.
 pub const SHARED_CONFIG_MAP_ATTRIBUTE: &str = "sharedConfigMap";
 
+/// Answers shared by the volumes of one refresh pass.
+#[derive(Default)]
+struct Pass {
+    shares: HashMap<(ShareKind, String), Option<ObjectRef>>,
+    access: HashMap<AccessQuestion, bool>,
+    backing: HashMap<(ShareKind, String, String), Option<Payload>>,
+}
+
 /// Shares read from the cluster with `client`.
 pub struct KubernetesSource {
     client: kube::Client,
     // Publish and refresh run on the blocking pool; the client's calls run on this runtime.
     runtime: tokio::runtime::Handle,
+    served: Arc<Served>,
+    changes: Arc<tokio::sync::Notify>,
+    pass: Mutex<Option<Pass>>,
+    watches: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for KubernetesSource {
+    fn drop(&mut self) {
+        self.watches.abort();
+    }
 }
 
 impl KubernetesSource {
-    /// A source asking the cluster `client` talks to, on `runtime`.
+    /// A source asking the cluster `client` talks to, on `runtime`, whose watches start now.
     pub fn new(client: kube::Client, runtime: tokio::runtime::Handle) -> KubernetesSource {
-        KubernetesSource { client, runtime }
+        let served = Arc::new(Served::default());
+        let changes = Arc::new(tokio::sync::Notify::new());
+        let watches = runtime.spawn(watch_changes(client.clone(), served.clone(), changes.clone()));
+        KubernetesSource { client, runtime, served, changes, pass: Mutex::new(None), watches }
+    }
+
+    /// `compute`'s answer for `key`, shared within a pass through the map `field` picks.
+    async fn shared<K, V, F>(&self, key: K, field: fn(&mut Pass) -> &mut HashMap<K, V>, compute: F) -> Result<V>
+    where
+        K: std::hash::Hash + Eq,
+        V: Clone,
+        F: std::future::Future<Output = Result<V>>,
+    {
+        if let Some(pass) = self.pass.lock().unwrap_or_else(|p| p.into_inner()).as_mut()
+            && let Some(value) = field(pass).get(&key)
+        {
+            return Ok(value.clone());
+        }
+        let value = compute.await?;
+        if let Some(pass) = self.pass.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            field(pass).insert(key, value.clone());
+        }
+        Ok(value)
     }
 
     async fn payload(&self, request: &PublishRequest) -> Result<Payload> {
         let (kind, share) = share_of(request)?;
-        let unavailable = |what: String, error: kube::Error| Error::Unavailable(format!("{what}: {error}"));
-        let backing: ObjectRef = match kind {
-            ShareKind::Secret => Api::<SharedSecret>::all(self.client.clone())
-                .get_opt(&share)
-                .await
-                .map_err(|e| unavailable(format!("reading SharedSecret {}", quote(&share)), e))?
-                .map(|s| s.spec.secret_ref),
-            ShareKind::ConfigMap => Api::<SharedConfigMap>::all(self.client.clone())
-                .get_opt(&share)
-                .await
-                .map_err(|e| unavailable(format!("reading SharedConfigMap {}", quote(&share)), e))?
-                .map(|s| s.spec.config_map_ref),
-        }
-        .ok_or_else(|| Error::NotFound(format!("{} {} not found", kind.kind(), quote(&share))))?;
-
+        let backing = self.shared((kind, share.clone()), |p| &mut p.shares, self.share(kind, &share)).await?;
+        let backing = backing.ok_or_else(|| Error::NotFound(format!("{} {} not found", kind.kind(), quote(&share))))?;
         let question = AccessQuestion {
             namespace: request.pod.namespace.clone(),
             service_account: request.pod.service_account.clone(),
             kind,
             share: share.clone(),
         };
-        let review = Api::<SubjectAccessReview>::all(self.client.clone())
-            .create(&PostParams::default(), &question.review())
-            .await
-            .map_err(|e| unavailable("asking the apiserver whether the pod may use the share".into(), e))?;
-        if !review.status.is_some_and(|s| s.allowed) {
+        let allowed = self.shared(question.clone(), |p| &mut p.access, self.allowed(&question)).await?;
+        if !allowed {
             return Err(Error::PermissionDenied(question.denial()));
         }
-
-        let missing = || {
+        self.served.note(kind, &backing.namespace, &backing.name);
+        let key = (kind, backing.namespace.clone(), backing.name.clone());
+        let payload = self.shared(key, |p| &mut p.backing, self.backing(kind, &backing)).await?;
+        payload.ok_or_else(|| {
             Error::NotFound(format!(
                 "{} {}/{}, shared by {} {}, not found",
                 kind.backing_kind(),
@@ -75,26 +107,56 @@ impl KubernetesSource {
                 kind.kind(),
                 quote(&share)
             ))
+        })
+    }
+
+    /// The object a share names, `None` when the share does not exist.
+    async fn share(&self, kind: ShareKind, share: &str) -> Result<Option<ObjectRef>> {
+        let unavailable = |e: kube::Error| Error::Unavailable(format!("reading {} {}: {e}", kind.kind(), quote(share)));
+        Ok(match kind {
+            ShareKind::Secret => Api::<SharedSecret>::all(self.client.clone())
+                .get_opt(share)
+                .await
+                .map_err(unavailable)?
+                .map(|s| s.spec.secret_ref),
+            ShareKind::ConfigMap => Api::<SharedConfigMap>::all(self.client.clone())
+                .get_opt(share)
+                .await
+                .map_err(unavailable)?
+                .map(|s| s.spec.config_map_ref),
+        })
+    }
+
+    /// Whether the apiserver says the pod's service account may use the share.
+    async fn allowed(&self, question: &AccessQuestion) -> Result<bool> {
+        let review = Api::<SubjectAccessReview>::all(self.client.clone())
+            .create(&PostParams::default(), &question.review())
+            .await
+            .map_err(|e| Error::Unavailable(format!("asking the apiserver whether the pod may use the share: {e}")))?;
+        Ok(review.status.is_some_and(|s| s.allowed))
+    }
+
+    /// The files of a backing object, `None` when it does not exist.
+    async fn backing(&self, kind: ShareKind, backing: &ObjectRef) -> Result<Option<Payload>> {
+        let unavailable = |e: kube::Error| {
+            Error::Unavailable(format!("reading {} {}/{}: {e}", kind.backing_kind(), backing.namespace, backing.name))
         };
-        let reading = format!("reading {} {}/{}", kind.backing_kind(), backing.namespace, backing.name);
         let mut payload = Payload::new();
         match kind {
             ShareKind::Secret => {
-                let secret = Api::<Secret>::namespaced(self.client.clone(), &backing.namespace)
-                    .get_opt(&backing.name)
-                    .await
-                    .map_err(|e| unavailable(reading, e))?
-                    .ok_or_else(missing)?;
+                let api = Api::<Secret>::namespaced(self.client.clone(), &backing.namespace);
+                let Some(secret) = api.get_opt(&backing.name).await.map_err(unavailable)? else {
+                    return Ok(None);
+                };
                 for (key, value) in secret.data.unwrap_or_default() {
                     payload.insert(key, FileContent::new(value.0));
                 }
             }
             ShareKind::ConfigMap => {
-                let config_map = Api::<ConfigMap>::namespaced(self.client.clone(), &backing.namespace)
-                    .get_opt(&backing.name)
-                    .await
-                    .map_err(|e| unavailable(reading, e))?
-                    .ok_or_else(missing)?;
+                let api = Api::<ConfigMap>::namespaced(self.client.clone(), &backing.namespace);
+                let Some(config_map) = api.get_opt(&backing.name).await.map_err(unavailable)? else {
+                    return Ok(None);
+                };
                 for (key, value) in config_map.data.unwrap_or_default() {
                     payload.insert(key, FileContent::new(value.into_bytes()));
                 }
@@ -103,7 +165,7 @@ impl KubernetesSource {
                 }
             }
         }
-        Ok(payload)
+        Ok(Some(payload))
     }
 }
 
@@ -141,6 +203,18 @@ impl ContentSource for KubernetesSource {
 
     fn content(&self, request: &PublishRequest) -> Result<Payload> {
         self.runtime.block_on(self.payload(request))
+    }
+
+    fn changes(&self) -> Option<Arc<tokio::sync::Notify>> {
+        Some(self.changes.clone())
+    }
+
+    fn start_pass(&self) {
+        *self.pass.lock().unwrap_or_else(|p| p.into_inner()) = Some(Pass::default());
+    }
+
+    fn end_pass(&self) {
+        *self.pass.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }
 }
 
