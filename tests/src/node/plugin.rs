@@ -34,8 +34,25 @@ pub struct PluginFiles {
 
 impl PluginFiles {
     /// Lays out the driver of the node whose kubelet root is `kubelet_root`, keeping its own
-    /// files in `dir`; content is refreshed every second.
+    /// files in `dir`, serving the static shares of `dir/shares`; content is refreshed every
+    /// second.
     pub fn new(dir: &Path, kubelet_root: &Path) -> Result<PluginFiles, String> {
+        let shares = dir.join("shares");
+        PluginFiles::with_source(
+            dir,
+            kubelet_root,
+            &format!("staticSharesDir: {}\nrefreshSeconds: 1\n", shares.display()),
+        )
+    }
+
+    /// Lays out a driver serving the cluster's shares as the identity in `kubeconfig`, with its
+    /// periodic refresh an hour away (changes arrive through its watches).
+    pub fn kubernetes(dir: &Path, kubelet_root: &Path, kubeconfig: &Path) -> Result<PluginFiles, String> {
+        let source = format!("contentSource: kubernetes\nkubeconfig: {}\nrefreshSeconds: 3600\n", kubeconfig.display());
+        PluginFiles::with_source(dir, kubelet_root, &source)
+    }
+
+    fn with_source(dir: &Path, kubelet_root: &Path, source: &str) -> Result<PluginFiles, String> {
         let files = PluginFiles {
             config: dir.join("driver.yaml"),
             socket: kubelet_root.join("plugins/sharedresource.csi.inlineguard.dev/csi.sock"),
@@ -44,11 +61,10 @@ impl PluginFiles {
         };
         std::fs::create_dir_all(&files.shares).map_err(|e| format!("{}: {e}", files.shares.display()))?;
         let text = format!(
-            "stateDir: {}\nregistryDir: {}\nkubeletDir: {}\nstaticSharesDir: {}\ntmpfsSize: 1Mi\nrefreshSeconds: 1\nshutdownTimeoutSeconds: 2\n",
+            "stateDir: {}\nregistryDir: {}\nkubeletDir: {}\ntmpfsSize: 1Mi\nshutdownTimeoutSeconds: 2\n{source}",
             files.state.display(),
             kubelet_root.join("plugins_registry").display(),
             kubelet_root.display(),
-            files.shares.display(),
         );
         std::fs::write(&files.config, text).map_err(|e| format!("{}: {e}", files.config.display()))?;
         Ok(files)

@@ -68,20 +68,28 @@ pub fn kubelet_request(pod: &Pod, volume: &str, target: &Path) -> Result<NodePub
 }
 
 pub async fn channel(socket: PathBuf) -> Result<Channel, String> {
-    for _ in 0..100 {
-        if socket.exists() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    Endpoint::try_from("http://[::]:50051")
-        .map_err(|e| e.to_string())?
-        .connect_with_connector(tower::service_fn(move |_: Uri| {
+    // Retried: the socket may not exist yet, or still be a killed predecessor's.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let connector = {
             let socket = socket.clone();
-            async move { Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(socket).await?)) }
-        }))
-        .await
-        .map_err(|e| format!("connecting to the driver socket: {e}"))
+            tower::service_fn(move |_: Uri| {
+                let socket = socket.clone();
+                async move { Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(socket).await?)) }
+            })
+        };
+        match Endpoint::try_from("http://[::]:50051")
+            .map_err(|e| e.to_string())?
+            .connect_with_connector(connector)
+            .await
+        {
+            Ok(channel) => return Ok(channel),
+            Err(error) if std::time::Instant::now() > deadline => {
+                return Err(format!("connecting to the driver socket {}: {error}", socket.display()));
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
 }
 
 /// A pod as a user writes it: the volume is not marked read-only, the mount is.

@@ -102,6 +102,10 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
             "shares::access_updates_revocation_and_deletion_reach_the_files",
             Box::new(|s| Box::pin(shares::access_updates_revocation_and_deletion_reach_the_files(s))),
         ),
+        (
+            "shares::driver_killed_and_restarted_keeps_and_refreshes_the_volume",
+            Box::new(|s| Box::pin(shares::driver_killed_and_restarted_keeps_and_refreshes_the_volume(s))),
+        ),
         ("driver::csi_sanity", Box::new(|s| Box::pin(csi_sanity::passes_its_node_and_identity_specs(s)))),
     ]
 }

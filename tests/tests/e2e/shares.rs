@@ -247,3 +247,99 @@ pub async fn access_updates_revocation_and_deletion_reach_the_files(suite: &Suit
     running.await.map_err(|e| e.to_string())?.map_err(|e| e.to_string())?;
     result
 }
+
+/// The driver process SIGKILLed and restarted while a volume is published: the content stays,
+/// refreshing resumes in the new process (a ConfigMap change still reaches the files), and the
+/// unpublish leaves no mount or record. A SharedConfigMap this time.
+pub async fn driver_killed_and_restarted_keeps_and_refreshes_the_volume(suite: &Suite) -> Outcome {
+    use inline_guard_tests::node::plugin::PluginFiles;
+
+    let admin = &suite.admin;
+    apply_file(suite, "config/deploy/driver/crds.yaml").await?;
+    wait_established(suite, "sharedconfigmaps.sharedresource.inlineguard.dev").await?;
+    apply_file(suite, "config/deploy/driver/rbac.yaml").await?;
+    for namespace in ["restart-owner", "restart-consumer"] {
+        create_namespace(admin, namespace, "none", &[]).await?;
+    }
+    create_object(
+        suite,
+        "/api/v1/namespaces/restart-owner/configmaps",
+        json!({
+            "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "app-settings"}, "data": {"mode": "fast"}
+        }),
+    )
+    .await?;
+    create_object(suite, "/apis/sharedresource.inlineguard.dev/v1alpha1/sharedconfigmaps", json!({
+        "apiVersion": "sharedresource.inlineguard.dev/v1alpha1", "kind": "SharedConfigMap",
+        "metadata": {"name": "settings"}, "spec": {"configMapRef": {"namespace": "restart-owner", "name": "app-settings"}}
+    }))
+    .await?;
+    create_object(suite, "/apis/rbac.authorization.k8s.io/v1/namespaces/restart-consumer/roles", json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "use-settings"},
+        "rules": [{"apiGroups": ["sharedresource.inlineguard.dev"], "resources": ["sharedconfigmaps"], "resourceNames": ["settings"], "verbs": ["use"]}]
+    }))
+    .await?;
+    create_object(suite, "/apis/rbac.authorization.k8s.io/v1/namespaces/restart-consumer/rolebindings", json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "reader-uses-settings"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "use-settings"},
+        "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": "restart-consumer"}]
+    }))
+    .await?;
+    let mut pod = reader_pod("reader", "unused");
+    pod["spec"]["volumes"][0]["csi"]["volumeAttributes"] = json!({"sharedConfigMap": "settings"});
+    let answer = create(admin, &pods_path("restart-consumer"), &pod, false).await?;
+    if answer.status != 201 {
+        return Err(format!("creating the pod: {} {}", answer.status, answer.message()));
+    }
+    let stored: Pod = serde_json::from_value(answer.body).map_err(|e| e.to_string())?;
+
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let kubelet = dir.path().join("kubelet");
+    std::fs::create_dir_all(&kubelet).map_err(|e| e.to_string())?;
+    let files_of =
+        PluginFiles::kubernetes(&dir.path().join("driver"), &kubelet, &suite.cluster.kubeconfig_as(DRIVER_USER)?)?;
+    let mut driver = files_of.start(dir.path(), "driver")?;
+    let target = kubelet.join("pods/reader/volumes/kubernetes.io~csi/db/mount");
+    let request = kubelet_request(&stored, "db", &target)?;
+    let mut node = NodeClient::new(channel(files_of.socket.clone()).await?);
+    node.node_publish_volume(request.clone()).await.map_err(|e| format!("publish: {e}\n{}", driver.log_tail(20)))?;
+    wait_for_files(&target, "published", &[("mode", "fast")]).await?;
+
+    driver.kill();
+    let mut driver = files_of.start(dir.path(), "driver-restarted")?;
+    let mut node = NodeClient::new(channel(files_of.socket.clone()).await?);
+    wait_for_files(&target, "after the restart", &[("mode", "fast")]).await?;
+    let config_maps = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(admin.clone(), "restart-owner");
+    config_maps
+        .patch("app-settings", &PatchParams::default(), &Patch::Merge(&json!({"data": {"mode": "slow"}})))
+        .await
+        .map_err(|e| e.to_string())?;
+    wait_for_files(&target, "a change after the restart", &[("mode", "slow")])
+        .await
+        .map_err(|e| format!("{e}\n{}", driver.log_tail(20)))?;
+    // The same publish again is answered from the recovered record.
+    node.node_publish_volume(request.clone()).await.map_err(|e| format!("republish after the restart: {e}"))?;
+    node.node_unpublish_volume(NodeUnpublishVolumeRequest {
+        volume_id: request.volume_id,
+        target_path: request.target_path,
+    })
+    .await
+    .map_err(|e| format!("unpublish: {e}"))?;
+    let mounts: Vec<String> = std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4).map(str::to_string))
+        .filter(|p| p.starts_with(&dir.path().to_string_lossy().into_owned()))
+        .collect();
+    let records: Vec<_> = std::fs::read_dir(&files_of.state)
+        .map_err(|e| e.to_string())?
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+        .collect();
+    driver.kill();
+    if !mounts.is_empty() || !records.is_empty() || target.exists() {
+        return Err(format!("left behind: mounts {mounts:?}, records {}", records.len()));
+    }
+    println!("driver SIGKILLed and restarted: content kept, refresh resumed, nothing left after unpublish");
+    Ok(())
+}
