@@ -10,6 +10,7 @@ use clap::Parser;
 
 use crate::config::{DriverConfig, SourceKind};
 use crate::content::{ContentSource, StaticDirSource};
+use crate::metrics::Metrics;
 use crate::mounter::LinuxMounter;
 use crate::plugin::Plugin;
 use crate::shares::source::KubernetesSource;
@@ -94,11 +95,12 @@ fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
         None => DriverConfig::default(),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let metrics = Arc::new(Metrics::new());
     let content: Arc<dyn ContentSource> = match config.source()? {
         SourceKind::Static => Arc::new(StaticDirSource::new(config.static_shares_dir.clone().unwrap_or_default())),
         SourceKind::Kubernetes => {
             let client = runtime.block_on(kube_client(config.kubeconfig.as_deref()))?;
-            Arc::new(KubernetesSource::new(client, runtime.handle().clone()))
+            Arc::new(KubernetesSource::new(client, runtime.handle().clone(), metrics.clone()))
         }
     };
     let plugin = Plugin {
@@ -108,6 +110,7 @@ fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
         register: !flags.no_registration,
         mounter: Arc::new(LinuxMounter),
         content,
+        metrics,
     };
     let served = runtime.block_on(plugin.run(async {
         let mut terminate = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {

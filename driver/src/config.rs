@@ -36,6 +36,8 @@ pub struct DriverConfig {
     /// How often published volumes are re-read and rewritten when their content changed.
     #[serde(deserialize_with = "seconds")]
     pub refresh_seconds: u64,
+    /// The plain-HTTP health port (`/healthz`, `/readyz`, `/metrics`); none when unset.
+    pub health_address: Option<std::net::SocketAddr>,
     /// After SIGTERM, how long requests in flight may take before the driver exits anyway (an
     /// interrupted publish is undone at the next start).
     #[serde(deserialize_with = "seconds")]
@@ -54,6 +56,7 @@ impl Default for DriverConfig {
             kubeconfig: None,
             static_shares_dir: None,
             refresh_seconds: 30,
+            health_address: None,
             shutdown_timeout_seconds: 10,
         }
     }

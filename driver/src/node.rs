@@ -21,6 +21,7 @@ use tracing::warn;
 use crate::atomic_writer::{AtomicWriter, check_key};
 use crate::content::ContentSource;
 use crate::error::{Error, Result};
+use crate::metrics::{Metrics, RefreshResult, result_label};
 use crate::mounter::Mounter;
 use crate::publish_request::{PublishRequest, check, check_volume_id};
 use crate::quote::{quote, quote_path};
@@ -60,6 +61,7 @@ pub struct NodeService {
     mounter: Arc<dyn Mounter>,
     store: Arc<dyn VolumeStore>,
     content: Arc<dyn ContentSource>,
+    metrics: Arc<Metrics>,
     volumes: Mutex<HashMap<String, VolumeRecord>>,
     // Volume ids and targets with an operation under way: a second one on either is told to
     // retry (ABORTED), as the specification asks, instead of racing the first.
@@ -76,8 +78,30 @@ impl NodeService {
         content: Arc<dyn ContentSource>,
         records: Vec<VolumeRecord>,
     ) -> NodeService {
-        let volumes = records.into_iter().map(|r| (r.volume_id.clone(), r)).collect();
-        NodeService { node_id, settings, mounter, store, content, volumes: Mutex::new(volumes), busy: Mutex::default() }
+        let volumes: HashMap<String, VolumeRecord> = records.into_iter().map(|r| (r.volume_id.clone(), r)).collect();
+        let metrics = Arc::new(Metrics::new());
+        metrics.set_volumes(volumes.len());
+        NodeService {
+            node_id,
+            settings,
+            mounter,
+            store,
+            content,
+            metrics,
+            volumes: Mutex::new(volumes),
+            busy: Mutex::default(),
+        }
+    }
+
+    /// The same service, counting into `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> NodeService {
+        metrics.set_volumes(self.volumes.lock().unwrap_or_else(|p| p.into_inner()).len());
+        self.metrics = metrics;
+        self
+    }
+
+    fn count_volumes(&self) {
+        self.metrics.set_volumes(self.volumes.lock().unwrap_or_else(|p| p.into_inner()).len());
     }
 
     /// kubelet's root, as configured.
@@ -189,6 +213,7 @@ impl NodeService {
         match result {
             Ok(()) => {
                 self.volumes.lock().unwrap_or_else(|p| p.into_inner()).insert(record.volume_id.clone(), record);
+                self.count_volumes();
                 Ok(())
             }
             Err(error) => {
@@ -282,7 +307,7 @@ impl NodeService {
         let records: Vec<VolumeRecord> =
             self.volumes.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
         self.content.start_pass();
-        let results = records
+        let results: Vec<(String, Result<bool>)> = records
             .into_iter()
             .map(|record| {
                 let result =
@@ -291,6 +316,13 @@ impl NodeService {
             })
             .collect();
         self.content.end_pass();
+        for (_, result) in &results {
+            self.metrics.refresh(match result {
+                Ok(true) => RefreshResult::Changed,
+                Ok(false) => RefreshResult::Unchanged,
+                Err(_) => RefreshResult::Failed,
+            });
+        }
         results
     }
 
@@ -305,9 +337,11 @@ impl NodeService {
         };
         // A share gone, or access withdrawn, empties the volume (it stays mounted); a source
         // that cannot answer now changes nothing.
-        let payload = match self.content.content(&request) {
-            Ok(payload) => payload,
-            Err(Error::InvalidArgument(_) | Error::NotFound(_) | Error::PermissionDenied(_)) => Default::default(),
+        let (payload, withdrawn) = match self.content.content(&request) {
+            Ok(payload) => (payload, false),
+            Err(Error::InvalidArgument(_) | Error::NotFound(_) | Error::PermissionDenied(_)) => {
+                (Default::default(), true)
+            }
             Err(other) => return Err(other),
         };
         let opened = target_dir::open(self.kubelet_dir(), &target)?;
@@ -319,7 +353,11 @@ impl NodeService {
                 quote_path(&record.target_path)
             )));
         };
-        self.write(&opened.target, &payload, true)
+        let changed = self.write(&opened.target, &payload, true)?;
+        if changed && withdrawn {
+            self.metrics.revocation();
+        }
+        Ok(changed)
     }
 
     /// Unpublishes. A volume the driver does not hold at `target` is already done; a mount the
@@ -354,6 +392,7 @@ impl NodeService {
             warn!(volume = %quote(volume_id), "unpublish: {problem}");
         }
         self.volumes.lock().unwrap_or_else(|p| p.into_inner()).remove(volume_id);
+        self.count_volumes();
         Ok(())
     }
 }
@@ -411,8 +450,15 @@ impl Node for NodeGrpc {
         &self,
         request: Request<NodePublishVolumeRequest>,
     ) -> std::result::Result<Response<NodePublishVolumeResponse>, Status> {
-        let checked = check(request.get_ref(), self.service.kubelet_dir())?;
-        self.blocking(move |service| service.publish(&checked)).await?;
+        let started = std::time::Instant::now();
+        let answer = match check(request.get_ref(), self.service.kubelet_dir()) {
+            Ok(checked) => self.blocking(move |service| service.publish(&checked)).await,
+            Err(error) => Err(Status::from(error)),
+        };
+        self.service
+            .metrics
+            .publish(result_label(answer.as_ref().err().map(Status::code)), started.elapsed().as_secs_f64());
+        answer?;
         Ok(Response::new(NodePublishVolumeResponse {}))
     }
 
@@ -421,7 +467,9 @@ impl Node for NodeGrpc {
         request: Request<NodeUnpublishVolumeRequest>,
     ) -> std::result::Result<Response<NodeUnpublishVolumeResponse>, Status> {
         let request = request.into_inner();
-        self.blocking(move |service| service.unpublish(&request.volume_id, &request.target_path)).await?;
+        let answer = self.blocking(move |service| service.unpublish(&request.volume_id, &request.target_path)).await;
+        self.service.metrics.unpublish(result_label(answer.as_ref().err().map(Status::code)));
+        answer?;
         Ok(Response::new(NodeUnpublishVolumeResponse {}))
     }
 

@@ -18,7 +18,9 @@ use crate::DRIVER_NAME;
 use crate::config::DriverConfig;
 use crate::content::ContentSource;
 use crate::error::Result;
+use crate::health::{self, Health};
 use crate::identity::IdentityService;
+use crate::metrics::Metrics;
 use crate::mounter::Mounter;
 use crate::node::{NodeGrpc, NodeService, VolumeSettings};
 use crate::quote::quote;
@@ -42,6 +44,8 @@ pub struct Plugin {
     pub mounter: Arc<dyn Mounter>,
     /// Volume content.
     pub content: Arc<dyn ContentSource>,
+    /// What the driver counts.
+    pub metrics: Arc<Metrics>,
 }
 
 impl Plugin {
@@ -62,6 +66,7 @@ impl Plugin {
                 kubeconfig: None,
                 static_shares_dir: Some(shares.clone()),
                 refresh_seconds: 3600,
+                health_address: None,
                 shutdown_timeout_seconds: 10,
             },
             csi_socket,
@@ -69,6 +74,7 @@ impl Plugin {
             register: false,
             mounter: Arc::new(crate::mounter::LinuxMounter),
             content: Arc::new(crate::content::StaticDirSource::new(shares)),
+            metrics: Arc::new(Metrics::new()),
         }
     }
 
@@ -102,7 +108,19 @@ impl Plugin {
             kubelet_dir,
         };
         let store: Arc<dyn VolumeStore> = store;
-        let node = Arc::new(NodeService::new(self.node_id, settings, self.mounter, store, self.content.clone(), kept));
+        let node = Arc::new(
+            NodeService::new(self.node_id, settings, self.mounter, store, self.content.clone(), kept)
+                .with_metrics(self.metrics.clone()),
+        );
+        let health = Arc::new(Health {
+            serving: std::sync::atomic::AtomicBool::new(false),
+            content: self.content.clone(),
+            metrics: self.metrics.clone(),
+        });
+        let health_listener = match self.config.health_address {
+            Some(address) => Some(health::bind(address).await?),
+            None => None,
+        };
         let csi_routes = Routes::new(IdentityServer::new(IdentityService::new(self.content.clone())))
             .add_service(NodeServer::new(NodeGrpc::new(node.clone())));
 
@@ -159,6 +177,12 @@ impl Plugin {
                 }
             }
         };
+        let health_port = async {
+            if let Some(listener) = health_listener {
+                health::serve(listener, health.clone(), until_stopped(stopped.clone())).await;
+            }
+        };
+        health.serving.store(true, std::sync::atomic::Ordering::SeqCst);
         info!(socket = %self.csi_socket.display(), "serving CSI Identity and Node");
         let signal = async {
             shutdown.await;
@@ -170,7 +194,7 @@ impl Plugin {
             tokio::time::sleep(grace).await;
         };
         tokio::select! {
-            (csi, registration, (), ()) = async { tokio::join!(csi, registration, signal, refresher) } => {
+            (csi, registration, (), (), ()) = async { tokio::join!(csi, registration, signal, refresher, health_port) } => {
                 csi.and(registration)
             }
             () = deadline => {

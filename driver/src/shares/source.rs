@@ -20,6 +20,7 @@ use super::watch::{Served, watch_changes};
 use crate::atomic_writer::{FileContent, Payload};
 use crate::content::ContentSource;
 use crate::error::{Error, Result};
+use crate::metrics::{AccessResult, Metrics};
 use crate::publish_request::PublishRequest;
 use crate::quote::quote;
 
@@ -44,6 +45,7 @@ pub struct KubernetesSource {
     served: Arc<Served>,
     changes: Arc<tokio::sync::Notify>,
     pass: Mutex<Option<Pass>>,
+    metrics: Arc<Metrics>,
     watches: tokio::task::JoinHandle<()>,
 }
 
@@ -54,12 +56,13 @@ impl Drop for KubernetesSource {
 }
 
 impl KubernetesSource {
-    /// A source asking the cluster `client` talks to, on `runtime`, whose watches start now.
-    pub fn new(client: kube::Client, runtime: tokio::runtime::Handle) -> KubernetesSource {
+    /// A source asking the cluster `client` talks to, on `runtime`, counting into `metrics`,
+    /// whose watches start now.
+    pub fn new(client: kube::Client, runtime: tokio::runtime::Handle, metrics: Arc<Metrics>) -> KubernetesSource {
         let served = Arc::new(Served::default());
         let changes = Arc::new(tokio::sync::Notify::new());
-        let watches = runtime.spawn(watch_changes(client.clone(), served.clone(), changes.clone()));
-        KubernetesSource { client, runtime, served, changes, pass: Mutex::new(None), watches }
+        let watches = runtime.spawn(watch_changes(client.clone(), served.clone(), changes.clone(), metrics.clone()));
+        KubernetesSource { client, runtime, served, changes, pass: Mutex::new(None), metrics, watches }
     }
 
     /// `compute`'s answer for `key`, shared within a pass through the map `field` picks.
@@ -132,8 +135,13 @@ impl KubernetesSource {
         let review = Api::<SubjectAccessReview>::all(self.client.clone())
             .create(&PostParams::default(), &question.review())
             .await
-            .map_err(|e| Error::Unavailable(format!("asking the apiserver whether the pod may use the share: {e}")))?;
-        Ok(review.status.is_some_and(|s| s.allowed))
+            .map_err(|e| {
+                self.metrics.access_check(AccessResult::Failed);
+                Error::Unavailable(format!("asking the apiserver whether the pod may use the share: {e}"))
+            })?;
+        let allowed = review.status.is_some_and(|s| s.allowed);
+        self.metrics.access_check(if allowed { AccessResult::Allowed } else { AccessResult::Denied });
+        Ok(allowed)
     }
 
     /// The files of a backing object, `None` when it does not exist.

@@ -20,6 +20,7 @@ use tracing::warn;
 
 use super::access::ShareKind;
 use super::api::{SharedConfigMap, SharedSecret};
+use crate::metrics::Metrics;
 
 /// After a binding changes, when to look again (the apiserver's RBAC cache follows the same
 /// watch, usually within milliseconds).
@@ -55,29 +56,31 @@ enum Interest {
 
 /// Watches everything a volume depends on with `client`, waking `wake` on each relevant change;
 /// runs until dropped.
-pub async fn watch_changes(client: Client, served: Arc<Served>, wake: Arc<Notify>) {
+pub async fn watch_changes(client: Client, served: Arc<Served>, wake: Arc<Notify>, metrics: Arc<Metrics>) {
+    let m = || metrics.clone();
     futures_util::future::join3(
         futures_util::future::join(
-            wake_on::<SharedSecret>(Api::all(client.clone()), Interest::All, wake.clone()),
-            wake_on::<SharedConfigMap>(Api::all(client.clone()), Interest::All, wake.clone()),
+            wake_on::<SharedSecret>(Api::all(client.clone()), Interest::All, wake.clone(), m()),
+            wake_on::<SharedConfigMap>(Api::all(client.clone()), Interest::All, wake.clone(), m()),
         ),
         futures_util::future::join(
-            wake_on::<RoleBinding>(Api::all(client.clone()), Interest::Access, wake.clone()),
-            wake_on::<ClusterRoleBinding>(Api::all(client.clone()), Interest::Access, wake.clone()),
+            wake_on::<RoleBinding>(Api::all(client.clone()), Interest::Access, wake.clone(), m()),
+            wake_on::<ClusterRoleBinding>(Api::all(client.clone()), Interest::Access, wake.clone(), m()),
         ),
         futures_util::future::join(
             wake_on::<Secret>(
                 Api::all(client.clone()),
                 Interest::Served(ShareKind::Secret, served.clone()),
                 wake.clone(),
+                m(),
             ),
-            wake_on::<ConfigMap>(Api::all(client), Interest::Served(ShareKind::ConfigMap, served), wake),
+            wake_on::<ConfigMap>(Api::all(client), Interest::Served(ShareKind::ConfigMap, served), wake, m()),
         ),
     )
     .await;
 }
 
-async fn wake_on<K>(api: Api<PartialObjectMeta<K>>, interest: Interest, wake: Arc<Notify>)
+async fn wake_on<K>(api: Api<PartialObjectMeta<K>>, interest: Interest, wake: Arc<Notify>, metrics: Arc<Metrics>)
 where
     K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
 {
@@ -112,7 +115,10 @@ where
                         wake.notify_one();
                     }
                 }
-                Err(error) => warn!(kind = %K::kind(&()), %error, "watch failed; retrying with backoff (the periodic refresh continues)"),
+                Err(error) => {
+                    metrics.watch_error(&K::kind(&()));
+                    warn!(kind = %K::kind(&()), %error, "watch failed; retrying with backoff (the periodic refresh continues)");
+                }
             }
             std::future::ready(())
         })

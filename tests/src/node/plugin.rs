@@ -46,9 +46,18 @@ impl PluginFiles {
     }
 
     /// Lays out a driver serving the cluster's shares as the identity in `kubeconfig`, with its
-    /// periodic refresh an hour away (changes arrive through its watches).
-    pub fn kubernetes(dir: &Path, kubelet_root: &Path, kubeconfig: &Path) -> Result<PluginFiles, String> {
-        let source = format!("contentSource: kubernetes\nkubeconfig: {}\nrefreshSeconds: 3600\n", kubeconfig.display());
+    /// periodic refresh an hour away (changes arrive through its watches) and its health port on
+    /// `health`.
+    pub fn kubernetes(
+        dir: &Path,
+        kubelet_root: &Path,
+        kubeconfig: &Path,
+        health: std::net::SocketAddr,
+    ) -> Result<PluginFiles, String> {
+        let source = format!(
+            "contentSource: kubernetes\nkubeconfig: {}\nrefreshSeconds: 3600\nhealthAddress: {health}\n",
+            kubeconfig.display()
+        );
         PluginFiles::with_source(dir, kubelet_root, &source)
     }
 

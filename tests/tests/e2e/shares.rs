@@ -179,7 +179,12 @@ pub async fn access_updates_revocation_and_deletion_reach_the_files(suite: &Suit
     let socket = dir.path().join("csi.sock");
     let mut plugin = Plugin::in_directory(dir.path(), socket.clone());
     plugin.config.refresh_seconds = 3600;
-    plugin.content = std::sync::Arc::new(KubernetesSource::new(driver_client, tokio::runtime::Handle::current()));
+    plugin.content = std::sync::Arc::new(KubernetesSource::new(
+        driver_client,
+        tokio::runtime::Handle::current(),
+        plugin.metrics.clone(),
+    ));
+    let metrics = plugin.metrics.clone();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let running = tokio::spawn(plugin.run(async {
         let _ = stopped.await;
@@ -239,6 +244,18 @@ pub async fn access_updates_revocation_and_deletion_reach_the_files(suite: &Suit
         if target.exists() {
             return Err("unpublish left the target".into());
         }
+        let counted = metrics.encode();
+        for line in [
+            "sharedresource_csi_driver_publishes_total{result=\"ok\"} 1",
+            "sharedresource_csi_driver_publishes_total{result=\"permission_denied\"} 1",
+            "sharedresource_csi_driver_publishes_total{result=\"not_found\"} 1",
+            "sharedresource_csi_driver_revocations_total 2",
+            "sharedresource_csi_driver_volumes_published 0",
+        ] {
+            if !counted.contains(line) {
+                return Err(format!("the driver's metrics lack {line:?}:\n{counted}"));
+            }
+        }
         println!("shares: published by RoleBinding, refused without ({expected}), updated, revoked and restored, deleted and restored");
         Ok(())
     }
@@ -246,6 +263,25 @@ pub async fn access_updates_revocation_and_deletion_reach_the_files(suite: &Suit
     let _ = stop.send(());
     running.await.map_err(|e| e.to_string())?.map_err(|e| e.to_string())?;
     result
+}
+
+/// `GET path` on a health port, the whole answer.
+async fn health_get(address: std::net::SocketAddr, path: &str) -> Result<String, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut tcp = loop {
+        match tokio::net::TcpStream::connect(address).await {
+            Ok(tcp) => break tcp,
+            Err(error) if Instant::now() > deadline => return Err(format!("the health port {address}: {error}")),
+            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    };
+    tcp.write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").as_bytes())
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut answer = String::new();
+    tcp.read_to_string(&mut answer).await.map_err(|e| e.to_string())?;
+    Ok(answer)
 }
 
 /// The driver process SIGKILLed and restarted while a volume is published: the content stays,
@@ -296,8 +332,14 @@ pub async fn driver_killed_and_restarted_keeps_and_refreshes_the_volume(suite: &
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let kubelet = dir.path().join("kubelet");
     std::fs::create_dir_all(&kubelet).map_err(|e| e.to_string())?;
-    let files_of =
-        PluginFiles::kubernetes(&dir.path().join("driver"), &kubelet, &suite.cluster.kubeconfig_as(DRIVER_USER)?)?;
+    let health: std::net::SocketAddr =
+        format!("127.0.0.1:{}", inline_guard_tests::cluster::free_port()?).parse().map_err(|e| format!("{e}"))?;
+    let files_of = PluginFiles::kubernetes(
+        &dir.path().join("driver"),
+        &kubelet,
+        &suite.cluster.kubeconfig_as(DRIVER_USER)?,
+        health,
+    )?;
     let mut driver = files_of.start(dir.path(), "driver")?;
     let target = kubelet.join("pods/reader/volumes/kubernetes.io~csi/db/mount");
     let request = kubelet_request(&stored, "db", &target)?;
@@ -309,6 +351,14 @@ pub async fn driver_killed_and_restarted_keeps_and_refreshes_the_volume(suite: &
     let mut driver = files_of.start(dir.path(), "driver-restarted")?;
     let mut node = NodeClient::new(channel(files_of.socket.clone()).await?);
     wait_for_files(&target, "after the restart", &[("mode", "fast")]).await?;
+    let ready = health_get(health, "/readyz").await?;
+    if !ready.starts_with("HTTP/1.1 200") {
+        return Err(format!("the restarted driver's /readyz: {ready}"));
+    }
+    let metrics = health_get(health, "/metrics").await?;
+    if !metrics.contains("sharedresource_csi_driver_volumes_published 1") {
+        return Err(format!("the restarted driver does not count its recovered volume:\n{metrics}"));
+    }
     let config_maps = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(admin.clone(), "restart-owner");
     config_maps
         .patch("app-settings", &PatchParams::default(), &Patch::Merge(&json!({"data": {"mode": "slow"}})))

@@ -1,0 +1,206 @@
+//! What the driver counts, exported in OpenMetrics text on its health port: publishes and
+//! unpublishes by result, access checks by result, refreshes and revocations, volumes published,
+//! watch errors, and the publish latency.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ResultLabels {
+    result: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct KindLabels {
+    kind: String,
+}
+
+/// An access check's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AccessResult {
+    /// The service account may use the share.
+    Allowed,
+    /// It may not.
+    Denied,
+    /// The apiserver could not be asked.
+    Failed,
+}
+
+/// What a refresh did to one volume.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefreshResult {
+    /// New content was written.
+    Changed,
+    /// The content was already current.
+    Unchanged,
+    /// The content could not be computed or written; the previous content stays.
+    Failed,
+}
+
+/// Every metric of the driver.
+pub struct Metrics {
+    registry: Registry,
+    publishes: Family<ResultLabels, Counter>,
+    unpublishes: Family<ResultLabels, Counter>,
+    access_checks: Family<ResultLabels, Counter>,
+    refreshes: Family<ResultLabels, Counter>,
+    revocations: Counter,
+    volumes: Gauge,
+    watch_errors: Family<KindLabels, Counter>,
+    publish_seconds: Histogram,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    /// Every metric at zero.
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("sharedresource_csi_driver");
+        let publishes = Family::<ResultLabels, Counter>::default();
+        registry.register("publishes", "NodePublishVolume calls by result (a gRPC code, or ok)", publishes.clone());
+        let unpublishes = Family::<ResultLabels, Counter>::default();
+        registry.register("unpublishes", "NodeUnpublishVolume calls by result", unpublishes.clone());
+        let access_checks = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "access_checks",
+            "SubjectAccessReviews by answer: allowed, denied, failed",
+            access_checks.clone(),
+        );
+        let refreshes = Family::<ResultLabels, Counter>::default();
+        registry.register("refreshes", "Volumes refreshed, by result: changed, unchanged, failed", refreshes.clone());
+        let revocations = Counter::default();
+        registry.register(
+            "revocations",
+            "Volumes emptied because access, the share or its object went away",
+            revocations.clone(),
+        );
+        let volumes = Gauge::default();
+        registry.register("volumes_published", "Volumes published on this node", volumes.clone());
+        let watch_errors = Family::<KindLabels, Counter>::default();
+        registry.register("watch_errors", "Watch failures by kind (each retried with backoff)", watch_errors.clone());
+        // 100 µs to ~3 s.
+        let publish_seconds = Histogram::new(exponential_buckets(0.000_1, 2.0, 15));
+        registry.register("publish_duration_seconds", "Time to answer a NodePublishVolume", publish_seconds.clone());
+        Metrics {
+            registry,
+            publishes,
+            unpublishes,
+            access_checks,
+            refreshes,
+            revocations,
+            volumes,
+            watch_errors,
+            publish_seconds,
+        }
+    }
+
+    /// Counts a publish answered with `result` after `seconds`.
+    pub fn publish(&self, result: &'static str, seconds: f64) {
+        self.publishes.get_or_create(&ResultLabels { result }).inc();
+        self.publish_seconds.observe(seconds);
+    }
+
+    /// Counts an unpublish answered with `result`.
+    pub fn unpublish(&self, result: &'static str) {
+        self.unpublishes.get_or_create(&ResultLabels { result }).inc();
+    }
+
+    /// Counts an access check.
+    pub fn access_check(&self, result: AccessResult) {
+        let result = match result {
+            AccessResult::Allowed => "allowed",
+            AccessResult::Denied => "denied",
+            AccessResult::Failed => "failed",
+        };
+        self.access_checks.get_or_create(&ResultLabels { result }).inc();
+    }
+
+    /// Counts a volume refreshed.
+    pub fn refresh(&self, result: RefreshResult) {
+        let result = match result {
+            RefreshResult::Changed => "changed",
+            RefreshResult::Unchanged => "unchanged",
+            RefreshResult::Failed => "failed",
+        };
+        self.refreshes.get_or_create(&ResultLabels { result }).inc();
+    }
+
+    /// Counts a volume emptied by a refresh.
+    pub fn revocation(&self) {
+        self.revocations.inc();
+    }
+
+    /// Sets how many volumes are published.
+    pub fn set_volumes(&self, count: usize) {
+        self.volumes.set(i64::try_from(count).unwrap_or(i64::MAX));
+    }
+
+    /// Counts a failed watch of `kind`.
+    pub fn watch_error(&self, kind: &str) {
+        self.watch_errors.get_or_create(&KindLabels { kind: kind.to_string() }).inc();
+    }
+
+    /// The OpenMetrics text of every metric.
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
+        text
+    }
+}
+
+/// The result label of a gRPC status code (`ok` for success).
+pub fn result_label(code: Option<tonic::Code>) -> &'static str {
+    use tonic::Code;
+    match code {
+        None => "ok",
+        Some(Code::InvalidArgument) => "invalid_argument",
+        Some(Code::NotFound) => "not_found",
+        Some(Code::PermissionDenied) => "permission_denied",
+        Some(Code::AlreadyExists) => "already_exists",
+        Some(Code::FailedPrecondition) => "failed_precondition",
+        Some(Code::Aborted) => "aborted",
+        Some(Code::Unavailable) => "unavailable",
+        Some(_) => "internal",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_metric_is_exported_with_its_labels() {
+        let metrics = Metrics::new();
+        metrics.publish(result_label(None), 0.002);
+        metrics.publish(result_label(Some(tonic::Code::PermissionDenied)), 0.001);
+        metrics.unpublish("ok");
+        metrics.access_check(AccessResult::Denied);
+        metrics.refresh(RefreshResult::Changed);
+        metrics.revocation();
+        metrics.set_volumes(3);
+        metrics.watch_error("Secret");
+        let text = metrics.encode();
+        for line in [
+            "sharedresource_csi_driver_publishes_total{result=\"ok\"} 1",
+            "sharedresource_csi_driver_publishes_total{result=\"permission_denied\"} 1",
+            "sharedresource_csi_driver_unpublishes_total{result=\"ok\"} 1",
+            "sharedresource_csi_driver_access_checks_total{result=\"denied\"} 1",
+            "sharedresource_csi_driver_refreshes_total{result=\"changed\"} 1",
+            "sharedresource_csi_driver_revocations_total 1",
+            "sharedresource_csi_driver_volumes_published 3",
+            "sharedresource_csi_driver_watch_errors_total{kind=\"Secret\"} 1",
+            "sharedresource_csi_driver_publish_duration_seconds_count 2",
+        ] {
+            assert!(text.contains(line), "missing {line:?} in\n{text}");
+        }
+    }
+}
