@@ -114,6 +114,8 @@ impl Cluster {
                 "--service-cluster-ip-range=10.0.0.0/24".into(),
                 // No controller-manager runs here to create the ServiceAccounts it would require.
                 "--disable-admission-plugins=ServiceAccount".into(),
+                // As in every real cluster: node plugins (the driver's DaemonSet) run privileged.
+                "--allow-privileged=true".into(),
                 format!("--audit-policy-file={}", path(&policy)),
                 format!("--audit-log-path={}", path(&audit_log)),
                 "--audit-log-mode=blocking".into(),
