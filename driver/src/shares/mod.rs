@@ -5,4 +5,5 @@
 pub mod access;
 pub mod api;
 pub mod source;
+pub mod status;
 pub mod watch;

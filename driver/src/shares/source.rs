@@ -12,10 +12,13 @@ use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::authorization::v1::SubjectAccessReview;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::{Api, PostParams};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use tracing::warn;
 
 use super::access::{AccessQuestion, ShareKind};
-use super::api::{ObjectRef, SharedConfigMap, SharedSecret};
+use super::api::{ObjectRef, ShareStatus, SharedConfigMap, SharedSecret};
+use super::status::{Seen, desired};
 use super::watch::{Served, watch_changes};
 use crate::atomic_writer::{FileContent, Payload};
 use crate::content::ContentSource;
@@ -29,12 +32,14 @@ pub const SHARED_SECRET_ATTRIBUTE: &str = "sharedSecret";
 /// The volume attribute naming a SharedConfigMap.
 pub const SHARED_CONFIG_MAP_ATTRIBUTE: &str = "sharedConfigMap";
 
-/// Answers shared by the volumes of one refresh pass.
+/// Answers shared by the volumes of one refresh pass, and what it saw of each share (written to
+/// the shares' status when the pass ends).
 #[derive(Default)]
 struct Pass {
-    shares: HashMap<(ShareKind, String), Option<ObjectRef>>,
+    shares: HashMap<(ShareKind, String), Option<(ObjectRef, Vec<Condition>)>>,
     access: HashMap<AccessQuestion, bool>,
     backing: HashMap<(ShareKind, String, String), Option<Payload>>,
+    seen: HashMap<(ShareKind, String), (ObjectRef, Vec<Condition>, Seen)>,
 }
 
 /// Shares read from the cluster with `client`.
@@ -86,8 +91,9 @@ impl KubernetesSource {
 
     async fn payload(&self, request: &PublishRequest) -> Result<Payload> {
         let (kind, share) = share_of(request)?;
-        let backing = self.shared((kind, share.clone()), |p| &mut p.shares, self.share(kind, &share)).await?;
-        let backing = backing.ok_or_else(|| Error::NotFound(format!("{} {} not found", kind.kind(), quote(&share))))?;
+        let found = self.shared((kind, share.clone()), |p| &mut p.shares, self.share(kind, &share)).await?;
+        let (backing, conditions) =
+            found.ok_or_else(|| Error::NotFound(format!("{} {} not found", kind.kind(), quote(&share))))?;
         let question = AccessQuestion {
             namespace: request.pod.namespace.clone(),
             service_account: request.pod.service_account.clone(),
@@ -100,8 +106,16 @@ impl KubernetesSource {
         }
         self.served.note(kind, &backing.namespace, &backing.name);
         let key = (kind, backing.namespace.clone(), backing.name.clone());
-        let payload = self.shared(key, |p| &mut p.backing, self.backing(kind, &backing)).await?;
-        payload.ok_or_else(|| {
+        let payload = self.shared(key, |p| &mut p.backing, self.backing(kind, &backing)).await;
+        let seen = match &payload {
+            Ok(Some(_)) => Seen::Read,
+            Ok(None) => Seen::Missing,
+            Err(error) => Seen::Unreadable(error.to_string()),
+        };
+        if let Some(pass) = self.pass.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            pass.seen.insert((kind, share.clone()), (backing.clone(), conditions, seen));
+        }
+        payload?.ok_or_else(|| {
             Error::NotFound(format!(
                 "{} {}/{}, shared by {} {}, not found",
                 kind.backing_kind(),
@@ -113,21 +127,46 @@ impl KubernetesSource {
         })
     }
 
-    /// The object a share names, `None` when the share does not exist.
-    async fn share(&self, kind: ShareKind, share: &str) -> Result<Option<ObjectRef>> {
+    /// The object a share names and the conditions it reports, `None` when the share does not
+    /// exist.
+    async fn share(&self, kind: ShareKind, share: &str) -> Result<Option<(ObjectRef, Vec<Condition>)>> {
         let unavailable = |e: kube::Error| Error::Unavailable(format!("reading {} {}: {e}", kind.kind(), quote(share)));
+        let conditions = |status: Option<ShareStatus>| status.map(|s| s.conditions).unwrap_or_default();
         Ok(match kind {
             ShareKind::Secret => Api::<SharedSecret>::all(self.client.clone())
                 .get_opt(share)
                 .await
                 .map_err(unavailable)?
-                .map(|s| s.spec.secret_ref),
+                .map(|s| (s.spec.secret_ref, conditions(s.status))),
             ShareKind::ConfigMap => Api::<SharedConfigMap>::all(self.client.clone())
                 .get_opt(share)
                 .await
                 .map_err(unavailable)?
-                .map(|s| s.spec.config_map_ref),
+                .map(|s| (s.spec.config_map_ref, conditions(s.status))),
         })
+    }
+
+    /// Writes the status of every share a pass saw whose conditions changed.
+    async fn write_statuses(&self, seen: HashMap<(ShareKind, String), (ObjectRef, Vec<Condition>, Seen)>) {
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        for ((kind, share), (backing, current, seen)) in seen {
+            let what = format!("{} {}/{}", kind.backing_kind(), backing.namespace, backing.name);
+            let Some(conditions) = desired(&current, &seen, &what, now.clone()) else { continue };
+            let patch = Patch::Merge(serde_json::json!({"status": {"conditions": conditions}}));
+            let params = PatchParams::default();
+            let written = match kind {
+                ShareKind::Secret => {
+                    Api::<SharedSecret>::all(self.client.clone()).patch_status(&share, &params, &patch).await.map(drop)
+                }
+                ShareKind::ConfigMap => Api::<SharedConfigMap>::all(self.client.clone())
+                    .patch_status(&share, &params, &patch)
+                    .await
+                    .map(drop),
+            };
+            if let Err(error) = written {
+                warn!(share = %quote(&share), kind = kind.kind(), %error, "could not write the share's status");
+            }
+        }
     }
 
     /// Whether the apiserver says the pod's service account may use the share.
@@ -222,7 +261,10 @@ impl ContentSource for KubernetesSource {
     }
 
     fn end_pass(&self) {
-        *self.pass.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        let pass = self.pass.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(pass) = pass {
+            self.runtime.block_on(self.write_statuses(pass.seen));
+        }
     }
 }
 

@@ -1,0 +1,99 @@
+//! A share's `status.conditions`, written by the drivers that serve it: whether its backing object
+//! exists, and whether the driver can read it. Computed from what a refresh pass saw; written
+//! only when it differs from what the share already reports, with `lastTransitionTime` moved
+//! only for a condition whose status changed, so the drivers of many nodes seeing the same facts
+//! agree and do not rewrite each other.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+/// The condition saying whether the backing object exists.
+pub const EXISTS: &str = "BackingObjectExists";
+/// The condition saying whether the driver can read the backing object.
+pub const READABLE: &str = "BackingObjectReadable";
+
+/// What a pass saw of a share's backing object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Seen {
+    /// Read.
+    Read,
+    /// It does not exist.
+    Missing,
+    /// It could not be read; why.
+    Unreadable(String),
+}
+
+/// The conditions for `seen` of the object `what` (e.g. `Secret infra/db-creds`), keeping
+/// `current`'s transition times where a condition's status did not change; `None` when
+/// `current` already says the same.
+pub fn desired(current: &[Condition], seen: &Seen, what: &str, now: Time) -> Option<Vec<Condition>> {
+    let (exists, readable) = match seen {
+        Seen::Read => {
+            (("True", "Found", format!("{what} exists")), ("True", "Read", format!("{what} is read by the driver")))
+        }
+        Seen::Missing => (
+            ("False", "NotFound", format!("{what} does not exist")),
+            ("False", "NotFound", format!("{what} does not exist")),
+        ),
+        Seen::Unreadable(why) => (
+            ("Unknown", "ReadFailed", format!("{what} could not be read: {why}")),
+            ("False", "ReadFailed", format!("{what} could not be read: {why}")),
+        ),
+    };
+    let wanted = [(EXISTS, exists), (READABLE, readable)];
+    let same = wanted.iter().all(|(kind, (status, reason, message))| {
+        current.iter().any(|c| c.type_ == *kind && c.status == *status && c.reason == *reason && c.message == *message)
+    });
+    if same && current.len() == wanted.len() {
+        return None;
+    }
+    Some(
+        wanted
+            .into_iter()
+            .map(|(kind, (status, reason, message))| {
+                let previous = current.iter().find(|c| c.type_ == kind);
+                let last_transition_time = match previous {
+                    Some(previous) if previous.status == status => previous.last_transition_time.clone(),
+                    _ => now.clone(),
+                };
+                Condition {
+                    type_: kind.to_string(),
+                    status: status.to_string(),
+                    reason: reason.to_string(),
+                    message,
+                    last_transition_time,
+                    observed_generation: None,
+                }
+            })
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(seconds: i64) -> Time {
+        Time(k8s_openapi::jiff::Timestamp::from_second(seconds).unwrap())
+    }
+
+    #[test]
+    fn conditions_follow_what_was_seen_and_move_their_time_only_on_a_change() {
+        let what = "Secret infra/db-creds";
+        let read = desired(&[], &Seen::Read, what, at(10)).unwrap();
+        assert_eq!(
+            read.iter().map(|c| (c.type_.as_str(), c.status.as_str(), c.reason.as_str())).collect::<Vec<_>>(),
+            [(EXISTS, "True", "Found"), (READABLE, "True", "Read")]
+        );
+        assert_eq!(desired(&read, &Seen::Read, what, at(20)), None, "the same facts write nothing");
+        let missing = desired(&read, &Seen::Missing, what, at(30)).unwrap();
+        assert_eq!(missing[0].message, "Secret infra/db-creds does not exist");
+        assert!(missing.iter().all(|c| c.status == "False" && c.last_transition_time == at(30)));
+        let unreadable = desired(&missing, &Seen::Unreadable("forbidden".into()), what, at(40)).unwrap();
+        assert_eq!((unreadable[0].status.as_str(), unreadable[0].last_transition_time.clone()), ("Unknown", at(40)));
+        assert_eq!(
+            (unreadable[1].status.as_str(), unreadable[1].last_transition_time.clone()),
+            ("False", at(30)),
+            "still False: its transition time stays"
+        );
+    }
+}
