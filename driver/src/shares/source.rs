@@ -32,14 +32,19 @@ pub const SHARED_SECRET_ATTRIBUTE: &str = "sharedSecret";
 /// The volume attribute naming a SharedConfigMap.
 pub const SHARED_CONFIG_MAP_ATTRIBUTE: &str = "sharedConfigMap";
 
+/// A share found: the object it names and the conditions it reports.
+type Found = (ObjectRef, Vec<Condition>);
+/// What a pass saw of a share, by share.
+type SeenShares = HashMap<(ShareKind, String), (ObjectRef, Vec<Condition>, Seen)>;
+
 /// Answers shared by the volumes of one refresh pass, and what it saw of each share (written to
 /// the shares' status when the pass ends).
 #[derive(Default)]
 struct Pass {
-    shares: HashMap<(ShareKind, String), Option<(ObjectRef, Vec<Condition>)>>,
+    shares: HashMap<(ShareKind, String), Option<Found>>,
     access: HashMap<AccessQuestion, bool>,
     backing: HashMap<(ShareKind, String, String), Option<Payload>>,
-    seen: HashMap<(ShareKind, String), (ObjectRef, Vec<Condition>, Seen)>,
+    seen: SeenShares,
 }
 
 /// Shares read from the cluster with `client`.
@@ -129,7 +134,7 @@ impl KubernetesSource {
 
     /// The object a share names and the conditions it reports, `None` when the share does not
     /// exist.
-    async fn share(&self, kind: ShareKind, share: &str) -> Result<Option<(ObjectRef, Vec<Condition>)>> {
+    async fn share(&self, kind: ShareKind, share: &str) -> Result<Option<Found>> {
         let unavailable = |e: kube::Error| Error::Unavailable(format!("reading {} {}: {e}", kind.kind(), quote(share)));
         let conditions = |status: Option<ShareStatus>| status.map(|s| s.conditions).unwrap_or_default();
         Ok(match kind {
@@ -147,7 +152,7 @@ impl KubernetesSource {
     }
 
     /// Writes the status of every share a pass saw whose conditions changed.
-    async fn write_statuses(&self, seen: HashMap<(ShareKind, String), (ObjectRef, Vec<Condition>, Seen)>) {
+    async fn write_statuses(&self, seen: SeenShares) {
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         for ((kind, share), (backing, current, seen)) in seen {
             let what = format!("{} {}/{}", kind.backing_kind(), backing.namespace, backing.name);
