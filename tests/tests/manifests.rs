@@ -8,18 +8,29 @@ use inline_guard_tests::repo_root;
 
 #[test]
 fn every_deployment_manifest_is_a_stream_of_kubernetes_objects() {
-    let dir = repo_root().join("config/deploy");
     let mut kinds = Vec::new();
-    for entry in std::fs::read_dir(&dir).unwrap() {
-        let path = entry.unwrap().path();
-        let text = std::fs::read_to_string(&path).unwrap();
-        for document in read_documents(&path, &text).unwrap_or_else(|e| panic!("{e}")) {
-            kinds.push(document.value["kind"].as_str().unwrap().to_string());
+    for dir in ["config/deploy", "config/deploy/driver"] {
+        for entry in std::fs::read_dir(repo_root().join(dir)).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            for document in read_documents(&path, &text).unwrap_or_else(|e| panic!("{e}")) {
+                kinds.push(document.value["kind"].as_str().unwrap().to_string());
+            }
         }
     }
-    for kind in
-        ["Deployment", "Service", "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration", "ClusterRole"]
-    {
+    for kind in [
+        "Deployment",
+        "Service",
+        "ValidatingWebhookConfiguration",
+        "MutatingWebhookConfiguration",
+        "ClusterRole",
+        "DaemonSet",
+        "CustomResourceDefinition",
+        "CSIDriver",
+    ] {
         assert!(kinds.iter().any(|k| k == kind), "no {kind} in config/deploy");
     }
 }
