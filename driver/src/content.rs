@@ -10,8 +10,12 @@ use crate::error::{Error, Result};
 use crate::publish_request::PublishRequest;
 use crate::quote::{quote, quote_path};
 
-/// The volume attribute naming the share a pod asks for.
+/// The volume attribute naming the share a pod asks for. `sharedSecret` and `sharedConfigMap`
+/// (the Kubernetes source's names) are accepted as aliases, so a manifest written for the
+/// cluster's shares runs unchanged against a static directory.
 pub const SHARE_ATTRIBUTE: &str = "share";
+/// The aliases of [`SHARE_ATTRIBUTE`].
+const SHARE_ALIASES: [&str; 2] = ["sharedSecret", "sharedConfigMap"];
 
 /// Produces the files of a volume.
 pub trait ContentSource: Send + Sync {
@@ -51,7 +55,8 @@ impl ContentSource for StaticDirSource {
     }
 
     fn content(&self, request: &PublishRequest) -> Result<Payload> {
-        let Some(share) = request.attributes.get(SHARE_ATTRIBUTE) else {
+        let named = std::iter::once(SHARE_ATTRIBUTE).chain(SHARE_ALIASES).find_map(|key| request.attributes.get(key));
+        let Some(share) = named else {
             return Err(Error::InvalidArgument(format!(
                 "volumeAttributes lacks {SHARE_ATTRIBUTE:?}: name the share to mount"
             )));

@@ -47,6 +47,11 @@ pub fn mount_tag(volume_id: &str) -> String {
     format!("inline-guard:{}", &volume_digest(volume_id)[..32])
 }
 
+/// The volume attribute that turns refreshing off for one volume (`"false"`; default on): its
+/// content stays as published, as with the OpenShift driver, except that losing access (or the
+/// share) still empties it.
+pub const REFRESH_ATTRIBUTE: &str = "refreshResource";
+
 /// What an operation holds exclusively.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum Busy {
@@ -344,6 +349,11 @@ impl NodeService {
             }
             Err(other) => return Err(other),
         };
+        // `refreshResource: "false"`: the volume keeps what it was published with; a revocation
+        // still empties it (access is never kept by a setting of the pod's own).
+        if !withdrawn && record.attributes.get(REFRESH_ATTRIBUTE).is_some_and(|value| value == "false") {
+            return Ok(false);
+        }
         let opened = target_dir::open(self.kubelet_dir(), &target)?;
         let Some(opened) =
             opened.filter(|opened| self.holds_own_mount(opened, &record.volume_id, record.device).unwrap_or(false))

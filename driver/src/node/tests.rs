@@ -373,3 +373,29 @@ async fn a_refresh_empties_on_revocation_or_deletion_and_keeps_content_when_the_
     service.refresh_all();
     assert_eq!(read(), None, "a deleted share empties the volume");
 }
+
+#[tokio::test]
+async fn a_volume_published_with_refresh_resource_false_keeps_its_content() {
+    let fixture = fixture(settings(false));
+    let mut request = request(&fixture, "csi-1", "cluster-ca");
+    request.volume_context.insert("refreshResource".into(), "false".into());
+    let target = PathBuf::from(&request.target_path);
+    publish(&fixture, request).await.unwrap();
+    fs::write(fixture.dir.path().join("shares/cluster-ca/ca.crt"), "ROTATED").unwrap();
+    assert_eq!(fixture.service.refresh_all(), [("csi-1".to_string(), Ok(false))]);
+    assert_eq!(fs::read_to_string(target.join("ca.crt")).unwrap(), "PEM", "kept as published");
+    fs::remove_dir_all(fixture.dir.path().join("shares/cluster-ca")).unwrap();
+    assert_eq!(fixture.service.refresh_all(), [("csi-1".to_string(), Ok(true))]);
+    assert!(!target.join("ca.crt").exists(), "a withdrawn share still empties it");
+}
+
+#[tokio::test]
+async fn the_static_source_takes_the_shared_names_as_aliases() {
+    let fixture = fixture(settings(false));
+    let mut request = request(&fixture, "csi-1", "unused");
+    request.volume_context.remove("share");
+    request.volume_context.insert("sharedSecret".into(), "cluster-ca".into());
+    let target = PathBuf::from(&request.target_path);
+    publish(&fixture, request).await.unwrap();
+    assert_eq!(fs::read_to_string(target.join("ca.crt")).unwrap(), "PEM");
+}
