@@ -23,9 +23,9 @@ pub trait ContentSource: Send + Sync {
     fn ready(&self) -> bool;
     /// The files for `request`, or why it may not have them.
     fn content(&self, request: &PublishRequest) -> Result<Payload>;
-    /// Woken when something content depends on changed, so a refresh need not wait for its
-    /// interval; `None` for a source that cannot tell.
-    fn changes(&self) -> Option<std::sync::Arc<tokio::sync::Notify>> {
+    /// Where the source notes what changed, so a refresh need not wait for its interval and
+    /// covers only the volumes touched; `None` for a source that cannot tell.
+    fn changes(&self) -> Option<std::sync::Arc<crate::changes::Changes>> {
         None
     }
     /// A refresh of every volume starts: answers may be shared between its volumes until

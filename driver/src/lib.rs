@@ -11,6 +11,7 @@
 
 pub mod atomic_writer;
 pub mod authority_rewrite;
+pub mod changes;
 pub mod cli;
 pub mod config;
 pub mod content;

@@ -309,8 +309,19 @@ impl NodeService {
     /// is gone, access was withdrawn) is emptied, not left serving stale data. Returns, per
     /// volume, whether it changed.
     pub fn refresh_all(&self) -> Vec<(String, Result<bool>)> {
-        let records: Vec<VolumeRecord> =
-            self.volumes.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
+        self.refresh_where(|_| true)
+    }
+
+    /// [`NodeService::refresh_all`] for the volumes `touched` selects.
+    pub fn refresh_where(&self, touched: impl Fn(&VolumeRecord) -> bool) -> Vec<(String, Result<bool>)> {
+        let records: Vec<VolumeRecord> = self
+            .volumes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .filter(|record| touched(record))
+            .cloned()
+            .collect();
         self.content.start_pass();
         let results: Vec<(String, Result<bool>)> = records
             .into_iter()

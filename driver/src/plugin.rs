@@ -15,6 +15,7 @@ use tonic::service::Routes;
 use tracing::{info, warn};
 
 use crate::DRIVER_NAME;
+use crate::changes::Pending;
 use crate::config::DriverConfig;
 use crate::content::ContentSource;
 use crate::error::Result;
@@ -147,23 +148,29 @@ impl Plugin {
                 let changed = || async {
                     match &changes {
                         Some(changes) => {
-                            changes.notified().await;
+                            let mut pending = changes.next().await;
                             // A burst of events (a RoleBinding and its Role, a Secret applied
                             // twice) makes one pass.
                             tokio::time::sleep(Duration::from_millis(20)).await;
+                            pending.merge(changes.take());
+                            pending
                         }
                         None => std::future::pending().await,
                     }
                 };
                 loop {
-                    tokio::select! {
-                        _ = ticker.tick() => {}
-                        () = changed() => {}
+                    let pending = tokio::select! {
+                        _ = ticker.tick() => Pending::everything(),
+                        pending = changed() => pending,
                         _ = stopped.wait_for(|stop| *stop) => return,
-                    }
+                    };
                     let node = node.clone();
                     // Files and mounts block: keep them off the async workers.
-                    let results = tokio::task::spawn_blocking(move || node.refresh_all()).await.unwrap_or_default();
+                    let results = tokio::task::spawn_blocking(move || {
+                        node.refresh_where(|record| pending.touches(&record.attributes))
+                    })
+                    .await
+                    .unwrap_or_default();
                     for (volume_id, result) in results {
                         let volume = quote(&volume_id);
                         match result {

@@ -21,6 +21,7 @@ use super::api::{ObjectRef, ShareStatus, SharedConfigMap, SharedSecret};
 use super::status::{Seen, desired};
 use super::watch::{Served, watch_changes};
 use crate::atomic_writer::{FileContent, Payload};
+use crate::changes::Changes;
 use crate::content::ContentSource;
 use crate::error::{Error, Result};
 use crate::metrics::{AccessResult, Metrics};
@@ -53,7 +54,7 @@ pub struct KubernetesSource {
     // Publish and refresh run on the blocking pool; the client's calls run on this runtime.
     runtime: tokio::runtime::Handle,
     served: Arc<Served>,
-    changes: Arc<tokio::sync::Notify>,
+    changes: Arc<Changes>,
     pass: Mutex<Option<Pass>>,
     metrics: Arc<Metrics>,
     watches: tokio::task::JoinHandle<()>,
@@ -70,7 +71,7 @@ impl KubernetesSource {
     /// whose watches start now.
     pub fn new(client: kube::Client, runtime: tokio::runtime::Handle, metrics: Arc<Metrics>) -> KubernetesSource {
         let served = Arc::new(Served::default());
-        let changes = Arc::new(tokio::sync::Notify::new());
+        let changes = Arc::new(Changes::default());
         let watches = runtime.spawn(watch_changes(client.clone(), served.clone(), changes.clone(), metrics.clone()));
         KubernetesSource { client, runtime, served, changes, pass: Mutex::new(None), metrics, watches }
     }
@@ -109,7 +110,7 @@ impl KubernetesSource {
         if !allowed {
             return Err(Error::PermissionDenied(question.denial()));
         }
-        self.served.note(kind, &backing.namespace, &backing.name);
+        self.served.note(kind, &backing.namespace, &backing.name, &share);
         let key = (kind, backing.namespace.clone(), backing.name.clone());
         let payload = self.shared(key, |p| &mut p.backing, self.backing(kind, &backing)).await;
         let seen = match &payload {
@@ -257,7 +258,7 @@ impl ContentSource for KubernetesSource {
         self.runtime.block_on(self.payload(request))
     }
 
-    fn changes(&self) -> Option<Arc<tokio::sync::Notify>> {
+    fn changes(&self) -> Option<Arc<Changes>> {
         Some(self.changes.clone())
     }
 

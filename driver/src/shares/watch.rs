@@ -1,11 +1,13 @@
 //! What makes a volume's content change, watched so that a change applies at once rather than at
 //! the next periodic refresh: shares (created, edited, deleted), the Secrets and ConfigMaps they
 //! name, and RoleBindings and ClusterRoleBindings (a grant given or taken). Metadata-only watches:
-//! no Secret data ever reaches the driver through them. An event only wakes the refresher, which
-//! computes every volume again (the same path as the periodic refresh, so the two cannot
-//! disagree); the periodic refresh stays the backstop for anything a watch misses.
+//! no Secret data ever reaches the driver through them. An event only notes which volumes to
+//! refresh (a share's event: that share's volumes; a backing object's: the volumes of the shares
+//! it served; a binding's: every volume), and the refresher computes those again through the same
+//! path as the periodic refresh, so the two cannot disagree; the periodic refresh stays the
+//! backstop for anything a watch misses.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use futures_util::StreamExt as _;
@@ -15,11 +17,12 @@ use kube::api::{Api, PartialObjectMeta};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::{WatchStreamExt as _, watcher as watch_stream};
 use kube::{Client, Resource};
-use tokio::sync::Notify;
 use tracing::warn;
 
 use super::access::ShareKind;
 use super::api::{SharedConfigMap, SharedSecret};
+use super::source::{SHARED_CONFIG_MAP_ATTRIBUTE, SHARED_SECRET_ATTRIBUTE};
+use crate::changes::Changes;
 use crate::metrics::Metrics;
 
 /// After a binding changes, when to look again (the apiserver's RBAC cache follows the same
@@ -27,27 +30,45 @@ use crate::metrics::Metrics;
 const AUTHORIZER_CATCH_UP: [std::time::Duration; 2] =
     [std::time::Duration::from_millis(500), std::time::Duration::from_secs(2)];
 
-/// The backing objects volumes were last served from: only their changes wake the refresher.
+/// The backing objects volumes were served from, and the shares that named them: only their
+/// changes matter, and only those shares' volumes are refreshed.
 #[derive(Debug, Default)]
-pub struct Served(Mutex<HashSet<(ShareKind, String, String)>>);
+pub struct Served(Mutex<HashMap<(ShareKind, String, String), HashSet<String>>>);
 
 impl Served {
-    /// Notes that a volume was served from `kind`'s backing object `namespace/name`.
-    pub fn note(&self, kind: ShareKind, namespace: &str, name: &str) {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).insert((kind, namespace.to_string(), name.to_string()));
+    /// Notes that share `share` of `kind` served its backing object `namespace/name`.
+    pub fn note(&self, kind: ShareKind, namespace: &str, name: &str, share: &str) {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry((kind, namespace.to_string(), name.to_string()))
+            .or_default()
+            .insert(share.to_string());
     }
 
-    fn contains(&self, kind: ShareKind, namespace: &str, name: &str) -> bool {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).contains(&(kind, namespace.to_string(), name.to_string()))
+    fn shares_of(&self, kind: ShareKind, namespace: &str, name: &str) -> Vec<String> {
+        let served = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        served
+            .get(&(kind, namespace.to_string(), name.to_string()))
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
     }
 }
 
-/// Which objects of a kind wake the refresher.
+/// The volume attribute naming shares of `kind`.
+fn attribute(kind: ShareKind) -> &'static str {
+    match kind {
+        ShareKind::Secret => SHARED_SECRET_ATTRIBUTE,
+        ShareKind::ConfigMap => SHARED_CONFIG_MAP_ATTRIBUTE,
+    }
+}
+
+/// What an event of a kind makes the refresher cover.
 #[derive(Clone)]
 enum Interest {
-    /// Every change (shares: rare, and any of them can change what a volume holds).
-    All,
-    /// Every change, and again a moment later: the apiserver answers access checks from its own
+    /// The volumes of the share the object is (a SharedSecret or SharedConfigMap).
+    Share(ShareKind),
+    /// Every volume, and again a moment later: the apiserver answers access checks from its own
     /// RBAC cache, which can learn of a binding just after this watch does.
     Access,
     /// Changes to backing objects of this kind that some volume was served from.
@@ -56,12 +77,17 @@ enum Interest {
 
 /// Watches everything a volume depends on with `client`, waking `wake` on each relevant change;
 /// runs until dropped.
-pub async fn watch_changes(client: Client, served: Arc<Served>, wake: Arc<Notify>, metrics: Arc<Metrics>) {
+pub async fn watch_changes(client: Client, served: Arc<Served>, wake: Arc<Changes>, metrics: Arc<Metrics>) {
     let m = || metrics.clone();
     futures_util::future::join3(
         futures_util::future::join(
-            wake_on::<SharedSecret>(Api::all(client.clone()), Interest::All, wake.clone(), m()),
-            wake_on::<SharedConfigMap>(Api::all(client.clone()), Interest::All, wake.clone(), m()),
+            wake_on::<SharedSecret>(Api::all(client.clone()), Interest::Share(ShareKind::Secret), wake.clone(), m()),
+            wake_on::<SharedConfigMap>(
+                Api::all(client.clone()),
+                Interest::Share(ShareKind::ConfigMap),
+                wake.clone(),
+                m(),
+            ),
         ),
         futures_util::future::join(
             wake_on::<RoleBinding>(Api::all(client.clone()), Interest::Access, wake.clone(), m()),
@@ -80,7 +106,7 @@ pub async fn watch_changes(client: Client, served: Arc<Served>, wake: Arc<Notify
     .await;
 }
 
-async fn wake_on<K>(api: Api<PartialObjectMeta<K>>, interest: Interest, wake: Arc<Notify>, metrics: Arc<Metrics>)
+async fn wake_on<K>(api: Api<PartialObjectMeta<K>>, interest: Interest, wake: Arc<Changes>, metrics: Arc<Metrics>)
 where
     K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
 {
@@ -91,28 +117,27 @@ where
                 // The initial list says nothing changed; a relist after an error may have
                 // missed a change, so it wakes too.
                 Ok(Event::Init | Event::InitApply(_)) => {}
-                Ok(Event::InitDone) => wake.notify_one(),
+                Ok(Event::InitDone) => wake.everything(),
                 Ok(Event::Apply(object) | Event::Delete(object)) => {
-                    let relevant = match &interest {
-                        Interest::All => true,
+                    let namespace = object.metadata.namespace.as_deref().unwrap_or_default();
+                    let name = object.metadata.name.as_deref().unwrap_or_default();
+                    match &interest {
+                        Interest::Share(kind) => wake.share(attribute(*kind), name),
                         Interest::Access => {
+                            wake.everything();
                             let again = wake.clone();
                             tokio::spawn(async move {
                                 for delay in AUTHORIZER_CATCH_UP {
                                     tokio::time::sleep(delay).await;
-                                    again.notify_one();
+                                    again.everything();
                                 }
                             });
-                            true
                         }
-                        Interest::Served(kind, served) => served.contains(
-                            *kind,
-                            object.metadata.namespace.as_deref().unwrap_or_default(),
-                            object.metadata.name.as_deref().unwrap_or_default(),
-                        ),
-                    };
-                    if relevant {
-                        wake.notify_one();
+                        Interest::Served(kind, served) => {
+                            for share in served.shares_of(*kind, namespace, name) {
+                                wake.share(attribute(*kind), &share);
+                            }
+                        }
                     }
                 }
                 Err(error) => {

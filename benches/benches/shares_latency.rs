@@ -1,0 +1,195 @@
+//! The Kubernetes-backed shares against a real kube-apiserver (built by `tests/peers`), with the
+//! driver in this process on real tmpfs mounts, as its ServiceAccount with the shipped RBAC:
+//! - NodePublishVolume with its SubjectAccessReview and reads: p50 / p99 over 1 000 publishes
+//!   (target: p99 < 10 ms);
+//! - the process's memory with 1 000 volumes over 100 shares (target: < 60 MB);
+//! - a Secret update reaching the files of a volume: p50 / p99 over 100 updates, from the
+//!   update's response to the changed file (target: p99 < 200 ms).
+//!
+//! Needs root (mounts) and Go (the peers). Not a test: nothing fails on a number.
+//!
+//! `cargo bench -p inline-guard-benches --bench shares_latency`
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hyper_util::rt::TokioIo;
+use inline_guard_proto::csi::v1::node_client::NodeClient;
+use inline_guard_proto::csi::v1::volume_capability::{AccessMode, AccessType, MountVolume};
+use inline_guard_proto::csi::v1::{NodePublishVolumeRequest, VolumeCapability};
+use inline_guard_tests::apply::{apply, objects};
+use inline_guard_tests::cluster::Cluster;
+use inline_guard_tests::repo_root;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+use sharedresource_csi_driver::plugin::Plugin;
+use sharedresource_csi_driver::shares::source::KubernetesSource;
+use tonic::transport::{Endpoint, Uri};
+
+const VOLUMES: usize = 1_000;
+const SHARES: usize = 100;
+const UPDATES: usize = 100;
+const DRIVER: &str = "system:serviceaccount:inline-guard-system:sharedresource-csi-driver";
+
+fn resident_mb() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let kb: f64 = status
+        .lines()
+        .find(|line| line.starts_with("VmRSS:"))
+        .and_then(|line| line.split_whitespace().nth(1))
+        .and_then(|kb| kb.parse().ok())
+        .unwrap_or_default();
+    kb / 1024.0
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() as f64 * p).ceil() as usize).saturating_sub(1).min(sorted.len() - 1)]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1e3)
+}
+
+fn request(index: usize, target: &Path) -> NodePublishVolumeRequest {
+    NodePublishVolumeRequest {
+        volume_id: format!("csi-{index:04}"),
+        target_path: target.to_string_lossy().into_owned(),
+        volume_capability: Some(VolumeCapability {
+            access_type: Some(AccessType::Mount(MountVolume::default())),
+            access_mode: Some(AccessMode { mode: 1 }),
+        }),
+        readonly: true,
+        volume_context: [
+            ("csi.storage.k8s.io/ephemeral", "true".to_string()),
+            ("csi.storage.k8s.io/pod.name", format!("pod-{index}")),
+            ("csi.storage.k8s.io/pod.namespace", "bench-consumer".to_string()),
+            ("csi.storage.k8s.io/pod.uid", format!("uid-{index}")),
+            ("csi.storage.k8s.io/serviceAccount.name", "reader".to_string()),
+            ("sharedSecret", format!("share-{}", index % SHARES)),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect(),
+        ..Default::default()
+    }
+}
+
+async fn post(admin: &kube::Client, path: &str, object: serde_json::Value) {
+    let request = hyper::Request::post(path)
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(&object).unwrap())
+        .unwrap();
+    admin.request_text(request).await.unwrap_or_else(|e| panic!("POST {path}: {e}"));
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let peers = inline_guard_tests::peers::peers().expect("the peers (Go on PATH)");
+    runtime.block_on(async {
+        let cluster = Cluster::start(&peers).await.expect("the control plane");
+        let admin = cluster.client().await.unwrap();
+        let deploy = repo_root().join("config/deploy");
+        let mut setup = objects(&deploy.join("namespace.yaml")).unwrap();
+        setup.extend(objects(&deploy.join("driver/crds.yaml")).unwrap());
+        setup.extend(objects(&deploy.join("driver/rbac.yaml")).unwrap());
+        apply(&admin, &setup, false).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(2)).await; // the CRDs become established
+        for namespace in ["bench-owner", "bench-consumer"] {
+            post(&admin, "/api/v1/namespaces", json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})).await;
+        }
+        for share in 0..SHARES {
+            post(&admin, "/api/v1/namespaces/bench-owner/secrets", json!({
+                "apiVersion": "v1", "kind": "Secret", "metadata": {"name": format!("secret-{share}")},
+                "stringData": {"password": "x".repeat(32), "user": "app", "url": "postgres://db:5432/app"}
+            }))
+            .await;
+            post(&admin, "/apis/sharedresource.inlineguard.dev/v1alpha1/sharedsecrets", json!({
+                "apiVersion": "sharedresource.inlineguard.dev/v1alpha1", "kind": "SharedSecret",
+                "metadata": {"name": format!("share-{share}")},
+                "spec": {"secretRef": {"namespace": "bench-owner", "name": format!("secret-{share}")}}
+            }))
+            .await;
+        }
+        post(&admin, "/apis/rbac.authorization.k8s.io/v1/namespaces/bench-consumer/roles", json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "use-all"},
+            "rules": [{"apiGroups": ["sharedresource.inlineguard.dev"], "resources": ["sharedsecrets"], "verbs": ["use"]}]
+        }))
+        .await;
+        post(&admin, "/apis/rbac.authorization.k8s.io/v1/namespaces/bench-consumer/rolebindings", json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "reader-uses-all"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "use-all"},
+            "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": "bench-consumer"}]
+        }))
+        .await;
+
+        let before = resident_mb();
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("csi.sock");
+        let mut plugin = Plugin::in_directory(dir.path(), socket.clone());
+        plugin.config.refresh_seconds = 3600;
+        let driver_client = cluster
+            .client_as(DRIVER, &["system:serviceaccounts", "system:serviceaccounts:inline-guard-system", "system:authenticated"])
+            .await
+            .unwrap();
+        plugin.content = Arc::new(KubernetesSource::new(driver_client, tokio::runtime::Handle::current(), plugin.metrics.clone()));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let running = tokio::spawn(plugin.run(async {
+            let _ = stopped.await;
+        }));
+        for _ in 0..100 {
+            if socket.exists() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let path = socket.clone();
+        let channel = Endpoint::try_from("http://[::]:50051")
+            .unwrap()
+            .connect_with_connector(tower::service_fn(move |_: Uri| {
+                let path = path.clone();
+                async move { Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(path).await?)) }
+            }))
+            .await
+            .unwrap();
+        let mut node = NodeClient::new(channel);
+
+        let targets: Vec<PathBuf> =
+            (0..VOLUMES).map(|i| dir.path().join(format!("pods/uid-{i}/volumes/kubernetes.io~csi/db/mount"))).collect();
+        let mut publish = Vec::with_capacity(VOLUMES);
+        for (index, target) in targets.iter().enumerate() {
+            let started = Instant::now();
+            node.node_publish_volume(request(index, target)).await.expect("publish");
+            publish.push(started.elapsed());
+        }
+        let with_volumes = resident_mb();
+
+        // Updates to share 0's Secret, watched in volume 0.
+        let secrets = Api::<Secret>::namespaced(admin.clone(), "bench-owner");
+        let file = targets[0].join("user");
+        let mut updates = Vec::with_capacity(UPDATES);
+        for update in 0..UPDATES {
+            let value = format!("user-{update}");
+            let patch = Patch::Merge(json!({"stringData": {"user": value}}));
+            secrets.patch("secret-0", &PatchParams::default(), &patch).await.unwrap();
+            let started = Instant::now();
+            let deadline = started + Duration::from_secs(10);
+            while std::fs::read_to_string(&file).unwrap_or_default() != value {
+                assert!(Instant::now() < deadline, "update {update} never reached the files");
+                tokio::time::sleep(Duration::from_micros(500)).await;
+            }
+            updates.push(started.elapsed());
+        }
+        let _ = stop.send(());
+        running.await.unwrap().unwrap();
+
+        publish.sort_unstable();
+        updates.sort_unstable();
+        println!("kube-apiserver {} on this machine; driver in-process as its ServiceAccount", cluster.version);
+        println!("NodePublishVolume with the access check, {VOLUMES} volumes over {SHARES} shares: p50 {}  p99 {}  max {}", ms(percentile(&publish, 0.5)), ms(percentile(&publish, 0.99)), ms(publish[publish.len() - 1]));
+        println!("Secret update -> files of a volume ({UPDATES} updates; {VOLUMES} volumes published): p50 {}  p99 {}  max {}", ms(percentile(&updates, 0.5)), ms(percentile(&updates, 0.99)), ms(updates[updates.len() - 1]));
+        println!("resident set: {before:.1} MB before the driver, {with_volumes:.1} MB with {VOLUMES} volumes (driver and client in one process; tmpfs pages not counted)");
+        drop(cluster);
+    });
+}
