@@ -1,6 +1,7 @@
 //! What makes a volume's content change, watched so that a change applies at once rather than at
 //! the next periodic refresh: shares (created, edited, deleted), the Secrets and ConfigMaps they
-//! name, and RoleBindings and ClusterRoleBindings (a grant given or taken). Metadata-only watches:
+//! name (watched only in the namespaces shares point at), and RoleBindings and
+//! ClusterRoleBindings (a grant given or taken). Every watch but the shares' is metadata-only:
 //! no Secret data ever reaches the driver through them. An event only notes which volumes to
 //! refresh (a share's event: that share's volumes; a backing object's: the volumes of the shares
 //! it served; a binding's: every volume), and the refresher computes those again through the same
@@ -20,7 +21,7 @@ use kube::{Client, Resource};
 use tracing::warn;
 
 use super::access::ShareKind;
-use super::api::{SharedConfigMap, SharedSecret};
+use super::api::{ObjectRef, SharedConfigMap, SharedSecret};
 use super::source::{SHARED_CONFIG_MAP_ATTRIBUTE, SHARED_SECRET_ATTRIBUTE};
 use crate::changes::Changes;
 use crate::metrics::Metrics;
@@ -66,8 +67,6 @@ fn attribute(kind: ShareKind) -> &'static str {
 /// What an event of a kind makes the refresher cover.
 #[derive(Clone)]
 enum Interest {
-    /// The volumes of the share the object is (a SharedSecret or SharedConfigMap).
-    Share(ShareKind),
     /// Every volume, and again a moment later: the apiserver answers access checks from its own
     /// RBAC cache, which can learn of a binding just after this watch does.
     Access,
@@ -75,35 +74,118 @@ enum Interest {
     Served(ShareKind, Arc<Served>),
 }
 
-/// Watches everything a volume depends on with `client`, waking `wake` on each relevant change;
-/// runs until dropped.
+/// Watches everything a volume depends on with `client`, noting in `wake` what each change
+/// touches; runs until dropped.
 pub async fn watch_changes(client: Client, served: Arc<Served>, wake: Arc<Changes>, metrics: Arc<Metrics>) {
     let m = || metrics.clone();
     futures_util::future::join3(
-        futures_util::future::join(
-            wake_on::<SharedSecret>(Api::all(client.clone()), Interest::Share(ShareKind::Secret), wake.clone(), m()),
-            wake_on::<SharedConfigMap>(
-                Api::all(client.clone()),
-                Interest::Share(ShareKind::ConfigMap),
-                wake.clone(),
-                m(),
-            ),
+        follow_shares::<SharedSecret, Secret>(
+            client.clone(),
+            ShareKind::Secret,
+            |s| &s.spec.secret_ref,
+            served.clone(),
+            wake.clone(),
+            m(),
+        ),
+        follow_shares::<SharedConfigMap, ConfigMap>(
+            client.clone(),
+            ShareKind::ConfigMap,
+            |s| &s.spec.config_map_ref,
+            served,
+            wake.clone(),
+            m(),
         ),
         futures_util::future::join(
             wake_on::<RoleBinding>(Api::all(client.clone()), Interest::Access, wake.clone(), m()),
-            wake_on::<ClusterRoleBinding>(Api::all(client.clone()), Interest::Access, wake.clone(), m()),
-        ),
-        futures_util::future::join(
-            wake_on::<Secret>(
-                Api::all(client.clone()),
-                Interest::Served(ShareKind::Secret, served.clone()),
-                wake.clone(),
-                m(),
-            ),
-            wake_on::<ConfigMap>(Api::all(client), Interest::Served(ShareKind::ConfigMap, served), wake, m()),
+            wake_on::<ClusterRoleBinding>(Api::all(client), Interest::Access, wake, m()),
         ),
     )
     .await;
+}
+
+/// The watches of backing objects, one per namespace; dropping it stops them all.
+#[derive(Default)]
+struct NamespaceWatches(HashMap<String, tokio::task::JoinHandle<()>>);
+
+impl Drop for NamespaceWatches {
+    fn drop(&mut self) {
+        for watch in self.0.values() {
+            watch.abort();
+        }
+    }
+}
+
+/// Watches the shares of one kind (`S`). A share's event refreshes that share's volumes, and the
+/// namespaces its backing objects live in decide where backing objects (`B`) are watched: a
+/// metadata watch per such namespace, started when the first share points there and stopped
+/// when the last one stops, so no other namespace's Secrets or ConfigMaps are watched.
+async fn follow_shares<S, B>(
+    client: Client,
+    kind: ShareKind,
+    backing_of: fn(&S) -> &ObjectRef,
+    served: Arc<Served>,
+    wake: Arc<Changes>,
+    metrics: Arc<Metrics>,
+) where
+    S: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    B: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    // Share name → the namespace of its backing object.
+    let mut shares: HashMap<String, String> = HashMap::new();
+    let mut relisting: Option<HashMap<String, String>> = None;
+    let mut watches = NamespaceWatches::default();
+    let mut events = watch_stream(Api::<S>::all(client.clone()), watcher::Config::default()).default_backoff().boxed();
+    while let Some(event) = events.next().await {
+        let entry = |share: &S| (share.meta().name.clone().unwrap_or_default(), backing_of(share).namespace.clone());
+        match event {
+            Ok(Event::Init) => relisting = Some(HashMap::new()),
+            Ok(Event::InitApply(share)) => {
+                let (name, namespace) = entry(&share);
+                relisting.get_or_insert_with(HashMap::new).insert(name, namespace);
+            }
+            // A relist may have missed changes: every volume is looked at again.
+            Ok(Event::InitDone) => {
+                shares = relisting.take().unwrap_or_default();
+                wake.everything();
+            }
+            Ok(Event::Apply(share)) => {
+                let (name, namespace) = entry(&share);
+                wake.share(attribute(kind), &name);
+                shares.insert(name, namespace);
+            }
+            Ok(Event::Delete(share)) => {
+                let (name, _) = entry(&share);
+                wake.share(attribute(kind), &name);
+                shares.remove(&name);
+            }
+            Err(error) => {
+                metrics.watch_error(&S::kind(&()));
+                warn!(kind = %S::kind(&()), %error, "watch failed; retrying with backoff (the periodic refresh continues)");
+            }
+        }
+        let wanted: HashSet<&String> = shares.values().collect();
+        watches.0.retain(|namespace, watch| {
+            let keep = wanted.contains(namespace);
+            if !keep {
+                watch.abort();
+            }
+            keep
+        });
+        for namespace in wanted {
+            if !watches.0.contains_key(namespace) {
+                let api = Api::<PartialObjectMeta<B>>::namespaced(client.clone(), namespace);
+                let interest = Interest::Served(kind, served.clone());
+                let watch = tokio::spawn(wake_on::<B>(api, interest, wake.clone(), metrics.clone()));
+                watches.0.insert(namespace.clone(), watch);
+            }
+        }
+    }
 }
 
 async fn wake_on<K>(api: Api<PartialObjectMeta<K>>, interest: Interest, wake: Arc<Changes>, metrics: Arc<Metrics>)
@@ -122,7 +204,6 @@ where
                     let namespace = object.metadata.namespace.as_deref().unwrap_or_default();
                     let name = object.metadata.name.as_deref().unwrap_or_default();
                     match &interest {
-                        Interest::Share(kind) => wake.share(attribute(*kind), name),
                         Interest::Access => {
                             wake.everything();
                             let again = wake.clone();

@@ -11,12 +11,29 @@ use serde::Deserialize;
 pub struct AuditEvent {
     /// `ResponseComplete`, `Panic`, ...
     pub stage: String,
+    /// `get`, `list`, `watch`, `create`, ...
+    #[serde(default)]
+    pub verb: String,
+    /// Who asked.
+    #[serde(default)]
+    pub user: User,
+    /// Whom the asker impersonated, if anyone (the suites' processes act as their identities so).
+    #[serde(default)]
+    pub impersonated_user: Option<User>,
     /// What the request was about.
     #[serde(default)]
     pub object_ref: Option<ObjectRef>,
     /// Audit annotations, a webhook's prefixed with the webhook's name.
     #[serde(default)]
     pub annotations: BTreeMap<String, String>,
+}
+
+/// `user`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct User {
+    /// The user name.
+    #[serde(default)]
+    pub username: String,
 }
 
 /// `objectRef`.
@@ -34,6 +51,11 @@ pub struct ObjectRef {
 }
 
 impl AuditEvent {
+    /// The identity the request acted as: the impersonated user when there is one.
+    pub fn acting_user(&self) -> &str {
+        self.impersonated_user.as_ref().map_or(&self.user.username, |user| &user.username)
+    }
+
     /// Whether this is the completed request for `resource` `namespace/name`.
     pub fn is_about(&self, resource: &str, namespace: &str, name: &str) -> bool {
         self.stage == "ResponseComplete"

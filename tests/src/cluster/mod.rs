@@ -31,6 +31,11 @@ rules:
         resources: [deployments, replicasets, statefulsets, daemonsets]
       - group: batch
         resources: [jobs, cronjobs]
+  # Who reads Secrets and ConfigMaps, and where (never their content: Metadata only).
+  - level: Metadata
+    resources:
+      - group: ""
+        resources: [secrets, configmaps]
   - level: None
 "#;
 

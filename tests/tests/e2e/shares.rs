@@ -328,6 +328,17 @@ pub async fn access_updates_revocation_and_deletion_reach_the_files(suite: &Suit
         if revocations < 3 {
             return Err(format!("the driver counted {revocations} revocations, expected at least 3"));
         }
+        // The driver watched and listed Secrets only in the namespace a share points at.
+        let reads: Vec<String> = suite
+            .cluster
+            .audit_events()?
+            .into_iter()
+            .filter(|e| e.acting_user() == DRIVER_USER && (e.verb == "watch" || e.verb == "list"))
+            .filter_map(|e| e.object_ref.filter(|o| o.resource == "secrets").map(|o| o.namespace))
+            .collect();
+        if reads.is_empty() || reads.iter().any(|namespace| namespace != "shares-owner") {
+            return Err(format!("the driver listed or watched Secrets in {reads:?}, not only in shares-owner"));
+        }
         println!("shares: published by RoleBinding, refused without ({expected}), updated, revoked and restored, deleted and restored");
         Ok(())
     }
