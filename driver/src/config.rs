@@ -55,7 +55,7 @@ impl Default for DriverConfig {
             content_source: None,
             kubeconfig: None,
             static_shares_dir: None,
-            refresh_seconds: 30,
+            refresh_seconds: 60,
             health_address: None,
             shutdown_timeout_seconds: 10,
         }
