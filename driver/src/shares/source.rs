@@ -18,6 +18,7 @@ use tracing::warn;
 
 use super::access::{AccessQuestion, ShareKind};
 use super::api::{ObjectRef, ShareStatus, SharedConfigMap, SharedSecret};
+use super::cache::ShareCache;
 use super::status::{Seen, desired};
 use super::watch::{Served, watch_changes};
 use crate::atomic_writer::{FileContent, Payload};
@@ -54,6 +55,7 @@ pub struct KubernetesSource {
     // Publish and refresh run on the blocking pool; the client's calls run on this runtime.
     runtime: tokio::runtime::Handle,
     served: Arc<Served>,
+    cache: Arc<ShareCache>,
     changes: Arc<Changes>,
     pass: Mutex<Option<Pass>>,
     metrics: Arc<Metrics>,
@@ -71,9 +73,16 @@ impl KubernetesSource {
     /// whose watches start now.
     pub fn new(client: kube::Client, runtime: tokio::runtime::Handle, metrics: Arc<Metrics>) -> KubernetesSource {
         let served = Arc::new(Served::default());
+        let cache = Arc::new(ShareCache::default());
         let changes = Arc::new(Changes::default());
-        let watches = runtime.spawn(watch_changes(client.clone(), served.clone(), changes.clone(), metrics.clone()));
-        KubernetesSource { client, runtime, served, changes, pass: Mutex::new(None), metrics, watches }
+        let watches = runtime.spawn(watch_changes(
+            client.clone(),
+            served.clone(),
+            cache.clone(),
+            changes.clone(),
+            metrics.clone(),
+        ));
+        KubernetesSource { client, runtime, served, cache, changes, pass: Mutex::new(None), metrics, watches }
     }
 
     /// `compute`'s answer for `key`, shared within a pass through the map `field` picks.
@@ -140,6 +149,11 @@ impl KubernetesSource {
     /// The object a share names and the conditions it reports, `None` when the share does not
     /// exist.
     async fn share(&self, kind: ShareKind, share: &str) -> Result<Option<Found>> {
+        // The watch's copy when it has one; a share it has not delivered yet (created a moment
+        // ago) is asked for.
+        if let Some(found) = self.cache.share(kind, share) {
+            return Ok(Some(found));
+        }
         let unavailable = |e: kube::Error| Error::Unavailable(format!("reading {} {}: {e}", kind.kind(), quote(share)));
         let conditions = |status: Option<ShareStatus>| status.map(|s| s.conditions).unwrap_or_default();
         Ok(match kind {
@@ -198,8 +212,11 @@ impl KubernetesSource {
         let unavailable = |e: kube::Error| {
             Error::Unavailable(format!("reading {} {}/{}: {e}", kind.backing_kind(), backing.namespace, backing.name))
         };
+        if let Some(payload) = self.cache.content(kind, &backing.namespace, &backing.name) {
+            return Ok(Some(payload));
+        }
         let mut payload = Payload::new();
-        match kind {
+        let version = match kind {
             ShareKind::Secret => {
                 let api = Api::<Secret>::namespaced(self.client.clone(), &backing.namespace);
                 let Some(secret) = api.get_opt(&backing.name).await.map_err(unavailable)? else {
@@ -208,6 +225,7 @@ impl KubernetesSource {
                 for (key, value) in secret.data.unwrap_or_default() {
                     payload.insert(key, FileContent::new(value.0));
                 }
+                secret.metadata.resource_version
             }
             ShareKind::ConfigMap => {
                 let api = Api::<ConfigMap>::namespaced(self.client.clone(), &backing.namespace);
@@ -220,7 +238,11 @@ impl KubernetesSource {
                 for (key, value) in config_map.binary_data.unwrap_or_default() {
                     payload.insert(key, FileContent::new(value.0));
                 }
+                config_map.metadata.resource_version
             }
+        };
+        if let Some(version) = version {
+            self.cache.store_content(kind, &backing.namespace, &backing.name, version, payload.clone());
         }
         Ok(Some(payload))
     }

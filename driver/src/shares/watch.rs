@@ -21,7 +21,8 @@ use kube::{Client, Resource};
 use tracing::warn;
 
 use super::access::ShareKind;
-use super::api::{ObjectRef, SharedConfigMap, SharedSecret};
+use super::api::{SharedConfigMap, SharedSecret};
+use super::cache::{CachedShare, ShareCache};
 use super::source::{SHARED_CONFIG_MAP_ATTRIBUTE, SHARED_SECRET_ATTRIBUTE};
 use crate::changes::Changes;
 use crate::metrics::Metrics;
@@ -64,34 +65,47 @@ fn attribute(kind: ShareKind) -> &'static str {
     }
 }
 
+/// How an object changed.
+enum Changed {
+    Applied,
+    Deleted,
+}
+
 /// What an event of a kind makes the refresher cover.
 #[derive(Clone)]
 enum Interest {
     /// Every volume, and again a moment later: the apiserver answers access checks from its own
     /// RBAC cache, which can learn of a binding just after this watch does.
     Access,
-    /// Changes to backing objects of this kind that some volume was served from.
-    Served(ShareKind, Arc<Served>),
+    /// Changes to backing objects of this kind that some volume was served from; their versions
+    /// go to the cache.
+    Served(ShareKind, Arc<Served>, Arc<ShareCache>),
 }
 
 /// Watches everything a volume depends on with `client`, noting in `wake` what each change
 /// touches; runs until dropped.
-pub async fn watch_changes(client: Client, served: Arc<Served>, wake: Arc<Changes>, metrics: Arc<Metrics>) {
+pub async fn watch_changes(
+    client: Client,
+    served: Arc<Served>,
+    cache: Arc<ShareCache>,
+    wake: Arc<Changes>,
+    metrics: Arc<Metrics>,
+) {
     let m = || metrics.clone();
     futures_util::future::join3(
         follow_shares::<SharedSecret, Secret>(
             client.clone(),
             ShareKind::Secret,
-            |s| &s.spec.secret_ref,
-            served.clone(),
+            |s| (s.spec.secret_ref.clone(), s.status.clone().map(|s| s.conditions).unwrap_or_default()),
+            (served.clone(), cache.clone()),
             wake.clone(),
             m(),
         ),
         follow_shares::<SharedConfigMap, ConfigMap>(
             client.clone(),
             ShareKind::ConfigMap,
-            |s| &s.spec.config_map_ref,
-            served,
+            |s| (s.spec.config_map_ref.clone(), s.status.clone().map(|s| s.conditions).unwrap_or_default()),
+            (served, cache),
             wake.clone(),
             m(),
         ),
@@ -122,8 +136,8 @@ impl Drop for NamespaceWatches {
 async fn follow_shares<S, B>(
     client: Client,
     kind: ShareKind,
-    backing_of: fn(&S) -> &ObjectRef,
-    served: Arc<Served>,
+    backing_of: fn(&S) -> CachedShare,
+    (served, cache): (Arc<Served>, Arc<ShareCache>),
     wake: Arc<Changes>,
     metrics: Arc<Metrics>,
 ) where
@@ -138,31 +152,34 @@ async fn follow_shares<S, B>(
 {
     // Share name → the namespace of its backing object.
     let mut shares: HashMap<String, String> = HashMap::new();
-    let mut relisting: Option<HashMap<String, String>> = None;
+    let mut relisting: Option<HashMap<String, CachedShare>> = None;
     let mut watches = NamespaceWatches::default();
     let mut events = watch_stream(Api::<S>::all(client.clone()), watcher::Config::default()).default_backoff().boxed();
     while let Some(event) = events.next().await {
-        let entry = |share: &S| (share.meta().name.clone().unwrap_or_default(), backing_of(share).namespace.clone());
+        let name_of = |share: &S| share.meta().name.clone().unwrap_or_default();
         match event {
             Ok(Event::Init) => relisting = Some(HashMap::new()),
             Ok(Event::InitApply(share)) => {
-                let (name, namespace) = entry(&share);
-                relisting.get_or_insert_with(HashMap::new).insert(name, namespace);
+                relisting.get_or_insert_with(HashMap::new).insert(name_of(&share), backing_of(&share));
             }
             // A relist may have missed changes: every volume is looked at again.
             Ok(Event::InitDone) => {
-                shares = relisting.take().unwrap_or_default();
+                let listed = relisting.take().unwrap_or_default();
+                shares = listed.iter().map(|(name, (backing, _))| (name.clone(), backing.namespace.clone())).collect();
+                cache.list_shares(kind, listed);
                 wake.everything();
             }
             Ok(Event::Apply(share)) => {
-                let (name, namespace) = entry(&share);
+                let (name, found) = (name_of(&share), backing_of(&share));
+                shares.insert(name.clone(), found.0.namespace.clone());
+                cache.set_share(kind, &name, Some(found));
                 wake.share(attribute(kind), &name);
-                shares.insert(name, namespace);
             }
             Ok(Event::Delete(share)) => {
-                let (name, _) = entry(&share);
-                wake.share(attribute(kind), &name);
+                let name = name_of(&share);
                 shares.remove(&name);
+                cache.set_share(kind, &name, None);
+                wake.share(attribute(kind), &name);
             }
             Err(error) => {
                 metrics.watch_error(&S::kind(&()));
@@ -180,7 +197,7 @@ async fn follow_shares<S, B>(
         for namespace in wanted {
             if !watches.0.contains_key(namespace) {
                 let api = Api::<PartialObjectMeta<B>>::namespaced(client.clone(), namespace);
-                let interest = Interest::Served(kind, served.clone());
+                let interest = Interest::Served(kind, served.clone(), cache.clone());
                 let watch = tokio::spawn(wake_on::<B>(api, interest, wake.clone(), metrics.clone()));
                 watches.0.insert(namespace.clone(), watch);
             }
@@ -200,7 +217,12 @@ where
                 // missed a change, so it wakes too.
                 Ok(Event::Init | Event::InitApply(_)) => {}
                 Ok(Event::InitDone) => wake.everything(),
-                Ok(Event::Apply(object) | Event::Delete(object)) => {
+                Ok(event @ (Event::Apply(_) | Event::Delete(_))) => {
+                    let (event_kind, object) = match event {
+                        Event::Apply(object) => (Changed::Applied, object),
+                        Event::Delete(object) => (Changed::Deleted, object),
+                        _ => return std::future::ready(()),
+                    };
                     let namespace = object.metadata.namespace.as_deref().unwrap_or_default();
                     let name = object.metadata.name.as_deref().unwrap_or_default();
                     match &interest {
@@ -214,7 +236,12 @@ where
                                 }
                             });
                         }
-                        Interest::Served(kind, served) => {
+                        Interest::Served(kind, served, cache) => {
+                            let version = match &event_kind {
+                                Changed::Applied => object.metadata.resource_version.clone(),
+                                Changed::Deleted => None,
+                            };
+                            cache.saw_version(*kind, namespace, name, version);
                             for share in served.shares_of(*kind, namespace, name) {
                                 wake.share(attribute(*kind), &share);
                             }
