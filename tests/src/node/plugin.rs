@@ -46,16 +46,16 @@ impl PluginFiles {
     }
 
     /// Lays out a driver serving the cluster's shares as the identity in `kubeconfig`, with its
-    /// periodic refresh an hour away (changes arrive through its watches) and its health port on
-    /// `health`.
+    /// periodic recheck every `refresh_seconds` and its health port on `health`.
     pub fn kubernetes(
         dir: &Path,
         kubelet_root: &Path,
         kubeconfig: &Path,
+        refresh_seconds: u64,
         health: std::net::SocketAddr,
     ) -> Result<PluginFiles, String> {
         let source = format!(
-            "contentSource: kubernetes\nkubeconfig: {}\nrefreshSeconds: 3600\nhealthAddress: {health}\n",
+            "contentSource: kubernetes\nkubeconfig: {}\nrefreshSeconds: {refresh_seconds}\nhealthAddress: {health}\n",
             kubeconfig.display()
         );
         PluginFiles::with_source(dir, kubelet_root, &source)

@@ -368,8 +368,9 @@ async fn health_get(address: std::net::SocketAddr, path: &str) -> Result<String,
 }
 
 /// The driver process SIGKILLed and restarted while a volume is published: the content stays,
-/// refreshing resumes in the new process (a ConfigMap change still reaches the files), and the
-/// unpublish leaves no mount or record. A SharedConfigMap this time.
+/// refreshing resumes in the new process (a ConfigMap change still reaches the files), the
+/// periodic recheck (every 2 s) empties the volume when a Role edit withdraws access and restores
+/// it when access comes back, and the unpublish leaves no mount or record. A SharedConfigMap.
 pub async fn driver_killed_and_restarted_keeps_and_refreshes_the_volume(suite: &Suite) -> Outcome {
     use inline_guard_tests::node::plugin::PluginFiles;
 
@@ -421,6 +422,7 @@ pub async fn driver_killed_and_restarted_keeps_and_refreshes_the_volume(suite: &
         &dir.path().join("driver"),
         &kubelet,
         &suite.cluster.kubeconfig_as(DRIVER_USER)?,
+        2,
         health,
     )?;
     let mut driver = files_of.start(dir.path(), "driver")?;
@@ -450,6 +452,20 @@ pub async fn driver_killed_and_restarted_keeps_and_refreshes_the_volume(suite: &
     wait_for_files(&target, "a change after the restart", &[("mode", "slow")])
         .await
         .map_err(|e| format!("{e}\n{}", driver.log_tail(20)))?;
+    // Access withdrawn by editing the Role (no binding changes, so no watch fires): the
+    // periodic recheck, every 2 s here, empties the volume; the verb given back restores it.
+    let roles = Api::<k8s_openapi::api::rbac::v1::Role>::namespaced(admin.clone(), "restart-consumer");
+    let rules = |verbs: &[&str]| json!({"rules": [{"apiGroups": ["sharedresource.inlineguard.dev"], "resources": ["sharedconfigmaps"], "resourceNames": ["settings"], "verbs": verbs}]});
+    roles
+        .patch("use-settings", &PatchParams::default(), &Patch::Merge(&rules(&["get"])))
+        .await
+        .map_err(|e| e.to_string())?;
+    wait_for_files(&target, "after the Role lost the verb (periodic recheck)", &[]).await?;
+    roles
+        .patch("use-settings", &PatchParams::default(), &Patch::Merge(&rules(&["use"])))
+        .await
+        .map_err(|e| e.to_string())?;
+    wait_for_files(&target, "after the Role got the verb back", &[("mode", "slow")]).await?;
     // The same publish again is answered from the recovered record.
     node.node_publish_volume(request.clone()).await.map_err(|e| format!("republish after the restart: {e}"))?;
     unpublish_as_kubelet(&mut node, request.volume_id, request.target_path).await?;
