@@ -33,9 +33,14 @@ pub struct DriverConfig {
     pub kubeconfig: Option<PathBuf>,
     /// A directory of static shares (one subdirectory each), for demos and tests.
     pub static_shares_dir: Option<PathBuf>,
-    /// How often published volumes are re-read and rewritten when their content changed.
+    /// How often published volumes are computed again, access check included (the recheck
+    /// interval): rewritten when their content changed, emptied when access or the share went.
     #[serde(deserialize_with = "seconds")]
     pub refresh_seconds: u64,
+    /// Whether content updates reach published volumes (a volume's own `refreshResource` can
+    /// turn them off too). Off, a volume keeps what it was published with; losing access still
+    /// empties it.
+    pub refresh: bool,
     /// The plain-HTTP health port (`/healthz`, `/readyz`, `/metrics`); none when unset.
     pub health_address: Option<std::net::SocketAddr>,
     /// After SIGTERM, how long requests in flight may take before the driver exits anyway (an
@@ -56,6 +61,7 @@ impl Default for DriverConfig {
             kubeconfig: None,
             static_shares_dir: None,
             refresh_seconds: 60,
+            refresh: true,
             health_address: None,
             shutdown_timeout_seconds: 10,
         }

@@ -39,6 +39,8 @@ pub struct VolumeSettings {
     pub host_read_only: bool,
     /// kubelet's root: every target lies below it in kubelet's layout.
     pub kubelet_dir: PathBuf,
+    /// Whether content updates reach published volumes (revocations always do).
+    pub refresh_content: bool,
 }
 
 /// The source name of the tmpfs the driver mounts for `volume_id`: how it recognises its own
@@ -362,7 +364,9 @@ impl NodeService {
         };
         // `refreshResource: "false"`: the volume keeps what it was published with; a revocation
         // still empties it (access is never kept by a setting of the pod's own).
-        if !withdrawn && record.attributes.get(REFRESH_ATTRIBUTE).is_some_and(|value| value == "false") {
+        let kept = !self.settings.refresh_content
+            || record.attributes.get(REFRESH_ATTRIBUTE).is_some_and(|value| value == "false");
+        if !withdrawn && kept {
             return Ok(false);
         }
         let opened = target_dir::open(self.kubelet_dir(), &target)?;

@@ -67,6 +67,7 @@ impl Plugin {
                 kubeconfig: None,
                 static_shares_dir: Some(shares.clone()),
                 refresh_seconds: 3600,
+                refresh: true,
                 health_address: None,
                 shutdown_timeout_seconds: 10,
             },
@@ -107,6 +108,7 @@ impl Plugin {
             tmpfs_bytes: self.config.tmpfs_size,
             host_read_only: self.config.host_read_only,
             kubelet_dir,
+            refresh_content: self.config.refresh,
         };
         let store: Arc<dyn VolumeStore> = store;
         let node = Arc::new(

@@ -183,7 +183,12 @@ fn a_host_read_only_volume_is_refreshed_through_its_descriptor_and_stays_read_on
     let shares = dir.path().join("shares");
     std::fs::create_dir_all(shares.join("cluster-ca")).unwrap();
     std::fs::write(shares.join("cluster-ca/ca.crt"), "first").unwrap();
-    let settings = VolumeSettings { tmpfs_bytes: 1 << 20, host_read_only: true, kubelet_dir: dir.path().to_path_buf() };
+    let settings = VolumeSettings {
+        tmpfs_bytes: 1 << 20,
+        host_read_only: true,
+        kubelet_dir: dir.path().to_path_buf(),
+        refresh_content: true,
+    };
     let service = NodeService::new(
         "n".into(),
         settings,

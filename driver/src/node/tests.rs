@@ -23,7 +23,7 @@ struct Fixture {
 }
 
 fn settings(host_read_only: bool) -> VolumeSettings {
-    VolumeSettings { tmpfs_bytes: 1 << 20, host_read_only, kubelet_dir: PathBuf::new() }
+    VolumeSettings { tmpfs_bytes: 1 << 20, host_read_only, kubelet_dir: PathBuf::new(), refresh_content: true }
 }
 
 fn fixture(mut settings: VolumeSettings) -> Fixture {
@@ -342,7 +342,12 @@ async fn a_refresh_empties_on_revocation_or_deletion_and_keeps_content_when_the_
     source.set(Ok(one("s3cret")));
     let service = Arc::new(NodeService::new(
         "node-1".into(),
-        VolumeSettings { tmpfs_bytes: 1 << 20, host_read_only: false, kubelet_dir: dir.path().to_path_buf() },
+        VolumeSettings {
+            tmpfs_bytes: 1 << 20,
+            host_read_only: false,
+            kubelet_dir: dir.path().to_path_buf(),
+            refresh_content: true,
+        },
         Arc::new(FakeMounter::default()),
         Arc::new(FileVolumeStore::open(dir.path().join("state")).unwrap()),
         source.clone(),
@@ -398,4 +403,20 @@ async fn the_static_source_takes_the_shared_names_as_aliases() {
     let target = PathBuf::from(&request.target_path);
     publish(&fixture, request).await.unwrap();
     assert_eq!(fs::read_to_string(target.join("ca.crt")).unwrap(), "PEM");
+}
+
+#[tokio::test]
+async fn with_refresh_off_volumes_keep_their_content_but_not_a_withdrawn_share() {
+    let mut settings = settings(false);
+    settings.refresh_content = false;
+    let fixture = fixture(settings);
+    let request = request(&fixture, "csi-1", "cluster-ca");
+    let target = PathBuf::from(&request.target_path);
+    publish(&fixture, request).await.unwrap();
+    fs::write(fixture.dir.path().join("shares/cluster-ca/ca.crt"), "ROTATED").unwrap();
+    fixture.service.refresh_all();
+    assert_eq!(fs::read_to_string(target.join("ca.crt")).unwrap(), "PEM");
+    fs::remove_dir_all(fixture.dir.path().join("shares/cluster-ca")).unwrap();
+    fixture.service.refresh_all();
+    assert!(!target.join("ca.crt").exists());
 }
