@@ -301,7 +301,9 @@ impl ContentSource for KubernetesSource {
 }
 
 #[cfg(test)]
-mod tests {
+mod tests;
+#[cfg(test)]
+mod attribute_tests {
     use std::path::Path;
 
     use super::*;

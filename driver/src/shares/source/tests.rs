@@ -1,0 +1,151 @@
+//! The Kubernetes source against an injected apiserver: a tower service answering by path, and
+//! counting what was asked.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Method, Request, Response, StatusCode};
+use serde_json::{Value, json};
+
+use super::*;
+use crate::publish_request::PodInfo;
+use crate::target_path::TargetPath;
+
+/// What the fake apiserver holds.
+#[derive(Clone)]
+struct Cluster {
+    share: bool,
+    secret: bool,
+    allowed: Option<bool>,
+    reviews: Arc<AtomicUsize>,
+}
+
+fn answer(status: StatusCode, body: Value) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body.to_string())));
+    *response.status_mut() = status;
+    response
+}
+
+fn not_found() -> Response<Full<Bytes>> {
+    answer(
+        StatusCode::NOT_FOUND,
+        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404}),
+    )
+}
+
+impl Cluster {
+    fn respond(&self, request: &Request<kube::client::Body>) -> Response<Full<Bytes>> {
+        let path = request.uri().path();
+        match (request.method(), path) {
+            (&Method::GET, "/apis/sharedresource.inlineguard.dev/v1alpha1/sharedsecrets/db") if self.share => answer(
+                StatusCode::OK,
+                json!({"apiVersion": "sharedresource.inlineguard.dev/v1alpha1", "kind": "SharedSecret", "metadata": {"name": "db"},
+                       "spec": {"secretRef": {"namespace": "infra", "name": "db-creds"}}}),
+            ),
+            (&Method::POST, "/apis/authorization.k8s.io/v1/subjectaccessreviews") => {
+                self.reviews.fetch_add(1, Ordering::SeqCst);
+                match self.allowed {
+                    Some(allowed) => answer(
+                        StatusCode::CREATED,
+                        json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": {}, "status": {"allowed": allowed}}),
+                    ),
+                    None => answer(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 500}),
+                    ),
+                }
+            }
+            (&Method::GET, "/api/v1/namespaces/infra/secrets/db-creds") if self.secret => answer(
+                StatusCode::OK,
+                json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db-creds", "namespace": "infra", "resourceVersion": "7"},
+                       "data": {"password": "czNjcmV0"}}),
+            ),
+            // Everything else, the watches' lists included, finds nothing.
+            _ => not_found(),
+        }
+    }
+}
+
+fn source(cluster: Cluster, runtime: &tokio::runtime::Runtime) -> KubernetesSource {
+    let service = tower::service_fn(move |request: Request<kube::client::Body>| {
+        let response = cluster.respond(&request);
+        async move { Ok::<_, Infallible>(response) }
+    });
+    // The client's buffer task starts on the runtime.
+    let _entered = runtime.enter();
+    let client = kube::Client::new(service, "default");
+    KubernetesSource::new(client, runtime.handle().clone(), Arc::new(Metrics::new()))
+}
+
+fn request(service_account: &str) -> PublishRequest {
+    PublishRequest {
+        volume_id: "csi-1".into(),
+        target: TargetPath::parse("/k/pods/u/volumes/kubernetes.io~csi/v/mount", std::path::Path::new("/k")).unwrap(),
+        pod: PodInfo {
+            name: "web".into(),
+            namespace: "team-a".into(),
+            uid: "u".into(),
+            service_account: service_account.into(),
+        },
+        attributes: [("sharedSecret".to_string(), "db".to_string())].into(),
+        mount_flags: Vec::new(),
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap()
+}
+
+fn everything() -> Cluster {
+    Cluster { share: true, secret: true, allowed: Some(true), reviews: Arc::default() }
+}
+
+#[test]
+fn an_allowed_service_account_gets_the_secrets_data() {
+    let runtime = runtime();
+    let payload = source(everything(), &runtime).content(&request("web")).unwrap();
+    assert_eq!(payload.keys().collect::<Vec<_>>(), ["password"]);
+    assert_eq!(payload["password"].data, b"s3cret");
+}
+
+#[test]
+fn each_refusal_names_what_is_missing() {
+    let runtime = runtime();
+    let denied = source(Cluster { allowed: Some(false), ..everything() }, &runtime).content(&request("web"));
+    assert_eq!(
+        denied,
+        Err(Error::PermissionDenied(
+            "service account team-a/web may not use SharedSecret \"db\": grant it the verb \"use\" on sharedsecrets.sharedresource.inlineguard.dev \"db\" (a Role and RoleBinding in namespace team-a)".into()
+        ))
+    );
+    let no_share = source(Cluster { share: false, ..everything() }, &runtime).content(&request("web"));
+    assert_eq!(no_share, Err(Error::NotFound("SharedSecret \"db\" not found".into())));
+    let no_secret = source(Cluster { secret: false, ..everything() }, &runtime).content(&request("web"));
+    assert_eq!(
+        no_secret,
+        Err(Error::NotFound("Secret infra/db-creds, shared by SharedSecret \"db\", not found".into()))
+    );
+    let unreachable = source(Cluster { allowed: None, ..everything() }, &runtime).content(&request("web"));
+    assert!(matches!(unreachable, Err(Error::Unavailable(_))), "{unreachable:?}");
+}
+
+#[test]
+fn one_access_check_per_service_account_and_share_within_a_pass() {
+    let runtime = runtime();
+    let cluster = everything();
+    let reviews = cluster.reviews.clone();
+    let source = source(cluster, &runtime);
+    source.start_pass();
+    for _ in 0..5 {
+        source.content(&request("web")).unwrap();
+    }
+    source.content(&request("other")).unwrap();
+    source.end_pass();
+    assert_eq!(reviews.load(Ordering::SeqCst), 2, "one per (service account, share)");
+    source.content(&request("web")).unwrap();
+    source.content(&request("web")).unwrap();
+    assert_eq!(reviews.load(Ordering::SeqCst), 4, "outside a pass, every publish asks afresh");
+}
