@@ -49,9 +49,15 @@ impl Node {
         NODE_NAME
     }
 
-    /// Starts containerd, imports the images, starts kubelet and the driver, and waits until the
-    /// Node is Ready.
-    pub async fn start(cluster: &Cluster, peers: &Peers, admin: &kube::Client) -> Result<Node, String> {
+    /// Starts containerd, imports the images, starts kubelet and the driver (serving the
+    /// cluster's shares as the identity in `driver_kubeconfig`), and waits until the Node is
+    /// Ready.
+    pub async fn start(
+        cluster: &Cluster,
+        peers: &Peers,
+        admin: &kube::Client,
+        driver_kubeconfig: &Path,
+    ) -> Result<Node, String> {
         let dir = tempfile::Builder::new().prefix("inline-guard-node-").tempdir().map_err(|e| e.to_string())?;
         let root = dir.path().to_path_buf();
         let containerd = Containerd::start(&root.join("containerd"))?;
@@ -61,7 +67,8 @@ impl Node {
         containerd.import(&image::busybox(&images, BUSYBOX_IMAGE)?)?;
         let (kubelet, kubelet_dirs) =
             kubelet::start(&peers.kubelet, &root.join("kubelet"), cluster.kubeconfig(), &containerd.socket)?;
-        let plugin = PluginFiles::new(&root.join("driver"), &kubelet_dirs.root)?;
+        let health = format!("127.0.0.1:{}", crate::cluster::free_port()?).parse().map_err(|e| format!("{e}"))?;
+        let plugin = PluginFiles::kubernetes(&root.join("driver"), &kubelet_dirs.root, driver_kubeconfig, 60, health)?;
         let driver = plugin.start(&root, "driver")?;
         let mut node = Node {
             kubelet_dirs,

@@ -95,6 +95,10 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
             Box::new(|s| Box::pin(node::webhooks_refuse_one_pod_and_patch_another_that_runs(s))),
         ),
         (
+            "node::pod_without_access_waits_and_starts_once_granted",
+            Box::new(|s| Box::pin(node::pod_without_access_waits_and_starts_once_granted(s))),
+        ),
+        (
             "node::driver_killed_under_a_running_pod_which_still_reads_and_unpublishes",
             Box::new(|s| Box::pin(node::driver_killed_under_a_running_pod_which_still_reads_and_unpublishes(s))),
         ),

@@ -1,6 +1,8 @@
 //! The real node: kubelet and containerd running pods that read the driver's volumes, each
 //! outcome observed from inside the container (what it wrote to its log) or as a client sees
-//! the pod (its events), with the static shares as content.
+//! the pod (its events). The content is the cluster's: SharedSecrets of a Secret in another
+//! namespace, granted to the pod's service account by a RoleBinding, the driver running as its
+//! ServiceAccount with the shipped RBAC.
 
 use std::time::{Duration, Instant};
 
@@ -53,7 +55,7 @@ const READ_ONLY_REFUSAL: &str = "can't create /shared/probe: Read-only file syst
 /// `read_only` is the csi volume's `readOnly` (absent when `None`). The mount itself is not
 /// marked read-only: a refused write proves the volume's own read-only publish.
 fn reader_pod(node: &Node, name: &str, share: &str, read_only: Option<bool>) -> Value {
-    let mut csi = json!({"driver": SHARED_RESOURCE_DRIVER, "volumeAttributes": {"share": share}});
+    let mut csi = json!({"driver": SHARED_RESOURCE_DRIVER, "volumeAttributes": {"sharedSecret": share}});
     if let Some(read_only) = read_only {
         csi["readOnly"] = json!(read_only);
     }
@@ -79,13 +81,79 @@ fn reader_pod(node: &Node, name: &str, share: &str, read_only: Option<bool>) -> 
     })
 }
 
-/// Writes the share `name` of the node's driver with `ca.crt` = `content`, atomically.
-fn write_share(node: &Node, name: &str, content: &str) -> Outcome {
-    let dir = node.plugin.shares.join(name);
-    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    let temporary = node.plugin.shares.join(format!(".{name}.tmp"));
-    std::fs::write(&temporary, content).map_err(|e| e.to_string())?;
-    std::fs::rename(&temporary, dir.join("ca.crt")).map_err(|e| e.to_string())
+/// The namespace the node scenarios' shared Secrets live in.
+const OWNER: &str = "node-shares";
+
+/// Makes `name` a SharedSecret of a Secret holding `ca.crt` = `content` (created, or updated when
+/// it exists), usable by the service account `reader` of `namespace`: what a platform team and a
+/// namespace owner do in a cluster.
+async fn share(suite: &Suite, namespace: &str, name: &str, content: &str) -> Outcome {
+    share_object(suite, name, content).await?;
+    grant(suite, namespace, name).await
+}
+
+/// 201, or 409 for an object that exists already.
+fn created_or_existing(answer: crate::support::Answer) -> Outcome {
+    match answer.status {
+        201 | 409 => Ok(()),
+        other => Err(format!("{other} {}", answer.message())),
+    }
+}
+
+/// The SharedSecret `name` of a Secret holding `ca.crt` = `content`, granted to no one.
+async fn share_object(suite: &Suite, name: &str, content: &str) -> Outcome {
+    let admin = &suite.admin;
+    created_or_existing(
+        create(
+            admin,
+            "/api/v1/namespaces",
+            &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OWNER}}),
+            false,
+        )
+        .await?,
+    )?;
+    let secrets = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(admin.clone(), OWNER);
+    let secret =
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "stringData": {"ca.crt": content}});
+    secrets
+        .patch(name, &kube::api::PatchParams::apply("inline-guard-e2e").force(), &kube::api::Patch::Apply(&secret))
+        .await
+        .map_err(|e| format!("Secret {OWNER}/{name}: {e}"))?;
+    let shared = json!({
+        "apiVersion": "sharedresource.inlineguard.dev/v1alpha1", "kind": "SharedSecret", "metadata": {"name": name},
+        "spec": {"secretRef": {"namespace": OWNER, "name": name}}
+    });
+    created_or_existing(
+        create(admin, "/apis/sharedresource.inlineguard.dev/v1alpha1/sharedsecrets", &shared, false).await?,
+    )
+}
+
+/// `use` of the SharedSecret `name` for the service account `reader` of `namespace`: a Role and
+/// a RoleBinding there.
+async fn grant(suite: &Suite, namespace: &str, name: &str) -> Outcome {
+    let admin = &suite.admin;
+    let role = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": format!("use-{name}")},
+        "rules": [{"apiGroups": ["sharedresource.inlineguard.dev"], "resources": ["sharedsecrets"], "resourceNames": [name], "verbs": ["use"]}]
+    });
+    created_or_existing(
+        create(admin, &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/roles"), &role, false)
+            .await?,
+    )?;
+    let binding = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": format!("reader-uses-{name}")},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": format!("use-{name}")},
+        "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": namespace}]
+    });
+    created_or_existing(
+        create(
+            admin,
+            &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings"),
+            &binding,
+            false,
+        )
+        .await?,
+    )
 }
 
 async fn create_pod(suite: &Suite, namespace: &str, pod: &Value) -> Result<Pod, String> {
@@ -161,7 +229,7 @@ pub async fn container_reads_sees_updates_cannot_write_and_nothing_is_left(suite
     let node = node(suite)?;
     let namespace = "node-reader";
     create_namespace(&suite.admin, namespace, "none", &[]).await?;
-    write_share(node, "node-reader", "first version")?;
+    share(suite, namespace, "node-reader", "first version").await?;
     let pod = create_pod(suite, namespace, &reader_pod(node, "reader", "node-reader", Some(true))).await?;
     let log = wait_for_log(node, namespace, "reader", "the share's content", |l| l == "content: first version").await?;
     let log = if log.iter().any(|l| l.starts_with("write: ")) {
@@ -173,7 +241,7 @@ pub async fn container_reads_sees_updates_cannot_write_and_nothing_is_left(suite
     if !writes.iter().all(|l| l.ends_with(READ_ONLY_REFUSAL)) {
         return Err(format!("a write into the volume did not fail with EROFS: {writes:?}"));
     }
-    write_share(node, "node-reader", "second version")?;
+    share(suite, namespace, "node-reader", "second version").await?;
     wait_for_log(node, namespace, "reader", "the updated content", |l| l == "content: second version").await?;
     delete_and_wait(suite, namespace, "reader").await?;
     nothing_left(node, &uid(&pod))?;
@@ -188,7 +256,7 @@ pub async fn pod_without_read_only_never_starts(suite: &Suite) -> Outcome {
     let node = node(suite)?;
     let namespace = "node-unguarded";
     create_namespace(&suite.admin, namespace, "none", &[]).await?;
-    write_share(node, "node-unguarded", "never served")?;
+    share(suite, namespace, "node-unguarded", "never served").await?;
     create_pod(suite, namespace, &reader_pod(node, "writable", "node-unguarded", None)).await?;
     let events = Api::<Event>::namespaced(suite.admin.clone(), namespace);
     let wanted = "this driver only publishes read-only volumes: set readOnly: true on the pod's csi volume";
@@ -242,7 +310,7 @@ pub async fn webhooks_refuse_one_pod_and_patch_another_that_runs(suite: &Suite) 
 
     let guarded = "node-guarded";
     create_namespace(&suite.admin, guarded, "shared", &[]).await?;
-    write_share(node, "node-guarded", "patched and served")?;
+    share(suite, guarded, "node-guarded", "patched and served").await?;
     let pod = create_pod(suite, guarded, &reader_pod(node, "patched", "node-guarded", None)).await?;
     let read_only =
         pod.spec.as_ref().and_then(|s| s.volumes.as_ref()).and_then(|v| v[0].csi.as_ref()).and_then(|c| c.read_only);
@@ -264,7 +332,7 @@ pub async fn driver_killed_under_a_running_pod_which_still_reads_and_unpublishes
     let node = node(suite)?;
     let namespace = "node-restart";
     create_namespace(&suite.admin, namespace, "none", &[]).await?;
-    write_share(node, "node-restart", "survives the driver")?;
+    share(suite, namespace, "node-restart", "survives the driver").await?;
     let pod = create_pod(suite, namespace, &reader_pod(node, "steady", "node-restart", Some(true))).await?;
     wait_for_log(node, namespace, "steady", "the share's content", |l| l == "content: survives the driver").await?;
     node.kill_driver();
@@ -281,5 +349,47 @@ pub async fn driver_killed_under_a_running_pod_which_still_reads_and_unpublishes
     delete_and_wait(suite, namespace, "steady").await?;
     nothing_left(node, &uid(&pod))?;
     println!("{} reads while the driver was dead; unpublished by the restarted driver", after_kill.len());
+    Ok(())
+}
+
+/// Shares scenario on the node: a pod whose service account may not use the share never starts,
+/// its events carrying PERMISSION_DENIED; granted access later, kubelet's retry mounts the volume
+/// and the container reads it.
+pub async fn pod_without_access_waits_and_starts_once_granted(suite: &Suite) -> Outcome {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let node = node(suite)?;
+    let namespace = "node-stranger";
+    create_namespace(&suite.admin, namespace, "none", &[]).await?;
+    // The share exists, granted to no one.
+    share_object(suite, "node-stranger-share", "granted late").await?;
+    create_pod(suite, namespace, &reader_pod(node, "stranger", "node-stranger-share", Some(true))).await?;
+    let events = Api::<Event>::namespaced(suite.admin.clone(), namespace);
+    let wanted = "service account node-stranger/reader may not use SharedSecret \"node-stranger-share\"";
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let message = loop {
+        let listed = events
+            .list(&ListParams::default().fields("involvedObject.name=stranger"))
+            .await
+            .map_err(|e| e.to_string())?;
+        if let Some(event) = listed.items.iter().find(|e| e.message.as_deref().is_some_and(|m| m.contains(wanted))) {
+            break event.message.clone().unwrap_or_default();
+        }
+        if Instant::now() > deadline {
+            let seen: Vec<_> = listed.items.iter().map(|e| e.message.clone()).collect();
+            return Err(format!("no event carried the access refusal within 60 s: {seen:?}\n{}", node.log_tails()));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    if !message.contains("code = PermissionDenied") {
+        return Err(format!("the refusal is not PERMISSION_DENIED: {message}"));
+    }
+    if !node.container_log(namespace, "stranger", "reader").is_empty() {
+        return Err("the container ran without access".into());
+    }
+    // Granted: kubelet retries the mount on its own.
+    grant(suite, namespace, "node-stranger-share").await?;
+    wait_for_log(node, namespace, "stranger", "the share after the grant", |l| l == "content: granted late").await?;
+    delete_and_wait(suite, namespace, "stranger").await?;
+    println!("refused ({message}), then mounted by kubelet's retry once granted");
     Ok(())
 }

@@ -92,12 +92,40 @@ impl Suite {
             Ok::<_, String>(registrations)
         })?;
         eprintln!("e2e: both webhooks answering through the apiserver after {:?}", started.elapsed());
-        let node = runtime.block_on(Node::start(&cluster, &peers, &admin));
+        // The driver's CRDs and RBAC as shipped, then the node with the driver as its identity.
+        let node = runtime.block_on(async {
+            let driver = repo_root().join("config/deploy/driver");
+            let mut objects_of_driver = objects(&driver.join("crds.yaml"))?;
+            objects_of_driver.extend(objects(&driver.join("rbac.yaml"))?);
+            apply(&admin, &objects_of_driver, false).await?;
+            wait_established(&admin, "sharedsecrets.sharedresource.inlineguard.dev").await?;
+            let identity =
+                cluster.kubeconfig_as("system:serviceaccount:inline-guard-system:sharedresource-csi-driver")?;
+            Node::start(&cluster, &peers, &admin, &identity).await
+        });
         match &node {
             Ok(_) => eprintln!("e2e: node Ready after {:?}", started.elapsed()),
             Err(error) => eprintln!("e2e: THE NODE DID NOT START; every node scenario fails with this:\n{error}"),
         }
         Ok(Suite { node, shared, openshift, _registrations: registrations, admin, cluster, peers, runtime })
+    }
+}
+
+/// Waits until the CRD `name` is established.
+pub async fn wait_established(admin: &kube::Client, name: &str) -> Outcome {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let crds = Api::<CustomResourceDefinition>::all(admin.clone());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let crd = crds.get(name).await.map_err(|e| e.to_string())?;
+        let conditions = crd.status.and_then(|s| s.conditions).unwrap_or_default();
+        if conditions.iter().any(|c| c.type_ == "Established" && c.status == "True") {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!("CRD {name} not established within 30 s"));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
