@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use hyper_util::rt::TokioIo;
+use inline_guard_benches::{percentile, resident_mb};
 use inline_guard_proto::csi::v1::node_client::NodeClient;
 use inline_guard_proto::csi::v1::volume_capability::{AccessMode, AccessType, MountVolume};
 use inline_guard_proto::csi::v1::{NodePublishVolumeRequest, NodeUnpublishVolumeRequest, VolumeCapability};
@@ -17,21 +18,6 @@ use tonic::transport::{Endpoint, Uri};
 const VOLUMES: usize = 1_000;
 const KEYS: usize = 10;
 const VOLUME_BYTES: usize = 64 * 1024;
-
-fn resident_mb() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let kb: f64 = status
-        .lines()
-        .find(|line| line.starts_with("VmRSS:"))
-        .and_then(|line| line.split_whitespace().nth(1))
-        .and_then(|kb| kb.parse().ok())
-        .unwrap_or_default();
-    kb / 1024.0
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() as f64 * p).ceil() as usize).saturating_sub(1).min(sorted.len() - 1)]
-}
 
 fn request(index: usize, target: &Path) -> NodePublishVolumeRequest {
     NodePublishVolumeRequest {

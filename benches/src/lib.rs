@@ -68,3 +68,20 @@ pub fn facts() -> StaticClusterFacts {
 pub fn chain() -> Chain {
     standard_chain(Arc::new(PolicySettings::default()), Arc::new(facts()))
 }
+
+/// This process's resident set, in MB (from /proc).
+pub fn resident_mb() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let kb: f64 = status
+        .lines()
+        .find(|line| line.starts_with("VmRSS:"))
+        .and_then(|line| line.split_whitespace().nth(1))
+        .and_then(|kb| kb.parse().ok())
+        .unwrap_or_default();
+    kb / 1024.0
+}
+
+/// The `p` quantile of `sorted` latencies.
+pub fn percentile(sorted: &[std::time::Duration], p: f64) -> std::time::Duration {
+    sorted[((sorted.len() as f64 * p).ceil() as usize).saturating_sub(1).min(sorted.len() - 1)]
+}

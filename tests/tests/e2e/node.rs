@@ -188,6 +188,27 @@ async fn wait_for_log(
     }
 }
 
+/// Waits (up to 60 s) for an event of pod `namespace/pod` whose message contains `wanted`;
+/// returns that message.
+async fn wait_for_event(suite: &Suite, namespace: &str, pod: &str, wanted: &str) -> Result<String, String> {
+    let events = Api::<Event>::namespaced(suite.admin.clone(), namespace);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let listed = events
+            .list(&ListParams::default().fields(&format!("involvedObject.name={pod}")))
+            .await
+            .map_err(|e| e.to_string())?;
+        if let Some(message) = listed.items.iter().filter_map(|e| e.message.clone()).find(|m| m.contains(wanted)) {
+            return Ok(message);
+        }
+        if Instant::now() > deadline {
+            let seen: Vec<_> = listed.items.iter().map(|e| (e.reason.clone(), e.message.clone())).collect();
+            return Err(format!("no event of {namespace}/{pod} said {wanted:?} within 60 s: {seen:?}"));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
 /// Deletes the pod and waits until it is gone: kubelet deletes it only once its volumes are
 /// unpublished.
 async fn delete_and_wait(suite: &Suite, namespace: &str, name: &str) -> Outcome {
@@ -258,23 +279,8 @@ pub async fn pod_without_read_only_never_starts(suite: &Suite) -> Outcome {
     create_namespace(&suite.admin, namespace, "none", &[]).await?;
     share(suite, namespace, "node-unguarded", "never served").await?;
     create_pod(suite, namespace, &reader_pod(node, "writable", "node-unguarded", None)).await?;
-    let events = Api::<Event>::namespaced(suite.admin.clone(), namespace);
     let wanted = "this driver only publishes read-only volumes: set readOnly: true on the pod's csi volume";
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let message = loop {
-        let listed = events
-            .list(&ListParams::default().fields("involvedObject.name=writable"))
-            .await
-            .map_err(|e| e.to_string())?;
-        if let Some(event) = listed.items.iter().find(|e| e.message.as_deref().is_some_and(|m| m.contains(wanted))) {
-            break event.message.clone().unwrap_or_default();
-        }
-        if Instant::now() > deadline {
-            let seen: Vec<_> = listed.items.iter().map(|e| (e.reason.clone(), e.message.clone())).collect();
-            return Err(format!("no event carried the driver's refusal within 60 s: {seen:?}"));
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    };
+    let message = wait_for_event(suite, namespace, "writable", wanted).await?;
     let pod =
         Api::<Pod>::namespaced(suite.admin.clone(), namespace).get("writable").await.map_err(|e| e.to_string())?;
     let phase = pod.status.and_then(|s| s.phase).unwrap_or_default();
@@ -363,23 +369,9 @@ pub async fn pod_without_access_waits_and_starts_once_granted(suite: &Suite) -> 
     // The share exists, granted to no one.
     share_object(suite, "node-stranger-share", "granted late").await?;
     create_pod(suite, namespace, &reader_pod(node, "stranger", "node-stranger-share", Some(true))).await?;
-    let events = Api::<Event>::namespaced(suite.admin.clone(), namespace);
     let wanted = "service account node-stranger/reader may not use SharedSecret \"node-stranger-share\"";
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let message = loop {
-        let listed = events
-            .list(&ListParams::default().fields("involvedObject.name=stranger"))
-            .await
-            .map_err(|e| e.to_string())?;
-        if let Some(event) = listed.items.iter().find(|e| e.message.as_deref().is_some_and(|m| m.contains(wanted))) {
-            break event.message.clone().unwrap_or_default();
-        }
-        if Instant::now() > deadline {
-            let seen: Vec<_> = listed.items.iter().map(|e| e.message.clone()).collect();
-            return Err(format!("no event carried the access refusal within 60 s: {seen:?}\n{}", node.log_tails()));
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    };
+    let message =
+        wait_for_event(suite, namespace, "stranger", wanted).await.map_err(|e| format!("{e}\n{}", node.log_tails()))?;
     if !message.contains("code = PermissionDenied") {
         return Err(format!("the refusal is not PERMISSION_DENIED: {message}"));
     }

@@ -13,7 +13,6 @@ use inline_guard_tests::apply::{apply, objects};
 use inline_guard_tests::repo_root;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::api::rbac::v1::RoleBinding;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use sharedresource_csi_driver::plugin::Plugin;
@@ -21,7 +20,7 @@ use sharedresource_csi_driver::shares::source::KubernetesSource;
 use tonic::Code;
 
 use crate::kubelet_publish::{channel, kubelet_request};
-use crate::support::{Outcome, SHARED_RESOURCE_DRIVER, Suite, create, create_namespace, pods_path};
+use crate::support::{Outcome, SHARED_RESOURCE_DRIVER, Suite, create, create_namespace, pods_path, wait_established};
 
 /// The driver's identity in `config/deploy/driver/rbac.yaml`.
 const DRIVER_USER: &str = "system:serviceaccount:inline-guard-system:sharedresource-csi-driver";
@@ -31,27 +30,6 @@ const WITHIN: Duration = Duration::from_secs(10);
 
 async fn apply_file(suite: &Suite, file: &str) -> Outcome {
     apply(&suite.admin, &objects(&repo_root().join(file))?, false).await.map(drop)
-}
-
-async fn wait_established(suite: &Suite, name: &str) -> Outcome {
-    let crds = Api::<CustomResourceDefinition>::all(suite.admin.clone());
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let crd = crds.get(name).await.map_err(|e| e.to_string())?;
-        let established = crd
-            .status
-            .and_then(|s| s.conditions)
-            .unwrap_or_default()
-            .iter()
-            .any(|c| c.type_ == "Established" && c.status == "True");
-        if established {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            return Err(format!("CRD {name} not established within 30 s"));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 async fn create_object(suite: &Suite, path: &str, object: Value) -> Outcome {
@@ -187,7 +165,7 @@ async fn wait_for_files(target: &Path, what: &str, expected: &[(&str, &str)]) ->
 pub async fn access_updates_revocation_and_deletion_reach_the_files(suite: &Suite) -> Outcome {
     let admin = &suite.admin;
     apply_file(suite, "config/deploy/driver/crds.yaml").await?;
-    wait_established(suite, "sharedsecrets.sharedresource.inlineguard.dev").await?;
+    wait_established(&suite.admin, "sharedsecrets.sharedresource.inlineguard.dev").await?;
     apply_file(suite, "config/deploy/driver/rbac.yaml").await?;
     for namespace in ["shares-owner", "shares-consumer", "shares-stranger"] {
         create_namespace(admin, namespace, "none", &[]).await?;
@@ -376,7 +354,7 @@ pub async fn driver_killed_and_restarted_keeps_and_refreshes_the_volume(suite: &
 
     let admin = &suite.admin;
     apply_file(suite, "config/deploy/driver/crds.yaml").await?;
-    wait_established(suite, "sharedconfigmaps.sharedresource.inlineguard.dev").await?;
+    wait_established(&suite.admin, "sharedconfigmaps.sharedresource.inlineguard.dev").await?;
     apply_file(suite, "config/deploy/driver/rbac.yaml").await?;
     for namespace in ["restart-owner", "restart-consumer"] {
         create_namespace(admin, namespace, "none", &[]).await?;
