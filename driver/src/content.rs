@@ -1,6 +1,6 @@
-//! Where a volume's files come from. The Kubernetes-backed source (SharedSecret, SharedConfigMap
-//! with the service-account access check) is the shares issue's; this file has the trait and a
-//! static source: files from a directory, one subdirectory per share.
+//! Where a volume's files come from: the trait every source implements, and the static source
+//! (files from a directory, one subdirectory per share) for demos and tests. The cluster's
+//! shares are `shares::source`.
 
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -6,8 +6,10 @@
 //! following symlinks, and records say which directories and mounts the driver made, so undo
 //! and unpublish remove exactly those. `plugin` assembles the services on their sockets; the
 //! rooms are the request check, target paths and their walk, the node and identity services,
-//! the writer, the mounter, the records, recovery, the state lock, registration and sockets. The Kubernetes-backed content source is the shares
-//! issue's; today's source is a directory of static shares.
+//! the writer, the mounter, the records, recovery, the state lock, registration (and the
+//! `:authority` rewrite kubelet needs), sockets, the health port and its metrics, and the
+//! content sources: `shares` (SharedSecret and SharedConfigMap of the cluster, access-checked,
+//! watched) and a directory of static shares for demos.
 
 pub mod atomic_writer;
 pub mod authority_rewrite;
