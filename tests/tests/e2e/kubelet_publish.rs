@@ -8,8 +8,8 @@
 //!
 //! A pod admitted through the mutating webhook publishes and receives the share's files; a pod
 //! in a namespace the webhook does not cover keeps `readOnly` unset and the driver refuses it.
-//! The content here comes from the static-directory source: Kubernetes-backed shares
-//! (SharedSecret, SharedConfigMap) and their access checks belong to the shares issue.
+//! The content here comes from the static-directory source; the cluster's shares and their
+//! access checks are `shares.rs`'s and `node.rs`'s.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
