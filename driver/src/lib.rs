@@ -24,6 +24,7 @@ pub mod metrics;
 pub mod mounter;
 pub mod node;
 pub mod plugin;
+pub mod projection;
 pub mod publish_request;
 pub mod quote;
 pub mod recovery;

@@ -8,7 +8,7 @@ use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessRevie
 use super::api::{GROUP, USE_VERB};
 
 /// Which kind of share.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ShareKind {
     /// `SharedSecret`.
     Secret,
