@@ -13,6 +13,7 @@ use crate::atomic_writer::{DEFAULT_MODE, FileContent, Payload, check_key};
 use crate::error::{Error, Result};
 use crate::projection::api::{KeyItem, ProjectionSource, ProjectionSpec, ShareProjection, SourceKind};
 use crate::projection::downward::{PodFacts, PodField};
+use crate::projection::tokens::Tokens;
 use crate::quote::quote;
 use crate::shares::access::ShareKind;
 
@@ -26,8 +27,8 @@ pub struct SourceData {
     pub shares: BTreeMap<(ShareKind, String), BTreeMap<String, Vec<u8>>>,
     /// The pod the volume is for.
     pub pod: PodFacts,
-    /// The tokens kubelet passed, by audience. Never printed.
-    pub tokens: BTreeMap<String, String>,
+    /// The tokens kubelet passed.
+    pub tokens: Tokens,
 }
 
 /// Checks what needs no data: one kind per source, valid paths, modes and field paths, and
@@ -109,7 +110,7 @@ fn source_files(
             };
             vec![SourceFile {
                 path: token.path.clone(),
-                data: value.clone().into_bytes(),
+                data: value.as_bytes().to_vec(),
                 mode: default_mode,
                 explicit: true,
             }]

@@ -7,3 +7,4 @@
 pub mod api;
 pub mod compose;
 pub mod downward;
+pub mod tokens;

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::projection::api::{FieldItem, PodInfoProjection, TokenProjection};
+use crate::projection::tokens::TOKENS_KEY;
 
 fn secret(name: &str, items: Option<Vec<KeyItem>>) -> ProjectionSource {
     ProjectionSource { shared_secret: Some(ShareProjection { name: name.into(), items }), ..Default::default() }
@@ -52,7 +53,10 @@ fn data() -> SourceData {
             labels: [("app".into(), "web".into())].into(),
             ..Default::default()
         },
-        tokens: [("vault".to_string(), "TOKEN-VALUE".to_string())].into(),
+        tokens: Tokens::from_volume_context(
+            &[(TOKENS_KEY.to_string(), r#"{"vault":{"token":"TOKEN-VALUE"}}"#.to_string())].into(),
+        )
+        .unwrap(),
     }
 }
 
