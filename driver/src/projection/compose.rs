@@ -3,7 +3,8 @@
 //! sources meet. An explicit path (an item's, a pod fact's, a token's) is the user's promise
 //! that the file is theirs: two explicit paths naming one file, or one file where another
 //! needs a directory, make the projection invalid, whatever the data. A key laid out under its
-//! own name (a share without items) is implicit: a later source's file replaces it.
+//! own name (a share without items) is implicit; wherever one is involved, the later source's
+//! file wins.
 //! [`check_spec`] is the part that needs no data, so the admission can refuse a bad object at
 //! creation with the same words.
 
@@ -21,7 +22,7 @@ use crate::shares::access::ShareKind;
 const MAX_MODE: u32 = 0o777;
 
 /// What the sources hold, fetched by the caller after the access checks.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct SourceData {
     /// Each share's backing object's keys, by kind and share name.
     pub shares: BTreeMap<(ShareKind, String), BTreeMap<String, Vec<u8>>>,
@@ -29,6 +30,19 @@ pub struct SourceData {
     pub pod: PodFacts,
     /// The tokens kubelet passed.
     pub tokens: Tokens,
+}
+
+// Share data may be Secret data: print which keys there are, never their values.
+impl std::fmt::Debug for SourceData {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let keys: BTreeMap<_, Vec<&String>> =
+            self.shares.iter().map(|(share, object)| (share, object.keys().collect())).collect();
+        f.debug_struct("SourceData")
+            .field("share_keys", &keys)
+            .field("pod", &self.pod)
+            .field("tokens", &self.tokens)
+            .finish()
+    }
 }
 
 /// Checks what needs no data: one kind per source, valid paths, modes and field paths, and

@@ -307,3 +307,12 @@ sources:
     assert_eq!(payload["db/password"].mode, 0o400);
     assert_eq!(payload["level"].mode, 0o440);
 }
+
+#[test]
+fn debug_shows_keys_but_never_share_data_or_tokens() {
+    let debug = format!("{:?}", data());
+    assert!(debug.contains("password"), "{debug}");
+    for secret in ["s3cret", "TOKEN-VALUE"] {
+        assert!(!debug.contains(secret), "{secret} leaked: {debug}");
+    }
+}
