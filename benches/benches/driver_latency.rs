@@ -7,13 +7,12 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use hyper_util::rt::TokioIo;
 use inline_guard_benches::{percentile, resident_mb};
 use inline_guard_proto::csi::v1::node_client::NodeClient;
 use inline_guard_proto::csi::v1::volume_capability::{AccessMode, AccessType, MountVolume};
 use inline_guard_proto::csi::v1::{NodePublishVolumeRequest, NodeUnpublishVolumeRequest, VolumeCapability};
 use sharedresource_csi_driver::plugin::Plugin;
-use tonic::transport::{Endpoint, Uri};
+use sharedresource_csi_driver::test_client::unix_channel;
 
 const VOLUMES: usize = 1_000;
 const KEYS: usize = 10;
@@ -66,18 +65,7 @@ fn main() {
         let running = tokio::spawn(plugin.run(async {
             let _ = stopped.await;
         }));
-        while !socket.exists() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        let path = socket.clone();
-        let channel = Endpoint::try_from("http://[::]:50051")
-            .unwrap()
-            .connect_with_connector(tower::service_fn(move |_: Uri| {
-                let path = path.clone();
-                async move { Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(path).await?)) }
-            }))
-            .await
-            .unwrap();
+        let channel = unix_channel(socket.clone(), Duration::from_secs(10)).await.unwrap();
         let mut node = NodeClient::new(channel);
         let targets: Vec<PathBuf> = (0..VOLUMES)
             .map(|i| dir.path().join(format!("pods/{i}/volumes/kubernetes.io~csi/shared/mount")))

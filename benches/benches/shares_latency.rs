@@ -14,7 +14,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hyper_util::rt::TokioIo;
 use inline_guard_benches::{percentile, resident_mb};
 use inline_guard_proto::csi::v1::node_client::NodeClient;
 use inline_guard_proto::csi::v1::volume_capability::{AccessMode, AccessType, MountVolume};
@@ -27,7 +26,7 @@ use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 use sharedresource_csi_driver::plugin::Plugin;
 use sharedresource_csi_driver::shares::source::KubernetesSource;
-use tonic::transport::{Endpoint, Uri};
+use sharedresource_csi_driver::test_client::unix_channel;
 
 const VOLUMES: usize = 1_000;
 const SHARES: usize = 100;
@@ -150,21 +149,7 @@ fn main() {
         let running = tokio::spawn(plugin.run(async {
             let _ = stopped.await;
         }));
-        for _ in 0..100 {
-            if socket.exists() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        let path = socket.clone();
-        let channel = Endpoint::try_from("http://[::]:50051")
-            .unwrap()
-            .connect_with_connector(tower::service_fn(move |_: Uri| {
-                let path = path.clone();
-                async move { Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(path).await?)) }
-            }))
-            .await
-            .unwrap();
+        let channel = unix_channel(socket.clone(), Duration::from_secs(10)).await.unwrap();
         let mut node = NodeClient::new(channel);
 
         let targets: Vec<PathBuf> =

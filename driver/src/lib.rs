@@ -34,6 +34,8 @@ pub mod socket;
 pub mod state_lock;
 pub mod target_dir;
 pub mod target_path;
+#[cfg(feature = "test-util")]
+pub mod test_client;
 pub mod volume_store;
 
 /// The driver's registered name.

@@ -9,29 +9,15 @@ use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use hyper_util::rt::TokioIo;
 use inline_guard_proto::csi::v1::volume_capability::{AccessMode, AccessType, MountVolume};
 use inline_guard_proto::csi::v1::{NodePublishVolumeRequest, NodeUnpublishVolumeRequest, VolumeCapability};
-use tonic::transport::{Channel, Endpoint, Uri};
+use sharedresource_csi_driver::test_client::unix_channel;
+use tonic::transport::Channel;
 
 /// A channel to the socket at `path`, once something listens there (waits up to 5 s: the
 /// file may not exist yet, or be a dead predecessor's).
 pub async fn channel(path: PathBuf) -> Channel {
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    loop {
-        let connector = {
-            let path = path.clone();
-            tower::service_fn(move |_: Uri| {
-                let path = path.clone();
-                async move { Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(path).await?)) }
-            })
-        };
-        match Endpoint::try_from("http://[::]:50051").unwrap().connect_with_connector(connector).await {
-            Ok(channel) => return channel,
-            Err(error) if std::time::Instant::now() > deadline => panic!("connecting to {path:?}: {error}"),
-            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
-        }
-    }
+    unix_channel(path, Duration::from_secs(5)).await.unwrap_or_else(|error| panic!("{error}"))
 }
 
 /// kubelet's target for volume `volume` of pod `uid` under the kubelet root `root`.

@@ -15,7 +15,6 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use hyper_util::rt::TokioIo;
 use inline_guard_proto::csi::v1::node_client::NodeClient;
 use inline_guard_proto::csi::v1::volume_capability::{AccessMode, AccessType, MountVolume};
 use inline_guard_proto::csi::v1::{NodePublishVolumeRequest, NodeUnpublishVolumeRequest, VolumeCapability};
@@ -23,7 +22,8 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use serde_json::json;
 use sharedresource_csi_driver::plugin::Plugin;
-use tonic::transport::{Channel, Endpoint, Uri};
+use sharedresource_csi_driver::test_client::unix_channel;
+use tonic::transport::Channel;
 
 use inline_guard_tests::repo_root;
 
@@ -68,28 +68,7 @@ pub fn kubelet_request(pod: &Pod, volume: &str, target: &Path) -> Result<NodePub
 }
 
 pub async fn channel(socket: PathBuf) -> Result<Channel, String> {
-    // Retried: the socket may not exist yet, or still be a killed predecessor's.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let connector = {
-            let socket = socket.clone();
-            tower::service_fn(move |_: Uri| {
-                let socket = socket.clone();
-                async move { Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(socket).await?)) }
-            })
-        };
-        match Endpoint::try_from("http://[::]:50051")
-            .map_err(|e| e.to_string())?
-            .connect_with_connector(connector)
-            .await
-        {
-            Ok(channel) => return Ok(channel),
-            Err(error) if std::time::Instant::now() > deadline => {
-                return Err(format!("connecting to the driver socket {}: {error}", socket.display()));
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
-        }
-    }
+    unix_channel(socket, Duration::from_secs(10)).await
 }
 
 /// A pod as a user writes it: the volume is not marked read-only, the mount is.
