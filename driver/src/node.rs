@@ -23,6 +23,7 @@ use crate::content::ContentSource;
 use crate::error::{Error, Result};
 use crate::metrics::{Metrics, RefreshResult, result_label};
 use crate::mounter::Mounter;
+use crate::projection::tokens::Tokens;
 use crate::publish_request::{PublishRequest, check, check_volume_id};
 use crate::quote::{quote, quote_path};
 use crate::target_dir::{self, OpenDir, OpenTarget};
@@ -70,6 +71,9 @@ pub struct NodeService {
     content: Arc<dyn ContentSource>,
     metrics: Arc<Metrics>,
     volumes: Mutex<HashMap<String, VolumeRecord>>,
+    // The tokens kubelet passed at each volume's last publish: in memory only, never in a
+    // record (a restart loses them until kubelet's next republish).
+    tokens: Mutex<HashMap<String, Tokens>>,
     // Volume ids and targets with an operation under way: a second one on either is told to
     // retry (ABORTED), as the specification asks, instead of racing the first.
     busy: Mutex<HashSet<Busy>>,
@@ -96,6 +100,7 @@ impl NodeService {
             content,
             metrics,
             volumes: Mutex::new(volumes),
+            tokens: Mutex::default(),
             busy: Mutex::default(),
         }
     }
@@ -128,6 +133,21 @@ impl NodeService {
         }
         busy.extend(keys.iter().cloned());
         Ok(Claim { service: self, keys })
+    }
+
+    /// The tokens of `volume_id`'s last publish, or [`Tokens::lost`] when this process has not
+    /// seen one.
+    fn tokens_of(&self, volume_id: &str) -> Tokens {
+        self.tokens.lock().unwrap_or_else(|p| p.into_inner()).get(volume_id).cloned().unwrap_or_else(Tokens::lost)
+    }
+
+    /// Holds `tokens` for `volume_id` (`None`: forgets them).
+    fn keep_tokens(&self, volume_id: &str, tokens: Option<&Tokens>) {
+        let mut held = self.tokens.lock().unwrap_or_else(|p| p.into_inner());
+        match tokens {
+            Some(tokens) => held.insert(volume_id.to_string(), tokens.clone()),
+            None => held.remove(volume_id),
+        };
     }
 
     fn record(&self, volume_id: &str) -> Option<VolumeRecord> {
@@ -180,6 +200,21 @@ impl NodeService {
             if let Some(opened) = target_dir::open(root, target)?
                 && self.holds_own_mount(&opened, &request.volume_id, existing.device)?
             {
+                // A republish (the CSIDriver's requiresRepublish): new tokens are written at
+                // once, whatever the volume's refresh setting, since the old ones expire.
+                let held = self.tokens_of(&request.volume_id);
+                // After a restart the held tokens are unknown: a republish without tokens (the
+                // CSIDriver requests none) has nothing to write.
+                let new_tokens = match held.is_lost() {
+                    true => request.tokens.audiences().next().is_some(),
+                    false => held != request.tokens,
+                };
+                self.keep_tokens(&request.volume_id, Some(&request.tokens));
+                if new_tokens && let Err(error) = self.refresh(existing, true) {
+                    // Kept only once written: kubelet's retry brings them again.
+                    self.keep_tokens(&request.volume_id, Some(&held).filter(|held| !held.is_lost()));
+                    return Err(error);
+                }
                 return Ok(());
             }
             // Recorded, but its mount is gone (unmounted behind the driver's back): publish it
@@ -219,6 +254,7 @@ impl NodeService {
         });
         match result {
             Ok(()) => {
+                self.keep_tokens(&record.volume_id, Some(&request.tokens));
                 self.volumes.lock().unwrap_or_else(|p| p.into_inner()).insert(record.volume_id.clone(), record);
                 self.count_volumes();
                 Ok(())
@@ -329,7 +365,7 @@ impl NodeService {
             .into_iter()
             .map(|record| {
                 let result =
-                    self.claim(&record.volume_id, &record.target_path).and_then(|_claim| self.refresh(&record));
+                    self.claim(&record.volume_id, &record.target_path).and_then(|_claim| self.refresh(&record, false));
                 (record.volume_id, result)
             })
             .collect();
@@ -344,7 +380,9 @@ impl NodeService {
         results
     }
 
-    fn refresh(&self, record: &VolumeRecord) -> Result<bool> {
+    /// Rewrites one volume's content; `forced` writes it even where the volume keeps what it was
+    /// published with (a republish bringing new tokens).
+    fn refresh(&self, record: &VolumeRecord, forced: bool) -> Result<bool> {
         let target = TargetPath::parse(&record.target_path.to_string_lossy(), self.kubelet_dir())?;
         let request = PublishRequest {
             volume_id: record.volume_id.clone(),
@@ -352,6 +390,7 @@ impl NodeService {
             pod: record.pod.clone(),
             attributes: record.attributes.clone(),
             mount_flags: Vec::new(),
+            tokens: self.tokens_of(&record.volume_id),
         };
         // A share gone, or access withdrawn, empties the volume (it stays mounted); a source
         // that cannot answer now changes nothing.
@@ -366,7 +405,7 @@ impl NodeService {
         // still empties it (access is never kept by a setting of the pod's own).
         let kept = !self.settings.refresh_content
             || record.attributes.get(REFRESH_ATTRIBUTE).is_some_and(|value| value == "false");
-        if !withdrawn && kept {
+        if !withdrawn && kept && !forced {
             return Ok(false);
         }
         let opened = target_dir::open(self.kubelet_dir(), &target)?;
@@ -417,6 +456,7 @@ impl NodeService {
             warn!(volume = %quote(volume_id), "unpublish: {problem}");
         }
         self.volumes.lock().unwrap_or_else(|p| p.into_inner()).remove(volume_id);
+        self.keep_tokens(volume_id, None);
         self.count_volumes();
         Ok(())
     }

@@ -169,7 +169,7 @@ impl Plugin {
                     let node = node.clone();
                     // Files and mounts block: keep them off the async workers.
                     let results = tokio::task::spawn_blocking(move || {
-                        node.refresh_where(|record| pending.touches(&record.attributes))
+                        node.refresh_where(|record| pending.touches(&record.attributes, &record.pod.namespace))
                     })
                     .await
                     .unwrap_or_default();

@@ -11,6 +11,7 @@ use inline_guard_proto::csi::v1::NodePublishVolumeRequest;
 use inline_guard_proto::csi::v1::volume_capability::AccessType;
 
 use crate::error::{Error, Result};
+use crate::projection::tokens::Tokens;
 use crate::quote::quote;
 use crate::target_path::TargetPath;
 
@@ -57,6 +58,9 @@ pub struct PublishRequest {
     pub attributes: BTreeMap<String, String>,
     /// Mount flags from the volume capability.
     pub mount_flags: Vec<String>,
+    /// The pod's service-account tokens kubelet passed (the CSIDriver's `tokenRequests`). Held in
+    /// memory only: never in a record, a log line or a message.
+    pub tokens: Tokens,
 }
 
 // Written by hand so that nothing from the request but identifiers ever reaches a log line.
@@ -67,12 +71,13 @@ impl fmt::Debug for PublishRequest {
             .field("target_path", &self.target.as_path())
             .field("pod", &self.pod)
             .field("attribute_keys", &self.attributes.keys().collect::<Vec<_>>())
+            .field("tokens", &self.tokens)
             .finish()
     }
 }
 
 /// Checks `request` in the order: volume_id, target_path (present, then kubelet's layout under
-/// `kubelet_dir`), volume_capability, access type, ephemeral, pod information, readonly.
+/// `kubelet_dir`), volume_capability, access type, ephemeral, pod information, readonly, tokens.
 pub fn check(request: &NodePublishVolumeRequest, kubelet_dir: &Path) -> Result<PublishRequest> {
     let invalid = |message: String| Err(Error::InvalidArgument(message));
     check_volume_id(&request.volume_id)?;
@@ -118,6 +123,7 @@ pub fn check(request: &NodePublishVolumeRequest, kubelet_dir: &Path) -> Result<P
             "this driver only publishes read-only volumes: set readOnly: true on the pod's csi volume".into(),
         );
     }
+    let tokens = Tokens::from_volume_context(context)?;
     let value = |key: &str| context.get(key).cloned().unwrap_or_default();
     Ok(PublishRequest {
         volume_id: request.volume_id.clone(),
@@ -134,6 +140,7 @@ pub fn check(request: &NodePublishVolumeRequest, kubelet_dir: &Path) -> Result<P
             .map(|(key, value)| (key.clone(), value.clone()))
             .collect(),
         mount_flags,
+        tokens,
     })
 }
 
@@ -173,7 +180,7 @@ mod tests {
                 (POD_NAMESPACE, "apps"),
                 (POD_UID, "0c5e"),
                 (SERVICE_ACCOUNT_NAME, "web-sa"),
-                ("csi.storage.k8s.io/serviceAccount.tokens", "{\"secret\":\"token\"}"),
+                ("csi.storage.k8s.io/serviceAccount.tokens", "{\"vault\":{\"token\":\"s3cret-token\"}}"),
                 ("sharedConfigMap", "cluster-ca"),
             ]
             .into_iter()
@@ -203,8 +210,10 @@ mod tests {
             }
         );
         assert_eq!(checked.attributes, [("sharedConfigMap".to_string(), "cluster-ca".to_string())].into());
+        assert_eq!(checked.tokens.get("vault"), Some("s3cret-token"));
         let debug = format!("{checked:?}");
-        assert!(!debug.contains("token"), "tokens never reach a log line: {debug}");
+        assert!(!debug.contains("s3cret"), "tokens never reach a log line: {debug}");
+        assert!(debug.contains("\"vault\""), "the audiences do: {debug}");
     }
 
     #[test]

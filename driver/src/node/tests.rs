@@ -420,3 +420,74 @@ async fn with_refresh_off_volumes_keep_their_content_but_not_a_withdrawn_share()
     fixture.service.refresh_all();
     assert!(!target.join("ca.crt").exists());
 }
+
+/// A source whose one file is the token kubelet passed for audience `a`: what a projection's
+/// serviceAccountToken source does, without a cluster.
+struct TokenSource;
+
+impl ContentSource for TokenSource {
+    fn ready(&self) -> bool {
+        true
+    }
+
+    fn content(&self, request: &PublishRequest) -> Result<crate::atomic_writer::Payload> {
+        if request.tokens.is_lost() {
+            return Err(Error::Unavailable("tokens lost".into()));
+        }
+        let token = request.tokens.get("a").unwrap_or("none");
+        Ok([("token".to_string(), crate::atomic_writer::FileContent::new(token))].into())
+    }
+}
+
+fn with_token(mut request: NodePublishVolumeRequest, token: Option<&str>) -> NodePublishVolumeRequest {
+    let key = crate::projection::tokens::TOKENS_KEY.to_string();
+    match token {
+        Some(token) => request.volume_context.insert(key, format!(r#"{{"a":{{"token":"{token}"}}}}"#)),
+        None => request.volume_context.remove(&key),
+    };
+    request
+}
+
+#[tokio::test]
+async fn a_republish_with_new_tokens_rewrites_the_volume_and_a_restart_waits_for_one() {
+    let fixture = fixture(settings(false));
+    let service = |records| {
+        let node = NodeService::new(
+            "node-1".into(),
+            VolumeSettings { kubelet_dir: fixture.dir.path().to_path_buf(), ..settings(false) },
+            fixture.mounter.clone(),
+            fixture.store.clone(),
+            Arc::new(TokenSource),
+            records,
+        );
+        NodeGrpc::new(Arc::new(node))
+    };
+    let node = service(Vec::new());
+    let mut request = request(&fixture, "csi-1", "unused");
+    // Kept as published, except that new tokens are written: they expire.
+    request.volume_context.insert(REFRESH_ATTRIBUTE.into(), "false".into());
+    let token_file = PathBuf::from(&request.target_path).join("token");
+    let republish = |token| node.node_publish_volume(Request::new(with_token(request.clone(), token)));
+    republish(Some("T1")).await.unwrap();
+    assert_eq!(fs::read_to_string(&token_file).unwrap(), "T1");
+    republish(Some("T1")).await.unwrap();
+    republish(Some("T2")).await.unwrap();
+    assert_eq!(fs::read_to_string(&token_file).unwrap(), "T2", "rewritten by the republish");
+    assert_eq!(node.service.refresh_all(), [("csi-1".to_string(), Ok(false))], "the held tokens are used");
+
+    // A restart: the tokens were never stored, so a refresh changes nothing until kubelet's
+    // next republish brings them; one without tokens has nothing to write.
+    let (records, _) = fixture.store.load_all().unwrap();
+    for record in fs::read_dir(fixture.dir.path().join("state")).unwrap() {
+        let text = fs::read(record.unwrap().path()).unwrap_or_default();
+        assert!(!String::from_utf8_lossy(&text).contains("T2"), "a token reached the state directory");
+    }
+    let restarted = service(records);
+    let refreshed = restarted.service.refresh_all();
+    assert!(matches!(refreshed[0].1, Err(Error::Unavailable(_))), "{refreshed:?}");
+    assert_eq!(fs::read_to_string(&token_file).unwrap(), "T2", "kept");
+    restarted.node_publish_volume(Request::new(with_token(request.clone(), None))).await.unwrap();
+    assert_eq!(fs::read_to_string(&token_file).unwrap(), "T2");
+    restarted.node_publish_volume(Request::new(with_token(request.clone(), Some("T3")))).await.unwrap();
+    assert_eq!(fs::read_to_string(&token_file).unwrap(), "T3");
+}

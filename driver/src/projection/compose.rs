@@ -116,6 +116,13 @@ fn source_files(
             files
         }
         SourceKind::ServiceAccountToken(token) => {
+            if data.tokens.is_lost() {
+                // Not the CSIDriver's fault: the driver restarted and has not been republished
+                // yet. Nothing is rewritten until then.
+                return Err(Error::Unavailable(format!(
+                    "{label}: the token is held in memory only and the driver restarted since the volume was published; kubelet's next republish brings it"
+                )));
+            }
             let Some(value) = data.tokens.get(&token.audience) else {
                 return Err(Error::InvalidArgument(format!(
                     "{label}: kubelet passed no token for audience {}: the CSIDriver's tokenRequests must name it",

@@ -77,6 +77,12 @@ impl PodField {
         Ok(field)
     }
 
+    /// Whether showing this field needs the pod object (labels and annotations are not in
+    /// kubelet's publish request).
+    pub fn needs_pod_object(&self) -> bool {
+        matches!(self, PodField::Labels | PodField::Annotations | PodField::Label(_) | PodField::Annotation(_))
+    }
+
     /// The file content kubelet would write for this field of `pod`.
     pub fn render(&self, pod: &PodFacts) -> String {
         match self {

@@ -7,4 +7,5 @@
 pub mod api;
 pub mod compose;
 pub mod downward;
+pub mod fetch;
 pub mod tokens;

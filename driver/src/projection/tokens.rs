@@ -19,12 +19,18 @@ const MAX_TOKENS_BYTES: usize = 1 << 20;
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct Tokens {
     by_audience: BTreeMap<String, String>,
+    // Tokens are held in memory only: after a restart, a volume's are unknown until kubelet's
+    // next republish brings them.
+    lost: bool,
 }
 
 // Audiences are not secret; tokens are.
 impl fmt::Debug for Tokens {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Tokens").field("audiences", &self.by_audience.keys().collect::<Vec<_>>()).finish()
+        f.debug_struct("Tokens")
+            .field("audiences", &self.by_audience.keys().collect::<Vec<_>>())
+            .field("lost", &self.lost)
+            .finish()
     }
 }
 
@@ -55,7 +61,19 @@ impl Tokens {
                 error.column()
             ))
         })?;
-        Ok(Tokens { by_audience: parsed.into_iter().map(|(audience, token)| (audience, token.token)).collect() })
+        let by_audience = parsed.into_iter().map(|(audience, token)| (audience, token.token)).collect();
+        Ok(Tokens { by_audience, lost: false })
+    }
+
+    /// The tokens of a volume published before the driver restarted: unknown until kubelet's
+    /// next republish.
+    pub fn lost() -> Tokens {
+        Tokens { by_audience: BTreeMap::new(), lost: true }
+    }
+
+    /// Whether these are [`Tokens::lost`].
+    pub fn is_lost(&self) -> bool {
+        self.lost
     }
 
     /// The token for `audience`, if kubelet passed one.
@@ -88,15 +106,18 @@ mod tests {
     }
 
     #[test]
-    fn no_key_means_no_tokens() {
+    fn no_key_means_no_tokens_which_is_not_lost_tokens() {
         let tokens = Tokens::from_volume_context(&Default::default()).unwrap();
         assert_eq!(tokens.audiences().count(), 0);
+        assert!(!tokens.is_lost());
+        assert!(Tokens::lost().is_lost());
+        assert_ne!(tokens, Tokens::lost());
     }
 
     #[test]
     fn neither_debug_nor_errors_print_a_token() {
         let tokens = Tokens::from_volume_context(&context(r#"{"vault":{"token":"T-SECRET"}}"#)).unwrap();
-        assert_eq!(format!("{tokens:?}"), r#"Tokens { audiences: ["vault"] }"#);
+        assert_eq!(format!("{tokens:?}"), r#"Tokens { audiences: ["vault"], lost: false }"#);
         for malformed in [
             r#"{"vault":"T-SECRET"}"#,
             r#"{"vault":{"token":["T-SECRET"]}}"#,

@@ -71,13 +71,13 @@ pub struct SharedConfigMapSpec {
     pub description: Option<String>,
 }
 
-/// Both CRDs as one YAML stream: what `config/deploy/driver/crds.yaml` holds.
+/// The shares' CRDs and the projections' as one YAML stream: what `config/deploy/driver/crds.yaml` holds.
 pub fn crds_yaml() -> Result<String, String> {
     use kube::CustomResourceExt as _;
     let mut text = String::from(
         "# Generated from driver/src/shares/api.rs; `UPDATE_CRDS=1 cargo test -p sharedresource-csi-driver crds` rewrites it.\n",
     );
-    for crd in [SharedSecret::crd(), SharedConfigMap::crd()] {
+    for crd in [SharedSecret::crd(), SharedConfigMap::crd(), crate::projection::api::SharedProjection::crd()] {
         text.push_str("---\n");
         text.push_str(&serde_saphyr::to_string(&crd).map_err(|e| e.to_string())?);
     }

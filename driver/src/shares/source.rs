@@ -26,7 +26,8 @@ use crate::changes::Changes;
 use crate::content::ContentSource;
 use crate::error::{Error, Result};
 use crate::metrics::{AccessResult, Metrics};
-use crate::publish_request::PublishRequest;
+use crate::projection::api::{PROJECTION_ATTRIBUTE, ProjectionSpec};
+use crate::publish_request::{PodInfo, PublishRequest};
 use crate::quote::quote;
 
 /// The volume attribute naming a SharedSecret.
@@ -42,10 +43,12 @@ type SeenShares = HashMap<(ShareKind, String), (ObjectRef, Vec<Condition>, Seen)
 /// Answers shared by the volumes of one refresh pass, and what it saw of each share (written to
 /// the shares' status when the pass ends).
 #[derive(Default)]
-struct Pass {
+pub(crate) struct Pass {
     shares: HashMap<(ShareKind, String), Option<Found>>,
     access: HashMap<AccessQuestion, bool>,
     backing: HashMap<(ShareKind, String, String), Option<Payload>>,
+    /// Projections by namespace and name, `None` when absent.
+    pub(crate) projections: HashMap<(String, String), Option<ProjectionSpec>>,
     seen: SeenShares,
 }
 
@@ -85,8 +88,23 @@ impl KubernetesSource {
         KubernetesSource { client, runtime, served, cache, changes, pass: Mutex::new(None), metrics, watches }
     }
 
+    /// The client the source asks with.
+    pub(crate) fn client(&self) -> &kube::Client {
+        &self.client
+    }
+
+    /// Where the source notes what changed.
+    pub(crate) fn change_log(&self) -> &Changes {
+        &self.changes
+    }
+
     /// `compute`'s answer for `key`, shared within a pass through the map `field` picks.
-    async fn shared<K, V, F>(&self, key: K, field: fn(&mut Pass) -> &mut HashMap<K, V>, compute: F) -> Result<V>
+    pub(crate) async fn shared<K, V, F>(
+        &self,
+        key: K,
+        field: fn(&mut Pass) -> &mut HashMap<K, V>,
+        compute: F,
+    ) -> Result<V>
     where
         K: std::hash::Hash + Eq,
         V: Clone,
@@ -105,10 +123,19 @@ impl KubernetesSource {
     }
 
     async fn payload(&self, request: &PublishRequest) -> Result<Payload> {
-        let (kind, share) = share_of(request)?;
+        match volume_of(request)? {
+            Volume::Share(kind, share) => self.share_payload(&request.pod, kind, &share).await,
+            Volume::Projection(name) => self.projection_payload(request, &name).await,
+        }
+    }
+
+    /// The files of share `share` of `kind` for `pod`, once its service account is allowed to
+    /// use it.
+    pub(crate) async fn share_payload(&self, pod: &PodInfo, kind: ShareKind, share: &str) -> Result<Payload> {
+        let share = share.to_string();
         let question = AccessQuestion {
-            namespace: request.pod.namespace.clone(),
-            service_account: request.pod.service_account.clone(),
+            namespace: pod.namespace.clone(),
+            service_account: pod.service_account.clone(),
             kind,
             share: share.clone(),
         };
@@ -248,31 +275,50 @@ impl KubernetesSource {
     }
 }
 
-/// The share a request names: exactly one of the two attributes, with a non-empty name.
-fn share_of(request: &PublishRequest) -> Result<(ShareKind, String)> {
-    let secret = request.attributes.get(SHARED_SECRET_ATTRIBUTE);
-    let config_map = request.attributes.get(SHARED_CONFIG_MAP_ATTRIBUTE);
-    let (kind, name) = match (secret, config_map) {
-        (Some(name), None) => (ShareKind::Secret, name),
-        (None, Some(name)) => (ShareKind::ConfigMap, name),
-        (Some(_), Some(_)) => {
+/// What a volume shows: one share, or a projection of several sources.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Volume {
+    /// A share of a kind, by name.
+    Share(ShareKind, String),
+    /// A `SharedProjection` in the pod's namespace, by name.
+    Projection(String),
+}
+
+/// What a request names: exactly one of the three attributes, with a valid object name.
+fn volume_of(request: &PublishRequest) -> Result<Volume> {
+    let named: Vec<(&str, &String)> = [SHARED_SECRET_ATTRIBUTE, SHARED_CONFIG_MAP_ATTRIBUTE, PROJECTION_ATTRIBUTE]
+        .into_iter()
+        .filter_map(|key| request.attributes.get(key).map(|value| (key, value)))
+        .collect();
+    let (attribute, name) = match named.as_slice() {
+        [one] => *one,
+        [] => {
             return Err(Error::InvalidArgument(format!(
-                "volumeAttributes names both {SHARED_SECRET_ATTRIBUTE:?} and {SHARED_CONFIG_MAP_ATTRIBUTE:?}: name one share"
+                "volumeAttributes lacks {SHARED_SECRET_ATTRIBUTE:?}, {SHARED_CONFIG_MAP_ATTRIBUTE:?} or {PROJECTION_ATTRIBUTE:?}: name what to mount"
             )));
         }
-        (None, None) => {
+        [(first, _), (second, _), ..] => {
             return Err(Error::InvalidArgument(format!(
-                "volumeAttributes lacks {SHARED_SECRET_ATTRIBUTE:?} or {SHARED_CONFIG_MAP_ATTRIBUTE:?}: name the share to mount"
+                "volumeAttributes names both {first:?} and {second:?}: name one share, or one projection"
             )));
         }
     };
     let plain = !name.is_empty()
         && name.len() <= 253
         && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
+    let volume = match attribute {
+        SHARED_SECRET_ATTRIBUTE => Volume::Share(ShareKind::Secret, name.clone()),
+        SHARED_CONFIG_MAP_ATTRIBUTE => Volume::Share(ShareKind::ConfigMap, name.clone()),
+        _ => Volume::Projection(name.clone()),
+    };
     if !plain {
-        return Err(Error::InvalidArgument(format!("{} name {} is not a valid object name", kind.kind(), quote(name))));
+        let kind = match &volume {
+            Volume::Share(kind, _) => kind.kind(),
+            Volume::Projection(_) => "SharedProjection",
+        };
+        return Err(Error::InvalidArgument(format!("{kind} name {} is not a valid object name", quote(name))));
     }
-    Ok((kind, name.clone()))
+    Ok(volume)
 }
 
 impl ContentSource for KubernetesSource {
@@ -317,26 +363,37 @@ mod attribute_tests {
             pod: PodInfo { name: "p".into(), namespace: "n".into(), uid: "u".into(), service_account: "s".into() },
             attributes: attributes.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             mount_flags: Vec::new(),
+            tokens: Default::default(),
         }
     }
 
     #[test]
-    fn a_volume_names_exactly_one_valid_share() {
-        assert_eq!(share_of(&request(&[("sharedSecret", "db")])).unwrap(), (ShareKind::Secret, "db".into()));
+    fn a_volume_names_exactly_one_valid_share_or_projection() {
+        let share = |kind, name: &str| Volume::Share(kind, name.into());
+        assert_eq!(volume_of(&request(&[("sharedSecret", "db")])).unwrap(), share(ShareKind::Secret, "db"));
         assert_eq!(
-            share_of(&request(&[("sharedConfigMap", "ca.bundle")])).unwrap(),
-            (ShareKind::ConfigMap, "ca.bundle".into())
+            volume_of(&request(&[("sharedConfigMap", "ca.bundle")])).unwrap(),
+            share(ShareKind::ConfigMap, "ca.bundle")
         );
+        assert_eq!(volume_of(&request(&[("projection", "app")])).unwrap(), Volume::Projection("app".into()));
         for (attributes, message) in [
-            (vec![], "volumeAttributes lacks \"sharedSecret\" or \"sharedConfigMap\": name the share to mount"),
+            (
+                vec![],
+                "volumeAttributes lacks \"sharedSecret\", \"sharedConfigMap\" or \"projection\": name what to mount",
+            ),
             (
                 vec![("sharedSecret", "a"), ("sharedConfigMap", "b")],
-                "volumeAttributes names both \"sharedSecret\" and \"sharedConfigMap\": name one share",
+                "volumeAttributes names both \"sharedSecret\" and \"sharedConfigMap\": name one share, or one projection",
+            ),
+            (
+                vec![("projection", "a"), ("sharedConfigMap", "b")],
+                "volumeAttributes names both \"sharedConfigMap\" and \"projection\": name one share, or one projection",
             ),
             (vec![("sharedSecret", "../x")], "SharedSecret name \"../x\" is not a valid object name"),
             (vec![("sharedConfigMap", "")], "SharedConfigMap name \"\" is not a valid object name"),
+            (vec![("projection", "A")], "SharedProjection name \"A\" is not a valid object name"),
         ] {
-            assert_eq!(share_of(&request(&attributes)), Err(Error::InvalidArgument(message.into())));
+            assert_eq!(volume_of(&request(&attributes)), Err(Error::InvalidArgument(message.into())));
         }
     }
 }

@@ -1,10 +1,11 @@
 //! What makes a volume's content change, watched so that a change applies at once rather than at
 //! the next periodic refresh: shares (created, edited, deleted), the Secrets and ConfigMaps they
-//! name (watched only in the namespaces shares point at), and RoleBindings and
-//! ClusterRoleBindings (a grant given or taken). Every watch but the shares' is metadata-only:
+//! name (watched only in the namespaces shares point at), RoleBindings and ClusterRoleBindings (a
+//! grant given or taken), and projections. Every watch but the shares' is metadata-only:
 //! no Secret data ever reaches the driver through them. An event only notes which volumes to
 //! refresh (a share's event: that share's volumes; a backing object's: the volumes of the shares
-//! it served; a binding's: every volume), and the refresher computes those again through the same
+//! it served, and of the projections showing those shares; a projection's: its volumes; a
+//! binding's: every volume), and the refresher computes those again through the same
 //! path as the periodic refresh, so the two cannot disagree; the periodic refresh stays the
 //! backstop for anything a watch misses.
 
@@ -26,6 +27,7 @@ use super::cache::{CachedShare, ShareCache};
 use super::source::{SHARED_CONFIG_MAP_ATTRIBUTE, SHARED_SECRET_ATTRIBUTE};
 use crate::changes::Changes;
 use crate::metrics::Metrics;
+use crate::projection::api::SharedProjection;
 
 /// After a binding changes, when to look again (the apiserver's RBAC cache follows the same
 /// watch, usually within milliseconds).
@@ -58,7 +60,7 @@ impl Served {
 }
 
 /// The volume attribute naming shares of `kind`.
-fn attribute(kind: ShareKind) -> &'static str {
+pub(crate) fn attribute(kind: ShareKind) -> &'static str {
     match kind {
         ShareKind::Secret => SHARED_SECRET_ATTRIBUTE,
         ShareKind::ConfigMap => SHARED_CONFIG_MAP_ATTRIBUTE,
@@ -80,6 +82,8 @@ enum Interest {
     /// Changes to backing objects of this kind that some volume was served from; their versions
     /// go to the cache.
     Served(ShareKind, Arc<Served>, Arc<ShareCache>),
+    /// A projection's change: its volumes.
+    Projection,
 }
 
 /// Watches everything a volume depends on with `client`, noting in `wake` what each change
@@ -109,9 +113,10 @@ pub async fn watch_changes(
             wake.clone(),
             m(),
         ),
-        futures_util::future::join(
+        futures_util::future::join3(
             wake_on::<RoleBinding>(Api::all(client.clone()), Interest::Access, wake.clone(), m()),
-            wake_on::<ClusterRoleBinding>(Api::all(client), Interest::Access, wake, m()),
+            wake_on::<ClusterRoleBinding>(Api::all(client.clone()), Interest::Access, wake.clone(), m()),
+            wake_on::<SharedProjection>(Api::all(client), Interest::Projection, wake, m()),
         ),
     )
     .await;
@@ -236,6 +241,7 @@ where
                                 }
                             });
                         }
+                        Interest::Projection => wake.projection(namespace, name),
                         Interest::Served(kind, served, cache) => {
                             let version = match &event_kind {
                                 Changed::Applied => object.metadata.resource_version.clone(),

@@ -128,6 +128,18 @@ fn a_token_for_an_audience_kubelet_did_not_pass_is_refused_without_printing_any_
 }
 
 #[test]
+fn tokens_lost_to_a_restart_are_unavailable_not_invalid() {
+    let lost = SourceData { tokens: Tokens::lost(), ..data() };
+    // Unavailable leaves the volume as it is until kubelet's republish; invalid would empty it.
+    match compose(&spec(vec![token("vault", "token")]), &lost) {
+        Err(Error::Unavailable(message)) => {
+            assert!(message.contains("kubelet's next republish brings it"), "{message}")
+        }
+        other => panic!("expected UNAVAILABLE, got {other:?}"),
+    }
+}
+
+#[test]
 fn where_sources_meet_follows_the_collision_table() {
     struct Case {
         name: &'static str,

@@ -92,6 +92,7 @@ fn request(service_account: &str) -> PublishRequest {
         },
         attributes: [("sharedSecret".to_string(), "db".to_string())].into(),
         mount_flags: Vec::new(),
+        tokens: Default::default(),
     }
 }
 
