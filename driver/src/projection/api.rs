@@ -31,8 +31,9 @@ pub struct ProjectionSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = MAX_MODE))]
     pub default_mode: Option<u32>,
-    /// The sources, in the order they are laid out.
-    #[schemars(length(min = 1))]
+    /// The sources, in the order they are laid out (at most 64: the bound lets the apiserver
+    /// afford the per-source rule).
+    #[schemars(length(min = 1, max = 64))]
     pub sources: Vec<ProjectionSource>,
 }
 

@@ -15,6 +15,7 @@ mod kubelet_registration;
 mod manifests;
 mod match_conditions;
 mod node;
+mod projections;
 mod rbac;
 mod read_only;
 mod relabel;
@@ -101,6 +102,12 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
         (
             "node::driver_killed_under_a_running_pod_which_still_reads_and_unpublishes",
             Box::new(|s| Box::pin(node::driver_killed_under_a_running_pod_which_still_reads_and_unpublishes(s))),
+        ),
+        (
+            "projections::sources_compose_update_atomically_revoke_as_one_and_tokens_follow_republish",
+            Box::new(|s| {
+                Box::pin(projections::sources_compose_update_atomically_revoke_as_one_and_tokens_follow_republish(s))
+            }),
         ),
         (
             "shares::access_updates_revocation_and_deletion_reach_the_files",

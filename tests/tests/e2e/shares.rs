@@ -23,16 +23,16 @@ use crate::kubelet_publish::{channel, kubelet_request};
 use crate::support::{Outcome, SHARED_RESOURCE_DRIVER, Suite, create, create_namespace, pods_path, wait_established};
 
 /// The driver's identity in `config/deploy/driver/rbac.yaml`.
-const DRIVER_USER: &str = "system:serviceaccount:inline-guard-system:sharedresource-csi-driver";
+pub const DRIVER_USER: &str = "system:serviceaccount:inline-guard-system:sharedresource-csi-driver";
 /// How long a change may take to reach the files. The periodic refresh is set to an hour, so
 /// only the watches can deliver a change in time.
-const WITHIN: Duration = Duration::from_secs(10);
+pub const WITHIN: Duration = Duration::from_secs(10);
 
-async fn apply_file(suite: &Suite, file: &str) -> Outcome {
+pub async fn apply_file(suite: &Suite, file: &str) -> Outcome {
     apply(&suite.admin, &objects(&repo_root().join(file))?, false).await.map(drop)
 }
 
-async fn create_object(suite: &Suite, path: &str, object: Value) -> Outcome {
+pub async fn create_object(suite: &Suite, path: &str, object: Value) -> Outcome {
     let answer = create(&suite.admin, path, &object, false).await?;
     if answer.status != 201 {
         return Err(format!("POST {path}: {} {}", answer.status, answer.message()));
@@ -76,7 +76,7 @@ fn reader_pod(name: &str, share: &str) -> Value {
 
 /// NodeUnpublishVolume retried on ABORTED (a refresh of the volume is under way), as kubelet
 /// retries it.
-async fn unpublish_as_kubelet(
+pub async fn unpublish_as_kubelet(
     node: &mut NodeClient<tonic::transport::Channel>,
     volume_id: String,
     target_path: String,
