@@ -15,6 +15,7 @@ mod kubelet_registration;
 mod manifests;
 mod match_conditions;
 mod node;
+mod node_projection;
 mod projections;
 mod rbac;
 mod read_only;
@@ -102,6 +103,12 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
         (
             "node::driver_killed_under_a_running_pod_which_still_reads_and_unpublishes",
             Box::new(|s| Box::pin(node::driver_killed_under_a_running_pod_which_still_reads_and_unpublishes(s))),
+        ),
+        (
+            "node::kubelet_passes_the_token_and_the_container_reads_the_composed_volume",
+            Box::new(|s| {
+                Box::pin(node_projection::kubelet_passes_the_token_and_the_container_reads_the_composed_volume(s))
+            }),
         ),
         (
             "projections::sources_compose_update_atomically_revoke_as_one_and_tokens_follow_republish",

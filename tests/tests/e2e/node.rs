@@ -16,7 +16,7 @@ use crate::support::{
     violation,
 };
 
-fn node(suite: &Suite) -> Result<&Node, String> {
+pub fn node(suite: &Suite) -> Result<&Node, String> {
     suite.node.as_ref().map_err(|error| format!("the node did not start: {error}"))
 }
 
@@ -40,7 +40,7 @@ pub async fn kubelet_registers_the_driver(suite: &Suite) -> Outcome {
 
 /// One node scenario at a time: one of them kills the driver, and kubelet's retry backoff after
 /// a failed mount would slow any other scenario publishing meanwhile.
-static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+pub static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// What each reader container does, every second: print the share's file, try to write into the
 /// volume and print how that went.
@@ -101,7 +101,7 @@ fn created_or_existing(answer: crate::support::Answer) -> Outcome {
 }
 
 /// The SharedSecret `name` of a Secret holding `ca.crt` = `content`, granted to no one.
-async fn share_object(suite: &Suite, name: &str, content: &str) -> Outcome {
+pub async fn share_object(suite: &Suite, name: &str, content: &str) -> Outcome {
     let admin = &suite.admin;
     created_or_existing(
         create(
@@ -130,7 +130,7 @@ async fn share_object(suite: &Suite, name: &str, content: &str) -> Outcome {
 
 /// `use` of the SharedSecret `name` for the service account `reader` of `namespace`: a Role and
 /// a RoleBinding there.
-async fn grant(suite: &Suite, namespace: &str, name: &str) -> Outcome {
+pub async fn grant(suite: &Suite, namespace: &str, name: &str) -> Outcome {
     let admin = &suite.admin;
     let role = json!({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": format!("use-{name}")},
@@ -156,7 +156,7 @@ async fn grant(suite: &Suite, namespace: &str, name: &str) -> Outcome {
     )
 }
 
-async fn create_pod(suite: &Suite, namespace: &str, pod: &Value) -> Result<Pod, String> {
+pub async fn create_pod(suite: &Suite, namespace: &str, pod: &Value) -> Result<Pod, String> {
     let answer = create(&suite.admin, &pods_path(namespace), pod, false).await?;
     if answer.status != 201 {
         return Err(format!("creating the pod answered {}: {}", answer.status, answer.message()));
@@ -165,7 +165,7 @@ async fn create_pod(suite: &Suite, namespace: &str, pod: &Value) -> Result<Pod, 
 }
 
 /// Waits until the container's log has a line for which `wanted` holds; returns the log.
-async fn wait_for_log(
+pub async fn wait_for_log(
     node: &Node,
     namespace: &str,
     pod: &str,
@@ -211,7 +211,7 @@ async fn wait_for_event(suite: &Suite, namespace: &str, pod: &str, wanted: &str)
 
 /// Deletes the pod and waits until it is gone: kubelet deletes it only once its volumes are
 /// unpublished.
-async fn delete_and_wait(suite: &Suite, namespace: &str, name: &str) -> Outcome {
+pub async fn delete_and_wait(suite: &Suite, namespace: &str, name: &str) -> Outcome {
     let pods = Api::<Pod>::namespaced(suite.admin.clone(), namespace);
     pods.delete(name, &DeleteParams::default()).await.map_err(|e| format!("deleting {namespace}/{name}: {e}"))?;
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -225,7 +225,7 @@ async fn delete_and_wait(suite: &Suite, namespace: &str, name: &str) -> Outcome 
 }
 
 /// Nothing of the pod's volume is left: no mount under its pod directory, no driver record.
-fn nothing_left(node: &Node, uid: &str) -> Outcome {
+pub fn nothing_left(node: &Node, uid: &str) -> Outcome {
     let mounts: Vec<String> = node.pod_mounts().into_iter().filter(|m| m.contains(uid)).collect();
     let records: Vec<_> = node
         .driver_records()
@@ -238,7 +238,7 @@ fn nothing_left(node: &Node, uid: &str) -> Outcome {
     Ok(())
 }
 
-fn uid(pod: &Pod) -> String {
+pub fn uid(pod: &Pod) -> String {
     pod.metadata.uid.clone().unwrap_or_default()
 }
 
