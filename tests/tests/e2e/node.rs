@@ -59,6 +59,12 @@ fn reader_pod(node: &Node, name: &str, share: &str, read_only: Option<bool>) -> 
     if let Some(read_only) = read_only {
         csi["readOnly"] = json!(read_only);
     }
+    pod_on_node(node, name, READER, csi, "/shared")
+}
+
+/// A pod on the node, as the restricted Pod Security level allows it, whose container `reader`
+/// runs `script` with the inline volume `csi` mounted at `mount_path`.
+pub fn pod_on_node(node: &Node, name: &str, script: &str, csi: Value, mount_path: &str) -> Value {
     json!({
         "apiVersion": "v1",
         "kind": "Pod",
@@ -72,9 +78,9 @@ fn reader_pod(node: &Node, name: &str, share: &str, read_only: Option<bool>) -> 
                 "name": "reader",
                 "image": BUSYBOX_IMAGE,
                 "imagePullPolicy": "Never",
-                "command": ["/bin/sh", "-c", READER],
+                "command": ["/bin/sh", "-c", script],
                 "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}},
-                "volumeMounts": [{"name": "shared", "mountPath": "/shared"}],
+                "volumeMounts": [{"name": "shared", "mountPath": mount_path}],
             }],
             "volumes": [{"name": "shared", "csi": csi}],
         },

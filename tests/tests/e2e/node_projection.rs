@@ -10,10 +10,10 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use crate::node::{
-    ONE_AT_A_TIME, create_pod, delete_and_wait, grant, node, nothing_left, share_object, uid, wait_for_log,
+    ONE_AT_A_TIME, create_pod, delete_and_wait, grant, node, nothing_left, pod_on_node, share_object, uid, wait_for_log,
 };
 use crate::support::{Outcome, SHARED_RESOURCE_DRIVER, Suite, create, create_namespace};
-use inline_guard_tests::node::{BUSYBOX_IMAGE, Node};
+use inline_guard_tests::node::Node;
 
 const NAMESPACE: &str = "node-projection";
 const AUDIENCE: &str = "node-projection.inlineguard.dev";
@@ -22,25 +22,10 @@ const AUDIENCE: &str = "node-projection.inlineguard.dev";
 const VIEWER: &str = r#"while true; do echo "name: $(cat /view/pod/name)"; echo "labels: $(cat /view/pod/labels | tr '\n' ' ')"; echo "ca: $(cat /view/ca.crt)"; echo "token: $(cat /view/token)"; sleep 1; done"#;
 
 fn viewer_pod(node: &Node) -> Value {
-    json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "viewer", "labels": {"app": "viewer"}},
-        "spec": {
-            "nodeName": node.name(),
-            "serviceAccountName": "reader",
-            "terminationGracePeriodSeconds": 1,
-            "securityContext": {"runAsNonRoot": true, "runAsUser": 1000, "seccompProfile": {"type": "RuntimeDefault"}},
-            "containers": [{
-                "name": "reader",
-                "image": BUSYBOX_IMAGE,
-                "imagePullPolicy": "Never",
-                "command": ["/bin/sh", "-c", VIEWER],
-                "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}},
-                "volumeMounts": [{"name": "view", "mountPath": "/view"}],
-            }],
-            "volumes": [{"name": "view", "csi": {"driver": SHARED_RESOURCE_DRIVER, "readOnly": true, "volumeAttributes": {"projection": "view"}}}],
-        },
-    })
+    let csi = json!({"driver": SHARED_RESOURCE_DRIVER, "readOnly": true, "volumeAttributes": {"projection": "view"}});
+    let mut pod = pod_on_node(node, "viewer", VIEWER, csi, "/view");
+    pod["metadata"]["labels"] = json!({"app": "viewer"});
+    pod
 }
 
 /// Sets the CSIDriver's token requests (`Some`) or takes them away (`None`): the node's other

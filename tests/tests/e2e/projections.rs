@@ -22,12 +22,10 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use sharedresource_csi_driver::plugin::Plugin;
-use sharedresource_csi_driver::shares::source::KubernetesSource;
 use tonic::Code;
 
 use crate::kubelet_publish::{channel, kubelet_request};
-use crate::shares::{DRIVER_USER, WITHIN, apply_file, create_object, unpublish_as_kubelet};
+use crate::shares::{InProcessDriver, WITHIN, apply_file, create_object, unpublish_as_kubelet};
 use crate::support::{Outcome, SHARED_RESOURCE_DRIVER, Suite, create, create_namespace, pods_path, wait_established};
 
 const OWNER: &str = "projection-owner";
@@ -355,24 +353,9 @@ pub async fn sources_compose_update_atomically_revoke_as_one_and_tokens_follow_r
         refused.push(store_pod(admin, CONSUMER, pod_with(name, name, json!({}))).await?);
     }
 
-    let driver_client = suite
-        .cluster
-        .client_as(
-            DRIVER_USER,
-            &["system:serviceaccounts", "system:serviceaccounts:inline-guard-system", "system:authenticated"],
-        )
-        .await?;
-    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let socket = dir.path().join("csi.sock");
-    let mut plugin = Plugin::in_directory(dir.path(), socket.clone());
-    plugin.config.refresh_seconds = 3600;
-    plugin.content =
-        Arc::new(KubernetesSource::new(driver_client, tokio::runtime::Handle::current(), plugin.metrics.clone()));
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(plugin.run(async {
-        let _ = stopped.await;
-    }));
-    let mut node = NodeClient::new(channel(socket).await?);
+    let driver = InProcessDriver::start(suite).await?;
+    let dir = &driver.dir;
+    let mut node = NodeClient::new(channel(driver.socket.clone()).await?);
 
     let result = async {
         let target = dir.path().join("pods/app/volumes/kubernetes.io~csi/config/mount");
@@ -544,7 +527,6 @@ pub async fn sources_compose_update_atomically_revoke_as_one_and_tokens_follow_r
         Ok(())
     }
     .await;
-    let _ = stop.send(());
-    running.await.map_err(|e| e.to_string())?.map_err(|e| e.to_string())?;
+    driver.stop().await?;
     result
 }

@@ -74,6 +74,45 @@ fn reader_pod(name: &str, share: &str) -> Value {
     })
 }
 
+/// The driver in process, as its ServiceAccount with the shipped RBAC, reading the cluster
+/// (Kubernetes source) with real tmpfs mounts under a temp dir; its periodic refresh is an hour
+/// away, so only its watches can deliver a change within a scenario.
+pub struct InProcessDriver {
+    /// kubelet's root and the driver's state: targets are `dir/pods/...`.
+    pub dir: tempfile::TempDir,
+    /// The CSI socket.
+    pub socket: std::path::PathBuf,
+    /// What the driver counts.
+    pub metrics: std::sync::Arc<sharedresource_csi_driver::metrics::Metrics>,
+    stop: tokio::sync::oneshot::Sender<()>,
+    running: tokio::task::JoinHandle<sharedresource_csi_driver::error::Result<()>>,
+}
+
+impl InProcessDriver {
+    pub async fn start(suite: &Suite) -> Result<InProcessDriver, String> {
+        let groups = ["system:serviceaccounts", "system:serviceaccounts:inline-guard-system", "system:authenticated"];
+        let client = suite.cluster.client_as(DRIVER_USER, &groups).await?;
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let socket = dir.path().join("csi.sock");
+        let mut plugin = Plugin::in_directory(dir.path(), socket.clone());
+        plugin.config.refresh_seconds = 3600;
+        let metrics = plugin.metrics.clone();
+        plugin.content =
+            std::sync::Arc::new(KubernetesSource::new(client, tokio::runtime::Handle::current(), metrics.clone()));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let running = tokio::spawn(plugin.run(async {
+            let _ = stopped.await;
+        }));
+        Ok(InProcessDriver { dir, socket, metrics, stop, running })
+    }
+
+    /// Stops the driver; an error if it failed.
+    pub async fn stop(self) -> Outcome {
+        let _ = self.stop.send(());
+        self.running.await.map_err(|e| e.to_string())?.map_err(|e| e.to_string())
+    }
+}
+
 /// NodeUnpublishVolume retried on ABORTED (a refresh of the volume is under way), as kubelet
 /// retries it.
 pub async fn unpublish_as_kubelet(
@@ -201,28 +240,9 @@ pub async fn access_updates_revocation_and_deletion_reach_the_files(suite: &Suit
 
     // The driver as its ServiceAccount, with the shipped RBAC; no periodic refresh in the
     // scenario's lifetime: every change must arrive through a watch.
-    let driver_client = suite
-        .cluster
-        .client_as(
-            DRIVER_USER,
-            &["system:serviceaccounts", "system:serviceaccounts:inline-guard-system", "system:authenticated"],
-        )
-        .await?;
-    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let socket = dir.path().join("csi.sock");
-    let mut plugin = Plugin::in_directory(dir.path(), socket.clone());
-    plugin.config.refresh_seconds = 3600;
-    plugin.content = std::sync::Arc::new(KubernetesSource::new(
-        driver_client,
-        tokio::runtime::Handle::current(),
-        plugin.metrics.clone(),
-    ));
-    let metrics = plugin.metrics.clone();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(plugin.run(async {
-        let _ = stopped.await;
-    }));
-    let mut node = NodeClient::new(channel(socket).await?);
+    let driver = InProcessDriver::start(suite).await?;
+    let (dir, metrics) = (&driver.dir, driver.metrics.clone());
+    let mut node = NodeClient::new(channel(driver.socket.clone()).await?);
 
     let result = async {
         let target = dir.path().join("pods/reader/volumes/kubernetes.io~csi/db/mount");
@@ -328,8 +348,7 @@ pub async fn access_updates_revocation_and_deletion_reach_the_files(suite: &Suit
         Ok(())
     }
     .await;
-    let _ = stop.send(());
-    running.await.map_err(|e| e.to_string())?.map_err(|e| e.to_string())?;
+    driver.stop().await?;
     result
 }
 
