@@ -19,6 +19,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use inline_guard_admission::plugins::standard_chain;
+use inline_guard_benches::floor::{FloorWork, start_floor};
 use inline_guard_benches::{REVIEW_3K, facts};
 use inline_guard_policy::PolicySettings;
 use inline_guard_server::metrics::Metrics;
@@ -151,53 +152,6 @@ impl inline_guard_server::health::Readiness for AlwaysReady {
     fn ready(&self) -> Result<(), String> {
         Ok(())
     }
-}
-
-/// What a floor does with the body before answering.
-#[derive(Clone, Copy)]
-enum FloorWork {
-    /// Nothing: the issue's floor.
-    Nothing,
-    /// A bare serde_json scan of the whole body (validating it as JSON, keeping nothing): the least
-    /// any webhook that reads its AdmissionReview must do, so the gap to it is what deciding costs.
-    ScanJson,
-}
-
-/// The floor: the same rustls configuration and hyper HTTP/1.1 server, reading the body and
-/// answering a fixed allowed response without deciding anything.
-async fn start_floor(acceptor: TlsAcceptor, work: FloorWork) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let canned = Bytes::from_static(
-        br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"0df28fbd-5f5f-11e8-bc74-36e6bb280816","allowed":true}}"#,
-    );
-    tokio::spawn(async move {
-        loop {
-            let Ok((tcp, _)) = listener.accept().await else { continue };
-            let _ = tcp.set_nodelay(true);
-            let acceptor = acceptor.clone();
-            let canned = canned.clone();
-            tokio::spawn(async move {
-                let Ok(tls) = acceptor.accept(tcp).await else { return };
-                let service = service_fn(move |request: Request<hyper::body::Incoming>| {
-                    let canned = canned.clone();
-                    async move {
-                        let body = request.into_body().collect().await.map(|c| c.to_bytes()).unwrap_or_default();
-                        if let FloorWork::ScanJson = work {
-                            let _ = std::hint::black_box(serde_json::from_slice::<serde::de::IgnoredAny>(&body));
-                        }
-                        Ok::<_, Infallible>(hyper::Response::new(Full::new(canned)))
-                    }
-                });
-                let _ = http1::Builder::new()
-                    .timer(TokioTimer::new())
-                    .keep_alive(true)
-                    .serve_connection(TokioIo::new(tls), service)
-                    .await;
-            });
-        }
-    });
-    addr
 }
 
 async fn connect(addr: SocketAddr, connector: &TlsConnector) -> SendRequest<Full<Bytes>> {

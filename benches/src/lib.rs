@@ -1,6 +1,9 @@
 //! Fixtures shared by the benchmarks: a labelled cluster, pod specs with N inline CSI volumes, and
 //! realistic AdmissionReview bodies.
 
+pub mod floor;
+pub mod process_cpu;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
