@@ -2,7 +2,7 @@
 //! for a 10-key, 64 KiB volume, and the process's memory with 1 000 volumes published. Targets:
 //! publish p99 under 5 ms; 1 000 volumes under 50 MB. Needs root (real mounts).
 //!
-//! `cargo bench -p inline-guard-benches --bench driver_latency`
+//! `cargo bench -p inline-guard-benches --bench driver_latency [-- --json FILE]`
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -102,5 +102,15 @@ fn main() {
         println!(
             "resident set: {baseline:.1} MB before, {with_volumes:.1} MB with {VOLUMES} volumes published (driver and client in one process; tmpfs pages are not counted)"
         );
+        if let Some(path) = std::env::args().skip_while(|a| a != "--json").nth(1) {
+            let millis = |sorted: &[Duration], p: f64| percentile(sorted, p).as_secs_f64() * 1e3;
+            let results = serde_json::json!({
+                "volumes": VOLUMES, "keys": KEYS, "volume_bytes": VOLUME_BYTES,
+                "publish": {"p50_ms": millis(&publish, 0.5), "p99_ms": millis(&publish, 0.99)},
+                "unpublish": {"p50_ms": millis(&unpublish, 0.5), "p99_ms": millis(&unpublish, 0.99)},
+                "resident_mb": with_volumes, "resident_mb_before": baseline,
+            });
+            std::fs::write(&path, serde_json::to_vec_pretty(&results).unwrap()).expect("writing the results");
+        }
     });
 }

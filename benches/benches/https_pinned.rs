@@ -162,7 +162,7 @@ fn cluster_state() -> String {
     };
     let mut text = format!(
         "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {NAMESPACE}\n  labels:\n{}",
-        labels(&namespace_labels()).replace("    ", "    ")
+        labels(&namespace_labels())
     );
     for (name, driver_labels) in drivers(8) {
         text.push_str(&format!(

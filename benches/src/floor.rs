@@ -1,7 +1,7 @@
 //! The floors a webhook is measured beside: the same rustls configuration and hyper HTTP/1.1
 //! server, reading the body and answering a fixed allowed response without deciding anything
-//! (and, for the scan floor, after a bare JSON scan of the body). They run in the benchmark's
-//! process or, pinned to a core of their own, as a child process of it ([`serve_floor`]).
+//! (and, for the scan floor, after a bare JSON scan of the body). Each runs as a child process of
+//! the benchmark, pinned to the servers' core ([`serve_floor`]).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -25,15 +25,6 @@ pub enum FloorWork {
     /// A bare serde_json scan of the whole body (validating it as JSON, keeping nothing): the least
     /// any webhook that reads its AdmissionReview must do, so the gap to it is what deciding costs.
     ScanJson,
-}
-
-/// The floor: the same rustls configuration and hyper HTTP/1.1 server, reading the body and
-/// answering a fixed allowed response without deciding anything.
-pub async fn start_floor(acceptor: TlsAcceptor, work: FloorWork) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    start_floor_on(listener, acceptor, work);
-    addr
 }
 
 /// Serves a floor on `listener`, on the current runtime.

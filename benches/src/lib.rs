@@ -3,6 +3,7 @@
 
 pub mod floor;
 pub mod process_cpu;
+pub mod report;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
