@@ -253,3 +253,51 @@ fn write_plot(dir: &Path, name: &str, svg: &str) -> Result<(), String> {
 fn human_ns(nanos: f64) -> String {
     if nanos >= 1000.0 { format!("{:.2} µs", nanos / 1000.0) } else { format!("{nanos:.0} ns") }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(throughput: f64, cpu: f64) -> Value {
+        serde_json::json!({"throughput": throughput, "cpu_per_request_us": cpu, "server_busy": 0.99, "generator_busy": 0.5,
+                           "p50_us": 40.0, "p99_us": 80.0, "p999_us": 900.0})
+    }
+
+    #[test]
+    fn the_headline_is_computed_from_the_results_and_judged_against_the_targets() {
+        let dir = tempfile::tempdir().unwrap();
+        let results = dir.path().join("results");
+        std::fs::create_dir_all(&results).unwrap();
+        let mut fixed = Vec::new();
+        for (server, cpu, p99) in [("webhook", 30.0, 90.0), ("nginx", 20.0, 60.0)] {
+            for rate in [1000, 5000, 10000] {
+                let mut result = sample(f64::from(rate), cpu);
+                result["p99_us"] = serde_json::json!(p99);
+                fixed.push(serde_json::json!({"server": server, "rate": rate, "result": result}));
+            }
+        }
+        let https = serde_json::json!({
+            "placement": "servers pinned to CPU 0, load generator to CPU 1", "nginx": "nginx/1.22.1", "rounds": 5,
+            "saturation_connections": 32, "fixed_rate_connections": 16, "fixed": fixed,
+            "saturation": [
+                {"server": "webhook", "result": sample(70000.0, 14.0), "cpu_per_request_vs_nginx": 1.4, "throughput_vs_nginx": 0.7},
+                {"server": "nginx", "result": sample(100000.0, 10.0), "cpu_per_request_vs_nginx": 1.0, "throughput_vs_nginx": 1.0}
+            ]
+        });
+        std::fs::write(results.join("https.json"), https.to_string()).unwrap();
+        let report = dir.path().join("REPORT.md");
+        write_report(&results, &dir.path().join("no-criterion"), &report).unwrap();
+        let text = std::fs::read_to_string(&report).unwrap();
+        for line in [
+            "| CPU per request at saturation | 1.40× | ≤ 1.5×: met |",
+            "| CPU per request at 5 000/s | 1.50× | ≤ 1.5×: met |",
+            "| saturation throughput | 70 % | ≥ 67 %: met; long goal 80 %: **not met** |",
+            "| p99 at 5 000/s | 1.50× | ≤ 1.5×: met |",
+            "Not measured in this run: `driver_latency` needs root.",
+            "Not measured in this run: it needs Go for the peers.",
+        ] {
+            assert!(text.contains(line), "the report lacks {line:?}:\n{text}");
+        }
+        assert!(dir.path().join("report/cpu-per-request.svg").exists());
+    }
+}
