@@ -8,7 +8,8 @@
 //!   response, without and with a bare JSON scan of the body.
 //!
 //! For each: open-loop fixed rates (latency counted from when each request was due, so a server
-//! that falls behind is charged for the queue), then alternating one-second saturation rounds.
+//! that falls behind is charged for the queue), then saturation; every load in rounds that
+//! alternate between the servers, ratios to nginx taken per round.
 //! CPU per request is each server's own CPU time (the kernel's scheduler statistics for its
 //! threads) divided by the requests it answered; ratios to nginx lead the results, since this
 //! VM's absolute speed drifts between days.
@@ -77,18 +78,38 @@ fn main() {
         runtime.block_on(server.measure(&connector, SATURATION_CONNECTIONS, |senders| saturate(senders, &body)));
     }
     println!("{}; review {} bytes; answer {} bytes", placement.describe(), body.len(), answer.len());
+    // Every load in alternating rounds, and the median of the per-round ratios to nginx: the
+    // machine's speed and its tail latency drift over seconds, so each round compares servers
+    // measured moments apart.
+    let rounds = (seconds as usize).max(3);
+    let per_round_seconds = (seconds as f64 / rounds as f64).max(1.0);
+    let nginx = servers.iter().position(|s| s.name == "nginx").expect("nginx runs");
+    let median_ratio = |rounds: &[Vec<Sample>], index: usize, f: fn(&Sample) -> f64| {
+        let mut ratios: Vec<f64> =
+            rounds[index].iter().zip(&rounds[nginx]).map(|(ours, floor)| f(ours) / f(floor)).collect();
+        ratios.sort_by(f64::total_cmp);
+        ratios[ratios.len() / 2]
+    };
     let mut fixed = Vec::new();
-    for server in &servers {
-        for rate in RATES {
-            let load = |senders| fixed_rate(senders, &body, rate, seconds);
-            let result = runtime.block_on(server.measure(&connector, FIXED_RATE_CONNECTIONS, load));
-            println!("{:<11} fixed {rate:>6}/s {}", server.name, result.line());
-            fixed.push(json!({"server": server.name, "rate": rate, "result": result.json()}));
+    for rate in RATES {
+        let mut per_round: Vec<Vec<Sample>> = vec![Vec::new(); servers.len()];
+        for _ in 0..rounds {
+            for (index, server) in servers.iter().enumerate() {
+                let load = |senders| fixed_rate(senders, &body, rate, per_round_seconds);
+                per_round[index].push(runtime.block_on(server.measure(&connector, FIXED_RATE_CONNECTIONS, load)));
+            }
+        }
+        for (index, server) in servers.iter().enumerate() {
+            let merged = Sample::merge(&per_round[index]);
+            let (cpu, p99) = (
+                median_ratio(&per_round, index, Sample::cpu_per_request_us),
+                median_ratio(&per_round, index, Sample::p99_us),
+            );
+            println!("{:<11} fixed {rate:>6}/s {}  cpu {cpu:.2}x, p99 {p99:.2}x nginx", server.name, merged.line());
+            fixed.push(json!({"server": server.name, "rate": rate, "result": merged.json(),
+                              "cpu_per_request_vs_nginx": cpu, "p99_vs_nginx": p99}));
         }
     }
-    // Saturation in alternating rounds, and the median of the per-round ratios: the machine's
-    // speed drifts over seconds, so each round compares servers measured moments apart.
-    let rounds = (seconds as usize).max(3);
     let mut per_round: Vec<Vec<Sample>> = vec![Vec::new(); servers.len()];
     for _ in 0..rounds {
         for (index, server) in servers.iter().enumerate() {
@@ -96,17 +117,11 @@ fn main() {
             per_round[index].push(runtime.block_on(server.measure(&connector, SATURATION_CONNECTIONS, load)));
         }
     }
-    let nginx = servers.iter().position(|s| s.name == "nginx").expect("nginx runs");
     let mut saturation = Vec::new();
     for (index, server) in servers.iter().enumerate() {
         let merged = Sample::merge(&per_round[index]);
-        let ratio = |f: fn(&Sample) -> f64| {
-            let mut ratios: Vec<f64> =
-                per_round[index].iter().zip(&per_round[nginx]).map(|(ours, floor)| f(ours) / f(floor)).collect();
-            ratios.sort_by(f64::total_cmp);
-            ratios[ratios.len() / 2]
-        };
-        let (cpu_ratio, throughput_ratio) = (ratio(Sample::cpu_per_request_us), ratio(Sample::throughput));
+        let cpu_ratio = median_ratio(&per_round, index, Sample::cpu_per_request_us);
+        let throughput_ratio = median_ratio(&per_round, index, Sample::throughput);
         println!(
             "{:<11} saturation   {}  cpu {:.2}x nginx, throughput {:.0}% of nginx",
             server.name,
@@ -121,7 +136,7 @@ fn main() {
     }
     if let Some(path) = json_out {
         let report = json!({
-            "placement": placement.describe(), "seconds": seconds, "rounds": rounds,
+            "placement": placement.describe(), "seconds": seconds, "rounds": rounds, "seconds_per_round": per_round_seconds,
             "review_bytes": body.len(), "fixed_rate_connections": FIXED_RATE_CONNECTIONS,
             "saturation_connections": SATURATION_CONNECTIONS, "nginx": nginx_version(),
             "fixed": fixed, "saturation": saturation,
@@ -330,6 +345,10 @@ impl Sample {
         merged
     }
 
+    fn p99_us(&self) -> f64 {
+        self.micros(0.99)
+    }
+
     fn micros(&self, p: f64) -> f64 {
         percentile(&self.latencies, p).as_secs_f64() * 1e6
     }
@@ -374,7 +393,8 @@ async fn connect(addr: SocketAddr, connector: &TlsConnector) -> Result<Sender, S
     tcp.set_nodelay(true).map_err(|e| e.to_string())?;
     let server_name = ServerName::try_from("localhost").map_err(|e| e.to_string())?;
     let tls = connector.connect(server_name, tcp).await.map_err(|e| e.to_string())?;
-    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await.map_err(|e| e.to_string())?;
+    let (sender, connection) =
+        hyper::client::conn::http1::handshake(TokioIo::new(tls)).await.map_err(|e| e.to_string())?;
     tokio::spawn(connection);
     Ok(sender)
 }
@@ -390,9 +410,9 @@ async fn one_request(sender: &mut Sender, body: &Bytes) -> Result<(), String> {
 
 /// `rate` requests a second over the connections of `senders` for `seconds`, each
 /// request due at its own time; its latency runs from when it was due, not from when it was sent.
-async fn fixed_rate(senders: Vec<Sender>, body: &Bytes, rate: u32, seconds: u64) -> (usize, Duration, Vec<Duration>) {
+async fn fixed_rate(senders: Vec<Sender>, body: &Bytes, rate: u32, seconds: f64) -> (usize, Duration, Vec<Duration>) {
     let interval = Duration::from_secs_f64(f64::from(FIXED_RATE_CONNECTIONS) / f64::from(rate));
-    let per_connection = (seconds as f64 / interval.as_secs_f64()) as u32;
+    let per_connection = (seconds / interval.as_secs_f64()) as u32;
     let started = Instant::now();
     let tasks: Vec<_> = senders
         .into_iter()
@@ -451,7 +471,10 @@ async fn saturate(senders: Vec<Sender>, body: &Bytes) -> (usize, Duration, Vec<D
     collect(tasks, started).await
 }
 
-async fn collect(tasks: Vec<tokio::task::JoinHandle<Vec<Duration>>>, started: Instant) -> (usize, Duration, Vec<Duration>) {
+async fn collect(
+    tasks: Vec<tokio::task::JoinHandle<Vec<Duration>>>,
+    started: Instant,
+) -> (usize, Duration, Vec<Duration>) {
     let mut latencies = Vec::new();
     for task in tasks {
         latencies.extend(task.await.expect("a load task"));

@@ -36,7 +36,8 @@ impl Placement {
         let Some(core) = self.generator else { return Ok(()) };
         let mut set = nix::sched::CpuSet::new();
         set.set(core).map_err(|e| format!("CPU {core}: {e}"))?;
-        nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).map_err(|e| format!("pinning to CPU {core}: {e}"))
+        nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set)
+            .map_err(|e| format!("pinning to CPU {core}: {e}"))
     }
 
     /// `program args` as a command pinned to the servers' core (through `taskset`).

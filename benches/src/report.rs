@@ -27,7 +27,9 @@ impl Machine {
         let cpuinfo = read("/proc/cpuinfo");
         let cpu = cpuinfo
             .lines()
-            .find_map(|line| line.strip_prefix("model name").and_then(|rest| rest.split_once(':')).map(|(_, v)| v.trim()))
+            .find_map(|line| {
+                line.strip_prefix("model name").and_then(|rest| rest.split_once(':')).map(|(_, v)| v.trim())
+            })
             .unwrap_or("unknown CPU")
             .to_string();
         let memory_kb: f64 = read("/proc/meminfo")
