@@ -66,21 +66,23 @@ fn write_report(results: &Path, criterion: &Path, report: &Path) -> Result<(), S
             .cloned()
             .unwrap_or_default()
     };
-    let fixed = |server: &str, rate: u64| {
+    // A fixed-rate entry: its ratios to nginx, and its `result`.
+    let fixed_entry = |server: &str, rate: u64| {
         https["fixed"]
             .as_array()
             .into_iter()
             .flatten()
             .find(|s| s["server"] == server && s["rate"] == rate)
-            .map(|s| s["result"].clone())
+            .cloned()
             .unwrap_or_default()
     };
+    let fixed = |server: &str, rate: u64| fixed_entry(server, rate)["result"].clone();
     let number = |value: &Value| value.as_f64().unwrap_or(f64::NAN);
     let webhook = saturation("webhook");
     let cpu_ratio = number(&webhook["cpu_per_request_vs_nginx"]);
     let throughput_ratio = number(&webhook["throughput_vs_nginx"]);
-    let p99_ratio = number(&fixed("webhook", 5000)["p99_vs_nginx"]);
-    let cpu_5000 = number(&fixed("webhook", 5000)["cpu_per_request_vs_nginx"]);
+    let p99_ratio = number(&fixed_entry("webhook", 5000)["p99_vs_nginx"]);
+    let cpu_5000 = number(&fixed_entry("webhook", 5000)["cpu_per_request_vs_nginx"]);
     let met = |ok: bool| if ok { "met" } else { "**not met**" };
     let _ = writeln!(w, "## Headline: the webhook against nginx, same run\n");
     let _ = writeln!(w, "| measure | webhook / nginx | target |");
