@@ -23,6 +23,7 @@ use crate::content::ContentSource;
 use crate::error::{Error, Result};
 use crate::metrics::{Metrics, RefreshResult, result_label};
 use crate::mounter::Mounter;
+use crate::projection::api::PROJECTION_ATTRIBUTE;
 use crate::projection::tokens::Tokens;
 use crate::publish_request::{PublishRequest, check, check_volume_id};
 use crate::quote::{quote, quote_path};
@@ -200,17 +201,21 @@ impl NodeService {
             if let Some(opened) = target_dir::open(root, target)?
                 && self.holds_own_mount(&opened, &request.volume_id, existing.device)?
             {
-                // A republish (the CSIDriver's requiresRepublish): new tokens are written at
-                // once, whatever the volume's refresh setting, since the old ones expire.
+                // A republish (the CSIDriver's requiresRepublish): a projection's new tokens are
+                // written at once, whatever the volume's refresh setting, since the old ones
+                // expire. A share's volume shows no token: its content is left to the refresh,
+                // so `refreshResource: "false"` still keeps it as published.
                 let held = self.tokens_of(&request.volume_id);
                 // After a restart the held tokens are unknown: a republish without tokens (the
                 // CSIDriver requests none) has nothing to write.
-                let new_tokens = match held.is_lost() {
-                    true => request.tokens.audiences().next().is_some(),
-                    false => held != request.tokens,
-                };
+                let new_tokens =
+                    if held.is_lost() { request.tokens.audiences().next().is_some() } else { held != request.tokens };
+                let shows_tokens = existing.attributes.contains_key(PROJECTION_ATTRIBUTE);
                 self.keep_tokens(&request.volume_id, Some(&request.tokens));
-                if new_tokens && let Err(error) = self.refresh(existing, true) {
+                if new_tokens
+                    && shows_tokens
+                    && let Err(error) = self.refresh(existing, true)
+                {
                     // Kept only once written: kubelet's retry brings them again.
                     self.keep_tokens(&request.volume_id, Some(&held).filter(|held| !held.is_lost()));
                     return Err(error);

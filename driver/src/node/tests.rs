@@ -464,7 +464,8 @@ async fn a_republish_with_new_tokens_rewrites_the_volume_and_a_restart_waits_for
     };
     let node = service(Vec::new());
     let mut request = request(&fixture, "csi-1", "unused");
-    // Kept as published, except that new tokens are written: they expire.
+    // A projection's volume, kept as published, except that new tokens are written: they expire.
+    request.volume_context.insert("projection".into(), "app".into());
     request.volume_context.insert(REFRESH_ATTRIBUTE.into(), "false".into());
     let token_file = PathBuf::from(&request.target_path).join("token");
     let republish = |token| node.node_publish_volume(Request::new(with_token(request.clone(), token)));
@@ -490,4 +491,12 @@ async fn a_republish_with_new_tokens_rewrites_the_volume_and_a_restart_waits_for
     assert_eq!(fs::read_to_string(&token_file).unwrap(), "T2");
     restarted.node_publish_volume(Request::new(with_token(request.clone(), Some("T3")))).await.unwrap();
     assert_eq!(fs::read_to_string(&token_file).unwrap(), "T3");
+
+    // A share's volume kept as published stays so through a republish with new tokens.
+    let mut share = with_token(request_at(fixture.dir.path(), "csi-2", "unused"), Some("T1"));
+    share.volume_context.insert(REFRESH_ATTRIBUTE.into(), "false".into());
+    let share_file = PathBuf::from(&share.target_path).join("token");
+    restarted.node_publish_volume(Request::new(share.clone())).await.unwrap();
+    restarted.node_publish_volume(Request::new(with_token(share, Some("T2")))).await.unwrap();
+    assert_eq!(fs::read_to_string(&share_file).unwrap(), "T1", "kept as published");
 }
