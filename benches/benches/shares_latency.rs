@@ -8,7 +8,7 @@
 //!
 //! Needs root (mounts) and Go (the peers). Not a test: nothing fails on a number.
 //!
-//! `cargo bench -p inline-guard-benches --bench shares_latency`
+//! `cargo bench -p inline-guard-benches --bench shares_latency [-- --json FILE]`
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use inline_guard_benches::{percentile, resident_mb};
 use inline_guard_proto::csi::v1::node_client::NodeClient;
 use inline_guard_proto::csi::v1::volume_capability::{AccessMode, AccessType, MountVolume};
-use inline_guard_proto::csi::v1::{NodePublishVolumeRequest, VolumeCapability};
+use inline_guard_proto::csi::v1::{NodePublishVolumeRequest, NodeUnpublishVolumeRequest, VolumeCapability};
 use inline_guard_tests::apply::{apply, objects};
 use inline_guard_tests::cluster::Cluster;
 use inline_guard_tests::repo_root;
@@ -178,6 +178,15 @@ fn main() {
             }
             updates.push(started.elapsed());
         }
+        // Every volume taken down before the driver stops: a run must leave no tmpfs behind
+        // (earlier runs left their 1 000 mounts in /tmp).
+        for (index, target) in targets.iter().enumerate() {
+            let request = NodeUnpublishVolumeRequest {
+                volume_id: format!("csi-{index:04}"),
+                target_path: target.to_string_lossy().into_owned(),
+            };
+            node.node_unpublish_volume(request).await.expect("unpublish");
+        }
         let _ = stop.send(());
         running.await.unwrap().unwrap();
 
@@ -190,6 +199,17 @@ fn main() {
         println!("NodePublishVolume with the access check, {VOLUMES} volumes over {SHARES} shares: p50 {}  p99 {}  max {}", ms(percentile(&publish, 0.5)), ms(percentile(&publish, 0.99)), ms(publish[publish.len() - 1]));
         println!("Secret update -> files of a volume ({UPDATES} updates; {VOLUMES} volumes published): p50 {}  p99 {}  max {}", ms(percentile(&updates, 0.5)), ms(percentile(&updates, 0.99)), ms(updates[updates.len() - 1]));
         println!("resident set: {before:.1} MB before the driver, {with_volumes:.1} MB with {VOLUMES} volumes (driver and client in one process; tmpfs pages not counted)");
+        if let Some(path) = std::env::args().skip_while(|a| a != "--json").nth(1) {
+            let millis = |sorted: &[Duration], p: f64| percentile(sorted, p).as_secs_f64() * 1e3;
+            let results = json!({
+                "volumes": VOLUMES, "shares": SHARES, "updates": UPDATES, "apiserver": cluster.version,
+                "placement": pinned,
+                "publish": {"p50_ms": millis(&publish, 0.5), "p99_ms": millis(&publish, 0.99)},
+                "update_to_files": {"p50_ms": millis(&updates, 0.5), "p99_ms": millis(&updates, 0.99)},
+                "resident_mb": with_volumes, "resident_mb_before": before,
+            });
+            std::fs::write(&path, serde_json::to_vec_pretty(&results).unwrap()).expect("writing the results");
+        }
         drop(cluster);
     });
 }
