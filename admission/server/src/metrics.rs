@@ -1,5 +1,6 @@
 //! The server's Prometheus metrics, exposed as text on the health port.
 
+use std::sync::OnceLock;
 use std::sync::atomic::AtomicU64;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -157,6 +158,11 @@ pub struct Metrics {
     tls_reloads: Family<ReloadLabels, Counter>,
     unanswered: Family<StatusLabels, Counter>,
     in_flight: Gauge,
+    // Handles on the series every request touches, resolved on first use: a family lookup
+    // takes a lock and hashes the labels, on the hot path twice per request. Lazily, so a
+    // series appears when first counted, as through the family.
+    request_series: [[OnceLock<Counter>; 3]; 3],
+    latency_series: [OnceLock<Histogram>; 3],
 }
 
 impl Default for Metrics {
@@ -216,6 +222,8 @@ impl Metrics {
             tls_reloads,
             unanswered,
             in_flight,
+            request_series: Default::default(),
+            latency_series: Default::default(),
         }
     }
 
@@ -232,9 +240,15 @@ impl Metrics {
 
     /// Counts one answered request and its latency.
     pub fn observe_request(&self, path: Endpoint, decision: Decision, seconds: f64) {
-        let path = path.label();
-        self.requests.get_or_create(&RequestLabels { path, decision: decision.label() }).inc();
-        self.latency.get_or_create(&EndpointLabels { path }).observe(seconds);
+        let label = path.label();
+        self.request_series[path as usize][decision as usize]
+            .get_or_init(|| {
+                self.requests.get_or_create(&RequestLabels { path: label, decision: decision.label() }).clone()
+            })
+            .inc();
+        self.latency_series[path as usize]
+            .get_or_init(|| self.latency.get_or_create(&EndpointLabels { path: label }).clone())
+            .observe(seconds);
     }
 
     /// Records the size and sync state of a cache.

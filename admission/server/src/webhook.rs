@@ -2,7 +2,9 @@
 //! one. Every way a request can be unusable is answered here with an HTTP status and a message;
 //! [`HttpError::status`] is the one place those statuses are chosen.
 
+use std::future::Future as _;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -172,13 +174,16 @@ impl Webhook {
         if request.method() != Method::POST {
             return Err(HttpError::MethodNotAllowed(request.method().clone()));
         }
-        let content_type =
-            request.headers().get(CONTENT_TYPE).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
-        let is_json = content_type.as_deref().is_some_and(|value| {
-            value.split(';').next().is_some_and(|media| media.trim().eq_ignore_ascii_case("application/json"))
+        let content_type = request.headers().get(CONTENT_TYPE).map(HeaderValue::as_bytes);
+        let is_json = content_type.is_some_and(|value| {
+            value
+                .split(|b| *b == b';')
+                .next()
+                .is_some_and(|media| media.trim_ascii().eq_ignore_ascii_case(b"application/json"))
         });
         if !is_json {
-            return Err(HttpError::UnsupportedMediaType(content_type.unwrap_or_default()));
+            let named = content_type.map(|value| String::from_utf8_lossy(value).into_owned()).unwrap_or_default();
+            return Err(HttpError::UnsupportedMediaType(named));
         }
         // Refuse a declared oversize body before reading any of it.
         let declared = request.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
@@ -196,9 +201,23 @@ impl Webhook {
             let _ = tokio::time::timeout(body_timeout, discard(body)).await;
             return Err(HttpError::OverBudget);
         };
-        let collected = tokio::time::timeout(body_timeout, body.collect())
-            .await
-            .map_err(|_| HttpError::BodyTimeout(body_timeout))?
+        // A body already in hyper's buffer (the usual case: it arrives with its head) is taken
+        // without arming the timer; only one still on its way is waited for under the timeout.
+        let mut collect = std::pin::pin!(body.collect());
+        let ready = std::future::poll_fn(|context| {
+            Poll::Ready(match collect.as_mut().poll(context) {
+                Poll::Ready(collected) => Some(collected),
+                Poll::Pending => None,
+            })
+        })
+        .await;
+        let collected = match ready {
+            Some(collected) => collected,
+            None => {
+                tokio::time::timeout(body_timeout, collect).await.map_err(|_| HttpError::BodyTimeout(body_timeout))?
+            }
+        };
+        let collected = collected
             .map_err(|error| {
                 if error.downcast_ref::<LengthLimitError>().is_some() {
                     HttpError::PayloadTooLarge
