@@ -194,7 +194,7 @@ fn write_report(results: &Path, criterion: &Path, report: &Path) -> Result<(), S
             w,
             "## Through a real kube-apiserver and etcd
 
-{} sequential pod creations per policy in {} alternating rounds; every pod has one inline CSI volume its namespace allows; the control plane, the webhook and  the client share the machine's cores.
+{} sequential pod creations per policy in {} alternating rounds; every pod has one inline CSI volume its namespace allows; the control plane, the webhook and the client share the machine's cores.
 ",
             apiserver["pods_per_policy"],
             apiserver["rounds"]
