@@ -7,10 +7,10 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use inline_guard_benches::volume_requests::{publish_request, unpublish_request};
 use inline_guard_benches::{percentile, resident_mb};
+use inline_guard_proto::csi::v1::NodePublishVolumeRequest;
 use inline_guard_proto::csi::v1::node_client::NodeClient;
-use inline_guard_proto::csi::v1::volume_capability::{AccessMode, AccessType, MountVolume};
-use inline_guard_proto::csi::v1::{NodePublishVolumeRequest, NodeUnpublishVolumeRequest, VolumeCapability};
 use sharedresource_csi_driver::plugin::Plugin;
 use sharedresource_csi_driver::test_client::unix_channel;
 
@@ -19,27 +19,14 @@ const KEYS: usize = 10;
 const VOLUME_BYTES: usize = 64 * 1024;
 
 fn request(index: usize, target: &Path) -> NodePublishVolumeRequest {
-    NodePublishVolumeRequest {
-        volume_id: format!("csi-{index:04}"),
-        target_path: target.to_string_lossy().into_owned(),
-        volume_capability: Some(VolumeCapability {
-            access_type: Some(AccessType::Mount(MountVolume::default())),
-            access_mode: Some(AccessMode { mode: 2 }),
-        }),
-        readonly: true,
-        volume_context: [
-            ("csi.storage.k8s.io/ephemeral", "true"),
-            ("csi.storage.k8s.io/pod.name", "web"),
-            ("csi.storage.k8s.io/pod.namespace", "apps"),
-            ("csi.storage.k8s.io/pod.uid", "u"),
-            ("csi.storage.k8s.io/serviceAccount.name", "web"),
-            ("share", "bench"),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect(),
-        ..Default::default()
-    }
+    let pod = [
+        ("csi.storage.k8s.io/pod.name", "web"),
+        ("csi.storage.k8s.io/pod.namespace", "apps"),
+        ("csi.storage.k8s.io/pod.uid", "u"),
+        ("csi.storage.k8s.io/serviceAccount.name", "web"),
+        ("share", "bench"),
+    ];
+    publish_request(index, target, &pod.map(|(k, v)| (k, v.to_string())))
 }
 
 fn main() {
@@ -86,8 +73,7 @@ fn main() {
         let mut unpublish = Vec::with_capacity(VOLUMES);
         for (index, target) in targets.iter().enumerate() {
             let started = Instant::now();
-            let request = NodeUnpublishVolumeRequest { volume_id: format!("csi-{index:04}"), target_path: target.to_string_lossy().into_owned() };
-            node.node_unpublish_volume(request).await.expect("unpublish");
+            node.node_unpublish_volume(unpublish_request(index, target)).await.expect("unpublish");
             unpublish.push(started.elapsed());
         }
         stop.send(()).unwrap();

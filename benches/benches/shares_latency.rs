@@ -14,10 +14,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use inline_guard_benches::volume_requests::{publish_request, unpublish_request};
 use inline_guard_benches::{percentile, resident_mb};
+use inline_guard_proto::csi::v1::NodePublishVolumeRequest;
 use inline_guard_proto::csi::v1::node_client::NodeClient;
-use inline_guard_proto::csi::v1::volume_capability::{AccessMode, AccessType, MountVolume};
-use inline_guard_proto::csi::v1::{NodePublishVolumeRequest, NodeUnpublishVolumeRequest, VolumeCapability};
 use inline_guard_tests::apply::{apply, objects};
 use inline_guard_tests::cluster::Cluster;
 use inline_guard_tests::repo_root;
@@ -38,27 +38,14 @@ fn ms(d: Duration) -> String {
 }
 
 fn request(index: usize, target: &Path) -> NodePublishVolumeRequest {
-    NodePublishVolumeRequest {
-        volume_id: format!("csi-{index:04}"),
-        target_path: target.to_string_lossy().into_owned(),
-        volume_capability: Some(VolumeCapability {
-            access_type: Some(AccessType::Mount(MountVolume::default())),
-            access_mode: Some(AccessMode { mode: 1 }),
-        }),
-        readonly: true,
-        volume_context: [
-            ("csi.storage.k8s.io/ephemeral", "true".to_string()),
-            ("csi.storage.k8s.io/pod.name", format!("pod-{index}")),
-            ("csi.storage.k8s.io/pod.namespace", "bench-consumer".to_string()),
-            ("csi.storage.k8s.io/pod.uid", format!("uid-{index}")),
-            ("csi.storage.k8s.io/serviceAccount.name", "reader".to_string()),
-            ("sharedSecret", format!("share-{}", index % SHARES)),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect(),
-        ..Default::default()
-    }
+    let pod = [
+        ("csi.storage.k8s.io/pod.name", format!("pod-{index}")),
+        ("csi.storage.k8s.io/pod.namespace", "bench-consumer".to_string()),
+        ("csi.storage.k8s.io/pod.uid", format!("uid-{index}")),
+        ("csi.storage.k8s.io/serviceAccount.name", "reader".to_string()),
+        ("sharedSecret", format!("share-{}", index % SHARES)),
+    ];
+    publish_request(index, target, &pod)
 }
 
 async fn post(admin: &kube::Client, path: &str, object: serde_json::Value) {
@@ -181,11 +168,7 @@ fn main() {
         // Every volume taken down before the driver stops: a run must leave no tmpfs behind
         // (earlier runs left their 1 000 mounts in /tmp).
         for (index, target) in targets.iter().enumerate() {
-            let request = NodeUnpublishVolumeRequest {
-                volume_id: format!("csi-{index:04}"),
-                target_path: target.to_string_lossy().into_owned(),
-            };
-            node.node_unpublish_volume(request).await.expect("unpublish");
+            node.node_unpublish_volume(unpublish_request(index, target)).await.expect("unpublish");
         }
         let _ = stop.send(());
         running.await.unwrap().unwrap();

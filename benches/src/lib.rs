@@ -4,6 +4,7 @@
 pub mod floor;
 pub mod process_cpu;
 pub mod report;
+pub mod volume_requests;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
