@@ -6,6 +6,7 @@ use std::fs::File;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, OnceLock, mpsc};
 
 /// A running child, killed on drop.
 #[derive(Debug)]
@@ -27,7 +28,7 @@ impl ChildProcess {
         let log = log_dir.join(format!("{name}.log"));
         let out = File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
         let err = out.try_clone().map_err(|e| format!("{}: {e}", log.display()))?;
-        // SIGKILL when the thread that started it goes away, so no apiserver outlives a killed run.
+        // SIGKILL when the process that started it dies, so no apiserver outlives a killed run.
         let mut command = if Path::new("/usr/bin/setpriv").exists() {
             let mut command = Command::new("/usr/bin/setpriv");
             command.args(["--pdeathsig", "KILL", "--"]).arg(program);
@@ -39,7 +40,8 @@ impl ChildProcess {
         for (key, value) in env {
             command.env(key, value);
         }
-        let child = command.spawn().map_err(|e| format!("starting {name} ({}): {e}", program.display()))?;
+        let child =
+            spawn_from_lasting_thread(command).map_err(|e| format!("starting {name} ({}): {e}", program.display()))?;
         Ok(ChildProcess { name: name.to_string(), child, log })
     }
 
@@ -70,6 +72,28 @@ impl Drop for ChildProcess {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// Starts `command` from one thread that lives as long as the test process. `--pdeathsig` fires
+/// when the *thread* that forked the child exits, not the process: a child started from a
+/// scenario's thread (a driver or webhook restarted mid-scenario) would otherwise be killed as
+/// soon as that scenario ended, under the scenarios after it.
+fn spawn_from_lasting_thread(command: Command) -> std::io::Result<Child> {
+    type Job = (Command, mpsc::Sender<std::io::Result<Child>>);
+    static SPAWNER: OnceLock<Mutex<mpsc::Sender<Job>>> = OnceLock::new();
+    let spawner = SPAWNER.get_or_init(|| {
+        let (jobs, queue) = mpsc::channel::<Job>();
+        std::thread::spawn(move || {
+            for (mut command, reply) in queue {
+                let _ = reply.send(command.spawn());
+            }
+        });
+        Mutex::new(jobs)
+    });
+    let (reply, answer) = mpsc::channel();
+    let gone = || std::io::Error::other("the spawning thread is gone");
+    spawner.lock().unwrap_or_else(|p| p.into_inner()).send((command, reply)).map_err(|_| gone())?;
+    answer.recv().map_err(|_| gone())?
 }
 
 /// A loopback port free at the time of asking. Another process could take it before it is used;

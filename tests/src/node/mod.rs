@@ -120,21 +120,10 @@ impl Node {
         }
     }
 
-    /// Starts the driver again (after [`Node::kill_driver`]). The child is SIGKILLed when the
-    /// thread that started it exits (`setpriv --pdeathsig`), and a scenario's thread ends with
-    /// the scenario: it is started from a thread that lives as long as the test process, so the
-    /// node keeps its driver for the scenarios after this one.
+    /// Starts the driver again (after [`Node::kill_driver`]).
     pub fn restart_driver(&self) -> Result<(), String> {
-        let dir = self.dir.as_ref().ok_or("the node is torn down")?.path().to_path_buf();
-        let plugin = self.plugin.clone();
-        let (started, driver) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let _ = started.send(plugin.start(&dir, "driver-restarted"));
-            loop {
-                std::thread::park();
-            }
-        });
-        let driver = driver.recv().map_err(|e| e.to_string())??;
+        let dir = self.dir.as_ref().ok_or("the node is torn down")?.path();
+        let driver = self.plugin.start(dir, "driver-restarted")?;
         *self.driver.lock().unwrap_or_else(|p| p.into_inner()) = Some(driver);
         Ok(())
     }

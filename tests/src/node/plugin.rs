@@ -21,7 +21,6 @@ pub fn run_driver_if_child() {
 }
 
 /// Where the driver of a node keeps what.
-#[derive(Debug, Clone)]
 pub struct PluginFiles {
     /// Its configuration.
     pub config: PathBuf,
