@@ -1,6 +1,8 @@
 //! `csi-volume-admission serve` as a separate process on loopback, and its registration with the
-//! apiserver from the shipped `config/deploy/webhooks.yaml` (only the client config and a namespace
-//! selector are changed, so the tests exercise the shipped rules and matchConditions).
+//! apiserver from what `csi-volume-admission webhooks --config` prints for the server's own
+//! configuration (only the client config and a namespace selector are changed, so the tests
+//! exercise the generated rules and matchConditions; for the shipped configuration that output is
+//! `config/deploy/webhooks.yaml`, which a unit test keeps identical).
 //!
 //! The process is the test binary itself re-executed with [`CHILD_ENV`] set: the suites depend on
 //! the command's library, not on a built binary, and `main` hands a re-executed child straight to
@@ -18,7 +20,6 @@ use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::{Value, json};
 
 use crate::cluster::{ChildProcess, Cluster, free_port};
-use crate::repo_root;
 
 /// Set in a re-executed test binary's environment: run `csi-volume-admission` with the arguments.
 pub const CHILD_ENV: &str = "INLINE_GUARD_E2E_RUN_CLI";
@@ -55,6 +56,8 @@ pub struct WebhookServer {
     name: String,
     args: Vec<String>,
     log_dir: PathBuf,
+    /// The configuration file `serve` runs with.
+    pub config: PathBuf,
     /// `https://127.0.0.1:PORT`.
     pub url: String,
     /// The CA that signed the serving certificate (PEM).
@@ -89,6 +92,7 @@ impl WebhookServer {
             name: name.to_string(),
             args,
             log_dir: dir,
+            config: config.to_path_buf(),
             url: format!("https://127.0.0.1:{port}"),
             ca_pem: pair.ca_pem,
             health,
@@ -147,16 +151,21 @@ fn http_get(port: u16, path: &str) -> Option<String> {
     Some(response)
 }
 
-/// The shipped webhook configurations, pointed at `server` and limited to namespaces matching
-/// `namespace_selector`, created under names ending in `-SUFFIX`.
+/// The webhook configurations `csi-volume-admission webhooks` generates for `server`'s
+/// configuration, pointed at `server` and limited to namespaces matching `namespace_selector`,
+/// created under names ending in `-SUFFIX`.
 pub async fn register(
     client: &kube::Client,
     server: &WebhookServer,
     suffix: &str,
     namespace_selector: Value,
 ) -> Result<Registration, String> {
-    let path = repo_root().join("config/deploy/webhooks.yaml");
-    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let config = server.config.display().to_string();
+    let (code, text, stderr) = run_cli(&["webhooks", "--config", &config])?;
+    if code != 0 {
+        return Err(format!("csi-volume-admission webhooks --config {config}: exit {code}: {stderr}"));
+    }
+    let path = PathBuf::from(format!("webhooks --config {config}"));
     let documents = inline_guard_config::read_documents(&path, &text).map_err(|e| e.to_string())?;
     let ca_bundle = base64::engine::general_purpose::STANDARD.encode(&server.ca_pem);
     let mut registration = Registration { client: client.clone(), validating: Vec::new(), mutating: Vec::new() };

@@ -100,10 +100,11 @@ pub fn run(args: &AuditArgs, stdout: &mut dyn std::io::Write) -> Result<AuditSum
     Ok(summary)
 }
 
-/// Evaluates every object as a CREATE through the validating chain and keeps those with
-/// something to report: a denial, a warning or an audit annotation.
+/// Evaluates every object as a CREATE through the whole chain, forcing first as the apiserver
+/// would (an existing pod made before forcing was deployed is not a denial: it would be forced
+/// today), and keeps those with something to report: a denial, a warning or an audit annotation.
 pub fn findings(chain: &Chain, objects: Vec<(String, Prepared)>) -> Vec<Evaluation> {
-    evaluate_all(chain, Phase::Validating, objects)
+    evaluate_all(chain, Phase::Both, objects)
         .into_iter()
         .filter(|evaluation| {
             let outcome = &evaluation.outcome;

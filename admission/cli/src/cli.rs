@@ -1,6 +1,7 @@
 //! Command-line parsing and exit codes. `check` and `audit` exit 0 when everything is admitted,
 //! 1 when something is (or would be) denied, 2 on bad usage or input or an unreachable cluster;
-//! `serve` exits 0 after a clean shutdown and 2 when it cannot start.
+//! `serve` exits 0 after a clean shutdown and 2 when it cannot start; `webhooks` exits 0 after
+//! printing and 2 on a bad configuration.
 
 use std::ffi::OsString;
 use std::io::{Read, Write};
@@ -105,6 +106,14 @@ enum Command {
         #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Table)]
         output: Output,
     },
+    /// Print the ValidatingWebhookConfiguration and MutatingWebhookConfiguration for `serve` with
+    /// this configuration (YAML, ready for `kubectl apply -f -`). Rerun whenever readOnlyDrivers
+    /// changes: the mutating webhook's matchConditions name those drivers.
+    Webhooks {
+        /// CSIVolumeAdmission configuration; the built-in default (config/admission.yaml) otherwise.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+    },
 }
 
 /// How `serve` writes its logs (to stderr).
@@ -185,6 +194,25 @@ where
                 Ok(()) => EXIT_ADMITTED,
                 Err(error) => {
                     let _ = writeln!(stderr, "csi-volume-admission serve: {error}");
+                    EXIT_BAD_INPUT
+                }
+            }
+        }
+        Command::Webhooks { config } => {
+            let loaded = match &config {
+                Some(path) => inline_guard_config::AdmissionConfig::load(path),
+                None => Ok(inline_guard_config::AdmissionConfig::embedded_default()),
+            };
+            let yaml = loaded.map_err(|error| error.to_string()).and_then(|config| {
+                inline_guard_config::webhook_configurations::webhook_configurations_yaml(
+                    &config.settings.read_only_drivers,
+                )
+            });
+            match yaml {
+                Ok(yaml) if stdout.write_all(yaml.as_bytes()).is_ok() => EXIT_ADMITTED,
+                Ok(_) => EXIT_BAD_INPUT,
+                Err(error) => {
+                    let _ = writeln!(stderr, "csi-volume-admission webhooks: {error}");
                     EXIT_BAD_INPUT
                 }
             }

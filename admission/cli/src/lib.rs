@@ -2,7 +2,8 @@
 //! standard streams.
 //!
 //! Subcommands: `check` (the chain offline, on manifests), `serve` (the chain as an HTTPS
-//! webhook) and `audit` (the chain over everything a live cluster runs).
+//! webhook), `audit` (the chain over everything a live cluster runs) and `webhooks` (the webhook
+//! configurations that route the apiserver to `serve`).
 
 pub mod audit;
 pub mod check;

@@ -48,3 +48,35 @@ fn exit_two_on_bad_input_with_the_reason_on_stderr() {
         "csi-volume-admission check: <stdin>: document 1: missing `kind`: expected a Kubernetes object\n"
     );
 }
+
+#[test]
+fn webhooks_prints_the_shipped_configurations_for_the_default_configuration() {
+    let output = Command::new(env!("CARGO_BIN_EXE_csi-volume-admission")).arg("webhooks").output().unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+    let shipped = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../config/deploy/webhooks.yaml"));
+    assert_eq!(String::from_utf8(output.stdout).unwrap(), shipped.unwrap());
+}
+
+#[test]
+fn webhooks_names_the_configured_drivers_and_refuses_a_bad_configuration() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("admission.yaml");
+    std::fs::write(&config, "readOnlyDrivers: [a.example.com, b.example.com]\n").unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_csi-volume-admission"))
+        .args(["webhooks", "--config", config.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+    let yaml = String::from_utf8(output.stdout).unwrap();
+    assert!(yaml.contains(r#"v.csi.driver in ["a.example.com", "b.example.com"]"#), "{yaml}");
+
+    std::fs::write(&config, "readOnlyDrivers: [\"\"]\n").unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_csi-volume-admission"))
+        .args(["webhooks", "--config", config.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(output.stdout.is_empty());
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(stderr.starts_with("csi-volume-admission webhooks: ") && stderr.contains("readOnlyDrivers[0]"), "{stderr}");
+}

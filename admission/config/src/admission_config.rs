@@ -180,6 +180,17 @@ impl AdmissionConfig {
                         "a driver name must not be empty".into(),
                     ));
                 }
+                // The apiserver refuses any other `csi.driver`, so such an entry could never match;
+                // refusing it also keeps the names plain inside generated CEL.
+                if let Some((index, driver)) = drivers.iter().enumerate().find(|(_, d)| !is_csi_driver_name(d)) {
+                    let quoted: String = format!("{driver:?}").chars().take(80).collect();
+                    return Err(invalid(
+                        &format!("readOnlyDrivers[{index}]"),
+                        format!(
+                            "{quoted} is not a CSI driver name (at most 63 letters, digits, '-', '_' or '.', beginning and ending with a letter or digit)"
+                        ),
+                    ));
+                }
                 ReadOnlyDrivers(drivers.into_iter().collect::<BTreeSet<_>>())
             }
         };
@@ -194,6 +205,17 @@ impl AdmissionConfig {
             pod_security_source,
         })
     }
+}
+
+/// Kubernetes' rule for `csi.driver` (and CSIDriver names): at most 63 characters of
+/// `[A-Za-z0-9-_.]`, beginning and ending with a letter or digit.
+fn is_csi_driver_name(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    let edge_ok = |b: Option<&u8>| b.is_some_and(u8::is_ascii_alphanumeric);
+    bytes.len() <= 63
+        && edge_ok(bytes.first())
+        && edge_ok(bytes.last())
+        && bytes.iter().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
 }
 
 #[cfg(test)]

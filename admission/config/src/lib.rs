@@ -1,5 +1,6 @@
 //! Reading files: the CSIVolumeAdmission configuration (with an optional Pod Security
-//! configuration it defers to) and multi-document Kubernetes manifests, YAML or JSON.
+//! configuration it defers to) and multi-document Kubernetes manifests, YAML or JSON; and the
+//! webhook configurations generated from that configuration.
 //!
 //! Everything is parsed and validated once, at start-up, into typed values; an error names the
 //! file, the field and the line.
@@ -9,6 +10,7 @@ pub mod documents;
 pub mod error;
 pub mod format;
 pub mod pod_security;
+pub mod webhook_configurations;
 
 pub use admission_config::{AdmissionConfig, CONFIG_API_VERSION, CONFIG_KIND};
 pub use documents::{Document, read_documents};

@@ -13,6 +13,7 @@ pub mod namespace_policy;
 pub mod patch;
 pub mod pod_spec;
 pub mod read_only;
+pub mod read_only_check;
 pub mod settings;
 pub mod verdict;
 
@@ -23,6 +24,7 @@ pub use namespace_policy::{LabelError, NamespacePolicy};
 pub use patch::PatchOperation;
 pub use pod_spec::{ContainerView, CsiVolumeView, PodSpecView, VolumeMountView, VolumeView};
 pub use read_only::{MountScope, force_read_only};
+pub use read_only_check::{not_forced_message, writable_read_only_volumes};
 pub use settings::{Defaults, Exemptions, PolicySettings, ReadOnlyDrivers};
 pub use verdict::{Subject, SubjectKind, Verdict, evaluate};
 

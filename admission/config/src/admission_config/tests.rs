@@ -245,3 +245,13 @@ mod pod_security_configuration {
         assert!(message.contains("other.yaml: kind: expected a PodSecurityConfiguration"), "{message}");
     }
 }
+
+#[test]
+fn a_read_only_driver_that_is_not_a_csi_driver_name_is_refused() {
+    assert_eq!(
+        error("readOnlyDrivers: [a.example.com, \"x\\\" || true\"]\n"),
+        "conf.yaml: readOnlyDrivers[1]: \"x\\\" || true\" is not a CSI driver name (at most 63 letters, digits, '-', '_' or '.', beginning and ending with a letter or digit)"
+    );
+    assert!(error(&format!("readOnlyDrivers: [{}]\n", "a".repeat(64))).contains("is not a CSI driver name"));
+    assert!(parse(&format!("readOnlyDrivers: [{}, A_b-c.D]\n", "a".repeat(63))).is_ok());
+}

@@ -1,0 +1,74 @@
+use std::path::Path;
+
+use super::*;
+use crate::{AdmissionConfig, read_documents};
+
+fn deploy(file: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/deploy").join(file)
+}
+
+#[test]
+fn the_shipped_webhooks_are_generated_from_the_shipped_configuration() {
+    let config_path = deploy("config.yaml");
+    let text = std::fs::read_to_string(&config_path).unwrap();
+    let config_map = &read_documents(&config_path, &text).unwrap()[0].value;
+    let embedded = config_map["data"]["admission.yaml"].as_str().unwrap();
+    let config = AdmissionConfig::parse(Path::new("config/deploy/config.yaml#admission.yaml"), embedded).unwrap();
+    let generated = webhook_configurations_yaml(&config.settings.read_only_drivers).unwrap();
+
+    let path = deploy("webhooks.yaml");
+    if std::env::var_os("UPDATE_WEBHOOKS").is_some_and(|v| v == "1") {
+        std::fs::write(&path, &generated).unwrap();
+    }
+    let shipped = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        shipped == generated,
+        "{} drifted from the configuration (UPDATE_WEBHOOKS=1 regenerates it)",
+        path.display()
+    );
+    let documents = read_documents(&path, &shipped).unwrap();
+    let values: Vec<serde_json::Value> = documents.into_iter().map(|d| d.value).collect();
+    assert_eq!(values, webhook_configurations(&config.settings.read_only_drivers), "YAML and JSON forms agree");
+}
+
+#[test]
+fn the_read_only_condition_names_each_listed_driver_as_a_quoted_literal() {
+    let drivers = ReadOnlyDrivers(["a.example.com".to_string(), "b.example.com".to_string()].into());
+    let condition = read_only_condition(&drivers);
+    assert_eq!(condition.name, "has-writable-read-only-driver-volumes");
+    assert_eq!(
+        condition.expression,
+        "has(object.spec.volumes) && object.spec.volumes.exists(v, has(v.csi) && v.csi.driver in [\"a.example.com\", \"b.example.com\"] && \
+         (request.subResource == \"ephemeralcontainers\" || !(has(v.csi.readOnly) && v.csi.readOnly) || \
+         (has(object.spec.containers) && object.spec.containers.exists(c, has(c.volumeMounts) && c.volumeMounts.exists(m, m.name == v.name && !(has(m.readOnly) && m.readOnly)))) || \
+         (has(object.spec.initContainers) && object.spec.initContainers.exists(c, has(c.volumeMounts) && c.volumeMounts.exists(m, m.name == v.name && !(has(m.readOnly) && m.readOnly)))) || \
+         (has(object.spec.ephemeralContainers) && object.spec.ephemeralContainers.exists(c, has(c.volumeMounts) && c.volumeMounts.exists(m, m.name == v.name && !(has(m.readOnly) && m.readOnly))))))"
+    );
+}
+
+#[test]
+fn a_name_cannot_break_out_of_its_literal() {
+    assert_eq!(cel_string(r#"x" || true || "y"#), r#""x\" || true || \"y""#);
+    assert_eq!(cel_string("back\\slash\nline"), r#""back\\slash\u000aline""#);
+}
+
+#[test]
+fn with_no_read_only_driver_the_mutating_configuration_holds_no_webhook() {
+    let [validating, mutating] = webhook_configurations(&ReadOnlyDrivers(Default::default()));
+    assert_eq!(validating["webhooks"].as_array().unwrap().len(), 4);
+    assert_eq!(mutating["kind"], "MutatingWebhookConfiguration");
+    assert_eq!(mutating["webhooks"], serde_json::json!([]));
+}
+
+#[test]
+fn workload_conditions_guard_every_level_of_the_template() {
+    let [validating, _] = webhook_configurations(&ReadOnlyDrivers::default());
+    let cronjobs = &validating["webhooks"][2];
+    assert_eq!(cronjobs["name"], "cronjobs.csi-volume-admission.inlineguard.dev");
+    assert_eq!(
+        cronjobs["matchConditions"][0]["expression"],
+        "has(object.spec) && has(object.spec.jobTemplate) && has(object.spec.jobTemplate.spec) && \
+         has(object.spec.jobTemplate.spec.template) && has(object.spec.jobTemplate.spec.template.spec) && \
+         has(object.spec.jobTemplate.spec.template.spec.volumes) && object.spec.jobTemplate.spec.template.spec.volumes.exists(v, has(v.csi))"
+    );
+}
