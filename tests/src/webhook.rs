@@ -151,6 +151,18 @@ fn http_get(port: u16, path: &str) -> Option<String> {
     Some(response)
 }
 
+/// What `csi-volume-admission webhooks --config CONFIG` prints, one JSON value per document.
+pub fn generated_configurations(config: &Path) -> Result<Vec<Value>, String> {
+    let config = config.display().to_string();
+    let (code, text, stderr) = run_cli(&["webhooks", "--config", &config])?;
+    if code != 0 {
+        return Err(format!("csi-volume-admission webhooks --config {config}: exit {code}: {stderr}"));
+    }
+    let path = PathBuf::from(format!("webhooks --config {config}"));
+    let documents = inline_guard_config::read_documents(&path, &text).map_err(|e| e.to_string())?;
+    Ok(documents.into_iter().map(|document| document.value).collect())
+}
+
 /// The webhook configurations `csi-volume-admission webhooks` generates for `server`'s
 /// configuration, pointed at `server` and limited to namespaces matching `namespace_selector`,
 /// created under names ending in `-SUFFIX`.
@@ -160,21 +172,25 @@ pub async fn register(
     suffix: &str,
     namespace_selector: Value,
 ) -> Result<Registration, String> {
-    let config = server.config.display().to_string();
-    let (code, text, stderr) = run_cli(&["webhooks", "--config", &config])?;
-    if code != 0 {
-        return Err(format!("csi-volume-admission webhooks --config {config}: exit {code}: {stderr}"));
-    }
-    let path = PathBuf::from(format!("webhooks --config {config}"));
-    let documents = inline_guard_config::read_documents(&path, &text).map_err(|e| e.to_string())?;
+    register_configurations(client, server, generated_configurations(&server.config)?, suffix, namespace_selector).await
+}
+
+/// Creates `configurations` (webhook configuration objects, as generated) pointed at `server` and
+/// limited to namespaces matching `namespace_selector`, under names ending in `-SUFFIX`.
+pub async fn register_configurations(
+    client: &kube::Client,
+    server: &WebhookServer,
+    configurations: Vec<Value>,
+    suffix: &str,
+    namespace_selector: Value,
+) -> Result<Registration, String> {
     let ca_bundle = base64::engine::general_purpose::STANDARD.encode(&server.ca_pem);
     let mut registration = Registration { client: client.clone(), validating: Vec::new(), mutating: Vec::new() };
-    for document in documents {
-        let mut object = document.value;
+    for mut object in configurations {
         let name = format!("{}-{suffix}", object["metadata"]["name"].as_str().unwrap_or("csi-volume-admission"));
         object["metadata"] = json!({ "name": name });
         let Some(webhooks) = object["webhooks"].as_array_mut() else {
-            return Err(format!("{}: {} has no webhooks", path.display(), name));
+            return Err(format!("{name} has no webhooks"));
         };
         for webhook in webhooks {
             let service_path = webhook["clientConfig"]["service"]["path"].as_str().unwrap_or("/").to_string();
@@ -199,7 +215,7 @@ pub async fn register(
                     .map_err(|e| format!("{name}: {e}"))?;
                 registration.mutating.push(name);
             }
-            other => return Err(format!("{}: unexpected kind {other:?}", path.display())),
+            other => return Err(format!("{name}: unexpected kind {other:?}")),
         }
     }
     Ok(registration)

@@ -162,7 +162,9 @@ fn cel_string(text: &str) -> String {
 /// `readOnly: true`, or a mount of one that is not; for the ephemeral-containers subresource,
 /// any volume of a listed driver (only the new containers' mounts may be forced, and the
 /// condition cannot tell old from new). It is exactly when forcing has something to patch, or a
-/// superset of it, so skipping the call never changes an answer.
+/// superset of it, so skipping the call never changes an answer. `request.subResource` is absent
+/// (not empty) on a plain create, and reading an absent key is an error that failurePolicy Fail
+/// would turn into a refusal of every pod, hence the `has()`.
 pub fn read_only_condition(drivers: &ReadOnlyDrivers) -> MatchCondition {
     let listed = drivers.0.iter().map(|driver| cel_string(driver)).collect::<Vec<_>>().join(", ");
     let writable = |field: &str| format!("!(has({field}.readOnly) && {field}.readOnly)");
@@ -181,7 +183,7 @@ pub fn read_only_condition(drivers: &ReadOnlyDrivers) -> MatchCondition {
         name: "has-writable-read-only-driver-volumes",
         expression: format!(
             "has(object.spec.volumes) && object.spec.volumes.exists(v, has(v.csi) && v.csi.driver in [{listed}] && \
-             (request.subResource == \"ephemeralcontainers\" || {} || {mounts}))",
+             ((has(request.subResource) && request.subResource == \"ephemeralcontainers\") || {} || {mounts}))",
             writable("v.csi")
         ),
     }

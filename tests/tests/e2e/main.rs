@@ -53,6 +53,16 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
             "admission::match_conditions_send_only_objects_with_csi_volumes",
             Box::new(|s| Box::pin(match_conditions::only_objects_with_csi_volumes_are_sent(s))),
         ),
+        (
+            "admission::generated_match_conditions_change_no_answer",
+            Box::new(|s| Box::pin(match_conditions::generated_conditions_change_no_answer(s))),
+        ),
+        (
+            "admission::stale_mutating_configuration_refused_not_silently_admitted",
+            Box::new(|s| {
+                Box::pin(match_conditions::a_stale_mutating_configuration_is_refused_not_silently_admitted(s))
+            }),
+        ),
         ("admission::read_only_forced_on_every_mount", Box::new(|s| Box::pin(read_only::forced_on_every_mount(s)))),
         ("admission::driver_relabel_within_one_second", Box::new(|s| Box::pin(relabel::driver_relabel(s)))),
         ("admission::namespace_relabel_within_one_second", Box::new(|s| Box::pin(relabel::namespace_relabel(s)))),

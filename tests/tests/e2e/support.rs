@@ -139,15 +139,23 @@ pub async fn wait_until_called(admin: &kube::Client, webhook: &str) -> Outcome {
     let denied = pod("probe", &[("v", driver.as_str())]);
     let patched = pod("probe", &[("v", SHARED_RESOURCE_DRIVER)]);
     let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline {
+    loop {
         let denial = create(admin, &pods_path(&namespace), &denied, true).await?;
         let patch = create(admin, &pods_path(&namespace), &patched, true).await?;
         if denial.status == 403 && patch.body["spec"]["volumes"][0]["csi"]["readOnly"] == json!(true) {
             return Ok(());
         }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "the apiserver did not call the {webhook} webhooks within 30 s; last answers: {} {:?}, and {} {:?}",
+                denial.status,
+                denial.message(),
+                patch.status,
+                patch.message()
+            ));
+        }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    Err(format!("the apiserver did not call the {webhook} webhooks within 30 s"))
 }
 
 /// What the apiserver answered to a create, as a client sees it.
@@ -258,7 +266,7 @@ pub async fn label_csi_driver(admin: &kube::Client, name: &str, profile: &str) -
 
 /// A container that passes Pod Security `restricted`, so that only our webhook has anything to
 /// say about the pods the scenarios create.
-fn container(name: &str, mounts: &[(&str, &str)]) -> Value {
+pub fn container(name: &str, mounts: &[(&str, &str)]) -> Value {
     let mounts: Vec<Value> =
         mounts.iter().map(|(volume, _)| json!({"name": volume, "mountPath": format!("/mnt/{volume}")})).collect();
     json!({
