@@ -1,10 +1,13 @@
-//! Pod creation through a real kube-apiserver 1.35 and etcd (built by `tests/peers`) under three
-//! policies, in alternating rounds so that the machine's drift falls on all three alike:
+//! Pod creation through a real kube-apiserver 1.35 and etcd (built by `tests/peers`) under four
+//! phases, in alternating rounds so that the machine's drift falls on all of them alike:
 //! - `none`: no admission policy beyond the apiserver's own plugins;
 //! - `cel`: a ValidatingAdmissionPolicy doing the enforce check in CEL (the namespace's label
 //!   through `namespaceObject`, the drivers' profiles from a parameter ConfigMap);
-//! - `webhooks`: the shipped webhook configurations (validating and mutating) calling
-//!   `csi-volume-admission serve` as its ServiceAccount.
+//! - `webhooks`: the webhook configurations `csi-volume-admission webhooks` generates, calling
+//!   `csi-volume-admission serve` as its ServiceAccount; the pods' driver is not a read-only
+//!   driver, so the generated conditions send them to /validate only;
+//! - `webhooks-forcing`: the same webhooks, on pods of the read-only driver that do not say
+//!   `readOnly`, so /mutate patches them and /validate checks them: two calls.
 //!
 //! Every pod has one inline CSI volume of a driver the namespace allows, so each policy runs its
 //! whole check and admits it. Sequential creates from one client; everything shares the
@@ -23,6 +26,8 @@ use serde_json::{Value, json};
 
 const NAMESPACE: &str = "bench-pods";
 const DRIVER: &str = "csi-0.bench.inlineguard.dev";
+/// The driver `config/admission.yaml` forces read-only.
+const SHARED_RESOURCE_DRIVER: &str = "sharedresource.csi.inlineguard.dev";
 const ROUNDS: usize = 10;
 const WEBHOOK_IDENTITY: &str = "system:serviceaccount:inline-guard-system:csi-volume-admission";
 
@@ -70,6 +75,15 @@ fn pod(name: &str, driver: &str) -> Value {
     })
 }
 
+/// A pod whose volume of the read-only driver says nothing about `readOnly`, as users write them:
+/// forcing patches it, so the apiserver calls both webhooks.
+fn writable_pod(name: &str) -> Value {
+    let mut object = pod(name, SHARED_RESOURCE_DRIVER);
+    object["spec"]["volumes"][0]["csi"] = json!({"driver": SHARED_RESOURCE_DRIVER});
+    object["spec"]["containers"][0]["volumeMounts"][0] = json!({"name": "shared", "mountPath": "/shared"});
+    object
+}
+
 async fn post(admin: &kube::Client, path: &str, object: &Value, dry_run: bool) -> Result<u16, String> {
     let query = if dry_run { "?dryRun=All" } else { "" };
     let request = hyper::Request::post(format!("{path}{query}"))
@@ -108,6 +122,9 @@ enum Policy {
     None,
     Cel,
     Webhooks,
+    /// The same webhooks, on pods whose volume forcing must make read-only: /mutate is called
+    /// (and patches) as well as /validate.
+    WebhooksForcing,
 }
 
 impl Policy {
@@ -116,6 +133,7 @@ impl Policy {
             Policy::None => "none",
             Policy::Cel => "cel",
             Policy::Webhooks => "webhooks",
+            Policy::WebhooksForcing => "webhooks-forcing",
         }
     }
 }
@@ -140,7 +158,11 @@ fn main() {
             let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}});
             post(&admin, "/api/v1/namespaces", &namespace, false).await.unwrap();
         }
-        for (driver, profile) in [(DRIVER, "baseline"), ("privileged.bench.inlineguard.dev", "privileged")] {
+        for (driver, profile) in [
+            (DRIVER, "baseline"),
+            ("privileged.bench.inlineguard.dev", "privileged"),
+            (SHARED_RESOURCE_DRIVER, "restricted"),
+        ] {
             let object = json!({
                 "apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver",
                 "metadata": {"name": driver, "labels": {"security.openshift.io/csi-ephemeral-volume-profile": profile}},
@@ -158,7 +180,10 @@ fn main() {
             .expect("the webhook");
 
         let mut latencies: Vec<(Policy, Vec<Duration>)> =
-            [Policy::None, Policy::Cel, Policy::Webhooks].into_iter().map(|p| (p, Vec::new())).collect();
+            [Policy::None, Policy::Cel, Policy::Webhooks, Policy::WebhooksForcing]
+                .into_iter()
+                .map(|p| (p, Vec::new()))
+                .collect();
         let mut created = 0usize;
         for _ in 0..ROUNDS {
             for (policy, samples) in &mut latencies {
@@ -169,7 +194,7 @@ fn main() {
                         inline_guard_tests::apply::apply(&admin, &cel_policy(), false).await.unwrap();
                         wait_for_policy(&admin, true).await;
                     }
-                    Policy::Webhooks => {
+                    Policy::Webhooks | Policy::WebhooksForcing => {
                         let selector = json!({"matchLabels": {"bench.inlineguard.dev/webhook": "on"}});
                         registration = Some(register(&admin, &server, "bench", selector).await.unwrap());
                         wait_for_policy(&admin, true).await;
@@ -177,7 +202,10 @@ fn main() {
                 }
                 let path = format!("/api/v1/namespaces/{NAMESPACE}/pods");
                 for _ in 0..per_round {
-                    let object = pod(&format!("pod-{created}"), DRIVER);
+                    let object = match policy {
+                        Policy::WebhooksForcing => writable_pod(&format!("pod-{created}")),
+                        _ => pod(&format!("pod-{created}"), DRIVER),
+                    };
                     let started = Instant::now();
                     let status = post(&admin, &path, &object, false).await.unwrap();
                     samples.push(started.elapsed());
@@ -190,7 +218,9 @@ fn main() {
                         delete(&admin, "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/csi-enforce").await;
                         delete(&admin, "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/csi-enforce").await;
                     }
-                    Policy::Webhooks => registration.take().unwrap().remove().await.unwrap(),
+                    Policy::Webhooks | Policy::WebhooksForcing => {
+                        registration.take().unwrap().remove().await.unwrap()
+                    }
                 }
             }
         }

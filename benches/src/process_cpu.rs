@@ -1,6 +1,6 @@
 //! Where a benchmark's processes run and what they cost: pinning to one core, and the CPU time a
-//! process has used, read from the kernel's scheduler statistics (nanoseconds on the CPU, summed
-//! over its threads) rather than estimated by the load generator.
+//! process has used, read from the kernel's per-process CPU clock (nanoseconds on the CPU, over
+//! all its threads) rather than estimated by the load generator.
 
 use std::path::Path;
 use std::time::Duration;
@@ -48,27 +48,46 @@ impl Placement {
     }
 }
 
-/// CPU time used so far by process `pid`, all its threads together.
+/// CPU time used so far by process `pid`, all its threads together, those that have exited
+/// included: the kernel's per-process CPU clock, in nanoseconds. (Summing the live threads'
+/// `/proc/PID/task/*/schedstat` loses the time of every thread that exits, such as a runtime's
+/// idle blocking threads, and can even go backwards between two readings.)
 pub fn cpu_time(pid: u32) -> Result<Duration, String> {
-    let tasks = format!("/proc/{pid}/task");
-    let mut total = 0u64;
-    for task in std::fs::read_dir(&tasks).map_err(|e| format!("{tasks}: {e}"))? {
-        let path = task.map_err(|e| e.to_string())?.path().join("schedstat");
-        // A thread that exited between the listing and the read has nothing left to count.
-        let Ok(text) = std::fs::read_to_string(&path) else { continue };
-        let on_cpu: u64 = text
-            .split_whitespace()
-            .next()
-            .and_then(|n| n.parse().ok())
-            .ok_or_else(|| format!("{}: unexpected content {text:?}", path.display()))?;
-        total += on_cpu;
-    }
-    Ok(Duration::from_nanos(total))
+    let raw = i32::try_from(pid).map_err(|_| format!("pid {pid} out of range"))?;
+    let clock = nix::time::clock_getcpuclockid(nix::unistd::Pid::from_raw(raw))
+        .map_err(|e| format!("CPU clock of process {pid}: {e}"))?;
+    let now = nix::time::clock_gettime(clock).map_err(|e| format!("reading the CPU clock of process {pid}: {e}"))?;
+    Ok(Duration::from(now))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_time_of_threads_that_exited_still_counts() {
+        let pid = std::process::id();
+        let before = cpu_time(pid).unwrap();
+        std::thread::spawn(|| {
+            let spin = std::time::Instant::now();
+            while spin.elapsed() < Duration::from_millis(30) {
+                std::hint::black_box(0u64.wrapping_add(1));
+            }
+        })
+        .join()
+        .unwrap();
+        let after = cpu_time(pid).unwrap();
+        assert!(after >= before + Duration::from_millis(20), "{before:?} then {after:?}");
+    }
+
+    #[test]
+    fn another_process_can_be_read() {
+        let mut child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
+        let time = cpu_time(child.id());
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(time.unwrap() < Duration::from_secs(1));
+    }
 
     #[test]
     fn this_process_uses_cpu_time_that_grows_with_work() {

@@ -204,9 +204,13 @@ fn write_report(results: &Path, criterion: &Path, report: &Path) -> Result<(), S
         for (name, what) in [
             ("none", "no admission policy"),
             ("cel", "ValidatingAdmissionPolicy in CEL doing the enforce check"),
-            ("webhooks", "the shipped validating and mutating webhooks"),
+            ("webhooks", "the generated webhooks (a driver not forced read-only: /validate only)"),
+            ("webhooks-forcing", "the generated webhooks on pods forcing patches (/mutate and /validate)"),
         ] {
-            let _ = writeln!(w, "| {what} | {:.2} ms | {:.2} ms |", policy(name, "p50_ms"), policy(name, "p99_ms"));
+            // Reports from before the forcing phase existed lack it.
+            if apiserver["policies"].get(name).is_some() {
+                let _ = writeln!(w, "| {what} | {:.2} ms | {:.2} ms |", policy(name, "p50_ms"), policy(name, "p99_ms"));
+            }
         }
         let added_p99 = policy("webhooks", "p99_ms") - policy("none", "p99_ms");
         let _ = writeln!(
@@ -221,6 +225,16 @@ The webhooks add {:.2} ms at p50 and {added_p99:.2} ms at p99 over no policy (ta
             met(policy("webhooks", "p50_ms") <= policy("cel", "p50_ms")
                 && policy("webhooks", "p99_ms") <= policy("cel", "p99_ms"))
         );
+        if apiserver["policies"].get("webhooks-forcing").is_some() {
+            let _ = writeln!(
+                w,
+                "Pods that forcing patches pay both calls: +{:.2} ms at p50 and +{:.2} ms at p99 over no policy. \
+                 The generated conditions spare the /mutate call for every other pod with CSI volumes.
+",
+                policy("webhooks-forcing", "p50_ms") - policy("none", "p50_ms"),
+                policy("webhooks-forcing", "p99_ms") - policy("none", "p99_ms"),
+            );
+        }
     } else {
         let _ = writeln!(
             w,
