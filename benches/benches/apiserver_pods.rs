@@ -7,7 +7,10 @@
 //!   `csi-volume-admission serve` as its ServiceAccount; the pods' driver is not a read-only
 //!   driver, so the generated conditions send them to /validate only;
 //! - `webhooks-forcing`: the same webhooks, on pods of the read-only driver that do not say
-//!   `readOnly`, so /mutate patches them and /validate checks them: two calls.
+//!   `readOnly`, so /mutate patches them and /validate checks them: two calls;
+//! - `floor-webhook`: the pods' validating webhook (same rules and conditions) pointed at a
+//!   floor that allows everything with the request's uid, the least the apiserver accepts: what
+//!   calling any webhook costs, so the part of ours that is ours shows.
 //!
 //! Every pod has one inline CSI volume of a driver the namespace allows, so each policy runs its
 //! whole check and admits it. Sequential creates from one client; everything shares the
@@ -18,10 +21,15 @@
 
 use std::time::{Duration, Instant};
 
+use inline_guard_benches::floor::{FloorWork, serve_floor};
 use inline_guard_benches::percentile;
+use inline_guard_server::tls::{TlsFiles, generate_pair};
 use inline_guard_tests::cluster::Cluster;
 use inline_guard_tests::repo_root;
-use inline_guard_tests::webhook::{Registration, WebhookServer, register, run_cli_if_child};
+use inline_guard_tests::webhook::{
+    Endpoint, Registration, WebhookServer, generated_configurations, register, register_configurations,
+    run_cli_if_child,
+};
 use serde_json::{Value, json};
 
 const NAMESPACE: &str = "bench-pods";
@@ -29,6 +37,10 @@ const DRIVER: &str = "csi-0.bench.inlineguard.dev";
 /// The driver `config/admission.yaml` forces read-only.
 const SHARED_RESOURCE_DRIVER: &str = "sharedresource.csi.inlineguard.dev";
 const ROUNDS: usize = 10;
+/// Set in the environment of this benchmark re-executed as the floor webhook.
+const FLOOR_ROLE: &str = "INLINE_GUARD_BENCH_FLOOR";
+/// The floor's webhook name, by which the apiserver's metrics count its calls.
+const FLOOR_WEBHOOK: &str = "floor.bench.inlineguard.dev";
 const WEBHOOK_IDENTITY: &str = "system:serviceaccount:inline-guard-system:csi-volume-admission";
 
 /// The enforce check of CSIVolumeAdmission, in CEL: a driver's profile may not be more
@@ -97,6 +109,21 @@ async fn post(admin: &kube::Client, path: &str, object: &Value, dry_run: bool) -
     }
 }
 
+/// The mean of a Prometheus histogram or summary `metric` over the series whose labels mention
+/// `label_value`: the sum of their `_sum` over the sum of their `_count`.
+fn mean_of(text: &str, metric: &str, label_value: &str) -> Option<f64> {
+    let quoted = format!("\"{label_value}\"");
+    let total = |suffix: &str| -> f64 {
+        let prefix = format!("{metric}{suffix}{{");
+        text.lines()
+            .filter(|line| line.starts_with(&prefix) && line.contains(&quoted))
+            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    let count = total("_count");
+    (count > 0.0).then(|| total("_sum") / count)
+}
+
 async fn delete(admin: &kube::Client, path: &str) {
     let request = hyper::Request::delete(path).body(Vec::new()).unwrap();
     let _ = admin.request_text(request).await;
@@ -125,6 +152,9 @@ enum Policy {
     /// The same webhooks, on pods whose volume forcing must make read-only: /mutate is called
     /// (and patches) as well as /validate.
     WebhooksForcing,
+    /// The pods' validating webhook pointed at a floor that allows everything with the request's
+    /// uid: what the apiserver spends calling any webhook at all.
+    FloorWebhook,
 }
 
 impl Policy {
@@ -134,12 +164,18 @@ impl Policy {
             Policy::Cel => "cel",
             Policy::Webhooks => "webhooks",
             Policy::WebhooksForcing => "webhooks-forcing",
+            Policy::FloorWebhook => "floor-webhook",
         }
     }
 }
 
 fn main() {
     run_cli_if_child();
+    if std::env::var_os(FLOOR_ROLE).is_some() {
+        let arg = |index: usize| std::env::args().nth(index).unwrap_or_default();
+        let files = TlsFiles { cert: arg(2).into(), key: arg(3).into() };
+        serve_floor(arg(1).parse().expect("listen address"), files, FloorWork::EchoUid);
+    }
     let arg = |name: &str| std::env::args().skip_while(|a| a != name).nth(1);
     let pods: usize = arg("--pods").and_then(|n| n.parse().ok()).unwrap_or(1000);
     let json_out = arg("--json");
@@ -178,9 +214,10 @@ fn main() {
         let identity = cluster.kubeconfig_as(WEBHOOK_IDENTITY).unwrap();
         let server = WebhookServer::start(&cluster, "webhook", &repo_root().join("config/admission.yaml"), &identity)
             .expect("the webhook");
+        let floor = FloorProcess::start(&cluster.run_dir().join("floor"));
 
         let mut latencies: Vec<(Policy, Vec<Duration>)> =
-            [Policy::None, Policy::Cel, Policy::Webhooks, Policy::WebhooksForcing]
+            [Policy::None, Policy::Cel, Policy::Webhooks, Policy::WebhooksForcing, Policy::FloorWebhook]
                 .into_iter()
                 .map(|p| (p, Vec::new()))
                 .collect();
@@ -193,6 +230,15 @@ fn main() {
                     Policy::Cel => {
                         inline_guard_tests::apply::apply(&admin, &cel_policy(), false).await.unwrap();
                         wait_for_policy(&admin, true).await;
+                    }
+                    Policy::FloorWebhook => {
+                        let selector = json!({"matchLabels": {"bench.inlineguard.dev/webhook": "on"}});
+                        let endpoint = Endpoint { url: &floor.url, ca_pem: &floor.ca_pem };
+                        let configurations = vec![floor_configuration()];
+                        registration = Some(
+                            register_configurations(&admin, endpoint, configurations, "floor", selector).await.unwrap(),
+                        );
+                        wait_for_calls(&admin, FLOOR_WEBHOOK, true).await;
                     }
                     Policy::Webhooks | Policy::WebhooksForcing => {
                         let selector = json!({"matchLabels": {"bench.inlineguard.dev/webhook": "on"}});
@@ -221,9 +267,31 @@ fn main() {
                     Policy::Webhooks | Policy::WebhooksForcing => {
                         registration.take().unwrap().remove().await.unwrap()
                     }
+                    Policy::FloorWebhook => {
+                        registration.take().unwrap().remove().await.unwrap();
+                        wait_for_calls(&admin, FLOOR_WEBHOOK, false).await;
+                    }
                 }
             }
         }
+        // Where a webhook call's time goes: the apiserver's own measure of each call (encoding
+        // the review, the round trip, decoding the answer) beside the server's time from request
+        // head to response.
+        let request = hyper::Request::get("/metrics").body(Vec::new()).unwrap();
+        let apiserver_metrics = admin.request_text(request).await.unwrap_or_default();
+        let mut calls = serde_json::Map::new();
+        for webhook in
+            ["pods.csi-volume-admission.inlineguard.dev", "read-only.csi-volume-admission.inlineguard.dev", FLOOR_WEBHOOK]
+        {
+            let mean = mean_of(&apiserver_metrics, "apiserver_admission_webhook_admission_duration_seconds", webhook);
+            calls.insert(webhook.into(), json!({"apiserver_mean_ms": mean.map(|s| s * 1e3)}));
+        }
+        let server_metrics = server.metrics();
+        for path in ["/validate", "/mutate"] {
+            let mean = mean_of(&server_metrics, "csi_volume_admission_request_duration_seconds", path);
+            calls.insert(path.into(), json!({"server_mean_ms": mean.map(|s| s * 1e3)}));
+        }
+        println!("webhook calls, mean: {}", serde_json::Value::Object(calls.clone()));
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
         let mut results = serde_json::Map::new();
         println!("{pods} pod creations per policy in {ROUNDS} alternating rounds, sequential, one client");
@@ -241,9 +309,88 @@ fn main() {
             of("webhooks", "p50_ms") / of("cel", "p50_ms")
         );
         if let Some(path) = json_out {
-            let report = json!({"pods_per_policy": pods, "rounds": ROUNDS, "policies": results});
+            let report = json!({"pods_per_policy": pods, "rounds": ROUNDS, "policies": results, "calls": calls});
             std::fs::write(&path, serde_json::to_vec_pretty(&report).unwrap()).expect("writing the results");
         }
         drop(server);
+        drop(floor);
     });
+}
+
+/// The floor webhook, a child process (this binary re-executed), killed on drop.
+struct FloorProcess {
+    child: std::process::Child,
+    url: String,
+    ca_pem: String,
+}
+
+impl FloorProcess {
+    fn start(dir: &std::path::Path) -> FloorProcess {
+        let pair = generate_pair(dir, &["127.0.0.1"]).expect("the floor's certificate");
+        let address = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+            listener.local_addr().expect("its address")
+        };
+        let child = std::process::Command::new(std::env::current_exe().expect("this benchmark"))
+            .env(FLOOR_ROLE, "1")
+            .args([address.to_string(), pair.files.cert.display().to_string(), pair.files.key.display().to_string()])
+            .spawn()
+            .expect("the floor webhook");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(address).is_err() {
+            assert!(Instant::now() < deadline, "the floor webhook did not listen within 10 s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        FloorProcess { child, url: format!("https://{address}"), ca_pem: pair.ca_pem }
+    }
+}
+
+impl Drop for FloorProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The generated pods webhook, renamed, for the floor: same rules and conditions as ours.
+fn floor_configuration() -> Value {
+    let generated = generated_configurations(&repo_root().join("config/admission.yaml")).expect("generated webhooks");
+    let mut validating = generated.into_iter().next().expect("the validating configuration");
+    let mut pods = validating["webhooks"][0].take();
+    pods["name"] = json!(FLOOR_WEBHOOK);
+    validating["metadata"]["name"] = json!("floor");
+    validating["webhooks"] = json!([pods]);
+    validating
+}
+
+/// How many calls the apiserver has made to `webhook`, from its own metrics.
+async fn calls_to(admin: &kube::Client, webhook: &str) -> f64 {
+    let request = hyper::Request::get("/metrics").body(Vec::new()).unwrap();
+    let text = admin.request_text(request).await.unwrap_or_default();
+    let quoted = format!("name=\"{webhook}\"");
+    text.lines()
+        .filter(|line| {
+            line.starts_with("apiserver_admission_webhook_admission_duration_seconds_count{") && line.contains(&quoted)
+        })
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Waits until a dry-run pod is (`called`) or is no longer sent to `webhook`.
+async fn wait_for_calls(admin: &kube::Client, webhook: &str, called: bool) {
+    let path = format!("/api/v1/namespaces/{NAMESPACE}/pods");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let before = calls_to(admin, webhook).await;
+        post(admin, &path, &pod("probe", DRIVER), true).await.unwrap();
+        if (calls_to(admin, webhook).await > before) == called {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{webhook}: still {} after 30 s",
+            if called { "not called" } else { "called" }
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

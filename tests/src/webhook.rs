@@ -172,19 +172,36 @@ pub async fn register(
     suffix: &str,
     namespace_selector: Value,
 ) -> Result<Registration, String> {
-    register_configurations(client, server, generated_configurations(&server.config)?, suffix, namespace_selector).await
+    let configurations = generated_configurations(&server.config)?;
+    register_configurations(client, server.endpoint(), configurations, suffix, namespace_selector).await
 }
 
-/// Creates `configurations` (webhook configuration objects, as generated) pointed at `server` and
-/// limited to namespaces matching `namespace_selector`, under names ending in `-SUFFIX`.
+/// Where the apiserver reaches a webhook: its base URL and the CA that signed its certificate.
+#[derive(Debug, Clone, Copy)]
+pub struct Endpoint<'a> {
+    /// `https://HOST:PORT`, to which each webhook's service path is appended.
+    pub url: &'a str,
+    /// The CA (PEM).
+    pub ca_pem: &'a str,
+}
+
+impl WebhookServer {
+    /// Where the apiserver reaches this server.
+    pub fn endpoint(&self) -> Endpoint<'_> {
+        Endpoint { url: &self.url, ca_pem: &self.ca_pem }
+    }
+}
+
+/// Creates `configurations` (webhook configuration objects, as generated) pointed at `endpoint`
+/// and limited to namespaces matching `namespace_selector`, under names ending in `-SUFFIX`.
 pub async fn register_configurations(
     client: &kube::Client,
-    server: &WebhookServer,
+    endpoint: Endpoint<'_>,
     configurations: Vec<Value>,
     suffix: &str,
     namespace_selector: Value,
 ) -> Result<Registration, String> {
-    let ca_bundle = base64::engine::general_purpose::STANDARD.encode(&server.ca_pem);
+    let ca_bundle = base64::engine::general_purpose::STANDARD.encode(endpoint.ca_pem);
     let mut registration = Registration { client: client.clone(), validating: Vec::new(), mutating: Vec::new() };
     for mut object in configurations {
         let name = format!("{}-{suffix}", object["metadata"]["name"].as_str().unwrap_or("csi-volume-admission"));
@@ -194,7 +211,8 @@ pub async fn register_configurations(
         };
         for webhook in webhooks {
             let service_path = webhook["clientConfig"]["service"]["path"].as_str().unwrap_or("/").to_string();
-            webhook["clientConfig"] = json!({ "url": format!("{}{service_path}", server.url), "caBundle": ca_bundle });
+            webhook["clientConfig"] =
+                json!({ "url": format!("{}{service_path}", endpoint.url), "caBundle": ca_bundle });
             webhook["namespaceSelector"] = namespace_selector.clone();
         }
         match object["kind"].as_str() {

@@ -224,7 +224,7 @@ pub async fn generated_conditions_change_no_answer(suite: &Suite) -> Outcome {
     let mut registrations = Vec::new();
     for (name, configurations) in [("equiv-broad", broad), ("equiv-generated", generated)] {
         let selector = json!({"matchLabels": {WEBHOOK_LABEL: name}});
-        registrations.push(register_configurations(admin, server, configurations, name, selector).await?);
+        registrations.push(register_configurations(admin, server.endpoint(), configurations, name, selector).await?);
         wait_until_called(admin, name).await?;
         create_namespace(admin, name, name, &labels).await?;
     }
@@ -321,7 +321,7 @@ pub async fn a_stale_mutating_configuration_is_refused_not_silently_admitted(sui
     let mut configurations = generated_configurations(&server.config)?;
     configurations[1] = generated_configurations(&before)?.swap_remove(1);
     let selector = json!({"matchLabels": {WEBHOOK_LABEL: "stale"}});
-    let stale = register_configurations(admin, server, configurations, "stale", selector.clone()).await?;
+    let stale = register_configurations(admin, server.endpoint(), configurations, "stale", selector.clone()).await?;
     create_namespace(admin, namespace, "stale", &[]).await?;
 
     let writable = pod_with_read_only("writable", SHARED_RESOURCE_DRIVER, None, None);
