@@ -5,12 +5,17 @@
 //! - `nginx`: Debian's nginx, one process, the same certificate and TLS 1.3, answering every
 //!   request with the webhook's exact answer bytes (it reads and discards the body);
 //! - `rust floor` and `scan floor`: the webhook's own TLS and HTTP stack answering a canned
-//!   response, without and with a bare JSON scan of the body.
+//!   response, without and with a bare JSON scan of the body;
+//! - `pod security (Go)`: Pod Security Admission's own webhook (`tests/peers` builds it at the
+//!   apiserver's release), the reference implementation of the same kind of check, evaluating
+//!   the review's pod against the fixture namespace's labels, which it reads from a real
+//!   kube-apiserver started for it (unpinned and idle while the servers are measured). Without Go
+//!   it is left out, and the run says so.
 //!
 //! For each: open-loop fixed rates (latency counted from when each request was due, so a server
 //! that falls behind is charged for the queue), then saturation; every load in rounds that
 //! alternate between the servers, ratios to nginx taken per round.
-//! CPU per request is each server's own CPU time (the kernel's scheduler statistics for its
+//! CPU per request is each server's own CPU time (the kernel's per-process CPU clock, all its
 //! threads) divided by the requests it answered; ratios to nginx lead the results, since this
 //! VM's absolute speed drifts between days.
 //!
@@ -68,8 +73,27 @@ fn main() {
     servers.push(Server::start_nginx(&placement, dir.path(), &pair.files, &answer));
     servers.push(Server::start_floor(&placement, "rust floor", FloorWork::Nothing, &pair.files));
     servers.push(Server::start_floor(&placement, "scan floor", FloorWork::ScanJson, &pair.files));
+    // Kept until the end: Pod Security Admission's webhook watches its namespaces.
+    let _pod_security_cluster = match inline_guard_tests::peers::peers() {
+        Ok(peers) => {
+            let (cluster, server) = runtime.block_on(start_pod_security(&peers, &placement, dir.path(), &pair.files));
+            servers.push(server);
+            Some(cluster)
+        }
+        Err(error) => {
+            eprintln!("https_pinned: NO GO PEERS, so Pod Security Admission's webhook is NOT measured: {error}");
+            None
+        }
+    };
     for server in &servers {
         runtime.block_on(server.wait_until_answering(&connector, &body));
+    }
+    // What the reference answered, so a run shows it evaluated the pod rather than failing on it.
+    if let Some(reference) = servers.iter().find(|server| server.name == "pod security (Go)") {
+        let answer = runtime.block_on(reference.answer(&connector, &body));
+        let answer: serde_json::Value = serde_json::from_slice(&answer).expect("an AdmissionReview");
+        println!("pod security (Go) answers: {}", answer["response"]);
+        assert!(answer["response"]["allowed"].is_boolean(), "Pod Security Admission did not answer the review");
     }
 
     // One untimed saturation round each: connections, caches and the CPU's clock settle before
@@ -144,6 +168,29 @@ fn main() {
         std::fs::write(&path, serde_json::to_vec_pretty(&report).unwrap()).expect("writing the results");
         println!("results: {}", path.display());
     }
+}
+
+/// A kube-apiserver holding the fixture namespace with its labels, and Pod Security Admission's
+/// webhook reading it, pinned like the other servers.
+async fn start_pod_security(
+    peers: &inline_guard_tests::peers::Peers,
+    placement: &Placement,
+    dir: &Path,
+    files: &TlsFiles,
+) -> (inline_guard_tests::cluster::Cluster, Server) {
+    let cluster = inline_guard_tests::cluster::Cluster::start(peers).await.expect("the control plane");
+    let admin = cluster.client().await.expect("an admin client");
+    let namespace: k8s_openapi::api::core::v1::Namespace =
+        serde_json::from_value(json!({"metadata": {"name": NAMESPACE, "labels": namespace_labels()}}))
+            .expect("the namespace");
+    kube::Api::all(admin).create(&kube::api::PostParams::default(), &namespace).await.expect("creating the namespace");
+    let addr = free_address();
+    let mut command = placement.server_command(&peers.pod_security_webhook);
+    command.arg("--kubeconfig").arg(cluster.kubeconfig());
+    command.arg("--tls-cert-file").arg(&files.cert).arg("--tls-private-key-file").arg(&files.key);
+    command.args(["--bind-address", &addr.ip().to_string(), "--secure-port", &addr.port().to_string()]);
+    let server = Server::spawn("pod security (Go)", addr, command, &dir.join("pod-security.log"));
+    (cluster, server)
 }
 
 /// The child's part: serve until killed.

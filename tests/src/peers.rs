@@ -1,6 +1,7 @@
-//! The real Kubernetes components the suites run against (kube-apiserver, etcd, csi-sanity, and
-//! for the node kubelet), and two small Go programs of this repository (a registration probe, a
-//! pause process), built from the Go module proxy with the machine's Go toolchain at the versions
+//! The real Kubernetes components the suites run against (kube-apiserver, etcd, csi-sanity, for
+//! the node kubelet, and for the benchmarks Pod Security Admission's webhook), and two small Go
+//! programs of this repository (a registration probe, a pause process), built from the Go module
+//! proxy with the machine's Go toolchain at the versions
 //! `tests/peers/go.mod` and `tests/peers/node/go.mod` pin, and cached outside the checkout so
 //! that a fresh clone pays for the build once per machine.
 //!
@@ -32,6 +33,9 @@ pub struct Peers {
     pub kubelet: PathBuf,
     /// `pause` (`tests/peers/node/cmd/pause`): the sandbox process of the node's pods.
     pub pause: PathBuf,
+    /// Pod Security Admission's webhook (`k8s.io/pod-security-admission/cmd/webhook`), the
+    /// reference the benchmarks measure our webhook beside.
+    pub pod_security_webhook: PathBuf,
     /// The Kubernetes release the apiserver was built from, e.g. `v1.35.4`.
     pub kubernetes_version: String,
 }
@@ -44,11 +48,13 @@ struct Target {
     module: &'static str,
 }
 
-const TARGETS: [Target; 6] = [
+const TARGETS: [Target; 7] = [
     Target { file: "kube-apiserver", package: "k8s.io/kubernetes/cmd/kube-apiserver", module: "." },
     Target { file: "etcd", package: "go.etcd.io/etcd/server/v3", module: "." },
     Target { file: "csi-sanity", package: "github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity", module: "." },
     Target { file: "registration-probe", package: "./cmd/registration-probe", module: "." },
+    // Its module is pinned already: kube-apiserver requires it, at the release's version.
+    Target { file: "pod-security-webhook", package: "k8s.io/pod-security-admission/cmd/webhook", module: "." },
     // The node: a module of its own, since csi-test needs a newer CSI spec than kubelet builds with.
     Target { file: "kubelet", package: "k8s.io/kubernetes/cmd/kubelet", module: "node" },
     Target { file: "pause", package: "./cmd/pause", module: "node" },
@@ -106,6 +112,7 @@ pub fn peers() -> Result<Peers, String> {
         registration_probe: dir.join("registration-probe"),
         kubelet: dir.join("kubelet"),
         pause: dir.join("pause"),
+        pod_security_webhook: dir.join("pod-security-webhook"),
         kubernetes_version,
     })
 }
