@@ -4,7 +4,7 @@
 //! Beside it, for comparison, the same objects kept whole in kube's reflector store. Target: a few
 //! megabytes.
 //!
-//! `cargo bench -p inline-guard-benches --bench cache_memory`
+//! `cargo bench -p inline-guard-benches --bench cache_memory [-- --json FILE]`
 
 use std::collections::BTreeMap;
 
@@ -66,6 +66,7 @@ fn namespace(index: usize) -> NamespaceMeta {
 }
 
 fn main() {
+    let json_out = std::env::args().skip_while(|a| a != "--json").nth(1);
     let before = resident_bytes();
     let store = LabelStore::new(CacheKind::Namespace);
     store.apply(Event::<NamespaceMeta>::Init);
@@ -73,7 +74,7 @@ fn main() {
         store.apply(Event::InitApply(namespace(index)));
     }
     store.apply(Event::<NamespaceMeta>::InitDone);
-    report("label store (as served)", store.len(), resident_bytes().saturating_sub(before));
+    let served = report("label store (as served)", store.len(), resident_bytes().saturating_sub(before));
     drop(store);
 
     let before = resident_bytes();
@@ -84,13 +85,21 @@ fn main() {
         writer.apply_watcher_event(&Event::InitApply(namespace(index)));
     }
     writer.apply_watcher_event(&Event::InitDone);
-    report(
+    let whole = report(
         "whole objects in kube's reflector store (comparison)",
         reader.len(),
         resident_bytes().saturating_sub(before),
     );
+    if let Some(path) = json_out {
+        let results =
+            serde_json::json!({"namespaces": NAMESPACES, "label_store_mb": served, "reflector_store_mb": whole});
+        std::fs::write(&path, serde_json::to_vec_pretty(&results).unwrap()).expect("writing the results");
+    }
 }
 
-fn report(what: &str, objects: usize, grown: u64) {
-    println!("{objects} namespaces, {what}: resident set grew {:.1} MB", grown as f64 / 1e6);
+/// Prints one measurement and returns the growth in MB.
+fn report(what: &str, objects: usize, grown: u64) -> f64 {
+    let megabytes = grown as f64 / 1e6;
+    println!("{objects} namespaces, {what}: resident set grew {megabytes:.1} MB");
+    megabytes
 }
