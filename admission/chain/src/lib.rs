@@ -1,6 +1,6 @@
-//! The admission chain: a Rust shape of kube-apiserver's in-process admission plugins, the two
-//! plugins this project ships (CSIVolumeAdmission and read-only forcing), the cluster facts they
-//! read, and the `admission.k8s.io/v1` AdmissionReview wire form.
+//! The admission chain: a Rust shape of kube-apiserver's in-process admission plugins, the three
+//! plugins this project ships (CSIVolumeAdmission, read-only forcing and its check), the cluster
+//! facts they read, and the `admission.k8s.io/v1` AdmissionReview wire form.
 //!
 //! Hosts (the webhook server, `check`, an embedding apiserver) build [`Attributes`], run a
 //! [`Chain`], and turn its [`Outcome`] into their own answer; [`review`] is the one place an outcome
