@@ -19,7 +19,8 @@
 //! threads) divided by the requests it answered; ratios to nginx lead the results, since this
 //! VM's absolute speed drifts between days.
 //!
-//! `cargo bench -p inline-guard-benches --bench https_pinned [-- --seconds N] [--json FILE]`.
+//! `cargo bench -p inline-guard-benches --bench https_pinned [-- --seconds N] [--json FILE] [--profile]`
+//! (`--profile`: a flat `perf` profile of the webhook at saturation, when perf is installed).
 //! Needs `nginx` and `taskset` on PATH (`benches/run` installs nginx).
 
 use std::net::SocketAddr;
@@ -158,8 +159,41 @@ fn main() {
             "cpu_per_request_vs_nginx": cpu_ratio, "throughput_vs_nginx": throughput_ratio,
         }));
     }
+    // Where the webhook's CPU goes at saturation, for the report to show what bounds it.
+    let profile = if std::env::args().any(|a| a == "--profile") {
+        let webhook = servers.iter().find(|s| s.name == "webhook").expect("the webhook runs");
+        match inline_guard_benches::profile::start(webhook.child.id(), "webhook", dir.path()) {
+            Some(recording) => {
+                for _ in 0..3 {
+                    runtime.block_on(webhook.measure(&connector, SATURATION_CONNECTIONS, |s| saturate(s, &body)));
+                }
+                let profile = recording.finish();
+                if profile.is_none() {
+                    eprintln!("https_pinned: perf recorded nothing usable: the webhook is NOT profiled");
+                }
+                profile
+            }
+            None => {
+                eprintln!("https_pinned: perf could not start: the webhook is NOT profiled");
+                None
+            }
+        }
+    } else {
+        None
+    };
+    if let Some(symbols) = profile.as_ref().and_then(|p| p["symbols"].as_array()) {
+        println!("webhook at saturation, perf (top symbols):");
+        for entry in symbols.iter().take(12) {
+            println!(
+                "  {:>6.2}%  {}",
+                entry["percent"].as_f64().unwrap_or(f64::NAN),
+                entry["entry"].as_str().unwrap_or("")
+            );
+        }
+    }
     if let Some(path) = json_out {
         let report = json!({
+            "profile": profile,
             "placement": placement.describe(), "seconds": seconds, "rounds": rounds, "seconds_per_round": per_round_seconds,
             "review_bytes": body.len(), "fixed_rate_connections": FIXED_RATE_CONNECTIONS,
             "saturation_connections": SATURATION_CONNECTIONS, "nginx": nginx_version(),

@@ -3,6 +3,7 @@
 
 pub mod floor;
 pub mod process_cpu;
+pub mod profile;
 pub mod report;
 pub mod volume_requests;
 

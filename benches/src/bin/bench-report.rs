@@ -161,6 +161,32 @@ fn write_report(results: &Path, criterion: &Path, report: &Path) -> Result<(), S
     write_plot(&plots, "cpu-per-request.svg", &bar_chart("CPU per request at saturation", "µs", &cpu_bars))?;
     let _ = writeln!(w, "\n![CPU per request](report/cpu-per-request.svg)\n");
 
+    // What bounds the webhook.
+    let _ = writeln!(w, "## What bounds the webhook: `perf` at saturation\n");
+    match https["profile"]["objects"].as_array().zip(https["profile"]["symbols"].as_array()) {
+        Some((objects, symbols)) => {
+            let _ = writeln!(
+                w,
+                "A flat profile of the webhook process over three more saturation rounds (samples at 999 Hz). The \
+                 kernel's share is the loopback TCP path every server here pays; the rest is ours.\n"
+            );
+            let _ = writeln!(w, "| share | object |\n|---|---|");
+            for entry in objects {
+                let _ =
+                    writeln!(w, "| {:.1} % | `{}` |", number(&entry["percent"]), entry["entry"].as_str().unwrap_or(""));
+            }
+            let _ = writeln!(w, "\n| share | object and symbol |\n|---|---|");
+            for entry in symbols.iter().take(15) {
+                let _ =
+                    writeln!(w, "| {:.1} % | `{}` |", number(&entry["percent"]), entry["entry"].as_str().unwrap_or(""));
+            }
+            let _ = writeln!(w);
+        }
+        None => {
+            let _ = writeln!(w, "Not profiled in this run: `perf` is not installed or could not attach.\n");
+        }
+    }
+
     // Fixed rates.
     let _ = writeln!(
         w,
@@ -209,6 +235,18 @@ fn write_report(results: &Path, criterion: &Path, report: &Path) -> Result<(), S
             human_ns(scan),
             met(validate <= 3000.0)
         );
+        let parse = medians.iter().find(|(n, _)| n.contains("parse review")).map(|(_, ns)| *ns);
+        if let Some(parse) = parse.filter(|_| validate > 3000.0) {
+            let _ = writeln!(
+                w,
+                "What bounds it: parsing is {} of it, and any parse of these bytes must at least scan them ({}); \
+                 the rest, {}, is the chain and encoding the answer. Even a parse as cheap as the bare scan would leave {}.\n",
+                human_ns(parse),
+                human_ns(scan),
+                human_ns(validate - parse),
+                human_ns(validate - parse + scan),
+            );
+        }
     }
 
     if let Some(apiserver) = &apiserver {
@@ -418,6 +456,7 @@ mod tests {
             "Not measured in this run: `driver_latency` needs root.",
             "Not measured in this run: it needs Go for the peers.",
             "Not measured in this run: it needs root and Go.",
+            "Not profiled in this run: `perf` is not installed or could not attach.",
             "| pod security (Go) | 7000 | 140.0 | 14.00× |",
             "same review and core: 140 µs of CPU per request and 7000 requests/s at saturation. Ours answers 10.0× as many requests per second, at 10.00× less CPU per request.",
         ] {
