@@ -120,52 +120,63 @@ struct Case {
 /// absent, true); and a second volume (none, a baseline driver, a privileged driver, a driver with
 /// no CSIDriver object).
 fn equivalence_cases(baseline: &str, privileged: &str) -> Vec<Case> {
-    let optional = [None, Some(false), Some(true)];
+    let volumes = [None, Some(false), Some(true)];
     let mounts = [None, Some(None), Some(Some(false)), Some(Some(true))];
     let init_mounts = [None, Some(None), Some(Some(true))];
-    let second = [None, Some(baseline), Some(privileged), Some("unknown.equiv.e2e.inlineguard.dev")];
+    let others = [None, Some(baseline), Some(privileged), Some("unknown.equiv.e2e.inlineguard.dev")];
     let mut cases = Vec::new();
-    for volume in optional {
+    for volume in volumes {
         for mount in mounts {
             for init_mount in init_mounts {
-                for other in second {
+                for other in others {
                     let name = format!("case-{}", cases.len());
-                    let mut volumes = vec![json!({"name": "shared", "csi": {"driver": SHARED_RESOURCE_DRIVER}})];
-                    if let Some(read_only) = volume {
-                        volumes[0]["csi"]["readOnly"] = json!(read_only);
-                    }
-                    let mut app = container("app", &[]);
-                    let mut app_mounts = vec![json!({"name": "scratch", "mountPath": "/scratch"})];
-                    if let Some(read_only) = mount {
-                        let mut entry = json!({"name": "shared", "mountPath": "/shared"});
-                        if let Some(read_only) = read_only {
-                            entry["readOnly"] = json!(read_only);
-                        }
-                        app_mounts.push(entry);
-                    }
-                    volumes.push(json!({"name": "scratch", "emptyDir": {}}));
-                    if let Some(driver) = other {
-                        volumes.push(json!({"name": "other", "csi": {"driver": driver}}));
-                        app_mounts.push(json!({"name": "other", "mountPath": "/other"}));
-                    }
-                    app["volumeMounts"] = json!(app_mounts);
-                    let mut spec = json!({"containers": [app], "volumes": volumes});
-                    if let Some(read_only) = init_mount {
-                        let mut init = container("init", &[]);
-                        let mut entry = json!({"name": "shared", "mountPath": "/shared"});
-                        if let Some(read_only) = read_only {
-                            entry["readOnly"] = json!(read_only);
-                        }
-                        init["volumeMounts"] = json!([entry]);
-                        spec["initContainers"] = json!([init]);
-                    }
-                    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec});
+                    let pod = table_pod(&name, volume, mount, init_mount, other);
                     cases.push(Case { name, pod });
                 }
             }
         }
     }
     cases
+}
+
+/// One pod of the table: the read-only driver's volume `shared` with `readOnly` as `volume`
+/// says; the app's and an init container's mounts of it as `mount` and `init_mount` say (`None`:
+/// no mount; `Some(None)`: a mount without `readOnly`); a scratch volume; and a second CSI
+/// volume of `other`, mounted by the app.
+fn table_pod(
+    name: &str,
+    volume: Option<bool>,
+    mount: Option<Option<bool>>,
+    init_mount: Option<Option<bool>>,
+    other: Option<&str>,
+) -> Value {
+    let mount_of_shared = |read_only: Option<bool>| {
+        let mut entry = json!({"name": "shared", "mountPath": "/shared"});
+        if let Some(read_only) = read_only {
+            entry["readOnly"] = json!(read_only);
+        }
+        entry
+    };
+    let mut shared = json!({"name": "shared", "csi": {"driver": SHARED_RESOURCE_DRIVER}});
+    if let Some(read_only) = volume {
+        shared["csi"]["readOnly"] = json!(read_only);
+    }
+    let mut volumes = vec![shared, json!({"name": "scratch", "emptyDir": {}})];
+    let mut app_mounts = vec![json!({"name": "scratch", "mountPath": "/scratch"})];
+    app_mounts.extend(mount.map(mount_of_shared));
+    if let Some(driver) = other {
+        volumes.push(json!({"name": "other", "csi": {"driver": driver}}));
+        app_mounts.push(json!({"name": "other", "mountPath": "/other"}));
+    }
+    let mut app = container("app", &[]);
+    app["volumeMounts"] = json!(app_mounts);
+    let mut spec = json!({"containers": [app], "volumes": volumes});
+    if let Some(read_only) = init_mount {
+        let mut init = container("init", &[]);
+        init["volumeMounts"] = json!([mount_of_shared(read_only)]);
+        spec["initContainers"] = json!([init]);
+    }
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec})
 }
 
 /// What a client can tell about one answer, with the namespace's name taken out.
