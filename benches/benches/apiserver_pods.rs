@@ -1,4 +1,4 @@
-//! Pod creation through a real kube-apiserver 1.35 and etcd (built by `tests/peers`) under four
+//! Pod creation through a real kube-apiserver 1.35 and etcd (built by `tests/peers`) under five
 //! phases, in alternating rounds so that the machine's drift falls on all of them alike:
 //! - `none`: no admission policy beyond the apiserver's own plugins;
 //! - `cel`: a ValidatingAdmissionPolicy doing the enforce check in CEL (the namespace's label
@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use inline_guard_benches::floor::{FloorWork, serve_floor};
 use inline_guard_benches::percentile;
 use inline_guard_server::tls::{TlsFiles, generate_pair};
-use inline_guard_tests::cluster::Cluster;
+use inline_guard_tests::cluster::{ChildProcess, Cluster, free_port};
 use inline_guard_tests::repo_root;
 use inline_guard_tests::webhook::{
     Endpoint, Registration, WebhookServer, generated_configurations, register, register_configurations,
@@ -317,9 +317,9 @@ fn main() {
     });
 }
 
-/// The floor webhook, a child process (this binary re-executed), killed on drop.
+/// The floor webhook, a child process (this binary re-executed) that dies with this one.
 struct FloorProcess {
-    child: std::process::Child,
+    _process: ChildProcess,
     url: String,
     ca_pem: String,
 }
@@ -327,28 +327,17 @@ struct FloorProcess {
 impl FloorProcess {
     fn start(dir: &std::path::Path) -> FloorProcess {
         let pair = generate_pair(dir, &["127.0.0.1"]).expect("the floor's certificate");
-        let address = {
-            let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-            listener.local_addr().expect("its address")
-        };
-        let child = std::process::Command::new(std::env::current_exe().expect("this benchmark"))
-            .env(FLOOR_ROLE, "1")
-            .args([address.to_string(), pair.files.cert.display().to_string(), pair.files.key.display().to_string()])
-            .spawn()
-            .expect("the floor webhook");
+        let port = free_port().expect("a free port");
+        let args =
+            [format!("127.0.0.1:{port}"), pair.files.cert.display().to_string(), pair.files.key.display().to_string()];
+        let exe = std::env::current_exe().expect("this benchmark");
+        let process = ChildProcess::spawn("floor", &exe, &args, &[(FLOOR_ROLE, "1")], dir).expect("the floor webhook");
         let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(address).is_err() {
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
             assert!(Instant::now() < deadline, "the floor webhook did not listen within 10 s");
             std::thread::sleep(Duration::from_millis(20));
         }
-        FloorProcess { child, url: format!("https://{address}"), ca_pem: pair.ca_pem }
-    }
-}
-
-impl Drop for FloorProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        FloorProcess { _process: process, url: format!("https://127.0.0.1:{port}"), ca_pem: pair.ca_pem }
     }
 }
 
