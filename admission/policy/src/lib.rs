@@ -23,7 +23,7 @@ pub use level::{Level, Mode};
 pub use namespace_policy::{LabelError, NamespacePolicy};
 pub use patch::PatchOperation;
 pub use pod_spec::{ContainerView, CsiVolumeView, PodSpecView, VolumeMountView, VolumeView};
-pub use read_only::{MountScope, force_read_only};
+pub use read_only::{ContainerList, MountScope, WritablePlace, force_read_only, writable_places};
 pub use read_only_check::{not_forced_message, writable_read_only_volumes};
 pub use settings::{Defaults, Exemptions, PolicySettings, ReadOnlyDrivers};
 pub use verdict::{Subject, SubjectKind, Verdict, evaluate};

@@ -20,6 +20,107 @@ pub enum MountScope<'a> {
     },
 }
 
+/// The containers of a pod spec, in the order forcing patches them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContainerList {
+    /// `spec.containers`.
+    Containers,
+    /// `spec.initContainers`.
+    InitContainers,
+    /// `spec.ephemeralContainers`.
+    EphemeralContainers,
+}
+
+impl ContainerList {
+    const ALL: [ContainerList; 3] =
+        [ContainerList::Containers, ContainerList::InitContainers, ContainerList::EphemeralContainers];
+
+    /// The field's JSON name.
+    pub fn field(self) -> &'static str {
+        match self {
+            ContainerList::Containers => "containers",
+            ContainerList::InitContainers => "initContainers",
+            ContainerList::EphemeralContainers => "ephemeralContainers",
+        }
+    }
+
+    pub(crate) fn of(self, spec: &PodSpecView) -> &[ContainerView] {
+        match self {
+            ContainerList::Containers => &spec.containers,
+            ContainerList::InitContainers => &spec.init_containers,
+            ContainerList::EphemeralContainers => &spec.ephemeral_containers,
+        }
+    }
+
+    fn of_mut(self, spec: &mut PodSpecView) -> &mut [ContainerView] {
+        match self {
+            ContainerList::Containers => &mut spec.containers,
+            ContainerList::InitContainers => &mut spec.init_containers,
+            ContainerList::EphemeralContainers => &mut spec.ephemeral_containers,
+        }
+    }
+}
+
+/// A `readOnly` field that forcing sets to `true`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WritablePlace {
+    /// `spec.volumes[volume].csi.readOnly`.
+    Volume {
+        /// Index in `spec.volumes`.
+        volume: usize,
+    },
+    /// `spec.<list>[container].volumeMounts[mount].readOnly`.
+    Mount {
+        /// Which list of containers.
+        list: ContainerList,
+        /// Index in that list.
+        container: usize,
+        /// Index in the container's `volumeMounts`.
+        mount: usize,
+    },
+}
+
+/// Every `readOnly` field of `spec` that `scope` lets forcing change and that is not `true` yet:
+/// the volumes of listed drivers, then their mounts in containers, init containers and
+/// ephemeral containers. Forcing sets exactly these; the read-only check refuses a pod that
+/// still has any.
+pub fn writable_places(spec: &PodSpecView, drivers: &ReadOnlyDrivers, scope: MountScope<'_>) -> Vec<WritablePlace> {
+    let mut places = Vec::new();
+    let mut listed_volumes: Vec<&str> = Vec::new();
+    for (index, volume) in spec.volumes.iter().enumerate() {
+        let Some(csi) = &volume.csi else { continue };
+        if !drivers.contains(&csi.driver) {
+            continue;
+        }
+        listed_volumes.push(&volume.name);
+        if matches!(scope, MountScope::WholePod) && csi.read_only != Some(true) {
+            places.push(WritablePlace::Volume { volume: index });
+        }
+    }
+    if listed_volumes.is_empty() {
+        return places;
+    }
+    for list in ContainerList::ALL {
+        for (container_index, container) in list.of(spec).iter().enumerate() {
+            let may_change = match scope {
+                MountScope::WholePod => true,
+                MountScope::NewEphemeralContainers { existing } => {
+                    list == ContainerList::EphemeralContainers && !existing.contains(&container.name.as_str())
+                }
+            };
+            if !may_change {
+                continue;
+            }
+            for (mount_index, mount) in container.volume_mounts.iter().enumerate() {
+                if mount.read_only != Some(true) && listed_volumes.contains(&mount.name.as_str()) {
+                    places.push(WritablePlace::Mount { list, container: container_index, mount: mount_index });
+                }
+            }
+        }
+    }
+    places
+}
+
 /// Forces `readOnly: true` on the pod spec at `/spec` and returns the JSON Patch that does the same
 /// to the object as sent. An empty patch means nothing changed.
 pub fn force_read_only(
@@ -27,60 +128,28 @@ pub fn force_read_only(
     drivers: &ReadOnlyDrivers,
     scope: MountScope<'_>,
 ) -> Vec<PatchOperation> {
-    let mut patch = Vec::new();
-    let mut forced_volumes: Vec<String> = Vec::new();
-    for (index, volume) in spec.volumes.iter_mut().enumerate() {
-        let Some(csi) = volume.csi.as_mut() else { continue };
-        if !drivers.contains(&csi.driver) {
-            continue;
-        }
-        forced_volumes.push(volume.name.clone());
-        if matches!(scope, MountScope::WholePod) && csi.read_only != Some(true) {
-            patch
-                .push(PatchOperation::set_true(format!("/spec/volumes/{index}/csi/readOnly"), csi.read_only.is_some()));
-            csi.read_only = Some(true);
-        }
-    }
-    if forced_volumes.is_empty() {
-        return patch;
-    }
-
-    let lists: [(&str, &mut Vec<ContainerView>); 3] = [
-        ("containers", &mut spec.containers),
-        ("initContainers", &mut spec.init_containers),
-        ("ephemeralContainers", &mut spec.ephemeral_containers),
-    ];
-    for (list, containers) in lists {
-        for (index, container) in containers.iter_mut().enumerate() {
-            let may_change = match scope {
-                MountScope::WholePod => true,
-                MountScope::NewEphemeralContainers { existing } => {
-                    list == "ephemeralContainers" && !existing.contains(&container.name.as_str())
-                }
-            };
-            if may_change {
-                force_mounts(container, &forced_volumes, &format!("/spec/{list}/{index}"), &mut patch);
+    let places = writable_places(spec, drivers, scope);
+    let mut patch = Vec::with_capacity(places.len());
+    for place in places {
+        let (path, read_only) = match place {
+            // The places index this same spec, so every lookup finds its field.
+            WritablePlace::Volume { volume } => {
+                let Some(csi) = spec.volumes.get_mut(volume).and_then(|v| v.csi.as_mut()) else { continue };
+                (format!("/spec/volumes/{volume}/csi/readOnly"), &mut csi.read_only)
             }
-        }
+            WritablePlace::Mount { list, container, mount } => {
+                let field = list.field();
+                let containers = list.of_mut(spec);
+                let Some(entry) = containers.get_mut(container).and_then(|c| c.volume_mounts.get_mut(mount)) else {
+                    continue;
+                };
+                (format!("/spec/{field}/{container}/volumeMounts/{mount}/readOnly"), &mut entry.read_only)
+            }
+        };
+        patch.push(PatchOperation::set_true(path, read_only.is_some()));
+        *read_only = Some(true);
     }
     patch
-}
-
-fn force_mounts(
-    container: &mut ContainerView,
-    forced_volumes: &[String],
-    container_path: &str,
-    patch: &mut Vec<PatchOperation>,
-) {
-    for (index, mount) in container.volume_mounts.iter_mut().enumerate() {
-        if mount.read_only != Some(true) && forced_volumes.contains(&mount.name) {
-            patch.push(PatchOperation::set_true(
-                format!("{container_path}/volumeMounts/{index}/readOnly"),
-                mount.read_only.is_some(),
-            ));
-            mount.read_only = Some(true);
-        }
-    }
 }
 
 #[cfg(test)]

@@ -9,39 +9,31 @@
 //! saying why; this turns a stale configuration into a loud denial rather than a silent gap.
 
 use crate::pod_spec::PodSpecView;
+use crate::read_only::{MountScope, WritablePlace, writable_places};
 use crate::settings::ReadOnlyDrivers;
 
 /// How many writable places a message names before it says how many more there are.
 const NAMED_AT_MOST: usize = 5;
 
-/// The volumes of listed drivers, and their mounts, that are not `readOnly: true`, in the order
-/// forcing would have patched them: `volume "v" (CSIDriver d)`, then `mount of "v" in container
-/// "c"` for containers, init containers and ephemeral containers.
+/// The volumes of listed drivers, and their mounts, that are not `readOnly: true` (exactly what
+/// forcing a pod creation would set), described in that order: `volume "v" (CSIDriver d)`, then
+/// `mount of "v" in container "c"`.
 pub fn writable_read_only_volumes(spec: &PodSpecView, drivers: &ReadOnlyDrivers) -> Vec<String> {
-    let mut writable = Vec::new();
-    let mut listed_volumes: Vec<&str> = Vec::new();
-    for volume in &spec.volumes {
-        let Some(csi) = &volume.csi else { continue };
-        if !drivers.contains(&csi.driver) {
-            continue;
-        }
-        listed_volumes.push(&volume.name);
-        if csi.read_only != Some(true) {
-            writable.push(format!("volume {:?} (CSIDriver {})", volume.name, csi.driver));
-        }
-    }
-    if listed_volumes.is_empty() {
-        return writable;
-    }
-    let containers = spec.containers.iter().chain(&spec.init_containers).chain(&spec.ephemeral_containers);
-    for container in containers {
-        for mount in &container.volume_mounts {
-            if mount.read_only != Some(true) && listed_volumes.contains(&mount.name.as_str()) {
-                writable.push(format!("mount of {:?} in container {:?}", mount.name, container.name));
+    writable_places(spec, drivers, MountScope::WholePod)
+        .into_iter()
+        .filter_map(|place| match place {
+            WritablePlace::Volume { volume } => {
+                let volume = spec.volumes.get(volume)?;
+                let driver = &volume.csi.as_ref()?.driver;
+                Some(format!("volume {:?} (CSIDriver {driver})", volume.name))
             }
-        }
-    }
-    writable
+            WritablePlace::Mount { list, container, mount } => {
+                let container = list.of(spec).get(container)?;
+                let mount = container.volume_mounts.get(mount)?;
+                Some(format!("mount of {:?} in container {:?}", mount.name, container.name))
+            }
+        })
+        .collect()
 }
 
 /// The denial for an object whose listed volumes are still writable: names at most a few places,
