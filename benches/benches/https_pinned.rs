@@ -33,9 +33,9 @@ use http_body_util::{BodyExt, Full};
 use hyper::Request;
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
-use inline_guard_benches::floor::{FloorWork, serve_floor};
+use inline_guard_benches::floor::{FloorWork, run_floor_child};
 use inline_guard_benches::process_cpu::{Placement, cpu_time};
-use inline_guard_benches::{NAMESPACE, REVIEW_3K, drivers, namespace_labels, percentile};
+use inline_guard_benches::{NAMESPACE, REVIEW_3K, drivers, namespace_labels, option, percentile};
 use inline_guard_server::tls::{TlsFiles, connector_trusting, generate_pair};
 use rustls_pki_types::ServerName;
 use serde_json::json;
@@ -53,9 +53,13 @@ fn main() {
     if let Ok(role) = std::env::var(ROLE) {
         serve_as(&role);
     }
-    let arg = |name: &str| std::env::args().skip_while(|a| a != name).nth(1);
-    let seconds: u64 = arg("--seconds").and_then(|s| s.parse().ok()).unwrap_or(5);
-    let json_out = arg("--json").map(PathBuf::from);
+    let (seconds, json_out) = match (option::<u64>("--seconds"), option::<PathBuf>("--json")) {
+        (Ok(seconds), Ok(json_out)) => (seconds.unwrap_or(5), json_out),
+        (Err(error), _) | (_, Err(error)) => {
+            eprintln!("https_pinned: {error}");
+            std::process::exit(2);
+        }
+    };
     let placement = Placement::for_this_machine();
     placement.pin_generator().expect("pinning the load generator");
 
@@ -65,7 +69,7 @@ fn main() {
     std::fs::write(&state, cluster_state()).expect("cluster state");
     let connector = connector_trusting(&[&pair.ca_pem]).expect("client TLS configuration");
     let body = Bytes::from_static(REVIEW_3K.as_bytes());
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("the tokio runtime");
 
     let mut servers = Vec::new();
     let webhook = Server::start_webhook(&placement, dir.path(), &pair.files, &state);
@@ -229,7 +233,6 @@ async fn start_pod_security(
 
 /// The child's part: serve until killed.
 fn serve_as(role: &str) -> ! {
-    let arg = |index: usize| std::env::args().nth(index).unwrap_or_default();
     match role {
         // `serve` as the binary runs it: the arguments after the role are its command line.
         "webhook" => {
@@ -242,11 +245,8 @@ fn serve_as(role: &str) -> ! {
             );
             std::process::exit(i32::from(code));
         }
-        "rust floor" | "scan floor" => {
-            let work = if role == "rust floor" { FloorWork::Nothing } else { FloorWork::ScanJson };
-            let files = TlsFiles { cert: arg(2).into(), key: arg(3).into() };
-            serve_floor(arg(1).parse().expect("listen address"), files, work)
-        }
+        "rust floor" => run_floor_child(FloorWork::Nothing),
+        "scan floor" => run_floor_child(FloorWork::ScanJson),
         other => panic!("unknown server role {other:?}"),
     }
 }
@@ -303,7 +303,7 @@ impl Server {
 
     fn start_webhook(placement: &Placement, dir: &Path, files: &TlsFiles, state: &Path) -> Server {
         let addr = free_address();
-        let mut command = placement.server_command(&std::env::current_exe().unwrap());
+        let mut command = placement.server_command(&std::env::current_exe().expect("this benchmark's path"));
         command.env(ROLE, "webhook").args(["serve", "--cluster-state"]).arg(state);
         command.args(["--listen", &addr.to_string(), "--health-listen", &free_address().to_string()]);
         command.arg("--tls-cert").arg(&files.cert).arg("--tls-key").arg(&files.key);
@@ -312,7 +312,7 @@ impl Server {
 
     fn start_floor(placement: &Placement, name: &'static str, _work: FloorWork, files: &TlsFiles) -> Server {
         let addr = free_address();
-        let mut command = placement.server_command(&std::env::current_exe().unwrap());
+        let mut command = placement.server_command(&std::env::current_exe().expect("this benchmark's path"));
         command.env(ROLE, name).arg(addr.to_string()).arg(&files.cert).arg(&files.key);
         let log = files.cert.with_file_name(format!("{}.log", name.replace(' ', "-")));
         Server::spawn(name, addr, command, &log)
@@ -463,7 +463,7 @@ fn post(body: &Bytes) -> Request<Full<Bytes>> {
         .header("host", "localhost")
         .header("content-type", "application/json")
         .body(Full::new(body.clone()))
-        .unwrap()
+        .expect("a request of constant parts")
 }
 
 /// One keep-alive connection to a server.

@@ -87,16 +87,38 @@ fn start_floor_on(listener: TcpListener, acceptor: TlsAcceptor, work: FloorWork)
 }
 
 /// Serves a floor on `listen` with the certificate `files` until the process is killed: the body
-/// of the floor child processes. The runtime is tokio's default, as `serve`'s is.
-pub fn serve_floor(listen: SocketAddr, files: TlsFiles, work: FloorWork) -> ! {
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
-    runtime.block_on(async {
-        let certificate = Arc::new(ReloadingCertificate::load(files).expect("certificate"));
-        let acceptor = TlsAcceptor::from(server_config(certificate).expect("TLS configuration"));
-        start_floor_on(TcpListener::bind(listen).await.expect("listen"), acceptor, work);
-        std::future::pending::<()>().await;
+/// of the floor child processes. The runtime is tokio's default, as `serve`'s is. Returns only
+/// when the floor cannot start, saying why.
+fn serve_floor(listen: SocketAddr, files: TlsFiles, work: FloorWork) -> String {
+    let served = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| format!("runtime: {e}"));
+    let started = served.and_then(|runtime| {
+        runtime.block_on(async {
+            let certificate = ReloadingCertificate::load(files).map_err(|e| format!("certificate: {e}"))?;
+            let config = server_config(Arc::new(certificate)).map_err(|e| format!("TLS configuration: {e}"))?;
+            let listener = TcpListener::bind(listen).await.map_err(|e| format!("listening on {listen}: {e}"))?;
+            start_floor_on(listener, TlsAcceptor::from(config), work);
+            std::future::pending::<Result<(), String>>().await
+        })
     });
-    unreachable!("the floor serves until killed")
+    match started {
+        Ok(()) => "the floor stopped serving".to_string(),
+        Err(error) => error,
+    }
+}
+
+/// The floor child's whole life: its command line is `LISTEN CERT KEY` after the program name,
+/// as the benchmarks start it. Serves until killed; exits 2 saying why when it cannot start.
+pub fn run_floor_child(work: FloorWork) -> ! {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let error = match args.as_slice() {
+        [listen, cert, key, ..] => match listen.parse::<SocketAddr>() {
+            Ok(listen) => serve_floor(listen, TlsFiles { cert: cert.into(), key: key.into() }, work),
+            Err(error) => format!("listen address {listen:?}: {error}"),
+        },
+        _ => format!("expected LISTEN CERT KEY, got {args:?}"),
+    };
+    eprintln!("floor: {error}");
+    std::process::exit(2)
 }
 
 #[cfg(test)]

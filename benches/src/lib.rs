@@ -20,6 +20,24 @@ pub const REVIEW_3K: &str = include_str!("../fixtures/review-3k.json");
 /// A pod CREATE review of about 30 KB (six containers with many environment variables).
 pub const REVIEW_30K: &str = include_str!("../fixtures/review-30k.json");
 
+/// The value after `--name` on this process's command line, parsed; `None` when the option is
+/// absent, and an error naming the option and the value when it does not parse.
+pub fn option<T>(name: &str) -> Result<Option<T>, String>
+where
+    T: std::str::FromStr,
+    T::Err: std::fmt::Display,
+{
+    let mut args = std::env::args().skip_while(|arg| arg != name);
+    if args.next().is_none() {
+        return Ok(None);
+    }
+    let value = args.next().ok_or_else(|| format!("{name} needs a value"))?;
+    value
+        .parse()
+        .map(Some)
+        .map_err(|error| format!("{name} {:?}: {error}", value.chars().take(100).collect::<String>()))
+}
+
 /// The namespace the fixtures live in: enforce baseline, warn and audit restricted.
 pub const NAMESPACE: &str = "apps";
 

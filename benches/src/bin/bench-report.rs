@@ -274,16 +274,18 @@ fn write_report(results: &Path, criterion: &Path, report: &Path) -> Result<(), S
                 let _ = writeln!(w, "| {what} | {:.2} ms | {:.2} ms |", policy(name, "p50_ms"), policy(name, "p99_ms"));
             }
         }
-        let added_p99 = policy("webhooks", "p99_ms") - policy("none", "p99_ms");
+        let pooled_p99 = policy("webhooks", "p99_ms") - policy("none", "p99_ms");
+        // The target is judged on the median of per-round p99 differences (see apiserver_pods):
+        // the pooled p99 of a thousand creations moves with any one stall of the VM.
+        let paired_p99 = policy("webhooks", "p99_added_paired_ms");
+        let judged_p99 = if paired_p99.is_nan() { pooled_p99 } else { paired_p99 };
         let _ = writeln!(
             w,
             "
-The webhooks add {:+.2} ms at p50 and {added_p99:+.2} ms at p99 over no policy (target < 2 ms at p99: {}); against CEL they cost {:.2}× at p50 and {:.2}× at p99 (target: no more than CEL: {}).
+The webhooks add {:+.2} ms at p50 and {pooled_p99:+.2} ms at p99 over no policy; the median over rounds of the p99 difference is {paired_p99:+.2} ms (target < 2 ms at p99: {}). Against CEL they cost {:.2}× at p50 and {:.2}× at p99 (target: no more than CEL: {}).
 ",
             policy("webhooks", "p50_ms") - policy("none", "p50_ms"),
-            // A p99 of 1 000 creations on a shared VM rests on ten samples: when no policy's own
-            // p99 comes out the higher, the difference says nothing either way.
-            if added_p99 < 0.0 { "not judged, within this run's noise" } else { met(added_p99 < 2.0) },
+            met(judged_p99 < 2.0),
             policy("webhooks", "p50_ms") / policy("cel", "p50_ms"),
             policy("webhooks", "p99_ms") / policy("cel", "p99_ms"),
             met(policy("webhooks", "p50_ms") <= policy("cel", "p50_ms")
@@ -293,13 +295,13 @@ The webhooks add {:+.2} ms at p50 and {added_p99:+.2} ms at p99 over no policy (
             let call = |name: &str, key: &str| number(&apiserver["calls"][name][key]);
             let _ = writeln!(
                 w,
-                "What bounds it: a webhook that does nothing but allow adds {:+.2} ms at p50 and {:+.2} ms at p99 over no policy, \
+                "What bounds it: a webhook that does nothing but allow adds {:+.2} ms at p50 and {:+.2} ms at p99 (median over rounds) over no policy, \
                  so calling any webhook costs more than the CEL policy here. Ours adds {:+.2} ms at p50 over that floor. \
                  The apiserver measures a call to /validate at {:.3} ms on average (to the floor: {:.3} ms), of which the server \
                  spends {:.3} ms from request head to response; the rest is the apiserver encoding the review, TLS and the loopback.
 ",
                 policy("floor-webhook", "p50_ms") - policy("none", "p50_ms"),
-                policy("floor-webhook", "p99_ms") - policy("none", "p99_ms"),
+                policy("floor-webhook", "p99_added_paired_ms"),
                 policy("webhooks", "p50_ms") - policy("floor-webhook", "p50_ms"),
                 call("pods.csi-volume-admission.inlineguard.dev", "apiserver_mean_ms"),
                 call("floor.bench.inlineguard.dev", "apiserver_mean_ms"),
@@ -309,11 +311,11 @@ The webhooks add {:+.2} ms at p50 and {added_p99:+.2} ms at p99 over no policy (
         if apiserver["policies"].get("webhooks-forcing").is_some() {
             let _ = writeln!(
                 w,
-                "Pods that forcing patches pay both calls: {:+.2} ms at p50 and {:+.2} ms at p99 over no policy. \
+                "Pods that forcing patches pay both calls: {:+.2} ms at p50 and {:+.2} ms at p99 (median over rounds) over no policy. \
                  The generated conditions spare the /mutate call for every other pod with CSI volumes.
 ",
                 policy("webhooks-forcing", "p50_ms") - policy("none", "p50_ms"),
-                policy("webhooks-forcing", "p99_ms") - policy("none", "p99_ms"),
+                policy("webhooks-forcing", "p99_added_paired_ms"),
             );
         }
     } else {
