@@ -10,6 +10,7 @@ pub mod attributes;
 pub mod chain;
 pub mod error;
 pub mod facts;
+mod json_cursor;
 pub mod object;
 pub mod plugin;
 pub mod plugins;

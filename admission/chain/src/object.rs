@@ -12,6 +12,8 @@ use serde::{Deserialize, Deserializer};
 
 use crate::attributes::GroupVersionResource;
 
+pub(crate) mod fast_decode;
+
 /// The resources whose objects carry a pod spec.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PodSpecKind {
@@ -103,16 +105,16 @@ pub struct ObjectDecodeError {
 /// `spec`, a workload's `spec.template.spec`, a CronJob's `spec.jobTemplate.spec.template.spec`, a
 /// PodTemplate's `template.spec`. Their field names do not collide, so one shape holds them all and
 /// the kind picks the right one afterwards.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct ObjectShape {
     #[serde(deserialize_with = "nullable")]
     metadata: ObjectNames,
     spec: Option<SpecShape>,
-    template: Option<TemplateShape>,
+    template: Option<Box<TemplateShape>>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 struct SpecShape {
     #[serde(deserialize_with = "nullable")]
@@ -124,26 +126,26 @@ struct SpecShape {
     #[serde(deserialize_with = "nullable")]
     ephemeral_containers: Vec<ContainerView>,
     runtime_class_name: Option<String>,
-    template: Option<TemplateShape>,
-    job_template: Option<JobTemplateShape>,
+    template: Option<Box<TemplateShape>>,
+    job_template: Option<Box<JobTemplateShape>>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(default)]
 struct TemplateShape {
     spec: Option<PodSpecView>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(default)]
 struct JobTemplateShape {
     spec: Option<JobSpecShape>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(default)]
 struct JobSpecShape {
-    template: Option<TemplateShape>,
+    template: Option<Box<TemplateShape>>,
 }
 
 /// Only the names, for resources admission does not evaluate: their spec may hold anything.
@@ -157,7 +159,7 @@ struct NamesOnly {
 impl AdmissionObject {
     /// The object `shape` as a `kind` (`None`: a resource without pod spec).
     pub fn from_shape(kind: Option<PodSpecKind>, shape: ObjectShape) -> AdmissionObject {
-        let template_spec = |template: Option<TemplateShape>| template.and_then(|t| t.spec);
+        let template_spec = |template: Option<Box<TemplateShape>>| template.and_then(|t| t.spec);
         let spec = match kind {
             None => None,
             Some(PodSpecKind::Pod) => shape.spec.map(|s| PodSpecView {

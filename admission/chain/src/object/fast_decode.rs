@@ -1,0 +1,181 @@
+//! [`ObjectShape`] read by hand in one pass with [`JsonCursor`]: field for field what its serde
+//! derive reads (the same keys, defaults, `null` handling and duplicate-field refusals), without
+//! serde's per-field dispatch. Anything else is declined and left to serde.
+
+use inline_guard_policy::pod_spec::{ContainerView, CsiVolumeView, PodSpecView, VolumeMountView, VolumeView};
+
+use super::{JobSpecShape, JobTemplateShape, ObjectNames, ObjectShape, SpecShape, TemplateShape};
+use crate::json_cursor::{Declined, JsonCursor, Step};
+
+/// Sets a field once: serde's derive refuses a struct that names a field twice.
+pub(crate) fn once<T>(slot: &mut Option<T>, value: T) -> Step<()> {
+    if slot.is_some() {
+        return Err(Declined);
+    }
+    *slot = Some(value);
+    Ok(())
+}
+
+/// An object's shape.
+pub(crate) fn object_shape(cursor: &mut JsonCursor<'_>) -> Step<ObjectShape> {
+    let (mut metadata, mut spec, mut template) = (None, None, None);
+    cursor.object(|cursor, key| match key {
+        "metadata" => once(&mut metadata, cursor.optional(object_names)?.unwrap_or_default()),
+        "spec" => once(&mut spec, cursor.optional(spec_shape)?),
+        "template" => once(&mut template, cursor.optional(boxed(template_shape))?),
+        _ => cursor.skip(),
+    })?;
+    Ok(ObjectShape { metadata: metadata.unwrap_or_default(), spec: spec.flatten(), template: template.flatten() })
+}
+
+fn boxed<T>(read: impl FnOnce(&mut JsonCursor<'_>) -> Step<T>) -> impl FnOnce(&mut JsonCursor<'_>) -> Step<Box<T>> {
+    |cursor| read(cursor).map(Box::new)
+}
+
+fn object_names(cursor: &mut JsonCursor<'_>) -> Step<ObjectNames> {
+    let (mut name, mut generate_name, mut namespace) = (None, None, None);
+    cursor.object(|cursor, key| match key {
+        "name" => once(&mut name, cursor.optional(JsonCursor::string)?),
+        "generateName" => once(&mut generate_name, cursor.optional(JsonCursor::string)?),
+        "namespace" => once(&mut namespace, cursor.optional(JsonCursor::string)?),
+        _ => cursor.skip(),
+    })?;
+    Ok(ObjectNames { name: name.flatten(), generate_name: generate_name.flatten(), namespace: namespace.flatten() })
+}
+
+/// The five fields a Pod's `spec` and a template's `spec` share.
+#[derive(Default)]
+struct PodSpecFields {
+    volumes: Option<Vec<VolumeView>>,
+    containers: Option<Vec<ContainerView>>,
+    init_containers: Option<Vec<ContainerView>>,
+    ephemeral_containers: Option<Vec<ContainerView>>,
+    runtime_class_name: Option<Option<String>>,
+}
+
+impl PodSpecFields {
+    /// Reads the member `key` when it is one of the five; `None` leaves it to the caller.
+    fn read(&mut self, cursor: &mut JsonCursor<'_>, key: &str) -> Option<Step<()>> {
+        let containers = |cursor: &mut JsonCursor<'_>| nullable_list(cursor, container);
+        Some(match key {
+            "volumes" => nullable_list(cursor, volume).and_then(|list| once(&mut self.volumes, list)),
+            "containers" => containers(cursor).and_then(|list| once(&mut self.containers, list)),
+            "initContainers" => containers(cursor).and_then(|list| once(&mut self.init_containers, list)),
+            "ephemeralContainers" => containers(cursor).and_then(|list| once(&mut self.ephemeral_containers, list)),
+            "runtimeClassName" => {
+                cursor.optional(JsonCursor::string).and_then(|name| once(&mut self.runtime_class_name, name))
+            }
+            _ => return None,
+        })
+    }
+
+    fn into_view(self) -> PodSpecView {
+        PodSpecView {
+            volumes: self.volumes.unwrap_or_default(),
+            containers: self.containers.unwrap_or_default(),
+            init_containers: self.init_containers.unwrap_or_default(),
+            ephemeral_containers: self.ephemeral_containers.unwrap_or_default(),
+            runtime_class_name: self.runtime_class_name.flatten(),
+        }
+    }
+}
+
+fn spec_shape(cursor: &mut JsonCursor<'_>) -> Step<SpecShape> {
+    let mut pod = PodSpecFields::default();
+    let (mut template, mut job_template) = (None, None);
+    cursor.object(|cursor, key| {
+        pod.read(cursor, key).unwrap_or_else(|| match key {
+            "template" => once(&mut template, cursor.optional(boxed(template_shape))?),
+            "jobTemplate" => once(&mut job_template, cursor.optional(boxed(job_template_shape))?),
+            _ => cursor.skip(),
+        })
+    })?;
+    let pod = pod.into_view();
+    Ok(SpecShape {
+        volumes: pod.volumes,
+        containers: pod.containers,
+        init_containers: pod.init_containers,
+        ephemeral_containers: pod.ephemeral_containers,
+        runtime_class_name: pod.runtime_class_name,
+        template: template.flatten(),
+        job_template: job_template.flatten(),
+    })
+}
+
+fn template_shape(cursor: &mut JsonCursor<'_>) -> Step<TemplateShape> {
+    let mut spec = None;
+    cursor.object(|cursor, key| match key {
+        "spec" => once(&mut spec, cursor.optional(pod_spec)?),
+        _ => cursor.skip(),
+    })?;
+    Ok(TemplateShape { spec: spec.flatten() })
+}
+
+fn job_template_shape(cursor: &mut JsonCursor<'_>) -> Step<JobTemplateShape> {
+    let mut spec = None;
+    cursor.object(|cursor, key| match key {
+        "spec" => once(&mut spec, cursor.optional(job_spec_shape)?),
+        _ => cursor.skip(),
+    })?;
+    Ok(JobTemplateShape { spec: spec.flatten() })
+}
+
+fn job_spec_shape(cursor: &mut JsonCursor<'_>) -> Step<JobSpecShape> {
+    let mut template = None;
+    cursor.object(|cursor, key| match key {
+        "template" => once(&mut template, cursor.optional(boxed(template_shape))?),
+        _ => cursor.skip(),
+    })?;
+    Ok(JobSpecShape { template: template.flatten() })
+}
+
+fn pod_spec(cursor: &mut JsonCursor<'_>) -> Step<PodSpecView> {
+    let mut pod = PodSpecFields::default();
+    cursor.object(|cursor, key| pod.read(cursor, key).unwrap_or_else(|| cursor.skip()))?;
+    Ok(pod.into_view())
+}
+
+/// A list that `null` leaves empty, as `nullable` reads it.
+fn nullable_list<T>(cursor: &mut JsonCursor<'_>, read: impl FnMut(&mut JsonCursor<'_>) -> Step<T>) -> Step<Vec<T>> {
+    cursor.optional(|cursor| cursor.list(read)).map(Option::unwrap_or_default)
+}
+
+fn volume(cursor: &mut JsonCursor<'_>) -> Step<VolumeView> {
+    let (mut name, mut csi) = (None, None);
+    cursor.object(|cursor, key| match key {
+        "name" => once(&mut name, cursor.string()?),
+        "csi" => once(&mut csi, cursor.optional(csi_source)?),
+        _ => cursor.skip(),
+    })?;
+    Ok(VolumeView { name: name.unwrap_or_default(), csi: csi.flatten() })
+}
+
+fn csi_source(cursor: &mut JsonCursor<'_>) -> Step<CsiVolumeView> {
+    let (mut driver, mut read_only) = (None, None);
+    cursor.object(|cursor, key| match key {
+        "driver" => once(&mut driver, cursor.string()?),
+        "readOnly" => once(&mut read_only, cursor.optional(JsonCursor::bool)?),
+        _ => cursor.skip(),
+    })?;
+    Ok(CsiVolumeView { driver: driver.unwrap_or_default(), read_only: read_only.flatten() })
+}
+
+fn container(cursor: &mut JsonCursor<'_>) -> Step<ContainerView> {
+    let (mut name, mut volume_mounts) = (None, None);
+    cursor.object(|cursor, key| match key {
+        "name" => once(&mut name, cursor.string()?),
+        "volumeMounts" => once(&mut volume_mounts, nullable_list(cursor, volume_mount)?),
+        _ => cursor.skip(),
+    })?;
+    Ok(ContainerView { name: name.unwrap_or_default(), volume_mounts: volume_mounts.unwrap_or_default() })
+}
+
+fn volume_mount(cursor: &mut JsonCursor<'_>) -> Step<VolumeMountView> {
+    let (mut name, mut read_only) = (None, None);
+    cursor.object(|cursor, key| match key {
+        "name" => once(&mut name, cursor.string()?),
+        "readOnly" => once(&mut read_only, cursor.optional(JsonCursor::bool)?),
+        _ => cursor.skip(),
+    })?;
+    Ok(VolumeMountView { name: name.unwrap_or_default(), read_only: read_only.flatten() })
+}
