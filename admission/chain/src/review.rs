@@ -242,8 +242,7 @@ impl ReviewResponse {
 
     /// The response as one line of JSON.
     pub fn to_json(&self) -> String {
-        // Serialising these plain structs cannot fail: every map key is a string.
-        serde_json::to_string(self).unwrap_or_default()
+        encode::review_response_json(self)
     }
 }
 
@@ -274,6 +273,7 @@ pub async fn answer(chain: &Chain, phase: Phase, body: &[u8]) -> Result<ReviewRe
     Ok(ReviewResponse::from_outcome(&decided.uid, decided.outcome))
 }
 
+mod encode;
 mod fast_decode;
 
 #[cfg(test)]
