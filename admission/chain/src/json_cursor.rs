@@ -106,6 +106,16 @@ impl<'a> JsonCursor<'a> {
         if escaped { unescape(raw) } else { Ok(raw.to_owned()) }
     }
 
+    /// A string without escapes, borrowed from the text; one with escapes is declined.
+    pub(crate) fn plain_str(&mut self) -> Step<&'a str> {
+        self.expect(b'"')?;
+        let start = self.at;
+        if self.skip_string_body()? {
+            return Err(Declined);
+        }
+        Ok(&self.text[start..self.at - 1])
+    }
+
     /// An object, handing each member's key to `member`, which must read or skip its value.
     pub(crate) fn object(&mut self, mut member: impl FnMut(&mut Self, &'a str) -> Step<()>) -> Step<()> {
         self.expect(b'{')?;
@@ -116,7 +126,7 @@ impl<'a> JsonCursor<'a> {
             return Ok(());
         }
         loop {
-            let key = self.key()?;
+            let key = self.plain_str()?;
             self.expect(b':')?;
             member(self, key)?;
             match self.peek() {
@@ -179,16 +189,6 @@ impl<'a> JsonCursor<'a> {
     fn enter(&mut self) -> Step<()> {
         self.depth += 1;
         if self.depth > MAX_DEPTH { Err(Declined) } else { Ok(()) }
-    }
-
-    /// A member's key: a string without escapes, returned raw.
-    fn key(&mut self) -> Step<&'a str> {
-        self.expect(b'"')?;
-        let start = self.at;
-        if self.skip_string_body()? {
-            return Err(Declined);
-        }
-        Ok(&self.text[start..self.at - 1])
     }
 
     /// From after an opening quote to after the closing one; true when the string holds escapes.
@@ -264,8 +264,9 @@ impl<'a> JsonCursor<'a> {
 }
 
 /// The index of the first `"`, `\` or control character at or after `from` (`bytes.len()` when
-/// there is none), eight bytes at a time: strings make up most of a review's bytes.
-fn next_quote_backslash_or_control(bytes: &[u8], from: usize) -> usize {
+/// there is none), eight bytes at a time: strings make up most of a review's bytes. These are
+/// also exactly the bytes a JSON writer must escape.
+pub(crate) fn next_quote_backslash_or_control(bytes: &[u8], from: usize) -> usize {
     const ONES: u64 = u64::MAX / 255;
     const HIGH: u64 = ONES << 7;
     let has_byte = |word: u64, byte: u8| {

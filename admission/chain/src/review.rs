@@ -73,20 +73,53 @@ struct RequestFields<O> {
     dry_run: Option<bool>,
 }
 
-/// An AdmissionReview request: its identity, and either the attributes the chain runs on or why
-/// its object does not decode (answered with the request's uid rather than as a bad body).
+/// An AdmissionReview request: its uid, and either the attributes the chain runs on or why its
+/// object does not decode (answered with the request's uid rather than as a bad body).
 #[derive(Debug)]
 pub struct ReviewRequest {
     /// Echoed in the response.
     pub uid: String,
+    /// The chain's input, or the request's identity and why its object does not decode.
+    pub attributes: Result<Attributes, Undecodable>,
+}
+
+/// A request whose object does not decode: what it was about, and why.
+#[derive(Debug)]
+pub struct Undecodable {
     /// The kind of the object.
     pub kind: GroupVersionKind,
     /// The namespace (empty for cluster-scoped objects).
     pub namespace: String,
     /// The object name (empty when generated).
     pub name: String,
-    /// The chain's input, or why the object does not decode.
-    pub attributes: Result<Attributes, ObjectDecodeError>,
+    /// What is wrong with the object.
+    pub error: ObjectDecodeError,
+}
+
+impl ReviewRequest {
+    /// The kind of the object.
+    pub fn kind(&self) -> &GroupVersionKind {
+        match &self.attributes {
+            Ok(attributes) => &attributes.kind,
+            Err(undecodable) => &undecodable.kind,
+        }
+    }
+
+    /// The namespace (empty for cluster-scoped objects).
+    pub fn namespace(&self) -> &str {
+        match &self.attributes {
+            Ok(attributes) => &attributes.namespace,
+            Err(undecodable) => &undecodable.namespace,
+        }
+    }
+
+    /// The object name (empty when generated).
+    pub fn name(&self) -> &str {
+        match &self.attributes {
+            Ok(attributes) => &attributes.name,
+            Err(undecodable) => &undecodable.name,
+        }
+    }
 }
 
 /// Parses an AdmissionReview request body. The objects are decoded in the same pass; only a body
@@ -141,19 +174,22 @@ impl<O> RequestFields<O> {
         let namespace = self.namespace.unwrap_or_default();
         let name = self.name.unwrap_or_default();
         let objects = decode(self.object).and_then(|object| Ok((object, decode(self.old_object)?)));
-        let attributes = objects.map(|(object, old_object)| Attributes {
-            operation: self.operation,
-            kind: self.kind.clone(),
-            resource: self.resource,
-            subresource: self.sub_resource.unwrap_or_default(),
-            namespace: namespace.clone(),
-            name: name.clone(),
-            object,
-            old_object,
-            user_info: self.user_info,
-            dry_run: self.dry_run.unwrap_or(false),
-        });
-        ReviewRequest { uid: self.uid, kind: self.kind, namespace, name, attributes }
+        let attributes = match objects {
+            Ok((object, old_object)) => Ok(Attributes {
+                operation: self.operation,
+                kind: self.kind,
+                resource: self.resource,
+                subresource: self.sub_resource.unwrap_or_default(),
+                namespace,
+                name,
+                object,
+                old_object,
+                user_info: self.user_info,
+                dry_run: self.dry_run.unwrap_or(false),
+            }),
+            Err(error) => Err(Undecodable { kind: self.kind, namespace, name, error }),
+        };
+        ReviewRequest { uid: self.uid, attributes }
     }
 }
 
@@ -262,7 +298,7 @@ pub async fn decide(chain: &Chain, phase: Phase, body: &[u8]) -> Result<Decided,
     let request = parse_request(body)?;
     let outcome = match request.attributes {
         Ok(mut attributes) => chain.run(phase, &mut attributes).await,
-        Err(error) => Outcome::rejected(AdmissionError::BadRequest(error.to_string())),
+        Err(undecodable) => Outcome::rejected(AdmissionError::BadRequest(undecodable.error.to_string())),
     };
     Ok(Decided { uid: request.uid, outcome })
 }

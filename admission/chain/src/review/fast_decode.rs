@@ -93,7 +93,7 @@ fn group_version_resource(cursor: &mut JsonCursor<'_>) -> Step<GroupVersionResou
 }
 
 fn operation(cursor: &mut JsonCursor<'_>) -> Step<Operation> {
-    match cursor.string()?.as_str() {
+    match cursor.plain_str()? {
         "CREATE" => Ok(Operation::Create),
         "UPDATE" => Ok(Operation::Update),
         "DELETE" => Ok(Operation::Delete),

@@ -92,11 +92,11 @@ fn prepare_review(value: &Value, raw_json: Option<&str>) -> Result<Prepared, Str
         None => serde_json::to_vec(value).map_err(|error| error.to_string())?,
     };
     let request = review::parse_request(&body).map_err(|error| error.to_string())?;
-    let label = label(&request.kind.kind, &request.namespace, &request.name, "");
+    let label = label(&request.kind().kind, request.namespace(), request.name(), "");
     let uid = request.uid;
     Ok(match request.attributes {
         Ok(attributes) => Prepared::Ready { uid, label, attributes: Box::new(attributes) },
-        Err(error) => Prepared::Undecodable { uid, label, error },
+        Err(undecodable) => Prepared::Undecodable { uid, label, error: undecodable.error },
     })
 }
 
