@@ -1,13 +1,13 @@
-//! Where the 3 KB review's time goes: the one-pass parse of review and object (beside a bare scan
-//! of the same bytes and, for comparison, a full k8s-openapi Pod decode), the chain, encoding. A
-//! diagnostic companion to `review`, with no target of its own.
+//! Where the 3 KB review's time goes: the one-pass parse of review and object (beside bare scans
+//! of the same bytes, serde's derive that decoded them before, and a full k8s-openapi Pod
+//! decode), the chain, encoding. A diagnostic companion to `review`, with no target of its own.
 
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use futures_executor::block_on;
 use inline_guard_admission::Phase;
-use inline_guard_admission::review::{ReviewResponse, parse_request};
+use inline_guard_admission::review::{ReviewResponse, decoders, parse_request};
 use inline_guard_benches::{REVIEW_3K, chain};
 use k8s_openapi::api::core::v1::Pod;
 
@@ -15,8 +15,16 @@ fn stages(c: &mut Criterion) {
     let chain = chain();
     let body = REVIEW_3K.as_bytes();
     let mut group = c.benchmark_group("stages-3KB");
-    group.bench_function("scan only (lower bound)", |b| {
+    let text = REVIEW_3K;
+    group.bench_function("scan only, serde", |b| {
         b.iter(|| serde_json::from_slice::<serde::de::IgnoredAny>(black_box(body)).unwrap())
+    });
+    group.bench_function("scan only, hand-written reader (lower bound)", |b| {
+        b.iter(|| assert!(decoders::scan_only(black_box(text))))
+    });
+    group.bench_function("decode, hand-written", |b| b.iter(|| assert!(decoders::hand_written(black_box(text)))));
+    group.bench_function("decode, serde derive (for comparison)", |b| {
+        b.iter(|| assert!(decoders::serde_derive(black_box(text))))
     });
     group.bench_function("parse review and object (one pass)", |b| {
         b.iter(|| parse_request(black_box(body)).unwrap().uid.len())

@@ -312,5 +312,30 @@ pub async fn answer(chain: &Chain, phase: Phase, body: &[u8]) -> Result<ReviewRe
 mod encode;
 mod fast_decode;
 
+/// The decoders behind [`parse_request`] one at a time, and the bare scan the hand-written one is
+/// built on, so benchmarks can show what each costs.
+#[cfg(feature = "test-util")]
+pub mod decoders {
+    use super::{ObjectShape, ReviewEnvelope};
+    use crate::json_cursor::JsonCursor;
+
+    /// The hand-written decoder alone; false when it declines.
+    pub fn hand_written(text: &str) -> bool {
+        super::fast_decode::review_envelope(text).is_ok()
+    }
+
+    /// serde's derive alone, as `parse_request` decoded before the hand-written decoder.
+    pub fn serde_derive(text: &str) -> bool {
+        serde_json::from_str::<ReviewEnvelope<ObjectShape>>(text).is_ok()
+    }
+
+    /// The hand-written reader skipping the whole text, keeping nothing: the least any decoder
+    /// built on it can cost.
+    pub fn scan_only(text: &str) -> bool {
+        let mut cursor = JsonCursor::new(text);
+        cursor.skip().and_then(|()| cursor.finish()).is_ok()
+    }
+}
+
 #[cfg(test)]
 mod tests;
