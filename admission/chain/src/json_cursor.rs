@@ -118,43 +118,33 @@ impl<'a> JsonCursor<'a> {
 
     /// An object, handing each member's key to `member`, which must read or skip its value.
     pub(crate) fn object(&mut self, mut member: impl FnMut(&mut Self, &'a str) -> Step<()>) -> Step<()> {
-        self.expect(b'{')?;
-        self.enter()?;
-        if self.peek() == Some(b'}') {
-            self.at += 1;
-            self.depth -= 1;
-            return Ok(());
-        }
-        loop {
-            let key = self.plain_str()?;
-            self.expect(b':')?;
-            member(self, key)?;
-            match self.peek() {
-                Some(b',') => self.at += 1,
-                Some(b'}') => break,
-                _ => return Err(Declined),
-            }
-        }
-        self.at += 1;
-        self.depth -= 1;
-        Ok(())
+        self.enclosed(b'{', b'}', |cursor| {
+            let key = cursor.plain_str()?;
+            cursor.expect(b':')?;
+            member(cursor, key)
+        })
     }
 
     /// An array, calling `item` for each element, which must read or skip it.
-    pub(crate) fn array(&mut self, mut item: impl FnMut(&mut Self) -> Step<()>) -> Step<()> {
-        self.expect(b'[')?;
-        self.enter()?;
-        if self.peek() == Some(b']') {
-            self.at += 1;
-            self.depth -= 1;
-            return Ok(());
+    pub(crate) fn array(&mut self, item: impl FnMut(&mut Self) -> Step<()>) -> Step<()> {
+        self.enclosed(b'[', b']', item)
+    }
+
+    /// `open`, entries separated by commas (none trailing), `close`.
+    fn enclosed(&mut self, open: u8, close: u8, mut entry: impl FnMut(&mut Self) -> Step<()>) -> Step<()> {
+        self.expect(open)?;
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return Err(Declined);
         }
-        loop {
-            item(self)?;
-            match self.peek() {
-                Some(b',') => self.at += 1,
-                Some(b']') => break,
-                _ => return Err(Declined),
+        if self.peek() != Some(close) {
+            loop {
+                entry(self)?;
+                match self.peek() {
+                    Some(b',') => self.at += 1,
+                    Some(byte) if byte == close => break,
+                    _ => return Err(Declined),
+                }
             }
         }
         self.at += 1;
@@ -184,11 +174,6 @@ impl<'a> JsonCursor<'a> {
             Some(b'-' | b'0'..=b'9') => self.skip_number(),
             _ => Err(Declined),
         }
-    }
-
-    fn enter(&mut self) -> Step<()> {
-        self.depth += 1;
-        if self.depth > MAX_DEPTH { Err(Declined) } else { Ok(()) }
     }
 
     /// From after an opening quote to after the closing one; true when the string holds escapes.

@@ -63,33 +63,25 @@ fn request_fields(cursor: &mut JsonCursor<'_>) -> Step<RequestFields<ObjectShape
 }
 
 fn group_version_kind(cursor: &mut JsonCursor<'_>) -> Step<GroupVersionKind> {
-    let (mut group, mut version, mut kind) = (None, None, None);
-    cursor.object(|cursor, key| match key {
-        "group" => once(&mut group, cursor.string()?),
-        "version" => once(&mut version, cursor.string()?),
-        "kind" => once(&mut kind, cursor.string()?),
-        _ => cursor.skip(),
-    })?;
-    Ok(GroupVersionKind {
-        group: group.unwrap_or_default(),
-        version: version.ok_or(Declined)?,
-        kind: kind.ok_or(Declined)?,
-    })
+    let (group, version, kind) = group_version_and(cursor, "kind")?;
+    Ok(GroupVersionKind { group, version, kind })
 }
 
 fn group_version_resource(cursor: &mut JsonCursor<'_>) -> Step<GroupVersionResource> {
-    let (mut group, mut version, mut resource) = (None, None, None);
+    let (group, version, resource) = group_version_and(cursor, "resource")?;
+    Ok(GroupVersionResource { group, version, resource })
+}
+
+/// `group` (may be absent: the core group), `version` and the member `name`, both required.
+fn group_version_and(cursor: &mut JsonCursor<'_>, name: &str) -> Step<(String, String, String)> {
+    let (mut group, mut version, mut named) = (None, None, None);
     cursor.object(|cursor, key| match key {
         "group" => once(&mut group, cursor.string()?),
         "version" => once(&mut version, cursor.string()?),
-        "resource" => once(&mut resource, cursor.string()?),
+        _ if key == name => once(&mut named, cursor.string()?),
         _ => cursor.skip(),
     })?;
-    Ok(GroupVersionResource {
-        group: group.unwrap_or_default(),
-        version: version.ok_or(Declined)?,
-        resource: resource.ok_or(Declined)?,
-    })
+    Ok((group.unwrap_or_default(), version.ok_or(Declined)?, named.ok_or(Declined)?))
 }
 
 fn operation(cursor: &mut JsonCursor<'_>) -> Step<Operation> {
