@@ -122,8 +122,9 @@ impl ReviewRequest {
     }
 }
 
-/// Parses an AdmissionReview request body. The objects are decoded in the same pass; only a body
-/// that fails is read again, to say precisely what is wrong.
+/// Parses an AdmissionReview request body. The objects are decoded in the same pass, by hand; a
+/// body the hand-written reader declines is decoded by serde, and only a body that fails there
+/// too is read again, to say precisely what is wrong.
 pub fn parse_request(body: &[u8]) -> Result<ReviewRequest, ReviewError> {
     // The hand-written reader first; serde decides whatever it declines, so what is accepted,
     // and every error, stays serde's own. One UTF-8 check of the whole body lets both read it as
