@@ -262,12 +262,16 @@ impl ReviewResponse {
 
     /// The response to a request the chain ran on.
     pub fn from_outcome(uid: &str, outcome: Outcome) -> ReviewResponse {
+        ReviewResponse::answering(uid.to_string(), outcome)
+    }
+
+    fn answering(uid: String, outcome: Outcome) -> ReviewResponse {
         let patch = (!outcome.patch.is_empty()).then(|| {
             let json = serde_json::to_vec(&outcome.patch).unwrap_or_default();
             base64::engine::general_purpose::STANDARD.encode(json)
         });
         ReviewResponse::new(AdmissionResponse {
-            uid: uid.to_string(),
+            uid,
             allowed: outcome.result.is_ok(),
             status: outcome.result.as_ref().err().map(Status::of),
             warnings: outcome.warnings,
@@ -275,6 +279,11 @@ impl ReviewResponse {
             patch_type: patch.as_ref().map(|_| "JSONPatch"),
             patch,
         })
+    }
+
+    /// The response to a decided request, its uid moved rather than copied.
+    pub fn from_decided(decided: Decided) -> ReviewResponse {
+        ReviewResponse::answering(decided.uid, decided.outcome)
     }
 
     /// The response as one line of JSON.
@@ -306,8 +315,7 @@ pub async fn decide(chain: &Chain, phase: Phase, body: &[u8]) -> Result<Decided,
 
 /// Runs `chain` on one AdmissionReview body and encodes the answer.
 pub async fn answer(chain: &Chain, phase: Phase, body: &[u8]) -> Result<ReviewResponse, ReviewError> {
-    let decided = decide(chain, phase, body).await?;
-    Ok(ReviewResponse::from_outcome(&decided.uid, decided.outcome))
+    Ok(ReviewResponse::from_decided(decide(chain, phase, body).await?))
 }
 
 mod encode;

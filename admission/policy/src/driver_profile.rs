@@ -55,13 +55,13 @@ impl DriverLabelSource for BTreeMap<String, Labels> {
 }
 
 /// The shape a host builds per request: each driver the pod names, with what it found.
-impl DriverLabelSource for [(String, Option<Arc<Labels>>)] {
+impl<Name: AsRef<str>> DriverLabelSource for [(Name, Option<Arc<Labels>>)] {
     fn driver_labels(&self, driver: &str) -> Option<&Labels> {
-        self.iter().find(|(name, _)| name == driver).and_then(|(_, labels)| labels.as_deref())
+        self.iter().find(|(name, _)| name.as_ref() == driver).and_then(|(_, labels)| labels.as_deref())
     }
 }
 
-impl DriverLabelSource for Vec<(String, Option<Arc<Labels>>)> {
+impl<Name: AsRef<str>> DriverLabelSource for Vec<(Name, Option<Arc<Labels>>)> {
     fn driver_labels(&self, driver: &str) -> Option<&Labels> {
         self.as_slice().driver_labels(driver)
     }

@@ -110,16 +110,24 @@ pub fn evaluate<D: DriverLabelSource + ?Sized>(
     }
 
     if !enforce_violations.is_empty() {
-        let joined = enforce_violations.join(SEPARATOR);
+        let joined = joined(enforce_violations);
         if enforce_denies {
             verdict.denial = Some(joined.clone());
         }
         verdict.audit_annotations.insert(audit::ENFORCE_VIOLATIONS, joined);
     }
     if !audit_violations.is_empty() {
-        verdict.audit_annotations.insert(audit::AUDIT_VIOLATIONS, audit_violations.join(SEPARATOR));
+        verdict.audit_annotations.insert(audit::AUDIT_VIOLATIONS, joined(audit_violations));
     }
     verdict
+}
+
+/// The messages separated by `; `; a single message (the common case) is moved, not copied.
+fn joined(mut messages: Vec<String>) -> String {
+    if messages.len() == 1 {
+        return messages.swap_remove(0);
+    }
+    messages.join(SEPARATOR)
 }
 
 /// The drivers of the spec's inline CSI volumes, each once, in order of first use. Only

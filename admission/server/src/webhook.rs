@@ -231,7 +231,7 @@ impl Webhook {
         if let Err(AdmissionError::Internal(message)) = &decided.outcome.result {
             return Err(HttpError::Unavailable(message.clone()));
         }
-        Ok(ReviewResponse::from_outcome(&decided.uid, decided.outcome))
+        Ok(ReviewResponse::from_decided(decided))
     }
 }
 

@@ -82,7 +82,7 @@ impl ValidationInterface for CsiVolumeAdmission {
         let namespace_labels = self.facts.namespace_labels(&attributes.namespace).await.map_err(unavailable)?;
         let mut driver_labels = Vec::with_capacity(drivers.len());
         for driver in drivers {
-            driver_labels.push((driver.to_string(), self.facts.csi_driver_labels(driver).await.map_err(unavailable)?));
+            driver_labels.push((driver, self.facts.csi_driver_labels(driver).await.map_err(unavailable)?));
         }
 
         let subject = Subject {
