@@ -65,13 +65,13 @@ pub fn drivers(count: usize) -> BTreeMap<String, Labels> {
 }
 
 /// A pod spec with one container and `csi_volumes` inline CSI volumes of distinct drivers.
-pub fn pod_spec(csi_volumes: usize) -> PodSpecView {
+pub fn pod_spec(csi_volumes: usize) -> PodSpecView<'static> {
     PodSpecView {
         containers: vec![ContainerView { name: "app".into(), volume_mounts: Vec::new() }],
         volumes: (0..csi_volumes)
             .map(|index| VolumeView {
-                name: format!("v{index}"),
-                csi: Some(CsiVolumeView { driver: driver_name(index), read_only: None }),
+                name: format!("v{index}").into(),
+                csi: Some(CsiVolumeView { driver: driver_name(index).into(), read_only: None }),
             })
             .collect(),
         ..Default::default()

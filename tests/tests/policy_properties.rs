@@ -33,14 +33,14 @@ fn pod_drivers() -> impl Strategy<Value = Vec<usize>> {
     prop::collection::vec(0usize..4, 0..6)
 }
 
-fn spec(drivers: &[usize]) -> PodSpecView {
+fn spec(drivers: &[usize]) -> PodSpecView<'static> {
     PodSpecView {
         volumes: drivers
             .iter()
             .enumerate()
             .map(|(i, d)| VolumeView {
-                name: format!("v{i}"),
-                csi: Some(CsiVolumeView { driver: format!("d{d}.example.com"), read_only: None }),
+                name: format!("v{i}").into(),
+                csi: Some(CsiVolumeView { driver: format!("d{d}.example.com").into(), read_only: None }),
             })
             .collect(),
         ..Default::default()
@@ -113,10 +113,10 @@ proptest! {
         runtime_class in prop::option::of(".{0,10}"),
     ) {
         let spec = PodSpecView {
-            runtime_class_name: runtime_class,
+            runtime_class_name: runtime_class.map(Into::into),
             volumes: driver_names
                 .iter()
-                .map(|d| VolumeView { name: d.clone(), csi: Some(CsiVolumeView { driver: d.clone(), read_only: None }) })
+                .map(|d| VolumeView { name: d.into(), csi: Some(CsiVolumeView { driver: d.into(), read_only: None }) })
                 .collect(),
             ..Default::default()
         };
@@ -143,7 +143,7 @@ proptest! {
             name: "c".into(),
             volume_mounts: mounts
                 .iter()
-                .map(|(v, ro)| VolumeMountView { name: format!("v{v}"), read_only: *ro })
+                .map(|(v, ro)| VolumeMountView { name: format!("v{v}").into(), read_only: *ro })
                 .collect(),
         }];
         let listed = ReadOnlyDrivers(listed.iter().map(|d| format!("d{d}.example.com")).collect());

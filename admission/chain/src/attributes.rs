@@ -1,7 +1,9 @@
 //! What an admission plugin is told about a request, as kube-apiserver's `admission.Attributes`.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
+use inline_guard_policy::pod_spec::owned;
 use serde::{Deserialize, Serialize};
 
 use crate::object::AdmissionObject;
@@ -22,55 +24,81 @@ pub enum Operation {
 
 /// An API group, version and kind.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GroupVersionKind {
+pub struct GroupVersionKind<'a> {
     /// API group; empty for the core group.
     #[serde(default)]
-    pub group: String,
+    pub group: Cow<'a, str>,
     /// API version.
-    pub version: String,
+    pub version: Cow<'a, str>,
     /// Kind.
-    pub kind: String,
+    pub kind: Cow<'a, str>,
 }
 
 /// An API group, version and resource.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GroupVersionResource {
+pub struct GroupVersionResource<'a> {
     /// API group; empty for the core group.
     #[serde(default)]
-    pub group: String,
+    pub group: Cow<'a, str>,
     /// API version.
-    pub version: String,
+    pub version: Cow<'a, str>,
     /// Plural resource name.
-    pub resource: String,
+    pub resource: Cow<'a, str>,
 }
 
-impl GroupVersionResource {
+impl GroupVersionKind<'_> {
+    /// The same kind, owning its text.
+    pub fn into_owned(self) -> GroupVersionKind<'static> {
+        GroupVersionKind { group: owned(self.group), version: owned(self.version), kind: owned(self.kind) }
+    }
+}
+
+impl GroupVersionResource<'_> {
+    /// The same resource, owning its text.
+    pub fn into_owned(self) -> GroupVersionResource<'static> {
+        GroupVersionResource { group: owned(self.group), version: owned(self.version), resource: owned(self.resource) }
+    }
+}
+
+impl<'a> GroupVersionResource<'a> {
     /// A resource in the given group at version `v1`.
-    pub fn v1(group: &str, resource: &str) -> GroupVersionResource {
+    pub fn v1(group: &'a str, resource: &'a str) -> GroupVersionResource<'a> {
         GroupVersionResource { group: group.into(), version: "v1".into(), resource: resource.into() }
     }
 }
 
 /// Who made the request.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct UserInfo {
+pub struct UserInfo<'a> {
     /// The authenticated username.
     #[serde(default)]
-    pub username: String,
+    pub username: Cow<'a, str>,
     /// The user's UID.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub uid: String,
+    #[serde(default, skip_serializing_if = "str::is_empty")]
+    pub uid: Cow<'a, str>,
     /// Group memberships.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub groups: Vec<String>,
+    pub groups: Vec<Cow<'a, str>>,
     /// Additional authenticator attributes.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub extra: BTreeMap<String, Vec<String>>,
 }
 
-impl UserInfo {
+impl UserInfo<'_> {
+    /// The same user, owning its text.
+    pub fn into_owned(self) -> UserInfo<'static> {
+        UserInfo {
+            username: owned(self.username),
+            uid: owned(self.uid),
+            groups: self.groups.into_iter().map(owned).collect(),
+            extra: self.extra,
+        }
+    }
+}
+
+impl UserInfo<'static> {
     /// The unauthenticated user, as kube-apiserver names it.
-    pub fn anonymous() -> UserInfo {
+    pub fn anonymous() -> UserInfo<'static> {
         UserInfo {
             username: "system:anonymous".into(),
             groups: vec!["system:unauthenticated".into()],
@@ -81,30 +109,47 @@ impl UserInfo {
 
 /// Everything a plugin may read about one request. Mutating plugins change `object` in place.
 #[derive(Debug, Clone)]
-pub struct Attributes {
+pub struct Attributes<'a> {
     /// The verb.
     pub operation: Operation,
     /// The kind of `object`.
-    pub kind: GroupVersionKind,
+    pub kind: GroupVersionKind<'a>,
     /// The resource requested.
-    pub resource: GroupVersionResource,
+    pub resource: GroupVersionResource<'a>,
     /// The subresource (`ephemeralcontainers`, `status`, ...), empty for the main resource.
-    pub subresource: String,
+    pub subresource: Cow<'a, str>,
     /// The namespace; empty for cluster-scoped objects.
-    pub namespace: String,
+    pub namespace: Cow<'a, str>,
     /// The object name; empty when the server will generate it.
-    pub name: String,
+    pub name: Cow<'a, str>,
     /// The new object (absent for DELETE and CONNECT).
-    pub object: Option<AdmissionObject>,
+    pub object: Option<AdmissionObject<'a>>,
     /// The existing object (UPDATE and DELETE).
-    pub old_object: Option<AdmissionObject>,
+    pub old_object: Option<AdmissionObject<'a>>,
     /// The requesting user.
-    pub user_info: UserInfo,
+    pub user_info: UserInfo<'a>,
     /// True when the request will not be persisted.
     pub dry_run: bool,
 }
 
-impl Attributes {
+impl Attributes<'_> {
+    /// The same request, owning its text: for a caller that keeps it past the body it was read
+    /// from (`check` keeps every input until it prints the table).
+    pub fn into_owned(self) -> Attributes<'static> {
+        Attributes {
+            operation: self.operation,
+            kind: self.kind.into_owned(),
+            resource: self.resource.into_owned(),
+            subresource: owned(self.subresource),
+            namespace: owned(self.namespace),
+            name: owned(self.name),
+            object: self.object.map(AdmissionObject::into_owned),
+            old_object: self.old_object.map(AdmissionObject::into_owned),
+            user_info: self.user_info.into_owned(),
+            dry_run: self.dry_run,
+        }
+    }
+
     /// The name messages use: the request's name, else the object's name, else its
     /// `generateName` prefix (pods made by controllers have no name yet at admission).
     pub fn display_name(&self) -> &str {

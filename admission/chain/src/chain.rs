@@ -74,7 +74,7 @@ impl Chain {
 
     /// Runs the plugins of `phase` on `attributes`, stopping at the first rejection as
     /// kube-apiserver does. Mutations are applied to `attributes.object`.
-    pub async fn run(&self, phase: Phase, attributes: &mut Attributes) -> Outcome {
+    pub async fn run(&self, phase: Phase, attributes: &mut Attributes<'_>) -> Outcome {
         let mut recorder = Recorder::default();
         let mut patch = Vec::new();
         let result = self.run_plugins(phase, attributes, &mut recorder, &mut patch).await;
@@ -88,7 +88,7 @@ impl Chain {
     async fn run_plugins(
         &self,
         phase: Phase,
-        attributes: &mut Attributes,
+        attributes: &mut Attributes<'_>,
         recorder: &mut Recorder,
         patch: &mut Vec<PatchOperation>,
     ) -> Result<(), AdmissionError> {
@@ -142,7 +142,7 @@ mod tests {
     impl MutationInterface for Probe {
         async fn admit(
             &self,
-            _: &mut Attributes,
+            _: &mut Attributes<'_>,
             recorder: &mut Recorder,
         ) -> Result<Vec<PatchOperation>, AdmissionError> {
             self.log.lock().unwrap().push(self.name);
@@ -153,19 +153,19 @@ mod tests {
 
     #[async_trait]
     impl ValidationInterface for Probe {
-        async fn validate(&self, _: &Attributes, recorder: &mut Recorder) -> Result<(), AdmissionError> {
+        async fn validate(&self, _: &Attributes<'_>, recorder: &mut Recorder) -> Result<(), AdmissionError> {
             self.log.lock().unwrap().push(self.name);
             recorder.annotate(self.name, "ran".into());
             if self.reject { Err(AdmissionError::Forbidden(format!("{} says no", self.name))) } else { Ok(()) }
         }
     }
 
-    fn attributes(operation: Operation) -> Attributes {
+    fn attributes(operation: Operation) -> Attributes<'static> {
         Attributes {
             operation,
             kind: Default::default(),
             resource: GroupVersionResource::v1("", "pods"),
-            subresource: String::new(),
+            subresource: "".into(),
             namespace: "ns".into(),
             name: "p".into(),
             object: None,

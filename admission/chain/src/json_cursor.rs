@@ -8,6 +8,8 @@
 //! `ignore_value` checks them: the same number grammar, the same string escapes, no control
 //! characters in strings.
 
+use std::borrow::Cow;
+
 /// The reader declined the input: it is not JSON, or not in the shape the decoder reads, or in a
 /// form left to serde_json. Never an answer by itself; the caller asks serde_json.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,13 +99,14 @@ impl<'a> JsonCursor<'a> {
         }
     }
 
-    /// A string, unescaped.
-    pub(crate) fn string(&mut self) -> Step<String> {
+    /// A string, unescaped: borrowed from the text when it holds no escapes (nearly always), so
+    /// reading it neither allocates nor copies.
+    pub(crate) fn string(&mut self) -> Step<Cow<'a, str>> {
         self.expect(b'"')?;
         let start = self.at;
         let escaped = self.skip_string_body()?;
         let raw = &self.text[start..self.at - 1];
-        if escaped { unescape(raw) } else { Ok(raw.to_owned()) }
+        if escaped { unescape(raw).map(Cow::Owned) } else { Ok(Cow::Borrowed(raw)) }
     }
 
     /// A string without escapes, borrowed from the text; one with escapes is declined.

@@ -3,10 +3,11 @@
 //! already been validated by kube-apiserver; decoding only these parts keeps an answer within a
 //! few microseconds while still checking the type of every field that is read.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use inline_guard_policy::PodSpecView;
-use inline_guard_policy::pod_spec::{ContainerView, VolumeView, nullable};
+use inline_guard_policy::pod_spec::{ContainerView, VolumeView, nullable, owned};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer};
 
@@ -39,8 +40,8 @@ pub enum PodSpecKind {
 
 impl PodSpecKind {
     /// The kind behind a resource, when it carries a pod spec.
-    pub fn of(resource: &GroupVersionResource) -> Option<PodSpecKind> {
-        Some(match (resource.group.as_str(), resource.resource.as_str()) {
+    pub fn of(resource: &GroupVersionResource<'_>) -> Option<PodSpecKind> {
+        Some(match (&*resource.group, &*resource.resource) {
             ("", "pods") => PodSpecKind::Pod,
             ("", "podtemplates") => PodSpecKind::PodTemplate,
             ("", "replicationcontrollers") => PodSpecKind::ReplicationController,
@@ -69,24 +70,24 @@ impl fmt::Display for PodSpecKind {
 /// The names in an object's `metadata`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
-pub struct ObjectNames {
+pub struct ObjectNames<'a> {
     /// `metadata.name`.
-    pub name: Option<String>,
+    pub name: Option<Cow<'a, str>>,
     /// `metadata.generateName`.
-    pub generate_name: Option<String>,
+    pub generate_name: Option<Cow<'a, str>>,
     /// `metadata.namespace`.
-    pub namespace: Option<String>,
+    pub namespace: Option<Cow<'a, str>>,
 }
 
 /// A request's object as admission sees it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct AdmissionObject {
+pub struct AdmissionObject<'a> {
     /// The kind, when the resource carries a pod spec; `None` for every other resource.
     pub kind: Option<PodSpecKind>,
     /// Its names.
-    pub names: ObjectNames,
+    pub names: ObjectNames<'a>,
     /// Its pod spec; `None` when the object has none (an empty template, another resource).
-    pub spec: Option<PodSpecView>,
+    pub spec: Option<PodSpecView<'a>>,
 }
 
 /// The object did not decode as the resource's kind.
@@ -107,59 +108,59 @@ pub struct ObjectDecodeError {
 /// the kind picks the right one afterwards.
 #[derive(Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
-pub struct ObjectShape {
+pub struct ObjectShape<'a> {
     #[serde(deserialize_with = "nullable")]
-    metadata: ObjectNames,
-    spec: Option<SpecShape>,
-    template: Option<Box<TemplateShape>>,
+    metadata: ObjectNames<'a>,
+    spec: Option<SpecShape<'a>>,
+    template: Option<Box<TemplateShape<'a>>>,
 }
 
 #[derive(Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
-struct SpecShape {
+struct SpecShape<'a> {
     #[serde(deserialize_with = "nullable")]
-    volumes: Vec<VolumeView>,
+    volumes: Vec<VolumeView<'a>>,
     #[serde(deserialize_with = "nullable")]
-    containers: Vec<ContainerView>,
+    containers: Vec<ContainerView<'a>>,
     #[serde(deserialize_with = "nullable")]
-    init_containers: Vec<ContainerView>,
+    init_containers: Vec<ContainerView<'a>>,
     #[serde(deserialize_with = "nullable")]
-    ephemeral_containers: Vec<ContainerView>,
-    runtime_class_name: Option<String>,
-    template: Option<Box<TemplateShape>>,
-    job_template: Option<Box<JobTemplateShape>>,
+    ephemeral_containers: Vec<ContainerView<'a>>,
+    runtime_class_name: Option<Cow<'a, str>>,
+    template: Option<Box<TemplateShape<'a>>>,
+    job_template: Option<Box<JobTemplateShape<'a>>>,
 }
 
 #[derive(Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(default)]
-struct TemplateShape {
-    spec: Option<PodSpecView>,
+struct TemplateShape<'a> {
+    spec: Option<PodSpecView<'a>>,
 }
 
 #[derive(Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(default)]
-struct JobTemplateShape {
-    spec: Option<JobSpecShape>,
+struct JobTemplateShape<'a> {
+    spec: Option<JobSpecShape<'a>>,
 }
 
 #[derive(Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(default)]
-struct JobSpecShape {
-    template: Option<Box<TemplateShape>>,
+struct JobSpecShape<'a> {
+    template: Option<Box<TemplateShape<'a>>>,
 }
 
 /// Only the names, for resources admission does not evaluate: their spec may hold anything.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
-struct NamesOnly {
+struct NamesOnly<'a> {
     #[serde(deserialize_with = "nullable")]
-    metadata: ObjectNames,
+    metadata: ObjectNames<'a>,
 }
 
-impl AdmissionObject {
+impl<'a> AdmissionObject<'a> {
     /// The object `shape` as a `kind` (`None`: a resource without pod spec).
-    pub fn from_shape(kind: Option<PodSpecKind>, shape: ObjectShape) -> AdmissionObject {
-        let template_spec = |template: Option<Box<TemplateShape>>| template.and_then(|t| t.spec);
+    pub fn from_shape(kind: Option<PodSpecKind>, shape: ObjectShape<'a>) -> AdmissionObject<'a> {
+        let template_spec = |template: Option<Box<TemplateShape<'a>>>| template.and_then(|t| t.spec);
         let spec = match kind {
             None => None,
             Some(PodSpecKind::Pod) => shape.spec.map(|s| PodSpecView {
@@ -179,7 +180,10 @@ impl AdmissionObject {
     }
 
     /// Decodes JSON text as the object of `resource`.
-    pub fn from_json(resource: &GroupVersionResource, json: &str) -> Result<AdmissionObject, ObjectDecodeError> {
+    pub fn from_json(
+        resource: &GroupVersionResource<'_>,
+        json: &str,
+    ) -> Result<AdmissionObject<'a>, ObjectDecodeError> {
         let kind = PodSpecKind::of(resource);
         match kind {
             Some(_) => {
@@ -187,7 +191,7 @@ impl AdmissionObject {
                 Ok(AdmissionObject::from_shape(kind, shape))
             }
             None => {
-                let names: NamesOnly =
+                let names: NamesOnly<'a> =
                     decode(None, || serde_json::from_str(json), &mut serde_json::Deserializer::from_str(json))?;
                 Ok(AdmissionObject { kind: None, names: names.metadata, spec: None })
             }
@@ -196,26 +200,41 @@ impl AdmissionObject {
 
     /// Decodes an already-parsed value as the object of `resource`.
     pub fn from_value(
-        resource: &GroupVersionResource,
+        resource: &GroupVersionResource<'_>,
         value: &serde_json::Value,
-    ) -> Result<AdmissionObject, ObjectDecodeError> {
+    ) -> Result<AdmissionObject<'a>, ObjectDecodeError> {
         let kind = PodSpecKind::of(resource);
         match kind {
             Some(_) => Ok(AdmissionObject::from_shape(kind, decode(kind, || ObjectShape::deserialize(value), value)?)),
             None => {
-                let names: NamesOnly = decode(None, || NamesOnly::deserialize(value), value)?;
+                let names: NamesOnly<'a> = decode(None, || NamesOnly::deserialize(value), value)?;
                 Ok(AdmissionObject { kind: None, names: names.metadata, spec: None })
             }
         }
     }
 
+    /// The same object, owning its text: for a caller that keeps it past the body it was read
+    /// from.
+    pub fn into_owned(self) -> AdmissionObject<'static> {
+        let names = self.names;
+        AdmissionObject {
+            kind: self.kind,
+            names: ObjectNames {
+                name: names.name.map(owned),
+                generate_name: names.generate_name.map(owned),
+                namespace: names.namespace.map(owned),
+            },
+            spec: self.spec.map(PodSpecView::into_owned),
+        }
+    }
+
     /// The pod spec to evaluate: a Pod's spec or a workload's template spec.
-    pub fn pod_spec(&self) -> Option<&PodSpecView> {
+    pub fn pod_spec(&self) -> Option<&PodSpecView<'a>> {
         self.spec.as_ref()
     }
 
     /// A Pod's spec, mutable: read-only forcing only ever changes pods.
-    pub fn pod_spec_mut(&mut self) -> Option<&mut PodSpecView> {
+    pub fn pod_spec_mut(&mut self) -> Option<&mut PodSpecView<'a>> {
         if self.kind == Some(PodSpecKind::Pod) { self.spec.as_mut() } else { None }
     }
 }

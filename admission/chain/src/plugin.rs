@@ -25,12 +25,12 @@ pub trait MutationInterface: Handler {
     /// Changes `attributes.object` in place and returns the same change as JSON Patch operations
     /// against the object as the plugin received it (empty: nothing changed). An error rejects the
     /// request.
-    async fn admit(&self, attributes: &mut Attributes, recorder: &mut Recorder) -> Result<Vec<PatchOperation>>;
+    async fn admit(&self, attributes: &mut Attributes<'_>, recorder: &mut Recorder) -> Result<Vec<PatchOperation>>;
 }
 
 /// A plugin that only accepts or rejects.
 #[async_trait]
 pub trait ValidationInterface: Handler {
     /// Accepts (`Ok`) or rejects the request; warnings and audit annotations go to `recorder`.
-    async fn validate(&self, attributes: &Attributes, recorder: &mut Recorder) -> Result<()>;
+    async fn validate(&self, attributes: &Attributes<'_>, recorder: &mut Recorder) -> Result<()>;
 }

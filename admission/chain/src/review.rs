@@ -2,6 +2,7 @@
 //! [`Outcome`] becomes a response. This is the only place an admission error becomes a status code,
 //! so the webhook server and `check -o json` answer identically.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use base64::Engine as _;
@@ -40,31 +41,31 @@ pub enum ReviewError {
 
 #[derive(Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct ReviewEnvelope<O> {
+struct ReviewEnvelope<'a, O> {
     #[serde(default)]
-    api_version: String,
+    api_version: Cow<'a, str>,
     #[serde(default)]
-    kind: String,
-    request: Option<RequestFields<O>>,
+    kind: Cow<'a, str>,
+    request: Option<RequestFields<'a, O>>,
 }
 
 /// The request as sent, its objects as `O`: decoded shapes on the fast path, raw JSON when a
 /// failure is being explained.
 #[derive(Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct RequestFields<O> {
-    uid: String,
-    kind: GroupVersionKind,
-    resource: GroupVersionResource,
+struct RequestFields<'a, O> {
+    uid: Cow<'a, str>,
+    kind: GroupVersionKind<'a>,
+    resource: GroupVersionResource<'a>,
     #[serde(default)]
-    sub_resource: Option<String>,
+    sub_resource: Option<Cow<'a, str>>,
     #[serde(default)]
-    name: Option<String>,
+    name: Option<Cow<'a, str>>,
     #[serde(default)]
-    namespace: Option<String>,
+    namespace: Option<Cow<'a, str>>,
     operation: Operation,
     #[serde(default)]
-    user_info: UserInfo,
+    user_info: UserInfo<'a>,
     #[serde(default = "Option::default")]
     object: Option<O>,
     #[serde(default = "Option::default")]
@@ -76,29 +77,29 @@ struct RequestFields<O> {
 /// An AdmissionReview request: its uid, and either the attributes the chain runs on or why its
 /// object does not decode (answered with the request's uid rather than as a bad body).
 #[derive(Debug)]
-pub struct ReviewRequest {
+pub struct ReviewRequest<'a> {
     /// Echoed in the response.
     pub uid: String,
     /// The chain's input, or the request's identity and why its object does not decode.
-    pub attributes: Result<Attributes, Undecodable>,
+    pub attributes: Result<Attributes<'a>, Undecodable<'a>>,
 }
 
 /// A request whose object does not decode: what it was about, and why.
 #[derive(Debug)]
-pub struct Undecodable {
+pub struct Undecodable<'a> {
     /// The kind of the object.
-    pub kind: GroupVersionKind,
+    pub kind: GroupVersionKind<'a>,
     /// The namespace (empty for cluster-scoped objects).
-    pub namespace: String,
+    pub namespace: Cow<'a, str>,
     /// The object name (empty when generated).
-    pub name: String,
+    pub name: Cow<'a, str>,
     /// What is wrong with the object.
     pub error: ObjectDecodeError,
 }
 
-impl ReviewRequest {
+impl<'a> ReviewRequest<'a> {
     /// The kind of the object.
-    pub fn kind(&self) -> &GroupVersionKind {
+    pub fn kind(&self) -> &GroupVersionKind<'a> {
         match &self.attributes {
             Ok(attributes) => &attributes.kind,
             Err(undecodable) => &undecodable.kind,
@@ -125,11 +126,11 @@ impl ReviewRequest {
 /// Parses an AdmissionReview request body. The objects are decoded in the same pass, by hand; a
 /// body the hand-written reader declines is decoded by serde, and only a body that fails there
 /// too is read again, to say precisely what is wrong.
-pub fn parse_request(body: &[u8]) -> Result<ReviewRequest, ReviewError> {
+pub fn parse_request(body: &[u8]) -> Result<ReviewRequest<'_>, ReviewError> {
     // The hand-written reader first; serde decides whatever it declines, so what is accepted,
     // and every error, stays serde's own. One UTF-8 check of the whole body lets both read it as
     // text; a body that is not UTF-8 takes serde's byte path.
-    let fast = match std::str::from_utf8(body) {
+    let fast = match simdutf8::basic::from_utf8(body) {
         Ok(text) => fast_decode::review_envelope(text).or_else(|Declined| serde_json::from_str(text)),
         Err(_) => serde_json::from_slice::<ReviewEnvelope<ObjectShape>>(body),
     };
@@ -160,18 +161,21 @@ pub fn parse_request(body: &[u8]) -> Result<ReviewRequest, ReviewError> {
     Ok(fields.into_request(|raw| raw.map(|raw| AdmissionObject::from_json(&resource, raw.get())).transpose()))
 }
 
-fn checked<O>(envelope: ReviewEnvelope<O>) -> Result<RequestFields<O>, ReviewError> {
+fn checked<'a, O>(envelope: ReviewEnvelope<'a, O>) -> Result<RequestFields<'a, O>, ReviewError> {
     if envelope.api_version != API_VERSION || envelope.kind != KIND {
-        return Err(ReviewError::WrongType { api_version: envelope.api_version, kind: envelope.kind });
+        return Err(ReviewError::WrongType {
+            api_version: envelope.api_version.into_owned(),
+            kind: envelope.kind.into_owned(),
+        });
     }
     envelope.request.ok_or(ReviewError::NoRequest)
 }
 
-impl<O> RequestFields<O> {
+impl<'a, O> RequestFields<'a, O> {
     fn into_request(
         self,
-        mut decode: impl FnMut(Option<O>) -> Result<Option<AdmissionObject>, ObjectDecodeError>,
-    ) -> ReviewRequest {
+        mut decode: impl FnMut(Option<O>) -> Result<Option<AdmissionObject<'a>>, ObjectDecodeError>,
+    ) -> ReviewRequest<'a> {
         let namespace = self.namespace.unwrap_or_default();
         let name = self.name.unwrap_or_default();
         let objects = decode(self.object).and_then(|object| Ok((object, decode(self.old_object)?)));
@@ -190,7 +194,7 @@ impl<O> RequestFields<O> {
             }),
             Err(error) => Err(Undecodable { kind: self.kind, namespace, name, error }),
         };
-        ReviewRequest { uid: self.uid, attributes }
+        ReviewRequest { uid: self.uid.into_owned(), attributes }
     }
 }
 

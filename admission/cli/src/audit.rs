@@ -166,17 +166,17 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + serde::Serialize + Debug,
 {
     let resource = GroupVersionResource {
-        group: K::group(&()).into_owned(),
-        version: K::version(&()).into_owned(),
-        resource: K::plural(&()).into_owned(),
+        group: K::group(&()).into_owned().into(),
+        version: K::version(&()).into_owned().into(),
+        resource: K::plural(&()).into_owned().into(),
     };
     let kind = GroupVersionKind {
         group: resource.group.clone(),
         version: resource.version.clone(),
-        kind: K::kind(&()).into_owned(),
+        kind: K::kind(&()).into_owned().into(),
     };
     let source = if resource.group.is_empty() {
-        resource.resource.clone()
+        resource.resource.to_string()
     } else {
         format!("{}.{}", resource.resource, resource.group)
     };
@@ -187,7 +187,7 @@ where
         let object = AdmissionObject::from_value(&resource, &value)
             .map_err(|error| AuditError::List { resource: source.clone(), message: error.to_string() })?;
         // Who will create the object next is unknown: username exemptions cannot apply.
-        let namespace = object.names.namespace.clone().unwrap_or_default();
+        let namespace = object.names.namespace.as_deref().unwrap_or_default().to_string();
         into.push((
             source.clone(),
             anonymous_create(kind.clone(), resource.clone(), namespace, object, into.len() + 1, true),
@@ -223,7 +223,7 @@ mod tests {
     use super::*;
 
     /// A typed Pod, as a list returns it, read the way `collect` reads it.
-    fn pod(namespace: &str, name: &str, driver: Option<&str>) -> AdmissionObject {
+    fn pod(namespace: &str, name: &str, driver: Option<&str>) -> AdmissionObject<'static> {
         let volumes = driver.map(|driver| {
             vec![Volume {
                 name: "v".into(),
@@ -250,9 +250,9 @@ mod tests {
             [("security.openshift.io/csi-ephemeral-volume-profile".into(), "privileged".into())].into(),
         );
         let chain = standard_chain(Arc::new(inline_guard_policy::PolicySettings::default()), Arc::new(facts));
-        let created = |object: AdmissionObject, ordinal| {
-            let namespace = object.names.namespace.clone().unwrap_or_default();
-            let kind = GroupVersionKind { group: String::new(), version: "v1".into(), kind: "Pod".into() };
+        let created = |object: AdmissionObject<'static>, ordinal| {
+            let namespace = object.names.namespace.as_deref().unwrap_or_default().to_string();
+            let kind = GroupVersionKind { group: "".into(), version: "v1".into(), kind: "Pod".into() };
             anonymous_create(kind, GroupVersionResource::v1("", "pods"), namespace, object, ordinal, true)
         };
         let objects = vec![

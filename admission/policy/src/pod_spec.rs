@@ -4,44 +4,46 @@
 //! microseconds; kube-apiserver has already validated the whole object before it calls a webhook.
 //! Field names and JSON spellings are those of `core/v1` PodSpec.
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Deserializer};
 
 /// A pod spec, as admission sees it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
-pub struct PodSpecView {
+pub struct PodSpecView<'a> {
     /// `spec.volumes`.
     #[serde(deserialize_with = "nullable")]
-    pub volumes: Vec<VolumeView>,
+    pub volumes: Vec<VolumeView<'a>>,
     /// `spec.containers`.
     #[serde(deserialize_with = "nullable")]
-    pub containers: Vec<ContainerView>,
+    pub containers: Vec<ContainerView<'a>>,
     /// `spec.initContainers`.
     #[serde(deserialize_with = "nullable")]
-    pub init_containers: Vec<ContainerView>,
+    pub init_containers: Vec<ContainerView<'a>>,
     /// `spec.ephemeralContainers`.
     #[serde(deserialize_with = "nullable")]
-    pub ephemeral_containers: Vec<ContainerView>,
+    pub ephemeral_containers: Vec<ContainerView<'a>>,
     /// `spec.runtimeClassName`.
-    pub runtime_class_name: Option<String>,
+    pub runtime_class_name: Option<Cow<'a, str>>,
 }
 
 /// One entry of `spec.volumes`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
-pub struct VolumeView {
+pub struct VolumeView<'a> {
     /// `name`.
-    pub name: String,
+    pub name: Cow<'a, str>,
     /// `csi`: present for inline CSI volumes only.
-    pub csi: Option<CsiVolumeView>,
+    pub csi: Option<CsiVolumeView<'a>>,
 }
 
 /// A volume's `csi` source.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
-pub struct CsiVolumeView {
+pub struct CsiVolumeView<'a> {
     /// `driver`.
-    pub driver: String,
+    pub driver: Cow<'a, str>,
     /// `readOnly`.
     pub read_only: Option<bool>,
 }
@@ -49,22 +51,68 @@ pub struct CsiVolumeView {
 /// A container, init container or ephemeral container, reduced to its mounts.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
-pub struct ContainerView {
+pub struct ContainerView<'a> {
     /// `name`.
-    pub name: String,
+    pub name: Cow<'a, str>,
     /// `volumeMounts`.
     #[serde(deserialize_with = "nullable")]
-    pub volume_mounts: Vec<VolumeMountView>,
+    pub volume_mounts: Vec<VolumeMountView<'a>>,
 }
 
 /// One entry of a container's `volumeMounts`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
-pub struct VolumeMountView {
+pub struct VolumeMountView<'a> {
     /// `name`: the volume mounted.
-    pub name: String,
+    pub name: Cow<'a, str>,
     /// `readOnly`.
     pub read_only: Option<bool>,
+}
+
+/// Text that no longer borrows from the body it was read from.
+pub fn owned(text: Cow<'_, str>) -> Cow<'static, str> {
+    Cow::Owned(text.into_owned())
+}
+
+fn owned_containers(containers: Vec<ContainerView<'_>>) -> Vec<ContainerView<'static>> {
+    containers.into_iter().map(ContainerView::into_owned).collect()
+}
+
+impl PodSpecView<'_> {
+    /// The same spec, owning its text: for a caller that keeps it past the body it was read from.
+    pub fn into_owned(self) -> PodSpecView<'static> {
+        PodSpecView {
+            volumes: self.volumes.into_iter().map(VolumeView::into_owned).collect(),
+            containers: owned_containers(self.containers),
+            init_containers: owned_containers(self.init_containers),
+            ephemeral_containers: owned_containers(self.ephemeral_containers),
+            runtime_class_name: self.runtime_class_name.map(owned),
+        }
+    }
+}
+
+impl VolumeView<'_> {
+    /// The same volume, owning its text.
+    pub fn into_owned(self) -> VolumeView<'static> {
+        VolumeView {
+            name: owned(self.name),
+            csi: self.csi.map(|csi| CsiVolumeView { driver: owned(csi.driver), read_only: csi.read_only }),
+        }
+    }
+}
+
+impl ContainerView<'_> {
+    /// The same container, owning its text.
+    pub fn into_owned(self) -> ContainerView<'static> {
+        ContainerView {
+            name: owned(self.name),
+            volume_mounts: self
+                .volume_mounts
+                .into_iter()
+                .map(|mount| VolumeMountView { name: owned(mount.name), read_only: mount.read_only })
+                .collect(),
+        }
+    }
 }
 
 /// `null` (what an empty YAML key decodes to) reads as the empty value, as in Kubernetes.

@@ -44,7 +44,7 @@ impl ContainerList {
         }
     }
 
-    pub(crate) fn of(self, spec: &PodSpecView) -> &[ContainerView] {
+    pub(crate) fn of<'s, 'a>(self, spec: &'s PodSpecView<'a>) -> &'s [ContainerView<'a>] {
         match self {
             ContainerList::Containers => &spec.containers,
             ContainerList::InitContainers => &spec.init_containers,
@@ -52,7 +52,7 @@ impl ContainerList {
         }
     }
 
-    fn of_mut(self, spec: &mut PodSpecView) -> &mut [ContainerView] {
+    fn of_mut<'s, 'a>(self, spec: &'s mut PodSpecView<'a>) -> &'s mut [ContainerView<'a>] {
         match self {
             ContainerList::Containers => &mut spec.containers,
             ContainerList::InitContainers => &mut spec.init_containers,
@@ -105,14 +105,14 @@ pub fn writable_places(spec: &PodSpecView, drivers: &ReadOnlyDrivers, scope: Mou
             let may_change = match scope {
                 MountScope::WholePod => true,
                 MountScope::NewEphemeralContainers { existing } => {
-                    list == ContainerList::EphemeralContainers && !existing.contains(&container.name.as_str())
+                    list == ContainerList::EphemeralContainers && !existing.contains(&&*container.name)
                 }
             };
             if !may_change {
                 continue;
             }
             for (mount_index, mount) in container.volume_mounts.iter().enumerate() {
-                if mount.read_only != Some(true) && listed_volumes.contains(&mount.name.as_str()) {
+                if mount.read_only != Some(true) && listed_volumes.contains(&&*mount.name) {
                     places.push(WritablePlace::Mount { list, container: container_index, mount: mount_index });
                 }
             }
@@ -159,15 +159,15 @@ mod tests {
     use crate::pod_spec::{CsiVolumeView, VolumeMountView, VolumeView};
     use crate::settings::SHARED_RESOURCE_DRIVER;
 
-    fn csi(name: &str, driver: &str, read_only: Option<bool>) -> VolumeView {
+    fn csi<'a>(name: &'a str, driver: &'a str, read_only: Option<bool>) -> VolumeView<'a> {
         VolumeView { name: name.into(), csi: Some(CsiVolumeView { driver: driver.into(), read_only }) }
     }
 
-    fn mount(name: &str, read_only: Option<bool>) -> VolumeMountView {
+    fn mount(name: &str, read_only: Option<bool>) -> VolumeMountView<'_> {
         VolumeMountView { name: name.into(), read_only }
     }
 
-    fn container(name: &str, mounts: Vec<VolumeMountView>) -> ContainerView {
+    fn container<'a>(name: &'a str, mounts: Vec<VolumeMountView<'a>>) -> ContainerView<'a> {
         ContainerView { name: name.into(), volume_mounts: mounts }
     }
 
@@ -175,7 +175,7 @@ mod tests {
         PatchOperation { op, path: path.into(), value: true }
     }
 
-    fn sample() -> PodSpecView {
+    fn sample() -> PodSpecView<'static> {
         PodSpecView {
             volumes: vec![
                 csi("other", "other.example.com", None),

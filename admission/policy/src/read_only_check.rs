@@ -55,11 +55,11 @@ mod tests {
     use crate::pod_spec::{ContainerView, CsiVolumeView, VolumeMountView, VolumeView};
     use crate::settings::SHARED_RESOURCE_DRIVER;
 
-    fn csi(name: &str, driver: &str, read_only: Option<bool>) -> VolumeView {
+    fn csi<'a>(name: &'a str, driver: &'a str, read_only: Option<bool>) -> VolumeView<'a> {
         VolumeView { name: name.into(), csi: Some(CsiVolumeView { driver: driver.into(), read_only }) }
     }
 
-    fn container(name: &str, mounts: &[(&str, Option<bool>)]) -> ContainerView {
+    fn container<'a>(name: &'a str, mounts: &[(&'a str, Option<bool>)]) -> ContainerView<'a> {
         ContainerView {
             name: name.into(),
             volume_mounts: mounts

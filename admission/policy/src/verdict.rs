@@ -35,7 +35,7 @@ pub struct Subject<'a> {
     /// The requesting user, for username exemptions.
     pub username: &'a str,
     /// The pod spec (a workload's template spec).
-    pub spec: &'a PodSpecView,
+    pub spec: &'a PodSpecView<'a>,
 }
 
 /// The outcome of one evaluation. Messages are exact API strings.
@@ -88,8 +88,8 @@ pub fn evaluate<D: DriverLabelSource + ?Sized>(
     }
 
     let enforce_denies = subject.kind == SubjectKind::Pod || settings.enforce_on_workloads;
-    let mut enforce_violations = Vec::new();
-    let mut audit_violations = Vec::new();
+    let mut enforce_violations: Option<String> = None;
+    let mut audit_violations: Option<String> = None;
     for driver in distinct_csi_drivers(subject.spec) {
         let profile = DriverProfile::resolve(drivers.driver_labels(driver), settings.defaults.driver_profile);
         let level = profile.level();
@@ -100,43 +100,46 @@ pub fn evaluate<D: DriverLabelSource + ?Sized>(
             if !enforce_denies {
                 verdict.warnings.push(message.clone());
             }
-            enforce_violations.push(message);
+            append(&mut enforce_violations, message);
         } else if level > policy.level(Mode::Warn) {
             verdict.warnings.push(violation(Mode::Warn));
         }
         if level > policy.level(Mode::Audit) {
-            audit_violations.push(violation(Mode::Audit));
+            append(&mut audit_violations, violation(Mode::Audit));
         }
     }
 
-    if !enforce_violations.is_empty() {
-        let joined = joined(enforce_violations);
+    if let Some(joined) = enforce_violations {
         if enforce_denies {
             verdict.denial = Some(joined.clone());
         }
         verdict.audit_annotations.insert(audit::ENFORCE_VIOLATIONS, joined);
     }
-    if !audit_violations.is_empty() {
-        verdict.audit_annotations.insert(audit::AUDIT_VIOLATIONS, joined(audit_violations));
+    if let Some(joined) = audit_violations {
+        verdict.audit_annotations.insert(audit::AUDIT_VIOLATIONS, joined);
     }
     verdict
 }
 
-/// The messages separated by `; `; a single message (the common case) is moved, not copied.
-fn joined(mut messages: Vec<String>) -> String {
-    if messages.len() == 1 {
-        return messages.swap_remove(0);
+/// Adds `message` to the messages joined so far, separated by `; `. The first is kept as it is,
+/// so the common case of one violation neither copies it nor allocates a list.
+fn append(joined: &mut Option<String>, message: String) {
+    match joined {
+        None => *joined = Some(message),
+        Some(joined) => {
+            joined.push_str(SEPARATOR);
+            joined.push_str(&message);
+        }
     }
-    messages.join(SEPARATOR)
 }
 
 /// The drivers of the spec's inline CSI volumes, each once, in order of first use. Only
 /// `volumes[].csi` counts: PVCs and generic `ephemeral` volumes are governed elsewhere.
-pub fn distinct_csi_drivers(spec: &PodSpecView) -> Vec<&str> {
+pub fn distinct_csi_drivers<'s>(spec: &'s PodSpecView<'_>) -> Vec<&'s str> {
     let mut drivers: Vec<&str> = Vec::new();
     for volume in &spec.volumes {
         if let Some(csi) = &volume.csi
-            && !drivers.contains(&csi.driver.as_str())
+            && !drivers.contains(&&*csi.driver)
         {
             drivers.push(&csi.driver);
         }

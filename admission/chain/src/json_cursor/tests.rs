@@ -105,10 +105,20 @@ fn leaves_escaped_keys_and_deep_nesting_to_serde() {
 }
 
 #[test]
+fn a_string_without_escapes_is_borrowed_from_the_text_and_one_with_escapes_is_owned() {
+    let text = r#""plain""#;
+    match JsonCursor::new(text).string() {
+        Ok(Cow::Borrowed(plain)) => assert!(std::ptr::eq(plain.as_bytes(), &text.as_bytes()[1..6])),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(JsonCursor::new(r#""a\nb""#).string(), Ok(Cow::Owned::<str>("a\nb".to_string())));
+}
+
+#[test]
 fn strings_read_are_serde_strings_and_surrogates_are_left_to_serde() {
-    let read = |text: &str| {
+    let read = |text: &str| -> Result<String, Declined> {
         let mut cursor = JsonCursor::new(text);
-        cursor.string().and_then(|s| cursor.finish().map(|()| s))
+        cursor.string().map(Cow::into_owned).and_then(|s| cursor.finish().map(|()| s))
     };
     for text in [r#""plain""#, r#""a\"b\\c\/d\be\ff\ng\rh\ti""#, r#""\u00e9\u0000\uFFFF""#, "\"caf\u{e9}\""] {
         assert_eq!(read(text), Ok(serde_json::from_str::<String>(text).unwrap()), "{text}");

@@ -2,6 +2,8 @@
 //! derive reads (the same keys, defaults, `null` handling and duplicate-field refusals), without
 //! serde's per-field dispatch. Anything else is declined and left to serde.
 
+use std::borrow::Cow;
+
 use inline_guard_policy::pod_spec::{ContainerView, CsiVolumeView, PodSpecView, VolumeMountView, VolumeView};
 
 use super::{JobSpecShape, JobTemplateShape, ObjectNames, ObjectShape, SpecShape, TemplateShape};
@@ -17,7 +19,7 @@ pub(crate) fn once<T>(slot: &mut Option<T>, value: T) -> Step<()> {
 }
 
 /// An object's shape.
-pub(crate) fn object_shape(cursor: &mut JsonCursor<'_>) -> Step<ObjectShape> {
+pub(crate) fn object_shape<'a>(cursor: &mut JsonCursor<'a>) -> Step<ObjectShape<'a>> {
     let (mut metadata, mut spec, mut template) = (None, None, None);
     cursor.object(|cursor, key| match key {
         "metadata" => once(&mut metadata, cursor.optional(object_names)?.unwrap_or_default()),
@@ -28,11 +30,11 @@ pub(crate) fn object_shape(cursor: &mut JsonCursor<'_>) -> Step<ObjectShape> {
     Ok(ObjectShape { metadata: metadata.unwrap_or_default(), spec: spec.flatten(), template: template.flatten() })
 }
 
-fn boxed<T>(read: impl FnOnce(&mut JsonCursor<'_>) -> Step<T>) -> impl FnOnce(&mut JsonCursor<'_>) -> Step<Box<T>> {
+fn boxed<'a, T>(read: impl FnOnce(&mut JsonCursor<'a>) -> Step<T>) -> impl FnOnce(&mut JsonCursor<'a>) -> Step<Box<T>> {
     |cursor| read(cursor).map(Box::new)
 }
 
-fn object_names(cursor: &mut JsonCursor<'_>) -> Step<ObjectNames> {
+fn object_names<'a>(cursor: &mut JsonCursor<'a>) -> Step<ObjectNames<'a>> {
     let (mut name, mut generate_name, mut namespace) = (None, None, None);
     cursor.object(|cursor, key| match key {
         "name" => once(&mut name, cursor.optional(JsonCursor::string)?),
@@ -45,18 +47,18 @@ fn object_names(cursor: &mut JsonCursor<'_>) -> Step<ObjectNames> {
 
 /// The five fields a Pod's `spec` and a template's `spec` share.
 #[derive(Default)]
-struct PodSpecFields {
-    volumes: Option<Vec<VolumeView>>,
-    containers: Option<Vec<ContainerView>>,
-    init_containers: Option<Vec<ContainerView>>,
-    ephemeral_containers: Option<Vec<ContainerView>>,
-    runtime_class_name: Option<Option<String>>,
+struct PodSpecFields<'a> {
+    volumes: Option<Vec<VolumeView<'a>>>,
+    containers: Option<Vec<ContainerView<'a>>>,
+    init_containers: Option<Vec<ContainerView<'a>>>,
+    ephemeral_containers: Option<Vec<ContainerView<'a>>>,
+    runtime_class_name: Option<Option<Cow<'a, str>>>,
 }
 
-impl PodSpecFields {
+impl<'a> PodSpecFields<'a> {
     /// Reads the member `key` when it is one of the five; `None` leaves it to the caller.
-    fn read(&mut self, cursor: &mut JsonCursor<'_>, key: &str) -> Option<Step<()>> {
-        let containers = |cursor: &mut JsonCursor<'_>| nullable_list(cursor, container);
+    fn read(&mut self, cursor: &mut JsonCursor<'a>, key: &str) -> Option<Step<()>> {
+        let containers = |cursor: &mut JsonCursor<'a>| nullable_list(cursor, container);
         Some(match key {
             "volumes" => nullable_list(cursor, volume).and_then(|list| once(&mut self.volumes, list)),
             "containers" => containers(cursor).and_then(|list| once(&mut self.containers, list)),
@@ -69,7 +71,7 @@ impl PodSpecFields {
         })
     }
 
-    fn into_view(self) -> PodSpecView {
+    fn into_view(self) -> PodSpecView<'a> {
         PodSpecView {
             volumes: self.volumes.unwrap_or_default(),
             containers: self.containers.unwrap_or_default(),
@@ -80,7 +82,7 @@ impl PodSpecFields {
     }
 }
 
-fn spec_shape(cursor: &mut JsonCursor<'_>) -> Step<SpecShape> {
+fn spec_shape<'a>(cursor: &mut JsonCursor<'a>) -> Step<SpecShape<'a>> {
     let mut pod = PodSpecFields::default();
     let (mut template, mut job_template) = (None, None);
     cursor.object(|cursor, key| {
@@ -102,7 +104,7 @@ fn spec_shape(cursor: &mut JsonCursor<'_>) -> Step<SpecShape> {
     })
 }
 
-fn template_shape(cursor: &mut JsonCursor<'_>) -> Step<TemplateShape> {
+fn template_shape<'a>(cursor: &mut JsonCursor<'a>) -> Step<TemplateShape<'a>> {
     let mut spec = None;
     cursor.object(|cursor, key| match key {
         "spec" => once(&mut spec, cursor.optional(pod_spec)?),
@@ -111,7 +113,7 @@ fn template_shape(cursor: &mut JsonCursor<'_>) -> Step<TemplateShape> {
     Ok(TemplateShape { spec: spec.flatten() })
 }
 
-fn job_template_shape(cursor: &mut JsonCursor<'_>) -> Step<JobTemplateShape> {
+fn job_template_shape<'a>(cursor: &mut JsonCursor<'a>) -> Step<JobTemplateShape<'a>> {
     let mut spec = None;
     cursor.object(|cursor, key| match key {
         "spec" => once(&mut spec, cursor.optional(job_spec_shape)?),
@@ -120,7 +122,7 @@ fn job_template_shape(cursor: &mut JsonCursor<'_>) -> Step<JobTemplateShape> {
     Ok(JobTemplateShape { spec: spec.flatten() })
 }
 
-fn job_spec_shape(cursor: &mut JsonCursor<'_>) -> Step<JobSpecShape> {
+fn job_spec_shape<'a>(cursor: &mut JsonCursor<'a>) -> Step<JobSpecShape<'a>> {
     let mut template = None;
     cursor.object(|cursor, key| match key {
         "template" => once(&mut template, cursor.optional(boxed(template_shape))?),
@@ -129,18 +131,18 @@ fn job_spec_shape(cursor: &mut JsonCursor<'_>) -> Step<JobSpecShape> {
     Ok(JobSpecShape { template: template.flatten() })
 }
 
-fn pod_spec(cursor: &mut JsonCursor<'_>) -> Step<PodSpecView> {
+fn pod_spec<'a>(cursor: &mut JsonCursor<'a>) -> Step<PodSpecView<'a>> {
     let mut pod = PodSpecFields::default();
     cursor.object(|cursor, key| pod.read(cursor, key).unwrap_or_else(|| cursor.skip()))?;
     Ok(pod.into_view())
 }
 
 /// A list that `null` leaves empty, as `nullable` reads it.
-fn nullable_list<T>(cursor: &mut JsonCursor<'_>, read: impl FnMut(&mut JsonCursor<'_>) -> Step<T>) -> Step<Vec<T>> {
+fn nullable_list<'a, T>(cursor: &mut JsonCursor<'a>, read: impl FnMut(&mut JsonCursor<'a>) -> Step<T>) -> Step<Vec<T>> {
     cursor.optional(|cursor| cursor.list(read)).map(Option::unwrap_or_default)
 }
 
-fn volume(cursor: &mut JsonCursor<'_>) -> Step<VolumeView> {
+fn volume<'a>(cursor: &mut JsonCursor<'a>) -> Step<VolumeView<'a>> {
     let (mut name, mut csi) = (None, None);
     cursor.object(|cursor, key| match key {
         "name" => once(&mut name, cursor.string()?),
@@ -150,7 +152,7 @@ fn volume(cursor: &mut JsonCursor<'_>) -> Step<VolumeView> {
     Ok(VolumeView { name: name.unwrap_or_default(), csi: csi.flatten() })
 }
 
-fn csi_source(cursor: &mut JsonCursor<'_>) -> Step<CsiVolumeView> {
+fn csi_source<'a>(cursor: &mut JsonCursor<'a>) -> Step<CsiVolumeView<'a>> {
     let (mut driver, mut read_only) = (None, None);
     cursor.object(|cursor, key| match key {
         "driver" => once(&mut driver, cursor.string()?),
@@ -160,7 +162,7 @@ fn csi_source(cursor: &mut JsonCursor<'_>) -> Step<CsiVolumeView> {
     Ok(CsiVolumeView { driver: driver.unwrap_or_default(), read_only: read_only.flatten() })
 }
 
-fn container(cursor: &mut JsonCursor<'_>) -> Step<ContainerView> {
+fn container<'a>(cursor: &mut JsonCursor<'a>) -> Step<ContainerView<'a>> {
     let (mut name, mut volume_mounts) = (None, None);
     cursor.object(|cursor, key| match key {
         "name" => once(&mut name, cursor.string()?),
@@ -170,7 +172,7 @@ fn container(cursor: &mut JsonCursor<'_>) -> Step<ContainerView> {
     Ok(ContainerView { name: name.unwrap_or_default(), volume_mounts: volume_mounts.unwrap_or_default() })
 }
 
-fn volume_mount(cursor: &mut JsonCursor<'_>) -> Step<VolumeMountView> {
+fn volume_mount<'a>(cursor: &mut JsonCursor<'a>) -> Step<VolumeMountView<'a>> {
     let (mut name, mut read_only) = (None, None);
     cursor.object(|cursor, key| match key {
         "name" => once(&mut name, cursor.string()?),

@@ -46,7 +46,7 @@ fn unavailable(error: FactsError) -> AdmissionError {
 
 #[async_trait]
 impl ValidationInterface for CsiVolumeAdmission {
-    async fn validate(&self, attributes: &Attributes, recorder: &mut Recorder) -> Result<()> {
+    async fn validate(&self, attributes: &Attributes<'_>, recorder: &mut Recorder) -> Result<()> {
         let Some(kind) = PodSpecKind::of(&attributes.resource) else {
             return Ok(());
         };
@@ -93,9 +93,7 @@ impl ValidationInterface for CsiVolumeAdmission {
             spec,
         };
         let verdict = evaluate(&self.settings, &subject, namespace_labels.as_deref(), &driver_labels);
-        for warning in verdict.warnings {
-            recorder.warn(warning);
-        }
+        recorder.warn_all(verdict.warnings);
         for (key, value) in verdict.audit_annotations {
             recorder.annotate(key, value);
         }
@@ -143,19 +141,19 @@ mod tests {
     }
 
     fn attributes(
-        resource: GroupVersionResource,
+        resource: GroupVersionResource<'static>,
         operation: Operation,
         object: serde_json::Value,
         old: Option<serde_json::Value>,
-    ) -> Attributes {
+    ) -> Attributes<'static> {
         let decode = |value: serde_json::Value| AdmissionObject::from_value(&resource, &value).unwrap();
         Attributes {
             operation,
             kind: Default::default(),
             resource: resource.clone(),
-            subresource: String::new(),
+            subresource: "".into(),
             namespace: "locked".into(),
-            name: String::new(),
+            name: "".into(),
             object: Some(decode(object)),
             old_object: old.map(decode),
             user_info: UserInfo::anonymous(),
@@ -163,7 +161,7 @@ mod tests {
         }
     }
 
-    fn validate(plugin: &CsiVolumeAdmission, attributes: &Attributes) -> (Result<()>, Recorder) {
+    fn validate(plugin: &CsiVolumeAdmission, attributes: &Attributes<'_>) -> (Result<()>, Recorder) {
         let mut recorder = Recorder::default();
         let result = block_on(plugin.validate(attributes, &mut recorder));
         (result, recorder)

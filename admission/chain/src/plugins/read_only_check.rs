@@ -40,7 +40,7 @@ impl Handler for ReadOnlyCheck {
 
 #[async_trait]
 impl ValidationInterface for ReadOnlyCheck {
-    async fn validate(&self, attributes: &Attributes, _recorder: &mut Recorder) -> Result<()> {
+    async fn validate(&self, attributes: &Attributes<'_>, _recorder: &mut Recorder) -> Result<()> {
         // Forcing changes pods only; workloads' templates are checked through the pods they make.
         if PodSpecKind::of(&attributes.resource) != Some(PodSpecKind::Pod) || !attributes.subresource.is_empty() {
             return Ok(());
@@ -68,7 +68,7 @@ mod tests {
     use crate::object::AdmissionObject;
     use crate::plugins::ReadOnlyForcing;
 
-    fn pod_create(read_only: Option<bool>) -> Attributes {
+    fn pod_create(read_only: Option<bool>) -> Attributes<'static> {
         let resource = GroupVersionResource::v1("", "pods");
         let mut csi = json!({"driver": SHARED_RESOURCE_DRIVER});
         if let Some(read_only) = read_only {
@@ -80,9 +80,9 @@ mod tests {
             operation: Operation::Create,
             kind: Default::default(),
             resource: resource.clone(),
-            subresource: String::new(),
+            subresource: "".into(),
             namespace: "apps".into(),
-            name: String::new(),
+            name: "".into(),
             object: Some(AdmissionObject::from_value(&resource, &pod).unwrap()),
             old_object: None,
             user_info: UserInfo::anonymous(),

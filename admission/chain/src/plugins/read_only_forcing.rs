@@ -44,17 +44,17 @@ impl Handler for ReadOnlyForcing {
 
 #[async_trait]
 impl MutationInterface for ReadOnlyForcing {
-    async fn admit(&self, attributes: &mut Attributes, _recorder: &mut Recorder) -> Result<Vec<PatchOperation>> {
+    async fn admit(&self, attributes: &mut Attributes<'_>, _recorder: &mut Recorder) -> Result<Vec<PatchOperation>> {
         if PodSpecKind::of(&attributes.resource) != Some(PodSpecKind::Pod) {
             return Ok(Vec::new());
         }
-        let existing: Vec<&str> = match (attributes.operation, attributes.subresource.as_str()) {
+        let existing: Vec<&str> = match (attributes.operation, &*attributes.subresource) {
             (Operation::Create, "") => Vec::new(),
             (Operation::Update, EPHEMERAL_CONTAINERS) => attributes
                 .old_object
                 .as_ref()
                 .and_then(AdmissionObject::pod_spec)
-                .map(|spec| spec.ephemeral_containers.iter().map(|c| c.name.as_str()).collect())
+                .map(|spec| spec.ephemeral_containers.iter().map(|c| &*c.name).collect())
                 .unwrap_or_default(),
             _ => return Ok(Vec::new()),
         };

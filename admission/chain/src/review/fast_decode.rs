@@ -3,6 +3,7 @@
 //! reference: whatever this declines, serde decodes or explains, and property tests hold the two
 //! to the same answer on every input this accepts.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use super::{RequestFields, ReviewEnvelope};
@@ -12,7 +13,7 @@ use crate::object::ObjectShape;
 use crate::object::fast_decode::{object_shape, once};
 
 /// The whole body, or [`Declined`] when serde must decide.
-pub(super) fn review_envelope(text: &str) -> Step<ReviewEnvelope<ObjectShape>> {
+pub(super) fn review_envelope(text: &str) -> Step<ReviewEnvelope<'_, ObjectShape<'_>>> {
     let mut cursor = JsonCursor::new(text);
     let (mut api_version, mut kind, mut request) = (None, None, None);
     cursor.object(|cursor, key| match key {
@@ -29,7 +30,7 @@ pub(super) fn review_envelope(text: &str) -> Step<ReviewEnvelope<ObjectShape>> {
     })
 }
 
-fn request_fields(cursor: &mut JsonCursor<'_>) -> Step<RequestFields<ObjectShape>> {
+fn request_fields<'a>(cursor: &mut JsonCursor<'a>) -> Step<RequestFields<'a, ObjectShape<'a>>> {
     let (mut uid, mut kind, mut resource, mut sub_resource, mut name, mut namespace) =
         (None, None, None, None, None, None);
     let (mut operation, mut user_info, mut object, mut old_object, mut dry_run) = (None, None, None, None, None);
@@ -62,18 +63,18 @@ fn request_fields(cursor: &mut JsonCursor<'_>) -> Step<RequestFields<ObjectShape
     })
 }
 
-fn group_version_kind(cursor: &mut JsonCursor<'_>) -> Step<GroupVersionKind> {
+fn group_version_kind<'a>(cursor: &mut JsonCursor<'a>) -> Step<GroupVersionKind<'a>> {
     let (group, version, kind) = group_version_and(cursor, "kind")?;
     Ok(GroupVersionKind { group, version, kind })
 }
 
-fn group_version_resource(cursor: &mut JsonCursor<'_>) -> Step<GroupVersionResource> {
+fn group_version_resource<'a>(cursor: &mut JsonCursor<'a>) -> Step<GroupVersionResource<'a>> {
     let (group, version, resource) = group_version_and(cursor, "resource")?;
     Ok(GroupVersionResource { group, version, resource })
 }
 
 /// `group` (may be absent: the core group), `version` and the member `name`, both required.
-fn group_version_and(cursor: &mut JsonCursor<'_>, name: &str) -> Step<(String, String, String)> {
+fn group_version_and<'a>(cursor: &mut JsonCursor<'a>, name: &str) -> Step<(Cow<'a, str>, Cow<'a, str>, Cow<'a, str>)> {
     let (mut group, mut version, mut named) = (None, None, None);
     cursor.object(|cursor, key| match key {
         "group" => once(&mut group, cursor.string()?),
@@ -94,7 +95,7 @@ fn operation(cursor: &mut JsonCursor<'_>) -> Step<Operation> {
     }
 }
 
-fn user_info(cursor: &mut JsonCursor<'_>) -> Step<UserInfo> {
+fn user_info<'a>(cursor: &mut JsonCursor<'a>) -> Step<UserInfo<'a>> {
     let (mut username, mut uid, mut groups, mut extra) = (None, None, None, None);
     cursor.object(|cursor, key| match key {
         "username" => once(&mut username, cursor.string()?),
@@ -115,7 +116,7 @@ fn user_info(cursor: &mut JsonCursor<'_>) -> Step<UserInfo> {
 fn extra_attributes(cursor: &mut JsonCursor<'_>) -> Step<BTreeMap<String, Vec<String>>> {
     let mut extra = BTreeMap::new();
     cursor.object(|cursor, key| {
-        extra.insert(key.to_owned(), cursor.list(JsonCursor::string)?);
+        extra.insert(key.to_owned(), cursor.list(|cursor| cursor.string().map(Cow::into_owned))?);
         Ok(())
     })?;
     Ok(extra)

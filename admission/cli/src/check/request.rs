@@ -17,7 +17,7 @@ pub enum Prepared {
         /// `Kind namespace/name`, for the table.
         label: String,
         /// The request (boxed: it dwarfs the other variant).
-        attributes: Box<Attributes>,
+        attributes: Box<Attributes<'static>>,
     },
     /// An AdmissionReview whose object does not decode: answered as the server would, denied.
     Undecodable {
@@ -48,9 +48,13 @@ pub fn prepare(value: Value, raw_json: Option<&str>, ordinal: usize) -> Result<P
     let namespace =
         Some(metadata_text("namespace")).filter(|n| !n.is_empty()).unwrap_or_else(|| DEFAULT_NAMESPACE.into());
     let (group, version) = api_version.split_once('/').unwrap_or(("", &api_version));
-    let resource =
-        GroupVersionResource { group: group.to_string(), version: version.to_string(), resource: resource_name(&kind) };
-    let kind = GroupVersionKind { group: group.to_string(), version: version.to_string(), kind };
+    let resource = GroupVersionResource {
+        group: group.to_string().into(),
+        version: version.to_string().into(),
+        resource: resource_name(&kind).into(),
+    };
+    let kind =
+        GroupVersionKind { group: group.to_string().into(), version: version.to_string().into(), kind: kind.into() };
     let object = match raw_json {
         Some(json) => AdmissionObject::from_json(&resource, json),
         None => AdmissionObject::from_value(&resource, &value),
@@ -62,10 +66,10 @@ pub fn prepare(value: Value, raw_json: Option<&str>, ordinal: usize) -> Result<P
 /// A CREATE of `object` by `system:anonymous`: how `check` and `audit` evaluate objects that come
 /// without a request. Plain objects have no uid; one made from `ordinal` keeps output reproducible.
 pub fn anonymous_create(
-    kind: GroupVersionKind,
-    resource: GroupVersionResource,
+    kind: GroupVersionKind<'static>,
+    resource: GroupVersionResource<'static>,
     namespace: String,
-    object: AdmissionObject,
+    object: AdmissionObject<'static>,
     ordinal: usize,
     dry_run: bool,
 ) -> Prepared {
@@ -75,8 +79,8 @@ pub fn anonymous_create(
         operation: Operation::Create,
         kind,
         resource,
-        subresource: String::new(),
-        namespace,
+        subresource: "".into(),
+        namespace: namespace.into(),
         name,
         object: Some(object),
         old_object: None,
@@ -95,7 +99,7 @@ fn prepare_review(value: &Value, raw_json: Option<&str>) -> Result<Prepared, Str
     let label = label(&request.kind().kind, request.namespace(), request.name(), "");
     let uid = request.uid;
     Ok(match request.attributes {
-        Ok(attributes) => Prepared::Ready { uid, label, attributes: Box::new(attributes) },
+        Ok(attributes) => Prepared::Ready { uid, label, attributes: Box::new(attributes.into_owned()) },
         Err(undecodable) => Prepared::Undecodable { uid, label, error: undecodable.error },
     })
 }

@@ -16,7 +16,7 @@ fn labels(pairs: &[(&str, &str)]) -> Labels {
     pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
 
-fn csi_volume(name: &str, driver: &str) -> VolumeView {
+fn csi_volume<'a>(name: &'a str, driver: &'a str) -> VolumeView<'a> {
     VolumeView { name: name.into(), csi: Some(CsiVolumeView { driver: driver.into(), read_only: None }) }
 }
 

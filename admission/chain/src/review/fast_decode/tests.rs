@@ -8,9 +8,9 @@ use serde_json::{Value, json};
 use super::super::ReviewEnvelope;
 use super::*;
 
-type Envelope = ReviewEnvelope<ObjectShape>;
+type Envelope<'a> = ReviewEnvelope<'a, ObjectShape<'a>>;
 
-fn serde_decode(text: &str) -> Result<Envelope, String> {
+fn serde_decode(text: &str) -> Result<Envelope<'_>, String> {
     serde_json::from_str(text).map_err(|error| error.to_string())
 }
 
