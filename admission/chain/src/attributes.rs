@@ -108,6 +108,10 @@ impl UserInfo<'static> {
 }
 
 /// Everything a plugin may read about one request. Mutating plugins change `object` in place.
+///
+/// Its text borrows from the request body for `'a` (the webhook decodes without copying a string
+/// that has no escapes); [`Attributes::into_owned`] frees it from the body for a caller that keeps
+/// it longer. Text decoded by serde is owned from the start.
 #[derive(Debug, Clone)]
 pub struct Attributes<'a> {
     /// The verb.

@@ -8,7 +8,7 @@ use std::borrow::Cow;
 
 use serde::{Deserialize, Deserializer};
 
-/// A pod spec, as admission sees it.
+/// A pod spec, as admission sees it. Its text may borrow from the JSON it was read from (`'a`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct PodSpecView<'a> {

@@ -155,3 +155,35 @@ fn each_admission_error_maps_to_its_status() {
         assert_eq!(status.message, error.to_string());
     }
 }
+
+#[test]
+fn a_body_that_is_not_utf8_is_decided_by_serde_and_its_bytes_never_reach_an_answer() {
+    let body = review("locked", "CREATE", None, pod("csi.example.com"));
+    // In a string the chain reads (the namespace): refused, never read as some other namespace.
+    let text = String::from_utf8(body.clone()).unwrap();
+    let at = text.find("\"locked\"").unwrap() + 1;
+    let mut bad_namespace = body.clone();
+    bad_namespace[at] = 0xff;
+    let error = parse_request(&bad_namespace).unwrap_err();
+    assert!(
+        matches!(&error, ReviewError::Malformed(message) if message.contains("invalid unicode code point")),
+        "{error}"
+    );
+    // In a string nobody reads: whatever serde decides for the same bytes, and here still a denial.
+    let mut bad_elsewhere = body.clone();
+    let at = text.find("nginx").unwrap();
+    bad_elsewhere[at] = 0xff;
+    let serde = serde_json::from_slice::<ReviewEnvelope<'_, ObjectShape<'_>>>(&bad_elsewhere);
+    let request = parse_request(&bad_elsewhere);
+    assert_eq!(request.is_ok(), serde.is_ok(), "{:?}", request.err());
+    if let Ok(request) = request {
+        assert!(!block_on(standard_chain_outcome(request)).is_allowed());
+    }
+}
+
+async fn standard_chain_outcome(request: ReviewRequest<'_>) -> Outcome {
+    match request.attributes {
+        Ok(mut attributes) => chain().run(Phase::Both, &mut attributes).await,
+        Err(undecodable) => Outcome::rejected(AdmissionError::BadRequest(undecodable.error.to_string())),
+    }
+}
