@@ -293,6 +293,16 @@ mod tests {
     }
 
     #[test]
+    fn an_object_freed_from_its_text_is_the_same_object() {
+        let json = r#"{"metadata":{"name":"web","generateName":"web-","namespace":"apps"},"spec":{
+            "runtimeClassName":"kata","containers":[{"name":"app","volumeMounts":[{"name":"v","readOnly":true}]}],
+            "initContainers":[{"name":"init"}],"ephemeralContainers":[{"name":"debug"}],
+            "volumes":[{"name":"v","csi":{"driver":"d","readOnly":false}}]}}"#;
+        let object = AdmissionObject::from_json(&GroupVersionResource::v1("", "pods"), json).unwrap();
+        assert_eq!(object.clone().into_owned(), object);
+    }
+
+    #[test]
     fn only_a_pod_spec_may_be_changed() {
         let pod = AdmissionObject::from_value(&GroupVersionResource::v1("", "pods"), &json!({"spec": {}})).unwrap();
         let mut pod = pod;
