@@ -30,8 +30,8 @@ pub(crate) fn object_shape<'a>(cursor: &mut JsonCursor<'a>) -> Step<ObjectShape<
     Ok(ObjectShape { metadata: metadata.unwrap_or_default(), spec: spec.flatten(), template: template.flatten() })
 }
 
-fn boxed<'a, T>(read: impl FnOnce(&mut JsonCursor<'a>) -> Step<T>) -> impl FnOnce(&mut JsonCursor<'a>) -> Step<Box<T>> {
-    |cursor| read(cursor).map(Box::new)
+fn boxed<'a, T>(read: impl Fn(&mut JsonCursor<'a>) -> Step<T>) -> impl Fn(&mut JsonCursor<'a>) -> Step<Box<T>> {
+    move |cursor| read(cursor).map(Box::new)
 }
 
 fn object_names<'a>(cursor: &mut JsonCursor<'a>) -> Step<ObjectNames<'a>> {
@@ -105,30 +105,28 @@ fn spec_shape<'a>(cursor: &mut JsonCursor<'a>) -> Step<SpecShape<'a>> {
 }
 
 fn template_shape<'a>(cursor: &mut JsonCursor<'a>) -> Step<TemplateShape<'a>> {
-    let mut spec = None;
-    cursor.object(|cursor, key| match key {
-        "spec" => once(&mut spec, cursor.optional(pod_spec)?),
-        _ => cursor.skip(),
-    })?;
-    Ok(TemplateShape { spec: spec.flatten() })
+    Ok(TemplateShape { spec: sole_member(cursor, "spec", pod_spec)? })
 }
 
 fn job_template_shape<'a>(cursor: &mut JsonCursor<'a>) -> Step<JobTemplateShape<'a>> {
-    let mut spec = None;
-    cursor.object(|cursor, key| match key {
-        "spec" => once(&mut spec, cursor.optional(job_spec_shape)?),
-        _ => cursor.skip(),
-    })?;
-    Ok(JobTemplateShape { spec: spec.flatten() })
+    Ok(JobTemplateShape { spec: sole_member(cursor, "spec", job_spec_shape)? })
 }
 
 fn job_spec_shape<'a>(cursor: &mut JsonCursor<'a>) -> Step<JobSpecShape<'a>> {
-    let mut template = None;
-    cursor.object(|cursor, key| match key {
-        "template" => once(&mut template, cursor.optional(boxed(template_shape))?),
-        _ => cursor.skip(),
-    })?;
-    Ok(JobSpecShape { template: template.flatten() })
+    Ok(JobSpecShape { template: sole_member(cursor, "template", boxed(template_shape))? })
+}
+
+/// An object of which only the member `name` is read (`null` or absent: `None`), the shape of
+/// the templates' wrappers around a pod spec.
+fn sole_member<'a, T>(
+    cursor: &mut JsonCursor<'a>,
+    name: &str,
+    read: impl Fn(&mut JsonCursor<'a>) -> Step<T>,
+) -> Step<Option<T>> {
+    let mut member = None;
+    cursor
+        .object(|cursor, key| if key == name { once(&mut member, cursor.optional(&read)?) } else { cursor.skip() })?;
+    Ok(member.flatten())
 }
 
 fn pod_spec<'a>(cursor: &mut JsonCursor<'a>) -> Step<PodSpecView<'a>> {
@@ -153,13 +151,8 @@ fn volume<'a>(cursor: &mut JsonCursor<'a>) -> Step<VolumeView<'a>> {
 }
 
 fn csi_source<'a>(cursor: &mut JsonCursor<'a>) -> Step<CsiVolumeView<'a>> {
-    let (mut driver, mut read_only) = (None, None);
-    cursor.object(|cursor, key| match key {
-        "driver" => once(&mut driver, cursor.string()?),
-        "readOnly" => once(&mut read_only, cursor.optional(JsonCursor::bool)?),
-        _ => cursor.skip(),
-    })?;
-    Ok(CsiVolumeView { driver: driver.unwrap_or_default(), read_only: read_only.flatten() })
+    let (driver, read_only) = text_and_read_only(cursor, "driver")?;
+    Ok(CsiVolumeView { driver, read_only })
 }
 
 fn container<'a>(cursor: &mut JsonCursor<'a>) -> Step<ContainerView<'a>> {
@@ -173,11 +166,18 @@ fn container<'a>(cursor: &mut JsonCursor<'a>) -> Step<ContainerView<'a>> {
 }
 
 fn volume_mount<'a>(cursor: &mut JsonCursor<'a>) -> Step<VolumeMountView<'a>> {
-    let (mut name, mut read_only) = (None, None);
+    let (name, read_only) = text_and_read_only(cursor, "name")?;
+    Ok(VolumeMountView { name, read_only })
+}
+
+/// An object of one string member `text_key` and an optional `readOnly`, the shape a CSI source
+/// (`driver`) and a volume mount (`name`) share; both default when absent, as the derive does.
+fn text_and_read_only<'a>(cursor: &mut JsonCursor<'a>, text_key: &str) -> Step<(Cow<'a, str>, Option<bool>)> {
+    let (mut text, mut read_only) = (None, None);
     cursor.object(|cursor, key| match key {
-        "name" => once(&mut name, cursor.string()?),
         "readOnly" => once(&mut read_only, cursor.optional(JsonCursor::bool)?),
+        _ if key == text_key => once(&mut text, cursor.string()?),
         _ => cursor.skip(),
     })?;
-    Ok(VolumeMountView { name: name.unwrap_or_default(), read_only: read_only.flatten() })
+    Ok((text.unwrap_or_default(), read_only.flatten()))
 }
