@@ -100,7 +100,8 @@ fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
         SourceKind::Static => Arc::new(StaticDirSource::new(config.static_shares_dir.clone().unwrap_or_default())),
         SourceKind::Kubernetes => {
             let client = runtime.block_on(kube_client(config.kubeconfig.as_deref()))?;
-            Arc::new(KubernetesSource::new(client, runtime.handle().clone(), metrics.clone()))
+            let timeout = std::time::Duration::from_secs(config.request_timeout_seconds);
+            Arc::new(KubernetesSource::new(client, runtime.handle().clone(), metrics.clone()).with_request_timeout(timeout))
         }
     };
     let plugin = Plugin {

@@ -37,6 +37,10 @@ pub struct DriverConfig {
     /// interval): rewritten when their content changed, emptied when access or the share went.
     #[serde(deserialize_with = "seconds")]
     pub refresh_seconds: u64,
+    /// How long one apiserver request may take before it is given up (the volume it was for
+    /// keeps its content and is tried again at the next change or tick).
+    #[serde(deserialize_with = "seconds")]
+    pub request_timeout_seconds: u64,
     /// Whether content updates reach published volumes (a volume's own `refreshResource` can
     /// turn them off too). Off, a volume keeps what it was published with; losing access still
     /// empties it.
@@ -61,6 +65,7 @@ impl Default for DriverConfig {
             kubeconfig: None,
             static_shares_dir: None,
             refresh_seconds: 60,
+            request_timeout_seconds: 10,
             refresh: true,
             health_address: None,
             shutdown_timeout_seconds: 10,

@@ -17,23 +17,38 @@ pub const SHARE_ATTRIBUTE: &str = "share";
 /// The aliases of [`SHARE_ATTRIBUTE`].
 const SHARE_ALIASES: [&str; 2] = ["sharedSecret", "sharedConfigMap"];
 
+/// One refresh pass: the volumes a batch of changes touched. Answers may be shared between the
+/// volumes of one pass, never between passes, so an answer from before a change can never serve
+/// the pass that change started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PassId(pub u64);
+
 /// Produces the files of a volume.
 pub trait ContentSource: Send + Sync {
     /// True once the source can serve (Probe reports it).
     fn ready(&self) -> bool;
-    /// The files for `request`, or why it may not have them.
+    /// The files for `request`, asked afresh, or why it may not have them.
     fn content(&self, request: &PublishRequest) -> Result<Payload>;
+    /// [`ContentSource::content`] within refresh pass `pass`: answers may be shared with the
+    /// other volumes of the pass (one access check per service account and share, not per
+    /// volume).
+    fn content_in_pass(&self, request: &PublishRequest, pass: PassId) -> Result<Payload> {
+        let _ = pass;
+        self.content(request)
+    }
     /// Where the source notes what changed, so a refresh need not wait for its interval and
     /// covers only the volumes touched; `None` for a source that cannot tell.
     fn changes(&self) -> Option<std::sync::Arc<crate::changes::Changes>> {
         None
     }
-    /// A refresh of every volume starts: answers may be shared between its volumes until
-    /// [`ContentSource::end_pass`] (one access check per service account and share, not per
-    /// volume). Outside a pass, every call asks afresh.
-    fn start_pass(&self) {}
-    /// The refresh started by [`ContentSource::start_pass`] is over.
-    fn end_pass(&self) {}
+    /// Refresh pass `pass` starts.
+    fn start_pass(&self, pass: PassId) {
+        let _ = pass;
+    }
+    /// Refresh pass `pass` is over: its shared answers are dropped (and what it saw reported).
+    fn end_pass(&self, pass: PassId) {
+        let _ = pass;
+    }
 }
 
 /// Shares as subdirectories of a directory; every regular file in a share (recursively) is a key.

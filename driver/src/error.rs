@@ -35,20 +35,26 @@ pub enum Error {
 /// Result with a driver error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+impl Error {
+    /// Whether a content source's error says the content may no longer be had (access refused,
+    /// the share, projection or object gone, a request or object that is invalid), as opposed
+    /// to: not now (the apiserver did not answer, a local failure). A refresh empties a volume
+    /// on the first and keeps its content on the second. The one place this rule is written.
+    pub fn withdraws_content(&self) -> bool {
+        matches!(
+            self,
+            Error::InvalidArgument(_) | Error::NotFound(_) | Error::PermissionDenied(_) | Error::FailedPrecondition(_)
+        )
+    }
+}
+
 /// The longest message sent to a client. Messages quote input through `quote` already; this is
-/// the backstop, so that no path through the code can echo a megabyte back.
+/// the backstop, so that no path through the code can echo a megabyte back, nor a `%` that
+/// kubelet's event formatting would read as a verb.
 const MAX_MESSAGE_BYTES: usize = 1024;
 
-fn bounded(mut message: String) -> String {
-    if message.len() > MAX_MESSAGE_BYTES {
-        let mut end = MAX_MESSAGE_BYTES;
-        while !message.is_char_boundary(end) {
-            end -= 1;
-        }
-        message.truncate(end);
-        message.push_str("...");
-    }
-    message
+fn bounded(message: String) -> String {
+    crate::quote::bounded(crate::quote::without_percent(message), MAX_MESSAGE_BYTES)
 }
 
 impl From<Error> for Status {

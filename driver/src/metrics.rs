@@ -50,6 +50,7 @@ pub struct Metrics {
     refreshes: Family<ResultLabels, Counter>,
     revocations: Counter,
     volumes: Gauge,
+    stale_volumes: Gauge,
     watch_errors: Family<KindLabels, Counter>,
     publish_seconds: Histogram,
 }
@@ -84,6 +85,12 @@ impl Metrics {
         );
         let volumes = Gauge::default();
         registry.register("volumes_published", "Volumes published on this node", volumes.clone());
+        let stale_volumes = Gauge::default();
+        registry.register(
+            "volumes_stale",
+            "Volumes whose last refresh failed: they serve older content until a refresh succeeds",
+            stale_volumes.clone(),
+        );
         let watch_errors = Family::<KindLabels, Counter>::default();
         registry.register("watch_errors", "Watch failures by kind (each retried with backoff)", watch_errors.clone());
         // 100 µs to ~3 s.
@@ -97,6 +104,7 @@ impl Metrics {
             refreshes,
             revocations,
             volumes,
+            stale_volumes,
             watch_errors,
             publish_seconds,
         }
@@ -141,6 +149,11 @@ impl Metrics {
     /// Sets how many volumes are published.
     pub fn set_volumes(&self, count: usize) {
         self.volumes.set(i64::try_from(count).unwrap_or(i64::MAX));
+    }
+
+    /// Sets how many volumes' last refresh failed.
+    pub fn set_stale_volumes(&self, count: usize) {
+        self.stale_volumes.set(i64::try_from(count).unwrap_or(i64::MAX));
     }
 
     /// Counts a failed watch of `kind`.

@@ -8,6 +8,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use inline_guard_proto::csi::v1::node_server::Node;
@@ -16,17 +17,17 @@ use inline_guard_proto::csi::v1::{
     NodePublishVolumeRequest, NodePublishVolumeResponse, NodeUnpublishVolumeRequest, NodeUnpublishVolumeResponse,
 };
 use tonic::{Request, Response, Status};
-use tracing::warn;
+use tracing::{info, warn};
 
 use crate::atomic_writer::{AtomicWriter, check_key};
-use crate::content::ContentSource;
+use crate::content::{ContentSource, PassId};
 use crate::error::{Error, Result};
 use crate::metrics::{Metrics, RefreshResult, result_label};
 use crate::mounter::Mounter;
 use crate::projection::api::PROJECTION_ATTRIBUTE;
 use crate::projection::tokens::Tokens;
 use crate::publish_request::{PublishRequest, check, check_volume_id};
-use crate::quote::{quote, quote_path};
+use crate::quote::{Logged, quote, quote_path};
 use crate::target_dir::{self, OpenDir, OpenTarget};
 use crate::target_path::TargetPath;
 use crate::volume_store::{VolumeRecord, VolumeStore, volume_digest};
@@ -78,6 +79,9 @@ pub struct NodeService {
     // Volume ids and targets with an operation under way: a second one on either is told to
     // retry (ABORTED), as the specification asks, instead of racing the first.
     busy: Mutex<HashSet<Busy>>,
+    // The last refresh failure of each volume whose content is not current.
+    stale: Mutex<HashMap<String, Error>>,
+    passes: AtomicU64,
 }
 
 impl NodeService {
@@ -103,6 +107,8 @@ impl NodeService {
             volumes: Mutex::new(volumes),
             tokens: Mutex::default(),
             busy: Mutex::default(),
+            stale: Mutex::default(),
+            passes: AtomicU64::new(0),
         }
     }
 
@@ -212,12 +218,17 @@ impl NodeService {
                     if held.is_lost() { request.tokens.audiences().next().is_some() } else { held != request.tokens };
                 let shows_tokens = existing.attributes.contains_key(PROJECTION_ATTRIBUTE);
                 self.keep_tokens(&request.volume_id, Some(&request.tokens));
-                if new_tokens
-                    && shows_tokens
-                    && let Err(error) = self.refresh(existing, true)
+                let rewrite_tokens = new_tokens && shows_tokens;
+                // A volume whose last refresh failed is refreshed again now, and a failure is
+                // kubelet's to report: it records it as the pod's event.
+                let stale = self.stale.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&request.volume_id);
+                if (rewrite_tokens || stale)
+                    && let Err(error) = self.refresh(existing, rewrite_tokens)
                 {
-                    // Kept only once written: kubelet's retry brings them again.
-                    self.keep_tokens(&request.volume_id, Some(&held).filter(|held| !held.is_lost()));
+                    if rewrite_tokens {
+                        // Kept only once written: kubelet's retry brings them again.
+                        self.keep_tokens(&request.volume_id, Some(&held).filter(|held| !held.is_lost()));
+                    }
                     return Err(error);
                 }
                 return Ok(());
@@ -348,71 +359,133 @@ impl NodeService {
     }
 
     /// Re-reads every published volume's content and rewrites what changed (the atomic writer
-    /// makes an unchanged volume a no-op). A volume whose content may no longer be had (the share
-    /// is gone, access was withdrawn) is emptied, not left serving stale data. Returns, per
-    /// volume, whether it changed.
+    /// makes an unchanged volume a no-op), one volume after another in one pass. A volume whose
+    /// content may no longer be had (the share is gone, access was withdrawn) is emptied, not
+    /// left serving stale data. Returns, per volume, whether it changed. The driver's own
+    /// refresher runs volumes concurrently instead ([`crate::refresh`]); this is for tests and
+    /// benchmarks.
     pub fn refresh_all(&self) -> Vec<(String, Result<bool>)> {
         self.refresh_where(|_| true)
     }
 
     /// [`NodeService::refresh_all`] for the volumes `touched` selects.
     pub fn refresh_where(&self, touched: impl Fn(&VolumeRecord) -> bool) -> Vec<(String, Result<bool>)> {
-        let records: Vec<VolumeRecord> = self
-            .volumes
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .filter(|record| touched(record))
-            .cloned()
-            .collect();
-        self.content.start_pass();
-        let results: Vec<(String, Result<bool>)> = records
+        let pass = self.start_pass();
+        let results = self
+            .volume_ids_where(touched)
             .into_iter()
-            .map(|record| {
-                let result =
-                    self.claim(&record.volume_id, &record.target_path).and_then(|_claim| self.refresh(&record, false));
-                (record.volume_id, result)
+            .filter_map(|volume_id| {
+                let result = self.refresh_volume(&volume_id, Some(pass))?;
+                Some((volume_id, result))
             })
             .collect();
-        self.content.end_pass();
-        for (_, result) in &results {
-            self.metrics.refresh(match result {
-                Ok(true) => RefreshResult::Changed,
-                Ok(false) => RefreshResult::Unchanged,
-                Err(_) => RefreshResult::Failed,
-            });
-        }
+        self.end_pass(pass);
         results
     }
 
-    /// Rewrites one volume's content; `forced` writes it even where the volume keeps what it was
-    /// published with (a republish bringing new tokens).
+    /// The published volumes `touched` selects.
+    pub fn volume_ids_where(&self, touched: impl Fn(&VolumeRecord) -> bool) -> Vec<String> {
+        let volumes = self.volumes.lock().unwrap_or_else(|p| p.into_inner());
+        volumes.values().filter(|record| touched(record)).map(|record| record.volume_id.clone()).collect()
+    }
+
+    /// A new refresh pass, started at the content source.
+    pub fn start_pass(&self) -> PassId {
+        let pass = PassId(self.passes.fetch_add(1, Ordering::Relaxed));
+        self.content.start_pass(pass);
+        pass
+    }
+
+    /// Ends refresh pass `pass` at the content source (it may write the shares' status: call
+    /// it off the async workers).
+    pub fn end_pass(&self, pass: PassId) {
+        self.content.end_pass(pass);
+    }
+
+    /// Refreshes one volume, within refresh pass `pass` when given; `None` when the volume is
+    /// not published (any more). The content is fetched without holding the volume, so an
+    /// unpublish never waits for the apiserver: the volume is held only while its new content
+    /// is written, and a refresh that finds the volume unpublished or republished meanwhile
+    /// writes nothing. Another operation holding the volume answers ABORTED (retry).
+    pub fn refresh_volume(&self, volume_id: &str, pass: Option<PassId>) -> Option<Result<bool>> {
+        let record = self.record(volume_id)?;
+        let fetched = self.fetch(&record, pass);
+        let result = self.claim(&record.volume_id, &record.target_path).and_then(|_claim| {
+            match self.record(volume_id) {
+                Some(current) if current.same_publish(&record) => self.apply(&current, fetched?, false),
+                _ => Ok(false),
+            }
+        });
+        self.metrics.refresh(match &result {
+            Ok(true) => RefreshResult::Changed,
+            Ok(false) => RefreshResult::Unchanged,
+            Err(_) => RefreshResult::Failed,
+        });
+        self.note_refresh(volume_id, &result);
+        Some(result)
+    }
+
+    /// Remembers whether `volume_id`'s last refresh failed (an operation under way is not a
+    /// failure), so the next republish can report it to kubelet, which records it as the pod's
+    /// event: a volume serving old content is not known to the driver's log alone.
+    fn note_refresh(&self, volume_id: &str, result: &Result<bool>) {
+        let mut stale = self.stale.lock().unwrap_or_else(|p| p.into_inner());
+        match result {
+            Err(Error::Aborted(_)) => {}
+            Err(error) => {
+                stale.insert(volume_id.to_string(), error.clone());
+            }
+            Ok(_) => {
+                stale.remove(volume_id);
+            }
+        }
+        self.metrics.set_stale_volumes(stale.len());
+    }
+
+    /// Rewrites one volume's content now, holding it; `forced` writes it even where the volume
+    /// keeps what it was published with (a republish bringing new tokens).
     fn refresh(&self, record: &VolumeRecord, forced: bool) -> Result<bool> {
+        let fetched = self.fetch(record, None)?;
+        let result = self.apply(record, fetched, forced);
+        self.note_refresh(&record.volume_id, &result);
+        result
+    }
+
+    /// The content `record`'s volume should show now. A share gone, or access withdrawn, is
+    /// content withdrawn (the volume is emptied, and stays mounted); a source that cannot answer
+    /// now is an error (nothing changes).
+    fn fetch(&self, record: &VolumeRecord, pass: Option<PassId>) -> Result<Fetched> {
         let target = TargetPath::parse(&record.target_path.to_string_lossy(), self.kubelet_dir())?;
         let request = PublishRequest {
             volume_id: record.volume_id.clone(),
-            target: target.clone(),
+            target,
             pod: record.pod.clone(),
             attributes: record.attributes.clone(),
             mount_flags: Vec::new(),
             tokens: self.tokens_of(&record.volume_id),
         };
-        // A share gone, or access withdrawn, empties the volume (it stays mounted); a source
-        // that cannot answer now changes nothing.
-        let (payload, withdrawn) = match self.content.content(&request) {
-            Ok(payload) => (payload, false),
-            Err(Error::InvalidArgument(_) | Error::NotFound(_) | Error::PermissionDenied(_)) => {
-                (Default::default(), true)
-            }
-            Err(other) => return Err(other),
+        let answer = match pass {
+            Some(pass) => self.content.content_in_pass(&request, pass),
+            None => self.content.content(&request),
         };
+        match answer {
+            Ok(payload) => Ok(Fetched { payload, withdrawn: None }),
+            Err(error) if error.withdraws_content() => Ok(Fetched { payload: Default::default(), withdrawn: Some(error) }),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Writes `fetched` into `record`'s volume, unless the volume keeps what it was published
+    /// with; whether it changed.
+    fn apply(&self, record: &VolumeRecord, fetched: Fetched, forced: bool) -> Result<bool> {
         // `refreshResource: "false"`: the volume keeps what it was published with; a revocation
         // still empties it (access is never kept by a setting of the pod's own).
         let kept = !self.settings.refresh_content
             || record.attributes.get(REFRESH_ATTRIBUTE).is_some_and(|value| value == "false");
-        if !withdrawn && kept && !forced {
+        if fetched.withdrawn.is_none() && kept && !forced {
             return Ok(false);
         }
+        let target = TargetPath::parse(&record.target_path.to_string_lossy(), self.kubelet_dir())?;
         let opened = target_dir::open(self.kubelet_dir(), &target)?;
         let Some(opened) =
             opened.filter(|opened| self.holds_own_mount(opened, &record.volume_id, record.device).unwrap_or(false))
@@ -422,9 +495,10 @@ impl NodeService {
                 quote_path(&record.target_path)
             )));
         };
-        let changed = self.write(&opened.target, &payload, true)?;
-        if changed && withdrawn {
+        let changed = self.write(&opened.target, &fetched.payload, true)?;
+        if changed && let Some(reason) = &fetched.withdrawn {
             self.metrics.revocation();
+            info!(volume = %quote(&record.volume_id), reason = %Logged(reason), "content withdrawn; the volume was emptied");
         }
         Ok(changed)
     }
@@ -461,10 +535,18 @@ impl NodeService {
             warn!(volume = %quote(volume_id), "unpublish: {problem}");
         }
         self.volumes.lock().unwrap_or_else(|p| p.into_inner()).remove(volume_id);
+        self.note_refresh(volume_id, &Ok(false));
         self.keep_tokens(volume_id, None);
         self.count_volumes();
         Ok(())
     }
+}
+
+/// A volume's content as fetched for a refresh.
+struct Fetched {
+    payload: crate::atomic_writer::Payload,
+    /// Why the content may no longer be had, when it may not (the payload is then empty).
+    withdrawn: Option<Error>,
 }
 
 /// What a publish has made so far: directories, its mount, and that mount's device once seen.

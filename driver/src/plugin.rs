@@ -15,7 +15,6 @@ use tonic::service::Routes;
 use tracing::{info, warn};
 
 use crate::DRIVER_NAME;
-use crate::changes::Pending;
 use crate::config::DriverConfig;
 use crate::content::ContentSource;
 use crate::error::Result;
@@ -24,7 +23,6 @@ use crate::identity::IdentityService;
 use crate::metrics::Metrics;
 use crate::mounter::Mounter;
 use crate::node::{NodeGrpc, NodeService, VolumeSettings};
-use crate::quote::quote;
 use crate::recovery::recover;
 use crate::registration::RegistrationService;
 use crate::socket::{self, Clients};
@@ -67,6 +65,7 @@ impl Plugin {
                 kubeconfig: None,
                 static_shares_dir: Some(shares.clone()),
                 refresh_seconds: 3600,
+                request_timeout_seconds: 10,
                 refresh: true,
                 health_address: None,
                 shutdown_timeout_seconds: 10,
@@ -140,52 +139,12 @@ impl Plugin {
             socket::serve(registration_socket, routes, Clients::KubeletRegistration, until_stopped(stopped.clone()))
                 .await
         };
-        let refresh_every = Duration::from_secs(self.config.refresh_seconds);
-        let changes = self.content.changes();
-        let refresher = {
-            let mut stopped = stopped.clone();
-            async move {
-                let mut ticker = tokio::time::interval(refresh_every);
-                ticker.tick().await;
-                let changed = || async {
-                    match &changes {
-                        Some(changes) => {
-                            let mut pending = changes.next().await;
-                            // A burst of events (a RoleBinding and its Role, a Secret applied
-                            // twice) makes one pass.
-                            tokio::time::sleep(Duration::from_millis(20)).await;
-                            pending.merge(changes.take());
-                            pending
-                        }
-                        None => std::future::pending().await,
-                    }
-                };
-                loop {
-                    let pending = tokio::select! {
-                        _ = ticker.tick() => Pending::everything(),
-                        pending = changed() => pending,
-                        _ = stopped.wait_for(|stop| *stop) => return,
-                    };
-                    let node = node.clone();
-                    // Files and mounts block: keep them off the async workers.
-                    let results = tokio::task::spawn_blocking(move || {
-                        node.refresh_where(|record| pending.touches(&record.attributes, &record.pod.namespace))
-                    })
-                    .await
-                    .unwrap_or_default();
-                    for (volume_id, result) in results {
-                        let volume = quote(&volume_id);
-                        match result {
-                            Ok(true) => info!(%volume, "content refreshed"),
-                            Ok(false) => {}
-                            Err(error) => {
-                                warn!(%volume, %error, "content refresh failed; serving the previous content")
-                            }
-                        }
-                    }
-                }
-            }
-        };
+        let refresher = crate::refresh::run(
+            node.clone(),
+            self.content.changes(),
+            Duration::from_secs(self.config.refresh_seconds),
+            stopped.clone(),
+        );
         let health_port = async {
             if let Some(listener) = health_listener {
                 health::serve(listener, health.clone(), until_stopped(stopped.clone())).await;

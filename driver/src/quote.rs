@@ -1,20 +1,55 @@
 //! Quoting request input into messages: escaped, so a control character cannot forge a log line,
-//! and bounded, so a megabyte of input never makes a megabyte of error.
+//! bounded, so a megabyte of input never makes a megabyte of error, and free of `%`, since
+//! kubelet hands a driver's message to a printf-style formatter when it records the pod's event
+//! (a quoted `%2f` would come out as `%!f(MISSING)`).
 
 /// How much of one input a message quotes.
 pub const MAX_QUOTED_BYTES: usize = 256;
 
-/// `input` in double quotes with Rust's escapes, cut to its first [`MAX_QUOTED_BYTES`] bytes (at
-/// a character boundary) with the full length said when it was cut.
+/// `input` in double quotes with Rust's escapes (and `%` as `\u{25}`), cut to its first
+/// [`MAX_QUOTED_BYTES`] bytes (at a character boundary) with the full length said when it was
+/// cut.
 pub fn quote(input: &str) -> String {
     if input.len() <= MAX_QUOTED_BYTES {
-        return format!("{input:?}");
+        return without_percent(format!("{input:?}"));
     }
     let mut end = MAX_QUOTED_BYTES;
     while !input.is_char_boundary(end) {
         end -= 1;
     }
-    format!("{:?}... ({} bytes)", &input[..end], input.len())
+    without_percent(format!("{:?}... ({} bytes)", &input[..end], input.len()))
+}
+
+/// `text` with each `%` written as the escape `\u{25}`, which no printf-style formatter reads.
+pub fn without_percent(text: String) -> String {
+    if text.contains('%') { text.replace('%', "\\u{25}") } else { text }
+}
+
+/// A message for a log line or the wire, cut to `limit` bytes at a character boundary (with
+/// `...`): the backstop behind [`quote`], so that no path through the code makes an unbounded
+/// line.
+pub fn bounded(mut message: String, limit: usize) -> String {
+    if message.len() > limit {
+        let mut end = limit;
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        message.truncate(end);
+        message.push_str("...");
+    }
+    message
+}
+
+/// The longest error message a log line carries.
+pub const MAX_LOGGED_BYTES: usize = 1024;
+
+/// An error for a log line: displayed through [`bounded`] at [`MAX_LOGGED_BYTES`].
+pub struct Logged<'a, E: std::fmt::Display + ?Sized>(pub &'a E);
+
+impl<E: std::fmt::Display + ?Sized> std::fmt::Display for Logged<'_, E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&bounded(without_percent(self.0.to_string()), MAX_LOGGED_BYTES))
+    }
 }
 
 /// [`quote`] for a path, which may not be UTF-8.
@@ -30,6 +65,18 @@ mod tests {
     fn short_input_is_quoted_whole_and_escaped() {
         assert_eq!(quote("cluster-ca"), "\"cluster-ca\"");
         assert_eq!(quote("a\nforged: line\u{1b}[31m"), "\"a\\nforged: line\\u{1b}[31m\"");
+    }
+
+    #[test]
+    fn a_percent_sign_never_reaches_a_message_as_itself() {
+        assert_eq!(quote("a%2fb"), "\"a\\u{25}2fb\"");
+        assert_eq!(Logged(&"100%").to_string(), "100\\u{25}");
+    }
+
+    #[test]
+    fn a_logged_error_is_bounded() {
+        let logged = Logged(&"x".repeat(91_364)).to_string();
+        assert_eq!(logged.len(), MAX_LOGGED_BYTES + 3);
     }
 
     #[test]

@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 
 use crate::atomic_writer::{DEFAULT_MODE, FileContent, Payload, check_key};
 use crate::error::{Error, Result};
+use crate::object_name::ObjectName;
 use crate::projection::api::{KeyItem, ProjectionSource, ProjectionSpec, ShareProjection, SourceKind};
 use crate::projection::downward::{PodFacts, PodField};
 use crate::projection::tokens::Tokens;
@@ -45,8 +46,8 @@ impl std::fmt::Debug for SourceData {
     }
 }
 
-/// Checks what needs no data: one kind per source, valid paths, modes and field paths, and
-/// no two explicit paths that collide. The error names the sources and the path.
+/// Checks what needs no data: one kind per source, share names that are object names, valid
+/// paths, modes and field paths, and no two explicit paths that collide. The error names the sources and the path.
 pub fn check_spec(spec: &ProjectionSpec) -> Result<()> {
     if spec.sources.is_empty() {
         return Err(Error::InvalidArgument("the projection has no sources".into()));
@@ -55,6 +56,9 @@ pub fn check_spec(spec: &ProjectionSpec) -> Result<()> {
     let mut claimed = Claims::default();
     for (index, source) in spec.sources.iter().enumerate() {
         let label = source_label(index, source)?;
+        if let Some(SourceKind::SharedSecret(share) | SourceKind::SharedConfigMap(share)) = source.kind() {
+            ObjectName::parse(&share.name).map_err(|e| in_source(&label, Error::InvalidArgument(e.to_string())))?;
+        }
         for (path, mode) in explicit_paths(source).map_err(|e| in_source(&label, e))? {
             check_key(path).map_err(|e| in_source(&label, e))?;
             check_mode(mode, &format!("{label}: the mode of {}", quote(path)))?;

@@ -13,7 +13,9 @@ use super::api::{ProjectionSpec, SharedProjection, SourceKind};
 use super::compose::{SourceData, check_spec, compose};
 use super::downward::{PodFacts, PodField};
 use crate::atomic_writer::Payload;
+use crate::content::PassId;
 use crate::error::{Error, Result};
+use crate::object_name::{NamespaceName, ObjectName};
 use crate::publish_request::PublishRequest;
 use crate::quote::quote;
 use crate::shares::access::ShareKind;
@@ -22,22 +24,32 @@ use crate::shares::watch::attribute;
 
 impl KubernetesSource {
     /// The files of projection `name` for the pod of `request`.
-    pub(crate) async fn projection_payload(&self, request: &PublishRequest, name: &str) -> Result<Payload> {
-        let namespace = &request.pod.namespace;
-        let key = (namespace.clone(), name.to_string());
-        let spec = self.shared(key, |pass| &mut pass.projections, self.projection(namespace, name)).await?;
+    pub(crate) async fn projection_payload(
+        &self,
+        request: &PublishRequest,
+        name: &ObjectName,
+        pass: Option<PassId>,
+    ) -> Result<Payload> {
+        let namespace = pod_namespace(request)?;
+        let key = (namespace.clone(), name.clone());
+        let spec = self.shared(pass, key, |pass| &mut pass.projections, self.projection(&namespace, name)).await?;
         let Some(spec) = spec else {
-            return Err(Error::NotFound(format!("SharedProjection {namespace}/{} not found", quote(name))));
+            return Err(Error::NotFound(format!("SharedProjection {namespace}/{} not found", quote(name.as_str()))));
         };
-        let shares = shares_of(&spec);
+        // Checked before anything else is asked: a share name that is not an object name is
+        // refused here, never spelled into a request, and before any access check.
+        if let Err(error) = check_spec(&spec) {
+            self.change_log().projection_uses(namespace.as_str(), name.as_str(), std::iter::empty());
+            return Err(in_projection(&namespace, name, error));
+        }
+        let shares = shares_of(&spec)?;
         // Noted before anything is fetched: a share that fails now must still wake this
         // projection's volumes when it changes.
         let named = shares.iter().map(|(kind, share)| (attribute(*kind), share.as_str()));
-        self.change_log().projection_uses(namespace, name, named);
-        check_spec(&spec).map_err(|e| in_projection(namespace, name, e))?;
+        self.change_log().projection_uses(namespace.as_str(), name.as_str(), named);
 
         let fetched = futures_util::future::join_all(
-            shares.iter().map(|(kind, share)| self.share_payload(&request.pod, *kind, share)),
+            shares.iter().map(|(kind, share)| self.share_payload(&request.pod, *kind, share, pass)),
         )
         .await;
         let mut data = SourceData { tokens: request.tokens.clone(), ..SourceData::default() };
@@ -46,26 +58,26 @@ impl KubernetesSource {
             match payload {
                 Ok(payload) => {
                     let object = payload.into_iter().map(|(key, file)| (key, file.data)).collect();
-                    data.shares.insert((kind, share), object);
+                    data.shares.insert((kind, share.as_str().to_string()), object);
                 }
                 Err(error) => failures.push(error),
             }
         }
         // A source withdrawn (refused, gone) outranks one that could not be read now: the
         // volume is emptied rather than kept on the strength of another source's outage.
-        if let Some(error) = failures.iter().position(withdraws).or((!failures.is_empty()).then_some(0)) {
+        if let Some(error) = failures.iter().position(Error::withdraws_content).or((!failures.is_empty()).then_some(0))
+        {
             return Err(failures.swap_remove(error));
         }
         data.pod = self.pod_facts(request, &spec).await?;
-        compose(&spec, &data).map_err(|e| in_projection(namespace, name, e))
+        compose(&spec, &data).map_err(|e| in_projection(&namespace, name, e))
     }
 
     /// The spec of projection `name` in `namespace`, `None` when it does not exist.
-    async fn projection(&self, namespace: &str, name: &str) -> Result<Option<ProjectionSpec>> {
-        let found = Api::<SharedProjection>::namespaced(self.client().clone(), namespace)
-            .get_opt(name)
-            .await
-            .map_err(|e| Error::Unavailable(format!("reading SharedProjection {namespace}/{}: {e}", quote(name))))?;
+    async fn projection(&self, namespace: &NamespaceName, name: &ObjectName) -> Result<Option<ProjectionSpec>> {
+        let what = format!("reading SharedProjection {namespace}/{}", quote(name.as_str()));
+        let api = Api::<SharedProjection>::namespaced(self.client().clone(), namespace.as_str());
+        let found = self.ask(&what, api.get_opt(name.as_str())).await?;
         Ok(found.map(|projection| projection.spec))
     }
 
@@ -86,14 +98,15 @@ impl KubernetesSource {
         if !needs_object {
             return Ok(facts);
         }
-        let what = format!("pod {}/{}", pod.namespace, quote(&pod.name));
-        let found = Api::<Pod>::namespaced(self.client().clone(), &pod.namespace)
-            .get_opt(&pod.name)
-            .await
-            .map_err(|e| Error::Unavailable(format!("reading {what} for its labels and annotations: {e}")))?;
+        let namespace = pod_namespace(request)?;
+        let name = ObjectName::parse(&pod.name)
+            .map_err(|error| Error::InvalidArgument(format!("the pod's name from kubelet: {error}")))?;
+        let what = format!("reading pod {namespace}/{name} for its labels and annotations");
+        let api = Api::<Pod>::namespaced(self.client().clone(), namespace.as_str());
+        let found = self.ask(&what, api.get_opt(name.as_str())).await?;
         // A pod of the same name but another uid is a successor: its labels are not this one's.
         let Some(object) = found.filter(|found| found.metadata.uid.as_deref() == Some(pod.uid.as_str())) else {
-            return Err(Error::NotFound(format!("{what} (uid {}) not found", quote(&pod.uid))));
+            return Err(Error::NotFound(format!("pod {namespace}/{name} (uid {}) not found", quote(&pod.uid))));
         };
         facts.labels = object.metadata.labels.unwrap_or_default().into_iter().collect::<BTreeMap<_, _>>();
         facts.annotations = object.metadata.annotations.unwrap_or_default().into_iter().collect::<BTreeMap<_, _>>();
@@ -101,26 +114,33 @@ impl KubernetesSource {
     }
 }
 
-/// The shares a projection names, each once, in a fixed order.
-pub fn shares_of(spec: &ProjectionSpec) -> BTreeSet<(ShareKind, String)> {
-    spec.sources
-        .iter()
-        .filter_map(|source| match source.kind()? {
-            SourceKind::SharedSecret(share) => Some((ShareKind::Secret, share.name.clone())),
-            SourceKind::SharedConfigMap(share) => Some((ShareKind::ConfigMap, share.name.clone())),
-            SourceKind::PodInfo(_) | SourceKind::ServiceAccountToken(_) => None,
-        })
-        .collect()
+/// The pod's namespace from kubelet, checked before it goes into a request.
+fn pod_namespace(request: &PublishRequest) -> Result<NamespaceName> {
+    NamespaceName::parse(&request.pod.namespace)
+        .map_err(|error| Error::InvalidArgument(format!("the pod's namespace from kubelet: {error}")))
 }
 
-/// Whether `error` says the content may no longer be had (rather than: not now).
-fn withdraws(error: &Error) -> bool {
-    matches!(error, Error::PermissionDenied(_) | Error::NotFound(_) | Error::InvalidArgument(_))
+/// The shares a projection names, each once, in a fixed order; a name that is not an object
+/// name is refused naming its source (`check_spec` refuses it first, with the same words).
+pub fn shares_of(spec: &ProjectionSpec) -> Result<BTreeSet<(ShareKind, ObjectName)>> {
+    let mut shares = BTreeSet::new();
+    for (index, source) in spec.sources.iter().enumerate() {
+        let (kind, share) = match source.kind() {
+            Some(SourceKind::SharedSecret(share)) => (ShareKind::Secret, share),
+            Some(SourceKind::SharedConfigMap(share)) => (ShareKind::ConfigMap, share),
+            _ => continue,
+        };
+        let name = ObjectName::parse(&share.name).map_err(|error| {
+            Error::InvalidArgument(format!("sources[{index}] ({}): the share name {error}", attribute(kind)))
+        })?;
+        shares.insert((kind, name));
+    }
+    Ok(shares)
 }
 
 /// `error`, saying which projection it is about.
-fn in_projection(namespace: &str, name: &str, error: Error) -> Error {
-    let context = |message: String| format!("SharedProjection {namespace}/{}: {message}", quote(name));
+fn in_projection(namespace: &NamespaceName, name: &ObjectName, error: Error) -> Error {
+    let context = |message: String| format!("SharedProjection {namespace}/{}: {message}", quote(name.as_str()));
     match error {
         Error::InvalidArgument(message) => Error::InvalidArgument(context(message)),
         Error::FailedPrecondition(message) => Error::FailedPrecondition(context(message)),

@@ -4,6 +4,7 @@
 
 pub mod access;
 pub mod api;
+pub mod apiserver;
 pub mod cache;
 pub mod source;
 pub mod status;

@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use k8s_openapi::api::authorization::v1::SubjectAccessReview;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -18,17 +19,19 @@ use tracing::warn;
 
 use super::access::{AccessQuestion, ShareKind};
 use super::api::{ObjectRef, ShareStatus, SharedConfigMap, SharedSecret};
+use super::apiserver::{DEFAULT_REQUEST_TIMEOUT, ask};
 use super::cache::ShareCache;
 use super::status::{Seen, desired};
 use super::watch::{Served, watch_changes};
 use crate::atomic_writer::{FileContent, Payload};
 use crate::changes::Changes;
-use crate::content::ContentSource;
+use crate::content::{ContentSource, PassId};
 use crate::error::{Error, Result};
 use crate::metrics::{AccessResult, Metrics};
+use crate::object_name::{NamespaceName, ObjectName};
 use crate::projection::api::{PROJECTION_ATTRIBUTE, ProjectionSpec};
 use crate::publish_request::{PodInfo, PublishRequest};
-use crate::quote::quote;
+use crate::quote::{Logged, quote};
 
 /// The volume attribute naming a SharedSecret.
 pub const SHARED_SECRET_ATTRIBUTE: &str = "sharedSecret";
@@ -40,15 +43,40 @@ type Found = (ObjectRef, Vec<Condition>);
 /// What a pass saw of a share, by share.
 type SeenShares = HashMap<(ShareKind, String), (ObjectRef, Vec<Condition>, Seen)>;
 
+/// A share's backing object, its names checked: the only form in which it is ever asked for.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct Backing {
+    namespace: NamespaceName,
+    name: ObjectName,
+}
+
+impl Backing {
+    /// The object `share` of `kind` names, when both its names are valid; otherwise the share is
+    /// broken (FAILED_PRECONDITION), which empties its volumes as a deleted share would.
+    fn of(kind: ShareKind, share: &ObjectName, named: &ObjectRef) -> Result<Backing> {
+        let broken = |error: crate::object_name::InvalidName| {
+            Error::FailedPrecondition(format!(
+                "{} {share} names a {} that cannot exist: {error}",
+                kind.kind(),
+                kind.backing_kind()
+            ))
+        };
+        Ok(Backing {
+            namespace: NamespaceName::parse(&named.namespace).map_err(broken)?,
+            name: ObjectName::parse(&named.name).map_err(broken)?,
+        })
+    }
+}
+
 /// Answers shared by the volumes of one refresh pass, and what it saw of each share (written to
 /// the shares' status when the pass ends).
 #[derive(Default)]
 pub(crate) struct Pass {
-    shares: HashMap<(ShareKind, String), Option<Found>>,
+    shares: HashMap<(ShareKind, ObjectName), Option<Found>>,
     access: HashMap<AccessQuestion, bool>,
-    backing: HashMap<(ShareKind, String, String), Option<Payload>>,
+    backing: HashMap<(ShareKind, Backing), Option<Payload>>,
     /// Projections by namespace and name, `None` when absent.
-    pub(crate) projections: HashMap<(String, String), Option<ProjectionSpec>>,
+    pub(crate) projections: HashMap<(NamespaceName, ObjectName), Option<ProjectionSpec>>,
     seen: SeenShares,
 }
 
@@ -60,8 +88,9 @@ pub struct KubernetesSource {
     served: Arc<Served>,
     cache: Arc<ShareCache>,
     changes: Arc<Changes>,
-    pass: Mutex<Option<Pass>>,
+    passes: Mutex<HashMap<PassId, Pass>>,
     metrics: Arc<Metrics>,
+    request_timeout: Duration,
     watches: tokio::task::JoinHandle<()>,
 }
 
@@ -73,7 +102,8 @@ impl Drop for KubernetesSource {
 
 impl KubernetesSource {
     /// A source asking the cluster `client` talks to, on `runtime`, counting into `metrics`,
-    /// whose watches start now.
+    /// whose watches start now. Each request is given up after 10 s
+    /// ([`KubernetesSource::with_request_timeout`] changes it).
     pub fn new(client: kube::Client, runtime: tokio::runtime::Handle, metrics: Arc<Metrics>) -> KubernetesSource {
         let served = Arc::new(Served::default());
         let cache = Arc::new(ShareCache::default());
@@ -85,7 +115,23 @@ impl KubernetesSource {
             changes.clone(),
             metrics.clone(),
         ));
-        KubernetesSource { client, runtime, served, cache, changes, pass: Mutex::new(None), metrics, watches }
+        KubernetesSource {
+            client,
+            runtime,
+            served,
+            cache,
+            changes,
+            passes: Mutex::default(),
+            metrics,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            watches,
+        }
+    }
+
+    /// The same source, giving up each request after `timeout`.
+    pub fn with_request_timeout(mut self, timeout: Duration) -> KubernetesSource {
+        self.request_timeout = timeout;
+        self
     }
 
     /// The client the source asks with.
@@ -98,9 +144,24 @@ impl KubernetesSource {
         &self.changes
     }
 
-    /// `compute`'s answer for `key`, shared within a pass through the map `field` picks.
+    /// `call`'s answer within the request timeout, its failure in the driver's words.
+    pub(crate) async fn ask<T>(
+        &self,
+        what: &str,
+        call: impl std::future::Future<Output = std::result::Result<T, kube::Error>>,
+    ) -> Result<T> {
+        ask(self.request_timeout, what, call).await
+    }
+
+    fn with_pass<T>(&self, pass: Option<PassId>, use_it: impl FnOnce(&mut Pass) -> T) -> Option<T> {
+        let pass = pass?;
+        self.passes.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&pass).map(use_it)
+    }
+
+    /// `compute`'s answer for `key`, shared within pass `pass` through the map `field` picks.
     pub(crate) async fn shared<K, V, F>(
         &self,
+        pass: Option<PassId>,
         key: K,
         field: fn(&mut Pass) -> &mut HashMap<K, V>,
         compute: F,
@@ -110,57 +171,57 @@ impl KubernetesSource {
         V: Clone,
         F: std::future::Future<Output = Result<V>>,
     {
-        if let Some(pass) = self.pass.lock().unwrap_or_else(|p| p.into_inner()).as_mut()
-            && let Some(value) = field(pass).get(&key)
-        {
-            return Ok(value.clone());
+        if let Some(Some(value)) = self.with_pass(pass, |p| field(p).get(&key).cloned()) {
+            return Ok(value);
         }
         let value = compute.await?;
-        if let Some(pass) = self.pass.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
-            field(pass).insert(key, value.clone());
-        }
+        self.with_pass(pass, |p| field(p).insert(key, value.clone()));
         Ok(value)
     }
 
-    async fn payload(&self, request: &PublishRequest) -> Result<Payload> {
+    async fn payload(&self, request: &PublishRequest, pass: Option<PassId>) -> Result<Payload> {
         match volume_of(request)? {
-            Volume::Share(kind, share) => self.share_payload(&request.pod, kind, &share).await,
-            Volume::Projection(name) => self.projection_payload(request, &name).await,
+            Volume::Share(kind, share) => self.share_payload(&request.pod, kind, &share, pass).await,
+            Volume::Projection(name) => self.projection_payload(request, &name, pass).await,
         }
     }
 
     /// The files of share `share` of `kind` for `pod`, once its service account is allowed to
     /// use it.
-    pub(crate) async fn share_payload(&self, pod: &PodInfo, kind: ShareKind, share: &str) -> Result<Payload> {
-        let share = share.to_string();
+    pub(crate) async fn share_payload(
+        &self,
+        pod: &PodInfo,
+        kind: ShareKind,
+        share: &ObjectName,
+        pass: Option<PassId>,
+    ) -> Result<Payload> {
         let question = AccessQuestion {
             namespace: pod.namespace.clone(),
             service_account: pod.service_account.clone(),
             kind,
-            share: share.clone(),
+            share: share.as_str().to_string(),
         };
         // The share and the access check do not depend on each other: asked at once, one round
         // trip to the apiserver instead of two (a missing share still answers NOT_FOUND first).
         let (found, allowed) = tokio::join!(
-            self.shared((kind, share.clone()), |p| &mut p.shares, self.share(kind, &share)),
-            self.shared(question.clone(), |p| &mut p.access, self.allowed(&question)),
+            self.shared(pass, (kind, share.clone()), |p| &mut p.shares, self.share(kind, share)),
+            self.shared(pass, question.clone(), |p| &mut p.access, self.allowed(&question)),
         );
-        let (backing, conditions) =
-            found?.ok_or_else(|| Error::NotFound(format!("{} {} not found", kind.kind(), quote(&share))))?;
+        let (named, conditions) =
+            found?.ok_or_else(|| Error::NotFound(format!("{} {} not found", kind.kind(), quote(share.as_str()))))?;
         if !allowed? {
             return Err(Error::PermissionDenied(question.denial()));
         }
-        self.served.note(kind, &backing.namespace, &backing.name, &share);
-        let key = (kind, backing.namespace.clone(), backing.name.clone());
-        let payload = self.shared(key, |p| &mut p.backing, self.backing(kind, &backing)).await;
+        let backing = Backing::of(kind, share, &named)?;
+        self.served.note(kind, &named.namespace, &named.name, share.as_str());
+        let payload =
+            self.shared(pass, (kind, backing.clone()), |p| &mut p.backing, self.backing(kind, &backing)).await;
         let seen = match &payload {
             Ok(Some(_)) => Seen::Read,
             Ok(None) => Seen::Missing,
             Err(error) => Seen::Unreadable(error.to_string()),
         };
-        if let Some(pass) = self.pass.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
-            pass.seen.insert((kind, share.clone()), (backing.clone(), conditions, seen));
-        }
+        self.with_pass(pass, |p| p.seen.insert((kind, share.as_str().to_string()), (named, conditions, seen)));
         payload?.ok_or_else(|| {
             Error::NotFound(format!(
                 "{} {}/{}, shared by {} {}, not found",
@@ -168,85 +229,57 @@ impl KubernetesSource {
                 backing.namespace,
                 backing.name,
                 kind.kind(),
-                quote(&share)
+                quote(share.as_str())
             ))
         })
     }
 
     /// The object a share names and the conditions it reports, `None` when the share does not
     /// exist.
-    async fn share(&self, kind: ShareKind, share: &str) -> Result<Option<Found>> {
+    async fn share(&self, kind: ShareKind, share: &ObjectName) -> Result<Option<Found>> {
         // The watch's copy when it has one; a share it has not delivered yet (created a moment
         // ago) is asked for.
-        if let Some(found) = self.cache.share(kind, share) {
+        if let Some(found) = self.cache.share(kind, share.as_str()) {
             return Ok(Some(found));
         }
-        let unavailable = |e: kube::Error| Error::Unavailable(format!("reading {} {}: {e}", kind.kind(), quote(share)));
+        let what = format!("reading {} {}", kind.kind(), quote(share.as_str()));
         let conditions = |status: Option<ShareStatus>| status.map(|s| s.conditions).unwrap_or_default();
         Ok(match kind {
-            ShareKind::Secret => Api::<SharedSecret>::all(self.client.clone())
-                .get_opt(share)
-                .await
-                .map_err(unavailable)?
+            ShareKind::Secret => self
+                .ask(&what, Api::<SharedSecret>::all(self.client.clone()).get_opt(share.as_str()))
+                .await?
                 .map(|s| (s.spec.secret_ref, conditions(s.status))),
-            ShareKind::ConfigMap => Api::<SharedConfigMap>::all(self.client.clone())
-                .get_opt(share)
-                .await
-                .map_err(unavailable)?
+            ShareKind::ConfigMap => self
+                .ask(&what, Api::<SharedConfigMap>::all(self.client.clone()).get_opt(share.as_str()))
+                .await?
                 .map(|s| (s.spec.config_map_ref, conditions(s.status))),
         })
     }
 
-    /// Writes the status of every share a pass saw whose conditions changed.
-    async fn write_statuses(&self, seen: SeenShares) {
-        let now = Time(k8s_openapi::jiff::Timestamp::now());
-        for ((kind, share), (backing, current, seen)) in seen {
-            let what = format!("{} {}/{}", kind.backing_kind(), backing.namespace, backing.name);
-            let Some(conditions) = desired(&current, &seen, &what, now.clone()) else { continue };
-            let patch = Patch::Merge(serde_json::json!({"status": {"conditions": conditions}}));
-            let params = PatchParams::default();
-            let written = match kind {
-                ShareKind::Secret => {
-                    Api::<SharedSecret>::all(self.client.clone()).patch_status(&share, &params, &patch).await.map(drop)
-                }
-                ShareKind::ConfigMap => Api::<SharedConfigMap>::all(self.client.clone())
-                    .patch_status(&share, &params, &patch)
-                    .await
-                    .map(drop),
-            };
-            if let Err(error) = written {
-                warn!(share = %quote(&share), kind = kind.kind(), %error, "could not write the share's status");
-            }
-        }
-    }
-
     /// Whether the apiserver says the pod's service account may use the share.
     async fn allowed(&self, question: &AccessQuestion) -> Result<bool> {
-        let review = Api::<SubjectAccessReview>::all(self.client.clone())
-            .create(&PostParams::default(), &question.review())
-            .await
-            .map_err(|e| {
-                self.metrics.access_check(AccessResult::Failed);
-                Error::Unavailable(format!("asking the apiserver whether the pod may use the share: {e}"))
-            })?;
+        let what = "asking the apiserver whether the pod may use the share";
+        let api = Api::<SubjectAccessReview>::all(self.client.clone());
+        let review = self.ask(what, api.create(&PostParams::default(), &question.review())).await.inspect_err(|_| {
+            self.metrics.access_check(AccessResult::Failed);
+        })?;
         let allowed = review.status.is_some_and(|s| s.allowed);
         self.metrics.access_check(if allowed { AccessResult::Allowed } else { AccessResult::Denied });
         Ok(allowed)
     }
 
     /// The files of a backing object, `None` when it does not exist.
-    async fn backing(&self, kind: ShareKind, backing: &ObjectRef) -> Result<Option<Payload>> {
-        let unavailable = |e: kube::Error| {
-            Error::Unavailable(format!("reading {} {}/{}: {e}", kind.backing_kind(), backing.namespace, backing.name))
-        };
-        if let Some(payload) = self.cache.content(kind, &backing.namespace, &backing.name) {
+    async fn backing(&self, kind: ShareKind, backing: &Backing) -> Result<Option<Payload>> {
+        let (namespace, name) = (backing.namespace.as_str(), backing.name.as_str());
+        if let Some(payload) = self.cache.content(kind, namespace, name) {
             return Ok(Some(payload));
         }
+        let what = format!("reading {} {namespace}/{name}", kind.backing_kind());
         let mut payload = Payload::new();
         let version = match kind {
             ShareKind::Secret => {
-                let api = Api::<Secret>::namespaced(self.client.clone(), &backing.namespace);
-                let Some(secret) = api.get_opt(&backing.name).await.map_err(unavailable)? else {
+                let api = Api::<Secret>::namespaced(self.client.clone(), namespace);
+                let Some(secret) = self.ask(&what, api.get_opt(name)).await? else {
                     return Ok(None);
                 };
                 for (key, value) in secret.data.unwrap_or_default() {
@@ -255,8 +288,8 @@ impl KubernetesSource {
                 secret.metadata.resource_version
             }
             ShareKind::ConfigMap => {
-                let api = Api::<ConfigMap>::namespaced(self.client.clone(), &backing.namespace);
-                let Some(config_map) = api.get_opt(&backing.name).await.map_err(unavailable)? else {
+                let api = Api::<ConfigMap>::namespaced(self.client.clone(), namespace);
+                let Some(config_map) = self.ask(&what, api.get_opt(name)).await? else {
                     return Ok(None);
                 };
                 for (key, value) in config_map.data.unwrap_or_default() {
@@ -269,9 +302,37 @@ impl KubernetesSource {
             }
         };
         if let Some(version) = version {
-            self.cache.store_content(kind, &backing.namespace, &backing.name, version, payload.clone());
+            self.cache.store_content(kind, namespace, name, version, payload.clone());
         }
         Ok(Some(payload))
+    }
+}
+
+/// Writes the status of every share a pass saw whose conditions changed, with `client`, each
+/// request given up after `timeout`.
+async fn write_statuses(client: kube::Client, timeout: Duration, seen: SeenShares) {
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    for ((kind, share), (backing, current, seen)) in seen {
+        let what = format!("{} {}/{}", kind.backing_kind(), backing.namespace, backing.name);
+        let Some(conditions) = desired(&current, &seen, &what, now.clone()) else { continue };
+        // Only shares a pass found are seen, so the name is one the apiserver gave.
+        let Ok(name) = ObjectName::parse(&share) else { continue };
+        let patch = Patch::Merge(serde_json::json!({"status": {"conditions": conditions}}));
+        let params = PatchParams::default();
+        let request = format!("writing the status of {} {}", kind.kind(), quote(&share));
+        let written = match kind {
+            ShareKind::Secret => {
+                let api = Api::<SharedSecret>::all(client.clone());
+                ask(timeout, &request, api.patch_status(name.as_str(), &params, &patch)).await.map(drop)
+            }
+            ShareKind::ConfigMap => {
+                let api = Api::<SharedConfigMap>::all(client.clone());
+                ask(timeout, &request, api.patch_status(name.as_str(), &params, &patch)).await.map(drop)
+            }
+        };
+        if let Err(error) = written {
+            warn!(error = %Logged(&error), "could not write the share's status");
+        }
     }
 }
 
@@ -279,9 +340,9 @@ impl KubernetesSource {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Volume {
     /// A share of a kind, by name.
-    Share(ShareKind, String),
+    Share(ShareKind, ObjectName),
     /// A `SharedProjection` in the pod's namespace, by name.
-    Projection(String),
+    Projection(ObjectName),
 }
 
 /// What a request names: exactly one of the three attributes, with a valid object name.
@@ -303,22 +364,19 @@ fn volume_of(request: &PublishRequest) -> Result<Volume> {
             )));
         }
     };
-    let plain = !name.is_empty()
-        && name.len() <= 253
-        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
-    let volume = match attribute {
-        SHARED_SECRET_ATTRIBUTE => Volume::Share(ShareKind::Secret, name.clone()),
-        SHARED_CONFIG_MAP_ATTRIBUTE => Volume::Share(ShareKind::ConfigMap, name.clone()),
-        _ => Volume::Projection(name.clone()),
+    let kind = match attribute {
+        SHARED_SECRET_ATTRIBUTE => Some(ShareKind::Secret),
+        SHARED_CONFIG_MAP_ATTRIBUTE => Some(ShareKind::ConfigMap),
+        _ => None,
     };
-    if !plain {
-        let kind = match &volume {
-            Volume::Share(kind, _) => kind.kind(),
-            Volume::Projection(_) => "SharedProjection",
-        };
-        return Err(Error::InvalidArgument(format!("{kind} name {} is not a valid object name", quote(name))));
-    }
-    Ok(volume)
+    let name = ObjectName::parse(name).map_err(|error| {
+        let what = kind.map_or("SharedProjection", ShareKind::kind);
+        Error::InvalidArgument(format!("{what} name {error}"))
+    })?;
+    Ok(match kind {
+        Some(kind) => Volume::Share(kind, name),
+        None => Volume::Projection(name),
+    })
 }
 
 impl ContentSource for KubernetesSource {
@@ -327,21 +385,27 @@ impl ContentSource for KubernetesSource {
     }
 
     fn content(&self, request: &PublishRequest) -> Result<Payload> {
-        self.runtime.block_on(self.payload(request))
+        self.runtime.block_on(self.payload(request, None))
+    }
+
+    fn content_in_pass(&self, request: &PublishRequest, pass: PassId) -> Result<Payload> {
+        self.runtime.block_on(self.payload(request, Some(pass)))
     }
 
     fn changes(&self) -> Option<Arc<Changes>> {
         Some(self.changes.clone())
     }
 
-    fn start_pass(&self) {
-        *self.pass.lock().unwrap_or_else(|p| p.into_inner()) = Some(Pass::default());
+    fn start_pass(&self, pass: PassId) {
+        self.passes.lock().unwrap_or_else(|p| p.into_inner()).insert(pass, Pass::default());
     }
 
-    fn end_pass(&self) {
-        let pass = self.pass.lock().unwrap_or_else(|p| p.into_inner()).take();
+    fn end_pass(&self, pass: PassId) {
+        let pass = self.passes.lock().unwrap_or_else(|p| p.into_inner()).remove(&pass);
         if let Some(pass) = pass {
-            self.runtime.block_on(self.write_statuses(pass.seen));
+            // Spawned, not awaited: a pass may end anywhere (its last volume's task, shutdown),
+            // and the statuses are a report, not part of any volume's refresh.
+            self.runtime.spawn(write_statuses(self.client.clone(), self.request_timeout, pass.seen));
         }
     }
 }
@@ -369,13 +433,13 @@ mod attribute_tests {
 
     #[test]
     fn a_volume_names_exactly_one_valid_share_or_projection() {
-        let share = |kind, name: &str| Volume::Share(kind, name.into());
+        let share = |kind, name: &str| Volume::Share(kind, ObjectName::parse(name).unwrap());
         assert_eq!(volume_of(&request(&[("sharedSecret", "db")])).unwrap(), share(ShareKind::Secret, "db"));
         assert_eq!(
             volume_of(&request(&[("sharedConfigMap", "ca.bundle")])).unwrap(),
             share(ShareKind::ConfigMap, "ca.bundle")
         );
-        assert_eq!(volume_of(&request(&[("projection", "app")])).unwrap(), Volume::Projection("app".into()));
+        assert_eq!(volume_of(&request(&[("projection", "app")])).unwrap(), Volume::Projection(ObjectName::parse("app").unwrap()));
         for (attributes, message) in [
             (
                 vec![],
@@ -389,11 +453,15 @@ mod attribute_tests {
                 vec![("projection", "a"), ("sharedConfigMap", "b")],
                 "volumeAttributes names both \"sharedConfigMap\" and \"projection\": name one share, or one projection",
             ),
-            (vec![("sharedSecret", "../x")], "SharedSecret name \"../x\" is not a valid object name"),
-            (vec![("sharedConfigMap", "")], "SharedConfigMap name \"\" is not a valid object name"),
-            (vec![("projection", "A")], "SharedProjection name \"A\" is not a valid object name"),
+            (vec![("sharedSecret", "../x")], "SharedSecret name \"../x\" is not a valid object name: RULE"),
+            (vec![("sharedConfigMap", "")], "SharedConfigMap name \"\" is not a valid object name: RULE"),
+            (vec![("projection", "A")], "SharedProjection name \"A\" is not a valid object name: RULE"),
+            (vec![("sharedSecret", "?watch=true")], "SharedSecret name \"?watch=true\" is not a valid object name: RULE"),
+            (vec![("projection", "..")], "SharedProjection name \"..\" is not a valid object name: RULE"),
         ] {
-            assert_eq!(volume_of(&request(&attributes)), Err(Error::InvalidArgument(message.into())));
+            let rule = "an object name is at most 253 characters of lowercase letters, digits, '-' and '.', \
+                        each '.'-separated part starting and ending with a letter or digit";
+            assert_eq!(volume_of(&request(&attributes)), Err(Error::InvalidArgument(message.replace("RULE", rule))));
         }
     }
 }

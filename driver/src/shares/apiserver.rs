@@ -1,0 +1,85 @@
+//! Every request the Kubernetes source makes passes through [`ask`]: it is given up after the
+//! request timeout, so one stalled call cannot hold a volume (or, through it, any other) for
+//! longer; and its failure is told in the driver's own words. The apiserver's text can name
+//! the driver's ServiceAccount and the RBAC rule it lacks: that goes to the driver's log
+//! (bounded), never into the error kubelet turns into the pod's event.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tracing::warn;
+
+use crate::error::{Error, Result};
+use crate::quote::Logged;
+
+/// How long one request may take unless configured (`requestTimeoutSeconds`).
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `call`'s answer, or an `Unavailable` error that says `what` failed and how in general terms.
+/// `what` is the driver's description of the request ("reading SharedSecret \"db\""), built
+/// from validated names and quoted input only.
+pub async fn ask<T>(
+    timeout: Duration,
+    what: &str,
+    call: impl Future<Output = std::result::Result<T, kube::Error>>,
+) -> Result<T> {
+    match tokio::time::timeout(timeout, call).await {
+        Ok(Ok(answer)) => Ok(answer),
+        Ok(Err(error)) => {
+            warn!(request = %Logged(what), error = %Logged(&error), "the apiserver request failed");
+            Err(Error::Unavailable(format!("{what}: {}; the driver's log has the details", in_general(&error))))
+        }
+        Err(_) => {
+            warn!(request = %Logged(what), ?timeout, "the apiserver did not answer in time; the request was given up");
+            Err(Error::Unavailable(format!("{what}: the apiserver did not answer within {} s", timeout.as_secs_f64())))
+        }
+    }
+}
+
+/// What may be said of `error` to the pod's owner: the HTTP code and the apiserver's one-word
+/// reason, or that it could not be reached; never its message.
+fn in_general(error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) => {
+            let reason: String =
+                status.reason.chars().filter(char::is_ascii_alphanumeric).take(64).collect::<String>();
+            if reason.is_empty() {
+                format!("the apiserver answered HTTP {}", status.code)
+            } else {
+                format!("the apiserver answered HTTP {} {reason}", status.code)
+            }
+        }
+        kube::Error::SerdeError(_) => "the apiserver's answer could not be decoded".into(),
+        _ => "the apiserver could not be reached".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_call_that_never_answers_is_given_up_at_the_timeout() {
+        let never = std::future::pending::<std::result::Result<(), kube::Error>>();
+        let error = ask(Duration::from_millis(20), "reading SharedSecret \"db\"", never).await.unwrap_err();
+        assert_eq!(
+            error,
+            Error::Unavailable("reading SharedSecret \"db\": the apiserver did not answer within 0.02 s".into())
+        );
+    }
+
+    #[tokio::test]
+    async fn the_apiserver_s_message_never_reaches_the_error() {
+        let status = kube::core::Status::failure(
+            "sharedsecrets.sharedresource.inlineguard.dev \"x\" is forbidden: User \"system:serviceaccount:inline-guard-system:sharedresource-csi-driver\" cannot get resource",
+            "Forbidden",
+        )
+        .with_code(403);
+        let refused = async { Err::<(), _>(kube::Error::Api(Box::new(status))) };
+        let error = ask(DEFAULT_REQUEST_TIMEOUT, "reading SharedSecret \"x\"", refused).await.unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "reading SharedSecret \"x\": the apiserver answered HTTP 403 Forbidden; the driver's log has the details"
+        );
+    }
+}
