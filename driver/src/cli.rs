@@ -101,7 +101,9 @@ fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
         SourceKind::Kubernetes => {
             let client = runtime.block_on(kube_client(config.kubeconfig.as_deref()))?;
             let timeout = std::time::Duration::from_secs(config.request_timeout_seconds);
-            Arc::new(KubernetesSource::new(client, runtime.handle().clone(), metrics.clone()).with_request_timeout(timeout))
+            Arc::new(
+                KubernetesSource::new(client, runtime.handle().clone(), metrics.clone()).with_request_timeout(timeout),
+            )
         }
     };
     let plugin = Plugin {

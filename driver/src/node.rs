@@ -410,12 +410,11 @@ impl NodeService {
     pub fn refresh_volume(&self, volume_id: &str, pass: Option<PassId>) -> Option<Result<bool>> {
         let record = self.record(volume_id)?;
         let fetched = self.fetch(&record, pass);
-        let result = self.claim(&record.volume_id, &record.target_path).and_then(|_claim| {
-            match self.record(volume_id) {
+        let result =
+            self.claim(&record.volume_id, &record.target_path).and_then(|_claim| match self.record(volume_id) {
                 Some(current) if current.same_publish(&record) => self.apply(&current, fetched?, false),
                 _ => Ok(false),
-            }
-        });
+            });
         self.metrics.refresh(match &result {
             Ok(true) => RefreshResult::Changed,
             Ok(false) => RefreshResult::Unchanged,
@@ -470,7 +469,9 @@ impl NodeService {
         };
         match answer {
             Ok(payload) => Ok(Fetched { payload, withdrawn: None }),
-            Err(error) if error.withdraws_content() => Ok(Fetched { payload: Default::default(), withdrawn: Some(error) }),
+            Err(error) if error.withdraws_content() => {
+                Ok(Fetched { payload: Default::default(), withdrawn: Some(error) })
+            }
             Err(error) => Err(error),
         }
     }

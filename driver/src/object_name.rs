@@ -104,8 +104,25 @@ mod tests {
             assert_eq!(ObjectName::parse(good).map(|n| n.as_str().to_string()), Ok(good.to_string()), "{good}");
         }
         let hostile = [
-            "", ".", "..", "?watch=true", "s1/status", "../../api/v1/secrets", "%2f", "a#b", "A", "-a", "a-", "a..b",
-            ".a", "a.", "a_b", "a b", "é", "a\nb", "a.-b",
+            "",
+            ".",
+            "..",
+            "?watch=true",
+            "s1/status",
+            "../../api/v1/secrets",
+            "%2f",
+            "a#b",
+            "A",
+            "-a",
+            "a-",
+            "a..b",
+            ".a",
+            "a.",
+            "a_b",
+            "a b",
+            "é",
+            "a\nb",
+            "a.-b",
         ];
         for bad in hostile.iter().map(|s| s.to_string()).chain([format!("a{}", "b".repeat(253))]) {
             assert!(ObjectName::parse(&bad).is_err(), "{bad:?} was accepted");

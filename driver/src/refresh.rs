@@ -49,7 +49,12 @@ impl Drop for PassGuard {
 
 /// Refreshes `node`'s volumes as `changes` (when the source can tell) and the tick every
 /// `every` say, until `stopped` turns true.
-pub async fn run(node: Arc<NodeService>, changes: Option<Arc<Changes>>, every: Duration, stopped: watch::Receiver<bool>) {
+pub async fn run(
+    node: Arc<NodeService>,
+    changes: Option<Arc<Changes>>,
+    every: Duration,
+    stopped: watch::Receiver<bool>,
+) {
     let refresher =
         Refresher { node, limit: Arc::new(Semaphore::new(CONCURRENT_REFRESHES)), in_flight: Arc::default() };
     refresher.run(changes, every, stopped).await;
@@ -153,3 +158,6 @@ fn report(volume_id: &str, result: Option<crate::error::Result<bool>>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

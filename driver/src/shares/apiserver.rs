@@ -41,8 +41,7 @@ pub async fn ask<T>(
 fn in_general(error: &kube::Error) -> String {
     match error {
         kube::Error::Api(status) => {
-            let reason: String =
-                status.reason.chars().filter(char::is_ascii_alphanumeric).take(64).collect::<String>();
+            let reason: String = status.reason.chars().filter(char::is_ascii_alphanumeric).take(64).collect::<String>();
             if reason.is_empty() {
                 format!("the apiserver answered HTTP {}", status.code)
             } else {

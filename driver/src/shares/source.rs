@@ -260,9 +260,10 @@ impl KubernetesSource {
     async fn allowed(&self, question: &AccessQuestion) -> Result<bool> {
         let what = "asking the apiserver whether the pod may use the share";
         let api = Api::<SubjectAccessReview>::all(self.client.clone());
-        let review = self.ask(what, api.create(&PostParams::default(), &question.review())).await.inspect_err(|_| {
-            self.metrics.access_check(AccessResult::Failed);
-        })?;
+        let review =
+            self.ask(what, api.create(&PostParams::default(), &question.review())).await.inspect_err(|_| {
+                self.metrics.access_check(AccessResult::Failed);
+            })?;
         let allowed = review.status.is_some_and(|s| s.allowed);
         self.metrics.access_check(if allowed { AccessResult::Allowed } else { AccessResult::Denied });
         Ok(allowed)
@@ -439,7 +440,10 @@ mod attribute_tests {
             volume_of(&request(&[("sharedConfigMap", "ca.bundle")])).unwrap(),
             share(ShareKind::ConfigMap, "ca.bundle")
         );
-        assert_eq!(volume_of(&request(&[("projection", "app")])).unwrap(), Volume::Projection(ObjectName::parse("app").unwrap()));
+        assert_eq!(
+            volume_of(&request(&[("projection", "app")])).unwrap(),
+            Volume::Projection(ObjectName::parse("app").unwrap())
+        );
         for (attributes, message) in [
             (
                 vec![],
@@ -456,7 +460,10 @@ mod attribute_tests {
             (vec![("sharedSecret", "../x")], "SharedSecret name \"../x\" is not a valid object name: RULE"),
             (vec![("sharedConfigMap", "")], "SharedConfigMap name \"\" is not a valid object name: RULE"),
             (vec![("projection", "A")], "SharedProjection name \"A\" is not a valid object name: RULE"),
-            (vec![("sharedSecret", "?watch=true")], "SharedSecret name \"?watch=true\" is not a valid object name: RULE"),
+            (
+                vec![("sharedSecret", "?watch=true")],
+                "SharedSecret name \"?watch=true\" is not a valid object name: RULE",
+            ),
             (vec![("projection", "..")], "SharedProjection name \"..\" is not a valid object name: RULE"),
         ] {
             let rule = "an object name is at most 253 characters of lowercase letters, digits, '-' and '.', \

@@ -328,3 +328,21 @@ fn debug_shows_keys_but_never_share_data_or_tokens() {
         assert!(!debug.contains(secret), "{secret} leaked: {debug}");
     }
 }
+
+#[test]
+fn a_share_name_that_is_not_an_object_name_is_refused_naming_its_source() {
+    let long = "x".repeat(30_003);
+    for hostile in ["?watch=true", "s1/status", "..", ".", "a%2fb", "a#b", long.as_str()] {
+        let projection = spec(vec![secret("db", None), config_map(hostile, None)]);
+        let Err(Error::InvalidArgument(message)) = check_spec(&projection) else { panic!("{hostile:?} was accepted") };
+        assert!(message.starts_with("sources[1] (sharedConfigMap \""), "{message}");
+        assert!(message.contains("is not a valid object name: an object name is at most 253 characters"), "{message}");
+        assert!(message.len() < 800 && !message.contains('%'), "{message}");
+    }
+    assert_eq!(
+        check_spec(&spec(vec![secret("?watch=true", None)])).unwrap_err().to_string(),
+        "sources[0] (sharedSecret \"?watch=true\"): \"?watch=true\" is not a valid object name: an object name is \
+         at most 253 characters of lowercase letters, digits, '-' and '.', each '.'-separated part starting and \
+         ending with a letter or digit"
+    );
+}

@@ -11,6 +11,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{Value, json};
 
 use super::*;
+use crate::content::PassId;
 use crate::publish_request::PodInfo;
 use crate::target_path::TargetPath;
 
@@ -139,14 +140,71 @@ fn one_access_check_per_service_account_and_share_within_a_pass() {
     let cluster = everything();
     let reviews = cluster.reviews.clone();
     let source = source(cluster, &runtime);
-    source.start_pass();
+    let pass = PassId(1);
+    source.start_pass(pass);
     for _ in 0..5 {
-        source.content(&request("web")).unwrap();
+        source.content_in_pass(&request("web"), pass).unwrap();
     }
-    source.content(&request("other")).unwrap();
-    source.end_pass();
+    source.content_in_pass(&request("other"), pass).unwrap();
     assert_eq!(reviews.load(Ordering::SeqCst), 2, "one per (service account, share)");
+    // Another pass (started by a later change) never takes the first one's answers.
+    source.start_pass(PassId(2));
+    source.content_in_pass(&request("web"), PassId(2)).unwrap();
+    assert_eq!(reviews.load(Ordering::SeqCst), 3, "a pass of its own asks afresh");
+    source.end_pass(pass);
+    source.end_pass(PassId(2));
     source.content(&request("web")).unwrap();
     source.content(&request("web")).unwrap();
-    assert_eq!(reviews.load(Ordering::SeqCst), 4, "outside a pass, every publish asks afresh");
+    assert_eq!(reviews.load(Ordering::SeqCst), 5, "outside a pass, every publish asks afresh");
+}
+
+/// A fake apiserver that counts every request and answers none: each call waits forever.
+fn stalled(requests: Arc<AtomicUsize>, runtime: &tokio::runtime::Runtime) -> KubernetesSource {
+    let service = tower::service_fn(move |_request: Request<kube::client::Body>| {
+        requests.fetch_add(1, Ordering::SeqCst);
+        async move {
+            std::future::pending::<()>().await;
+            Ok::<Response<Full<Bytes>>, Infallible>(not_found())
+        }
+    });
+    let _entered = runtime.enter();
+    let client = kube::Client::new(service, "default");
+    KubernetesSource::new(client, runtime.handle().clone(), Arc::new(Metrics::new()))
+        .with_request_timeout(std::time::Duration::from_millis(300))
+}
+
+#[test]
+fn a_request_the_apiserver_never_answers_is_given_up_at_the_timeout() {
+    let runtime = runtime();
+    let requests = Arc::new(AtomicUsize::new(0));
+    let source = stalled(requests.clone(), &runtime);
+    let answer = source.content(&request("web"));
+    let Err(Error::Unavailable(message)) = answer else { panic!("expected UNAVAILABLE, got {answer:?}") };
+    assert!(message.ends_with("the apiserver did not answer within 0.3 s"), "{message}");
+    assert!(requests.load(Ordering::SeqCst) >= 1, "the request was made");
+}
+
+#[test]
+fn hostile_names_are_refused_before_any_request() {
+    let runtime = runtime();
+    let requests = Arc::new(AtomicUsize::new(0));
+    let source = stalled(requests.clone(), &runtime);
+    // The watches start with lists of their own; only what `content` asks is counted here.
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let before = requests.load(Ordering::SeqCst);
+    let long = "a".repeat(30_003);
+    for hostile in
+        ["?watch=true", "s1/status", "../../api/v1/namespaces/x/secrets/vault", ".", "..", "a%2fb", "a#b", &long]
+    {
+        for attribute in ["sharedSecret", "sharedConfigMap", "projection"] {
+            let mut asked = request("web");
+            asked.attributes = [(attribute.to_string(), hostile.to_string())].into();
+            let answer = source.content(&asked);
+            let Err(Error::InvalidArgument(message)) = &answer else { panic!("{hostile:?}: {answer:?}") };
+            assert!(message.contains("is not a valid object name"), "{message}");
+            assert!(message.len() < 700, "{} bytes", message.len());
+            assert!(!message.contains('%'), "{message}");
+        }
+    }
+    assert_eq!(requests.load(Ordering::SeqCst), before, "no request was made for a refused name");
 }

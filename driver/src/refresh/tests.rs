@@ -1,0 +1,207 @@
+//! The refresher with a content source that can be made to hang for one volume: the other
+//! volumes' revocations go ahead, and the hung volume can be unpublished meanwhile.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Condvar;
+use std::time::Instant;
+
+use super::*;
+use crate::atomic_writer::{FileContent, Payload};
+use crate::content::ContentSource;
+use crate::error::Result;
+use crate::mounter::FakeMounter;
+use crate::node::VolumeSettings;
+use crate::publish_request::{PublishRequest, check};
+use crate::volume_store::FileVolumeStore;
+
+/// Content per share name; a share in `held` blocks its fetch until released.
+#[derive(Default)]
+struct Gated {
+    answers: Mutex<HashMap<String, Result<Payload>>>,
+    held: Mutex<HashSet<String>>,
+    waiting: Mutex<usize>,
+    released: Condvar,
+    changes: Arc<Changes>,
+}
+
+impl Gated {
+    fn answer(&self, share: &str, answer: Result<Payload>) {
+        self.answers.lock().unwrap().insert(share.to_string(), answer);
+    }
+
+    fn hold(&self, share: &str) {
+        self.held.lock().unwrap().insert(share.to_string());
+    }
+
+    fn release(&self) {
+        self.held.lock().unwrap().clear();
+        self.released.notify_all();
+    }
+
+    fn waiting(&self) -> usize {
+        *self.waiting.lock().unwrap()
+    }
+}
+
+impl ContentSource for Gated {
+    fn ready(&self) -> bool {
+        true
+    }
+
+    fn content(&self, request: &PublishRequest) -> Result<Payload> {
+        let share = request.attributes.get("share").cloned().unwrap_or_default();
+        let mut held = self.held.lock().unwrap();
+        if held.contains(&share) {
+            *self.waiting.lock().unwrap() += 1;
+            while held.contains(&share) {
+                held = self.released.wait(held).unwrap();
+            }
+            *self.waiting.lock().unwrap() -= 1;
+        }
+        drop(held);
+        self.answers.lock().unwrap().get(&share).cloned().unwrap_or_else(|| Err(Error::Unavailable("none".into())))
+    }
+
+    fn changes(&self) -> Option<Arc<Changes>> {
+        Some(self.changes.clone())
+    }
+}
+
+/// Releases every held fetch when a test ends, failed or not: a blocking task left waiting
+/// would hold the runtime's shutdown forever.
+struct ReleaseOnDrop(Arc<Gated>);
+
+impl Drop for ReleaseOnDrop {
+    fn drop(&mut self) {
+        self.0.release();
+    }
+}
+
+fn request(root: &Path, pod: &str) -> inline_guard_proto::csi::v1::NodePublishVolumeRequest {
+    use inline_guard_proto::csi::v1::VolumeCapability;
+    use inline_guard_proto::csi::v1::volume_capability::{AccessMode, AccessType, MountVolume};
+    let context = [
+        ("csi.storage.k8s.io/ephemeral", "true"),
+        ("csi.storage.k8s.io/pod.name", pod),
+        ("csi.storage.k8s.io/pod.namespace", "apps"),
+        ("csi.storage.k8s.io/pod.uid", pod),
+        ("csi.storage.k8s.io/serviceAccount.name", "web"),
+        ("share", pod),
+    ];
+    inline_guard_proto::csi::v1::NodePublishVolumeRequest {
+        volume_id: format!("csi-{pod}"),
+        target_path: target(root, pod).to_string_lossy().into_owned(),
+        volume_capability: Some(VolumeCapability {
+            access_type: Some(AccessType::Mount(MountVolume::default())),
+            access_mode: Some(AccessMode { mode: 2 }),
+        }),
+        readonly: true,
+        volume_context: context.into_iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        ..Default::default()
+    }
+}
+
+fn target(root: &Path, pod: &str) -> PathBuf {
+    root.join("pods").join(pod).join("volumes/kubernetes.io~csi/shared/mount")
+}
+
+fn secret(value: &str) -> Payload {
+    [("password".to_string(), FileContent::new(value.as_bytes()))].into()
+}
+
+/// Polls `done` until it holds; a bound far above any machine's pace, never a timing claim.
+async fn eventually(what: &str, done: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !done() {
+        assert!(Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_volume_delays_no_other_volumes_revocation_and_can_be_unpublished() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let source = Arc::new(Gated::default());
+    let node = Arc::new(NodeService::new(
+        "node-1".into(),
+        VolumeSettings { tmpfs_bytes: 1 << 20, host_read_only: false, kubelet_dir: root.into(), refresh_content: true },
+        Arc::new(FakeMounter::default()),
+        Arc::new(FileVolumeStore::open(root.join("state")).unwrap()),
+        source.clone(),
+        Vec::new(),
+    ));
+    for pod in ["stuck", "other"] {
+        source.answer(pod, Ok(secret("s3cret")));
+        node.publish(&check(&request(root, pod), root).unwrap()).unwrap();
+    }
+    let (stop, stopped) = watch::channel(false);
+    let refresher = tokio::spawn(run(node.clone(), source.changes(), Duration::from_secs(3600), stopped));
+
+    // One volume's source hangs; the other's access is revoked.
+    let password = target(root, "other").join("password");
+    assert!(password.exists(), "the positive control: the file is there before the revocation");
+    source.hold("stuck");
+    let _release = ReleaseOnDrop(source.clone());
+    source.answer("other", Err(Error::PermissionDenied("revoked".into())));
+    source.changes.everything();
+    eventually("the stuck volume's fetch started", || source.waiting() == 1).await;
+    eventually("the other volume was emptied", || !password.exists()).await;
+    assert!(target(root, "other").is_dir(), "emptied, still there");
+    assert_eq!(source.waiting(), 1, "while the stuck volume's fetch still hangs");
+
+    // The hung volume's pod goes away: unpublish does not wait for its fetch.
+    let unpublish = node.clone();
+    let stuck_target = target(root, "stuck").to_string_lossy().into_owned();
+    tokio::task::spawn_blocking(move || unpublish.unpublish("csi-stuck", &stuck_target))
+        .await
+        .unwrap()
+        .expect("unpublished while the refresh's fetch hangs");
+    assert_eq!(source.waiting(), 1, "the fetch was still hanging when unpublish answered");
+    assert_eq!(node.volume_ids_where(|_| true), ["csi-other"], "the stuck volume is no longer published");
+
+    // Released, the late answer finds the volume gone and writes nothing (the fake mounter
+    // leaves the files it never really mounted: the version they are at must not move).
+    let version = std::fs::read_link(target(root, "stuck").join("..data")).ok();
+    assert!(version.is_some(), "the positive control: the version link is there");
+    source.answer("stuck", Ok(secret("changed")));
+    source.release();
+    eventually("the late fetch returned", || source.waiting() == 0).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(std::fs::read_link(target(root, "stuck").join("..data")).ok(), version, "nothing was written");
+    let _ = stop.send(true);
+    refresher.await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_during_a_refresh_refreshes_the_volume_again_afterwards() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let source = Arc::new(Gated::default());
+    let node = Arc::new(NodeService::new(
+        "node-1".into(),
+        VolumeSettings { tmpfs_bytes: 1 << 20, host_read_only: false, kubelet_dir: root.into(), refresh_content: true },
+        Arc::new(FakeMounter::default()),
+        Arc::new(FileVolumeStore::open(root.join("state")).unwrap()),
+        source.clone(),
+        Vec::new(),
+    ));
+    source.answer("web", Ok(secret("one")));
+    node.publish(&check(&request(root, "web"), root).unwrap()).unwrap();
+    let (stop, stopped) = watch::channel(false);
+    let refresher = tokio::spawn(run(node.clone(), source.changes(), Duration::from_secs(3600), stopped));
+    source.hold("web");
+    let _release = ReleaseOnDrop(source.clone());
+    source.changes.everything();
+    eventually("the first refresh's fetch started", || source.waiting() == 1).await;
+    // A revocation arrives while that fetch (which will answer with old content) hangs.
+    source.changes.everything();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    source.answer("web", Err(Error::NotFound("gone".into())));
+    source.release();
+    let password = target(root, "web").join("password");
+    eventually("the volume was refreshed again and emptied", || !password.exists()).await;
+    let _ = stop.send(true);
+    refresher.await.unwrap();
+}
