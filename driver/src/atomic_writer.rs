@@ -106,11 +106,12 @@ impl AtomicWriter {
         {
             return Ok(false);
         }
+        let room = Room::measure(&self.dir, payload, previous.is_some())?;
 
         let version = self.new_version_dir()?;
         let cleanup = |error: Error| {
-            let _ = fs::remove_dir_all(self.dir.join(&version));
-            error
+            let _ = remove_tree(&self.dir.join(&version));
+            room.explain(error)
         };
         self.write_version(&version, payload).map_err(cleanup)?;
 
@@ -123,7 +124,7 @@ impl AtomicWriter {
 
         self.update_visible_links(payload)?;
         if let Some(previous) = previous {
-            fs::remove_dir_all(self.dir.join(&previous))
+            remove_tree(&self.dir.join(&previous))
                 .map_err(|e| io_error("removing the previous version", &self.dir.join(&previous), e))?;
         }
         Ok(true)
@@ -173,7 +174,7 @@ impl AtomicWriter {
                 && parent != root
                 && created.insert(parent.to_path_buf())
             {
-                fs::create_dir_all(parent).map_err(|e| io_error("creating a directory", parent, e))?;
+                create_dirs(&root, parent).map_err(|e| io_error("creating a directory", parent, e))?;
             }
             let mut file = fs::OpenOptions::new()
                 .write(true)
@@ -216,17 +217,135 @@ impl AtomicWriter {
     }
 }
 
+/// Every file below `dir`, relative to `root`. Walked without recursion, and a directory's
+/// entries are read whole (its descriptor closed) before going on, so a path of any depth holds
+/// one descriptor at a time and no deep stack (a 2 000-level path is legal).
 fn collect_files(root: &Path, dir: &Path, into: &mut BTreeSet<String>) -> std::io::Result<()> {
-    for entry in fs::read_dir(dir)? {
-        let entry = entry?;
-        let path = entry.path();
-        if entry.file_type()?.is_dir() {
-            collect_files(root, &path, into)?;
-        } else if let Ok(relative) = path.strip_prefix(root) {
-            into.insert(relative.to_string_lossy().into_owned());
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for (path, is_dir) in entries(&dir)? {
+            if is_dir {
+                pending.push(path);
+            } else if let Ok(relative) = path.strip_prefix(root) {
+                into.insert(relative.to_string_lossy().into_owned());
+            }
         }
     }
     Ok(())
+}
+
+/// The entries of `dir` and whether each is a directory (not following symlinks), with the
+/// directory closed again.
+fn entries(dir: &Path) -> std::io::Result<Vec<(PathBuf, bool)>> {
+    let mut found = Vec::new();
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        found.push((entry.path(), entry.file_type()?.is_dir()));
+    }
+    Ok(found)
+}
+
+/// Removes `dir` and everything below it, one descriptor at a time and without recursion
+/// (std's `remove_dir_all` keeps one descriptor open per level). Symlinks are removed, never
+/// followed.
+fn remove_tree(dir: &Path) -> std::io::Result<()> {
+    let mut dirs = vec![dir.to_path_buf()];
+    let mut next = 0;
+    while let Some(current) = dirs.get(next).cloned() {
+        next += 1;
+        for (path, is_dir) in entries(&current)? {
+            if is_dir {
+                dirs.push(path);
+            } else {
+                fs::remove_file(&path)?;
+            }
+        }
+    }
+    // Found parents first, so removed in reverse: every directory after its children.
+    for dir in dirs.iter().rev() {
+        fs::remove_dir(dir)?;
+    }
+    Ok(())
+}
+
+/// Creates `dir` and its missing parents below `root`, one level after another (std's
+/// `create_dir_all` recurses once per level).
+fn create_dirs(root: &Path, dir: &Path) -> std::io::Result<()> {
+    let relative = dir.strip_prefix(root).unwrap_or(dir);
+    let mut path = root.to_path_buf();
+    for component in relative.components() {
+        path.push(component);
+        match fs::create_dir(&path) {
+            Err(error) if error.kind() != std::io::ErrorKind::AlreadyExists => return Err(error),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// How much a new version needs against what the volume's filesystem has, measured before it
+/// is written, so that running out of room is explained in the user's terms (the volume's
+/// `tmpfsSize`, the bytes needed and free) instead of a bare "No space left on device".
+struct Room {
+    needed: u64,
+    free: u64,
+    size: u64,
+    update: bool,
+}
+
+/// tmpfs charges whole pages.
+const PAGE_BYTES: u64 = 4096;
+
+impl Room {
+    /// Measures `dir`'s filesystem for `payload` (`update`: an old version is still there
+    /// while the new one is written). Refused at once when it cannot fit.
+    fn measure(dir: &Path, payload: &Payload, update: bool) -> Result<Room> {
+        let needed = payload.values().map(|file| (file.data.len() as u64).div_ceil(PAGE_BYTES) * PAGE_BYTES).sum();
+        let room = match nix::sys::statvfs::statvfs(dir) {
+            Ok(stat) => {
+                let unit = stat.fragment_size();
+                Room {
+                    needed,
+                    free: stat.blocks_available() * unit,
+                    size: stat.blocks() * unit,
+                    update,
+                }
+            }
+            // Unknown: let the write itself tell.
+            Err(_) => Room { needed, free: u64::MAX, size: u64::MAX, update },
+        };
+        if room.needed > room.free {
+            return Err(room.too_small());
+        }
+        Ok(room)
+    }
+
+    fn too_small(&self) -> Error {
+        let why = if self.update {
+            format!(
+                "an update writes the new version beside the old one, so tmpfsSize must hold the content twice \
+                 (at least {} bytes)",
+                self.needed.saturating_mul(2)
+            )
+        } else {
+            format!("tmpfsSize must be at least {} bytes", self.needed)
+        };
+        Error::ResourceExhausted(format!(
+            "the volume's content needs {} bytes but its tmpfs (tmpfsSize {} bytes) has {} bytes free: {why}; \
+             raise tmpfsSize in the driver's configuration",
+            self.needed, self.size, self.free
+        ))
+    }
+
+    /// `error`, explained in these terms when it is the filesystem running out of room.
+    fn explain(&self, error: Error) -> Error {
+        match error {
+            Error::Internal(message) if message.ends_with(&std::io::Error::from_raw_os_error(28).to_string()) => {
+                self.too_small()
+            }
+            other => other,
+        }
+    }
 }
 
 fn io_error(action: &str, path: &Path, error: std::io::Error) -> Error {

@@ -89,7 +89,21 @@ async fn kube_client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Clien
     Ok(kube::Client::try_from(config)?)
 }
 
+/// Raises the soft limit of open files to the hard limit, as Go's runtime does at start: the
+/// driver holds a socket per client and a descriptor per watch, and a container's default soft
+/// limit (often 1024) is no bound the node chose for it.
+fn raise_open_files_limit() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE)
+        && soft < hard
+        && let Err(error) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard)
+    {
+        tracing::warn!(%error, soft, hard, "could not raise the open-files limit");
+    }
+}
+
 fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
+    raise_open_files_limit();
     let config = match &flags.config {
         Some(path) => DriverConfig::load(path)?,
         None => DriverConfig::default(),

@@ -91,20 +91,29 @@ impl ContentSource for StaticDirSource {
     }
 }
 
+/// Every regular file below `dir` into `payload`. Walked without recursion, a directory's
+/// entries read whole (its descriptor closed) before going on: a path of any depth holds one
+/// descriptor at a time.
 fn collect(root: &Path, dir: &Path, payload: &mut Payload) -> Result<()> {
     let read_error =
         |path: &Path, error: std::io::Error| Error::Unavailable(format!("reading {}: {error}", quote_path(path)));
-    for entry in fs::read_dir(dir).map_err(|e| read_error(dir, e))? {
-        let entry = entry.map_err(|e| read_error(dir, e))?;
-        let path = entry.path();
-        // Symlinks are not followed: a share must not reach outside its directory.
-        let kind = entry.file_type().map_err(|e| read_error(&path, e))?;
-        if kind.is_dir() {
-            collect(root, &path, payload)?;
-        } else if kind.is_file() {
-            let key = path.strip_prefix(root).unwrap_or(&path).to_string_lossy().into_owned();
-            let data = fs::read(&path).map_err(|e| read_error(&path, e))?;
-            payload.insert(key, FileContent::new(data));
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        let mut entries = Vec::new();
+        for entry in fs::read_dir(&dir).map_err(|e| read_error(&dir, e))? {
+            let entry = entry.map_err(|e| read_error(&dir, e))?;
+            // Symlinks are not followed: a share must not reach outside its directory.
+            let kind = entry.file_type().map_err(|e| read_error(&entry.path(), e))?;
+            entries.push((entry.path(), kind));
+        }
+        for (path, kind) in entries {
+            if kind.is_dir() {
+                pending.push(path);
+            } else if kind.is_file() {
+                let key = path.strip_prefix(root).unwrap_or(&path).to_string_lossy().into_owned();
+                let data = fs::read(&path).map_err(|e| read_error(&path, e))?;
+                payload.insert(key, FileContent::new(data));
+            }
         }
     }
     Ok(())

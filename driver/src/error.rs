@@ -27,6 +27,9 @@ pub enum Error {
     /// The volume's content cannot be served now.
     #[error("{0}")]
     Unavailable(String),
+    /// The volume's content does not fit its size limit.
+    #[error("{0}")]
+    ResourceExhausted(String),
     /// A local failure (a mount, a file).
     #[error("{0}")]
     Internal(String),
@@ -67,6 +70,7 @@ impl From<Error> for Status {
             Error::FailedPrecondition(message) => Status::failed_precondition(bounded(message)),
             Error::Aborted(message) => Status::aborted(bounded(message)),
             Error::Unavailable(message) => Status::unavailable(bounded(message)),
+            Error::ResourceExhausted(message) => Status::resource_exhausted(bounded(message)),
             Error::Internal(message) => Status::internal(bounded(message)),
         }
     }
@@ -87,6 +91,8 @@ mod tests {
         assert_eq!(Status::from(Error::Aborted("a".into())).code(), Code::Aborted);
         assert_eq!(Status::from(Error::Unavailable("a".into())).code(), Code::Unavailable);
         assert_eq!(Status::from(Error::Internal("a".into())).code(), Code::Internal);
+        assert_eq!(Status::from(Error::ResourceExhausted("a".into())).code(), Code::ResourceExhausted);
+        assert_eq!(Status::from(Error::NotFound("a %2f".into())).message(), "a \\u{25}2f", "no raw % reaches kubelet");
         assert_eq!(Status::from(Error::FailedPrecondition("a".into())).code(), Code::FailedPrecondition);
         assert_eq!(Status::from(Error::Internal("disk full".into())).message(), "disk full");
         let huge = Status::from(Error::Internal("x".repeat(1 << 20)));

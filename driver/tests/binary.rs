@@ -288,3 +288,77 @@ fn sigterm_completes_within_the_bound_while_a_client_holds_a_silent_connection()
     assert!(!socket.exists(), "the socket is removed");
     drop(silent);
 }
+
+#[test]
+fn a_2000_level_path_publishes_refreshes_and_unpublishes_under_256_open_files() {
+    let dir = node_dir();
+    let root = dir.path();
+    let deep: PathBuf = std::iter::repeat_n("a", 2000).collect();
+    let share = root.join("shares/cluster-ca");
+    std::fs::create_dir_all(share.join(&deep)).unwrap();
+    std::fs::write(share.join(&deep).join("f"), "one").unwrap();
+    let config = Driver::config(root, "refreshSeconds: 1\n");
+    // Hard and soft at 256: the driver's raise at start cannot lift it.
+    let child = Command::new("sh")
+        .args(["-c", "ulimit -n 256 && exec \"$0\" \"$@\""])
+        .arg(env!("CARGO_BIN_EXE_sharedresource-csi-driver"))
+        .args(["--endpoint", &format!("unix://{}/csi.sock", root.display()), "--node-id", "n1", "--config"])
+        .arg(&config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let driver = Driver { dir: root.to_path_buf(), child };
+    assert_eq!(probe(&driver.socket()), Some(true));
+    let limit = std::fs::read_to_string(format!("/proc/{}/limits", driver.child.id())).unwrap();
+    let open_files = limit.lines().find(|l| l.starts_with("Max open files")).unwrap_or_default().to_string();
+    assert!(open_files.split_whitespace().filter(|w| *w == "256").count() == 2, "{open_files}");
+
+    let target = kubelet_target(&root.join("kubelet"), "pod-a", "shared");
+    let runtime = runtime();
+    let published = runtime.block_on(async {
+        let mut node = NodeClient::new(channel(driver.socket()).await);
+        node.node_publish_volume(publish_request("csi-deep", &target, true)).await
+    });
+    if let Err(status) = published {
+        driver.signal(Signal::SIGTERM);
+        panic!("publish: {status:?}; the driver said: {:?}", driver.wait(Duration::from_secs(15)));
+    }
+    let file = target.join(&deep).join("f");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "one");
+
+    // The periodic refresh rewrites it (a new version beside the old, the old removed).
+    std::fs::write(share.join(&deep).join("f"), "two").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::read_to_string(&file).ok().as_deref() != Some("two") {
+        assert!(Instant::now() < deadline, "the refresh never wrote the new content");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let versions = || {
+        std::fs::read_dir(&target)
+            .unwrap()
+            .filter(|e| {
+                let name = e.as_ref().unwrap().file_name().to_string_lossy().into_owned();
+                name.starts_with("..") && name[2..].starts_with(|c: char| c.is_ascii_digit())
+            })
+            .count()
+    };
+    // The old version goes right after the swap, in the same refresh.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while versions() != 1 {
+        assert!(Instant::now() < deadline, "old versions pile up: {} version directories", versions());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    runtime.block_on(async {
+        let mut node = NodeClient::new(channel(driver.socket()).await);
+        node.node_unpublish_volume(support::unpublish_request("csi-deep", &target)).await.unwrap();
+    });
+    assert!(!listed_in_mountinfo(&target).unwrap(), "unmounted");
+    assert!(!target.exists(), "the target the driver made is gone");
+    driver.signal(Signal::SIGTERM);
+    let (code, stderr) = driver.wait(Duration::from_secs(15));
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(!stderr.contains("Too many open files"), "{stderr}");
+    assert!(!stderr.contains("refresh failed"), "{stderr}");
+}

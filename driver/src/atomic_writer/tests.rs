@@ -127,3 +127,52 @@ fn a_data_link_pointing_outside_its_versions_is_never_removed() {
     assert_eq!(read(&bystander, "keep"), "mine", "what the link pointed at is untouched");
     assert_eq!(read(&volume, "a"), "1");
 }
+
+/// A tmpfs of `bytes` at a fresh directory, unmounted when dropped.
+struct SmallTmpfs(tempfile::TempDir);
+
+impl SmallTmpfs {
+    fn mount(bytes: u64) -> SmallTmpfs {
+        let dir = tempfile::tempdir().unwrap();
+        let options = format!("size={bytes}");
+        nix::mount::mount(
+            Some("tmpfs"),
+            dir.path(),
+            Some("tmpfs"),
+            nix::mount::MsFlags::empty(),
+            Some(options.as_str()),
+        )
+        .expect("mounting a tmpfs needs root: run the test command as root");
+        SmallTmpfs(dir)
+    }
+}
+
+impl Drop for SmallTmpfs {
+    fn drop(&mut self) {
+        let _ = nix::mount::umount2(self.0.path(), nix::mount::MntFlags::MNT_DETACH);
+    }
+}
+
+#[test]
+fn content_too_large_for_the_tmpfs_is_refused_naming_the_size_and_what_is_needed() {
+    let volume = SmallTmpfs::mount(64 << 10);
+    let writer = AtomicWriter::new(volume.0.path());
+    let files = |fill: &str, count: usize| -> Payload {
+        (0..count).map(|i| (format!("f{i}"), FileContent::new(fill.repeat(16 << 10)))).collect()
+    };
+    // 80 KiB never fits 64 KiB.
+    let error = writer.write(&files("a", 5)).unwrap_err();
+    let Error::ResourceExhausted(message) = &error else { panic!("{error:?}") };
+    assert!(
+        message.starts_with("the volume's content needs 81920 bytes but its tmpfs (tmpfsSize 65536 bytes) has "),
+        "{message}"
+    );
+    assert!(message.ends_with("tmpfsSize must be at least 81920 bytes; raise tmpfsSize in the driver's configuration"));
+    assert!(fs::read_dir(volume.0.path()).unwrap().next().is_none(), "nothing was left behind");
+    // 48 KiB fits once, but an update needs the old and the new version at once.
+    assert!(writer.write(&files("a", 3)).unwrap());
+    let error = writer.write(&files("b", 3)).unwrap_err();
+    let Error::ResourceExhausted(message) = &error else { panic!("{error:?}") };
+    assert!(message.contains("an update writes the new version beside the old one, so tmpfsSize must hold the content twice (at least 98304 bytes)"), "{message}");
+    assert_eq!(read(volume.0.path(), "f0"), "a".repeat(16 << 10), "the old content is still served");
+}
