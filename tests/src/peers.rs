@@ -33,6 +33,9 @@ pub struct Peers {
     pub kubelet: PathBuf,
     /// `pause` (`tests/peers/node/cmd/pause`): the sandbox process of the node's pods.
     pub pause: PathBuf,
+    /// `downward-render` (`tests/peers/node/cmd/downward-render`): kubelet's own
+    /// `fieldpath.FormatMap`, which renders the downward API's label and annotation files.
+    pub downward_render: PathBuf,
     /// Pod Security Admission's webhook (`k8s.io/pod-security-admission/cmd/webhook`), the
     /// reference the benchmarks measure our webhook beside.
     pub pod_security_webhook: PathBuf,
@@ -48,7 +51,7 @@ struct Target {
     module: &'static str,
 }
 
-const TARGETS: [Target; 7] = [
+const TARGETS: [Target; 8] = [
     Target { file: "kube-apiserver", package: "k8s.io/kubernetes/cmd/kube-apiserver", module: "." },
     Target { file: "etcd", package: "go.etcd.io/etcd/server/v3", module: "." },
     Target { file: "csi-sanity", package: "github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity", module: "." },
@@ -58,10 +61,11 @@ const TARGETS: [Target; 7] = [
     // The node: a module of its own, since csi-test needs a newer CSI spec than kubelet builds with.
     Target { file: "kubelet", package: "k8s.io/kubernetes/cmd/kubelet", module: "node" },
     Target { file: "pause", package: "./cmd/pause", module: "node" },
+    Target { file: "downward-render", package: "./cmd/downward-render", module: "node" },
 ];
 
 /// Every file that decides what the peers are: the cache key hashes them all.
-const SOURCES: [&str; 8] = [
+const SOURCES: [&str; 9] = [
     "go.mod",
     "go.sum",
     "tools.go",
@@ -70,6 +74,7 @@ const SOURCES: [&str; 8] = [
     "node/go.sum",
     "node/tools.go",
     "node/cmd/pause/main.go",
+    "node/cmd/downward-render/main.go",
 ];
 
 /// Builds the peers on first use (minutes, cold) and returns them (milliseconds, cached).
@@ -112,6 +117,7 @@ pub fn peers() -> Result<Peers, String> {
         registration_probe: dir.join("registration-probe"),
         kubelet: dir.join("kubelet"),
         pause: dir.join("pause"),
+        downward_render: dir.join("downward-render"),
         pod_security_webhook: dir.join("pod-security-webhook"),
         kubernetes_version,
     })

@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use unicode_general_category::get_general_category;
 
+use super::go_printable::go_printable;
 use crate::error::{Error, Result};
 use crate::quote::quote;
 
@@ -144,10 +144,6 @@ pub fn go_quote(value: &str) -> String {
     quoted
 }
 
-/// Go's `unicode.IsPrint`: letters, marks, numbers, punctuation, symbols and the ASCII space.
-fn go_printable(c: char) -> bool {
-    c == ' ' || matches!(get_general_category(c).abbreviation().as_bytes()[0], b'L' | b'M' | b'N' | b'P' | b'S')
-}
 
 #[cfg(test)]
 mod tests {

@@ -8,4 +8,5 @@ pub mod api;
 pub mod compose;
 pub mod downward;
 pub mod fetch;
+pub mod go_printable;
 pub mod tokens;

@@ -20,6 +20,9 @@ pub struct AuditEvent {
     /// Whom the asker impersonated, if anyone (the suites' processes act as their identities so).
     #[serde(default)]
     pub impersonated_user: Option<User>,
+    /// The request's path and query, as sent.
+    #[serde(default, rename = "requestURI")]
+    pub request_uri: String,
     /// What the request was about.
     #[serde(default)]
     pub object_ref: Option<ObjectRef>,

@@ -36,6 +36,11 @@ rules:
     resources:
       - group: ""
         resources: [secrets, configmaps]
+  # Every request for the shares and projections, so a suite can see what the driver asked
+  # for by name (and that a name it refused was never asked for).
+  - level: Metadata
+    resources:
+      - group: sharedresource.inlineguard.dev
   - level: None
 "#;
 

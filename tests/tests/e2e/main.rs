@@ -10,6 +10,7 @@ mod admission_tables;
 mod audit_command;
 mod cold_cache;
 mod csi_sanity;
+mod hostile_projections;
 mod kubelet_publish;
 mod kubelet_registration;
 mod manifests;
@@ -124,6 +125,12 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
             "projections::sources_compose_update_atomically_revoke_as_one_and_tokens_follow_republish",
             Box::new(|s| {
                 Box::pin(projections::sources_compose_update_atomically_revoke_as_one_and_tokens_follow_republish(s))
+            }),
+        ),
+        (
+            "projections::hostile_share_names_never_reach_the_apiserver_and_revocation_still_arrives",
+            Box::new(|s| {
+                Box::pin(hostile_projections::hostile_share_names_never_reach_the_apiserver_and_revocation_still_arrives(s))
             }),
         ),
         (
