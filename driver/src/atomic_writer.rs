@@ -304,12 +304,7 @@ impl Room {
         let room = match nix::sys::statvfs::statvfs(dir) {
             Ok(stat) => {
                 let unit = stat.fragment_size();
-                Room {
-                    needed,
-                    free: stat.blocks_available() * unit,
-                    size: stat.blocks() * unit,
-                    update,
-                }
+                Room { needed, free: stat.blocks_available() * unit, size: stat.blocks() * unit, update }
             }
             // Unknown: let the write itself tell.
             Err(_) => Room { needed, free: u64::MAX, size: u64::MAX, update },

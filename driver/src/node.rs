@@ -280,7 +280,7 @@ impl NodeService {
                 record.created_dirs = made.dirs;
                 record.device = made.device;
                 for problem in self.take_down(&record, made.mounted) {
-                    warn!(volume = %quote(&record.volume_id), "undoing a failed publish: {problem}");
+                    warn!(volume = %quote(&record.volume_id), problem = %Logged(&problem), "undoing a failed publish");
                 }
                 Err(error)
             }
@@ -533,7 +533,7 @@ impl NodeService {
             }
         }
         for problem in self.take_down(&record, false) {
-            warn!(volume = %quote(volume_id), "unpublish: {problem}");
+            warn!(volume = %quote(volume_id), problem = %Logged(&problem), "unpublish left something");
         }
         self.volumes.lock().unwrap_or_else(|p| p.into_inner()).remove(volume_id);
         self.note_refresh(volume_id, &Ok(false));

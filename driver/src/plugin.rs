@@ -94,12 +94,12 @@ impl Plugin {
         let store = Arc::new(FileVolumeStore::open(&self.config.state_dir)?);
         let (records, problems) = store.load_all()?;
         for problem in problems {
-            warn!(%problem, "unreadable volume record ignored");
+            warn!(problem = %crate::quote::Logged(&problem), "unreadable volume record ignored");
         }
         let kubelet_dir = self.config.kubelet_dir.clone();
         let (kept, dropped) = recover(records, self.mounter.as_ref(), store.as_ref(), &kubelet_dir);
         for line in dropped {
-            info!("{line}");
+            info!("{}", crate::quote::Logged(&line));
         }
         info!(volumes = kept.len(), "recovered published volumes");
 

@@ -46,7 +46,7 @@ impl Registration for RegistrationService {
         if status.plugin_registered {
             info!("registered with kubelet");
         } else {
-            error!(error = %status.error, "kubelet refused the registration");
+            error!(error = %crate::quote::Logged(&status.error), "kubelet refused the registration");
         }
         Ok(Response::new(RegistrationStatusResponse {}))
     }

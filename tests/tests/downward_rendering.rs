@@ -40,7 +40,12 @@ fn every_code_point_renders_as_kubelet_renders_it() {
         if theirs != mine {
             let at = theirs.chars().zip(mine.chars()).position(|(a, b)| a != b).unwrap_or(0);
             let context = |line: &str| line.chars().skip(at.saturating_sub(20)).take(60).collect::<String>();
-            panic!("the renderings differ in {}: kubelet {:?}, driver {:?}", &theirs[..12], context(theirs), context(mine));
+            panic!(
+                "the renderings differ in {}: kubelet {:?}, driver {:?}",
+                &theirs[..12],
+                context(theirs),
+                context(mine)
+            );
         }
     }
     assert_eq!(kubelets.lines().count(), values.len());

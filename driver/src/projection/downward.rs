@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-
 use super::go_printable::go_printable;
 use crate::error::{Error, Result};
 use crate::quote::quote;
@@ -143,7 +142,6 @@ pub fn go_quote(value: &str) -> String {
     quoted.push('"');
     quoted
 }
-
 
 #[cfg(test)]
 mod tests {

@@ -27,6 +27,7 @@ use super::cache::{CachedShare, ShareCache};
 use super::source::{SHARED_CONFIG_MAP_ATTRIBUTE, SHARED_SECRET_ATTRIBUTE};
 use crate::changes::Changes;
 use crate::metrics::Metrics;
+use crate::object_name::NamespaceName;
 use crate::projection::api::SharedProjection;
 
 /// After a binding changes, when to look again (the apiserver's RBAC cache follows the same
@@ -188,10 +189,13 @@ async fn follow_shares<S, B>(
             }
             Err(error) => {
                 metrics.watch_error(&S::kind(&()));
-                warn!(kind = %S::kind(&()), %error, "watch failed; retrying with backoff (the periodic refresh continues)");
+                warn!(kind = %S::kind(&()), error = %crate::quote::Logged(&error), "watch failed; retrying with backoff (the periodic refresh continues)");
             }
         }
-        let wanted: HashSet<&String> = shares.values().collect();
+        // Only namespace names go into a watch's path: a share naming something else serves
+        // nothing (its volumes are refused naming it) and is watched nowhere.
+        let wanted: HashSet<&String> =
+            shares.values().filter(|namespace| NamespaceName::parse(namespace).is_ok()).collect();
         watches.0.retain(|namespace, watch| {
             let keep = wanted.contains(namespace);
             if !keep {
@@ -256,7 +260,7 @@ where
                 }
                 Err(error) => {
                     metrics.watch_error(&K::kind(&()));
-                    warn!(kind = %K::kind(&()), %error, "watch failed; retrying with backoff (the periodic refresh continues)");
+                    warn!(kind = %K::kind(&()), error = %crate::quote::Logged(&error), "watch failed; retrying with backoff (the periodic refresh continues)");
                 }
             }
             std::future::ready(())

@@ -84,7 +84,10 @@ async fn wait_for(target: &Path, what: &str, expected: &[&str]) -> Result<std::t
             return Ok(started.elapsed());
         }
         if started.elapsed() > WITHIN {
-            return Err(format!("{what}: expected {expected:?} in a mounted volume, saw {seen:?} (mounted: {})", mounted(target)));
+            return Err(format!(
+                "{what}: expected {expected:?} in a mounted volume, saw {seen:?} (mounted: {})",
+                mounted(target)
+            ));
         }
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
@@ -115,10 +118,14 @@ pub async fn hostile_share_names_never_reach_the_apiserver_and_revocation_still_
         "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hostile-creds"}, "stringData": {"password": "s3cret"}
     }))
     .await?;
-    create_object(suite, "/apis/sharedresource.inlineguard.dev/v1alpha1/sharedsecrets", json!({
-        "apiVersion": "sharedresource.inlineguard.dev/v1alpha1", "kind": "SharedSecret",
-        "metadata": {"name": SHARE}, "spec": {"secretRef": {"namespace": OWNER, "name": "hostile-creds"}}
-    }))
+    create_object(
+        suite,
+        "/apis/sharedresource.inlineguard.dev/v1alpha1/sharedsecrets",
+        json!({
+            "apiVersion": "sharedresource.inlineguard.dev/v1alpha1", "kind": "SharedSecret",
+            "metadata": {"name": SHARE}, "spec": {"secretRef": {"namespace": OWNER, "name": "hostile-creds"}}
+        }),
+    )
     .await?;
     for namespace in [ATTACKER, VICTIM] {
         create_object(suite, &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/roles"), json!({
@@ -135,7 +142,16 @@ pub async fn hostile_share_names_never_reach_the_apiserver_and_revocation_still_
     }
     create_object(suite, &projection_path(ATTACKER), projection("app", SHARE)).await?;
     let long = "x".repeat(30_003);
-    let hostile = ["?watch=true", "s1/status", "..", ".", "../../api/v1/namespaces/hostile-owner/secrets/hostile-creds", "a%2fb", "a#b", long.as_str()];
+    let hostile = [
+        "?watch=true",
+        "s1/status",
+        "..",
+        ".",
+        "../../api/v1/namespaces/hostile-owner/secrets/hostile-creds",
+        "a%2fb",
+        "a#b",
+        long.as_str(),
+    ];
     for (index, name) in hostile.iter().enumerate() {
         // The CRD accepts any non-empty name (the apiserver cannot tell a share name's use).
         create_object(suite, &projection_path(ATTACKER), projection(&format!("hostile-{index}"), name)).await?;
@@ -144,7 +160,9 @@ pub async fn hostile_share_names_never_reach_the_apiserver_and_revocation_still_
     let victim_pod = store_pod(suite, VICTIM, pod("app", "sharedSecret", SHARE)).await?;
     let mut hostile_pods = Vec::new();
     for index in 0..hostile.len() {
-        hostile_pods.push(store_pod(suite, ATTACKER, pod(&format!("h{index}"), "projection", &format!("hostile-{index}"))).await?);
+        hostile_pods.push(
+            store_pod(suite, ATTACKER, pod(&format!("h{index}"), "projection", &format!("hostile-{index}"))).await?,
+        );
     }
 
     let driver = InProcessDriver::start(suite).await?;

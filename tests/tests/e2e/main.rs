@@ -130,7 +130,9 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
         (
             "projections::hostile_share_names_never_reach_the_apiserver_and_revocation_still_arrives",
             Box::new(|s| {
-                Box::pin(hostile_projections::hostile_share_names_never_reach_the_apiserver_and_revocation_still_arrives(s))
+                Box::pin(
+                    hostile_projections::hostile_share_names_never_reach_the_apiserver_and_revocation_still_arrives(s),
+                )
             }),
         ),
         (
