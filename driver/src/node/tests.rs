@@ -11,6 +11,7 @@ use tonic::Code;
 
 use super::*;
 use crate::content::StaticDirSource;
+use crate::metrics::Metrics;
 use crate::mounter::{FakeMounter, MountAction, MountSource};
 use crate::volume_store::FileVolumeStore;
 
@@ -377,6 +378,50 @@ async fn a_refresh_empties_on_revocation_or_deletion_and_keeps_content_when_the_
     source.set(Err(Error::NotFound("SharedSecret \"db\" not found".into())));
     service.refresh_all();
     assert_eq!(read(), None, "a deleted share empties the volume");
+}
+
+#[tokio::test]
+async fn a_failed_refresh_is_reported_at_the_next_republish_until_one_succeeds() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = Arc::new(Scripted::default());
+    let one = |value: &str| -> crate::atomic_writer::Payload {
+        [("password".to_string(), crate::atomic_writer::FileContent::new(value.as_bytes()))].into()
+    };
+    source.set(Ok(one("s3cret")));
+    let metrics = Arc::new(Metrics::new());
+    let service = Arc::new(
+        NodeService::new(
+            "node-1".into(),
+            VolumeSettings {
+                tmpfs_bytes: 1 << 20,
+                host_read_only: false,
+                kubelet_dir: dir.path().to_path_buf(),
+                refresh_content: true,
+            },
+            Arc::new(FakeMounter::default()),
+            Arc::new(FileVolumeStore::open(dir.path().join("state")).unwrap()),
+            source.clone(),
+            Vec::new(),
+        )
+        .with_metrics(metrics.clone()),
+    );
+    let node = NodeGrpc::new(service.clone());
+    let request = request_at(dir.path(), "csi-1", "unused");
+    node.node_publish_volume(Request::new(request.clone())).await.unwrap();
+    node.node_publish_volume(Request::new(request.clone())).await.expect("a republish of a current volume");
+
+    let too_large = "the volume's content needs 9437184 bytes but its tmpfs (tmpfsSize 8388608 bytes) has 0 bytes free";
+    source.set(Err(Error::ResourceExhausted(too_large.into())));
+    assert!(matches!(service.refresh_all()[0].1, Err(Error::ResourceExhausted(_))));
+    assert!(metrics.encode().contains("sharedresource_csi_driver_volumes_stale 1"), "{}", metrics.encode());
+    let status = node.node_publish_volume(Request::new(request.clone())).await.unwrap_err();
+    assert_eq!((status.code(), status.message()), (Code::ResourceExhausted, too_large), "kubelet sees it");
+
+    source.set(Ok(one("rotated")));
+    node.node_publish_volume(Request::new(request.clone())).await.expect("the republish refreshed it");
+    let target = PathBuf::from(&request.target_path);
+    assert_eq!(fs::read_to_string(target.join("password")).unwrap(), "rotated");
+    assert!(metrics.encode().contains("sharedresource_csi_driver_volumes_stale 0"));
 }
 
 #[tokio::test]

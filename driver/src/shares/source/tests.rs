@@ -22,6 +22,8 @@ struct Cluster {
     secret: bool,
     allowed: Option<bool>,
     reviews: Arc<AtomicUsize>,
+    /// The namespace the share names for its Secret.
+    backing_namespace: &'static str,
 }
 
 fn answer(status: StatusCode, body: Value) -> Response<Full<Bytes>> {
@@ -44,7 +46,7 @@ impl Cluster {
             (&Method::GET, "/apis/sharedresource.inlineguard.dev/v1alpha1/sharedsecrets/db") if self.share => answer(
                 StatusCode::OK,
                 json!({"apiVersion": "sharedresource.inlineguard.dev/v1alpha1", "kind": "SharedSecret", "metadata": {"name": "db"},
-                       "spec": {"secretRef": {"namespace": "infra", "name": "db-creds"}}}),
+                       "spec": {"secretRef": {"namespace": self.backing_namespace, "name": "db-creds"}}}),
             ),
             (&Method::POST, "/apis/authorization.k8s.io/v1/subjectaccessreviews") => {
                 self.reviews.fetch_add(1, Ordering::SeqCst);
@@ -102,7 +104,7 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 fn everything() -> Cluster {
-    Cluster { share: true, secret: true, allowed: Some(true), reviews: Arc::default() }
+    Cluster { share: true, secret: true, allowed: Some(true), reviews: Arc::default(), backing_namespace: "infra" }
 }
 
 #[test]
@@ -207,4 +209,19 @@ fn hostile_names_are_refused_before_any_request() {
         }
     }
     assert_eq!(requests.load(Ordering::SeqCst), before, "no request was made for a refused name");
+}
+
+#[test]
+fn a_share_naming_an_object_that_cannot_exist_is_refused_without_reading_it() {
+    let runtime = runtime();
+    let broken = Cluster { backing_namespace: "../kube-system", ..everything() };
+    let answer = source(broken, &runtime).content(&request("web"));
+    let Err(error @ Error::FailedPrecondition(message)) = &answer else { panic!("{answer:?}") };
+    assert!(
+        message.starts_with(
+            "SharedSecret db names a Secret that cannot exist: \"../kube-system\" is not a valid namespace name"
+        ),
+        "{message}"
+    );
+    assert!(error.withdraws_content(), "a published volume of it is emptied");
 }
