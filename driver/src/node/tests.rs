@@ -333,6 +333,23 @@ impl ContentSource for Scripted {
     }
 }
 
+/// A Node service under `root` with a fake mounter and a scripted source.
+fn scripted_service(root: &Path, source: Arc<Scripted>) -> NodeService {
+    NodeService::new(
+        "node-1".into(),
+        VolumeSettings {
+            tmpfs_bytes: 1 << 20,
+            host_read_only: false,
+            kubelet_dir: root.to_path_buf(),
+            refresh_content: true,
+        },
+        Arc::new(FakeMounter::default()),
+        Arc::new(FileVolumeStore::open(root.join("state")).unwrap()),
+        source,
+        Vec::new(),
+    )
+}
+
 #[tokio::test]
 async fn a_refresh_empties_on_revocation_or_deletion_and_keeps_content_when_the_source_is_unreachable() {
     let dir = tempfile::tempdir().unwrap();
@@ -341,19 +358,7 @@ async fn a_refresh_empties_on_revocation_or_deletion_and_keeps_content_when_the_
         [("password".to_string(), crate::atomic_writer::FileContent::new(value.as_bytes()))].into()
     };
     source.set(Ok(one("s3cret")));
-    let service = Arc::new(NodeService::new(
-        "node-1".into(),
-        VolumeSettings {
-            tmpfs_bytes: 1 << 20,
-            host_read_only: false,
-            kubelet_dir: dir.path().to_path_buf(),
-            refresh_content: true,
-        },
-        Arc::new(FakeMounter::default()),
-        Arc::new(FileVolumeStore::open(dir.path().join("state")).unwrap()),
-        source.clone(),
-        Vec::new(),
-    ));
+    let service = Arc::new(scripted_service(dir.path(), source.clone()));
     let node = NodeGrpc::new(service.clone());
     let request = request_at(dir.path(), "csi-1", "unused");
     let target = PathBuf::from(&request.target_path);
@@ -389,22 +394,7 @@ async fn a_failed_refresh_is_reported_at_the_next_republish_until_one_succeeds()
     };
     source.set(Ok(one("s3cret")));
     let metrics = Arc::new(Metrics::new());
-    let service = Arc::new(
-        NodeService::new(
-            "node-1".into(),
-            VolumeSettings {
-                tmpfs_bytes: 1 << 20,
-                host_read_only: false,
-                kubelet_dir: dir.path().to_path_buf(),
-                refresh_content: true,
-            },
-            Arc::new(FakeMounter::default()),
-            Arc::new(FileVolumeStore::open(dir.path().join("state")).unwrap()),
-            source.clone(),
-            Vec::new(),
-        )
-        .with_metrics(metrics.clone()),
-    );
+    let service = Arc::new(scripted_service(dir.path(), source.clone()).with_metrics(metrics.clone()));
     let node = NodeGrpc::new(service.clone());
     let request = request_at(dir.path(), "csi-1", "unused");
     node.node_publish_volume(Request::new(request.clone())).await.unwrap();

@@ -110,6 +110,18 @@ fn secret(value: &str) -> Payload {
     [("password".to_string(), FileContent::new(value.as_bytes()))].into()
 }
 
+/// A Node service under `root` with a fake mounter and `source`.
+fn node_over(root: &Path, source: Arc<Gated>) -> Arc<NodeService> {
+    Arc::new(NodeService::new(
+        "node-1".into(),
+        VolumeSettings { tmpfs_bytes: 1 << 20, host_read_only: false, kubelet_dir: root.into(), refresh_content: true },
+        Arc::new(FakeMounter::default()),
+        Arc::new(FileVolumeStore::open(root.join("state")).unwrap()),
+        source,
+        Vec::new(),
+    ))
+}
+
 /// Polls `done` until it holds; a bound far above any machine's pace, never a timing claim.
 async fn eventually(what: &str, done: impl Fn() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -124,14 +136,7 @@ async fn a_hung_volume_delays_no_other_volumes_revocation_and_can_be_unpublished
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     let source = Arc::new(Gated::default());
-    let node = Arc::new(NodeService::new(
-        "node-1".into(),
-        VolumeSettings { tmpfs_bytes: 1 << 20, host_read_only: false, kubelet_dir: root.into(), refresh_content: true },
-        Arc::new(FakeMounter::default()),
-        Arc::new(FileVolumeStore::open(root.join("state")).unwrap()),
-        source.clone(),
-        Vec::new(),
-    ));
+    let node = node_over(root, source.clone());
     for pod in ["stuck", "other"] {
         source.answer(pod, Ok(secret("s3cret")));
         node.publish(&check(&request(root, pod), root).unwrap()).unwrap();
@@ -179,14 +184,7 @@ async fn a_change_during_a_refresh_refreshes_the_volume_again_afterwards() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     let source = Arc::new(Gated::default());
-    let node = Arc::new(NodeService::new(
-        "node-1".into(),
-        VolumeSettings { tmpfs_bytes: 1 << 20, host_read_only: false, kubelet_dir: root.into(), refresh_content: true },
-        Arc::new(FakeMounter::default()),
-        Arc::new(FileVolumeStore::open(root.join("state")).unwrap()),
-        source.clone(),
-        Vec::new(),
-    ));
+    let node = node_over(root, source.clone());
     source.answer("web", Ok(secret("one")));
     node.publish(&check(&request(root, "web"), root).unwrap()).unwrap();
     let (stop, stopped) = watch::channel(false);
