@@ -230,14 +230,30 @@ pub async fn delete_and_wait(suite: &Suite, namespace: &str, name: &str) -> Outc
     Ok(())
 }
 
-/// Nothing of the pod's volume is left: no mount under its pod directory, no driver record.
-pub fn nothing_left(node: &Node, uid: &str) -> Outcome {
+/// The mounts under the pod's directory and the driver records naming the pod.
+fn volume_traces(node: &Node, uid: &str) -> (Vec<String>, Vec<std::path::PathBuf>) {
     let mounts: Vec<String> = node.pod_mounts().into_iter().filter(|m| m.contains(uid)).collect();
     let records: Vec<_> = node
         .driver_records()
         .into_iter()
         .filter(|r| std::fs::read_to_string(r).unwrap_or_default().contains(uid))
         .collect();
+    (mounts, records)
+}
+
+/// The positive control of [`nothing_left`]: while the pod runs, the same filters find its
+/// volume's mount and the driver's record of it.
+pub fn volume_present(node: &Node, uid: &str) -> Outcome {
+    let (mounts, records) = volume_traces(node, uid);
+    if mounts.is_empty() || records.is_empty() {
+        return Err(format!("the running pod {uid}'s volume is not seen: mounts {mounts:?}, records {records:?}"));
+    }
+    Ok(())
+}
+
+/// Nothing of the pod's volume is left: no mount under its pod directory, no driver record.
+pub fn nothing_left(node: &Node, uid: &str) -> Outcome {
+    let (mounts, records) = volume_traces(node, uid);
     if !mounts.is_empty() || !records.is_empty() {
         return Err(format!("left behind for pod {uid}: mounts {mounts:?}, records {records:?}"));
     }
@@ -270,6 +286,7 @@ pub async fn container_reads_sees_updates_cannot_write_and_nothing_is_left(suite
     }
     share(suite, namespace, "node-reader", "second version").await?;
     wait_for_log(node, namespace, "reader", "the updated content", |l| l == "content: second version").await?;
+    volume_present(node, &uid(&pod))?;
     delete_and_wait(suite, namespace, "reader").await?;
     nothing_left(node, &uid(&pod))?;
     println!("container read, was refused its write ({}), saw the update; unpublished cleanly", writes[0]);
@@ -331,6 +348,7 @@ pub async fn webhooks_refuse_one_pod_and_patch_another_that_runs(suite: &Suite) 
     }
     wait_for_log(node, guarded, "patched", "the share's content", |l| l == "content: patched and served").await?;
     let log = wait_for_log(node, guarded, "patched", "a refused write", |l| l.ends_with(READ_ONLY_REFUSAL)).await?;
+    volume_present(node, &uid(&pod))?;
     delete_and_wait(suite, guarded, "patched").await?;
     nothing_left(node, &uid(&pod))?;
     println!("refused: {expected}; patched pod ran and read: {:?}", log.first());
@@ -358,6 +376,7 @@ pub async fn driver_killed_under_a_running_pod_which_still_reads_and_unpublishes
         return Err(format!("reads after the driver's death: {after_kill:?}"));
     }
     node.restart_driver()?;
+    volume_present(node, &uid(&pod))?;
     delete_and_wait(suite, namespace, "steady").await?;
     nothing_left(node, &uid(&pod))?;
     println!("{} reads while the driver was dead; unpublished by the restarted driver", after_kill.len());

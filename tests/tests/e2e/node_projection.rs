@@ -10,7 +10,8 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use crate::node::{
-    ONE_AT_A_TIME, create_pod, delete_and_wait, grant, node, nothing_left, pod_on_node, share_object, uid, wait_for_log,
+    ONE_AT_A_TIME, create_pod, delete_and_wait, grant, node, nothing_left, pod_on_node, share_object, uid,
+    volume_present, wait_for_log,
 };
 use crate::support::{Outcome, SHARED_RESOURCE_DRIVER, Suite, create, create_namespace};
 use inline_guard_tests::node::Node;
@@ -103,6 +104,7 @@ pub async fn kubelet_passes_the_token_and_the_container_reads_the_composed_volum
         // A change to the share reaches the container through the projection.
         share_object(suite, "node-projection", "rotated ca").await?;
         wait_for_log(node, NAMESPACE, "viewer", "the updated share", |l| l == "ca: rotated ca").await?;
+        volume_present(node, &uid(&pod))?;
         delete_and_wait(suite, NAMESPACE, "viewer").await?;
         nothing_left(node, &uid(&pod))?;
         println!(

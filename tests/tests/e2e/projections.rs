@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 use tonic::Code;
 
 use crate::kubelet_publish::{channel, kubelet_request};
-use crate::shares::{InProcessDriver, WITHIN, apply_file, create_object, unpublish_as_kubelet};
+use crate::shares::{InProcessDriver, WITHIN, apply_file, create_object, still_mounted, unpublish_as_kubelet};
 use crate::support::{Outcome, SHARED_RESOURCE_DRIVER, Suite, create, create_namespace, pods_path, wait_established};
 
 const OWNER: &str = "projection-owner";
@@ -68,7 +68,8 @@ async fn wait_for_tree(target: &Path, what: &str, expected: &[File]) -> Outcome 
     let deadline = Instant::now() + WITHIN;
     loop {
         let seen = tree(target);
-        if seen == expected {
+        // Mounted and readable: an unmounted or vanished volume would show no files either.
+        if seen == expected && still_mounted(target) {
             return Ok(());
         }
         if Instant::now() > deadline {
@@ -512,16 +513,24 @@ pub async fn sources_compose_update_atomically_revoke_as_one_and_tokens_follow_r
             return Err("the republish with a new token did not rewrite the token file before answering".into());
         }
 
-        unpublish_as_kubelet(&mut node, request.volume_id.clone(), request.target_path.clone()).await?;
-        if target.exists() {
-            return Err("unpublish left the target".into());
-        }
-        // No token reached the driver's records.
+        // No token reached the driver's records, checked while the volume is published (its
+        // record is there: the positive control) and after the republish with the new token.
+        let mut records_seen = 0;
         for record in std::fs::read_dir(dir.path().join("state")).map_err(|e| e.to_string())?.flatten() {
             let text = String::from_utf8_lossy(&std::fs::read(record.path()).unwrap_or_default()).into_owned();
+            if text.contains(&request.volume_id) {
+                records_seen += 1;
+            }
             if text.contains(&token) || text.contains(&new_token) {
                 return Err(format!("a token reached the state directory: {}", record.path().display()));
             }
+        }
+        if records_seen != 1 {
+            return Err(format!("expected the published volume's record in the state directory, found {records_seen}"));
+        }
+        unpublish_as_kubelet(&mut node, request.volume_id.clone(), request.target_path.clone()).await?;
+        if target.exists() {
+            return Err("unpublish left the target".into());
         }
         println!("projections: composed from 4 sources, 5 atomic updates under a reader ({seen:?}), labels, revocation, deletion, edit, token republish");
         Ok(())

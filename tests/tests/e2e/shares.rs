@@ -188,16 +188,27 @@ fn files(target: &Path) -> Vec<(String, String)> {
     files
 }
 
+/// Whether `target` is a mount point in this namespace and a directory that can be listed.
+pub fn still_mounted(target: &Path) -> bool {
+    sharedresource_csi_driver::mounter::listed_in_mountinfo(target).unwrap_or(false)
+        && std::fs::read_dir(target).is_ok()
+}
+
 async fn wait_for_files(target: &Path, what: &str, expected: &[(&str, &str)]) -> Outcome {
     let expected: Vec<(String, String)> = expected.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     let deadline = Instant::now() + WITHIN;
     loop {
         let seen = files(target);
-        if seen == expected {
+        // "Emptied" means mounted, readable and empty: an unmounted or vanished volume would
+        // list no files too.
+        let present = still_mounted(target);
+        if seen == expected && present {
             return Ok(());
         }
         if Instant::now() > deadline {
-            return Err(format!("{what}: the volume holds {seen:?}, expected {expected:?} within {WITHIN:?}"));
+            return Err(format!(
+                "{what}: the volume holds {seen:?} (mounted and readable: {present}), expected {expected:?} within {WITHIN:?}"
+            ));
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
