@@ -96,7 +96,12 @@ async fn a_lookup_waiting_for_the_first_sync_is_answered_once_it_completes() {
     let fixture = fixture(CacheSettings { sync_wait: Duration::from_secs(5), ..settings() });
     let facts = fixture.facts.clone();
     let waiting = tokio::spawn(async move { facts.namespace_labels("apps").await });
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // The test runtime has one thread: yielding lets the lookup run until it parks. Unfinished
+    // then, it is waiting for the sync (it has no other way to park: no live lookup is made).
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    assert!(!waiting.is_finished(), "the lookup answered before the sync instead of waiting for it");
     sync(&fixture, vec![namespace("apps", &[("pod-security.kubernetes.io/audit", "baseline")])]);
     let labels = waiting.await.unwrap().unwrap().unwrap();
     assert_eq!(labels.get("pod-security.kubernetes.io/audit").map(String::as_str), Some("baseline"));
