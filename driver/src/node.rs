@@ -396,8 +396,8 @@ impl NodeService {
         pass
     }
 
-    /// Ends refresh pass `pass` at the content source (it may write the shares' status: call
-    /// it off the async workers).
+    /// Ends refresh pass `pass` at the content source (which may start writing the shares'
+    /// status in the background).
     pub fn end_pass(&self, pass: PassId) {
         self.content.end_pass(pass);
     }
