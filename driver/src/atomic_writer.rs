@@ -11,6 +11,7 @@ use std::os::unix::fs::{OpenOptionsExt as _, symlink};
 use std::path::{Component, Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::dir_tree::{create_dirs, non_directories_below, remove_tree};
 use crate::error::{Error, Result};
 use crate::quote::{quote, quote_path};
 
@@ -217,67 +218,11 @@ impl AtomicWriter {
     }
 }
 
-/// Every file below `dir`, relative to `root`. Walked without recursion, and a directory's
-/// entries are read whole (its descriptor closed) before going on, so a path of any depth holds
-/// one descriptor at a time and no deep stack (a 2 000-level path is legal).
+/// Every file below `dir`, relative to `root`, whatever its depth (see [`crate::dir_tree`]).
 fn collect_files(root: &Path, dir: &Path, into: &mut BTreeSet<String>) -> std::io::Result<()> {
-    let mut pending = vec![dir.to_path_buf()];
-    while let Some(dir) = pending.pop() {
-        for (path, is_dir) in entries(&dir)? {
-            if is_dir {
-                pending.push(path);
-            } else if let Ok(relative) = path.strip_prefix(root) {
-                into.insert(relative.to_string_lossy().into_owned());
-            }
-        }
-    }
-    Ok(())
-}
-
-/// The entries of `dir` and whether each is a directory (not following symlinks), with the
-/// directory closed again.
-fn entries(dir: &Path) -> std::io::Result<Vec<(PathBuf, bool)>> {
-    let mut found = Vec::new();
-    for entry in fs::read_dir(dir)? {
-        let entry = entry?;
-        found.push((entry.path(), entry.file_type()?.is_dir()));
-    }
-    Ok(found)
-}
-
-/// Removes `dir` and everything below it, one descriptor at a time and without recursion
-/// (std's `remove_dir_all` keeps one descriptor open per level). Symlinks are removed, never
-/// followed.
-fn remove_tree(dir: &Path) -> std::io::Result<()> {
-    let mut dirs = vec![dir.to_path_buf()];
-    let mut next = 0;
-    while let Some(current) = dirs.get(next).cloned() {
-        next += 1;
-        for (path, is_dir) in entries(&current)? {
-            if is_dir {
-                dirs.push(path);
-            } else {
-                fs::remove_file(&path)?;
-            }
-        }
-    }
-    // Found parents first, so removed in reverse: every directory after its children.
-    for dir in dirs.iter().rev() {
-        fs::remove_dir(dir)?;
-    }
-    Ok(())
-}
-
-/// Creates `dir` and its missing parents below `root`, one level after another (std's
-/// `create_dir_all` recurses once per level).
-fn create_dirs(root: &Path, dir: &Path) -> std::io::Result<()> {
-    let relative = dir.strip_prefix(root).unwrap_or(dir);
-    let mut path = root.to_path_buf();
-    for component in relative.components() {
-        path.push(component);
-        match fs::create_dir(&path) {
-            Err(error) if error.kind() != std::io::ErrorKind::AlreadyExists => return Err(error),
-            _ => {}
+    for (path, _) in non_directories_below(dir)? {
+        if let Ok(relative) = path.strip_prefix(root) {
+            into.insert(relative.to_string_lossy().into_owned());
         }
     }
     Ok(())
@@ -332,19 +277,23 @@ impl Room {
         ))
     }
 
-    /// `error`, explained in these terms when it is the filesystem running out of room.
+    /// `error`, explained in these terms when it is the filesystem running out of room (the
+    /// estimate said it would fit, but tmpfs also charges what the estimate leaves out).
     fn explain(&self, error: Error) -> Error {
         match error {
-            Error::Internal(message) if message.ends_with(&std::io::Error::from_raw_os_error(28).to_string()) => {
-                self.too_small()
-            }
+            Error::ResourceExhausted(_) => self.too_small(),
             other => other,
         }
     }
 }
 
 fn io_error(action: &str, path: &Path, error: std::io::Error) -> Error {
-    Error::Internal(format!("{action} {}: {error}", quote_path(path)))
+    let message = format!("{action} {}: {error}", quote_path(path));
+    if error.raw_os_error() == Some(nix::libc::ENOSPC) {
+        Error::ResourceExhausted(message)
+    } else {
+        Error::Internal(message)
+    }
 }
 
 #[cfg(test)]

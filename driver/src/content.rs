@@ -6,6 +6,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use crate::atomic_writer::{FileContent, Payload, check_key};
+use crate::dir_tree::non_directories_below;
 use crate::error::{Error, Result};
 use crate::publish_request::PublishRequest;
 use crate::quote::{quote, quote_path};
@@ -91,29 +92,16 @@ impl ContentSource for StaticDirSource {
     }
 }
 
-/// Every regular file below `dir` into `payload`. Walked without recursion, a directory's
-/// entries read whole (its descriptor closed) before going on: a path of any depth holds one
-/// descriptor at a time.
+/// Every regular file below `dir` into `payload`, whatever its depth (see [`crate::dir_tree`]).
+/// Symlinks are not followed: a share must not reach outside its directory.
 fn collect(root: &Path, dir: &Path, payload: &mut Payload) -> Result<()> {
     let read_error =
         |path: &Path, error: std::io::Error| Error::Unavailable(format!("reading {}: {error}", quote_path(path)));
-    let mut pending = vec![dir.to_path_buf()];
-    while let Some(dir) = pending.pop() {
-        let mut entries = Vec::new();
-        for entry in fs::read_dir(&dir).map_err(|e| read_error(&dir, e))? {
-            let entry = entry.map_err(|e| read_error(&dir, e))?;
-            // Symlinks are not followed: a share must not reach outside its directory.
-            let kind = entry.file_type().map_err(|e| read_error(&entry.path(), e))?;
-            entries.push((entry.path(), kind));
-        }
-        for (path, kind) in entries {
-            if kind.is_dir() {
-                pending.push(path);
-            } else if kind.is_file() {
-                let key = path.strip_prefix(root).unwrap_or(&path).to_string_lossy().into_owned();
-                let data = fs::read(&path).map_err(|e| read_error(&path, e))?;
-                payload.insert(key, FileContent::new(data));
-            }
+    for (path, kind) in non_directories_below(dir).map_err(|e| read_error(dir, e))? {
+        if kind.is_file() {
+            let key = path.strip_prefix(root).unwrap_or(&path).to_string_lossy().into_owned();
+            let data = fs::read(&path).map_err(|e| read_error(&path, e))?;
+            payload.insert(key, FileContent::new(data));
         }
     }
     Ok(())

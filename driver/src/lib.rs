@@ -17,6 +17,7 @@ pub mod changes;
 pub mod cli;
 pub mod config;
 pub mod content;
+pub mod dir_tree;
 pub mod error;
 pub mod health;
 pub mod identity;

@@ -75,9 +75,9 @@ impl KubernetesSource {
 
     /// The spec of projection `name` in `namespace`, `None` when it does not exist.
     async fn projection(&self, namespace: &NamespaceName, name: &ObjectName) -> Result<Option<ProjectionSpec>> {
-        let what = format!("reading SharedProjection {namespace}/{}", quote(name.as_str()));
+        let what = || format!("reading SharedProjection {namespace}/{}", quote(name.as_str()));
         let api = Api::<SharedProjection>::namespaced(self.client().clone(), namespace.as_str());
-        let found = self.ask(&what, api.get_opt(name.as_str())).await?;
+        let found = self.ask(what, api.get_opt(name.as_str())).await?;
         Ok(found.map(|projection| projection.spec))
     }
 
@@ -101,9 +101,9 @@ impl KubernetesSource {
         let namespace = pod_namespace(request)?;
         let name = ObjectName::parse(&pod.name)
             .map_err(|error| Error::InvalidArgument(format!("the pod's name from kubelet: {error}")))?;
-        let what = format!("reading pod {namespace}/{name} for its labels and annotations");
+        let what = || format!("reading pod {namespace}/{name} for its labels and annotations");
         let api = Api::<Pod>::namespaced(self.client().clone(), namespace.as_str());
-        let found = self.ask(&what, api.get_opt(name.as_str())).await?;
+        let found = self.ask(what, api.get_opt(name.as_str())).await?;
         // A pod of the same name but another uid is a successor: its labels are not this one's.
         let Some(object) = found.filter(|found| found.metadata.uid.as_deref() == Some(pod.uid.as_str())) else {
             return Err(Error::NotFound(format!("pod {namespace}/{name} (uid {}) not found", quote(&pod.uid))));

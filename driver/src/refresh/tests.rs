@@ -10,12 +10,14 @@ use super::*;
 use crate::atomic_writer::{FileContent, Payload};
 use crate::content::ContentSource;
 use crate::error::Result;
+use crate::metrics::Metrics;
 use crate::mounter::FakeMounter;
 use crate::node::VolumeSettings;
 use crate::publish_request::{PublishRequest, check};
 use crate::volume_store::FileVolumeStore;
 
-/// Content per share name; a share in `held` blocks its fetch until released.
+/// Content per share name; a share in `held` blocks its fetch until released, then answers what
+/// was set when the fetch started.
 #[derive(Default)]
 struct Gated {
     answers: Mutex<HashMap<String, Result<Payload>>>,
@@ -51,6 +53,9 @@ impl ContentSource for Gated {
 
     fn content(&self, request: &PublishRequest) -> Result<Payload> {
         let share = request.attributes.get("share").cloned().unwrap_or_default();
+        // Answered as things stood when the fetch started, as an apiserver answers.
+        let answer =
+            self.answers.lock().unwrap().get(&share).cloned().unwrap_or_else(|| Err(Error::Unavailable("none".into())));
         let mut held = self.held.lock().unwrap();
         if held.contains(&share) {
             *self.waiting.lock().unwrap() += 1;
@@ -60,7 +65,7 @@ impl ContentSource for Gated {
             *self.waiting.lock().unwrap() -= 1;
         }
         drop(held);
-        self.answers.lock().unwrap().get(&share).cloned().unwrap_or_else(|| Err(Error::Unavailable("none".into())))
+        answer
     }
 
     fn changes(&self) -> Option<Arc<Changes>> {
@@ -110,16 +115,31 @@ fn secret(value: &str) -> Payload {
     [("password".to_string(), FileContent::new(value.as_bytes()))].into()
 }
 
-/// A Node service under `root` with a fake mounter and `source`.
-fn node_over(root: &Path, source: Arc<Gated>) -> Arc<NodeService> {
-    Arc::new(NodeService::new(
-        "node-1".into(),
-        VolumeSettings { tmpfs_bytes: 1 << 20, host_read_only: false, kubelet_dir: root.into(), refresh_content: true },
-        Arc::new(FakeMounter::default()),
-        Arc::new(FileVolumeStore::open(root.join("state")).unwrap()),
-        source,
-        Vec::new(),
-    ))
+/// A Node service under `root` with a fake mounter and `source`, counting into `metrics`.
+fn node_over(root: &Path, source: Arc<Gated>, metrics: Arc<Metrics>) -> Arc<NodeService> {
+    Arc::new(
+        NodeService::new(
+            "node-1".into(),
+            VolumeSettings {
+                tmpfs_bytes: 1 << 20,
+                host_read_only: false,
+                kubelet_dir: root.into(),
+                refresh_content: true,
+            },
+            Arc::new(FakeMounter::default()),
+            Arc::new(FileVolumeStore::open(root.join("state")).unwrap()),
+            source,
+            Vec::new(),
+        )
+        .with_metrics(metrics),
+    )
+}
+
+/// How many refreshes ended with `result` (changed, unchanged, failed).
+fn refreshes(metrics: &Metrics, result: &str) -> u64 {
+    let line = format!("sharedresource_csi_driver_refreshes_total{{result=\"{result}\"}} ");
+    let text = metrics.encode();
+    text.lines().find_map(|l| l.strip_prefix(line.as_str())).and_then(|n| n.trim().parse().ok()).unwrap_or(0)
 }
 
 /// Polls `done` until it holds; a bound far above any machine's pace, never a timing claim.
@@ -136,7 +156,8 @@ async fn a_hung_volume_delays_no_other_volumes_revocation_and_can_be_unpublished
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     let source = Arc::new(Gated::default());
-    let node = node_over(root, source.clone());
+    let metrics = Arc::new(Metrics::new());
+    let node = node_over(root, source.clone(), metrics.clone());
     for pod in ["stuck", "other"] {
         source.answer(pod, Ok(secret("s3cret")));
         node.publish(&check(&request(root, pod), root).unwrap()).unwrap();
@@ -171,9 +192,10 @@ async fn a_hung_volume_delays_no_other_volumes_revocation_and_can_be_unpublished
     let version = std::fs::read_link(target(root, "stuck").join("..data")).ok();
     assert!(version.is_some(), "the positive control: the version link is there");
     source.answer("stuck", Ok(secret("changed")));
+    let unchanged = refreshes(&metrics, "unchanged");
     source.release();
-    eventually("the late fetch returned", || source.waiting() == 0).await;
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // The late refresh has ended once it is counted (as unchanged: it wrote nothing).
+    eventually("the late refresh ended", || refreshes(&metrics, "unchanged") == unchanged + 1).await;
     assert_eq!(std::fs::read_link(target(root, "stuck").join("..data")).ok(), version, "nothing was written");
     let _ = stop.send(true);
     refresher.await.unwrap();
@@ -184,22 +206,26 @@ async fn a_change_during_a_refresh_refreshes_the_volume_again_afterwards() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     let source = Arc::new(Gated::default());
-    let node = node_over(root, source.clone());
+    let node = node_over(root, source.clone(), Arc::new(Metrics::new()));
     source.answer("web", Ok(secret("one")));
     node.publish(&check(&request(root, "web"), root).unwrap()).unwrap();
-    let (stop, stopped) = watch::channel(false);
-    let refresher = tokio::spawn(run(node.clone(), source.changes(), Duration::from_secs(3600), stopped));
+    let refresher = Refresher {
+        node: node.clone(),
+        limit: Arc::new(Semaphore::new(CONCURRENT_REFRESHES)),
+        in_flight: Arc::default(),
+    };
     source.hold("web");
     let _release = ReleaseOnDrop(source.clone());
-    source.changes.everything();
+    refresher.dispatch(&Pending::everything());
     eventually("the first refresh's fetch started", || source.waiting() == 1).await;
-    // A revocation arrives while that fetch (which will answer with old content) hangs.
-    source.changes.everything();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // A revocation arrives while that fetch (which will answer with the old content) hangs: the
+    // volume is marked to be refreshed again, not refreshed twice at once.
+    refresher.dispatch(&Pending::everything());
+    let marked = refresher.in_flight.lock().unwrap().again.contains("csi-web");
+    assert!(marked, "the second change was noted against the running refresh");
     source.answer("web", Err(Error::NotFound("gone".into())));
     source.release();
     let password = target(root, "web").join("password");
     eventually("the volume was refreshed again and emptied", || !password.exists()).await;
-    let _ = stop.send(true);
-    refresher.await.unwrap();
+    eventually("the refresher let go of the volume", || refresher.in_flight.lock().unwrap().running.is_empty()).await;
 }

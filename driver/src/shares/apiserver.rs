@@ -15,22 +15,24 @@ use crate::quote::Logged;
 /// How long one request may take unless configured (`requestTimeoutSeconds`).
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// `call`'s answer, or an `Unavailable` error that says `what` failed and how in general terms.
-/// `what` is the driver's description of the request ("reading SharedSecret \"db\""), built
-/// from validated names and quoted input only.
+/// `call`'s answer, or an `Unavailable` error that says what failed and how in general terms.
+/// `what` describes the request ("reading SharedSecret \"db\""), from validated names and
+/// quoted input only; it is built only when the request fails.
 pub async fn ask<T>(
     timeout: Duration,
-    what: &str,
+    what: impl FnOnce() -> String,
     call: impl Future<Output = std::result::Result<T, kube::Error>>,
 ) -> Result<T> {
     match tokio::time::timeout(timeout, call).await {
         Ok(Ok(answer)) => Ok(answer),
         Ok(Err(error)) => {
-            warn!(request = %Logged(what), error = %Logged(&error), "the apiserver request failed");
+            let what = what();
+            warn!(request = %Logged(&what), error = %Logged(&error), "the apiserver request failed");
             Err(Error::Unavailable(format!("{what}: {}; the driver's log has the details", in_general(&error))))
         }
         Err(_) => {
-            warn!(request = %Logged(what), ?timeout, "the apiserver did not answer in time; the request was given up");
+            let what = what();
+            warn!(request = %Logged(&what), ?timeout, "the apiserver did not answer in time; the request was given up");
             Err(Error::Unavailable(format!("{what}: the apiserver did not answer within {} s", timeout.as_secs_f64())))
         }
     }
@@ -60,7 +62,7 @@ mod tests {
     #[tokio::test]
     async fn a_call_that_never_answers_is_given_up_at_the_timeout() {
         let never = std::future::pending::<std::result::Result<(), kube::Error>>();
-        let error = ask(Duration::from_millis(20), "reading SharedSecret \"db\"", never).await.unwrap_err();
+        let error = ask(Duration::from_millis(20), || "reading SharedSecret \"db\"".into(), never).await.unwrap_err();
         assert_eq!(
             error,
             Error::Unavailable("reading SharedSecret \"db\": the apiserver did not answer within 0.02 s".into())
@@ -75,7 +77,7 @@ mod tests {
         )
         .with_code(403);
         let refused = async { Err::<(), _>(kube::Error::Api(Box::new(status))) };
-        let error = ask(DEFAULT_REQUEST_TIMEOUT, "reading SharedSecret \"x\"", refused).await.unwrap_err();
+        let error = ask(DEFAULT_REQUEST_TIMEOUT, || "reading SharedSecret \"x\"".into(), refused).await.unwrap_err();
         assert_eq!(
             error.to_string(),
             "reading SharedSecret \"x\": the apiserver answered HTTP 403 Forbidden; the driver's log has the details"

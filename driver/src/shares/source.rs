@@ -147,7 +147,7 @@ impl KubernetesSource {
     /// `call`'s answer within the request timeout, its failure in the driver's words.
     pub(crate) async fn ask<T>(
         &self,
-        what: &str,
+        what: impl FnOnce() -> String,
         call: impl std::future::Future<Output = std::result::Result<T, kube::Error>>,
     ) -> Result<T> {
         ask(self.request_timeout, what, call).await
@@ -242,7 +242,7 @@ impl KubernetesSource {
         if let Some(found) = self.cache.share(kind, share.as_str()) {
             return Ok(Some(found));
         }
-        let what = format!("reading {} {}", kind.kind(), quote(share.as_str()));
+        let what = || format!("reading {} {}", kind.kind(), quote(share.as_str()));
         let conditions = |status: Option<ShareStatus>| status.map(|s| s.conditions).unwrap_or_default();
         Ok(match kind {
             ShareKind::Secret => self
@@ -258,7 +258,7 @@ impl KubernetesSource {
 
     /// Whether the apiserver says the pod's service account may use the share.
     async fn allowed(&self, question: &AccessQuestion) -> Result<bool> {
-        let what = "asking the apiserver whether the pod may use the share";
+        let what = || "asking the apiserver whether the pod may use the share".to_string();
         let api = Api::<SubjectAccessReview>::all(self.client.clone());
         let review =
             self.ask(what, api.create(&PostParams::default(), &question.review())).await.inspect_err(|_| {
@@ -275,12 +275,12 @@ impl KubernetesSource {
         if let Some(payload) = self.cache.content(kind, namespace, name) {
             return Ok(Some(payload));
         }
-        let what = format!("reading {} {namespace}/{name}", kind.backing_kind());
+        let what = || format!("reading {} {namespace}/{name}", kind.backing_kind());
         let mut payload = Payload::new();
         let version = match kind {
             ShareKind::Secret => {
                 let api = Api::<Secret>::namespaced(self.client.clone(), namespace);
-                let Some(secret) = self.ask(&what, api.get_opt(name)).await? else {
+                let Some(secret) = self.ask(what, api.get_opt(name)).await? else {
                     return Ok(None);
                 };
                 for (key, value) in secret.data.unwrap_or_default() {
@@ -290,7 +290,7 @@ impl KubernetesSource {
             }
             ShareKind::ConfigMap => {
                 let api = Api::<ConfigMap>::namespaced(self.client.clone(), namespace);
-                let Some(config_map) = self.ask(&what, api.get_opt(name)).await? else {
+                let Some(config_map) = self.ask(what, api.get_opt(name)).await? else {
                     return Ok(None);
                 };
                 for (key, value) in config_map.data.unwrap_or_default() {
@@ -320,15 +320,15 @@ async fn write_statuses(client: kube::Client, timeout: Duration, seen: SeenShare
         let Ok(name) = ObjectName::parse(&share) else { continue };
         let patch = Patch::Merge(serde_json::json!({"status": {"conditions": conditions}}));
         let params = PatchParams::default();
-        let request = format!("writing the status of {} {}", kind.kind(), quote(&share));
+        let request = || format!("writing the status of {} {}", kind.kind(), quote(&share));
         let written = match kind {
             ShareKind::Secret => {
                 let api = Api::<SharedSecret>::all(client.clone());
-                ask(timeout, &request, api.patch_status(name.as_str(), &params, &patch)).await.map(drop)
+                ask(timeout, request, api.patch_status(name.as_str(), &params, &patch)).await.map(drop)
             }
             ShareKind::ConfigMap => {
                 let api = Api::<SharedConfigMap>::all(client.clone());
-                ask(timeout, &request, api.patch_status(name.as_str(), &params, &patch)).await.map(drop)
+                ask(timeout, request, api.patch_status(name.as_str(), &params, &patch)).await.map(drop)
             }
         };
         if let Err(error) = written {

@@ -17,7 +17,10 @@ use serde_json::{Value, json};
 use tonic::Code;
 
 use crate::kubelet_publish::{channel, kubelet_request};
-use crate::shares::{DRIVER_USER, InProcessDriver, WITHIN, apply_file, create_object, unpublish_as_kubelet};
+use crate::shares::{
+    DRIVER_USER, InProcessDriver, WITHIN, apply_file, create_object, create_shared_secret, still_mounted,
+    unpublish_as_kubelet,
+};
 use crate::support::{Outcome, SHARED_RESOURCE_DRIVER, Suite, create, create_namespace, pods_path, wait_established};
 
 const OWNER: &str = "hostile-owner";
@@ -69,24 +72,18 @@ fn files(target: &Path) -> Option<Vec<String>> {
     Some(names)
 }
 
-fn mounted(target: &Path) -> bool {
-    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let target = target.to_string_lossy().into_owned();
-    table.lines().any(|line| line.split(' ').nth(4) == Some(target.as_str()))
-}
-
 /// Waits until `target` is mounted and shows exactly `expected`; how long that took.
 async fn wait_for(target: &Path, what: &str, expected: &[&str]) -> Result<std::time::Duration, String> {
     let started = Instant::now();
     loop {
         let seen = files(target);
-        if mounted(target) && seen.as_deref().is_some_and(|seen| seen == expected) {
+        if still_mounted(target) && seen.as_deref().is_some_and(|seen| seen == expected) {
             return Ok(started.elapsed());
         }
         if started.elapsed() > WITHIN {
             return Err(format!(
                 "{what}: expected {expected:?} in a mounted volume, saw {seen:?} (mounted: {})",
-                mounted(target)
+                still_mounted(target)
             ));
         }
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
@@ -118,15 +115,7 @@ pub async fn hostile_share_names_never_reach_the_apiserver_and_revocation_still_
         "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hostile-creds"}, "stringData": {"password": "s3cret"}
     }))
     .await?;
-    create_object(
-        suite,
-        "/apis/sharedresource.inlineguard.dev/v1alpha1/sharedsecrets",
-        json!({
-            "apiVersion": "sharedresource.inlineguard.dev/v1alpha1", "kind": "SharedSecret",
-            "metadata": {"name": SHARE}, "spec": {"secretRef": {"namespace": OWNER, "name": "hostile-creds"}}
-        }),
-    )
-    .await?;
+    create_shared_secret(suite, SHARE, OWNER, "hostile-creds").await?;
     for namespace in [ATTACKER, VICTIM] {
         create_object(suite, &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/roles"), json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "use-db"},
@@ -226,7 +215,7 @@ pub async fn hostile_share_names_never_reach_the_apiserver_and_revocation_still_
 
         // The attacker's pod goes away: unpublished, nothing left.
         unpublish_as_kubelet(&mut node, attacker_request.volume_id.clone(), attacker_request.target_path.clone()).await?;
-        if attacker_target.exists() || mounted(&attacker_target) {
+        if attacker_target.exists() || still_mounted(&attacker_target) {
             return Err("the attacker's volume was left behind".into());
         }
 

@@ -25,7 +25,9 @@ use serde_json::{Value, json};
 use tonic::Code;
 
 use crate::kubelet_publish::{channel, kubelet_request};
-use crate::shares::{InProcessDriver, WITHIN, apply_file, create_object, still_mounted, unpublish_as_kubelet};
+use crate::shares::{
+    InProcessDriver, WITHIN, apply_file, create_object, create_shared_secret, still_mounted, unpublish_as_kubelet,
+};
 use crate::support::{Outcome, SHARED_RESOURCE_DRIVER, Suite, create, create_namespace, pods_path, wait_established};
 
 const OWNER: &str = "projection-owner";
@@ -268,15 +270,7 @@ pub async fn sources_compose_update_atomically_revoke_as_one_and_tokens_follow_r
         }),
     )
     .await?;
-    create_object(
-        suite,
-        "/apis/sharedresource.inlineguard.dev/v1alpha1/sharedsecrets",
-        json!({
-            "apiVersion": "sharedresource.inlineguard.dev/v1alpha1", "kind": "SharedSecret",
-            "metadata": {"name": "projected-db"}, "spec": {"secretRef": {"namespace": OWNER, "name": "db-creds"}}
-        }),
-    )
-    .await?;
+    create_shared_secret(suite, "projected-db", OWNER, "db-creds").await?;
     create_object(suite, "/apis/sharedresource.inlineguard.dev/v1alpha1/sharedconfigmaps", json!({
         "apiVersion": "sharedresource.inlineguard.dev/v1alpha1", "kind": "SharedConfigMap",
         "metadata": {"name": "projected-settings"}, "spec": {"configMapRef": {"namespace": OWNER, "name": "app-settings"}}

@@ -32,6 +32,15 @@ pub async fn apply_file(suite: &Suite, file: &str) -> Outcome {
     apply(&suite.admin, &objects(&repo_root().join(file))?, false).await.map(drop)
 }
 
+/// Creates the SharedSecret `name` sharing Secret `namespace/secret`.
+pub async fn create_shared_secret(suite: &Suite, name: &str, namespace: &str, secret: &str) -> Outcome {
+    let share = json!({
+        "apiVersion": "sharedresource.inlineguard.dev/v1alpha1", "kind": "SharedSecret",
+        "metadata": {"name": name}, "spec": {"secretRef": {"namespace": namespace, "name": secret}}
+    });
+    create_object(suite, "/apis/sharedresource.inlineguard.dev/v1alpha1/sharedsecrets", share).await
+}
+
 pub async fn create_object(suite: &Suite, path: &str, object: Value) -> Outcome {
     let answer = create(&suite.admin, path, &object, false).await?;
     if answer.status != 201 {
