@@ -105,4 +105,17 @@ mod tests {
             assert_eq!(profile.level(), Level::Privileged);
         }
     }
+
+    #[test]
+    fn a_hosts_per_request_table_finds_each_driver_by_its_exact_name() {
+        let table: Vec<(String, Option<Arc<Labels>>)> = vec![
+            ("found.example.com".to_string(), Some(Arc::new(with_profile("baseline")))),
+            ("missing.example.com".to_string(), None),
+        ];
+        assert_eq!(table.driver_labels("found.example.com"), Some(&with_profile("baseline")));
+        assert_eq!(table.as_slice().driver_labels("found.example.com"), Some(&with_profile("baseline")));
+        assert_eq!(table.driver_labels("missing.example.com"), None);
+        assert_eq!(table.driver_labels("found.example"), None);
+        assert_eq!(table.as_slice().driver_labels("other.example.com"), None);
+    }
 }

@@ -97,4 +97,12 @@ mod tests {
             assert_eq!(Level::parse(bad), None, "{bad:?}");
         }
     }
+
+    #[test]
+    fn levels_and_modes_print_as_their_label_words() {
+        let printed: Vec<String> = Level::ALL.iter().map(|l| l.to_string()).collect();
+        assert_eq!(printed, ["privileged", "baseline", "restricted"]);
+        let printed: Vec<String> = Mode::ALL.iter().map(|m| format!("{m}")).collect();
+        assert_eq!(printed, ["enforce", "warn", "audit"]);
+    }
 }

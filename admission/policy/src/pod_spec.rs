@@ -160,4 +160,37 @@ mod tests {
             serde_json::from_str::<PodSpecView>(r#"{"volumes":[{"name":"v","csi":{"driver":7}}]}"#).unwrap_err();
         assert!(error.to_string().starts_with("invalid type: integer `7`, expected a string"), "{error}");
     }
+
+    #[test]
+    fn an_owned_spec_keeps_everything_it_was_read_with() {
+        let body = r#"{"volumes":[{"name":"v","csi":{"driver":"d","readOnly":true}}],
+            "containers":[{"name":"app","volumeMounts":[{"name":"v","readOnly":false}]}],
+            "initContainers":[{"name":"init","volumeMounts":[{"name":"v"}]}],
+            "ephemeralContainers":[{"name":"debug","volumeMounts":[{"name":"v","readOnly":true}]}],
+            "runtimeClassName":"kata"}"#
+            .to_string();
+        let borrowed: PodSpecView = serde_json::from_str(&body).unwrap();
+        let owned: PodSpecView<'static> = borrowed.clone().into_owned();
+        drop(body);
+        assert_eq!(owned, borrowed_again());
+        assert!(matches!(owned.volumes[0].name, Cow::Owned(_)));
+        assert!(matches!(owned.containers[0].volume_mounts[0].name, Cow::Owned(_)));
+
+        fn borrowed_again() -> PodSpecView<'static> {
+            let mount = |name: &'static str, read_only| VolumeMountView { name: name.into(), read_only };
+            PodSpecView {
+                volumes: vec![VolumeView {
+                    name: "v".into(),
+                    csi: Some(CsiVolumeView { driver: "d".into(), read_only: Some(true) }),
+                }],
+                containers: vec![ContainerView { name: "app".into(), volume_mounts: vec![mount("v", Some(false))] }],
+                init_containers: vec![ContainerView { name: "init".into(), volume_mounts: vec![mount("v", None)] }],
+                ephemeral_containers: vec![ContainerView {
+                    name: "debug".into(),
+                    volume_mounts: vec![mount("v", Some(true))],
+                }],
+                runtime_class_name: Some("kata".into()),
+            }
+        }
+    }
 }

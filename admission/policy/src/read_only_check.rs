@@ -112,4 +112,12 @@ mod tests {
         assert!(!message.contains("\"v5\""));
         assert!(message.ends_with("(regenerate it with `csi-volume-admission webhooks`)"));
     }
+
+    #[test]
+    fn the_message_counts_nothing_more_when_it_names_every_place() {
+        let writable: Vec<String> = (0..5).map(|i| format!("volume \"v{i}\" (CSIDriver d)")).collect();
+        let message = not_forced_message("web", &writable);
+        assert!(message.contains("volume \"v4\" (CSIDriver d). The read-only webhook"), "{message}");
+        assert!(!message.contains("more"), "{message}");
+    }
 }

@@ -83,6 +83,30 @@ fn hostile_keys_are_refused_and_nothing_is_written() {
 }
 
 #[test]
+fn keys_and_their_components_may_reach_the_limits_but_not_pass_them() {
+    let component = "c".repeat(255);
+    let long_directory = "d".repeat(254);
+    let longest = [long_directory.as_str(); 16].join("/") + "/" + &"k".repeat(16);
+    assert_eq!(longest.len(), 4096);
+    for key in [component.clone(), longest.clone(), format!("a/{component}")] {
+        assert_eq!(check_key(&key), Ok(()), "{} bytes", key.len());
+    }
+    let too_long = longest + "k";
+    let refused = check_key(&too_long).unwrap_err().to_string();
+    assert!(refused.ends_with("is refused: it is longer than 4096 bytes"), "{refused}");
+    for key in [format!("{component}c"), format!("a/{component}c/b")] {
+        let refused = check_key(&key).unwrap_err().to_string();
+        assert!(refused.ends_with("is refused: a path component is longer than 255 bytes"), "{refused}");
+    }
+}
+
+#[test]
+fn content_prints_its_size_and_mode_never_its_bytes() {
+    let content = FileContent { data: b"s3cr3t".to_vec(), mode: 0o640 };
+    assert_eq!(format!("{content:?}"), "FileContent(6 bytes, mode 640)");
+}
+
+#[test]
 fn a_concurrent_reader_never_sees_a_mix_of_versions() {
     let dir = tempfile::tempdir().unwrap();
     let writer = AtomicWriter::new(dir.path());

@@ -128,6 +128,14 @@ impl Node {
         Ok(())
     }
 
+    /// Stops the driver (SIGKILL), rewrites its configuration with the YAML lines `extra` added
+    /// ([`PluginFiles::configure`]; `""` is the node's own) and starts it again.
+    pub fn restart_driver_with(&self, extra: &str) -> Result<(), String> {
+        self.kill_driver();
+        self.plugin.configure(extra)?;
+        self.restart_driver()
+    }
+
     /// What the container `container` of pod `namespace/pod` has written so far, one line per
     /// write (the CRI log format's prefix removed).
     pub fn container_log(&self, namespace: &str, pod: &str, container: &str) -> Vec<String> {
@@ -153,6 +161,18 @@ impl Node {
     /// Mount points under kubelet's pods directory (what a published volume leaves).
     pub fn pod_mounts(&self) -> Vec<String> {
         mounts_under(&self.kubelet_dirs.root.join("pods"))
+    }
+
+    /// The per-mount options (`rw,nosuid,...`) of the mount at `point` in this process's mount
+    /// table: of the topmost one when mounts are stacked there.
+    pub fn mount_options(&self, point: &str) -> Option<String> {
+        let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        table
+            .lines()
+            .rev()
+            .map(|line| line.split(' ').collect::<Vec<_>>())
+            .find(|fields| fields.len() > 5 && fields[4].replace("\\040", " ") == point)
+            .map(|fields| fields[5].to_string())
     }
 
     /// The driver's volume records.

@@ -30,6 +30,8 @@ pub struct PluginFiles {
     pub shares: PathBuf,
     /// Its records.
     pub state: PathBuf,
+    /// The configuration as laid out, before any [`PluginFiles::configure`] addition.
+    base_config: String,
 }
 
 impl PluginFiles {
@@ -62,21 +64,30 @@ impl PluginFiles {
     }
 
     fn with_source(dir: &Path, kubelet_root: &Path, source: &str) -> Result<PluginFiles, String> {
+        let state = dir.join("state");
+        let base_config = format!(
+            "stateDir: {}\nregistryDir: {}\nkubeletDir: {}\ntmpfsSize: 1Mi\nshutdownTimeoutSeconds: 2\n{source}",
+            state.display(),
+            kubelet_root.join("plugins_registry").display(),
+            kubelet_root.display(),
+        );
         let files = PluginFiles {
             config: dir.join("driver.yaml"),
             socket: kubelet_root.join("plugins/sharedresource.csi.inlineguard.dev/csi.sock"),
             shares: dir.join("shares"),
-            state: dir.join("state"),
+            state,
+            base_config,
         };
         std::fs::create_dir_all(&files.shares).map_err(|e| format!("{}: {e}", files.shares.display()))?;
-        let text = format!(
-            "stateDir: {}\nregistryDir: {}\nkubeletDir: {}\ntmpfsSize: 1Mi\nshutdownTimeoutSeconds: 2\n{source}",
-            files.state.display(),
-            kubelet_root.join("plugins_registry").display(),
-            kubelet_root.display(),
-        );
-        std::fs::write(&files.config, text).map_err(|e| format!("{}: {e}", files.config.display()))?;
+        files.configure("")?;
         Ok(files)
+    }
+
+    /// Writes the configuration: the laid-out one plus the YAML lines `extra` (keys it does not
+    /// set already). The driver reads it when it starts.
+    pub fn configure(&self, extra: &str) -> Result<(), String> {
+        let text = format!("{}{extra}", self.base_config);
+        std::fs::write(&self.config, text).map_err(|e| format!("{}: {e}", self.config.display()))
     }
 
     /// Starts the driver process, logging to `dir/NAME.log`.

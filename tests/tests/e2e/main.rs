@@ -100,6 +100,10 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
             Box::new(|s| Box::pin(node::container_reads_sees_updates_cannot_write_and_nothing_is_left(s))),
         ),
         (
+            "node::host_read_only_makes_the_drivers_own_mount_read_only",
+            Box::new(|s| Box::pin(node::host_read_only_makes_the_drivers_own_mount_read_only(s))),
+        ),
+        (
             "node::pod_without_read_only_never_starts",
             Box::new(|s| Box::pin(node::pod_without_read_only_never_starts(s))),
         ),

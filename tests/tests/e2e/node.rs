@@ -42,18 +42,19 @@ pub async fn kubelet_registers_the_driver(suite: &Suite) -> Outcome {
 /// a failed mount would slow any other scenario publishing meanwhile.
 pub static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// What each reader container does, every second: print the share's file, try to write into the
-/// volume and print how that went.
+/// What each reader container does: print once the per-mount options of its view of the volume,
+/// then every second print the share's file, try to write into the volume and print how that went.
 /// (The write runs in a subshell whose error output is captured: the shell reports a failed
 /// redirection on the stderr it had before that command's own redirections.)
-const READER: &str = r#"while true; do echo "content: $(cat /shared/ca.crt)"; if (echo x > /shared/probe) 2>/tmp/error; then echo "write: succeeded"; else echo "write: $(cat /tmp/error)"; fi; sleep 1; done"#;
+const READER: &str = r#"echo "mount: $(grep ' /shared ' /proc/self/mountinfo | cut -d' ' -f6)"; while true; do echo "content: $(cat /shared/ca.crt)"; if (echo x > /shared/probe) 2>/tmp/error; then echo "write: succeeded"; else echo "write: $(cat /tmp/error)"; fi; sleep 1; done"#;
 
 /// The line a reader prints when the volume refuses its write.
 const READ_ONLY_REFUSAL: &str = "can't create /shared/probe: Read-only file system";
 
 /// A pod on the node whose container runs [`READER`] on an inline volume of share `share`;
-/// `read_only` is the csi volume's `readOnly` (absent when `None`). The mount itself is not
-/// marked read-only: a refused write proves the volume's own read-only publish.
+/// `read_only` is the csi volume's `readOnly` (absent when `None`). The container's mount
+/// (`volumeMounts`) does not ask for read-only; kubelet makes it read-only all the same when the
+/// csi volume's `readOnly` is true.
 fn reader_pod(node: &Node, name: &str, share: &str, read_only: Option<bool>) -> Value {
     let mut csi = json!({"driver": SHARED_RESOURCE_DRIVER, "volumeAttributes": {"sharedSecret": share}});
     if let Some(read_only) = read_only {
@@ -162,7 +163,13 @@ pub async fn grant(suite: &Suite, namespace: &str, name: &str) -> Outcome {
     )
 }
 
+/// Creates the pod, and first its service account `reader` when missing: kubelet asks for that
+/// account's token, which the shipped CSIDriver's `tokenRequests` names, before any publish.
 pub async fn create_pod(suite: &Suite, namespace: &str, pod: &Value) -> Result<Pod, String> {
+    let account = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "reader"}});
+    created_or_existing(
+        create(&suite.admin, &format!("/api/v1/namespaces/{namespace}/serviceaccounts"), &account, false).await?,
+    )?;
     let answer = create(&suite.admin, &pods_path(namespace), pod, false).await?;
     if answer.status != 201 {
         return Err(format!("creating the pod answered {}: {}", answer.status, answer.message()));
@@ -264,9 +271,37 @@ pub fn uid(pod: &Pod) -> String {
     pod.metadata.uid.clone().unwrap_or_default()
 }
 
+/// The per-mount options of pod `uid`'s inline volume on the host (the driver's tmpfs at kubelet's
+/// target path) and in the container (its `mount:` line in `log`), in that order.
+fn host_and_container_mount_options(node: &Node, uid: &str, log: &[String]) -> Result<(String, String), String> {
+    let target = node
+        .pod_mounts()
+        .into_iter()
+        .find(|m| m.contains(uid) && m.ends_with("/volumes/kubernetes.io~csi/shared/mount"))
+        .ok_or_else(|| format!("no target path of pod {uid} is mounted: {:?}", node.pod_mounts()))?;
+    let host = node.mount_options(&target).ok_or_else(|| format!("{target} is not in the mount table"))?;
+    let container = log
+        .iter()
+        .find_map(|l| l.strip_prefix("mount: "))
+        .filter(|options| !options.is_empty())
+        .ok_or_else(|| format!("the container did not print its mount of /shared: {log:?}"))?;
+    Ok((host, container.to_string()))
+}
+
+/// True when the per-mount options `options` say read-only.
+fn read_only_mount(options: &str) -> bool {
+    options.split(',').any(|o| o == "ro")
+}
+
 /// Scenarios 2 and 4: a pod with a read-only inline volume starts; the container reads the share's file,
 /// and its write into the volume fails with EROFS; the share changes and the container sees the
 /// new content after the refresh; the pod is deleted, the driver unpublishes, nothing is left.
+///
+/// What the refused write proves: kubelet honoured the csi volume's `readOnly: true` (which the
+/// driver demands, scenario 3) by binding the volume read-only into the container. The driver's
+/// tmpfs on the host is writable here (`hostReadOnly: false`, the shipped default, so a runtime
+/// can relabel it), and the scenario checks both: host `rw`, container `ro`.
+/// [`host_read_only_makes_the_drivers_own_mount_read_only`] proves the driver's own part.
 pub async fn container_reads_sees_updates_cannot_write_and_nothing_is_left(suite: &Suite) -> Outcome {
     let _turn = ONE_AT_A_TIME.lock().await;
     let node = node(suite)?;
@@ -274,22 +309,91 @@ pub async fn container_reads_sees_updates_cannot_write_and_nothing_is_left(suite
     create_namespace(&suite.admin, namespace, "none", &[]).await?;
     share(suite, namespace, "node-reader", "first version").await?;
     let pod = create_pod(suite, namespace, &reader_pod(node, "reader", "node-reader", Some(true))).await?;
-    let log = wait_for_log(node, namespace, "reader", "the share's content", |l| l == "content: first version").await?;
-    let log = if log.iter().any(|l| l.starts_with("write: ")) {
-        log
-    } else {
-        wait_for_log(node, namespace, "reader", "a write attempt", |l| l.starts_with("write: ")).await?
-    };
-    let writes: Vec<&String> = log.iter().filter(|l| l.starts_with("write: ")).collect();
-    if !writes.iter().all(|l| l.ends_with(READ_ONLY_REFUSAL)) {
-        return Err(format!("a write into the volume did not fail with EROFS: {writes:?}"));
+    let writes = first_content_and_refused_writes(node, namespace, "reader", "content: first version").await?;
+    let (host, container) = host_and_container_mount_options(node, &uid(&pod), &writes.1)?;
+    if read_only_mount(&host) || !read_only_mount(&container) {
+        return Err(format!(
+            "expected a writable host mount and a read-only container mount: host {host}, container {container}"
+        ));
     }
     share(suite, namespace, "node-reader", "second version").await?;
     wait_for_log(node, namespace, "reader", "the updated content", |l| l == "content: second version").await?;
     volume_present(node, &uid(&pod))?;
     delete_and_wait(suite, namespace, "reader").await?;
     nothing_left(node, &uid(&pod))?;
-    println!("container read, was refused its write ({}), saw the update; unpublished cleanly", writes[0]);
+    println!(
+        "container read, was refused its write ({}) on its {container} mount of the host's {host} tmpfs, saw the update; unpublished cleanly",
+        writes.0
+    );
+    Ok(())
+}
+
+/// Waits until pod `namespace/pod`'s reader has printed `content` and tried a write; every write
+/// it tried must have been refused as read-only. Returns a refused write's line and the log.
+async fn first_content_and_refused_writes(
+    node: &Node,
+    namespace: &str,
+    pod: &str,
+    content: &str,
+) -> Result<(String, Vec<String>), String> {
+    let log = wait_for_log(node, namespace, pod, "the share's content", |l| l == content).await?;
+    let log = if log.iter().any(|l| l.starts_with("write: ")) {
+        log
+    } else {
+        wait_for_log(node, namespace, pod, "a write attempt", |l| l.starts_with("write: ")).await?
+    };
+    let writes: Vec<&String> = log.iter().filter(|l| l.starts_with("write: ")).collect();
+    if !writes.iter().all(|l| l.ends_with(READ_ONLY_REFUSAL)) {
+        return Err(format!("a write into the volume did not fail with EROFS: {writes:?}"));
+    }
+    Ok((writes[0].clone(), log))
+}
+
+/// Puts the node's driver back on its own configuration when dropped, even when the scenario
+/// that changed it failed.
+struct DriverConfigured<'a>(&'a Node);
+
+impl Drop for DriverConfigured<'_> {
+    fn drop(&mut self) {
+        if let Err(error) = self.0.restart_driver_with("") {
+            eprintln!("the driver was not restored to the node's configuration: {error}");
+        }
+    }
+}
+
+/// The driver's own read-only part: with `hostReadOnly: true` the driver remounts its tmpfs
+/// read-only once it has written the content, so the volume is read-only on the host itself, not
+/// only in the container's view; the container still reads (and sees an update, which the driver
+/// writes through a brief writable remount) and is refused its write.
+pub async fn host_read_only_makes_the_drivers_own_mount_read_only(suite: &Suite) -> Outcome {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let node = node(suite)?;
+    node.restart_driver_with("hostReadOnly: true\n")?;
+    let _restore = DriverConfigured(node);
+    let namespace = "node-host-read-only";
+    create_namespace(&suite.admin, namespace, "none", &[]).await?;
+    share(suite, namespace, "node-host-read-only", "read-only on the host").await?;
+    let pod = create_pod(suite, namespace, &reader_pod(node, "host-ro", "node-host-read-only", Some(true))).await?;
+    let (write, log) =
+        first_content_and_refused_writes(node, namespace, "host-ro", "content: read-only on the host").await?;
+    let (host, container) = host_and_container_mount_options(node, &uid(&pod), &log)?;
+    if !read_only_mount(&host) || !read_only_mount(&container) {
+        return Err(format!(
+            "expected read-only mounts on the host and in the container: host {host}, container {container}"
+        ));
+    }
+    share(suite, namespace, "node-host-read-only", "updated under a read-only mount").await?;
+    wait_for_log(node, namespace, "host-ro", "the updated content", |l| {
+        l == "content: updated under a read-only mount"
+    })
+    .await?;
+    let (host_after, _) = host_and_container_mount_options(node, &uid(&pod), &log)?;
+    if !read_only_mount(&host_after) {
+        return Err(format!("after the update the host mount is {host_after}, not read-only again"));
+    }
+    delete_and_wait(suite, namespace, "host-ro").await?;
+    nothing_left(node, &uid(&pod))?;
+    println!("hostReadOnly: host mount {host}, container mount {container}; write refused ({write}); update served");
     Ok(())
 }
 

@@ -1,12 +1,12 @@
-//! A projection on the real node: kubelet, asked by the CSIDriver for a token of one audience,
+//! A projection on the real node: kubelet, asked by the shipped CSIDriver for a token of its one
+//! audience,
 //! passes the pod's token on publish; the driver composes it with a SharedSecret and pod facts;
 //! the container reads all three, and the token it reads is one the apiserver accepts for the
 //! pod's service account and that very pod. What `projections` proves with a stand-in for
 //! kubelet, this proves against kubelet's own request.
 
 use k8s_openapi::api::authentication::v1::TokenReview;
-use k8s_openapi::api::storage::v1::CSIDriver;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 
 use crate::node::{
@@ -17,7 +17,8 @@ use crate::support::{Outcome, SHARED_RESOURCE_DRIVER, Suite, create, create_name
 use inline_guard_tests::node::Node;
 
 const NAMESPACE: &str = "node-projection";
-const AUDIENCE: &str = "node-projection.inlineguard.dev";
+/// The audience the shipped CSIDriver's `tokenRequests` names: kubelet asks for this token only.
+const AUDIENCE: &str = "sharedresource.inlineguard.dev";
 
 /// Prints, every second, what the projection shows.
 const VIEWER: &str = r#"while true; do echo "name: $(cat /view/pod/name)"; echo "labels: $(cat /view/pod/labels | tr '\n' ' ')"; echo "ca: $(cat /view/ca.crt)"; echo "token: $(cat /view/token)"; sleep 1; done"#;
@@ -29,32 +30,11 @@ fn viewer_pod(node: &Node) -> Value {
     pod
 }
 
-/// Sets the CSIDriver's token requests (`Some`) or takes them away (`None`): the node's other
-/// scenarios run pods whose service accounts do not exist, for which kubelet could get no token.
-async fn request_tokens(suite: &Suite, audience: Option<&str>) -> Outcome {
-    let spec = match audience {
-        Some(audience) => {
-            json!({"requiresRepublish": true, "tokenRequests": [{"audience": audience, "expirationSeconds": 3600}]})
-        }
-        None => json!({"requiresRepublish": false, "tokenRequests": null}),
-    };
-    Api::<CSIDriver>::all(suite.admin.clone())
-        .patch(SHARED_RESOURCE_DRIVER, &PatchParams::default(), &Patch::Merge(&json!({"spec": spec})))
-        .await
-        .map(drop)
-        .map_err(|e| format!("patching CSIDriver {SHARED_RESOURCE_DRIVER}: {e}"))
-}
-
 pub async fn kubelet_passes_the_token_and_the_container_reads_the_composed_volume(suite: &Suite) -> Outcome {
     let _turn = ONE_AT_A_TIME.lock().await;
     let node = node(suite)?;
     let admin = &suite.admin;
     create_namespace(admin, NAMESPACE, "none", &[]).await?;
-    let account = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "reader"}});
-    let answer = create(admin, &format!("/api/v1/namespaces/{NAMESPACE}/serviceaccounts"), &account, false).await?;
-    if answer.status != 201 {
-        return Err(format!("creating the service account: {} {}", answer.status, answer.message()));
-    }
     share_object(suite, "node-projection", "projected ca").await?;
     grant(suite, NAMESPACE, "node-projection").await?;
     let projection = json!({
@@ -71,48 +51,41 @@ pub async fn kubelet_passes_the_token_and_the_container_reads_the_composed_volum
         return Err(format!("creating the projection: {} {}", answer.status, answer.message()));
     }
 
-    request_tokens(suite, Some(AUDIENCE)).await?;
-    let result = async {
-        let pod = create_pod(suite, NAMESPACE, &viewer_pod(node)).await?;
-        let log = wait_for_log(node, NAMESPACE, "viewer", "the token", |l| l.starts_with("token: ey")).await?;
-        for wanted in ["name: viewer", "labels: app=\"viewer\"", "ca: projected ca"] {
-            if !log.iter().any(|line| line.trim_end() == wanted) {
-                return Err(format!("the container never read {wanted:?}: {log:?}"));
-            }
+    let pod = create_pod(suite, NAMESPACE, &viewer_pod(node)).await?;
+    let log = wait_for_log(node, NAMESPACE, "viewer", "the token", |l| l.starts_with("token: ey")).await?;
+    for wanted in ["name: viewer", "labels: app=\"viewer\"", "ca: projected ca"] {
+        if !log.iter().any(|line| line.trim_end() == wanted) {
+            return Err(format!("the container never read {wanted:?}: {log:?}"));
         }
-        let token = log.iter().rev().find_map(|l| l.strip_prefix("token: ")).unwrap_or_default().to_string();
-        let review: TokenReview = serde_json::from_value(json!({
-            "apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
-            "spec": {"token": token, "audiences": [AUDIENCE]}
-        }))
-        .map_err(|e| e.to_string())?;
-        let status = Api::<TokenReview>::all(admin.clone())
-            .create(&PostParams::default(), &review)
-            .await
-            .map_err(|e| e.to_string())?
-            .status
-            .ok_or("a TokenReview without status")?;
-        let user = status.user.clone().unwrap_or_default();
-        let bound_pod =
-            user.extra.as_ref().and_then(|extra| extra.get("authentication.kubernetes.io/pod-name")).cloned();
-        if status.authenticated != Some(true)
-            || user.username.as_deref() != Some(&format!("system:serviceaccount:{NAMESPACE}:reader"))
-            || bound_pod != Some(vec!["viewer".to_string()])
-        {
-            return Err(format!("the token the container read is not the pod's for {AUDIENCE:?}: {status:?}"));
-        }
-        // A change to the share reaches the container through the projection.
-        share_object(suite, "node-projection", "rotated ca").await?;
-        wait_for_log(node, NAMESPACE, "viewer", "the updated share", |l| l == "ca: rotated ca").await?;
-        volume_present(node, &uid(&pod))?;
-        delete_and_wait(suite, NAMESPACE, "viewer").await?;
-        nothing_left(node, &uid(&pod))?;
-        println!(
-            "kubelet passed the pod's token; the container read it with the share and pod facts; updated; unpublished"
-        );
-        Ok(())
     }
-    .await;
-    request_tokens(suite, None).await?;
-    result
+    let token = log.iter().rev().find_map(|l| l.strip_prefix("token: ")).unwrap_or_default().to_string();
+    let review: TokenReview = serde_json::from_value(json!({
+        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+        "spec": {"token": token, "audiences": [AUDIENCE]}
+    }))
+    .map_err(|e| e.to_string())?;
+    let status = Api::<TokenReview>::all(admin.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .map_err(|e| e.to_string())?
+        .status
+        .ok_or("a TokenReview without status")?;
+    let user = status.user.clone().unwrap_or_default();
+    let bound_pod = user.extra.as_ref().and_then(|extra| extra.get("authentication.kubernetes.io/pod-name")).cloned();
+    if status.authenticated != Some(true)
+        || user.username.as_deref() != Some(&format!("system:serviceaccount:{NAMESPACE}:reader"))
+        || bound_pod != Some(vec!["viewer".to_string()])
+    {
+        return Err(format!("the token the container read is not the pod's for {AUDIENCE:?}: {status:?}"));
+    }
+    // A change to the share reaches the container through the projection.
+    share_object(suite, "node-projection", "rotated ca").await?;
+    wait_for_log(node, NAMESPACE, "viewer", "the updated share", |l| l == "ca: rotated ca").await?;
+    volume_present(node, &uid(&pod))?;
+    delete_and_wait(suite, NAMESPACE, "viewer").await?;
+    nothing_left(node, &uid(&pod))?;
+    println!(
+        "kubelet passed the pod's token; the container read it with the share and pod facts; updated; unpublished"
+    );
+    Ok(())
 }

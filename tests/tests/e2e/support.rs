@@ -81,8 +81,8 @@ impl Suite {
         let openshift =
             WebhookServer::start(&cluster, "webhook-openshift", &config("openshift-compatible.yaml"), &identity)?;
         let registrations = runtime.block_on(async {
-            // What a deployment of the driver ships: its CSIDriver, labelled.
-            create_csi_driver(&admin, SHARED_RESOURCE_DRIVER, Some("restricted")).await?;
+            // The driver's CSIDriver as shipped (labelled restricted, asking kubelet for tokens).
+            apply(&admin, &objects(&repo_root().join("config/deploy/driver/csidriver.yaml"))?, false).await?;
             let mut registrations = Vec::new();
             for (server, name) in [(&shared, "shared"), (&openshift, "openshift")] {
                 registrations

@@ -205,6 +205,21 @@ mod tests {
     }
 
     #[test]
+    fn a_pod_update_is_not_evaluated_even_when_its_volumes_differ() {
+        // The apiserver refuses such an update anyway (pod volumes are immutable); the plugin
+        // must not treat a pod as a workload whose template changed.
+        let plugin = plugin_with(Arc::new(facts()));
+        let pod = |driver: &str| json!({"metadata": {"name": "p"}, "spec": {"containers": [], "volumes": [{"name": "v", "csi": {"driver": driver}}]}});
+        let update = attributes(
+            GroupVersionResource::v1("", "pods"),
+            Operation::Update,
+            pod("csi.example.com"),
+            Some(pod("other.example.com")),
+        );
+        assert_eq!(validate(&plugin, &update), (Ok(()), Recorder::default()));
+    }
+
+    #[test]
     fn a_pod_without_a_name_is_named_by_its_generate_name() {
         let plugin = plugin_with(Arc::new(facts()));
         let pod = json!({"metadata": {"generateName": "web-5d8f-"}, "spec": {"containers": [], "volumes": [{"name": "v", "csi": {"driver": "csi.example.com"}}]}});

@@ -24,3 +24,33 @@ pub fn standard_chain(settings: Arc<PolicySettings>, facts: Arc<dyn ClusterFacts
         .with_validating(Arc::new(CsiVolumeAdmission::new(settings.clone(), facts)))
         .with_validating(Arc::new(ReadOnlyCheck::new(settings)))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attributes::Operation;
+    use crate::plugin::Handler;
+    use crate::static_facts::StaticClusterFacts;
+
+    /// The registered names and the operations each plugin is shown: kube-apiserver's `Handles`
+    /// contract, which decides what a plugin never sees (a DELETE or CONNECT reaches none).
+    #[test]
+    fn each_plugin_has_its_registered_name_and_sees_only_its_operations() {
+        let settings = Arc::new(PolicySettings::default());
+        let plugins: [(&dyn Handler, &str, [bool; 4]); 3] = [
+            (&ReadOnlyForcing::new(settings.clone()), "inlineguard.dev/ReadOnlyForcing", [true, true, false, false]),
+            (
+                &CsiVolumeAdmission::new(settings.clone(), Arc::new(StaticClusterFacts::new())),
+                "inlineguard.dev/CSIVolumeAdmission",
+                [true, true, false, false],
+            ),
+            (&ReadOnlyCheck::new(settings), "inlineguard.dev/ReadOnlyCheck", [true, false, false, false]),
+        ];
+        let operations = [Operation::Create, Operation::Update, Operation::Delete, Operation::Connect];
+        for (plugin, name, handled) in plugins {
+            assert_eq!(plugin.name(), name);
+            let seen: Vec<bool> = operations.iter().map(|operation| plugin.handles(*operation)).collect();
+            assert_eq!(seen, handled, "{name}: Create, Update, Delete, Connect");
+        }
+    }
+}
