@@ -221,9 +221,10 @@ async fn a_slow_client_is_cut_off_and_does_not_slow_others() {
     });
 
     let (mut other, _) = harness.connection().await;
-    let started = Instant::now();
     assert_eq!(post(&mut other, "/validate", review("open", "csi.example.com")).await.0, StatusCode::OK);
-    assert!(started.elapsed() < TIMEOUT, "another client waited for the slow one");
+    // Ordering, not speed: the other client was answered while the slow one was still held
+    // (a server serving one connection at a time would answer it only after the cut-off).
+    assert!(!cut_off.is_finished(), "another client waited for the slow one");
 
     let (elapsed, _) =
         tokio::time::timeout(Duration::from_secs(5), cut_off).await.expect("slow client never cut off").unwrap();
@@ -318,9 +319,8 @@ async fn draining_fails_readiness_closes_kept_alive_connections_after_their_answ
     let tls = TlsConnectorBox(harness.connector());
     let started = Instant::now();
     let shutdown = tokio::spawn(harness.server.shutdown());
-    let deadline = Instant::now() + Duration::from_secs(1);
     while health_get(health, "/readyz").await.0 == StatusCode::OK {
-        assert!(Instant::now() < deadline, "/readyz still 200 after shutdown started");
+        assert!(!shutdown.is_finished(), "/readyz was 200 for the whole shutdown");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert_eq!(health_get(health, "/readyz").await.1, "not ready: shutting down\n");
@@ -339,7 +339,8 @@ async fn draining_fails_readiness_closes_kept_alive_connections_after_their_answ
         hyper::client::conn::http1::handshake(TokioIo::new(tls.connect(webhook).await)).await.unwrap();
     tokio::spawn(connection);
     assert_eq!(post(&mut fresh, "/mutate", review("open", "csi.example.com")).await.0, StatusCode::OK);
-    assert!(started.elapsed() < Duration::from_secs(1), "these ran within the delay");
+    // Ordering, not speed: all of the above happened before the shutdown finished.
+    assert!(!shutdown.is_finished(), "these ran within the delay");
 
     tokio::time::timeout(Duration::from_secs(10), shutdown).await.expect("shutdown did not finish").unwrap();
     assert!(started.elapsed() >= Duration::from_secs(1), "the listener stayed open for the delay");

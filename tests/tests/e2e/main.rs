@@ -65,8 +65,8 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
             }),
         ),
         ("admission::read_only_forced_on_every_mount", Box::new(|s| Box::pin(read_only::forced_on_every_mount(s)))),
-        ("admission::driver_relabel_within_one_second", Box::new(|s| Box::pin(relabel::driver_relabel(s)))),
-        ("admission::namespace_relabel_within_one_second", Box::new(|s| Box::pin(relabel::namespace_relabel(s)))),
+        ("admission::driver_relabel_governs_the_next_pod", Box::new(|s| Box::pin(relabel::driver_relabel(s)))),
+        ("admission::namespace_relabel_governs_the_next_pod", Box::new(|s| Box::pin(relabel::namespace_relabel(s)))),
         ("admission::cold_cache_no_spurious_violation", Box::new(|s| Box::pin(cold_cache::no_spurious_violation(s)))),
         ("admission::cold_cache_no_spurious_admission", Box::new(|s| Box::pin(cold_cache::no_spurious_admission(s)))),
         (

@@ -1,5 +1,7 @@
-//! A label change governs the next pod within one second: the webhook's lister cache follows a
-//! CSIDriver relabel and a namespace relabel through its watches.
+//! A label change governs the next pod: the webhook's lister cache follows a CSIDriver relabel
+//! and a namespace relabel through its watches. How fast is measured and printed (about 5 ms
+//! here), not asserted: a busy machine may be slow. The bound only tells a watch from a relist,
+//! which would come after the watch's own timeout, minutes later.
 
 use std::time::{Duration, Instant};
 
@@ -7,7 +9,9 @@ use crate::support::{
     Outcome, Suite, create, create_csi_driver, create_namespace, label_csi_driver, label_namespace, pod, pods_path,
 };
 
-const WITHIN: Duration = Duration::from_secs(1);
+/// Far above any watch delivery on a loaded machine, far below the watch timeout (290 s) after
+/// which a relist would have found the change without the watch.
+const WITHIN: Duration = Duration::from_secs(60);
 
 /// Creates dry-run pods until one answers `want` (403 or 201); returns how long that took.
 async fn until_status(suite: &Suite, namespace: &str, driver: &str, want: u16) -> Result<Duration, String> {
@@ -24,7 +28,7 @@ async fn until_status(suite: &Suite, namespace: &str, driver: &str, want: u16) -
         if answer.status == want && (want != 403 || answer.message() == denial) {
             return Ok(started.elapsed());
         }
-        if started.elapsed() > WITHIN * 5 {
+        if started.elapsed() > WITHIN {
             return Err(format!(
                 "still {} ({}) after {:?}, waiting for {want}",
                 answer.status,
@@ -48,7 +52,7 @@ pub async fn driver_relabel(suite: &Suite) -> Outcome {
     label_csi_driver(&suite.admin, driver, "privileged").await?;
     let took = until_status(suite, namespace, driver, 403).await?;
     println!("CSIDriver relabel governed the next pod after {took:?}");
-    if took > WITHIN { Err(format!("the relabel took {took:?} to take effect (bound {WITHIN:?})")) } else { Ok(()) }
+    Ok(())
 }
 
 /// privileged → restricted on the namespace: the next pod using a privileged driver is denied;
@@ -66,8 +70,5 @@ pub async fn namespace_relabel(suite: &Suite) -> Outcome {
     label_namespace(&suite.admin, namespace, key, None).await?;
     let loosened = until_status(suite, namespace, driver, 201).await?;
     println!("namespace relabel governed the next pod after {tightened:?} (tightened), {loosened:?} (label removed)");
-    if tightened.max(loosened) > WITHIN {
-        return Err(format!("relabels took {tightened:?} / {loosened:?} to take effect (bound {WITHIN:?})"));
-    }
     Ok(())
 }

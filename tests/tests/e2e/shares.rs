@@ -25,8 +25,9 @@ use crate::support::{Outcome, SHARED_RESOURCE_DRIVER, Suite, create, create_name
 /// The driver's identity in `config/deploy/driver/rbac.yaml`.
 pub const DRIVER_USER: &str = "system:serviceaccount:inline-guard-system:sharedresource-csi-driver";
 /// How long a change may take to reach the files. The periodic refresh is set to an hour, so
-/// only the watches can deliver a change in time.
-pub const WITHIN: Duration = Duration::from_secs(10);
+/// only the watches can deliver a change in time. A watch delivers within milliseconds (the
+/// scenarios print how long); the bound is wide so that a busy machine cannot fail them.
+pub const WITHIN: Duration = Duration::from_secs(60);
 
 pub async fn apply_file(suite: &Suite, file: &str) -> Outcome {
     apply(&suite.admin, &objects(&repo_root().join(file))?, false).await.map(drop)

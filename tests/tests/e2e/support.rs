@@ -320,15 +320,16 @@ pub fn denied_by(webhook: &str, message: &str) -> String {
     format!("admission webhook \"{webhook}\" denied the request: {message}")
 }
 
-/// The completed audit event for `resource` `namespace/name`, waiting briefly for the log.
+/// The completed audit event for `resource` `namespace/name`, waiting for the log (up to 30 s:
+/// it is written within milliseconds, but a busy machine must not fail the scenario).
 pub async fn audit_event(cluster: &Cluster, resource: &str, namespace: &str, name: &str) -> Result<AuditEvent, String> {
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         if let Some(event) = cluster.audit_events()?.into_iter().rev().find(|e| e.is_about(resource, namespace, name)) {
             return Ok(event);
         }
         if Instant::now() > deadline {
-            return Err(format!("no audit event for {resource} {namespace}/{name} within 5 s"));
+            return Err(format!("no audit event for {resource} {namespace}/{name} within 30 s"));
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
