@@ -65,6 +65,25 @@ fn tree(target: &Path) -> Vec<File> {
     files
 }
 
+/// None of `tokens` is in the driver's records in `state`, checked while volume `volume_id` is
+/// published: its record is there (the positive control), so a leak would be seen.
+fn no_token_in_records(state: &Path, volume_id: &str, tokens: &[&str]) -> Outcome {
+    let mut records_seen = 0;
+    for record in std::fs::read_dir(state).map_err(|e| e.to_string())?.flatten() {
+        let text = String::from_utf8_lossy(&std::fs::read(record.path()).unwrap_or_default()).into_owned();
+        if text.contains(volume_id) {
+            records_seen += 1;
+        }
+        if tokens.iter().any(|token| text.contains(token)) {
+            return Err(format!("a token reached the state directory: {}", record.path().display()));
+        }
+    }
+    if records_seen != 1 {
+        return Err(format!("expected the published volume's record in the state directory, found {records_seen}"));
+    }
+    Ok(())
+}
+
 /// Waits until `target` holds exactly `expected`.
 async fn wait_for_tree(target: &Path, what: &str, expected: &[File]) -> Outcome {
     let deadline = Instant::now() + WITHIN;
@@ -79,8 +98,9 @@ async fn wait_for_tree(target: &Path, what: &str, expected: &[File]) -> Outcome 
                 files.iter().map(|(p, c, m)| (p.clone(), c.len(), format!("{m:o}"))).collect()
             };
             return Err(format!(
-                "{what}: the volume holds {:?}, expected {:?} within {WITHIN:?}",
+                "{what}: the volume holds {:?} (mounted: {}), expected {:?} in a mounted volume within {WITHIN:?}",
                 brief(&seen),
+                still_mounted(target),
                 brief(expected)
             ));
         }
@@ -358,6 +378,7 @@ pub async fn sources_compose_update_atomically_revoke_as_one_and_tokens_follow_r
         let token = tokens[&audience]["token"].as_str().unwrap_or_default().to_string();
         let request = with_tokens(kubelet_request(&app, "config", &target)?, &tokens);
         node.node_publish_volume(request.clone()).await.map_err(|e| format!("publishing the projection: {e}"))?;
+        no_token_in_records(&dir.path().join("state"), &request.volume_id, &[&token])?;
         // kubelet's rendering: sorted, Go-quoted, no final newline.
         let annotations = "note=\"say \\\"hi\\\"\\n\"";
         let expected = |version: u32, labels: &str, token: &str| {
@@ -507,21 +528,8 @@ pub async fn sources_compose_update_atomically_revoke_as_one_and_tokens_follow_r
             return Err("the republish with a new token did not rewrite the token file before answering".into());
         }
 
-        // No token reached the driver's records, checked while the volume is published (its
-        // record is there: the positive control) and after the republish with the new token.
-        let mut records_seen = 0;
-        for record in std::fs::read_dir(dir.path().join("state")).map_err(|e| e.to_string())?.flatten() {
-            let text = String::from_utf8_lossy(&std::fs::read(record.path()).unwrap_or_default()).into_owned();
-            if text.contains(&request.volume_id) {
-                records_seen += 1;
-            }
-            if text.contains(&token) || text.contains(&new_token) {
-                return Err(format!("a token reached the state directory: {}", record.path().display()));
-            }
-        }
-        if records_seen != 1 {
-            return Err(format!("expected the published volume's record in the state directory, found {records_seen}"));
-        }
+        // No token reached the driver's records after the republish with the new token either.
+        no_token_in_records(&dir.path().join("state"), &request.volume_id, &[&token, &new_token])?;
         unpublish_as_kubelet(&mut node, request.volume_id.clone(), request.target_path.clone()).await?;
         if target.exists() {
             return Err("unpublish left the target".into());
