@@ -246,14 +246,19 @@ impl Room {
     /// while the new one is written). Refused at once when it cannot fit.
     fn measure(dir: &Path, payload: &Payload, update: bool) -> Result<Room> {
         let needed = payload.values().map(|file| (file.data.len() as u64).div_ceil(PAGE_BYTES) * PAGE_BYTES).sum();
-        let room = match nix::sys::statvfs::statvfs(dir) {
+        match nix::sys::statvfs::statvfs(dir) {
             Ok(stat) => {
                 let unit = stat.fragment_size();
-                Room { needed, free: stat.blocks_available() * unit, size: stat.blocks() * unit, update }
+                Room::check(needed, stat.blocks_available() * unit, stat.blocks() * unit, update)
             }
             // Unknown: let the write itself tell.
-            Err(_) => Room { needed, free: u64::MAX, size: u64::MAX, update },
-        };
+            Err(_) => Room::check(needed, u64::MAX, u64::MAX, update),
+        }
+    }
+
+    /// `needed` bytes against `free` of a filesystem of `size`: refused when they cannot fit.
+    fn check(needed: u64, free: u64, size: u64, update: bool) -> Result<Room> {
+        let room = Room { needed, free, size, update };
         if room.needed > room.free {
             return Err(room.too_small());
         }

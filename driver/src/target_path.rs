@@ -162,4 +162,25 @@ mod tests {
         let long_element = format!("/var/lib/kubelet/pods/{}/volumes/kubernetes.io~csi/v/mount", "u".repeat(300));
         assert!(message(&long_element).contains("has an element longer than 255 bytes"));
     }
+
+    #[test]
+    fn targets_and_elements_may_reach_linux_limits_but_not_pass_them() {
+        let volume = "v".repeat(255);
+        let at_limit = format!("/var/lib/kubelet/pods/u/volumes/kubernetes.io~csi/{volume}/mount");
+        assert!(TargetPath::parse(&at_limit, Path::new(ROOT)).is_ok());
+        let over = format!("/var/lib/kubelet/pods/u/volumes/kubernetes.io~csi/{volume}v/mount");
+        assert!(message(&over).contains("has an element longer than 255 bytes"));
+
+        // A kubelet root deep enough that its target is exactly PATH_MAX long.
+        let tail = "/pods/u/volumes/kubernetes.io~csi/v/mount";
+        let depth = (4096 - tail.len()) / 2;
+        let mut root = "/d".repeat(depth);
+        root.push_str(&"x".repeat(4096 - tail.len() - root.len()));
+        let target = format!("{root}{tail}");
+        assert_eq!(target.len(), 4096);
+        assert!(TargetPath::parse(&target, Path::new(&root)).is_ok());
+        let longer_root = format!("{root}x");
+        let refused = TargetPath::parse(&format!("{longer_root}{tail}"), Path::new(&longer_root)).unwrap_err();
+        assert!(refused.to_string().ends_with("is longer than 4096 bytes"), "{refused}");
+    }
 }

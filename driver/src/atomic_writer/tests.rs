@@ -150,6 +150,41 @@ fn a_data_link_pointing_outside_its_versions_is_never_removed() {
     assert!(AtomicWriter::new(&volume).write(&payload(&[("a", "1")])).unwrap());
     assert_eq!(read(&bystander, "keep"), "mine", "what the link pointed at is untouched");
     assert_eq!(read(&volume, "a"), "1");
+
+    // `..` alone looks like a version name with nothing after the dots: it is the parent.
+    let parent_link = dir.path().join("parent-link");
+    fs::create_dir_all(&parent_link).unwrap();
+    fs::write(dir.path().join("keep"), "mine").unwrap();
+    symlink("..", parent_link.join(DATA_LINK)).unwrap();
+    assert!(AtomicWriter::new(&parent_link).write(&payload(&[("a", "1")])).unwrap());
+    assert_eq!(read(dir.path(), "keep"), "mine", "the volume's parent is untouched");
+    assert_eq!(read(&bystander, "keep"), "mine");
+    assert_eq!(read(&parent_link, "a"), "1");
+}
+
+#[test]
+fn content_that_fills_the_room_exactly_fits_and_one_page_more_does_not() {
+    let page = PAGE_BYTES;
+    assert!(Room::check(3 * page, 3 * page, 8 * page, false).is_ok());
+    let refused = Room::check(3 * page, 2 * page, 8 * page, false).err().expect("refused");
+    assert_eq!(
+        refused,
+        Error::ResourceExhausted(
+            "the volume's content needs 12288 bytes but its tmpfs (tmpfsSize 32768 bytes) has 8192 bytes free: \
+             tmpfsSize must be at least 12288 bytes; raise tmpfsSize in the driver's configuration"
+                .into()
+        )
+    );
+    assert!(Room::check(2 * page, 3 * page, 8 * page, true).is_ok());
+}
+
+#[test]
+fn only_a_full_filesystem_is_resource_exhausted() {
+    let path = Path::new("/volume/a");
+    let full = io_error("writing", path, std::io::Error::from_raw_os_error(nix::libc::ENOSPC));
+    assert!(matches!(full, Error::ResourceExhausted(ref m) if m.starts_with("writing \"/volume/a\": ")), "{full:?}");
+    let denied = io_error("writing", path, std::io::Error::from_raw_os_error(nix::libc::EACCES));
+    assert!(matches!(denied, Error::Internal(_)), "{denied:?}");
 }
 
 /// A tmpfs of `bytes` at a fresh directory, unmounted when dropped.
