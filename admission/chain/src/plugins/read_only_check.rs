@@ -116,6 +116,24 @@ mod tests {
     }
 
     #[test]
+    fn workloads_and_pod_subresources_are_not_checked() {
+        // Workloads are checked through the pods they make; forcing changes pods only.
+        let chain = chain(Arc::new(PolicySettings::default()));
+        let resource = GroupVersionResource::v1("apps", "deployments");
+        let writable = json!({"driver": SHARED_RESOURCE_DRIVER, "readOnly": false});
+        let deployment = json!({"metadata": {"name": "api"}, "spec": {"selector": {}, "template": {"spec": {
+            "containers": [], "volumes": [{"name": "v", "csi": writable}]}}}});
+        let mut create = pod_create(Some(false));
+        create.resource = resource.clone();
+        create.object = Some(AdmissionObject::from_value(&resource, &deployment).unwrap());
+        assert_eq!(block_on(chain.run(Phase::Validating, &mut create)).result, Ok(()));
+
+        let mut subresource = pod_create(Some(false));
+        subresource.subresource = "binding".into();
+        assert_eq!(block_on(chain.run(Phase::Validating, &mut subresource)).result, Ok(()));
+    }
+
+    #[test]
     fn updates_and_unlisted_drivers_pass() {
         let mut settings = PolicySettings::default();
         settings.read_only_drivers.0.clear();

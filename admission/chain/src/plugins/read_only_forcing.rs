@@ -69,3 +69,87 @@ impl MutationInterface for ReadOnlyForcing {
         Ok(force_read_only(spec, &self.settings.read_only_drivers, scope))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use futures_executor::block_on;
+    use inline_guard_policy::patch::PatchOp;
+    use inline_guard_policy::settings::SHARED_RESOURCE_DRIVER;
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::attributes::{GroupVersionResource, UserInfo};
+
+    fn attributes(
+        resource: &str,
+        subresource: &str,
+        operation: Operation,
+        object: Value,
+        old: Option<Value>,
+    ) -> Attributes<'static> {
+        let resource = match resource {
+            "deployments" => GroupVersionResource::v1("apps", "deployments"),
+            _ => GroupVersionResource::v1("", "pods"),
+        };
+        let decode = |value: Value| AdmissionObject::from_value(&resource, &value).unwrap();
+        Attributes {
+            operation,
+            kind: Default::default(),
+            resource: resource.clone(),
+            subresource: subresource.to_string().into(),
+            namespace: "apps".into(),
+            name: "web".into(),
+            object: Some(decode(object)),
+            old_object: old.map(decode),
+            user_info: UserInfo::anonymous(),
+            dry_run: false,
+        }
+    }
+
+    fn ephemeral(name: &str) -> Value {
+        json!({"name": name, "volumeMounts": [{"name": "v", "mountPath": "/v"}]})
+    }
+
+    /// A pod whose volume of the read-only driver is read-only already, with these ephemeral
+    /// containers, each mounting it writable.
+    fn pod(ephemeral_containers: &[&str]) -> Value {
+        json!({"metadata": {"name": "web"}, "spec": {
+            "containers": [],
+            "ephemeralContainers": ephemeral_containers.iter().map(|name| ephemeral(name)).collect::<Vec<_>>(),
+            "volumes": [{"name": "v", "csi": {"driver": SHARED_RESOURCE_DRIVER, "readOnly": true}}],
+        }})
+    }
+
+    fn admit(attributes: &mut Attributes<'_>) -> Vec<PatchOperation> {
+        let plugin = ReadOnlyForcing::new(Arc::new(PolicySettings::default()));
+        block_on(plugin.admit(attributes, &mut Recorder::default())).unwrap()
+    }
+
+    fn forced(path: &str) -> PatchOperation {
+        PatchOperation { op: PatchOp::Add, path: path.into(), value: true }
+    }
+
+    #[test]
+    fn a_new_ephemeral_container_has_its_mount_forced_and_the_old_ones_are_left_alone() {
+        let mut added =
+            attributes("pods", EPHEMERAL_CONTAINERS, Operation::Update, pod(&["old", "new"]), Some(pod(&["old"])));
+        assert_eq!(admit(&mut added), [forced("/spec/ephemeralContainers/1/volumeMounts/0/readOnly")]);
+    }
+
+    #[test]
+    fn a_pod_create_is_forced_whole() {
+        let mut create = attributes("pods", "", Operation::Create, pod(&["debug"]), None);
+        assert_eq!(admit(&mut create), [forced("/spec/ephemeralContainers/0/volumeMounts/0/readOnly")]);
+    }
+
+    #[test]
+    fn other_updates_and_workloads_are_never_patched() {
+        let mut update = attributes("pods", "", Operation::Update, pod(&["new"]), Some(pod(&[])));
+        assert_eq!(admit(&mut update), []);
+        let mut status = attributes("pods", "status", Operation::Update, pod(&["new"]), Some(pod(&[])));
+        assert_eq!(admit(&mut status), []);
+        let template = json!({"metadata": {"name": "web"}, "spec": {"selector": {}, "template": pod(&["debug"])}});
+        let mut deployment = attributes("deployments", "", Operation::Create, template, None);
+        assert_eq!(admit(&mut deployment), []);
+    }
+}

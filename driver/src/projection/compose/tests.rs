@@ -253,6 +253,15 @@ fn explicit_collisions_are_found_without_any_data() {
 }
 
 #[test]
+fn the_widest_mode_is_accepted() {
+    let mut widest = item("user", "u");
+    widest.mode = Some(0o777);
+    let mut projection = spec(vec![secret("db", Some(vec![widest]))]);
+    projection.default_mode = Some(0o777);
+    assert_eq!(check_spec(&projection), Ok(()));
+}
+
+#[test]
 fn a_bad_spec_is_refused_with_the_source_and_what_is_wrong() {
     let mut bad_mode = item("user", "u");
     bad_mode.mode = Some(0o1000);
