@@ -5,7 +5,6 @@ not listed as equivalent in equivalent.tsv (or one listed there that no longer s
 import json
 import os
 import platform
-import subprocess
 import sys
 from collections import defaultdict
 
@@ -43,7 +42,7 @@ def main():
     check = args[:1] == ["--check"]
     if check:
         args = args[1:]
-    outcomes_path, equivalent_path, elapsed = args
+    outcomes_path, equivalent_path, elapsed, tree = args
     outcomes = json.load(open(outcomes_path))
     listed = equivalents(equivalent_path)
 
@@ -83,15 +82,12 @@ def main():
               file=sys.stderr)
         sys.exit(1 if problems else 0)
 
-    revision = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                           text=True).stdout.strip()
     minutes = int(elapsed) / 60
     out = []
     out.append("# Mutation testing report\n")
     out.append("Written by `tests/mutation/run` (cargo-mutants "
                f"{outcomes.get('cargo_mutants_version', '?')}); do not edit by hand.\n")
-    out.append(f"- Tree: `{revision}`{' plus uncommitted changes' if dirty else ''}.")
+    out.append(f"- Tree: {tree}.")
     out.append(f"- Machine: {os.cpu_count()} CPUs ({cpu_model()}); the run took {minutes:.0f} min.")
     out.append("- Each mutant is tested by the tests of the crate that holds its file (unit tests and that "
                "crate's integration tests); the suite's golden corpus in `tests/` is not counted.")
