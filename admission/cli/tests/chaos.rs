@@ -41,6 +41,8 @@ struct Serve {
     health: String,
     trusted: Vec<String>,
     log: Arc<Mutex<Vec<String>>>,
+    /// The thread reading stderr into `log`; it ends at EOF, once serve has exited.
+    reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Drop for Serve {
@@ -75,7 +77,7 @@ impl Serve {
         let (addresses, found) = std::sync::mpsc::channel();
         let stderr = BufReader::new(child.stderr.take().unwrap());
         let lines = log.clone();
-        std::thread::spawn(move || {
+        let reader = std::thread::spawn(move || {
             for line in stderr.lines().map_while(Result::ok) {
                 for (what, key) in [("webhook listening", "webhook"), ("health listening", "health")] {
                     if line.contains(what)
@@ -92,7 +94,23 @@ impl Serve {
             let (key, address) = found.recv_timeout(Duration::from_secs(20)).expect("serve logged its addresses");
             if key == "webhook" { webhook = Some(address) } else { health = Some(address) }
         }
-        Serve { child, dir, webhook: webhook.unwrap(), health: health.unwrap(), trusted: vec![pair.ca_pem], log }
+        Serve {
+            child,
+            dir,
+            webhook: webhook.unwrap(),
+            health: health.unwrap(),
+            trusted: vec![pair.ca_pem],
+            log,
+            reader: Some(reader),
+        }
+    }
+
+    /// Every line serve wrote, read to the end: call after it has exited.
+    fn whole_log(&mut self) -> Vec<String> {
+        if let Some(reader) = self.reader.take() {
+            reader.join().expect("the stderr reader");
+        }
+        self.log.lock().unwrap().clone()
     }
 
     fn terminate(&self) {
@@ -460,8 +478,7 @@ fn hostile_request_text_makes_escaped_bounded_rate_limited_log_lines() {
     let metrics = runtime.block_on(serve.metrics());
     serve.terminate();
     assert_eq!(serve.wait(Duration::from_secs(30)), Some(0));
-    std::thread::sleep(Duration::from_millis(100));
-    let log = serve.log.lock().unwrap().clone();
+    let log = serve.whole_log();
     assert!(statuses.iter().all(|s| *s == StatusCode::BAD_REQUEST), "{statuses:?}");
     assert!(!log.iter().any(|line| line.starts_with("level=ERROR")), "a forged line: {log:?}");
     let longest = log.iter().map(String::len).max().unwrap_or(0);
