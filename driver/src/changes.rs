@@ -1,13 +1,27 @@
-//! What changed since the last refresh: everything (a grant given or taken, a watch started, the
-//! periodic tick), or the shares and projections some events name. Watches note changes here; the
-//! refresher takes them and refreshes only the volumes they touch, so an update to one Secret
-//! rewrites the volumes of the shares backed by it (and of the projections naming those shares),
-//! not every volume of the node.
+//! What changed since the last refresh: everything (a watch started, the periodic tick), the
+//! shares and projections some events name, or the service accounts a grant given or taken may
+//! concern. Watches note changes here; the refresher takes them and refreshes only the volumes
+//! they touch, so an update to one Secret rewrites the volumes of the shares backed by it (and of
+//! the projections naming those shares), and a RoleBinding of one service account re-checks only
+//! its pods' volumes, not every volume of the node.
+//!
+//! A grant's change is looked at again a moment later ([`Changes::grant_changed`]): the
+//! apiserver answers access checks from its own RBAC cache, which can learn of a binding just
+//! after the driver's watch does. Those looks are gathered into windows of [`WINDOW`], so a burst
+//! of binding changes costs each affected volume a bounded number of checks, not one per change.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
+use std::time::Duration;
 
 use tokio::sync::Notify;
+use tokio::time::Instant;
+
+/// When a grant's change is looked at: at once (in the next window), and twice more while the
+/// apiserver's RBAC cache catches up (usually within milliseconds).
+pub const GRANT_LOOKS: [Duration; 3] = [Duration::ZERO, Duration::from_millis(500), Duration::from_secs(2)];
+/// Looks due within one window are taken together.
+pub const WINDOW: Duration = Duration::from_millis(250);
 
 /// The volume attribute naming a projection (kept here so this module needs no other).
 const PROJECTION: &str = crate::projection::api::PROJECTION_ATTRIBUTE;
@@ -17,14 +31,53 @@ type Named = (String, String);
 /// A projection: its namespace and name.
 type ProjectionKey = (String, String);
 
+/// The service accounts a change of grants may concern.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Accounts {
+    /// Every service account (a binding to `system:serviceaccounts` or `system:authenticated`).
+    Every,
+    /// Every service account of this namespace.
+    OfNamespace(String),
+    /// One service account: its namespace and name.
+    One(String, String),
+}
+
+impl Accounts {
+    /// Whether service account `name` of `namespace` is among these.
+    pub fn include(&self, namespace: &str, name: &str) -> bool {
+        match self {
+            Accounts::Every => true,
+            Accounts::OfNamespace(of) => of == namespace,
+            Accounts::One(of, account) => of == namespace && account == name,
+        }
+    }
+}
+
 /// Changes waiting for the refresher.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Changes {
     wake: Notify,
     pending: Mutex<Pending>,
     // Which projections show each share, as last fetched: a change to the share is a change to
     // them.
     users: Mutex<HashMap<Named, HashSet<ProjectionKey>>>,
+    // Looks at grants still to come, by the window they fall in (counted from `epoch`).
+    looks: Mutex<BTreeMap<u64, HashSet<Accounts>>>,
+    looks_added: Notify,
+    epoch: Instant,
+}
+
+impl Default for Changes {
+    fn default() -> Changes {
+        Changes {
+            wake: Notify::new(),
+            pending: Mutex::default(),
+            users: Mutex::default(),
+            looks: Mutex::default(),
+            looks_added: Notify::new(),
+            epoch: Instant::now(),
+        }
+    }
 }
 
 /// What a refresh must cover.
@@ -37,6 +90,8 @@ pub struct Pending {
     pub shares: HashSet<Named>,
     /// The volumes of these projections (namespace, name).
     pub projections: HashSet<ProjectionKey>,
+    /// The volumes of pods whose service account is among these.
+    pub accounts: HashSet<Accounts>,
 }
 
 impl Pending {
@@ -50,11 +105,14 @@ impl Pending {
         self.everything |= other.everything;
         self.shares.extend(other.shares);
         self.projections.extend(other.projections);
+        self.accounts.extend(other.accounts);
     }
 
-    /// Whether a volume with `attributes`, for a pod of `namespace`, is to be refreshed.
-    pub fn touches(&self, attributes: &BTreeMap<String, String>, namespace: &str) -> bool {
+    /// Whether a volume with `attributes`, for a pod of `namespace` running as `service_account`,
+    /// is to be refreshed.
+    pub fn touches(&self, attributes: &BTreeMap<String, String>, namespace: &str, service_account: &str) -> bool {
         self.everything
+            || self.accounts.iter().any(|accounts| accounts.include(namespace, service_account))
             || attributes.iter().any(|(key, value)| self.shares.contains(&(key.clone(), value.clone())))
             || attributes
                 .get(PROJECTION)
@@ -103,6 +161,50 @@ impl Changes {
         }
     }
 
+    /// A grant given or taken that may concern `accounts`: their volumes are looked at in the
+    /// next window and again as [`GRANT_LOOKS`] says. Nothing when `accounts` is empty (the
+    /// binding names no service account).
+    pub fn grant_changed(&self, accounts: impl IntoIterator<Item = Accounts>) {
+        let accounts: HashSet<Accounts> = accounts.into_iter().collect();
+        if accounts.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        let mut looks = self.looks.lock().unwrap_or_else(|p| p.into_inner());
+        for delay in GRANT_LOOKS {
+            // The window that ends at or after the look is due.
+            let window = (now + delay - self.epoch).as_nanos().div_ceil(WINDOW.as_nanos()) as u64;
+            looks.entry(window).or_default().extend(accounts.iter().cloned());
+        }
+        drop(looks);
+        self.looks_added.notify_one();
+    }
+
+    /// Hands each window's looks at grants to the refresher when the window ends; runs until
+    /// dropped.
+    pub async fn deliver_grant_looks(&self) {
+        loop {
+            let next = self.looks.lock().unwrap_or_else(|p| p.into_inner()).keys().next().copied();
+            let Some(window) = next else {
+                self.looks_added.notified().await;
+                continue;
+            };
+            let ends = self.epoch + WINDOW * u32::try_from(window).unwrap_or(u32::MAX);
+            tokio::select! {
+                _ = tokio::time::sleep_until(ends) => {}
+                // An earlier window may have been added meanwhile.
+                _ = self.looks_added.notified() => continue,
+            }
+            let due: HashSet<Accounts> = {
+                let mut looks = self.looks.lock().unwrap_or_else(|p| p.into_inner());
+                let later = looks.split_off(&(window + 1));
+                std::mem::replace(&mut *looks, later).into_values().flatten().collect()
+            };
+            self.pending.lock().unwrap_or_else(|p| p.into_inner()).accounts.extend(due);
+            self.wake.notify_one();
+        }
+    }
+
     /// Waits for a change, then takes everything noted so far.
     pub async fn next(&self) -> Pending {
         self.wake.notified().await;
@@ -126,11 +228,11 @@ mod tests {
         changes.share("sharedSecret", "db");
         let pending = changes.next().await;
         let volume = |key: &str, value: &str| BTreeMap::from([(key.to_string(), value.to_string())]);
-        assert!(pending.touches(&volume("sharedSecret", "db"), "ns"));
-        assert!(!pending.touches(&volume("sharedSecret", "cache"), "ns"));
-        assert!(!pending.touches(&volume("sharedConfigMap", "db"), "ns"));
+        assert!(pending.touches(&volume("sharedSecret", "db"), "ns", "sa"));
+        assert!(!pending.touches(&volume("sharedSecret", "cache"), "ns", "sa"));
+        assert!(!pending.touches(&volume("sharedConfigMap", "db"), "ns", "sa"));
         changes.everything();
-        assert!(changes.next().await.touches(&volume("sharedConfigMap", "anything"), "ns"));
+        assert!(changes.next().await.touches(&volume("sharedConfigMap", "anything"), "ns", "sa"));
         assert_eq!(changes.take(), Pending::default(), "taken");
     }
 
@@ -141,17 +243,82 @@ mod tests {
         changes.projection_uses("team-a", "app", [("sharedSecret", "db"), ("sharedConfigMap", "ca")].into_iter());
         changes.share("sharedSecret", "db");
         let pending = changes.next().await;
-        assert!(pending.touches(&app, "team-a"));
-        assert!(!pending.touches(&app, "team-b"), "a projection of the same name elsewhere");
+        assert!(pending.touches(&app, "team-a", "sa"));
+        assert!(!pending.touches(&app, "team-b", "sa"), "a projection of the same name elsewhere");
         // The projection no longer shows db: a change to db leaves it alone; to ca, not.
         changes.projection_uses("team-a", "app", [("sharedConfigMap", "ca")].into_iter());
         changes.share("sharedSecret", "db");
-        assert!(!changes.next().await.touches(&app, "team-a"));
+        assert!(!changes.next().await.touches(&app, "team-a", "sa"));
         changes.share("sharedConfigMap", "ca");
-        assert!(changes.next().await.touches(&app, "team-a"));
+        assert!(changes.next().await.touches(&app, "team-a", "sa"));
         // The projection itself edited.
         changes.projection("team-a", "app");
         let pending = changes.next().await;
-        assert!(pending.touches(&app, "team-a") && !pending.touches(&app, "team-b"));
+        assert!(pending.touches(&app, "team-a", "sa") && !pending.touches(&app, "team-b", "sa"));
+    }
+
+    #[test]
+    fn accounts_include_the_service_accounts_they_name() {
+        let one = Accounts::One("team-a".into(), "web".into());
+        assert!(one.include("team-a", "web"));
+        assert!(!one.include("team-a", "db") && !one.include("team-b", "web"));
+        let namespace = Accounts::OfNamespace("team-a".into());
+        assert!(namespace.include("team-a", "web") && namespace.include("team-a", "db"));
+        assert!(!namespace.include("team-b", "web"));
+        assert!(Accounts::Every.include("any", "one"));
+    }
+
+    /// Changes whose looks at grants are being delivered, and the task delivering them.
+    fn delivering_looks() -> (std::sync::Arc<Changes>, tokio::task::JoinHandle<()>) {
+        let changes = std::sync::Arc::new(Changes::default());
+        let delivering = tokio::spawn({
+            let changes = changes.clone();
+            async move { changes.deliver_grant_looks().await }
+        });
+        (changes, delivering)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_grant_touches_its_accounts_volumes_now_and_twice_later_and_a_burst_is_gathered() {
+        let (changes, delivering) = delivering_looks();
+        // The refresher, taking each look as it comes.
+        let refresher = tokio::spawn({
+            let changes = changes.clone();
+            async move {
+                let volume = BTreeMap::from([("sharedSecret".to_string(), "db".to_string())]);
+                let mut looks = Vec::new();
+                loop {
+                    let pending = changes.next().await;
+                    assert!(pending.touches(&volume, "team-a", "web"), "{pending:?}");
+                    assert!(!pending.touches(&volume, "team-a", "db") && !pending.touches(&volume, "team-b", "web"));
+                    looks.push(Instant::now());
+                    if looks.len() == 12 {
+                        return looks;
+                    }
+                }
+            }
+        });
+        // A burst: 100 changes of bindings of team-a/web within one second.
+        let started = Instant::now();
+        for _ in 0..100 {
+            changes.grant_changed([Accounts::One("team-a".into(), "web".into())]);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // The windows of 250 ms that end at 0, 0.25, ... 1.5 s (each change at once, and 0.5 s
+        // later) and at 2, 2.25, ... 3 s (2 s later): 12 looks instead of 300 (3 per change).
+        let looks = tokio::time::timeout(Duration::from_secs(10), refresher).await.expect("12 looks").unwrap();
+        assert_eq!(looks.last().unwrap().duration_since(started), Duration::from_secs(3));
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(changes.take(), Pending::default(), "no 13th look");
+        delivering.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_binding_that_names_no_service_account_wakes_nothing() {
+        let (changes, delivering) = delivering_looks();
+        changes.grant_changed([]);
+        assert!(tokio::time::timeout(Duration::from_secs(10), changes.next()).await.is_err());
+        assert_eq!(changes.take(), Pending::default());
+        delivering.abort();
     }
 }

@@ -84,7 +84,9 @@ impl Refresher {
 
     /// Starts a refresh of every volume `pending` touches, in one new pass.
     fn dispatch(&self, pending: &Pending) {
-        let ids = self.node.volume_ids_where(|record| pending.touches(&record.attributes, &record.pod.namespace));
+        let ids = self.node.volume_ids_where(|record| {
+            pending.touches(&record.attributes, &record.pod.namespace, &record.pod.service_account)
+        });
         if ids.is_empty() {
             return;
         }

@@ -1,11 +1,13 @@
 //! What makes a volume's content change, watched so that a change applies at once rather than at
 //! the next periodic refresh: shares (created, edited, deleted), the Secrets and ConfigMaps they
 //! name (watched only in the namespaces shares point at), RoleBindings and ClusterRoleBindings (a
-//! grant given or taken), and projections. Every watch but the shares' is metadata-only:
-//! no Secret data ever reaches the driver through them. An event only notes which volumes to
-//! refresh (a share's event: that share's volumes; a backing object's: the volumes of the shares
-//! it served, and of the projections showing those shares; a projection's: its volumes; a
-//! binding's: every volume), and the refresher computes those again through the same
+//! grant given or taken), and projections. The watches of backing objects and projections are
+//! metadata-only: no Secret data ever reaches the driver through them; bindings are read whole,
+//! for their subjects. An event only notes which volumes to refresh (a share's event: that
+//! share's volumes; a backing object's: the volumes of the shares it served, and of the
+//! projections showing those shares; a projection's: its volumes; a binding's: the volumes of
+//! the pods whose service accounts it names, before or after the change, none when it names
+//! none), and the refresher computes those again through the same
 //! path as the periodic refresh, so the two cannot disagree; the periodic refresh stays the
 //! backstop for anything a watch misses.
 
@@ -24,16 +26,12 @@ use tracing::warn;
 use super::access::ShareKind;
 use super::api::{SharedConfigMap, SharedSecret};
 use super::cache::{CachedShare, ShareCache};
+use super::grants::accounts_granted;
 use super::source::{SHARED_CONFIG_MAP_ATTRIBUTE, SHARED_SECRET_ATTRIBUTE};
-use crate::changes::Changes;
+use crate::changes::{Accounts, Changes};
 use crate::metrics::Metrics;
 use crate::object_name::NamespaceName;
 use crate::projection::api::SharedProjection;
-
-/// After a binding changes, when to look again (the apiserver's RBAC cache follows the same
-/// watch, usually within milliseconds).
-const AUTHORIZER_CATCH_UP: [std::time::Duration; 2] =
-    [std::time::Duration::from_millis(500), std::time::Duration::from_secs(2)];
 
 /// The backing objects volumes were served from, and the shares that named them: only their
 /// changes matter, and only those shares' volumes are refreshed.
@@ -77,9 +75,6 @@ enum Changed {
 /// What an event of a kind makes the refresher cover.
 #[derive(Clone)]
 enum Interest {
-    /// Every volume, and again a moment later: the apiserver answers access checks from its own
-    /// RBAC cache, which can learn of a binding just after this watch does.
-    Access,
     /// Changes to backing objects of this kind that some volume was served from; their versions
     /// go to the cache.
     Served(ShareKind, Arc<Served>, Arc<ShareCache>),
@@ -114,10 +109,26 @@ pub async fn watch_changes(
             wake.clone(),
             m(),
         ),
-        futures_util::future::join3(
-            wake_on::<RoleBinding>(Api::all(client.clone()), Interest::Access, wake.clone(), m()),
-            wake_on::<ClusterRoleBinding>(Api::all(client.clone()), Interest::Access, wake.clone(), m()),
-            wake_on::<SharedProjection>(Api::all(client), Interest::Projection, wake, m()),
+        futures_util::future::join4(
+            follow_grants::<RoleBinding>(
+                Api::all(client.clone()),
+                |b| {
+                    accounts_granted(
+                        Some(b.metadata.namespace.as_deref().unwrap_or_default()),
+                        b.subjects.as_deref().unwrap_or_default(),
+                    )
+                },
+                wake.clone(),
+                m(),
+            ),
+            follow_grants::<ClusterRoleBinding>(
+                Api::all(client.clone()),
+                |b| accounts_granted(None, b.subjects.as_deref().unwrap_or_default()),
+                wake.clone(),
+                m(),
+            ),
+            wake_on::<SharedProjection>(Api::all(client), Interest::Projection, wake.clone(), m()),
+            wake.deliver_grant_looks(),
         ),
     )
     .await;
@@ -235,16 +246,6 @@ where
                     let namespace = object.metadata.namespace.as_deref().unwrap_or_default();
                     let name = object.metadata.name.as_deref().unwrap_or_default();
                     match &interest {
-                        Interest::Access => {
-                            wake.everything();
-                            let again = wake.clone();
-                            tokio::spawn(async move {
-                                for delay in AUTHORIZER_CATCH_UP {
-                                    tokio::time::sleep(delay).await;
-                                    again.everything();
-                                }
-                            });
-                        }
                         Interest::Projection => wake.projection(namespace, name),
                         Interest::Served(kind, served, cache) => {
                             let version = match &event_kind {
@@ -266,4 +267,54 @@ where
             std::future::ready(())
         })
         .await;
+}
+
+/// Watches the bindings of one kind (`B`): a binding's change looks again at the volumes of the
+/// service accounts it named before the change or names after it ([`Changes::grant_changed`]),
+/// so a binding of no service account on the node costs no access check. What each binding
+/// named is remembered, since an update's event carries only the new object.
+async fn follow_grants<B>(api: Api<B>, accounts_of: fn(&B) -> Vec<Accounts>, wake: Arc<Changes>, metrics: Arc<Metrics>)
+where
+    B: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+{
+    // Binding (namespace, name) → the accounts it names; bindings naming none are left out.
+    let mut named: HashMap<(String, String), Vec<Accounts>> = HashMap::new();
+    let mut relisting: Option<HashMap<(String, String), Vec<Accounts>>> = None;
+    let mut events = watch_stream(api, watcher::Config::default()).default_backoff().boxed();
+    while let Some(event) = events.next().await {
+        let key = |binding: &B| {
+            (binding.meta().namespace.clone().unwrap_or_default(), binding.meta().name.clone().unwrap_or_default())
+        };
+        match event {
+            Ok(Event::Init) => relisting = Some(HashMap::new()),
+            Ok(Event::InitApply(binding)) => {
+                let accounts = accounts_of(&binding);
+                if !accounts.is_empty() {
+                    relisting.get_or_insert_with(HashMap::new).insert(key(&binding), accounts);
+                }
+            }
+            // A relist may have missed changes: every volume is looked at again.
+            Ok(Event::InitDone) => {
+                named = relisting.take().unwrap_or_default();
+                wake.everything();
+            }
+            Ok(Event::Apply(binding)) => {
+                let accounts = accounts_of(&binding);
+                let before = if accounts.is_empty() {
+                    named.remove(&key(&binding))
+                } else {
+                    named.insert(key(&binding), accounts.clone())
+                };
+                wake.grant_changed(before.unwrap_or_default().into_iter().chain(accounts));
+            }
+            Ok(Event::Delete(binding)) => {
+                let before = named.remove(&key(&binding)).unwrap_or_default();
+                wake.grant_changed(before.into_iter().chain(accounts_of(&binding)));
+            }
+            Err(error) => {
+                metrics.watch_error(&B::kind(&()));
+                warn!(kind = %B::kind(&()), error = %crate::quote::Logged(&error), "watch failed; retrying with backoff (the periodic refresh continues)");
+            }
+        }
+    }
 }

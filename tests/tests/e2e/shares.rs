@@ -224,6 +224,99 @@ async fn wait_for_files(target: &Path, what: &str, expected: &[(&str, &str)]) ->
     }
 }
 
+/// The driver's SubjectAccessReviews so far, whatever their answer.
+fn access_checks(metrics: &sharedresource_csi_driver::metrics::Metrics) -> u64 {
+    metrics
+        .encode()
+        .lines()
+        .filter(|line| line.starts_with("sharedresource_csi_driver_access_checks_total{"))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// Waits until the driver has made no access check for 3 s (the last look at a grant comes
+/// 2.25 s after it), and returns the count.
+async fn settled_access_checks(metrics: &sharedresource_csi_driver::metrics::Metrics) -> Result<u64, String> {
+    let deadline = Instant::now() + WITHIN;
+    let mut count = access_checks(metrics);
+    let mut since = Instant::now();
+    while since.elapsed() < Duration::from_secs(3) {
+        if Instant::now() > deadline {
+            return Err(format!("the driver kept making access checks for {WITHIN:?}: {count}"));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = access_checks(metrics);
+        if now != count {
+            (count, since) = (now, Instant::now());
+        }
+    }
+    Ok(count)
+}
+
+/// Bindings that cannot concern the published volume (of another service account of its
+/// namespace, of another namespace, of a user) make the driver ask nothing; a binding of the
+/// volume's own service account makes it ask again (the count's positive control).
+async fn bindings_of_others_cost_no_access_check(
+    suite: &Suite,
+    metrics: &sharedresource_csi_driver::metrics::Metrics,
+) -> Outcome {
+    let binding = |namespace: &str, name: &str, subject: Value| {
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": name, "namespace": namespace},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "use-db"},
+            "subjects": [subject]
+        })
+    };
+    let path = |namespace: &str| format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings");
+    let before = settled_access_checks(metrics).await?;
+    let account = |namespace: &str, name: &str| json!({"kind": "ServiceAccount", "name": name, "namespace": namespace});
+    create_object(
+        suite,
+        &path("shares-consumer"),
+        binding("shares-consumer", "other-uses-db", account("shares-consumer", "other")),
+    )
+    .await?;
+    create_object(
+        suite,
+        &path("shares-stranger"),
+        binding("shares-stranger", "stranger-uses-db", account("shares-stranger", "reader")),
+    )
+    .await?;
+    let user = json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"});
+    create_object(suite, &path("shares-consumer"), binding("shares-consumer", "alice-uses-db", user)).await?;
+    let cluster_binding = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "shares-e2e-other-views"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+        "subjects": [account("shares-stranger", "other")]
+    });
+    create_object(suite, "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", cluster_binding).await?;
+    let after = settled_access_checks(metrics).await?;
+    if after != before {
+        return Err(format!("bindings of no service account on the node cost {} access checks", after - before));
+    }
+    // The volume's own service account bound a second time: looked at again.
+    create_object(
+        suite,
+        &path("shares-consumer"),
+        binding("shares-consumer", "reader-also-uses-db", account("shares-consumer", "reader")),
+    )
+    .await?;
+    let relevant = settled_access_checks(metrics).await?;
+    if relevant == after {
+        return Err("a binding of the volume's own service account made no access check".into());
+    }
+    Api::<RoleBinding>::namespaced(suite.admin.clone(), "shares-consumer")
+        .delete("reader-also-uses-db", &DeleteParams::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    println!(
+        "shares: 4 unrelated bindings cost 0 access checks; the volume's own account's binding cost {}",
+        relevant - after
+    );
+    Ok(())
+}
+
 pub async fn access_updates_revocation_and_deletion_reach_the_files(suite: &Suite) -> Outcome {
     let admin = &suite.admin;
     apply_file(suite, "config/deploy/driver/crds.yaml").await?;
@@ -287,6 +380,8 @@ pub async fn access_updates_revocation_and_deletion_reach_the_files(suite: &Suit
         if missing.code() != Code::NotFound || missing.message() != "SharedSecret \"nope\" not found" {
             return Err(format!("expected NOT_FOUND for the missing share, got {missing:?}"));
         }
+
+        bindings_of_others_cost_no_access_check(suite, &metrics).await?;
 
         // The Secret changes: a new password, a key removed.
         let secrets = Api::<Secret>::namespaced(admin.clone(), "shares-owner");
