@@ -1,10 +1,10 @@
 //! Which service accounts a RoleBinding or ClusterRoleBinding may grant `use` of a share to, read
 //! from its subjects as the apiserver's RBAC authorizer matches them against the identity the
 //! access check asks as (`system:serviceaccount:<ns>:<name>`, in the groups every service
-//! account has). A binding that names none of them cannot change any volume's access check, so
-//! its changes cost no SubjectAccessReview.
+//! account has), and which role it grants. A binding that names none of them cannot change any
+//! volume's access check, so its changes (and its role's) cost no SubjectAccessReview.
 
-use k8s_openapi::api::rbac::v1::Subject;
+use k8s_openapi::api::rbac::v1::{RoleRef, Subject};
 
 use crate::changes::Accounts;
 
@@ -12,6 +12,24 @@ const SERVICE_ACCOUNT_USER: &str = "system:serviceaccount:";
 const ALL_SERVICE_ACCOUNTS: &str = "system:serviceaccounts";
 const NAMESPACE_SERVICE_ACCOUNTS: &str = "system:serviceaccounts:";
 const AUTHENTICATED: &str = "system:authenticated";
+
+/// A role as bindings refer to it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum RoleKey {
+    /// A Role: its namespace and name.
+    Role(String, String),
+    /// A ClusterRole: its name.
+    ClusterRole(String),
+}
+
+/// The role a binding grants: `namespace` is a RoleBinding's (which may refer to a Role of its
+/// own namespace or to a ClusterRole), `None` for a ClusterRoleBinding.
+pub fn role_granted(namespace: Option<&str>, role: &RoleRef) -> RoleKey {
+    match (role.kind.as_str(), namespace) {
+        ("Role", Some(namespace)) => RoleKey::Role(namespace.to_string(), role.name.clone()),
+        _ => RoleKey::ClusterRole(role.name.clone()),
+    }
+}
 
 /// The service accounts a binding with `subjects` may grant to. `namespace` is the namespace of
 /// a RoleBinding (its grants hold only there, where access is checked for the pods of that
@@ -102,6 +120,18 @@ mod tests {
                 case.subject
             );
         }
+    }
+
+    #[test]
+    fn a_binding_grants_a_role_of_its_namespace_or_a_cluster_role() {
+        let role_ref = |kind: &str| RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: kind.into(),
+            name: "use-db".into(),
+        };
+        assert_eq!(role_granted(Some("team-a"), &role_ref("Role")), RoleKey::Role("team-a".into(), "use-db".into()));
+        assert_eq!(role_granted(Some("team-a"), &role_ref("ClusterRole")), RoleKey::ClusterRole("use-db".into()));
+        assert_eq!(role_granted(None, &role_ref("ClusterRole")), RoleKey::ClusterRole("use-db".into()));
     }
 
     #[test]

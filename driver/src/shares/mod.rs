@@ -6,6 +6,7 @@ pub mod access;
 pub mod api;
 pub mod apiserver;
 pub mod cache;
+pub mod grant_watch;
 pub mod grants;
 pub mod source;
 pub mod status;

@@ -1,22 +1,19 @@
 //! What makes a volume's content change, watched so that a change applies at once rather than at
 //! the next periodic refresh: shares (created, edited, deleted), the Secrets and ConfigMaps they
-//! name (watched only in the namespaces shares point at), RoleBindings and ClusterRoleBindings (a
-//! grant given or taken), and projections. The watches of backing objects and projections are
-//! metadata-only: no Secret data ever reaches the driver through them; bindings are read whole,
-//! for their subjects. An event only notes which volumes to refresh (a share's event: that
-//! share's volumes; a backing object's: the volumes of the shares it served, and of the
-//! projections showing those shares; a projection's: its volumes; a binding's: the volumes of
-//! the pods whose service accounts it names, before or after the change, none when it names
-//! none), and the refresher computes those again through the same
-//! path as the periodic refresh, so the two cannot disagree; the periodic refresh stays the
-//! backstop for anything a watch misses.
+//! name (watched only in the namespaces shares point at), grants (bindings and roles, in
+//! [`super::grant_watch`]), and projections. The watches of backing objects and projections are
+//! metadata-only: no Secret data ever reaches the driver through them. An event only notes which
+//! volumes to refresh (a share's event: that share's volumes; a backing object's: the volumes of
+//! the shares it served, and of the projections showing those shares; a projection's: its
+//! volumes; a grant's: the volumes of the pods whose service accounts it concerns), and the
+//! refresher computes those again through the same path as the periodic refresh, so the two
+//! cannot disagree; the periodic refresh stays the backstop for anything a watch misses.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use futures_util::StreamExt as _;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleBinding};
 use kube::api::{Api, PartialObjectMeta};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::{WatchStreamExt as _, watcher as watch_stream};
@@ -26,9 +23,8 @@ use tracing::warn;
 use super::access::ShareKind;
 use super::api::{SharedConfigMap, SharedSecret};
 use super::cache::{CachedShare, ShareCache};
-use super::grants::accounts_granted;
 use super::source::{SHARED_CONFIG_MAP_ATTRIBUTE, SHARED_SECRET_ATTRIBUTE};
-use crate::changes::{Accounts, Changes};
+use crate::changes::Changes;
 use crate::metrics::Metrics;
 use crate::object_name::NamespaceName;
 use crate::projection::api::SharedProjection;
@@ -56,6 +52,17 @@ impl Served {
             .map(|s| s.iter().cloned().collect())
             .unwrap_or_default()
     }
+}
+
+/// What a watch can follow: a kind of the cluster, decoded from its JSON, movable across tasks.
+pub(super) trait Watchable:
+    Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static
+{
+}
+
+impl<K> Watchable for K where
+    K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static
+{
 }
 
 /// The volume attribute naming shares of `kind`.
@@ -109,24 +116,8 @@ pub async fn watch_changes(
             wake.clone(),
             m(),
         ),
-        futures_util::future::join4(
-            follow_grants::<RoleBinding>(
-                Api::all(client.clone()),
-                |b| {
-                    accounts_granted(
-                        Some(b.metadata.namespace.as_deref().unwrap_or_default()),
-                        b.subjects.as_deref().unwrap_or_default(),
-                    )
-                },
-                wake.clone(),
-                m(),
-            ),
-            follow_grants::<ClusterRoleBinding>(
-                Api::all(client.clone()),
-                |b| accounts_granted(None, b.subjects.as_deref().unwrap_or_default()),
-                wake.clone(),
-                m(),
-            ),
+        futures_util::future::join3(
+            super::grant_watch::watch_grants(client.clone(), wake.clone(), m()),
             wake_on::<SharedProjection>(Api::all(client), Interest::Projection, wake.clone(), m()),
             wake.deliver_grant_looks(),
         ),
@@ -158,14 +149,8 @@ async fn follow_shares<S, B>(
     wake: Arc<Changes>,
     metrics: Arc<Metrics>,
 ) where
-    S: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
-    B: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
+    S: Watchable,
+    B: Watchable + Resource<Scope = k8s_openapi::NamespaceResourceScope>,
 {
     // Share name → the namespace of its backing object.
     let mut shares: HashMap<String, String> = HashMap::new();
@@ -227,7 +212,7 @@ async fn follow_shares<S, B>(
 
 async fn wake_on<K>(api: Api<PartialObjectMeta<K>>, interest: Interest, wake: Arc<Changes>, metrics: Arc<Metrics>)
 where
-    K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K: Watchable,
 {
     watch_stream(api, watcher::Config::default())
         .default_backoff()
@@ -267,54 +252,4 @@ where
             std::future::ready(())
         })
         .await;
-}
-
-/// Watches the bindings of one kind (`B`): a binding's change looks again at the volumes of the
-/// service accounts it named before the change or names after it ([`Changes::grant_changed`]),
-/// so a binding of no service account on the node costs no access check. What each binding
-/// named is remembered, since an update's event carries only the new object.
-async fn follow_grants<B>(api: Api<B>, accounts_of: fn(&B) -> Vec<Accounts>, wake: Arc<Changes>, metrics: Arc<Metrics>)
-where
-    B: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
-{
-    // Binding (namespace, name) → the accounts it names; bindings naming none are left out.
-    let mut named: HashMap<(String, String), Vec<Accounts>> = HashMap::new();
-    let mut relisting: Option<HashMap<(String, String), Vec<Accounts>>> = None;
-    let mut events = watch_stream(api, watcher::Config::default()).default_backoff().boxed();
-    while let Some(event) = events.next().await {
-        let key = |binding: &B| {
-            (binding.meta().namespace.clone().unwrap_or_default(), binding.meta().name.clone().unwrap_or_default())
-        };
-        match event {
-            Ok(Event::Init) => relisting = Some(HashMap::new()),
-            Ok(Event::InitApply(binding)) => {
-                let accounts = accounts_of(&binding);
-                if !accounts.is_empty() {
-                    relisting.get_or_insert_with(HashMap::new).insert(key(&binding), accounts);
-                }
-            }
-            // A relist may have missed changes: every volume is looked at again.
-            Ok(Event::InitDone) => {
-                named = relisting.take().unwrap_or_default();
-                wake.everything();
-            }
-            Ok(Event::Apply(binding)) => {
-                let accounts = accounts_of(&binding);
-                let before = if accounts.is_empty() {
-                    named.remove(&key(&binding))
-                } else {
-                    named.insert(key(&binding), accounts.clone())
-                };
-                wake.grant_changed(before.unwrap_or_default().into_iter().chain(accounts));
-            }
-            Ok(Event::Delete(binding)) => {
-                let before = named.remove(&key(&binding)).unwrap_or_default();
-                wake.grant_changed(before.into_iter().chain(accounts_of(&binding)));
-            }
-            Err(error) => {
-                metrics.watch_error(&B::kind(&()));
-                warn!(kind = %B::kind(&()), error = %crate::quote::Logged(&error), "watch failed; retrying with backoff (the periodic refresh continues)");
-            }
-        }
-    }
 }

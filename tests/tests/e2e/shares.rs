@@ -408,6 +408,15 @@ pub async fn access_updates_revocation_and_deletion_reach_the_files(suite: &Suit
         let binding: RoleBinding = serde_json::from_value(binding).map_err(|e| e.to_string())?;
         bindings.create(&PostParams::default(), &binding).await.map_err(|e| e.to_string())?;
         wait_for_files(&target, "after the RoleBinding came back", &[("password", "rotated")]).await?;
+        // The Role edited (no binding changes): only the Role watch can tell, the periodic
+        // refresh being an hour away, once the looks at the binding's return are over.
+        settled_access_checks(&metrics).await?;
+        let roles = Api::<k8s_openapi::api::rbac::v1::Role>::namespaced(admin.clone(), "shares-consumer");
+        let verbs = |verbs: &[&str]| json!({"rules": [{"apiGroups": ["sharedresource.inlineguard.dev"], "resources": ["sharedsecrets"], "resourceNames": ["db"], "verbs": verbs}]});
+        roles.patch("use-db", &PatchParams::default(), &Patch::Merge(&verbs(&["get"]))).await.map_err(|e| e.to_string())?;
+        wait_for_files(&target, "after the Role lost the verb", &[]).await?;
+        roles.patch("use-db", &PatchParams::default(), &Patch::Merge(&verbs(&["use"]))).await.map_err(|e| e.to_string())?;
+        wait_for_files(&target, "after the Role got the verb back", &[("password", "rotated")]).await?;
 
         // The share deleted: emptied; recreated: back.
         let shares = Api::<kube::api::DynamicObject>::all_with(admin.clone(), &shared_secrets());
@@ -488,8 +497,9 @@ async fn health_get(address: std::net::SocketAddr, path: &str) -> Result<String,
 }
 
 /// The driver process SIGKILLed and restarted while a volume is published: the content stays,
-/// refreshing resumes in the new process (a ConfigMap change still reaches the files), the
-/// periodic recheck (every 2 s) empties the volume when a Role edit withdraws access and restores
+/// refreshing resumes in the new process (a ConfigMap change still reaches the files), a Role
+/// edit that withdraws access empties the volume (through the Role watch, or the periodic recheck
+/// every 2 s), and giving it back restores
 /// it when access comes back, and the unpublish leaves no mount or record. A SharedConfigMap.
 pub async fn driver_killed_and_restarted_keeps_and_refreshes_the_volume(suite: &Suite) -> Outcome {
     use inline_guard_tests::node::plugin::PluginFiles;
@@ -572,15 +582,15 @@ pub async fn driver_killed_and_restarted_keeps_and_refreshes_the_volume(suite: &
     wait_for_files(&target, "a change after the restart", &[("mode", "slow")])
         .await
         .map_err(|e| format!("{e}\n{}", driver.log_tail(20)))?;
-    // Access withdrawn by editing the Role (no binding changes, so no watch fires): the
-    // periodic recheck, every 2 s here, empties the volume; the verb given back restores it.
+    // Access withdrawn by editing the Role: the restarted driver's Role watch (or its periodic
+    // recheck, every 2 s here) empties the volume; the verb given back restores it.
     let roles = Api::<k8s_openapi::api::rbac::v1::Role>::namespaced(admin.clone(), "restart-consumer");
     let rules = |verbs: &[&str]| json!({"rules": [{"apiGroups": ["sharedresource.inlineguard.dev"], "resources": ["sharedconfigmaps"], "resourceNames": ["settings"], "verbs": verbs}]});
     roles
         .patch("use-settings", &PatchParams::default(), &Patch::Merge(&rules(&["get"])))
         .await
         .map_err(|e| e.to_string())?;
-    wait_for_files(&target, "after the Role lost the verb (periodic recheck)", &[]).await?;
+    wait_for_files(&target, "after the Role lost the verb", &[]).await?;
     roles
         .patch("use-settings", &PatchParams::default(), &Patch::Merge(&rules(&["use"])))
         .await
