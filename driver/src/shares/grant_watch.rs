@@ -9,10 +9,10 @@ use std::sync::{Arc, Mutex};
 
 use futures_util::StreamExt as _;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use kube::Client;
 use kube::api::{Api, PartialObjectMeta};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::{WatchStreamExt as _, watcher as watch_stream};
-use kube::Client;
 use tracing::warn;
 
 use super::grants::{RoleKey, accounts_granted, role_granted};
