@@ -45,6 +45,16 @@ impl Served {
             .insert(share.to_string());
     }
 
+    /// The shares that served a backing object of `kind` in `namespace`.
+    fn shares_in(&self, kind: ShareKind, namespace: &str) -> HashSet<String> {
+        let served = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        served
+            .iter()
+            .filter(|((of, in_namespace, _), _)| *of == kind && in_namespace == namespace)
+            .flat_map(|(_, shares)| shares.iter().cloned())
+            .collect()
+    }
+
     fn shares_of(&self, kind: ShareKind, namespace: &str, name: &str) -> Vec<String> {
         let served = self.0.lock().unwrap_or_else(|p| p.into_inner());
         served
@@ -82,9 +92,9 @@ enum Changed {
 /// What an event of a kind makes the refresher cover.
 #[derive(Clone)]
 enum Interest {
-    /// Changes to backing objects of this kind that some volume was served from; their versions
-    /// go to the cache.
-    Served(ShareKind, Arc<Served>, Arc<ShareCache>),
+    /// Changes to backing objects of this kind, in this namespace, that some volume was served
+    /// from; their versions go to the cache.
+    Served(ShareKind, String, Arc<Served>, Arc<ShareCache>),
     /// A projection's change: its volumes.
     Projection,
 }
@@ -202,7 +212,7 @@ async fn follow_shares<S, B>(
         for namespace in wanted {
             if !watches.0.contains_key(namespace) {
                 let api = Api::<PartialObjectMeta<B>>::namespaced(client.clone(), namespace);
-                let interest = Interest::Served(kind, served.clone(), cache.clone());
+                let interest = Interest::Served(kind, namespace.clone(), served.clone(), cache.clone());
                 let watch = tokio::spawn(wake_on::<B>(api, interest, wake.clone(), metrics.clone()));
                 watches.0.insert(namespace.clone(), watch);
             }
@@ -219,9 +229,18 @@ where
         .for_each(|event| {
             match event {
                 // The initial list says nothing changed; a relist after an error may have
-                // missed a change, so it wakes too.
+                // missed a change, so it wakes what the watch covers: for backing objects, the
+                // volumes served from that namespace (a share that starts pointing there woke
+                // its own volumes already), not every volume of the node.
                 Ok(Event::Init | Event::InitApply(_)) => {}
-                Ok(Event::InitDone) => wake.everything(),
+                Ok(Event::InitDone) => match &interest {
+                    Interest::Served(kind, namespace, served, _) => {
+                        for share in served.shares_in(*kind, namespace) {
+                            wake.share(attribute(*kind), &share);
+                        }
+                    }
+                    Interest::Projection => wake.everything(),
+                },
                 Ok(event @ (Event::Apply(_) | Event::Delete(_))) => {
                     let (event_kind, object) = match event {
                         Event::Apply(object) => (Changed::Applied, object),
@@ -232,7 +251,7 @@ where
                     let name = object.metadata.name.as_deref().unwrap_or_default();
                     match &interest {
                         Interest::Projection => wake.projection(namespace, name),
-                        Interest::Served(kind, served, cache) => {
+                        Interest::Served(kind, _, served, cache) => {
                             let version = match &event_kind {
                                 Changed::Applied => object.metadata.resource_version.clone(),
                                 Changed::Deleted => None,
@@ -252,4 +271,23 @@ where
             std::future::ready(())
         })
         .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shares_served_from_a_namespace_are_those_of_its_objects_of_that_kind() {
+        let served = Served::default();
+        served.note(ShareKind::Secret, "owner", "db-creds", "db");
+        served.note(ShareKind::Secret, "owner", "api-key", "api");
+        served.note(ShareKind::Secret, "other", "db-creds", "other-db");
+        served.note(ShareKind::ConfigMap, "owner", "ca", "ca");
+        let in_owner = served.shares_in(ShareKind::Secret, "owner");
+        assert_eq!(in_owner, HashSet::from(["db".to_string(), "api".to_string()]));
+        assert_eq!(served.shares_in(ShareKind::ConfigMap, "owner"), HashSet::from(["ca".to_string()]));
+        assert!(served.shares_in(ShareKind::Secret, "elsewhere").is_empty());
+        assert_eq!(served.shares_of(ShareKind::Secret, "other", "db-creds"), ["other-db"]);
+    }
 }
