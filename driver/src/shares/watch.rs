@@ -30,24 +30,42 @@ use crate::object_name::NamespaceName;
 use crate::projection::api::SharedProjection;
 
 /// The backing objects volumes were served from, and the shares that named them: only their
-/// changes matter, and only those shares' volumes are refreshed.
-#[derive(Debug, Default)]
-pub struct Served(Mutex<HashMap<(ShareKind, String, String), HashSet<String>>>);
+/// changes matter, and only those shares' volumes are refreshed. The namespaces they live in
+/// are the only ones whose Secrets or ConfigMaps this node watches.
+#[derive(Debug)]
+pub struct Served {
+    objects: Mutex<HashMap<(ShareKind, String, String), HashSet<String>>>,
+    // Counts the times a namespace was served from for the first time.
+    new_namespaces: tokio::sync::watch::Sender<u64>,
+}
+
+impl Default for Served {
+    fn default() -> Served {
+        Served { objects: Mutex::default(), new_namespaces: tokio::sync::watch::Sender::new(0) }
+    }
+}
 
 impl Served {
     /// Notes that share `share` of `kind` served its backing object `namespace/name`.
     pub fn note(&self, kind: ShareKind, namespace: &str, name: &str, share: &str) {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry((kind, namespace.to_string(), name.to_string()))
-            .or_default()
-            .insert(share.to_string());
+        let mut objects = self.objects.lock().unwrap_or_else(|p| p.into_inner());
+        let new_namespace = !objects.keys().any(|(of, in_namespace, _)| *of == kind && in_namespace == namespace);
+        objects.entry((kind, namespace.to_string(), name.to_string())).or_default().insert(share.to_string());
+        drop(objects);
+        if new_namespace {
+            self.new_namespaces.send_modify(|count| *count += 1);
+        }
+    }
+
+    /// The namespaces objects of `kind` were served from.
+    fn namespaces(&self, kind: ShareKind) -> HashSet<String> {
+        let objects = self.objects.lock().unwrap_or_else(|p| p.into_inner());
+        objects.keys().filter(|(of, _, _)| *of == kind).map(|(_, namespace, _)| namespace.clone()).collect()
     }
 
     /// The shares that served a backing object of `kind` in `namespace`.
     fn shares_in(&self, kind: ShareKind, namespace: &str) -> HashSet<String> {
-        let served = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let served = self.objects.lock().unwrap_or_else(|p| p.into_inner());
         served
             .iter()
             .filter(|((of, in_namespace, _), _)| *of == kind && in_namespace == namespace)
@@ -56,7 +74,7 @@ impl Served {
     }
 
     fn shares_of(&self, kind: ShareKind, namespace: &str, name: &str) -> Vec<String> {
-        let served = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let served = self.objects.lock().unwrap_or_else(|p| p.into_inner());
         served
             .get(&(kind, namespace.to_string(), name.to_string()))
             .map(|s| s.iter().cloned().collect())
@@ -147,10 +165,11 @@ impl Drop for NamespaceWatches {
     }
 }
 
-/// Watches the shares of one kind (`S`). A share's event refreshes that share's volumes, and the
-/// namespaces its backing objects live in decide where backing objects (`B`) are watched: a
-/// metadata watch per such namespace, started when the first share points there and stopped
-/// when the last one stops, so no other namespace's Secrets or ConfigMaps are watched.
+/// Watches the shares of one kind (`S`). A share's event refreshes that share's volumes. Backing
+/// objects (`B`) are watched by a metadata watch per namespace that a share points at and this
+/// node has served a volume from: started when both first hold, stopped when no share points
+/// there any more, so no other namespace's Secrets or ConfigMaps are watched, and a node that
+/// serves no share watches none.
 async fn follow_shares<S, B>(
     client: Client,
     kind: ShareKind,
@@ -166,42 +185,52 @@ async fn follow_shares<S, B>(
     let mut shares: HashMap<String, String> = HashMap::new();
     let mut relisting: Option<HashMap<String, CachedShare>> = None;
     let mut watches = NamespaceWatches::default();
-    let mut events = watch_stream(Api::<S>::all(client.clone()), watcher::Config::default()).default_backoff().boxed();
+    let events = watch_stream(Api::<S>::all(client.clone()), watcher::Config::default()).default_backoff().map(Some);
+    // A namespace served from for the first time may need its watch: `None` in the stream.
+    let new_namespaces = futures_util::stream::unfold(served.new_namespaces.subscribe(), |mut changes| async move {
+        changes.changed().await.ok()?;
+        Some((None, changes))
+    });
+    let mut events = futures_util::stream::select(events, new_namespaces).boxed();
     while let Some(event) = events.next().await {
         let name_of = |share: &S| share.meta().name.clone().unwrap_or_default();
         match event {
-            Ok(Event::Init) => relisting = Some(HashMap::new()),
-            Ok(Event::InitApply(share)) => {
+            None => {}
+            Some(Ok(Event::Init)) => relisting = Some(HashMap::new()),
+            Some(Ok(Event::InitApply(share))) => {
                 relisting.get_or_insert_with(HashMap::new).insert(name_of(&share), backing_of(&share));
             }
             // A relist may have missed changes: every volume is looked at again.
-            Ok(Event::InitDone) => {
+            Some(Ok(Event::InitDone)) => {
                 let listed = relisting.take().unwrap_or_default();
                 shares = listed.iter().map(|(name, (backing, _))| (name.clone(), backing.namespace.clone())).collect();
                 cache.list_shares(kind, listed);
                 wake.everything();
             }
-            Ok(Event::Apply(share)) => {
+            Some(Ok(Event::Apply(share))) => {
                 let (name, found) = (name_of(&share), backing_of(&share));
                 shares.insert(name.clone(), found.0.namespace.clone());
                 cache.set_share(kind, &name, Some(found));
                 wake.share(attribute(kind), &name);
             }
-            Ok(Event::Delete(share)) => {
+            Some(Ok(Event::Delete(share))) => {
                 let name = name_of(&share);
                 shares.remove(&name);
                 cache.set_share(kind, &name, None);
                 wake.share(attribute(kind), &name);
             }
-            Err(error) => {
+            Some(Err(error)) => {
                 metrics.watch_error(&S::kind(&()));
                 warn!(kind = %S::kind(&()), error = %crate::quote::Logged(&error), "watch failed; retrying with backoff (the periodic refresh continues)");
             }
         }
         // Only namespace names go into a watch's path: a share naming something else serves
         // nothing (its volumes are refused naming it) and is watched nowhere.
-        let wanted: HashSet<&String> =
-            shares.values().filter(|namespace| NamespaceName::parse(namespace).is_ok()).collect();
+        let served_from = served.namespaces(kind);
+        let wanted: HashSet<&String> = shares
+            .values()
+            .filter(|namespace| served_from.contains(*namespace) && NamespaceName::parse(namespace).is_ok())
+            .collect();
         watches.0.retain(|namespace, watch| {
             let keep = wanted.contains(namespace);
             if !keep {
@@ -289,5 +318,21 @@ mod tests {
         assert_eq!(served.shares_in(ShareKind::ConfigMap, "owner"), HashSet::from(["ca".to_string()]));
         assert!(served.shares_in(ShareKind::Secret, "elsewhere").is_empty());
         assert_eq!(served.shares_of(ShareKind::Secret, "other", "db-creds"), ["other-db"]);
+    }
+
+    #[test]
+    fn a_namespace_served_from_for_the_first_time_is_announced_once() {
+        let served = Served::default();
+        let mut announced = served.new_namespaces.subscribe();
+        served.note(ShareKind::Secret, "owner", "db-creds", "db");
+        assert!(announced.has_changed().unwrap(), "a first namespace");
+        announced.mark_unchanged();
+        served.note(ShareKind::Secret, "owner", "api-key", "api");
+        served.note(ShareKind::Secret, "owner", "db-creds", "db-again");
+        assert!(!announced.has_changed().unwrap(), "the same namespace again");
+        served.note(ShareKind::ConfigMap, "owner", "ca", "ca");
+        assert!(announced.has_changed().unwrap(), "the namespace, for another kind");
+        assert_eq!(served.namespaces(ShareKind::Secret), HashSet::from(["owner".to_string()]));
+        assert!(served.namespaces(ShareKind::Secret).len() == 1 && !served.namespaces(ShareKind::ConfigMap).is_empty());
     }
 }

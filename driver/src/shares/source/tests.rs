@@ -162,12 +162,14 @@ fn one_access_check_per_service_account_and_share_within_a_pass() {
 
 /// The collections the source's watches list and watch: everything else is a request for
 /// a volume.
-const WATCHED: [&str; 5] = [
+const WATCHED: [&str; 7] = [
     "/apis/sharedresource.inlineguard.dev/v1alpha1/sharedsecrets",
     "/apis/sharedresource.inlineguard.dev/v1alpha1/sharedconfigmaps",
     "/apis/sharedresource.inlineguard.dev/v1alpha1/sharedprojections",
     "/apis/rbac.authorization.k8s.io/v1/rolebindings",
     "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+    "/apis/rbac.authorization.k8s.io/v1/roles",
+    "/apis/rbac.authorization.k8s.io/v1/clusterroles",
 ];
 
 /// A fake apiserver that counts every request made for a volume (not the watches' lists) and
@@ -234,4 +236,53 @@ fn a_share_naming_an_object_that_cannot_exist_is_refused_without_reading_it() {
         "{message}"
     );
     assert!(error.withdraws_content(), "a published volume of it is emptied");
+}
+
+/// Secrets are watched only in a namespace this node has served a volume from: a share pointing
+/// at `infra` starts no watch there until a volume is served from it.
+#[test]
+fn backing_objects_are_watched_only_where_a_volume_was_served_from() {
+    let runtime = runtime();
+    let asked: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+    let cluster = everything();
+    let service = tower::service_fn({
+        let asked = asked.clone();
+        move |request: Request<kube::client::Body>| {
+            let path = request.uri().path().to_string();
+            asked.lock().unwrap().push(path.clone());
+            let response = if request.method() == Method::GET && path == WATCHED[0] {
+                // The share list: `db`, naming Secret infra/db-creds.
+                answer(
+                    StatusCode::OK,
+                    json!({"apiVersion": "sharedresource.inlineguard.dev/v1alpha1", "kind": "SharedSecretList",
+                           "metadata": {"resourceVersion": "1"},
+                           "items": [{"metadata": {"name": "db", "resourceVersion": "1"},
+                                      "spec": {"secretRef": {"namespace": "infra", "name": "db-creds"}}}]}),
+                )
+            } else {
+                cluster.respond(&request)
+            };
+            async move { Ok::<_, Infallible>(response) }
+        }
+    });
+    let _entered = runtime.enter();
+    let source = KubernetesSource::new(
+        kube::Client::new(service, "default"),
+        runtime.handle().clone(),
+        Arc::new(Metrics::new()),
+    );
+    let infra_secrets = |asked: &[String]| asked.iter().any(|path| path == "/api/v1/namespaces/infra/secrets");
+    let wait_for = |what: &str, seen: &dyn Fn(&[String]) -> bool| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !seen(&asked.lock().unwrap()) {
+            assert!(std::time::Instant::now() < deadline, "never {what}: {:?}", asked.lock().unwrap());
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    };
+    // The share watch listed `db` (requests after its list come from having read it)...
+    wait_for("listed the shares", &|asked| asked.iter().filter(|p| *p == WATCHED[0]).count() >= 2);
+    assert!(!infra_secrets(&asked.lock().unwrap()), "watched infra's Secrets before serving from there");
+    // ...and a volume served from infra starts the watch there.
+    source.content(&request("web")).unwrap();
+    wait_for("watched infra's Secrets", &|asked| infra_secrets(asked));
 }
