@@ -46,6 +46,14 @@ pub struct VolumeSettings {
     pub refresh_content: bool,
 }
 
+#[cfg(test)]
+impl VolumeSettings {
+    /// The settings unit tests build volumes with: 1 MiB tmpfs, content refreshed.
+    pub(crate) fn for_tests(kubelet_dir: PathBuf, host_read_only: bool) -> VolumeSettings {
+        VolumeSettings { tmpfs_bytes: 1 << 20, host_read_only, kubelet_dir, refresh_content: true }
+    }
+}
+
 /// The source name of the tmpfs the driver mounts for `volume_id`: how it recognises its own
 /// mount at a target.
 pub fn mount_tag(volume_id: &str) -> String {

@@ -24,7 +24,7 @@ struct Fixture {
 }
 
 fn settings(host_read_only: bool) -> VolumeSettings {
-    VolumeSettings { tmpfs_bytes: 1 << 20, host_read_only, kubelet_dir: PathBuf::new(), refresh_content: true }
+    VolumeSettings::for_tests(PathBuf::new(), host_read_only)
 }
 
 fn fixture(mut settings: VolumeSettings) -> Fixture {
@@ -333,16 +333,16 @@ impl ContentSource for Scripted {
     }
 }
 
+/// A payload of one file, `password`, holding `value`.
+fn password(value: &str) -> crate::atomic_writer::Payload {
+    [("password".to_string(), crate::atomic_writer::FileContent::new(value.as_bytes()))].into()
+}
+
 /// A Node service under `root` with a fake mounter and a scripted source.
 fn scripted_service(root: &Path, source: Arc<Scripted>) -> NodeService {
     NodeService::new(
         "node-1".into(),
-        VolumeSettings {
-            tmpfs_bytes: 1 << 20,
-            host_read_only: false,
-            kubelet_dir: root.to_path_buf(),
-            refresh_content: true,
-        },
+        VolumeSettings::for_tests(root.to_path_buf(), false),
         Arc::new(FakeMounter::default()),
         Arc::new(FileVolumeStore::open(root.join("state")).unwrap()),
         source,
@@ -354,10 +354,7 @@ fn scripted_service(root: &Path, source: Arc<Scripted>) -> NodeService {
 async fn a_refresh_empties_on_revocation_or_deletion_and_keeps_content_when_the_source_is_unreachable() {
     let dir = tempfile::tempdir().unwrap();
     let source = Arc::new(Scripted::default());
-    let one = |value: &str| -> crate::atomic_writer::Payload {
-        [("password".to_string(), crate::atomic_writer::FileContent::new(value.as_bytes()))].into()
-    };
-    source.set(Ok(one("s3cret")));
+    source.set(Ok(password("s3cret")));
     let service = Arc::new(scripted_service(dir.path(), source.clone()));
     let node = NodeGrpc::new(service.clone());
     let request = request_at(dir.path(), "csi-1", "unused");
@@ -376,7 +373,7 @@ async fn a_refresh_empties_on_revocation_or_deletion_and_keeps_content_when_the_
     assert_eq!(read(), None, "revoked access empties the volume");
     assert!(target.exists(), "and it stays mounted");
 
-    source.set(Ok(one("back")));
+    source.set(Ok(password("back")));
     service.refresh_all();
     assert_eq!(read().as_deref(), Some("back"));
 
@@ -389,10 +386,7 @@ async fn a_refresh_empties_on_revocation_or_deletion_and_keeps_content_when_the_
 async fn a_failed_refresh_is_reported_at_the_next_republish_until_one_succeeds() {
     let dir = tempfile::tempdir().unwrap();
     let source = Arc::new(Scripted::default());
-    let one = |value: &str| -> crate::atomic_writer::Payload {
-        [("password".to_string(), crate::atomic_writer::FileContent::new(value.as_bytes()))].into()
-    };
-    source.set(Ok(one("s3cret")));
+    source.set(Ok(password("s3cret")));
     let metrics = Arc::new(Metrics::new());
     let service = Arc::new(scripted_service(dir.path(), source.clone()).with_metrics(metrics.clone()));
     let node = NodeGrpc::new(service.clone());
@@ -407,7 +401,7 @@ async fn a_failed_refresh_is_reported_at_the_next_republish_until_one_succeeds()
     let status = node.node_publish_volume(Request::new(request.clone())).await.unwrap_err();
     assert_eq!((status.code(), status.message()), (Code::ResourceExhausted, too_large), "kubelet sees it");
 
-    source.set(Ok(one("rotated")));
+    source.set(Ok(password("rotated")));
     node.node_publish_volume(Request::new(request.clone())).await.expect("the republish refreshed it");
     let target = PathBuf::from(&request.target_path);
     assert_eq!(fs::read_to_string(target.join("password")).unwrap(), "rotated");

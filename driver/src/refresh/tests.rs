@@ -120,12 +120,7 @@ fn node_over(root: &Path, source: Arc<Gated>, metrics: Arc<Metrics>) -> Arc<Node
     Arc::new(
         NodeService::new(
             "node-1".into(),
-            VolumeSettings {
-                tmpfs_bytes: 1 << 20,
-                host_read_only: false,
-                kubelet_dir: root.into(),
-                refresh_content: true,
-            },
+            VolumeSettings::for_tests(root.into(), false),
             Arc::new(FakeMounter::default()),
             Arc::new(FileVolumeStore::open(root.join("state")).unwrap()),
             source,

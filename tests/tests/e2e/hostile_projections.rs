@@ -19,7 +19,7 @@ use tonic::Code;
 use crate::kubelet_publish::{channel, kubelet_request};
 use crate::shares::{
     DRIVER_USER, InProcessDriver, WITHIN, apply_file, create_object, create_shared_secret, still_mounted,
-    unpublish_as_kubelet,
+    unpublish_as_kubelet, wait_for_view,
 };
 use crate::support::{Outcome, SHARED_RESOURCE_DRIVER, Suite, create, create_namespace, pods_path, wait_established};
 
@@ -59,35 +59,18 @@ async fn store_pod(suite: &Suite, namespace: &str, object: Value) -> Result<Pod,
     serde_json::from_value(answer.body).map_err(|e| e.to_string())
 }
 
-/// The visible files of a volume, `None` when the target is not a directory the test can read
-/// (so "emptied" is never confused with "gone").
-fn files(target: &Path) -> Option<Vec<String>> {
-    let mut names: Vec<String> = std::fs::read_dir(target)
-        .ok()?
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|name| !name.starts_with(".."))
-        .collect();
-    names.sort();
-    Some(names)
-}
-
-/// Waits until `target` is mounted and shows exactly `expected`; how long that took.
+/// Waits until `target` is mounted and shows exactly the names `expected`; how long that took.
 async fn wait_for(target: &Path, what: &str, expected: &[&str]) -> Result<std::time::Duration, String> {
-    let started = Instant::now();
-    loop {
-        let seen = files(target);
-        if still_mounted(target) && seen.as_deref().is_some_and(|seen| seen == expected) {
-            return Ok(started.elapsed());
-        }
-        if started.elapsed() > WITHIN {
-            return Err(format!(
-                "{what}: expected {expected:?} in a mounted volume, saw {seen:?} (mounted: {})",
-                still_mounted(target)
-            ));
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    let names = |target: &Path| -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(target)
+            .map(|entries| entries.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+            .unwrap_or_default();
+        names.retain(|name| !name.starts_with(".."));
+        names.sort();
+        names
+    };
+    let expected: Vec<String> = expected.iter().map(|name| name.to_string()).collect();
+    wait_for_view(target, what, names, &expected, |names| format!("{names:?}")).await
 }
 
 /// The driver's requests whose path and query contain `fragment`, from the audit log.

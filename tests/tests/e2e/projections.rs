@@ -11,7 +11,6 @@ use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
 
 use inline_guard_proto::csi::v1::NodePublishVolumeRequest;
 use inline_guard_proto::csi::v1::node_client::NodeClient;
@@ -26,7 +25,7 @@ use tonic::Code;
 
 use crate::kubelet_publish::{channel, kubelet_request};
 use crate::shares::{
-    InProcessDriver, WITHIN, apply_file, create_object, create_shared_secret, still_mounted, unpublish_as_kubelet,
+    InProcessDriver, apply_file, create_object, create_shared_secret, unpublish_as_kubelet, wait_for_view,
 };
 use crate::support::{Outcome, SHARED_RESOURCE_DRIVER, Suite, create, create_namespace, pods_path, wait_established};
 
@@ -84,28 +83,12 @@ fn no_token_in_records(state: &Path, volume_id: &str, tokens: &[&str]) -> Outcom
     Ok(())
 }
 
-/// Waits until `target` holds exactly `expected`.
+/// Waits until `target` is mounted and holds exactly `expected`.
 async fn wait_for_tree(target: &Path, what: &str, expected: &[File]) -> Outcome {
-    let deadline = Instant::now() + WITHIN;
-    loop {
-        let seen = tree(target);
-        // Mounted and readable: an unmounted or vanished volume would show no files either.
-        if seen == expected && still_mounted(target) {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            let brief = |files: &[File]| -> Vec<(String, usize, String)> {
-                files.iter().map(|(p, c, m)| (p.clone(), c.len(), format!("{m:o}"))).collect()
-            };
-            return Err(format!(
-                "{what}: the volume holds {:?} (mounted: {}), expected {:?} in a mounted volume within {WITHIN:?}",
-                brief(&seen),
-                still_mounted(target),
-                brief(expected)
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let brief = |files: &Vec<File>| -> String {
+        format!("{:?}", files.iter().map(|(p, c, m)| (p.clone(), c.len(), format!("{m:o}"))).collect::<Vec<_>>())
+    };
+    wait_for_view(target, what, tree, &expected.to_vec(), brief).await.map(drop)
 }
 
 fn file(path: &str, content: &str, mode: u32) -> File {

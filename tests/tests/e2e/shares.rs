@@ -204,24 +204,37 @@ pub fn still_mounted(target: &Path) -> bool {
         && std::fs::read_dir(target).is_ok()
 }
 
-async fn wait_for_files(target: &Path, what: &str, expected: &[(&str, &str)]) -> Outcome {
-    let expected: Vec<(String, String)> = expected.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-    let deadline = Instant::now() + WITHIN;
+/// Waits until `target` is mounted, readable and `view` of it equals `expected` ("emptied" is
+/// mounted, readable and empty: an unmounted or vanished volume shows nothing either); returns
+/// how long that took. `shown` turns a view into the failure's words.
+pub async fn wait_for_view<T: PartialEq>(
+    target: &Path,
+    what: &str,
+    view: impl Fn(&Path) -> T,
+    expected: &T,
+    shown: impl Fn(&T) -> String,
+) -> Result<Duration, String> {
+    let started = Instant::now();
     loop {
-        let seen = files(target);
-        // "Emptied" means mounted, readable and empty: an unmounted or vanished volume would
-        // list no files too.
+        let seen = view(target);
         let present = still_mounted(target);
-        if seen == expected && present {
-            return Ok(());
+        if present && seen == *expected {
+            return Ok(started.elapsed());
         }
-        if Instant::now() > deadline {
+        if started.elapsed() > WITHIN {
             return Err(format!(
-                "{what}: the volume holds {seen:?} (mounted and readable: {present}), expected {expected:?} within {WITHIN:?}"
+                "{what}: the volume holds {} (mounted and readable: {present}), expected {} within {WITHIN:?}",
+                shown(&seen),
+                shown(expected)
             ));
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+async fn wait_for_files(target: &Path, what: &str, expected: &[(&str, &str)]) -> Outcome {
+    let expected: Vec<(String, String)> = expected.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    wait_for_view(target, what, files, &expected, |files| format!("{files:?}")).await.map(drop)
 }
 
 /// The driver's SubjectAccessReviews so far, whatever their answer.
