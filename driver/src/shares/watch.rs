@@ -1,6 +1,6 @@
 //! What makes a volume's content change, watched so that a change applies at once rather than at
 //! the next periodic refresh: shares (created, edited, deleted), the Secrets and ConfigMaps they
-//! name (watched only in the namespaces shares point at), grants (bindings and roles, in
+//! name (each watched on its own, once this node served a volume from it), grants (bindings and roles, in
 //! [`super::grant_watch`]), and projections. The watches of backing objects and projections are
 //! metadata-only: no Secret data ever reaches the driver through them. An event only notes which
 //! volumes to refresh (a share's event: that share's volumes; a backing object's: the volumes of
@@ -21,27 +21,31 @@ use kube::{Client, Resource};
 use tracing::warn;
 
 use super::access::ShareKind;
-use super::api::{SharedConfigMap, SharedSecret};
+use super::api::{ObjectRef, SharedConfigMap, SharedSecret};
 use super::cache::{CachedShare, ShareCache};
 use super::source::{SHARED_CONFIG_MAP_ATTRIBUTE, SHARED_SECRET_ATTRIBUTE};
 use crate::changes::Changes;
 use crate::metrics::Metrics;
-use crate::object_name::NamespaceName;
+use crate::object_name::{NamespaceName, ObjectName};
 use crate::projection::api::SharedProjection;
 
 /// The backing objects volumes were served from, and the shares that named them: only their
-/// changes matter, and only those shares' volumes are refreshed. The namespaces they live in
-/// are the only ones whose Secrets or ConfigMaps this node watches.
+/// changes matter, and only those shares' volumes are refreshed. They are the only Secrets and
+/// ConfigMaps this node watches, each on its own (`fieldSelector=metadata.name=...`, as kubelet's
+/// `Watch` strategy does), so the driver needs read access to nothing else.
 #[derive(Debug)]
 pub struct Served {
-    objects: Mutex<HashMap<(ShareKind, String, String), HashSet<String>>>,
-    // Counts the times a namespace was served from for the first time.
-    new_namespaces: tokio::sync::watch::Sender<u64>,
+    objects: Mutex<HashMap<ObjectKey, HashSet<String>>>,
+    // Counts the times an object was served for the first time.
+    new_objects: tokio::sync::watch::Sender<u64>,
 }
+
+/// A backing object: its kind, namespace and name.
+type ObjectKey = (ShareKind, String, String);
 
 impl Default for Served {
     fn default() -> Served {
-        Served { objects: Mutex::default(), new_namespaces: tokio::sync::watch::Sender::new(0) }
+        Served { objects: Mutex::default(), new_objects: tokio::sync::watch::Sender::new(0) }
     }
 }
 
@@ -49,30 +53,22 @@ impl Served {
     /// Notes that share `share` of `kind` served its backing object `namespace/name`.
     pub fn note(&self, kind: ShareKind, namespace: &str, name: &str, share: &str) {
         let mut objects = self.objects.lock().unwrap_or_else(|p| p.into_inner());
-        let new_namespace = !objects.keys().any(|(of, in_namespace, _)| *of == kind && in_namespace == namespace);
-        objects.entry((kind, namespace.to_string(), name.to_string())).or_default().insert(share.to_string());
+        let key = (kind, namespace.to_string(), name.to_string());
+        let new_object = !objects.contains_key(&key);
+        objects.entry(key).or_default().insert(share.to_string());
         drop(objects);
-        if new_namespace {
-            self.new_namespaces.send_modify(|count| *count += 1);
+        if new_object {
+            self.new_objects.send_modify(|count| *count += 1);
         }
     }
 
-    /// The namespaces objects of `kind` were served from.
-    fn namespaces(&self, kind: ShareKind) -> HashSet<String> {
+    /// Whether a volume was served from object `namespace/name` of `kind`.
+    fn contains(&self, kind: ShareKind, namespace: &str, name: &str) -> bool {
         let objects = self.objects.lock().unwrap_or_else(|p| p.into_inner());
-        objects.keys().filter(|(of, _, _)| *of == kind).map(|(_, namespace, _)| namespace.clone()).collect()
+        objects.contains_key(&(kind, namespace.to_string(), name.to_string()))
     }
 
-    /// The shares that served a backing object of `kind` in `namespace`.
-    fn shares_in(&self, kind: ShareKind, namespace: &str) -> HashSet<String> {
-        let served = self.objects.lock().unwrap_or_else(|p| p.into_inner());
-        served
-            .iter()
-            .filter(|((of, in_namespace, _), _)| *of == kind && in_namespace == namespace)
-            .flat_map(|(_, shares)| shares.iter().cloned())
-            .collect()
-    }
-
+    /// The shares that served backing object `namespace/name` of `kind`.
     fn shares_of(&self, kind: ShareKind, namespace: &str, name: &str) -> Vec<String> {
         let served = self.objects.lock().unwrap_or_else(|p| p.into_inner());
         served
@@ -110,9 +106,9 @@ enum Changed {
 /// What an event of a kind makes the refresher cover.
 #[derive(Clone)]
 enum Interest {
-    /// Changes to backing objects of this kind, in this namespace, that some volume was served
-    /// from; their versions go to the cache.
-    Served(ShareKind, String, Arc<Served>, Arc<ShareCache>),
+    /// Changes to one backing object (kind, namespace, name) that some volume was served from;
+    /// its versions go to the cache.
+    Served(ObjectKey, Arc<Served>, Arc<ShareCache>),
     /// A projection's change: its volumes.
     Projection,
 }
@@ -146,18 +142,24 @@ pub async fn watch_changes(
         ),
         futures_util::future::join3(
             super::grant_watch::watch_grants(client.clone(), wake.clone(), m()),
-            wake_on::<SharedProjection>(Api::all(client), Interest::Projection, wake.clone(), m()),
+            wake_on::<SharedProjection>(
+                Api::all(client),
+                watcher::Config::default(),
+                Interest::Projection,
+                wake.clone(),
+                m(),
+            ),
             wake.deliver_grant_looks(),
         ),
     )
     .await;
 }
 
-/// The watches of backing objects, one per namespace; dropping it stops them all.
+/// The watches of backing objects, one per object; dropping it stops them all.
 #[derive(Default)]
-struct NamespaceWatches(HashMap<String, tokio::task::JoinHandle<()>>);
+struct ObjectWatches(HashMap<(NamespaceName, ObjectName), tokio::task::JoinHandle<()>>);
 
-impl Drop for NamespaceWatches {
+impl Drop for ObjectWatches {
     fn drop(&mut self) {
         for watch in self.0.values() {
             watch.abort();
@@ -165,11 +167,11 @@ impl Drop for NamespaceWatches {
     }
 }
 
-/// Watches the shares of one kind (`S`). A share's event refreshes that share's volumes. Backing
-/// objects (`B`) are watched by a metadata watch per namespace that a share points at and this
-/// node has served a volume from: started when both first hold, stopped when no share points
-/// there any more, so no other namespace's Secrets or ConfigMaps are watched, and a node that
-/// serves no share watches none.
+/// Watches the shares of one kind (`S`). A share's event refreshes that share's volumes. Each
+/// backing object (`B`) that a share names and this node has served a volume from is watched on
+/// its own, metadata only: started when both first hold, stopped when no share names it any
+/// more; so no other Secret or ConfigMap is ever watched (or need be readable by the driver),
+/// and a node that serves no share watches none.
 async fn follow_shares<S, B>(
     client: Client,
     kind: ShareKind,
@@ -181,17 +183,17 @@ async fn follow_shares<S, B>(
     S: Watchable,
     B: Watchable + Resource<Scope = k8s_openapi::NamespaceResourceScope>,
 {
-    // Share name → the namespace of its backing object.
-    let mut shares: HashMap<String, String> = HashMap::new();
+    // Share name → the backing object it names.
+    let mut shares: HashMap<String, ObjectRef> = HashMap::new();
     let mut relisting: Option<HashMap<String, CachedShare>> = None;
-    let mut watches = NamespaceWatches::default();
+    let mut watches = ObjectWatches::default();
     let events = watch_stream(Api::<S>::all(client.clone()), watcher::Config::default()).default_backoff().map(Some);
-    // A namespace served from for the first time may need its watch: `None` in the stream.
-    let new_namespaces = futures_util::stream::unfold(served.new_namespaces.subscribe(), |mut changes| async move {
+    // An object served for the first time may need its watch: `None` in the stream.
+    let new_objects = futures_util::stream::unfold(served.new_objects.subscribe(), |mut changes| async move {
         changes.changed().await.ok()?;
         Some((None, changes))
     });
-    let mut events = futures_util::stream::select(events, new_namespaces).boxed();
+    let mut events = futures_util::stream::select(events, new_objects).boxed();
     while let Some(event) = events.next().await {
         let name_of = |share: &S| share.meta().name.clone().unwrap_or_default();
         match event {
@@ -203,13 +205,13 @@ async fn follow_shares<S, B>(
             // A relist may have missed changes: every volume is looked at again.
             Some(Ok(Event::InitDone)) => {
                 let listed = relisting.take().unwrap_or_default();
-                shares = listed.iter().map(|(name, (backing, _))| (name.clone(), backing.namespace.clone())).collect();
+                shares = listed.iter().map(|(name, (backing, _))| (name.clone(), backing.clone())).collect();
                 cache.list_shares(kind, listed);
                 wake.everything();
             }
             Some(Ok(Event::Apply(share))) => {
                 let (name, found) = (name_of(&share), backing_of(&share));
-                shares.insert(name.clone(), found.0.namespace.clone());
+                shares.insert(name.clone(), found.0.clone());
                 cache.set_share(kind, &name, Some(found));
                 wake.share(attribute(kind), &name);
             }
@@ -224,47 +226,57 @@ async fn follow_shares<S, B>(
                 warn!(kind = %S::kind(&()), error = %crate::quote::Logged(&error), "watch failed; retrying with backoff (the periodic refresh continues)");
             }
         }
-        // Only namespace names go into a watch's path: a share naming something else serves
-        // nothing (its volumes are refused naming it) and is watched nowhere.
-        let served_from = served.namespaces(kind);
-        let wanted: HashSet<&String> = shares
+        // Only valid names go into a watch's path and field selector: a share naming something
+        // else serves nothing (its volumes are refused naming it) and is watched nowhere.
+        let wanted: HashSet<(NamespaceName, ObjectName)> = shares
             .values()
-            .filter(|namespace| served_from.contains(*namespace) && NamespaceName::parse(namespace).is_ok())
+            .filter(|named| served.contains(kind, &named.namespace, &named.name))
+            .filter_map(|named| {
+                Some((NamespaceName::parse(&named.namespace).ok()?, ObjectName::parse(&named.name).ok()?))
+            })
             .collect();
-        watches.0.retain(|namespace, watch| {
-            let keep = wanted.contains(namespace);
+        watches.0.retain(|object, watch| {
+            let keep = wanted.contains(object);
             if !keep {
                 watch.abort();
             }
             keep
         });
-        for namespace in wanted {
-            if !watches.0.contains_key(namespace) {
-                let api = Api::<PartialObjectMeta<B>>::namespaced(client.clone(), namespace);
-                let interest = Interest::Served(kind, namespace.clone(), served.clone(), cache.clone());
-                let watch = tokio::spawn(wake_on::<B>(api, interest, wake.clone(), metrics.clone()));
-                watches.0.insert(namespace.clone(), watch);
+        for object in wanted {
+            if !watches.0.contains_key(&object) {
+                let (namespace, name) = &object;
+                let api = Api::<PartialObjectMeta<B>>::namespaced(client.clone(), namespace.as_str());
+                let one = watcher::Config::default().fields(&format!("metadata.name={name}"));
+                let key = (kind, namespace.as_str().to_string(), name.as_str().to_string());
+                let interest = Interest::Served(key, served.clone(), cache.clone());
+                let watch = tokio::spawn(wake_on::<B>(api, one, interest, wake.clone(), metrics.clone()));
+                watches.0.insert(object, watch);
             }
         }
     }
 }
 
-async fn wake_on<K>(api: Api<PartialObjectMeta<K>>, interest: Interest, wake: Arc<Changes>, metrics: Arc<Metrics>)
-where
+async fn wake_on<K>(
+    api: Api<PartialObjectMeta<K>>,
+    config: watcher::Config,
+    interest: Interest,
+    wake: Arc<Changes>,
+    metrics: Arc<Metrics>,
+) where
     K: Watchable,
 {
-    watch_stream(api, watcher::Config::default())
+    watch_stream(api, config)
         .default_backoff()
         .for_each(|event| {
             match event {
                 // The initial list says nothing changed; a relist after an error may have
-                // missed a change, so it wakes what the watch covers: for backing objects, the
-                // volumes served from that namespace (a share that starts pointing there woke
-                // its own volumes already), not every volume of the node.
+                // missed a change, so it wakes what the watch covers: for a backing object, the
+                // volumes served from it (a share that starts naming it woke its own volumes
+                // already), not every volume of the node.
                 Ok(Event::Init | Event::InitApply(_)) => {}
                 Ok(Event::InitDone) => match &interest {
-                    Interest::Served(kind, namespace, served, _) => {
-                        for share in served.shares_in(*kind, namespace) {
+                    Interest::Served((kind, namespace, name), served, _) => {
+                        for share in served.shares_of(*kind, namespace, name) {
                             wake.share(attribute(*kind), &share);
                         }
                     }
@@ -276,11 +288,10 @@ where
                         Event::Delete(object) => (Changed::Deleted, object),
                         _ => return std::future::ready(()),
                     };
-                    let namespace = object.metadata.namespace.as_deref().unwrap_or_default();
-                    let name = object.metadata.name.as_deref().unwrap_or_default();
+                    let (namespace, name) = names_of(&object);
                     match &interest {
                         Interest::Projection => wake.projection(namespace, name),
-                        Interest::Served(kind, _, served, cache) => {
+                        Interest::Served((kind, _, _), served, cache) => {
                             let version = match &event_kind {
                                 Changed::Applied => object.metadata.resource_version.clone(),
                                 Changed::Deleted => None,
@@ -302,37 +313,45 @@ where
         .await;
 }
 
+/// An object's namespace and name as the apiserver sent them.
+fn names_of<K>(object: &PartialObjectMeta<K>) -> (&str, &str) {
+    (object.metadata.namespace.as_deref().unwrap_or_default(), object.metadata.name.as_deref().unwrap_or_default())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn the_shares_served_from_a_namespace_are_those_of_its_objects_of_that_kind() {
+    fn the_shares_served_from_an_object_are_those_that_named_it() {
         let served = Served::default();
         served.note(ShareKind::Secret, "owner", "db-creds", "db");
-        served.note(ShareKind::Secret, "owner", "api-key", "api");
+        served.note(ShareKind::Secret, "owner", "db-creds", "db-again");
         served.note(ShareKind::Secret, "other", "db-creds", "other-db");
-        served.note(ShareKind::ConfigMap, "owner", "ca", "ca");
-        let in_owner = served.shares_in(ShareKind::Secret, "owner");
-        assert_eq!(in_owner, HashSet::from(["db".to_string(), "api".to_string()]));
-        assert_eq!(served.shares_in(ShareKind::ConfigMap, "owner"), HashSet::from(["ca".to_string()]));
-        assert!(served.shares_in(ShareKind::Secret, "elsewhere").is_empty());
+        served.note(ShareKind::ConfigMap, "owner", "db-creds", "ca");
+        let mut of_owner = served.shares_of(ShareKind::Secret, "owner", "db-creds");
+        of_owner.sort();
+        assert_eq!(of_owner, ["db", "db-again"]);
+        assert_eq!(served.shares_of(ShareKind::ConfigMap, "owner", "db-creds"), ["ca"]);
         assert_eq!(served.shares_of(ShareKind::Secret, "other", "db-creds"), ["other-db"]);
+        assert!(served.shares_of(ShareKind::Secret, "owner", "api-key").is_empty());
+        assert!(served.contains(ShareKind::Secret, "other", "db-creds"));
+        assert!(!served.contains(ShareKind::ConfigMap, "other", "db-creds"));
     }
 
     #[test]
-    fn a_namespace_served_from_for_the_first_time_is_announced_once() {
+    fn an_object_served_for_the_first_time_is_announced_once() {
         let served = Served::default();
-        let mut announced = served.new_namespaces.subscribe();
+        let mut announced = served.new_objects.subscribe();
         served.note(ShareKind::Secret, "owner", "db-creds", "db");
-        assert!(announced.has_changed().unwrap(), "a first namespace");
+        assert!(announced.has_changed().unwrap(), "a first object");
         announced.mark_unchanged();
-        served.note(ShareKind::Secret, "owner", "api-key", "api");
         served.note(ShareKind::Secret, "owner", "db-creds", "db-again");
-        assert!(!announced.has_changed().unwrap(), "the same namespace again");
-        served.note(ShareKind::ConfigMap, "owner", "ca", "ca");
-        assert!(announced.has_changed().unwrap(), "the namespace, for another kind");
-        assert_eq!(served.namespaces(ShareKind::Secret), HashSet::from(["owner".to_string()]));
-        assert!(served.namespaces(ShareKind::Secret).len() == 1 && !served.namespaces(ShareKind::ConfigMap).is_empty());
+        assert!(!announced.has_changed().unwrap(), "the same object again");
+        served.note(ShareKind::Secret, "owner", "api-key", "api");
+        assert!(announced.has_changed().unwrap(), "another object of the namespace");
+        announced.mark_unchanged();
+        served.note(ShareKind::ConfigMap, "owner", "api-key", "api");
+        assert!(announced.has_changed().unwrap(), "the same names, for another kind");
     }
 }

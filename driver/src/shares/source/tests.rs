@@ -238,10 +238,11 @@ fn a_share_naming_an_object_that_cannot_exist_is_refused_without_reading_it() {
     assert!(error.withdraws_content(), "a published volume of it is emptied");
 }
 
-/// Secrets are watched only in a namespace this node has served a volume from: a share pointing
-/// at `infra` starts no watch there until a volume is served from it.
+/// A backing object is watched only once this node has served a volume from it, and on its own:
+/// a share naming infra/db-creds starts no watch until a volume is served from it, and then a
+/// watch of that one Secret (the driver needs read access to nothing else).
 #[test]
-fn backing_objects_are_watched_only_where_a_volume_was_served_from() {
+fn a_backing_object_is_watched_alone_once_a_volume_was_served_from_it() {
     let runtime = runtime();
     let asked: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
     let cluster = everything();
@@ -249,7 +250,7 @@ fn backing_objects_are_watched_only_where_a_volume_was_served_from() {
         let asked = asked.clone();
         move |request: Request<kube::client::Body>| {
             let path = request.uri().path().to_string();
-            asked.lock().unwrap().push(path.clone());
+            asked.lock().unwrap().push(request.uri().to_string());
             let response = if request.method() == Method::GET && path == WATCHED[0] {
                 // The share list: `db`, naming Secret infra/db-creds.
                 answer(
@@ -271,7 +272,8 @@ fn backing_objects_are_watched_only_where_a_volume_was_served_from() {
         runtime.handle().clone(),
         Arc::new(Metrics::new()),
     );
-    let infra_secrets = |asked: &[String]| asked.iter().any(|path| path == "/api/v1/namespaces/infra/secrets");
+    let infra_secrets = |asked: &[String]| asked.iter().any(|uri| uri.starts_with("/api/v1/namespaces/infra/secrets?"));
+    let only_db_creds = |uri: &String| uri.contains("fieldSelector=metadata.name%3Ddb-creds");
     let wait_for = |what: &str, seen: &dyn Fn(&[String]) -> bool| {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
         while !seen(&asked.lock().unwrap()) {
@@ -280,9 +282,14 @@ fn backing_objects_are_watched_only_where_a_volume_was_served_from() {
         }
     };
     // The share watch listed `db` (requests after its list come from having read it)...
-    wait_for("listed the shares", &|asked| asked.iter().filter(|p| *p == WATCHED[0]).count() >= 2);
+    let share_list = |uri: &&String| uri.split('?').next() == Some(WATCHED[0]);
+    wait_for("listed the shares", &|asked| asked.iter().filter(share_list).count() >= 2);
     assert!(!infra_secrets(&asked.lock().unwrap()), "watched infra's Secrets before serving from there");
     // ...and a volume served from infra starts the watch there.
     source.content(&request("web")).unwrap();
     wait_for("watched infra's Secrets", &|asked| infra_secrets(asked));
+    let asked = asked.lock().unwrap();
+    let watches: Vec<&String> =
+        asked.iter().filter(|uri| uri.starts_with("/api/v1/namespaces/infra/secrets?")).collect();
+    assert!(watches.iter().all(|uri| only_db_creds(uri)), "a watch of more than infra/db-creds: {watches:?}");
 }
