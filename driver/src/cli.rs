@@ -47,8 +47,7 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
             return if error.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS };
         }
     };
-    use std::io::IsTerminal as _;
-    let _ = tracing_subscriber::fmt().with_writer(|| LossyStderr).with_ansi(std::io::stderr().is_terminal()).try_init();
+    init_logging();
     match run(flags) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
@@ -56,6 +55,12 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// Logs to standard error, in colour only on a terminal.
+pub(crate) fn init_logging() {
+    use std::io::IsTerminal as _;
+    let _ = tracing_subscriber::fmt().with_writer(|| LossyStderr).with_ansi(std::io::stderr().is_terminal()).try_init();
 }
 
 /// Standard error that swallows write failures: tracing-subscriber panics when it cannot report a
@@ -76,7 +81,9 @@ impl std::io::Write for LossyStderr {
 }
 
 /// A client for `kubeconfig`, else for `$KUBECONFIG` or the in-cluster service account.
-async fn kube_client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client, Box<dyn std::error::Error>> {
+pub(crate) async fn kube_client(
+    kubeconfig: Option<&std::path::Path>,
+) -> Result<kube::Client, Box<dyn std::error::Error>> {
     // kube's TLS goes through rustls; only the ring provider is compiled in.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let config = match kubeconfig {
@@ -116,7 +123,9 @@ fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
             let client = runtime.block_on(kube_client(config.kubeconfig.as_deref()))?;
             let timeout = std::time::Duration::from_secs(config.request_timeout_seconds);
             Arc::new(
-                KubernetesSource::new(client, runtime.handle().clone(), metrics.clone()).with_request_timeout(timeout),
+                KubernetesSource::new(client, runtime.handle().clone(), metrics.clone())
+                    .with_request_timeout(timeout)
+                    .with_pod_metadata(config.pod_metadata),
             )
         }
     };

@@ -45,6 +45,10 @@ pub struct DriverConfig {
     /// turn them off too). Off, a volume keeps what it was published with; losing access still
     /// empties it.
     pub refresh: bool,
+    /// Whether the driver reads pods, for projections whose `podInfo` items show the pod's
+    /// labels or annotations. Off by default: reading pods needs `get pods` cluster-wide
+    /// (`config/deploy/driver/pod-metadata.yaml`); off, such a projection is refused at publish.
+    pub pod_metadata: bool,
     /// The plain-HTTP health port (`/healthz`, `/readyz`, `/metrics`); none when unset.
     pub health_address: Option<std::net::SocketAddr>,
     /// After SIGTERM, how long requests in flight may take before the driver exits anyway (an
@@ -67,6 +71,7 @@ impl Default for DriverConfig {
             refresh_seconds: 60,
             request_timeout_seconds: 10,
             refresh: true,
+            pod_metadata: false,
             health_address: None,
             shutdown_timeout_seconds: 10,
         }

@@ -9,7 +9,8 @@
 //! the writer, the mounter, the records, recovery, the state lock, registration (and the
 //! `:authority` rewrite kubelet needs), sockets, the health port and its metrics, and the
 //! content sources: `shares` (SharedSecret and SharedConfigMap of the cluster, access-checked,
-//! watched) and a directory of static shares for demos.
+//! watched) and a directory of static shares for demos. `read_grants` is the small controller
+//! that lets the driver read exactly what shares name.
 
 pub mod atomic_writer;
 pub mod authority_rewrite;
@@ -29,6 +30,7 @@ pub mod plugin;
 pub mod projection;
 pub mod publish_request;
 pub mod quote;
+pub mod read_grants;
 pub mod recovery;
 pub mod refresh;
 pub mod registration;

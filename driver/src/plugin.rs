@@ -67,6 +67,7 @@ impl Plugin {
                 refresh_seconds: 3600,
                 request_timeout_seconds: 10,
                 refresh: true,
+                pod_metadata: false,
                 health_address: None,
                 shutdown_timeout_seconds: 10,
             },

@@ -69,7 +69,7 @@ impl KubernetesSource {
         {
             return Err(failures.swap_remove(error));
         }
-        data.pod = self.pod_facts(request, &spec).await?;
+        data.pod = self.pod_facts(request, &spec).await.map_err(|e| in_projection(&namespace, name, e))?;
         compose(&spec, &data).map_err(|e| in_projection(&namespace, name, e))
     }
 
@@ -82,7 +82,8 @@ impl KubernetesSource {
     }
 
     /// What the driver knows of the pod: names from kubelet; labels and annotations from the
-    /// apiserver, read only when an item shows them, and only from the pod of this uid.
+    /// apiserver, read only when an item shows them, only from the pod of this uid, and only
+    /// when reading pods is allowed (`podMetadata`), refused naming the item otherwise.
     async fn pod_facts(&self, request: &PublishRequest, spec: &ProjectionSpec) -> Result<PodFacts> {
         let pod = &request.pod;
         let mut facts = PodFacts {
@@ -92,11 +93,20 @@ impl KubernetesSource {
             service_account_name: pod.service_account.clone(),
             ..PodFacts::default()
         };
-        let needs_object = spec.sources.iter().filter_map(|source| source.pod_info.as_ref()).any(|info| {
-            info.items.iter().any(|item| PodField::parse(&item.field_path).is_ok_and(|f| f.needs_pod_object()))
+        let needs_object = spec.sources.iter().enumerate().find_map(|(index, source)| {
+            let items = &source.pod_info.as_ref()?.items;
+            let item = items.iter().find(|i| PodField::parse(&i.field_path).is_ok_and(|f| f.needs_pod_object()))?;
+            Some((index, item))
         });
-        if !needs_object {
+        let Some((index, item)) = needs_object else {
             return Ok(facts);
+        };
+        if !self.pod_metadata {
+            return Err(Error::FailedPrecondition(format!(
+                "sources[{index}] (podInfo) shows {} of the pod, and this node's driver does not read pods \
+                 (podMetadata is off in its configuration; config/deploy/driver/pod-metadata.yaml opts in)",
+                quote(&item.field_path)
+            )));
         }
         let namespace = pod_namespace(request)?;
         let name = ObjectName::parse(&pod.name)

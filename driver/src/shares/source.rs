@@ -91,6 +91,8 @@ pub struct KubernetesSource {
     passes: Mutex<HashMap<PassId, Pass>>,
     metrics: Arc<Metrics>,
     request_timeout: Duration,
+    /// Whether pods may be read for their labels and annotations (`podMetadata`).
+    pub(crate) pod_metadata: bool,
     watches: tokio::task::JoinHandle<()>,
 }
 
@@ -124,6 +126,7 @@ impl KubernetesSource {
             passes: Mutex::default(),
             metrics,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            pod_metadata: false,
             watches,
         }
     }
@@ -131,6 +134,13 @@ impl KubernetesSource {
     /// The same source, giving up each request after `timeout`.
     pub fn with_request_timeout(mut self, timeout: Duration) -> KubernetesSource {
         self.request_timeout = timeout;
+        self
+    }
+
+    /// The same source, reading pods for projections that show their labels or annotations
+    /// when `allowed` (off unless asked: it needs `get pods` cluster-wide).
+    pub fn with_pod_metadata(mut self, allowed: bool) -> KubernetesSource {
+        self.pod_metadata = allowed;
         self
     }
 

@@ -243,14 +243,13 @@ async fn follow_shares<S, B>(
             keep
         });
         for object in wanted {
-            if !watches.0.contains_key(&object) {
-                let (namespace, name) = &object;
+            if let std::collections::hash_map::Entry::Vacant(entry) = watches.0.entry(object) {
+                let (namespace, name) = entry.key();
                 let api = Api::<PartialObjectMeta<B>>::namespaced(client.clone(), namespace.as_str());
                 let one = watcher::Config::default().fields(&format!("metadata.name={name}"));
                 let key = (kind, namespace.as_str().to_string(), name.as_str().to_string());
                 let interest = Interest::Served(key, served.clone(), cache.clone());
-                let watch = tokio::spawn(wake_on::<B>(api, one, interest, wake.clone(), metrics.clone()));
-                watches.0.insert(object, watch);
+                entry.insert(tokio::spawn(wake_on::<B>(api, one, interest, wake.clone(), metrics.clone())));
             }
         }
     }

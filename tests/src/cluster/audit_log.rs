@@ -26,6 +26,9 @@ pub struct AuditEvent {
     /// What the request was about.
     #[serde(default)]
     pub object_ref: Option<ObjectRef>,
+    /// The answer's status, once there is one.
+    #[serde(default)]
+    pub response_status: Option<ResponseStatus>,
     /// Audit annotations, a webhook's prefixed with the webhook's name.
     #[serde(default)]
     pub annotations: BTreeMap<String, String>,
@@ -37,6 +40,14 @@ pub struct User {
     /// The user name.
     #[serde(default)]
     pub username: String,
+}
+
+/// `responseStatus`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ResponseStatus {
+    /// The HTTP code.
+    #[serde(default)]
+    pub code: u16,
 }
 
 /// `objectRef`.
@@ -57,6 +68,11 @@ impl AuditEvent {
     /// The identity the request acted as: the impersonated user when there is one.
     pub fn acting_user(&self) -> &str {
         self.impersonated_user.as_ref().map_or(&self.user.username, |user| &user.username)
+    }
+
+    /// Whether the apiserver refused it (403).
+    pub fn forbidden(&self) -> bool {
+        self.response_status.as_ref().is_some_and(|status| status.code == 403)
     }
 
     /// Whether this is the completed request for `resource` `namespace/name`.

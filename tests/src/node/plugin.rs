@@ -6,18 +6,33 @@ use std::path::{Path, PathBuf};
 
 use crate::cluster::ChildProcess;
 
-/// Set in the environment of the re-executed test binary.
+/// Set in the environment of the re-executed test binary: which of the driver's programs to be.
 const DRIVER_CHILD_ENV: &str = "INLINE_GUARD_E2E_DRIVER";
+/// [`DRIVER_CHILD_ENV`]'s value for the read-grants controller (any other: the node plugin).
+const READ_GRANTS: &str = "read-grants";
 
-/// Call first thing in a test binary's `main`: when this process is the driver child, runs the
-/// driver and exits.
+/// Call first thing in a test binary's `main`: when this process is the driver child (the node
+/// plugin, or the read-grants controller), runs it and exits.
 pub fn run_driver_if_child() {
-    if std::env::var_os(DRIVER_CHILD_ENV).is_none() {
+    let Some(program) = std::env::var_os(DRIVER_CHILD_ENV) else {
         return;
-    }
-    let args = std::iter::once("sharedresource-csi-driver".into()).chain(std::env::args_os().skip(1));
-    let code = sharedresource_csi_driver::cli::main(args);
+    };
+    let code = if program == READ_GRANTS {
+        let args = std::iter::once("sharedresource-read-grants".into()).chain(std::env::args_os().skip(1));
+        sharedresource_csi_driver::read_grants::cli::main(args)
+    } else {
+        let args = std::iter::once("sharedresource-csi-driver".into()).chain(std::env::args_os().skip(1));
+        sharedresource_csi_driver::cli::main(args)
+    };
     std::process::exit(if code == std::process::ExitCode::SUCCESS { 0 } else { 2 });
+}
+
+/// Starts the read-grants controller as the identity in `kubeconfig`, logging to
+/// `dir/read-grants.log`.
+pub fn start_read_grants(kubeconfig: &Path, dir: &Path) -> Result<ChildProcess, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let args = ["--kubeconfig".into(), kubeconfig.display().to_string()];
+    ChildProcess::spawn("read-grants", &exe, &args, &[(DRIVER_CHILD_ENV, READ_GRANTS)], dir)
 }
 
 /// Where the driver of a node keeps what.
@@ -48,7 +63,8 @@ impl PluginFiles {
     }
 
     /// Lays out a driver serving the cluster's shares as the identity in `kubeconfig`, with its
-    /// periodic recheck every `refresh_seconds` and its health port on `health`.
+    /// periodic recheck every `refresh_seconds` and its health port on `health`; it reads pods
+    /// for projections that show their labels (the suite applies `pod-metadata.yaml` too).
     pub fn kubernetes(
         dir: &Path,
         kubelet_root: &Path,
@@ -57,7 +73,7 @@ impl PluginFiles {
         health: std::net::SocketAddr,
     ) -> Result<PluginFiles, String> {
         let source = format!(
-            "contentSource: kubernetes\nkubeconfig: {}\nrefreshSeconds: {refresh_seconds}\nhealthAddress: {health}\n",
+            "contentSource: kubernetes\nkubeconfig: {}\nrefreshSeconds: {refresh_seconds}\nhealthAddress: {health}\npodMetadata: true\n",
             kubeconfig.display()
         );
         PluginFiles::with_source(dir, kubelet_root, &source)

@@ -16,7 +16,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::{Value, json};
 use tonic::Code;
 
-use crate::kubelet_publish::{channel, kubelet_request};
+use crate::kubelet_publish::{channel, kubelet_request, publish_as_kubelet};
 use crate::shares::{
     DRIVER_USER, InProcessDriver, WITHIN, apply_file, create_object, create_shared_secret, still_mounted,
     unpublish_as_kubelet, wait_for_view,
@@ -144,8 +144,8 @@ pub async fn hostile_share_names_never_reach_the_apiserver_and_revocation_still_
         let attacker_target = dir.path().join("pods/attacker/volumes/kubernetes.io~csi/v/mount");
         let victim_target = dir.path().join("pods/victim/volumes/kubernetes.io~csi/v/mount");
         let attacker_request = kubelet_request(&attacker_pod, "v", &attacker_target)?;
-        node.node_publish_volume(attacker_request.clone()).await.map_err(|e| format!("publishing the attacker's projection: {e}"))?;
-        node.node_publish_volume(kubelet_request(&victim_pod, "v", &victim_target)?).await.map_err(|e| format!("publishing the victim's share: {e}"))?;
+        publish_as_kubelet(&mut node, &attacker_request).await.map_err(|e| format!("publishing the attacker's projection: {e}"))?;
+        publish_as_kubelet(&mut node, &kubelet_request(&victim_pod, "v", &victim_target)?).await.map_err(|e| format!("publishing the victim's share: {e}"))?;
         wait_for(&attacker_target, "the attacker's projection published", &["db"]).await?;
         wait_for(&victim_target, "the victim's share published", &["password"]).await?;
 

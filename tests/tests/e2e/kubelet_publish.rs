@@ -155,3 +155,24 @@ pub async fn admitted_pod_publishes_unguarded_pod_is_refused(suite: &Suite) -> O
     running.await.map_err(|e| e.to_string())?.map_err(|e| e.to_string())?;
     result
 }
+
+/// NodePublishVolume as kubelet sends it for a new pod: retried while the driver answers
+/// UNAVAILABLE (kubelet retries with backoff; the suite every 200 ms), for at most
+/// [`crate::shares::WITHIN`]. A share created a moment ago is such a case: its backing object
+/// becomes readable to the driver when the read-grants controller has granted it.
+pub async fn publish_as_kubelet(
+    node: &mut NodeClient<tonic::transport::Channel>,
+    request: &NodePublishVolumeRequest,
+) -> Result<(), tonic::Status> {
+    let started = std::time::Instant::now();
+    loop {
+        match node.node_publish_volume(request.clone()).await {
+            Ok(_) => return Ok(()),
+            Err(status) if status.code() == tonic::Code::Unavailable && started.elapsed() < crate::shares::WITHIN => {
+                println!("publish retried as kubelet would: {}", status.message());
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(status) => return Err(status),
+        }
+    }
+}

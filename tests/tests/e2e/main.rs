@@ -19,6 +19,7 @@ mod node;
 mod node_projection;
 mod projections;
 mod rbac;
+mod read_grants;
 mod read_only;
 mod relabel;
 mod shares;
@@ -80,6 +81,10 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
         (
             "manifests::rbac_grants_the_webhook_exactly_what_it_needs",
             Box::new(|s| Box::pin(rbac::webhook_gets_exactly_what_it_needs(s))),
+        ),
+        (
+            "manifests::driver_reads_only_what_shares_name",
+            Box::new(|s| Box::pin(read_grants::driver_reads_only_what_shares_name(s))),
         ),
         (
             "manifests::deploy_pass_server_side_dry_run",

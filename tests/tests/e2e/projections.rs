@@ -23,7 +23,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use tonic::Code;
 
-use crate::kubelet_publish::{channel, kubelet_request};
+use crate::kubelet_publish::{channel, kubelet_request, publish_as_kubelet};
 use crate::shares::{
     InProcessDriver, apply_file, create_object, create_shared_secret, unpublish_as_kubelet, wait_for_view,
 };
@@ -360,7 +360,7 @@ pub async fn sources_compose_update_atomically_revoke_as_one_and_tokens_follow_r
         let tokens = kubelet_tokens(admin, &app, &audiences, 3600).await?;
         let token = tokens[&audience]["token"].as_str().unwrap_or_default().to_string();
         let request = with_tokens(kubelet_request(&app, "config", &target)?, &tokens);
-        node.node_publish_volume(request.clone()).await.map_err(|e| format!("publishing the projection: {e}"))?;
+        publish_as_kubelet(&mut node, &request).await.map_err(|e| format!("publishing the projection: {e}"))?;
         no_token_in_records(&dir.path().join("state"), &request.volume_id, &[&token])?;
         // kubelet's rendering: sorted, Go-quoted, no final newline.
         let annotations = "note=\"say \\\"hi\\\"\\n\"";

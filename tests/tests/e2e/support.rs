@@ -5,8 +5,9 @@
 use std::time::{Duration, Instant};
 
 use inline_guard_tests::apply::{apply, objects};
-use inline_guard_tests::cluster::{AuditEvent, Cluster};
+use inline_guard_tests::cluster::{AuditEvent, ChildProcess, Cluster};
 use inline_guard_tests::node::Node;
+use inline_guard_tests::node::plugin::start_read_grants;
 use inline_guard_tests::peers::Peers;
 use inline_guard_tests::repo_root;
 use inline_guard_tests::webhook::{Registration, WebhookServer, register};
@@ -29,6 +30,8 @@ pub const POD_WEBHOOK: &str = "pods.csi-volume-admission.inlineguard.dev";
 pub const WORKLOAD_WEBHOOK: &str = "workloads.csi-volume-admission.inlineguard.dev";
 /// The webhook's identity in `config/deploy/rbac.yaml`.
 pub const SERVICE_ACCOUNT: &str = "system:serviceaccount:inline-guard-system:csi-volume-admission";
+/// The read-grants controller's identity in `config/deploy/driver/read-grants.yaml`.
+pub const READ_GRANTS_USER: &str = "system:serviceaccount:inline-guard-system:sharedresource-read-grants";
 /// The driver the shipped configuration forces read-only.
 pub const SHARED_RESOURCE_DRIVER: &str = "sharedresource.csi.inlineguard.dev";
 
@@ -40,6 +43,9 @@ pub struct Suite {
     /// The real node (containerd, kubelet, the driver), or why it did not start: only the node
     /// scenarios fail then. First, so that it is torn down while the apiserver still runs.
     pub node: Result<Node, String>,
+    /// The read-grants controller, as its own ServiceAccount: what lets the driver read the
+    /// Secrets and ConfigMaps shares name.
+    pub _read_grants: ChildProcess,
     /// `serve` with `config/admission.yaml`, for namespaces labelled `WEBHOOK_LABEL=shared`.
     pub shared: WebhookServer,
     /// `serve` with `config/openshift-compatible.yaml`, for `WEBHOOK_LABEL=openshift`.
@@ -97,17 +103,36 @@ impl Suite {
             let driver = repo_root().join("config/deploy/driver");
             let mut objects_of_driver = objects(&driver.join("crds.yaml"))?;
             objects_of_driver.extend(objects(&driver.join("rbac.yaml"))?);
+            // The read-grants controller's identity as shipped (its Deployment is run below as
+            // a process, this control plane running no controller-manager), and the opt-in to
+            // reading pods, which the projection scenarios use.
+            let read_grants = objects(&driver.join("read-grants.yaml"))?;
+            objects_of_driver.extend(read_grants.into_iter().filter(|o| o["kind"] != "Deployment"));
+            objects_of_driver.extend(objects(&driver.join("pod-metadata.yaml"))?);
             apply(&admin, &objects_of_driver, false).await?;
             wait_established(&admin, "sharedsecrets.sharedresource.inlineguard.dev").await?;
+            let controller = cluster.kubeconfig_as(READ_GRANTS_USER)?;
+            let read_grants = start_read_grants(&controller, cluster.run_dir())?;
             let identity =
                 cluster.kubeconfig_as("system:serviceaccount:inline-guard-system:sharedresource-csi-driver")?;
-            Node::start(&cluster, &peers, &admin, &identity).await
-        });
+            Ok::<_, String>((Node::start(&cluster, &peers, &admin, &identity).await, read_grants))
+        })?;
+        let (node, read_grants) = node;
         match &node {
             Ok(_) => eprintln!("e2e: node Ready after {:?}", started.elapsed()),
             Err(error) => eprintln!("e2e: THE NODE DID NOT START; every node scenario fails with this:\n{error}"),
         }
-        Ok(Suite { node, shared, openshift, _registrations: registrations, admin, cluster, peers, runtime })
+        Ok(Suite {
+            node,
+            _read_grants: read_grants,
+            shared,
+            openshift,
+            _registrations: registrations,
+            admin,
+            cluster,
+            peers,
+            runtime,
+        })
     }
 }
 

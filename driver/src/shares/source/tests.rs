@@ -293,3 +293,59 @@ fn a_backing_object_is_watched_alone_once_a_volume_was_served_from_it() {
         asked.iter().filter(|uri| uri.starts_with("/api/v1/namespaces/infra/secrets?")).collect();
     assert!(watches.iter().all(|uri| only_db_creds(uri)), "a watch of more than infra/db-creds: {watches:?}");
 }
+
+/// A projection showing the pod's labels is refused, naming the item, without reading the pod,
+/// unless reading pods was opted into; then the pod is read and its labels shown.
+#[test]
+fn pod_labels_are_read_only_when_opted_into() {
+    let runtime = runtime();
+    let asked: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+    let service = tower::service_fn({
+        let asked = asked.clone();
+        move |request: Request<kube::client::Body>| {
+            let path = request.uri().path().to_string();
+            asked.lock().unwrap().push(path.clone());
+            let response = match path.as_str() {
+                "/apis/sharedresource.inlineguard.dev/v1alpha1/namespaces/team-a/sharedprojections/app" => answer(
+                    StatusCode::OK,
+                    json!({"apiVersion": "sharedresource.inlineguard.dev/v1alpha1", "kind": "SharedProjection",
+                           "metadata": {"name": "app", "namespace": "team-a"},
+                           "spec": {"sources": [{"podInfo": {"items": [
+                               {"path": "name", "fieldPath": "metadata.name"},
+                               {"path": "labels", "fieldPath": "metadata.labels"}]}}]}}),
+                ),
+                "/api/v1/namespaces/team-a/pods/web" => answer(
+                    StatusCode::OK,
+                    json!({"apiVersion": "v1", "kind": "Pod",
+                           "metadata": {"name": "web", "namespace": "team-a", "uid": "u", "labels": {"app": "web"}}}),
+                ),
+                _ => not_found(),
+            };
+            async move { Ok::<_, Infallible>(response) }
+        }
+    });
+    let _entered = runtime.enter();
+    let client = kube::Client::new(service, "default");
+    let mut projected = request("reader");
+    projected.attributes = [("projection".to_string(), "app".to_string())].into();
+    let pod_read = |asked: &[String]| asked.iter().any(|path| path.contains("/pods/"));
+
+    let refusing = KubernetesSource::new(client.clone(), runtime.handle().clone(), Arc::new(Metrics::new()));
+    assert_eq!(
+        refusing.content(&projected),
+        Err(Error::FailedPrecondition(
+            "SharedProjection team-a/\"app\": sources[0] (podInfo) shows \"metadata.labels\" of the pod, and this \
+             node's driver does not read pods (podMetadata is off in its configuration; \
+             config/deploy/driver/pod-metadata.yaml opts in)"
+                .into()
+        ))
+    );
+    assert!(asked.lock().unwrap().iter().any(|p| p.ends_with("/sharedprojections/app")), "the projection was read");
+    assert!(!pod_read(&asked.lock().unwrap()), "the pod was read without the opt-in");
+
+    let reading =
+        KubernetesSource::new(client, runtime.handle().clone(), Arc::new(Metrics::new())).with_pod_metadata(true);
+    let payload = reading.content(&projected).unwrap();
+    assert_eq!(payload["labels"].data, b"app=\"web\"");
+    assert!(pod_read(&asked.lock().unwrap()));
+}

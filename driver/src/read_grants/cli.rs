@@ -1,0 +1,70 @@
+//! The command line of `sharedresource-read-grants`: which cluster, which ServiceAccount the
+//! grants are for, then the controller until SIGTERM.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+
+use super::plan::DriverAccount;
+
+#[derive(Parser)]
+#[command(
+    name = "sharedresource-read-grants",
+    version,
+    about = "Keeps RBAC letting the shared-resource CSI driver read exactly the Secrets and ConfigMaps shares name"
+)]
+struct Flags {
+    /// Kubeconfig to use; $KUBECONFIG or the in-cluster ServiceAccount otherwise.
+    #[arg(long, value_name = "FILE")]
+    kubeconfig: Option<PathBuf>,
+    /// The driver's ServiceAccount, NAMESPACE/NAME: the grants' only subject.
+    #[arg(long, value_name = "NAMESPACE/NAME", default_value = "inline-guard-system/sharedresource-csi-driver")]
+    driver_service_account: String,
+    /// How long one request to the apiserver may take.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
+    request_timeout_seconds: u64,
+}
+
+/// Parses `args` (the program name first) and runs until SIGTERM or SIGINT: 0 then, 2 when it
+/// cannot start.
+pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
+    let flags = match Flags::try_parse_from(args) {
+        Ok(flags) => flags,
+        Err(error) => {
+            let _ = error.print();
+            return if error.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS };
+        }
+    };
+    crate::cli::init_logging();
+    match run(flags) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("sharedresource-read-grants: {error}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
+    let driver = DriverAccount::parse(&flags.driver_service_account)?;
+    if flags.request_timeout_seconds == 0 {
+        return Err("--request-timeout-seconds must be at least 1".into());
+    }
+    let timeout = Duration::from_secs(flags.request_timeout_seconds);
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(async {
+        let client = crate::cli::kube_client(flags.kubeconfig.as_deref()).await?;
+        let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            () = super::controller::run(client, driver, timeout) => {}
+            _ = terminate.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })?;
+    runtime.shutdown_timeout(Duration::from_millis(200));
+    Ok(())
+}

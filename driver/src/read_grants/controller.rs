@@ -1,0 +1,184 @@
+//! The read-grants controller: keeps, in each namespace a share points into, the Role and
+//! RoleBinding [`super::plan`] computes, so the driver on every node may read the Secrets and
+//! ConfigMaps shares name and nothing else. It watches both share kinds and its own Roles and
+//! RoleBindings (selected by its label: it never touches another object), and after any change
+//! applies the difference (server-side apply, so two replicas agree rather than fight). Nothing
+//! is removed before every watch has listed: a controller that has not yet seen the shares must
+//! not take grants away. A failed step is retried with backoff (up to 30 s), so a grant for a
+//! namespace created after its share arrives within that; every request has a timeout.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt as _;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt as _, watcher};
+use kube::{Client, Resource};
+use tokio::sync::Notify;
+use tracing::{info, warn};
+
+use super::plan::{
+    DriverAccount, Existing, GRANT_NAME, MANAGED_BY, MANAGED_BY_LABEL, Step, binding, role, steps, wanted,
+};
+use crate::error::Result;
+use crate::quote::Logged;
+use crate::shares::access::ShareKind;
+use crate::shares::api::{SharedConfigMap, SharedSecret};
+use crate::shares::apiserver::ask;
+
+/// How long after a change the controller waits for the changes that come with it (a share
+/// created with others, its own writes coming back) before it acts.
+const SETTLE: Duration = Duration::from_millis(200);
+/// The longest wait before a failed step is tried again.
+const MAX_RETRY: Duration = Duration::from_secs(30);
+/// How often everything is compared even when nothing was seen to change.
+const RESYNC: Duration = Duration::from_secs(300);
+
+/// What the controller watches, each kept whole by a reflector.
+struct Stores {
+    secrets: Store<SharedSecret>,
+    config_maps: Store<SharedConfigMap>,
+    roles: Store<Role>,
+    bindings: Store<RoleBinding>,
+}
+
+/// Runs the controller with `client` for `driver`, each request given up after `timeout`, until
+/// dropped.
+pub async fn run(client: Client, driver: DriverAccount, timeout: Duration) {
+    let changed = Arc::new(Notify::new());
+    let mine = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
+    let stores = Stores {
+        secrets: follow(Api::all(client.clone()), watcher::Config::default(), changed.clone()),
+        config_maps: follow(Api::all(client.clone()), watcher::Config::default(), changed.clone()),
+        roles: follow(Api::all(client.clone()), mine.clone(), changed.clone()),
+        bindings: follow(Api::all(client.clone()), mine, changed.clone()),
+    };
+    for ready in [
+        stores.secrets.wait_until_ready().await,
+        stores.config_maps.wait_until_ready().await,
+        stores.roles.wait_until_ready().await,
+        stores.bindings.wait_until_ready().await,
+    ] {
+        if ready.is_err() {
+            return;
+        }
+    }
+    info!("every watch has listed; keeping the driver's read grants");
+    let mut retry = Duration::from_secs(1);
+    loop {
+        let failed = reconcile(&client, &stores, &driver, timeout).await;
+        let wait = if failed {
+            let wait = retry;
+            retry = (retry * 2).min(MAX_RETRY);
+            wait
+        } else {
+            retry = Duration::from_secs(1);
+            RESYNC
+        };
+        tokio::select! {
+            _ = changed.notified() => tokio::time::sleep(SETTLE).await,
+            _ = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+/// A reflector of `api` (as `config` selects) kept current in the background; every event
+/// notifies `changed`. The task ends with the store's last reader.
+fn follow<K>(api: Api<K>, config: watcher::Config, changed: Arc<Notify>) -> Store<K>
+where
+    K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+{
+    let (store, writer) = reflector::store();
+    let events = reflector::reflector(writer, watcher::watcher(api, config)).default_backoff();
+    tokio::spawn(events.for_each(move |event| {
+        match event {
+            Ok(_) => changed.notify_one(),
+            Err(error) => {
+                warn!(kind = %K::kind(&()), error = %Logged(&error), "watch failed; retrying with backoff")
+            }
+        }
+        std::future::ready(())
+    }));
+    store
+}
+
+/// Applies what differs; true when a step failed (it is retried).
+async fn reconcile(client: &Client, stores: &Stores, driver: &DriverAccount, timeout: Duration) -> bool {
+    let secrets = stores.secrets.state();
+    let config_maps = stores.config_maps.state();
+    let named = secrets
+        .iter()
+        .map(|share| (ShareKind::Secret, &share.spec.secret_ref))
+        .chain(config_maps.iter().map(|share| (ShareKind::ConfigMap, &share.spec.config_map_ref)))
+        .map(|(kind, object)| (kind, object.namespace.as_str(), object.name.as_str()));
+    let wanted = wanted(named);
+    let existing = Existing {
+        roles: stores
+            .roles
+            .state()
+            .iter()
+            .filter(|role| role.metadata.name.as_deref() == Some(GRANT_NAME))
+            .map(|role| (role.metadata.namespace.clone().unwrap_or_default(), role.rules.clone().unwrap_or_default()))
+            .collect(),
+        bindings: stores
+            .bindings
+            .state()
+            .iter()
+            .filter(|binding| binding.metadata.name.as_deref() == Some(GRANT_NAME))
+            .map(|binding| {
+                let namespace = binding.metadata.namespace.clone().unwrap_or_default();
+                (namespace, (binding.role_ref.clone(), binding.subjects.clone().unwrap_or_default()))
+            })
+            .collect(),
+    };
+    let mut failed = false;
+    for step in steps(&wanted, &existing, driver) {
+        if let Err(error) = take(client, &step, driver, timeout).await {
+            warn!(error = %Logged(&error), "a read grant could not be changed; retrying with backoff");
+            failed = true;
+        }
+    }
+    failed
+}
+
+/// Takes one step.
+async fn take(client: &Client, step: &Step, driver: &DriverAccount, timeout: Duration) -> Result<()> {
+    let apply = PatchParams::apply(MANAGED_BY).force();
+    match step {
+        Step::ApplyRole(namespace, readable) => {
+            let api = Api::<Role>::namespaced(client.clone(), namespace.as_str());
+            let what = || format!("applying Role {namespace}/{GRANT_NAME}");
+            ask(timeout, what, api.patch(GRANT_NAME, &apply, &Patch::Apply(role(namespace, readable)))).await?;
+            info!(%namespace, secrets = readable.secrets.len(), config_maps = readable.config_maps.len(), "read grant applied");
+        }
+        Step::ApplyBinding(namespace) => {
+            let api = Api::<RoleBinding>::namespaced(client.clone(), namespace.as_str());
+            let what = || format!("applying RoleBinding {namespace}/{GRANT_NAME}");
+            ask(timeout, what, api.patch(GRANT_NAME, &apply, &Patch::Apply(binding(namespace, driver)))).await?;
+        }
+        Step::Remove(namespace) => {
+            // Names from the controller's own labelled objects, which the apiserver named.
+            delete_if_present(Api::<RoleBinding>::namespaced(client.clone(), namespace), timeout).await?;
+            delete_if_present(Api::<Role>::namespaced(client.clone(), namespace), timeout).await?;
+            info!(%namespace, "read grant removed: no share points into the namespace");
+        }
+    }
+    Ok(())
+}
+
+/// Deletes the controller's object of `api`'s kind and namespace; one already gone is deleted.
+async fn delete_if_present<K>(api: Api<K>, timeout: Duration) -> Result<()>
+where
+    K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+{
+    let what = || format!("deleting {} {}/{GRANT_NAME}", K::kind(&()), api.namespace().unwrap_or_default());
+    let delete = async {
+        match api.delete(GRANT_NAME, &DeleteParams::default()).await {
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+            deleted => deleted.map(drop),
+        }
+    };
+    ask(timeout, what, delete).await
+}
