@@ -286,11 +286,18 @@ impl KubernetesSource {
             return Ok(Some(payload));
         }
         let what = || format!("reading {} {namespace}/{name}", kind.backing_kind());
+        let not_granted = |NotGranted| {
+            Error::Unavailable(format!(
+                "the driver may not read {} {namespace}/{name} yet: the read-grants controller \
+                 (sharedresource-read-grants) grants it to the driver once a share names it",
+                kind.backing_kind()
+            ))
+        };
         let mut payload = Payload::new();
         let version = match kind {
             ShareKind::Secret => {
                 let api = Api::<Secret>::namespaced(self.client.clone(), namespace);
-                let Some(secret) = self.ask(what, api.get_opt(name)).await? else {
+                let Some(secret) = self.ask(what, granted(api.get_opt(name))).await?.map_err(not_granted)? else {
                     return Ok(None);
                 };
                 for (key, value) in secret.data.unwrap_or_default() {
@@ -300,7 +307,7 @@ impl KubernetesSource {
             }
             ShareKind::ConfigMap => {
                 let api = Api::<ConfigMap>::namespaced(self.client.clone(), namespace);
-                let Some(config_map) = self.ask(what, api.get_opt(name)).await? else {
+                let Some(config_map) = self.ask(what, granted(api.get_opt(name))).await?.map_err(not_granted)? else {
                     return Ok(None);
                 };
                 for (key, value) in config_map.data.unwrap_or_default() {
@@ -316,6 +323,21 @@ impl KubernetesSource {
             self.cache.store_content(kind, namespace, name, version, payload.clone());
         }
         Ok(Some(payload))
+    }
+}
+
+/// The apiserver refused the driver a backing object: RBAC does not (yet) grant it.
+struct NotGranted;
+
+/// `call`'s answer, with a refusal (403) told apart from other failures: the driver reads a
+/// backing object only once the read-grants controller has granted it, which follows a new
+/// share by moments, and that is worth saying in the driver's own words.
+async fn granted<T>(
+    call: impl std::future::Future<Output = std::result::Result<T, kube::Error>>,
+) -> std::result::Result<std::result::Result<T, NotGranted>, kube::Error> {
+    match call.await {
+        Err(kube::Error::Api(status)) if status.code == 403 => Ok(Err(NotGranted)),
+        answer => answer.map(Ok),
     }
 }
 

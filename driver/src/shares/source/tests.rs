@@ -349,3 +349,38 @@ fn pod_labels_are_read_only_when_opted_into() {
     assert_eq!(payload["labels"].data, b"app=\"web\"");
     assert!(pod_read(&asked.lock().unwrap()));
 }
+
+/// A backing object RBAC does not grant the driver (the read-grants controller has not caught up
+/// with a new share) is UNAVAILABLE, kubelet retries, and the message says why in the driver's
+/// words, never the apiserver's.
+#[test]
+fn a_backing_object_not_yet_granted_is_unavailable_naming_the_controller() {
+    let runtime = runtime();
+    let cluster = everything();
+    let service = tower::service_fn(move |request: Request<kube::client::Body>| {
+        let response = if request.uri().path() == "/api/v1/namespaces/infra/secrets/db-creds" {
+            answer(
+                StatusCode::FORBIDDEN,
+                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Forbidden", "code": 403,
+                       "message": "secrets \"db-creds\" is forbidden: User \"system:serviceaccount:x:y\" cannot get"}),
+            )
+        } else {
+            cluster.respond(&request)
+        };
+        async move { Ok::<_, Infallible>(response) }
+    });
+    let _entered = runtime.enter();
+    let source = KubernetesSource::new(
+        kube::Client::new(service, "default"),
+        runtime.handle().clone(),
+        Arc::new(Metrics::new()),
+    );
+    assert_eq!(
+        source.content(&request("web")),
+        Err(Error::Unavailable(
+            "the driver may not read Secret infra/db-creds yet: the read-grants controller \
+             (sharedresource-read-grants) grants it to the driver once a share names it"
+                .into()
+        ))
+    );
+}
