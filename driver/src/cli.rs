@@ -40,7 +40,18 @@ struct Flags {
 /// Parses `args` (the program name first), serves until SIGTERM or SIGINT, and returns the exit
 /// code: 0 after a clean shutdown, 2 when the driver cannot start.
 pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
-    let flags = match Flags::try_parse_from(args) {
+    run_program::<Flags>("sharedresource-csi-driver", args, run)
+}
+
+/// A program of the driver's image: `args` parsed into `F` (help and version printed, a usage
+/// error is exit code 2), logging started, then `run`; its error is printed after `name`, with
+/// exit code 2.
+pub(crate) fn run_program<F: Parser>(
+    name: &str,
+    args: impl IntoIterator<Item = OsString>,
+    run: fn(F) -> Result<(), Box<dyn std::error::Error>>,
+) -> ExitCode {
+    let flags = match F::try_parse_from(args) {
         Ok(flags) => flags,
         Err(error) => {
             let _ = error.print();
@@ -51,14 +62,14 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     match run(flags) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("sharedresource-csi-driver: {error}");
+            eprintln!("{name}: {error}");
             ExitCode::from(2)
         }
     }
 }
 
 /// Logs to standard error, in colour only on a terminal.
-pub(crate) fn init_logging() {
+fn init_logging() {
     use std::io::IsTerminal as _;
     let _ = tracing_subscriber::fmt().with_writer(|| LossyStderr).with_ansi(std::io::stderr().is_terminal()).try_init();
 }

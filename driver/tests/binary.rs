@@ -19,6 +19,26 @@ use support::{channel, kubelet_target, publish_request, snapshot};
 mod support;
 
 #[test]
+fn the_read_grants_controller_refuses_a_driver_account_that_is_not_namespace_slash_name() {
+    for (account, why) in [
+        ("just-a-name", "\"just-a-name\" is not NAMESPACE/NAME"),
+        (
+            "Bad_NS/driver",
+            "the driver's ServiceAccount: \"Bad_NS\" is not a valid namespace name: a namespace name is at \
+             most 63 characters of lowercase letters, digits and '-', starting and ending with a letter or digit",
+        ),
+    ] {
+        let output = Command::new(env!("CARGO_BIN_EXE_sharedresource-read-grants"))
+            .args(["--kubeconfig", "/nonexistent", "--driver-service-account", account])
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(2), "{account}");
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        assert_eq!(stderr.trim_end(), format!("sharedresource-read-grants: {why}"));
+    }
+}
+
+#[test]
 fn a_bad_configuration_stops_the_driver_naming_the_field() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("driver.yaml");

@@ -31,21 +31,7 @@ struct Flags {
 /// Parses `args` (the program name first) and runs until SIGTERM or SIGINT: 0 then, 2 when it
 /// cannot start.
 pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
-    let flags = match Flags::try_parse_from(args) {
-        Ok(flags) => flags,
-        Err(error) => {
-            let _ = error.print();
-            return if error.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS };
-        }
-    };
-    crate::cli::init_logging();
-    match run(flags) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("sharedresource-read-grants: {error}");
-            ExitCode::from(2)
-        }
-    }
+    crate::cli::run_program::<Flags>("sharedresource-read-grants", args, run)
 }
 
 fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {

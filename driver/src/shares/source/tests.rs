@@ -83,6 +83,21 @@ fn source(cluster: Cluster, runtime: &tokio::runtime::Runtime) -> KubernetesSour
     KubernetesSource::new(client, runtime.handle().clone(), Arc::new(Metrics::new()))
 }
 
+/// A source whose apiserver answers with `answer_first` when it has an answer, and as `cluster`
+/// otherwise.
+fn source_answering(
+    cluster: Cluster,
+    runtime: &tokio::runtime::Runtime,
+    answer_first: impl Fn(&Request<kube::client::Body>) -> Option<Response<Full<Bytes>>> + Clone + Send + 'static,
+) -> KubernetesSource {
+    let service = tower::service_fn(move |request: Request<kube::client::Body>| {
+        let response = answer_first(&request).unwrap_or_else(|| cluster.respond(&request));
+        async move { Ok::<_, Infallible>(response) }
+    });
+    let _entered = runtime.enter();
+    KubernetesSource::new(kube::Client::new(service, "default"), runtime.handle().clone(), Arc::new(Metrics::new()))
+}
+
 fn request(service_account: &str) -> PublishRequest {
     PublishRequest {
         volume_id: "csi-1".into(),
@@ -245,14 +260,12 @@ fn a_share_naming_an_object_that_cannot_exist_is_refused_without_reading_it() {
 fn a_backing_object_is_watched_alone_once_a_volume_was_served_from_it() {
     let runtime = runtime();
     let asked: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
-    let cluster = everything();
-    let service = tower::service_fn({
+    let source = source_answering(everything(), &runtime, {
         let asked = asked.clone();
-        move |request: Request<kube::client::Body>| {
-            let path = request.uri().path().to_string();
+        move |request| {
             asked.lock().unwrap().push(request.uri().to_string());
-            let response = if request.method() == Method::GET && path == WATCHED[0] {
-                // The share list: `db`, naming Secret infra/db-creds.
+            // The share list: `db`, naming Secret infra/db-creds.
+            (request.method() == Method::GET && request.uri().path() == WATCHED[0]).then(|| {
                 answer(
                     StatusCode::OK,
                     json!({"apiVersion": "sharedresource.inlineguard.dev/v1alpha1", "kind": "SharedSecretList",
@@ -260,18 +273,9 @@ fn a_backing_object_is_watched_alone_once_a_volume_was_served_from_it() {
                            "items": [{"metadata": {"name": "db", "resourceVersion": "1"},
                                       "spec": {"secretRef": {"namespace": "infra", "name": "db-creds"}}}]}),
                 )
-            } else {
-                cluster.respond(&request)
-            };
-            async move { Ok::<_, Infallible>(response) }
+            })
         }
     });
-    let _entered = runtime.enter();
-    let source = KubernetesSource::new(
-        kube::Client::new(service, "default"),
-        runtime.handle().clone(),
-        Arc::new(Metrics::new()),
-    );
     let infra_secrets = |asked: &[String]| asked.iter().any(|uri| uri.starts_with("/api/v1/namespaces/infra/secrets?"));
     let only_db_creds = |uri: &String| uri.contains("fieldSelector=metadata.name%3Ddb-creds");
     let wait_for = |what: &str, seen: &dyn Fn(&[String]) -> bool| {
@@ -356,25 +360,15 @@ fn pod_labels_are_read_only_when_opted_into() {
 #[test]
 fn a_backing_object_not_yet_granted_is_unavailable_naming_the_controller() {
     let runtime = runtime();
-    let cluster = everything();
-    let service = tower::service_fn(move |request: Request<kube::client::Body>| {
-        let response = if request.uri().path() == "/api/v1/namespaces/infra/secrets/db-creds" {
+    let source = source_answering(everything(), &runtime, |request| {
+        (request.uri().path() == "/api/v1/namespaces/infra/secrets/db-creds").then(|| {
             answer(
                 StatusCode::FORBIDDEN,
                 json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Forbidden", "code": 403,
                        "message": "secrets \"db-creds\" is forbidden: User \"system:serviceaccount:x:y\" cannot get"}),
             )
-        } else {
-            cluster.respond(&request)
-        };
-        async move { Ok::<_, Infallible>(response) }
+        })
     });
-    let _entered = runtime.enter();
-    let source = KubernetesSource::new(
-        kube::Client::new(service, "default"),
-        runtime.handle().clone(),
-        Arc::new(Metrics::new()),
-    );
     assert_eq!(
         source.content(&request("web")),
         Err(Error::Unavailable(
