@@ -65,6 +65,17 @@ pub struct Changes {
     looks: Mutex<BTreeMap<u64, HashSet<Accounts>>>,
     looks_added: Notify,
     epoch: Instant,
+    grant_listener: std::sync::OnceLock<GrantListener>,
+}
+
+/// Told of each look at grants (the accounts it concerns) and of each relist of the grant
+/// watches (`None`: any account): what holds answers about grants forgets them then.
+struct GrantListener(Box<dyn Fn(Option<&[Accounts]>) + Send + Sync>);
+
+impl std::fmt::Debug for GrantListener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("GrantListener")
+    }
 }
 
 impl Default for Changes {
@@ -76,6 +87,7 @@ impl Default for Changes {
             looks: Mutex::default(),
             looks_added: Notify::new(),
             epoch: Instant::now(),
+            grant_listener: std::sync::OnceLock::new(),
         }
     }
 }
@@ -161,6 +173,21 @@ impl Changes {
         }
     }
 
+    /// Tells `listener` of each look at grants, before the volumes it touches are refreshed,
+    /// and of each relist of the grant watches. Only the first listener is kept.
+    pub fn on_grant_looks(&self, listener: impl Fn(Option<&[Accounts]>) + Send + Sync + 'static) {
+        let _ = self.grant_listener.set(GrantListener(Box::new(listener)));
+    }
+
+    /// A grant watch listed again and may have missed changes: every answer about grants is
+    /// forgotten, and every volume looked at.
+    pub fn grants_relisted(&self) {
+        if let Some(listener) = self.grant_listener.get() {
+            (listener.0)(None);
+        }
+        self.everything();
+    }
+
     /// A grant given or taken that may concern `accounts`: their volumes are looked at in the
     /// next window and again as [`GRANT_LOOKS`] says. Nothing when `accounts` is empty (the
     /// binding names no service account).
@@ -200,6 +227,9 @@ impl Changes {
                 let later = looks.split_off(&(window + 1));
                 std::mem::replace(&mut *looks, later).into_values().flatten().collect()
             };
+            if let Some(listener) = self.grant_listener.get() {
+                (listener.0)(Some(&due.iter().cloned().collect::<Vec<_>>()));
+            }
             self.pending.lock().unwrap_or_else(|p| p.into_inner()).accounts.extend(due);
             self.wake.notify_one();
         }

@@ -136,6 +136,7 @@ fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
             Arc::new(
                 KubernetesSource::new(client, runtime.handle().clone(), metrics.clone())
                     .with_request_timeout(timeout)
+                    .with_access_recheck(std::time::Duration::from_secs(config.access_recheck_seconds))
                     .with_pod_metadata(config.pod_metadata),
             )
         }

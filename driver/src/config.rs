@@ -37,6 +37,12 @@ pub struct DriverConfig {
     /// interval): rewritten when their content changed, emptied when access or the share went.
     #[serde(deserialize_with = "seconds")]
     pub refresh_seconds: u64,
+    /// How long an access check's answer serves a (service account, share) pair on this node
+    /// when no grant's change concerns it (the RoleBinding, ClusterRoleBinding, Role and
+    /// ClusterRole watches forget it at once when one may); spread ±10% per pair. The backstop
+    /// for what the watches cannot see (an authorizer webhook, a missed event).
+    #[serde(deserialize_with = "seconds")]
+    pub access_recheck_seconds: u64,
     /// How long one apiserver request may take before it is given up (the volume it was for
     /// keeps its content and is tried again at the next change or tick).
     #[serde(deserialize_with = "seconds")]
@@ -69,6 +75,7 @@ impl Default for DriverConfig {
             kubeconfig: None,
             static_shares_dir: None,
             refresh_seconds: 60,
+            access_recheck_seconds: 600,
             request_timeout_seconds: 10,
             refresh: true,
             pod_metadata: false,

@@ -28,7 +28,7 @@ pub struct PassId(pub u64);
 pub trait ContentSource: Send + Sync {
     /// True once the source can serve (Probe reports it).
     fn ready(&self) -> bool;
-    /// The files for `request`, asked afresh, or why it may not have them.
+    /// The files for `request` as they are now, or why it may not have them.
     fn content(&self, request: &PublishRequest) -> Result<Payload>;
     /// [`ContentSource::content`] within refresh pass `pass`: answers may be shared with the
     /// other volumes of the pass (one access check per service account and share, not per

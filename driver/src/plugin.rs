@@ -65,6 +65,7 @@ impl Plugin {
                 kubeconfig: None,
                 static_shares_dir: Some(shares.clone()),
                 refresh_seconds: 3600,
+                access_recheck_seconds: 600,
                 request_timeout_seconds: 10,
                 refresh: true,
                 pod_metadata: false,

@@ -120,7 +120,7 @@ async fn follow_bindings<B>(
             // A relist may have missed changes: every volume is looked at again.
             Ok(Event::InitDone) => {
                 grants.relisted(kind, relisting.take().unwrap_or_default());
-                wake.everything();
+                wake.grants_relisted();
             }
             Ok(Event::Apply(binding)) => {
                 let now = named(&binding);
@@ -150,7 +150,7 @@ async fn follow_roles<R>(
         match event {
             Ok(Event::Init | Event::InitApply(_)) => {}
             // A relist may have missed changes: every volume is looked at again.
-            Ok(Event::InitDone) => wake.everything(),
+            Ok(Event::InitDone) => wake.grants_relisted(),
             Ok(Event::Apply(role) | Event::Delete(role)) => {
                 let (namespace, name) = (
                     role.metadata.namespace.as_deref().unwrap_or_default(),

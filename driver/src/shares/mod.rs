@@ -8,6 +8,7 @@ pub mod apiserver;
 pub mod cache;
 pub mod grant_watch;
 pub mod grants;
+pub mod held_answers;
 pub mod source;
 pub mod status;
 pub mod watch;

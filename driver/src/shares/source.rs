@@ -1,11 +1,14 @@
 //! The Kubernetes-backed content source: a volume names one share (`sharedSecret` or
 //! `sharedConfigMap` in its attributes); its files are the share's backing Secret or ConfigMap,
 //! served only while the pod's service account may `use` the share. Every publish and every
-//! refresh asks the apiserver afresh, so an update reaches the volume at the next refresh, and a
-//! revoked binding or a deleted share or backing object empties it; an apiserver that cannot be
-//! reached changes nothing (the error is reported and the refresh retried). Within one refresh
-//! pass, answers are shared between volumes: one access check per service account and share,
-//! one read per share and backing object. Watches wake the refresher when any of them changes.
+//! refresh computes the volume again: the share and its object's content from the watches'
+//! caches (read when they have no current copy), the access check from an answer held until a
+//! grant's change may concern it (`held_answers`), so an update reaches the volume at the next
+//! refresh, and a revoked binding or a deleted share or backing object empties it; an apiserver
+//! that cannot be reached changes nothing (the error is reported and the refresh retried).
+//! Within one refresh pass, answers are shared between volumes: one access check per service
+//! account and share, one read per share and backing object. Watches wake the refresher when
+//! any of them changes.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -21,6 +24,7 @@ use super::access::{AccessQuestion, ShareKind};
 use super::api::{ObjectRef, ShareStatus, SharedConfigMap, SharedSecret};
 use super::apiserver::{DEFAULT_REQUEST_TIMEOUT, ask};
 use super::cache::ShareCache;
+use super::held_answers::{DEFAULT_ACCESS_RECHECK, HeldAnswers};
 use super::status::{Seen, desired};
 use super::watch::{Served, watch_changes};
 use crate::atomic_writer::{FileContent, Payload};
@@ -87,6 +91,7 @@ pub struct KubernetesSource {
     runtime: tokio::runtime::Handle,
     served: Arc<Served>,
     cache: Arc<ShareCache>,
+    answers: Arc<HeldAnswers>,
     changes: Arc<Changes>,
     passes: Mutex<HashMap<PassId, Pass>>,
     metrics: Arc<Metrics>,
@@ -110,6 +115,11 @@ impl KubernetesSource {
         let served = Arc::new(Served::default());
         let cache = Arc::new(ShareCache::default());
         let changes = Arc::new(Changes::default());
+        let answers = Arc::new(HeldAnswers::new(DEFAULT_ACCESS_RECHECK));
+        changes.on_grant_looks({
+            let answers = answers.clone();
+            move |accounts| answers.forget(accounts)
+        });
         let watches = runtime.spawn(watch_changes(
             client.clone(),
             served.clone(),
@@ -122,6 +132,7 @@ impl KubernetesSource {
             runtime,
             served,
             cache,
+            answers,
             changes,
             passes: Mutex::default(),
             metrics,
@@ -134,6 +145,13 @@ impl KubernetesSource {
     /// The same source, giving up each request after `timeout`.
     pub fn with_request_timeout(mut self, timeout: Duration) -> KubernetesSource {
         self.request_timeout = timeout;
+        self
+    }
+
+    /// The same source, holding an access answer for about `recheck` (±10%) unless a grant's
+    /// change concerns it first (`accessRecheckSeconds`; 600 s unless changed).
+    pub fn with_access_recheck(self, recheck: Duration) -> KubernetesSource {
+        self.answers.set_recheck(recheck);
         self
     }
 
@@ -266,8 +284,13 @@ impl KubernetesSource {
         })
     }
 
-    /// Whether the apiserver says the pod's service account may use the share.
+    /// Whether the apiserver says the pod's service account may use the share: its answer
+    /// held from before when no grant's change has concerned it since (and it is not due).
     async fn allowed(&self, question: &AccessQuestion) -> Result<bool> {
+        if let Some(allowed) = self.answers.answer(question) {
+            return Ok(allowed);
+        }
+        let asked = self.answers.asking();
         let what = || "asking the apiserver whether the pod may use the share".to_string();
         let api = Api::<SubjectAccessReview>::all(self.client.clone());
         let review =
@@ -276,6 +299,7 @@ impl KubernetesSource {
             })?;
         let allowed = review.status.is_some_and(|s| s.allowed);
         self.metrics.access_check(if allowed { AccessResult::Allowed } else { AccessResult::Denied });
+        self.answers.hold(question, allowed, asked);
         Ok(allowed)
     }
 

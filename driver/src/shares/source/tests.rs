@@ -151,8 +151,10 @@ fn each_refusal_names_what_is_missing() {
     assert!(matches!(unreachable, Err(Error::Unavailable(_))), "{unreachable:?}");
 }
 
+/// One access check per (service account, share): shared within a pass, then held across
+/// passes and publishes until a look at grants concerns the account (or a grant watch relists).
 #[test]
-fn one_access_check_per_service_account_and_share_within_a_pass() {
+fn an_access_answer_is_held_until_a_grant_change_concerns_its_account() {
     let runtime = runtime();
     let cluster = everything();
     let reviews = cluster.reviews.clone();
@@ -164,15 +166,28 @@ fn one_access_check_per_service_account_and_share_within_a_pass() {
     }
     source.content_in_pass(&request("other"), pass).unwrap();
     assert_eq!(reviews.load(Ordering::SeqCst), 2, "one per (service account, share)");
-    // Another pass (started by a later change) never takes the first one's answers.
+    source.end_pass(pass);
     source.start_pass(PassId(2));
     source.content_in_pass(&request("web"), PassId(2)).unwrap();
-    assert_eq!(reviews.load(Ordering::SeqCst), 3, "a pass of its own asks afresh");
-    source.end_pass(pass);
     source.end_pass(PassId(2));
     source.content(&request("web")).unwrap();
-    source.content(&request("web")).unwrap();
-    assert_eq!(reviews.load(Ordering::SeqCst), 5, "outside a pass, every publish asks afresh");
+    source.content(&request("other")).unwrap();
+    assert_eq!(reviews.load(Ordering::SeqCst), 2, "held across passes and publishes");
+
+    // A binding of `web` changed: its answer is forgotten at the look, `other`'s kept.
+    source.change_log().grant_changed([crate::changes::Accounts::One("team-a".into(), "web".into())]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while reviews.load(Ordering::SeqCst) == 2 {
+        assert!(std::time::Instant::now() < deadline, "the look at the grant never forgot web's answer");
+        source.content(&request("web")).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let after_look = reviews.load(Ordering::SeqCst);
+    source.content(&request("other")).unwrap();
+    assert_eq!(reviews.load(Ordering::SeqCst), after_look, "another account's answer is kept");
+    source.change_log().grants_relisted();
+    source.content(&request("other")).unwrap();
+    assert_eq!(reviews.load(Ordering::SeqCst), after_look + 1, "a relist of grants forgets every answer");
 }
 
 /// The collections the source's watches list and watch: everything else is a request for
