@@ -70,7 +70,10 @@ pub struct Changes {
 
 /// Told of each look at grants (the accounts it concerns) and of each relist of the grant
 /// watches (`None`: any account): what holds answers about grants forgets them then.
-struct GrantListener(Box<dyn Fn(Option<&[Accounts]>) + Send + Sync>);
+struct GrantListener(Box<ForgetAnswers>);
+
+/// What a grant listener is called as: with the accounts a look concerns, `None` for all.
+type ForgetAnswers = dyn Fn(Option<&[Accounts]>) + Send + Sync;
 
 impl std::fmt::Debug for GrantListener {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

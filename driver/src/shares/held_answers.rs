@@ -10,7 +10,7 @@
 //! when any forgetting happened while it was asked.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher as _, Hash as _, Hasher as _};
+use std::hash::BuildHasher as _;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -94,9 +94,7 @@ impl HeldAnswers {
     /// The recheck interval for `question`: between 90% and 110% of the configured one, fixed
     /// per question within this process and differing between processes.
     fn spread_for(&self, question: &AccessQuestion, recheck: Duration) -> Duration {
-        let mut hasher = self.spread.build_hasher();
-        question.hash(&mut hasher);
-        let fraction = (hasher.finish() % 1_000) as f64 / 1_000.0;
+        let fraction = (self.spread.hash_one(question) % 1_000) as f64 / 1_000.0;
         recheck.mul_f64(0.9 + 0.2 * fraction)
     }
 }
