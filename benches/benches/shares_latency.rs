@@ -14,13 +14,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use inline_guard_benches::shares_cluster::{self, DRIVER, DRIVER_GROUPS, pin};
 use inline_guard_benches::volume_requests::{publish_request, unpublish_request};
 use inline_guard_benches::{percentile, resident_mb};
 use inline_guard_proto::csi::v1::NodePublishVolumeRequest;
 use inline_guard_proto::csi::v1::node_client::NodeClient;
-use inline_guard_tests::apply::{apply, objects};
 use inline_guard_tests::cluster::Cluster;
-use inline_guard_tests::repo_root;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
@@ -31,7 +30,6 @@ use sharedresource_csi_driver::test_client::unix_channel;
 const VOLUMES: usize = 1_000;
 const SHARES: usize = 100;
 const UPDATES: usize = 100;
-const DRIVER: &str = "system:serviceaccount:inline-guard-system:sharedresource-csi-driver";
 
 fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1e3)
@@ -49,33 +47,7 @@ fn request(index: usize, target: &Path) -> NodePublishVolumeRequest {
 }
 
 async fn post(admin: &kube::Client, path: &str, object: serde_json::Value) {
-    let request = hyper::Request::post(path)
-        .header("content-type", "application/json")
-        .body(serde_json::to_vec(&object).unwrap())
-        .unwrap();
-    admin.request_text(request).await.unwrap_or_else(|e| panic!("POST {path}: {e}"));
-}
-
-/// Pins every process running one of `programs` to CPU 0 and this process to CPU 1; says what
-/// it did (on a machine with one core, nothing).
-fn pin(programs: &[&Path]) -> String {
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    if cores < 2 {
-        return "one core: nothing pinned".into();
-    }
-    let mut pinned = 0;
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
-        let exe = std::fs::read_link(entry.path().join("exe")).unwrap_or_default();
-        if programs.iter().any(|p| exe == *p) {
-            let ok = std::process::Command::new("taskset").args(["-a", "-p", "-c", "0", &pid.to_string()]).output();
-            pinned += usize::from(ok.is_ok_and(|o| o.status.success()));
-        }
-    }
-    let me =
-        std::process::Command::new("taskset").args(["-a", "-p", "-c", "1", &std::process::id().to_string()]).output();
-    let me = if me.is_ok_and(|o| o.status.success()) { "this process on CPU 1" } else { "this process not pinned" };
-    format!("{pinned} apiserver/etcd processes on CPU 0, {me}")
+    shares_cluster::post(admin, path, object).await.unwrap();
 }
 
 fn main() {
@@ -88,12 +60,7 @@ fn main() {
         // stand in the other's latency.
         let pinned = pin(&[peers.kube_apiserver.as_path(), peers.etcd.as_path()]);
         let admin = cluster.client().await.unwrap();
-        let deploy = repo_root().join("config/deploy");
-        let mut setup = objects(&deploy.join("namespace.yaml")).unwrap();
-        setup.extend(objects(&deploy.join("driver/crds.yaml")).unwrap());
-        setup.extend(objects(&deploy.join("driver/rbac.yaml")).unwrap());
-        apply(&admin, &setup, false).await.unwrap();
-        tokio::time::sleep(Duration::from_secs(2)).await; // the CRDs become established
+        let _read_grants = shares_cluster::install_driver(&cluster, &admin).await.unwrap();
         for namespace in ["bench-owner", "bench-consumer"] {
             post(&admin, "/api/v1/namespaces", json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})).await;
         }
@@ -122,15 +89,14 @@ fn main() {
         }))
         .await;
 
+        let driver_client = cluster.client_as(DRIVER, &DRIVER_GROUPS).await.unwrap();
+        let last = format!("secret-{}", SHARES - 1);
+        shares_cluster::wait_readable(&driver_client, "bench-owner", &last).await.unwrap();
         let before = resident_mb();
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("csi.sock");
         let mut plugin = Plugin::in_directory(dir.path(), socket.clone());
         plugin.config.refresh_seconds = 3600;
-        let driver_client = cluster
-            .client_as(DRIVER, &["system:serviceaccounts", "system:serviceaccounts:inline-guard-system", "system:authenticated"])
-            .await
-            .unwrap();
         plugin.content = Arc::new(KubernetesSource::new(driver_client, tokio::runtime::Handle::current(), plugin.metrics.clone()));
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let running = tokio::spawn(plugin.run(async {

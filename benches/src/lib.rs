@@ -1,10 +1,12 @@
 //! Fixtures shared by the benchmarks: a labelled cluster, pod specs with N inline CSI volumes, and
 //! realistic AdmissionReview bodies.
 
+pub mod apiserver_metrics;
 pub mod floor;
 pub mod process_cpu;
 pub mod profile;
 pub mod report;
+pub mod shares_cluster;
 pub mod volume_requests;
 
 use std::collections::BTreeMap;
