@@ -110,7 +110,7 @@ pub(crate) async fn kube_client(
 /// Raises the soft limit of open files to the hard limit, as Go's runtime does at start: the
 /// driver holds a socket per client and a descriptor per watch, and a container's default soft
 /// limit (often 1024) is no bound the node chose for it.
-fn raise_open_files_limit() {
+pub fn raise_open_files_limit() {
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
     if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE)
         && soft < hard

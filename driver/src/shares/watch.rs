@@ -264,6 +264,7 @@ async fn wake_on<K>(
 ) where
     K: Watchable,
 {
+    let mut listed: Option<String> = None;
     watch_stream(api, config)
         .default_backoff()
         .for_each(|event| {
@@ -272,9 +273,15 @@ async fn wake_on<K>(
                 // missed a change, so it wakes what the watch covers: for a backing object, the
                 // volumes served from it (a share that starts naming it woke its own volumes
                 // already), not every volume of the node.
-                Ok(Event::Init | Event::InitApply(_)) => {}
+                //
+                // A backing object's version as listed goes to the cache when the list is done
+                // (none when the list did not hold it: deleted meanwhile), so the volumes need
+                // not read it again until it changes.
+                Ok(Event::Init) => listed = None,
+                Ok(Event::InitApply(object)) => listed = object.metadata.resource_version,
                 Ok(Event::InitDone) => match &interest {
-                    Interest::Served((kind, namespace, name), served, _) => {
+                    Interest::Served((kind, namespace, name), served, cache) => {
+                        cache.saw_version(*kind, namespace, name, listed.take());
                         for share in served.shares_of(*kind, namespace, name) {
                             wake.share(attribute(*kind), &share);
                         }

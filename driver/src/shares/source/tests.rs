@@ -98,6 +98,17 @@ fn source_answering(
     KubernetesSource::new(kube::Client::new(service, "default"), runtime.handle().clone(), Arc::new(Metrics::new()))
 }
 
+/// The share list: `db`, naming Secret infra/db-creds.
+fn share_list() -> Response<Full<Bytes>> {
+    answer(
+        StatusCode::OK,
+        json!({"apiVersion": "sharedresource.inlineguard.dev/v1alpha1", "kind": "SharedSecretList",
+               "metadata": {"resourceVersion": "1"},
+               "items": [{"metadata": {"name": "db", "resourceVersion": "1"},
+                          "spec": {"secretRef": {"namespace": "infra", "name": "db-creds"}}}]}),
+    )
+}
+
 fn request(service_account: &str) -> PublishRequest {
     PublishRequest {
         volume_id: "csi-1".into(),
@@ -279,16 +290,7 @@ fn a_backing_object_is_watched_alone_once_a_volume_was_served_from_it() {
         let asked = asked.clone();
         move |request| {
             asked.lock().unwrap().push(request.uri().to_string());
-            // The share list: `db`, naming Secret infra/db-creds.
-            (request.method() == Method::GET && request.uri().path() == WATCHED[0]).then(|| {
-                answer(
-                    StatusCode::OK,
-                    json!({"apiVersion": "sharedresource.inlineguard.dev/v1alpha1", "kind": "SharedSecretList",
-                           "metadata": {"resourceVersion": "1"},
-                           "items": [{"metadata": {"name": "db", "resourceVersion": "1"},
-                                      "spec": {"secretRef": {"namespace": "infra", "name": "db-creds"}}}]}),
-                )
-            })
+            (request.method() == Method::GET && request.uri().path() == WATCHED[0]).then(share_list)
         }
     });
     let infra_secrets = |asked: &[String]| asked.iter().any(|uri| uri.starts_with("/api/v1/namespaces/infra/secrets?"));
@@ -392,4 +394,47 @@ fn a_backing_object_not_yet_granted_is_unavailable_naming_the_controller() {
                 .into()
         ))
     );
+}
+
+/// A backing object's version as its watch listed it lets the volumes use the content read at
+/// that version: once the list is in, a refresh reads nothing (before, only an update's event
+/// did, so every refresh of an object never updated read it again).
+#[test]
+fn an_object_listed_at_the_version_read_is_not_read_again() {
+    let runtime = runtime();
+    let reads = Arc::new(AtomicUsize::new(0));
+    let source = source_answering(everything(), &runtime, {
+        let reads = reads.clone();
+        move |request| {
+            let path = request.uri().path();
+            if path == "/api/v1/namespaces/infra/secrets/db-creds" {
+                reads.fetch_add(1, Ordering::SeqCst);
+            }
+            let listing = !request.uri().query().unwrap_or_default().contains("watch=true");
+            if listing && path == WATCHED[0] {
+                return Some(share_list());
+            }
+            (listing && path == "/api/v1/namespaces/infra/secrets").then(|| {
+                answer(
+                    StatusCode::OK,
+                    json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadataList",
+                           "metadata": {"resourceVersion": "7"},
+                           "items": [{"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                                      "metadata": {"name": "db-creds", "namespace": "infra", "resourceVersion": "7"}}]}),
+                )
+            })
+        }
+    });
+    source.content(&request("web")).unwrap();
+    assert_eq!(reads.load(Ordering::SeqCst), 1, "the first publish reads the Secret");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let before = reads.load(Ordering::SeqCst);
+        source.content(&request("web")).unwrap();
+        if reads.load(Ordering::SeqCst) == before {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "every refresh read the Secret again ({before} reads)");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
 }

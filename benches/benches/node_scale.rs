@@ -1,0 +1,345 @@
+//! The node's view at scale: one real kube-apiserver and etcd, and N driver instances in this
+//! process, each acting as its own node (its own node name, state and kubelet directories, CSI
+//! socket, apiserver client, watches and access checks, as in a cluster; volumes on a recording
+//! mounter, since mounts are not what is measured), each with 20 published volumes over 20
+//! shares. The read-grants controller runs too, as its ServiceAccount. For each N:
+//! - publish: 20 volumes per node;
+//! - idle for `--idle-seconds` (300 by default);
+//! - unrelated RoleBindings churned at 10 per second, in a namespace no volume uses;
+//! - relevant RoleBindings churned at 1 per second, of the service account of half the volumes
+//!   (granting what it has already, so the volumes stay);
+//! - 100 updates of one shared Secret, each timed until every node's volume shows it;
+//! - revocation: the binding of that service account deleted, timed until every node's volume
+//!   of it is emptied.
+//!
+//! Per phase: the apiserver's CPU seconds (its own `process_cpu_seconds_total`) and etcd's (its
+//! CPU clock), the drivers' (this process's CPU clock: the N drivers and the load, which is
+//! small), requests by verb and resource (the apiserver's `apiserver_request_total`), and the
+//! watches open (`apiserver_longrunning_requests`). The apiserver and etcd are pinned to CPU 0,
+//! this process to CPU 1. Not a test: nothing fails on a number.
+//!
+//! `cargo bench -p inline-guard-benches --bench node_scale -- [--nodes 10,50,200]
+//!  [--idle-seconds 300] [--churn-seconds 20] [--json FILE]` (root not needed; Go for the peers)
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use inline_guard_benches::apiserver_metrics::{self, Sample};
+use inline_guard_benches::process_cpu::cpu_time;
+use inline_guard_benches::shares_cluster::{self, DRIVER, DRIVER_GROUPS, pids_of, pin, post};
+use inline_guard_benches::volume_requests::publish_request;
+use inline_guard_benches::{option, percentile, resident_mb};
+use inline_guard_proto::csi::v1::node_client::NodeClient;
+use inline_guard_tests::cluster::Cluster;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::rbac::v1::RoleBinding;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use serde_json::{Value, json};
+use sharedresource_csi_driver::mounter::FakeMounter;
+use sharedresource_csi_driver::plugin::Plugin;
+use sharedresource_csi_driver::shares::source::KubernetesSource;
+use sharedresource_csi_driver::test_client::unix_channel;
+
+const VOLUMES_PER_NODE: usize = 20;
+const SHARES: usize = 20;
+const UPDATES: usize = 100;
+const OWNER: &str = "scale-owner";
+/// Half the volumes are of this namespace's `reader` (the one the churn and revocation concern),
+/// half of [`OTHER`]'s.
+const CONSUMER: &str = "scale-a";
+const OTHER: &str = "scale-b";
+/// Where the unrelated bindings churn: no volume's pod runs there.
+const ELSEWHERE: &str = "scale-elsewhere";
+const BINDING: &str = "reader-uses-all";
+/// How long a change may take to reach every node before the run gives up.
+const PATIENCE: Duration = Duration::from_secs(120);
+
+/// One simulated node: its directories and socket, and its driver's task.
+struct SimNode {
+    dir: tempfile::TempDir,
+    stop: tokio::sync::oneshot::Sender<()>,
+    running: tokio::task::JoinHandle<Result<(), sharedresource_csi_driver::error::Error>>,
+    node: NodeClient<tonic::transport::Channel>,
+}
+
+fn target(node: &Path, volume: usize) -> PathBuf {
+    node.join(format!("pods/uid-{volume}/volumes/kubernetes.io~csi/db/mount"))
+}
+
+async fn start_node(cluster: &Cluster, index: usize) -> Result<SimNode, String> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let socket = dir.path().join("csi.sock");
+    let mut plugin = Plugin::in_directory(dir.path(), socket.clone());
+    plugin.node_id = format!("sim-node-{index}");
+    plugin.config.refresh_seconds = 60;
+    plugin.mounter = Arc::new(FakeMounter::default());
+    let client = cluster.client_as(DRIVER, &DRIVER_GROUPS).await?;
+    plugin.content = Arc::new(KubernetesSource::new(client, tokio::runtime::Handle::current(), plugin.metrics.clone()));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(plugin.run(async {
+        let _ = stopped.await;
+    }));
+    let node = NodeClient::new(unix_channel(socket, Duration::from_secs(30)).await?);
+    Ok(SimNode { dir, stop, running, node })
+}
+
+async fn publish_all(node: &mut SimNode) -> Result<(), String> {
+    for volume in 0..VOLUMES_PER_NODE {
+        let namespace = if volume % 2 == 0 { CONSUMER } else { OTHER };
+        let pod = [
+            ("csi.storage.k8s.io/pod.name", format!("pod-{volume}")),
+            ("csi.storage.k8s.io/pod.namespace", namespace.to_string()),
+            ("csi.storage.k8s.io/pod.uid", format!("uid-{volume}")),
+            ("csi.storage.k8s.io/serviceAccount.name", "reader".to_string()),
+            ("sharedSecret", format!("share-{}", volume % SHARES)),
+        ];
+        let request = publish_request(volume, &target(node.dir.path(), volume), &pod);
+        node.node.node_publish_volume(request).await.map_err(|e| format!("publish: {e}"))?;
+    }
+    Ok(())
+}
+
+/// What the apiserver, etcd and this process had used at one moment.
+struct Reading {
+    at: Instant,
+    samples: Vec<Sample>,
+    etcd: Duration,
+    ours: Duration,
+}
+
+async fn read(admin: &kube::Client, etcd: &[u32]) -> Result<Reading, String> {
+    let request = hyper::Request::get("/metrics").body(Vec::new()).map_err(|e| e.to_string())?;
+    let text = admin.request_text(request).await.map_err(|e| format!("GET /metrics: {e}"))?;
+    let etcd = etcd.iter().map(|pid| cpu_time(*pid).unwrap_or_default()).sum();
+    Ok(Reading {
+        at: Instant::now(),
+        samples: apiserver_metrics::parse(&text),
+        etcd,
+        ours: cpu_time(std::process::id())?,
+    })
+}
+
+const REQUESTS: &str = "apiserver_request_total";
+
+/// What a phase cost, from the readings at its start and end.
+fn cost(before: &Reading, after: &Reading) -> Value {
+    let seconds = after.at.duration_since(before.at).as_secs_f64();
+    let cpu = |r: &Reading| apiserver_metrics::sum(&r.samples, "process_cpu_seconds_total", &[]);
+    let requests = apiserver_metrics::grown(
+        &apiserver_metrics::by(&before.samples, REQUESTS, &["verb", "resource"]),
+        &apiserver_metrics::by(&after.samples, REQUESTS, &["verb", "resource"]),
+    );
+    let reviews = requests.get("POST subjectaccessreviews").copied().unwrap_or(0.0);
+    json!({
+        "seconds": seconds,
+        "apiserver_cpu_s": cpu(after) - cpu(before),
+        "etcd_cpu_s": (after.etcd.saturating_sub(before.etcd)).as_secs_f64(),
+        "drivers_cpu_s": (after.ours.saturating_sub(before.ours)).as_secs_f64(),
+        "access_reviews": reviews,
+        "requests": requests,
+    })
+}
+
+fn binding(name: &str, namespace: &str, account: &str) -> Value {
+    json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": name, "namespace": namespace},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "use-all"},
+        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}]
+    })
+}
+
+/// Creates binding `k` and deletes binding `k - 1` of `account` in `namespace`, every `every`,
+/// for `seconds`.
+async fn churn(
+    admin: &kube::Client,
+    namespace: &str,
+    account: &str,
+    every: Duration,
+    seconds: u64,
+) -> Result<u64, String> {
+    let bindings = Api::<RoleBinding>::namespaced(admin.clone(), namespace);
+    let path = format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings");
+    let mut ticker = tokio::time::interval(every);
+    let end = Instant::now() + Duration::from_secs(seconds);
+    let mut changes = 0;
+    let mut k = 0u64;
+    while Instant::now() < end {
+        ticker.tick().await;
+        post(admin, &path, binding(&format!("churn-{k}"), namespace, account)).await?;
+        changes += 1;
+        if k > 0 {
+            bindings.delete(&format!("churn-{}", k - 1), &DeleteParams::default()).await.map_err(|e| e.to_string())?;
+            changes += 1;
+        }
+        k += 1;
+    }
+    if k > 0 {
+        bindings.delete(&format!("churn-{}", k - 1), &DeleteParams::default()).await.map_err(|e| e.to_string())?;
+        changes += 1;
+    }
+    Ok(changes)
+}
+
+/// Waits until `done` holds for volume 0 (CONSUMER's reader, share-0) of every node; how long.
+async fn until_every_node(nodes: &[SimNode], what: &str, done: impl Fn(&Path) -> bool) -> Result<Duration, String> {
+    let started = Instant::now();
+    loop {
+        if nodes.iter().all(|node| done(&target(node.dir.path(), 0))) {
+            return Ok(started.elapsed());
+        }
+        if started.elapsed() > PATIENCE {
+            let behind = nodes.iter().filter(|node| !done(&target(node.dir.path(), 0))).count();
+            return Err(format!("{what}: {behind} of {} nodes not there after {PATIENCE:?}", nodes.len()));
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+async fn set_up(admin: &kube::Client, cluster: &Cluster) -> Result<tokio::task::JoinHandle<()>, String> {
+    let controller = shares_cluster::install_driver(cluster, admin).await?;
+    for namespace in [OWNER, CONSUMER, OTHER, ELSEWHERE] {
+        post(
+            admin,
+            "/api/v1/namespaces",
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}),
+        )
+        .await?;
+    }
+    for share in 0..SHARES {
+        post(
+            admin,
+            &format!("/api/v1/namespaces/{OWNER}/secrets"),
+            json!({
+                "apiVersion": "v1", "kind": "Secret", "metadata": {"name": format!("secret-{share}")},
+                "stringData": {"password": "x".repeat(32), "user": "app", "url": "postgres://db:5432/app"}
+            }),
+        )
+        .await?;
+        post(
+            admin,
+            "/apis/sharedresource.inlineguard.dev/v1alpha1/sharedsecrets",
+            json!({
+                "apiVersion": "sharedresource.inlineguard.dev/v1alpha1", "kind": "SharedSecret",
+                "metadata": {"name": format!("share-{share}")},
+                "spec": {"secretRef": {"namespace": OWNER, "name": format!("secret-{share}")}}
+            }),
+        )
+        .await?;
+    }
+    for namespace in [CONSUMER, OTHER, ELSEWHERE] {
+        post(admin, &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/roles"), json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "use-all"},
+            "rules": [{"apiGroups": ["sharedresource.inlineguard.dev"], "resources": ["sharedsecrets"], "verbs": ["use"]}]
+        }))
+        .await?;
+    }
+    for namespace in [CONSUMER, OTHER] {
+        let path = format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings");
+        post(admin, &path, binding(BINDING, namespace, "reader")).await?;
+    }
+    let driver = cluster.client_as(DRIVER, &DRIVER_GROUPS).await?;
+    shares_cluster::wait_readable(&driver, OWNER, &format!("secret-{}", SHARES - 1)).await?;
+    Ok(controller)
+}
+
+/// One run with `count` nodes.
+async fn run(count: usize, idle: u64, churn_seconds: u64) -> Result<Value, String> {
+    let peers = inline_guard_tests::peers::peers()?;
+    let cluster = Cluster::start(&peers).await?;
+    let placement = pin(&[peers.kube_apiserver.as_path(), peers.etcd.as_path()]);
+    let etcd = pids_of(&[peers.etcd.as_path()]);
+    let admin = cluster.client().await?;
+    let _controller = set_up(&admin, &cluster).await?;
+    let memory_before = resident_mb();
+    let mut nodes = Vec::with_capacity(count);
+    for index in 0..count {
+        nodes.push(start_node(&cluster, index).await?);
+    }
+    let mut phases = BTreeMap::new();
+
+    let start = read(&admin, &etcd).await?;
+    let published = Instant::now();
+    futures_util::future::try_join_all(nodes.iter_mut().map(publish_all)).await?;
+    let publish_seconds = published.elapsed().as_secs_f64();
+    let after_publish = read(&admin, &etcd).await?;
+    phases.insert("publish", cost(&start, &after_publish));
+    let memory = resident_mb();
+
+    tokio::time::sleep(Duration::from_secs(idle)).await;
+    let after_idle = read(&admin, &etcd).await?;
+    phases.insert("idle", cost(&after_publish, &after_idle));
+    let watches = apiserver_metrics::sum(&after_idle.samples, "apiserver_longrunning_requests", &[("verb", "WATCH")]);
+
+    let unrelated = churn(&admin, ELSEWHERE, "bystander", Duration::from_millis(100), churn_seconds).await?;
+    let after_unrelated = read(&admin, &etcd).await?;
+    let mut phase = cost(&after_idle, &after_unrelated);
+    phase["binding_changes"] = json!(unrelated);
+    phases.insert("unrelated_bindings", phase);
+
+    let relevant = churn(&admin, CONSUMER, "reader", Duration::from_secs(1), churn_seconds).await?;
+    // The last looks (2 s after the last change) belong to this phase.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after_relevant = read(&admin, &etcd).await?;
+    let mut phase = cost(&after_unrelated, &after_relevant);
+    phase["binding_changes"] = json!(relevant);
+    phases.insert("relevant_bindings", phase);
+
+    let secrets = Api::<Secret>::namespaced(admin.clone(), OWNER);
+    let mut delays = Vec::with_capacity(UPDATES);
+    for update in 0..UPDATES {
+        let value = format!("user-{update}");
+        let patch = Patch::Merge(json!({"stringData": {"user": value}}));
+        secrets.patch("secret-0", &PatchParams::default(), &patch).await.map_err(|e| e.to_string())?;
+        let seen = |mount: &Path| std::fs::read_to_string(mount.join("user")).is_ok_and(|v| v == value);
+        delays.push(until_every_node(&nodes, "a Secret update", seen).await?);
+    }
+    let after_updates = read(&admin, &etcd).await?;
+    let mut phase = cost(&after_relevant, &after_updates);
+    delays.sort_unstable();
+    let ms = |p: f64| percentile(&delays, p).as_secs_f64() * 1e3;
+    phase["to_every_node_ms"] = json!({"p50": ms(0.5), "p99": ms(0.99), "max": ms(1.0)});
+    phases.insert("secret_updates", phase);
+
+    let bindings = Api::<RoleBinding>::namespaced(admin.clone(), CONSUMER);
+    bindings.delete(BINDING, &DeleteParams::default()).await.map_err(|e| e.to_string())?;
+    let revoked = until_every_node(&nodes, "a revocation", |mount| !mount.join("password").exists()).await?;
+    let after_revocation = read(&admin, &etcd).await?;
+    let mut phase = cost(&after_updates, &after_revocation);
+    phase["to_every_node_ms"] = json!(revoked.as_secs_f64() * 1e3);
+    phases.insert("revocation", phase);
+
+    let rss = apiserver_metrics::sum(&after_revocation.samples, "process_resident_memory_bytes", &[]) / 1e6;
+    for node in nodes {
+        let _ = node.stop.send(());
+        let _ = node.running.await;
+    }
+    let result = json!({
+        "nodes": count, "volumes_per_node": VOLUMES_PER_NODE, "shares": SHARES, "apiserver": cluster.version,
+        "placement": placement, "publish_seconds": publish_seconds, "watches_open": watches,
+        "apiserver_rss_mb": rss, "drivers_rss_mb": memory - memory_before, "phases": phases,
+    });
+    drop(cluster);
+    Ok(result)
+}
+
+fn main() {
+    sharedresource_csi_driver::cli::raise_open_files_limit();
+    let counts: String = option("--nodes").expect("--nodes").unwrap_or_else(|| "10,50,200".into());
+    let idle: u64 = option("--idle-seconds").expect("--idle-seconds").unwrap_or(300);
+    let churn_seconds: u64 = option("--churn-seconds").expect("--churn-seconds").unwrap_or(20);
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let mut runs = Vec::new();
+    for count in counts.split(',') {
+        let count: usize = count.trim().parse().expect("--nodes: numbers separated by commas");
+        let result = runtime.block_on(run(count, idle, churn_seconds)).unwrap_or_else(|e| panic!("{count} nodes: {e}"));
+        println!("{}", serde_json::to_string_pretty(&result).unwrap());
+        runs.push(result);
+    }
+    if let Some(path) = option::<String>("--json").expect("--json") {
+        let all = json!({"idle_seconds": idle, "churn_seconds": churn_seconds, "runs": runs});
+        std::fs::write(&path, serde_json::to_vec_pretty(&all).unwrap()).expect("writing the results");
+    }
+}
