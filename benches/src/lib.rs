@@ -6,6 +6,7 @@ pub mod floor;
 pub mod process_cpu;
 pub mod profile;
 pub mod report;
+pub mod scale_report;
 pub mod shares_cluster;
 pub mod volume_requests;
 

@@ -133,9 +133,90 @@ pub fn bar_chart(title: &str, unit: &str, bars: &[Bar]) -> String {
     svg
 }
 
+/// A line chart of `series` (name, points (x, y)) against a linear x axis: the x values of the
+/// points are ticked, y runs from 0 to the largest value.
+pub fn line_chart(title: &str, x_label: &str, unit: &str, series: &[(&str, Vec<(f64, f64)>)]) -> String {
+    const LEFT: f64 = 60.0;
+    const TOP: f64 = 36.0;
+    const PLOT_W: f64 = 420.0;
+    const PLOT_H: f64 = 220.0;
+    const COLOURS: [&str; 5] = ["#4878a8", "#d0743c", "#6a9f58", "#b04a5a", "#7b5ea7"];
+    let finite = |v: &f64| v.is_finite();
+    let points = || series.iter().flat_map(|(_, p)| p.iter());
+    let x_max = points().map(|(x, _)| *x).filter(finite).fold(0.0_f64, f64::max).max(f64::MIN_POSITIVE);
+    let y_max = points().map(|(_, y)| *y).filter(finite).fold(0.0_f64, f64::max).max(f64::MIN_POSITIVE);
+    let at = |x: f64, y: f64| (LEFT + PLOT_W * x / x_max, TOP + PLOT_H * (1.0 - y / y_max));
+    let escape = |text: &str| text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
+    let (width, height) = (LEFT + PLOT_W + 200.0, TOP + PLOT_H + 50.0);
+    let mut svg = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" font-family=\"sans-serif\" font-size=\"12\">\n\
+         <text x=\"8\" y=\"20\" font-size=\"14\" font-weight=\"bold\">{}</text>\n\
+         <line x1=\"{LEFT}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#333\"/>\n\
+         <line x1=\"{LEFT}\" y1=\"{TOP}\" x2=\"{LEFT}\" y2=\"{}\" stroke=\"#333\"/>\n\
+         <text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n\
+         <text x=\"{}\" y=\"{}\" text-anchor=\"end\">{y_max:.2} {}</text>\n<text x=\"{}\" y=\"{}\" text-anchor=\"end\">0</text>\n",
+        escape(title),
+        TOP + PLOT_H,
+        LEFT + PLOT_W,
+        TOP + PLOT_H,
+        TOP + PLOT_H,
+        LEFT + PLOT_W / 2.0,
+        TOP + PLOT_H + 38.0,
+        escape(x_label),
+        LEFT - 4.0,
+        TOP + 4.0,
+        escape(unit),
+        LEFT - 4.0,
+        TOP + PLOT_H,
+    );
+    let mut ticks: Vec<f64> = points().map(|(x, _)| *x).filter(finite).collect();
+    ticks.sort_by(f64::total_cmp);
+    ticks.dedup();
+    for x in ticks {
+        let (px, _) = at(x, 0.0);
+        svg.push_str(&format!("<text x=\"{px:.1}\" y=\"{}\" text-anchor=\"middle\">{x}</text>\n", TOP + PLOT_H + 16.0));
+    }
+    for (index, (name, points)) in series.iter().enumerate() {
+        let colour = COLOURS[index % COLOURS.len()];
+        let path: Vec<String> = points
+            .iter()
+            .filter(|(x, y)| x.is_finite() && y.is_finite())
+            .map(|(x, y)| {
+                let (px, py) = at(*x, *y);
+                format!("{px:.1},{py:.1}")
+            })
+            .collect();
+        svg.push_str(&format!(
+            "<polyline points=\"{}\" fill=\"none\" stroke=\"{colour}\" stroke-width=\"2\"/>\n\
+             <text x=\"{}\" y=\"{}\" fill=\"{colour}\">{}</text>\n",
+            path.join(" "),
+            LEFT + PLOT_W + 12.0,
+            TOP + 14.0 + 18.0 * index as f64,
+            escape(name)
+        ));
+    }
+    svg.push_str("</svg>\n");
+    svg
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_line_chart_places_each_series_on_shared_axes() {
+        let svg = line_chart(
+            "CPU <by N>",
+            "nodes",
+            "cores",
+            &[("idle", vec![(10.0, 0.5), (200.0, 1.0)]), ("churn", vec![(10.0, 0.25)])],
+        );
+        assert!(svg.contains("CPU &lt;by N&gt;"));
+        // The largest x at the plot's right edge, the largest y at its top.
+        assert!(svg.contains("<polyline points=\"81.0,146.0 480.0,36.0\""), "{svg}");
+        assert!(svg.contains(">idle</text>") && svg.contains(">churn</text>"));
+        assert!(svg.contains(">200</text>") && svg.contains(">10</text>"));
+    }
 
     #[test]
     fn bars_are_scaled_to_the_largest_and_labels_escaped() {

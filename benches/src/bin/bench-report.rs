@@ -1,6 +1,7 @@
 //! Writes `benches/REPORT.md` and its plots from one run's results: `https.json` (the
-//! `https_pinned` bench), `driver.json`, `apiserver.json` and `shares.json` (the
-//! `driver_latency`, `apiserver_pods` and `shares_latency` benches, when they ran) and criterion's
+//! `https_pinned` bench), `driver.json`, `apiserver.json`, `shares.json` and `scale.json` (the
+//! `driver_latency`, `apiserver_pods`, `shares_latency` and `node_scale` benches, when they ran)
+//! and criterion's
 //! estimates under `target/criterion`. Nothing in the report is typed in by hand; rerunning
 //! `benches/run` regenerates it.
 //!
@@ -10,6 +11,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use inline_guard_benches::report::{Bar, Machine, bar_chart, criterion_medians};
+use inline_guard_benches::scale_report;
 use serde_json::Value;
 
 fn main() {
@@ -413,6 +415,18 @@ Not measured in this run: it needs Go for the peers.
         let _ =
             writeln!(w, "## Shares from a real kube-apiserver\n\nNot measured in this run: it needs root and Go.\n");
     }
+    match read_json(&results.join("scale.json")) {
+        Ok(scale) => {
+            let mut plot = String::new();
+            scale_report::write(w, &scale, &mut plot, "apiserver-cpu-by-nodes.svg");
+            if !plot.is_empty() {
+                write_plot(&plots, "apiserver-cpu-by-nodes.svg", &plot)?;
+            }
+        }
+        Err(_) => {
+            let _ = writeln!(w, "## The node's view at scale\n\nNot measured in this run: it needs Go.\n");
+        }
+    }
     let _ = writeln!(w, "## The webhook's cache\n");
     match cache {
         Some(cache) => {
@@ -424,6 +438,13 @@ Not measured in this run: it needs Go for the peers.
                 cache["namespaces"],
                 number(&cache["label_store_mb"]),
                 number(&cache["reflector_store_mb"])
+            );
+            let _ = writeln!(
+                w,
+                "\nWith {} labelled CSIDrivers beside them (the webhook watches both, per replica, not per node): \
+                 {:.1} MB in all.",
+                cache["csi_drivers"],
+                number(&cache["with_drivers_mb"])
             );
         }
         None => {

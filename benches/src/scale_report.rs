@@ -1,0 +1,161 @@
+//! The node-scale section of the benchmark report: per node count, what each load cost the
+//! apiserver, etcd and the drivers; a plot of the apiserver's CPU against the node count; and
+//! the extrapolation to 5 000 nodes with its model, from slopes fitted to the measured runs.
+
+use std::fmt::Write as _;
+
+use serde_json::Value;
+
+use crate::report::line_chart;
+
+/// The cluster the extrapolation is for.
+pub const NODES: f64 = 5_000.0;
+/// The shipped `accessRecheckSeconds`.
+const ACCESS_RECHECK_SECONDS: f64 = 600.0;
+
+fn number(value: &Value) -> f64 {
+    value.as_f64().unwrap_or(f64::NAN)
+}
+
+/// The least-squares slope and intercept of `points`.
+pub fn fit(points: &[(f64, f64)]) -> (f64, f64) {
+    let n = points.len() as f64;
+    let (sx, sy) = points.iter().fold((0.0, 0.0), |(sx, sy), (x, y)| (sx + x, sy + y));
+    let (mx, my) = (sx / n, sy / n);
+    let (mut sxy, mut sxx) = (0.0, 0.0);
+    for (x, y) in points {
+        sxy += (x - mx) * (y - my);
+        sxx += (x - mx) * (x - mx);
+    }
+    let slope = if sxx > 0.0 { sxy / sxx } else { 0.0 };
+    (slope, my - slope * mx)
+}
+
+/// Per run: the node count and `value` of it.
+fn series(runs: &[Value], value: impl Fn(&Value) -> f64) -> Vec<(f64, f64)> {
+    runs.iter().map(|run| (number(&run["nodes"]), value(run))).collect()
+}
+
+/// CPU per second of a phase, in cores.
+fn cores(run: &Value, phase: &str, of: &str) -> f64 {
+    number(&run["phases"][phase][of]) / number(&run["phases"][phase]["seconds"])
+}
+
+/// Writes the section for `scale` (the `node_scale` bench's JSON) into `w`, and the plot's SVG
+/// into `plot`; the section links `plot_name`.
+pub fn write(w: &mut String, scale: &Value, plot: &mut String, plot_name: &str) {
+    let Some(runs) = scale["runs"].as_array().filter(|runs| !runs.is_empty()) else {
+        let _ = writeln!(w, "## The node's view at scale\n\nNot measured in this run: it needs Go.\n");
+        return;
+    };
+    let first = &runs[0];
+    let _ = writeln!(
+        w,
+        "## The node's view at scale\n\n`cargo bench -p inline-guard-benches --bench node_scale -- --nodes 10,50,200`: \
+         one real kube-apiserver {} and etcd ({}), and N driver instances in one process, each its own node \
+         (its own name, directories, socket, apiserver client, watches and access checks), each with {} volumes \
+         over {} shares; the read-grants controller running. Idle {} s; churns {} s each. The drivers' CPU \
+         includes the load generator's (small).\n",
+        first["apiserver"].as_str().unwrap_or_default(),
+        first["placement"].as_str().unwrap_or_default(),
+        first["volumes_per_node"],
+        first["shares"],
+        scale["idle_seconds"],
+        scale["churn_seconds"],
+    );
+    let _ = writeln!(
+        w,
+        "| N | watches open | apiserver RSS | idle: apiserver / etcd / drivers CPU (cores) | idle access reviews/s | \
+         unrelated bindings: reviews, apiserver CPU per change | relevant bindings: reviews per change per node | \
+         Secret update to every node p50 / p99 | revocation to every node |"
+    );
+    let _ = writeln!(w, "|---|---|---|---|---|---|---|---|---|");
+    for run in runs {
+        let nodes = number(&run["nodes"]);
+        let phase = |name: &str, of: &str| number(&run["phases"][name][of]);
+        let unrelated_changes = phase("unrelated_bindings", "binding_changes");
+        let relevant_changes = phase("relevant_bindings", "binding_changes");
+        let _ = writeln!(
+            w,
+            "| {nodes} | {:.0} | {:.0} MB | {:.3} / {:.3} / {:.3} | {:.2} | {:.0}, {:.2} ms | {:.1} | {:.0} / {:.0} ms | {:.0} ms |",
+            number(&run["watches_open"]),
+            number(&run["apiserver_rss_mb"]),
+            cores(run, "idle", "apiserver_cpu_s"),
+            cores(run, "idle", "etcd_cpu_s"),
+            cores(run, "idle", "drivers_cpu_s"),
+            phase("idle", "access_reviews") / phase("idle", "seconds"),
+            phase("unrelated_bindings", "access_reviews"),
+            1e3 * phase("unrelated_bindings", "apiserver_cpu_s") / unrelated_changes,
+            phase("relevant_bindings", "access_reviews") / relevant_changes / nodes,
+            number(&run["phases"]["secret_updates"]["to_every_node_ms"]["p50"]),
+            number(&run["phases"]["secret_updates"]["to_every_node_ms"]["p99"]),
+            number(&run["phases"]["revocation"]["to_every_node_ms"]),
+        );
+    }
+    let idle = series(runs, |run| cores(run, "idle", "apiserver_cpu_s"));
+    let unrelated = series(runs, |run| cores(run, "unrelated_bindings", "apiserver_cpu_s"));
+    let relevant = series(runs, |run| cores(run, "relevant_bindings", "apiserver_cpu_s"));
+    let updates = series(runs, |run| cores(run, "secret_updates", "apiserver_cpu_s"));
+    *plot = line_chart(
+        "kube-apiserver CPU against the node count",
+        "nodes",
+        "cores",
+        &[
+            ("idle", idle.clone()),
+            ("10 unrelated bindings/s", unrelated.clone()),
+            ("1 relevant binding/s", relevant),
+            ("Secret updates", updates),
+        ],
+    );
+    let _ = writeln!(w, "\n![apiserver CPU against N](report/{plot_name})\n");
+
+    let (idle_slope, _) = fit(&idle);
+    let watches = series(runs, |run| number(&run["watches_open"]));
+    let (watch_slope, _) = fit(&watches);
+    let per_change = series(runs, |run| {
+        number(&run["phases"]["unrelated_bindings"]["apiserver_cpu_s"])
+            / number(&run["phases"]["unrelated_bindings"]["binding_changes"])
+    });
+    let (change_slope, _) = fit(&per_change);
+    let reviews_per_change = runs
+        .iter()
+        .map(|run| {
+            number(&run["phases"]["relevant_bindings"]["access_reviews"])
+                / number(&run["phases"]["relevant_bindings"]["binding_changes"])
+                / number(&run["nodes"])
+        })
+        .fold(0.0_f64, f64::max);
+    let pairs = number(&first["volumes_per_node"]);
+    let _ = writeln!(
+        w,
+        "### Extrapolated to {NODES} nodes × {pairs} volumes\n\n\
+         The model: each cost is linear in the node count, with the slopes fitted to the runs above (least squares).\n\n\
+         | cost | per node (fitted) | at {NODES} nodes |\n|---|---|---|\n\
+         | watches open | {watch_slope:.1} | {:.0} |\n\
+         | apiserver CPU, idle | {:.2} millicores | {:.2} cores |\n\
+         | access reviews, idle (model: pairs / `accessRecheckSeconds`) | {:.3}/s | {:.0}/s |\n\
+         | apiserver CPU per binding change anywhere (its watch event to every node) | {:.3} ms | {:.1} CPU-seconds; at 10 changes/s, {:.1} cores |\n\
+         | access reviews per relevant binding change, per node serving the account | {reviews_per_change:.1} | {:.0} if every node serves it |\n\
+         | Secret reads per update of a shared Secret | 1 per node serving it | {NODES} if every node serves it |\n",
+        NODES * watch_slope,
+        idle_slope * 1e3,
+        NODES * idle_slope,
+        pairs / ACCESS_RECHECK_SECONDS,
+        NODES * pairs / ACCESS_RECHECK_SECONDS,
+        change_slope * 1e3,
+        NODES * change_slope,
+        10.0 * NODES * change_slope,
+        NODES * reviews_per_change,
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_is_fitted_exactly() {
+        let (slope, intercept) = fit(&[(10.0, 3.0), (50.0, 11.0), (200.0, 41.0)]);
+        assert!((slope - 0.2).abs() < 1e-9 && (intercept - 1.0).abs() < 1e-9, "{slope} {intercept}");
+    }
+}
