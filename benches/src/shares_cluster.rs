@@ -85,7 +85,8 @@ pub async fn wait_readable(driver: &kube::Client, namespace: &str, name: &str) -
 /// Pins every process running one of `programs` to CPU 0 and this process to CPU 1; says what
 /// it did (on a machine with one core, nothing).
 pub fn pin(programs: &[&Path]) -> String {
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    // The machine's cores, not this process's: after a first run pinned it, it sees one.
+    let cores = nix::unistd::sysconf(nix::unistd::SysconfVar::_NPROCESSORS_ONLN).ok().flatten().unwrap_or(1);
     if cores < 2 {
         return "one core: nothing pinned".into();
     }

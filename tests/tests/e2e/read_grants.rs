@@ -1,5 +1,6 @@
-//! The driver reads exactly what shares name, as the apiserver's RBAC sees its identity: the
-//! shipped driver role grants no Secret, the read-grants controller (running as its own shipped
+//! The driver reads exactly what shares name, as the apiserver sees the driver's own token (a
+//! TokenRequest for its ServiceAccount, authenticated, not impersonated): the shipped driver role
+//! grants no Secret, the read-grants controller (running as its own shipped
 //! ServiceAccount) grants a Secret by name when a share names it, repairs its grant when someone
 //! deletes it, and takes it away when the share goes. (That the grants are *enough* is proven by
 //! every shares and projections scenario: their drivers run as this identity.)
@@ -8,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use inline_guard_tests::apply::objects;
 use inline_guard_tests::repo_root;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::authentication::v1::{SelfSubjectReview, TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::json;
@@ -67,9 +69,36 @@ async fn wait_until(driver: &kube::Client, what: &str, wanted: &DriverSees) -> O
     }
 }
 
+/// A client with a token the apiserver issued to the driver's ServiceAccount, as the DaemonSet's
+/// projected token is.
+async fn driver_token_client(suite: &Suite) -> Result<kube::Client, String> {
+    let accounts = Api::<ServiceAccount>::namespaced(suite.admin.clone(), "inline-guard-system");
+    let request = TokenRequest {
+        spec: TokenRequestSpec { audiences: vec![], expiration_seconds: Some(3600), bound_object_ref: None },
+        ..Default::default()
+    };
+    let answer = accounts
+        .create_token_request("sharedresource-csi-driver", &PostParams::default(), &request)
+        .await
+        .map_err(|e| format!("TokenRequest for the driver's ServiceAccount: {e}"))?;
+    let token = answer.status.ok_or("a TokenRequest without status")?.token;
+    let driver = suite.cluster.client_with_token(&token).await?;
+    // The apiserver knows the token as the driver's ServiceAccount.
+    let review = serde_json::from_value(json!({"spec": {}})).map_err(|e| e.to_string())?;
+    let me = Api::<SelfSubjectReview>::all(driver.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .map_err(|e| format!("SelfSubjectReview with the driver's token: {e}"))?;
+    let user = me.status.and_then(|s| s.user_info).and_then(|u| u.username).unwrap_or_default();
+    if user != DRIVER_USER {
+        return Err(format!("the driver's token authenticates as {user:?}, not {DRIVER_USER}"));
+    }
+    Ok(driver)
+}
+
 pub async fn driver_reads_only_what_shares_name(suite: &Suite) -> Outcome {
     let admin = &suite.admin;
-    let driver = suite.cluster.client_as(DRIVER_USER, &[]).await?;
+    let driver = driver_token_client(suite).await?;
     create_namespace(admin, NAMESPACE, "none", &[]).await?;
     let secrets = Api::<Secret>::namespaced(admin.clone(), NAMESPACE);
     for name in ["named", "unnamed"] {
