@@ -87,7 +87,9 @@ async fn start_node(cluster: &Cluster, index: usize) -> Result<SimNode, String> 
     Ok(SimNode { dir, stop, running, node })
 }
 
-async fn publish_all(node: &mut SimNode) -> Result<(), String> {
+/// Publishes every volume of `node`; how many publishes were retried.
+async fn publish_all(node: &mut SimNode) -> Result<u64, String> {
+    let mut retries = 0;
     for volume in 0..VOLUMES_PER_NODE {
         let namespace = if volume % 2 == 0 { CONSUMER } else { OTHER };
         let pod = [
@@ -98,9 +100,22 @@ async fn publish_all(node: &mut SimNode) -> Result<(), String> {
             ("sharedSecret", format!("share-{}", volume % SHARES)),
         ];
         let request = publish_request(volume, &target(node.dir.path(), volume), &pod);
-        node.node.node_publish_volume(request).await.map_err(|e| format!("publish: {e}"))?;
+        // As kubelet does: UNAVAILABLE (the apiserver's 429 when its priority and fairness
+        // queues are full, a grant not landed yet) is tried again, with backoff.
+        let mut wait = Duration::from_millis(100);
+        loop {
+            match node.node.node_publish_volume(request.clone()).await {
+                Ok(_) => break,
+                Err(status) if status.code() == tonic::Code::Unavailable && wait < Duration::from_secs(30) => {
+                    retries += 1;
+                    tokio::time::sleep(wait).await;
+                    wait *= 2;
+                }
+                Err(status) => return Err(format!("publish: {status}")),
+            }
+        }
     }
-    Ok(())
+    Ok(retries)
 }
 
 /// What the apiserver, etcd and this process had used at one moment.
@@ -264,10 +279,16 @@ async fn run(count: usize, idle: u64, churn_seconds: u64) -> Result<Value, Strin
 
     let start = read(&admin, &etcd).await?;
     let published = Instant::now();
-    futures_util::future::try_join_all(nodes.iter_mut().map(publish_all)).await?;
+    let retries: u64 = futures_util::future::try_join_all(nodes.iter_mut().map(publish_all)).await?.into_iter().sum();
     let publish_seconds = published.elapsed().as_secs_f64();
     let after_publish = read(&admin, &etcd).await?;
-    phases.insert("publish", cost(&start, &after_publish));
+    let mut phase = cost(&start, &after_publish);
+    phase["publishes_retried"] = json!(retries);
+    phase["answered_429"] = json!(
+        apiserver_metrics::sum(&after_publish.samples, REQUESTS, &[("code", "429")])
+            - apiserver_metrics::sum(&start.samples, REQUESTS, &[("code", "429")])
+    );
+    phases.insert("publish", phase);
     let memory = resident_mb();
 
     tokio::time::sleep(Duration::from_secs(idle)).await;

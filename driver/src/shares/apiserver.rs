@@ -42,6 +42,11 @@ pub async fn ask<T>(
 /// reason, or that it could not be reached; never its message.
 fn in_general(error: &kube::Error) -> String {
     match error {
+        // kube's reason when the body was not a Status (a 429's text, a proxy's page) is its own
+        // words, not the apiserver's: only the code is told then.
+        kube::Error::Api(status) if status.reason == "Failed to parse error data" => {
+            format!("the apiserver answered HTTP {}", status.code)
+        }
         kube::Error::Api(status) => {
             let reason: String = status.reason.chars().filter(char::is_ascii_alphanumeric).take(64).collect::<String>();
             if reason.is_empty() {
@@ -82,5 +87,15 @@ mod tests {
             error.to_string(),
             "reading SharedSecret \"x\": the apiserver answered HTTP 403 Forbidden; the driver's log has the details"
         );
+    }
+
+    #[tokio::test]
+    async fn an_answer_that_was_no_status_is_told_by_its_code_alone() {
+        let status =
+            kube::core::Status::failure("Too many requests, please try again later.\n", "Failed to parse error data")
+                .with_code(429);
+        let refused = async { Err::<(), _>(kube::Error::Api(Box::new(status))) };
+        let error = ask(DEFAULT_REQUEST_TIMEOUT, || "asking".into(), refused).await.unwrap_err();
+        assert_eq!(error.to_string(), "asking: the apiserver answered HTTP 429; the driver's log has the details");
     }
 }
