@@ -75,9 +75,7 @@ async fn start_node(cluster: &Cluster, index: usize) -> Result<SimNode, String> 
     plugin.node_id = format!("sim-node-{index}");
     plugin.config.refresh_seconds = 60;
     plugin.mounter = Arc::new(FakeMounter::default());
-    // The driver's own client stack: one HTTP/2 connection for every request and watch.
-    let config = cluster.config_as(DRIVER, &DRIVER_GROUPS).await?;
-    let client = sharedresource_csi_driver::apiserver_client::http2_client(config).map_err(|e| e.to_string())?;
+    let client = cluster.client_as(DRIVER, &DRIVER_GROUPS).await?;
     plugin.content = Arc::new(KubernetesSource::new(client, tokio::runtime::Handle::current(), plugin.metrics.clone()));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let running = tokio::spawn(plugin.run(async {

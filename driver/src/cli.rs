@@ -104,7 +104,7 @@ pub(crate) async fn kube_client(
         }
         None => kube::Config::infer().await?,
     };
-    Ok(crate::apiserver_client::http2_client(config)?)
+    Ok(kube::Client::try_from(config)?)
 }
 
 /// Raises the soft limit of open files to the hard limit, as Go's runtime does at start: the

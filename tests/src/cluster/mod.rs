@@ -207,18 +207,6 @@ impl Cluster {
         self.client_with(|_| {}).await
     }
 
-    /// The configuration of a client acting as `user` in `groups`, by impersonation (for a client
-    /// stack of one's own, such as the driver's HTTP/2 client).
-    pub async fn config_as(&self, user: &str, groups: &[&str]) -> Result<kube::Config, String> {
-        let kubeconfig = Kubeconfig::read_from(&self.kubeconfig).map_err(|e| e.to_string())?;
-        let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-            .await
-            .map_err(|e| e.to_string())?;
-        config.auth_info.impersonate = Some(user.to_string());
-        config.auth_info.impersonate_groups = Some(groups.iter().map(|g| g.to_string()).collect());
-        Ok(config)
-    }
-
     /// A client acting as `user` in `groups`, by impersonation, so RBAC decides what it may do
     /// (a service account is `system:serviceaccount:NAMESPACE:NAME`).
     pub async fn client_as(&self, user: &str, groups: &[&str]) -> Result<kube::Client, String> {

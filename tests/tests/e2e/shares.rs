@@ -101,9 +101,7 @@ pub struct InProcessDriver {
 impl InProcessDriver {
     pub async fn start(suite: &Suite) -> Result<InProcessDriver, String> {
         let groups = ["system:serviceaccounts", "system:serviceaccounts:inline-guard-system", "system:authenticated"];
-        // The driver's own client stack (one HTTP/2 connection), as the node's driver runs it.
-        let config = suite.cluster.config_as(DRIVER_USER, &groups).await?;
-        let client = sharedresource_csi_driver::apiserver_client::http2_client(config).map_err(|e| e.to_string())?;
+        let client = suite.cluster.client_as(DRIVER_USER, &groups).await?;
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let socket = dir.path().join("csi.sock");
         let mut plugin = Plugin::in_directory(dir.path(), socket.clone());
