@@ -84,8 +84,8 @@ pub async fn run(client: Client, driver: DriverAccount, timeout: Duration) {
     }
 }
 
-/// A reflector of `api` (as `config` selects) kept current in the background; every event
-/// notifies `changed`. The task ends with the store's last reader.
+/// A reflector of `api` (as `config` selects) kept current in the background until the runtime
+/// ends; every event notifies `changed`.
 fn follow<K>(api: Api<K>, config: watcher::Config, changed: Arc<Notify>) -> Store<K>
 where
     K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
