@@ -8,16 +8,7 @@ use k8s_openapi::api::storage::v1::CSIDriver;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::json;
 
-use crate::support::{Outcome, SERVICE_ACCOUNT, Suite};
-
-/// `Ok(true)` when allowed, `Ok(false)` when the apiserver answered 403.
-fn allowed<T>(result: Result<T, kube::Error>) -> Result<bool, String> {
-    match result {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(status)) if status.code == 403 => Ok(false),
-        Err(error) => Err(error.to_string()),
-    }
-}
+use crate::support::{Outcome, SERVICE_ACCOUNT, Suite, allowed};
 
 pub async fn webhook_gets_exactly_what_it_needs(suite: &Suite) -> Outcome {
     let webhook = suite.cluster.client_as(SERVICE_ACCOUNT, &[]).await?;

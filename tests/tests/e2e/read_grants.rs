@@ -16,22 +16,13 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::json;
 
 use crate::shares::{DRIVER_USER, WITHIN, create_shared_secret};
-use crate::support::{Outcome, Suite, create_namespace};
+use crate::support::{Outcome, Suite, allowed, create_namespace};
 
 const NAMESPACE: &str = "grants-owner";
 const SHARE: &str = "grants-e2e";
 /// The Role and RoleBinding the controller keeps (`read_grants::plan::GRANT_NAME`, spelled out:
 /// the suite checks what an operator sees).
 const GRANT: &str = "sharedresource-csi-driver-reads";
-
-/// `Ok(true)` when allowed, `Ok(false)` when the apiserver answered 403.
-fn allowed<T>(result: Result<T, kube::Error>) -> Result<bool, String> {
-    match result {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(status)) if status.code == 403 => Ok(false),
-        Err(error) => Err(error.to_string()),
-    }
-}
 
 /// What the driver's identity may do with the Secrets of [`NAMESPACE`].
 #[derive(Debug, PartialEq, Eq)]

@@ -38,6 +38,15 @@ pub const SHARED_RESOURCE_DRIVER: &str = "sharedresource.csi.inlineguard.dev";
 /// A scenario's result; `Err` carries what was observed.
 pub type Outcome = Result<(), String>;
 
+/// `Ok(true)` when the apiserver allowed a request, `Ok(false)` when it answered 403.
+pub fn allowed<T>(result: Result<T, kube::Error>) -> Result<bool, String> {
+    match result {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(status)) if status.code == 403 => Ok(false),
+        Err(error) => Err(error.to_string()),
+    }
+}
+
 /// The control plane, the webhook servers and the node, for the whole run.
 pub struct Suite {
     /// The real node (containerd, kubelet, the driver), or why it did not start: only the node
