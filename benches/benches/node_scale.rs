@@ -37,6 +37,7 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::{Value, json};
+use sharedresource_csi_driver::apiserver_client::ApiserverClients;
 use sharedresource_csi_driver::mounter::FakeMounter;
 use sharedresource_csi_driver::plugin::Plugin;
 use sharedresource_csi_driver::shares::source::KubernetesSource;
@@ -75,8 +76,11 @@ async fn start_node(cluster: &Cluster, index: usize) -> Result<SimNode, String> 
     plugin.node_id = format!("sim-node-{index}");
     plugin.config.refresh_seconds = 60;
     plugin.mounter = Arc::new(FakeMounter::default());
-    let client = cluster.client_as(DRIVER, &DRIVER_GROUPS).await?;
-    plugin.content = Arc::new(KubernetesSource::new(client, tokio::runtime::Handle::current(), plugin.metrics.clone()));
+    // Requests over HTTP/1.1, watches over HTTP/2, as the driver's binary has them.
+    let config = cluster.config_as(DRIVER, &DRIVER_GROUPS).await?;
+    let clients = ApiserverClients::new(config).map_err(|e| e.to_string())?;
+    plugin.content =
+        Arc::new(KubernetesSource::new(clients, tokio::runtime::Handle::current(), plugin.metrics.clone()));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let running = tokio::spawn(plugin.run(async {
         let _ = stopped.await;

@@ -23,6 +23,7 @@ use inline_guard_tests::cluster::Cluster;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
+use sharedresource_csi_driver::apiserver_client::ApiserverClients;
 use sharedresource_csi_driver::plugin::Plugin;
 use sharedresource_csi_driver::shares::source::KubernetesSource;
 use sharedresource_csi_driver::test_client::unix_channel;
@@ -97,7 +98,9 @@ fn main() {
         let socket = dir.path().join("csi.sock");
         let mut plugin = Plugin::in_directory(dir.path(), socket.clone());
         plugin.config.refresh_seconds = 3600;
-        plugin.content = Arc::new(KubernetesSource::new(driver_client, tokio::runtime::Handle::current(), plugin.metrics.clone()));
+        // Requests over HTTP/1.1, watches over HTTP/2, as the driver's binary has them.
+        let clients = ApiserverClients::new(cluster.config_as(DRIVER, &DRIVER_GROUPS).await.unwrap()).unwrap();
+        plugin.content = Arc::new(KubernetesSource::new(clients, tokio::runtime::Handle::current(), plugin.metrics.clone()));
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let running = tokio::spawn(plugin.run(async {
             let _ = stopped.await;
@@ -114,6 +117,7 @@ fn main() {
             publish.push(started.elapsed());
         }
         let with_volumes = resident_mb();
+
 
         // Updates to share 0's Secret, watched in volume 0.
         let secrets = Api::<Secret>::namespaced(admin.clone(), "bench-owner");

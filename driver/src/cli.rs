@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use clap::Parser;
 
+use crate::apiserver_client::ApiserverClients;
 use crate::config::{DriverConfig, SourceKind};
 use crate::content::{ContentSource, StaticDirSource};
 use crate::metrics::Metrics;
@@ -95,16 +96,20 @@ impl std::io::Write for LossyStderr {
 pub(crate) async fn kube_client(
     kubeconfig: Option<&std::path::Path>,
 ) -> Result<kube::Client, Box<dyn std::error::Error>> {
+    Ok(crate::apiserver_client::client(kube_config(kubeconfig).await?)?)
+}
+
+/// The configuration for `kubeconfig`, else for `$KUBECONFIG` or the in-cluster service account.
+async fn kube_config(kubeconfig: Option<&std::path::Path>) -> Result<kube::Config, Box<dyn std::error::Error>> {
     // kube's TLS goes through rustls; only the ring provider is compiled in.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let config = match kubeconfig {
+    Ok(match kubeconfig {
         Some(path) => {
             let file = kube::config::Kubeconfig::read_from(path).map_err(|e| format!("{}: {e}", path.display()))?;
             kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default()).await?
         }
         None => kube::Config::infer().await?,
-    };
-    Ok(kube::Client::try_from(config)?)
+    })
 }
 
 /// Raises the soft limit of open files to the hard limit, as Go's runtime does at start: the
@@ -131,10 +136,14 @@ fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
     let content: Arc<dyn ContentSource> = match config.source()? {
         SourceKind::Static => Arc::new(StaticDirSource::new(config.static_shares_dir.clone().unwrap_or_default())),
         SourceKind::Kubernetes => {
-            let client = runtime.block_on(kube_client(config.kubeconfig.as_deref()))?;
+            // kube's client spawns its buffer's task: it is made on the runtime.
+            let clients = runtime.block_on(async {
+                let config = kube_config(config.kubeconfig.as_deref()).await?;
+                Ok::<_, Box<dyn std::error::Error>>(ApiserverClients::new(config)?)
+            })?;
             let timeout = std::time::Duration::from_secs(config.request_timeout_seconds);
             Arc::new(
-                KubernetesSource::new(client, runtime.handle().clone(), metrics.clone())
+                KubernetesSource::new(clients, runtime.handle().clone(), metrics.clone())
                     .with_request_timeout(timeout)
                     .with_access_recheck(std::time::Duration::from_secs(config.access_recheck_seconds))
                     .with_pod_metadata(config.pod_metadata),

@@ -12,6 +12,7 @@
 //! watched) and a directory of static shares for demos. `read_grants` is the small controller
 //! that lets the driver read exactly what shares name.
 
+pub mod apiserver_client;
 pub mod atomic_writer;
 pub mod authority_rewrite;
 pub mod changes;

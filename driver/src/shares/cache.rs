@@ -24,6 +24,15 @@ pub struct ShareCache {
     listed: Mutex<HashSet<ShareKind>>,
     versions: Mutex<HashMap<ObjectKey, String>>,
     contents: Mutex<HashMap<ObjectKey, (String, Payload)>>,
+    reads: Mutex<HashMap<ObjectKey, ReadsSinceList>>,
+}
+
+/// The versions of a backing object read since its watch last listed it: the first, and
+/// whether any other was read.
+#[derive(Debug)]
+struct ReadsSinceList {
+    version: String,
+    mixed: bool,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -60,6 +69,7 @@ impl ShareCache {
             Some(version) => lock(&self.versions).insert(key, version),
             None => {
                 lock(&self.contents).remove(&key);
+                lock(&self.reads).remove(&key);
                 lock(&self.versions).remove(&key)
             }
         };
@@ -74,7 +84,34 @@ impl ShareCache {
 
     /// Keeps the content of a backing object read at `version`.
     pub fn store_content(&self, kind: ShareKind, namespace: &str, name: &str, version: String, payload: Payload) {
-        lock(&self.contents).insert((kind, namespace.to_string(), name.to_string()), (version, payload));
+        let key = (kind, namespace.to_string(), name.to_string());
+        lock(&self.reads)
+            .entry(key.clone())
+            .and_modify(|reads| reads.mixed |= reads.version != version)
+            .or_insert_with(|| ReadsSinceList { version: version.clone(), mixed: false });
+        lock(&self.contents).insert(key, (version, payload));
+    }
+
+    /// Notes the version a watch's list found for a backing object (`None`: not found), and
+    /// says whether the volumes served from it may hold another: unless every read since the
+    /// last list, and the last event the watch saw, were at the listed version. So a watch
+    /// that starts after the publish that read its object, and lists what was read, wakes no
+    /// volume; a relist after an error wakes them only when it finds a change it missed.
+    pub fn listed_version(&self, kind: ShareKind, namespace: &str, name: &str, listed: Option<String>) -> bool {
+        let key = (kind, namespace.to_string(), name.to_string());
+        let reads = lock(&self.reads).remove(&key);
+        let watched = lock(&self.versions).get(&key).cloned();
+        let may_differ = match &listed {
+            None => true,
+            Some(listed) => {
+                let reads_agree = reads.as_ref().is_none_or(|r| !r.mixed && r.version == *listed);
+                let watch_agrees = watched.as_ref().is_none_or(|w| w == listed);
+                let anything_known = reads.is_some() || watched.is_some();
+                !(reads_agree && watch_agrees && anything_known)
+            }
+        };
+        self.saw_version(kind, namespace, name, listed);
+        may_differ
     }
 }
 
@@ -95,6 +132,60 @@ mod tests {
         assert_eq!(cache.content(ShareKind::Secret, "ns", "s"), None, "changed since it was read");
         cache.saw_version(ShareKind::Secret, "ns", "s", None);
         assert_eq!(cache.content(ShareKind::Secret, "ns", "s"), None);
+    }
+
+    fn payload(value: &str) -> Payload {
+        [("k".to_string(), FileContent::new(value))].into()
+    }
+
+    #[test]
+    fn a_first_list_at_the_version_the_publish_read_wakes_nothing() {
+        let cache = ShareCache::default();
+        cache.store_content(ShareKind::Secret, "ns", "s", "5".into(), payload("v"));
+        assert!(!cache.listed_version(ShareKind::Secret, "ns", "s", Some("5".into())));
+        assert_eq!(cache.content(ShareKind::Secret, "ns", "s"), Some(payload("v")));
+    }
+
+    #[test]
+    fn a_list_that_may_differ_from_what_volumes_hold_wakes_them() {
+        struct Case {
+            name: &'static str,
+            reads: &'static [&'static str],
+            watched: Option<&'static str>,
+            listed: Option<&'static str>,
+        }
+        let cases = [
+            Case { name: "changed between the read and the list", reads: &["5"], watched: None, listed: Some("6") },
+            Case { name: "two publishes read two versions", reads: &["5", "6"], watched: None, listed: Some("6") },
+            Case {
+                name: "a relist finds a change the watch missed",
+                reads: &[],
+                watched: Some("5"),
+                listed: Some("7"),
+            },
+            Case { name: "deleted before the list", reads: &["5"], watched: None, listed: None },
+            Case { name: "nothing known of it", reads: &[], watched: None, listed: Some("5") },
+        ];
+        for case in cases {
+            let cache = ShareCache::default();
+            if let Some(watched) = case.watched {
+                cache.saw_version(ShareKind::Secret, "ns", "s", Some(watched.into()));
+            }
+            for version in case.reads {
+                cache.store_content(ShareKind::Secret, "ns", "s", version.to_string(), payload(version));
+            }
+            let listed = case.listed.map(str::to_string);
+            assert!(cache.listed_version(ShareKind::Secret, "ns", "s", listed), "{}", case.name);
+        }
+    }
+
+    #[test]
+    fn a_relist_that_finds_what_the_watch_saw_wakes_nothing_and_forgets_the_reads() {
+        let cache = ShareCache::default();
+        cache.store_content(ShareKind::Secret, "ns", "s", "5".into(), payload("v"));
+        cache.store_content(ShareKind::Secret, "ns", "s", "6".into(), payload("w"));
+        assert!(cache.listed_version(ShareKind::Secret, "ns", "s", Some("6".into())), "two versions were read");
+        assert!(!cache.listed_version(ShareKind::Secret, "ns", "s", Some("6".into())), "the relist found no change");
     }
 
     #[test]

@@ -27,6 +27,7 @@ use super::cache::ShareCache;
 use super::held_answers::{DEFAULT_ACCESS_RECHECK, HeldAnswers};
 use super::status::{Seen, desired};
 use super::watch::{Served, watch_changes};
+use crate::apiserver_client::ApiserverClients;
 use crate::atomic_writer::{FileContent, Payload};
 use crate::changes::Changes;
 use crate::content::{ContentSource, PassId};
@@ -108,10 +109,15 @@ impl Drop for KubernetesSource {
 }
 
 impl KubernetesSource {
-    /// A source asking the cluster `client` talks to, on `runtime`, counting into `metrics`,
-    /// whose watches start now. Each request is given up after 10 s
+    /// A source asking the cluster `clients` talk to (requests on one client, watches on the
+    /// other), on `runtime`, counting into `metrics`, whose watches start now. Each request is given up after 10 s
     /// ([`KubernetesSource::with_request_timeout`] changes it).
-    pub fn new(client: kube::Client, runtime: tokio::runtime::Handle, metrics: Arc<Metrics>) -> KubernetesSource {
+    pub fn new(
+        clients: impl Into<ApiserverClients>,
+        runtime: tokio::runtime::Handle,
+        metrics: Arc<Metrics>,
+    ) -> KubernetesSource {
+        let ApiserverClients { requests: client, watches: watch_connections } = clients.into();
         let served = Arc::new(Served::default());
         let cache = Arc::new(ShareCache::default());
         let changes = Arc::new(Changes::default());
@@ -121,7 +127,7 @@ impl KubernetesSource {
             move |accounts| answers.forget(accounts)
         });
         let watches = runtime.spawn(watch_changes(
-            client.clone(),
+            watch_connections,
             served.clone(),
             cache.clone(),
             changes.clone(),

@@ -24,6 +24,7 @@ use super::access::ShareKind;
 use super::api::{ObjectRef, SharedConfigMap, SharedSecret};
 use super::cache::{CachedShare, ShareCache};
 use super::source::{SHARED_CONFIG_MAP_ATTRIBUTE, SHARED_SECRET_ATTRIBUTE};
+use crate::apiserver_client::WatchConnections;
 use crate::changes::Changes;
 use crate::metrics::Metrics;
 use crate::object_name::{NamespaceName, ObjectName};
@@ -113,19 +114,31 @@ enum Interest {
     Projection,
 }
 
-/// Watches everything a volume depends on with `client`, noting in `wake` what each change
-/// touches; runs until dropped.
+/// The cluster-wide watches of [`watch_changes`]: shares of two kinds, bindings and roles of two
+/// kinds each, and projections.
+const CLUSTER_WIDE_WATCHES: usize = 7;
+
+/// Watches everything a volume depends on over `connections`, noting in `wake` what each
+/// change touches; runs until dropped.
 pub async fn watch_changes(
-    client: Client,
+    connections: Arc<WatchConnections>,
     served: Arc<Served>,
     cache: Arc<ShareCache>,
     wake: Arc<Changes>,
     metrics: Arc<Metrics>,
 ) {
+    let lease = match connections.lease(CLUSTER_WIDE_WATCHES) {
+        Ok(lease) => lease,
+        Err(error) => {
+            warn!(error = %crate::quote::Logged(&error), "no connection for the watches; volumes follow the cluster only through the periodic refresh");
+            return;
+        }
+    };
+    let client = lease.client.clone();
     let m = || metrics.clone();
     futures_util::future::join3(
         follow_shares::<SharedSecret, Secret>(
-            client.clone(),
+            (client.clone(), connections.clone()),
             ShareKind::Secret,
             |s| (s.spec.secret_ref.clone(), s.status.clone().map(|s| s.conditions).unwrap_or_default()),
             (served.clone(), cache.clone()),
@@ -133,7 +146,7 @@ pub async fn watch_changes(
             m(),
         ),
         follow_shares::<SharedConfigMap, ConfigMap>(
-            client.clone(),
+            (client.clone(), connections),
             ShareKind::ConfigMap,
             |s| (s.spec.config_map_ref.clone(), s.status.clone().map(|s| s.conditions).unwrap_or_default()),
             (served, cache),
@@ -173,7 +186,7 @@ impl Drop for ObjectWatches {
 /// more; so no other Secret or ConfigMap is ever watched (or need be readable by the driver),
 /// and a node that serves no share watches none.
 async fn follow_shares<S, B>(
-    client: Client,
+    (client, connections): (Client, Arc<WatchConnections>),
     kind: ShareKind,
     backing_of: fn(&S) -> CachedShare,
     (served, cache): (Arc<Served>, Arc<ShareCache>),
@@ -244,12 +257,24 @@ async fn follow_shares<S, B>(
         });
         for object in wanted {
             if let std::collections::hash_map::Entry::Vacant(entry) = watches.0.entry(object) {
+                let lease = match connections.lease(1) {
+                    Ok(lease) => lease,
+                    Err(error) => {
+                        warn!(error = %crate::quote::Logged(&error), "no connection for a watch; its volumes follow it through the periodic refresh");
+                        continue;
+                    }
+                };
                 let (namespace, name) = entry.key();
-                let api = Api::<PartialObjectMeta<B>>::namespaced(client.clone(), namespace.as_str());
+                let api = Api::<PartialObjectMeta<B>>::namespaced(lease.client.clone(), namespace.as_str());
                 let one = watcher::Config::default().fields(&format!("metadata.name={name}"));
                 let key = (kind, namespace.as_str().to_string(), name.as_str().to_string());
                 let interest = Interest::Served(key, served.clone(), cache.clone());
-                entry.insert(tokio::spawn(wake_on::<B>(api, one, interest, wake.clone(), metrics.clone())));
+                let watch = wake_on::<B>(api, one, interest, wake.clone(), metrics.clone());
+                // The lease goes with the task: its stream is free again once the task ends.
+                entry.insert(tokio::spawn(async move {
+                    let _lease = lease;
+                    watch.await
+                }));
             }
         }
     }
@@ -269,10 +294,11 @@ async fn wake_on<K>(
         .default_backoff()
         .for_each(|event| {
             match event {
-                // The initial list says nothing changed; a relist after an error may have
-                // missed a change, so it wakes what the watch covers: for a backing object, the
-                // volumes served from it (a share that starts naming it woke its own volumes
-                // already), not every volume of the node.
+                // A list may show a change that no event will: for a backing object, the list
+                // wakes the volumes served from it when what it found may differ from what they
+                // hold (the cache knows which versions were read; a share that starts naming
+                // it woke its own volumes already), so a watch started by a publish costs that
+                // volume no second look; a projection's relist wakes every volume.
                 //
                 // A backing object's version as listed goes to the cache when the list is done
                 // (none when the list did not hold it: deleted meanwhile), so the volumes need
@@ -281,9 +307,10 @@ async fn wake_on<K>(
                 Ok(Event::InitApply(object)) => listed = object.metadata.resource_version,
                 Ok(Event::InitDone) => match &interest {
                     Interest::Served((kind, namespace, name), served, cache) => {
-                        cache.saw_version(*kind, namespace, name, listed.take());
-                        for share in served.shares_of(*kind, namespace, name) {
-                            wake.share(attribute(*kind), &share);
+                        if cache.listed_version(*kind, namespace, name, listed.take()) {
+                            for share in served.shares_of(*kind, namespace, name) {
+                                wake.share(attribute(*kind), &share);
+                            }
                         }
                     }
                     Interest::Projection => wake.everything(),
