@@ -1,0 +1,121 @@
+//! What an image holds: the program, the shared libraries the dynamic loader needs to start it
+//! (as `ldd` names them, each stored at the path the loader looks for), and `/etc/passwd` and
+//! `/etc/group` naming the one user it runs as. Nothing else: no shell, no package manager, no
+//! CA certificates (both programs trust only the cluster's CA, from their ServiceAccount).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::error::{Error, Result};
+use crate::layer::Layer;
+
+/// Where the program goes in the image.
+pub fn program_path(name: &str) -> String {
+    format!("/usr/local/bin/{name}")
+}
+
+/// The image's files for `binaries`, run as `uid` (0 for root).
+pub fn rootfs(binaries: &[PathBuf], uid: u32) -> Result<Layer> {
+    let mut layer = Layer::default();
+    for binary in binaries {
+        let name = binary
+            .file_name()
+            .and_then(|n| n.to_str())
+            .ok_or_else(|| Error::Input(format!("{}: not a program's path", binary.display())))?;
+        layer.add_file(&program_path(name), 0o755, read(binary)?);
+        for library in libraries(binary)? {
+            layer.add_file(&library, 0o755, read(Path::new(&library))?);
+        }
+    }
+    let (passwd, group) = accounts(uid);
+    layer.add_file("/etc/passwd", 0o644, passwd.into_bytes());
+    layer.add_file("/etc/group", 0o644, group.into_bytes());
+    layer.add_dir("/tmp");
+    Ok(layer)
+}
+
+fn read(path: &Path) -> Result<Vec<u8>> {
+    std::fs::read(path).map_err(|e| Error::Input(format!("{}: {e}", path.display())))
+}
+
+/// `/etc/passwd` and `/etc/group`: root, and the non-root user `uid` runs as when it is not 0.
+fn accounts(uid: u32) -> (String, String) {
+    let mut passwd = "root:x:0:0:root:/:/sbin/nologin\n".to_string();
+    let mut group = "root:x:0:\n".to_string();
+    if uid != 0 {
+        passwd.push_str(&format!("nonroot:x:{uid}:{uid}:nonroot:/:/sbin/nologin\n"));
+        group.push_str(&format!("nonroot:x:{uid}:\n"));
+    }
+    (passwd, group)
+}
+
+/// The absolute paths of the libraries `binary` loads, the dynamic loader included; none for a
+/// static program.
+fn libraries(binary: &Path) -> Result<Vec<String>> {
+    let output = Command::new("ldd")
+        .arg(binary)
+        .output()
+        .map_err(|e| Error::Input(format!("running ldd (libc-bin) on {}: {e}", binary.display())))?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    if !output.status.success() {
+        // ldd's answer for a program that loads nothing.
+        if String::from_utf8_lossy(&output.stderr).contains("not a dynamic executable")
+            || text.contains("not a dynamic executable")
+            || text.contains("statically linked")
+        {
+            return Ok(Vec::new());
+        }
+        return Err(Error::Input(format!("ldd {}: {}", binary.display(), crate::error::bounded(&output.stderr))));
+    }
+    parse_ldd(&text)
+}
+
+/// The paths in `ldd`'s listing.
+fn parse_ldd(listing: &str) -> Result<Vec<String>> {
+    let mut paths = Vec::new();
+    for line in listing.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        if line.contains("not found") {
+            return Err(Error::Input(format!(
+                "a library the program needs is missing: {}",
+                crate::error::bounded(line.as_bytes())
+            )));
+        }
+        let path = match line.split_once("=>") {
+            Some((_, found)) => found.trim().split(" (").next().unwrap_or_default().trim(),
+            None => line.split(" (").next().unwrap_or_default().trim(),
+        };
+        // The vDSO is the kernel's, not a file.
+        if path.starts_with('/') {
+            paths.push(path.to_string());
+        }
+    }
+    Ok(paths)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ldd_s_listing_names_each_library_and_the_loader_but_not_the_vdso() {
+        let listing = "\tlinux-vdso.so.1 (0x00007ffd5a1f0000)\n\tlibgcc_s.so.1 => /lib/x86_64-linux-gnu/libgcc_s.so.1 (0x00007f1)\n\tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x00007f2)\n\t/lib64/ld-linux-x86-64.so.2 (0x00007f3)\n";
+        assert_eq!(
+            parse_ldd(listing).unwrap(),
+            ["/lib/x86_64-linux-gnu/libgcc_s.so.1", "/lib/x86_64-linux-gnu/libc.so.6", "/lib64/ld-linux-x86-64.so.2"]
+        );
+    }
+
+    #[test]
+    fn a_missing_library_is_an_error_naming_it() {
+        let error = parse_ldd("\tlibfoo.so.1 => not found\n").unwrap_err();
+        assert_eq!(error.to_string(), "a library the program needs is missing: libfoo.so.1 => not found");
+    }
+
+    #[test]
+    fn a_non_root_user_is_named_in_passwd_and_group() {
+        let (passwd, group) = accounts(65532);
+        assert!(passwd.lines().any(|l| l == "nonroot:x:65532:65532:nonroot:/:/sbin/nologin"));
+        assert!(group.lines().any(|l| l == "nonroot:x:65532:"));
+        assert_eq!(accounts(0).0.lines().count(), 1, "root only");
+    }
+}
