@@ -8,7 +8,9 @@
 //! A grant's change is looked at again a moment later ([`Changes::grant_changed`]): the
 //! apiserver answers access checks from its own RBAC cache, which can learn of a binding just
 //! after the driver's watch does. Those looks are gathered into windows of [`WINDOW`], so a burst
-//! of binding changes costs each affected volume a bounded number of checks, not one per change.
+//! of binding changes costs each affected volume a bounded number of checks, not one per change;
+//! and the listener is told which looks are first and which again ([`GrantLook`]), so an answer
+//! the first look already saw change need not be asked again.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
@@ -62,18 +64,41 @@ pub struct Changes {
     // them.
     users: Mutex<HashMap<Named, HashSet<ProjectionKey>>>,
     // Looks at grants still to come, by the window they fall in (counted from `epoch`).
-    looks: Mutex<BTreeMap<u64, HashSet<Accounts>>>,
+    looks: Mutex<BTreeMap<u64, WindowLooks>>,
     looks_added: Notify,
     epoch: Instant,
     grant_listener: std::sync::OnceLock<GrantListener>,
 }
 
-/// Told of each look at grants (the accounts it concerns) and of each relist of the grant
-/// watches (`None`: any account): what holds answers about grants forgets them then.
+/// The accounts looked at in one window: first since their grants changed, or again.
+#[derive(Debug, Default)]
+struct WindowLooks {
+    first: HashSet<Accounts>,
+    again: HashSet<Accounts>,
+}
+
+/// A look at grants, as a grant listener is told of it.
+#[derive(Debug, Clone, Copy)]
+pub enum GrantLook<'a> {
+    /// A grant watch listed again and may have missed changes: any answer may be stale.
+    Relisted,
+    /// One window's looks: `first`, the accounts whose grants changed since the last window;
+    /// `again`, those looked at again while the apiserver's RBAC cache may be catching up (an
+    /// account in both is in `first` only).
+    Window {
+        /// The accounts looked at for the first time since their grants changed.
+        first: &'a [Accounts],
+        /// The accounts looked at again.
+        again: &'a [Accounts],
+    },
+}
+
+/// Told of each look at grants and of each relist of the grant watches: what holds answers
+/// about grants forgets them then.
 struct GrantListener(Box<ForgetAnswers>);
 
-/// What a grant listener is called as: with the accounts a look concerns, `None` for all.
-type ForgetAnswers = dyn Fn(Option<&[Accounts]>) + Send + Sync;
+/// What a grant listener is called as.
+type ForgetAnswers = dyn Fn(GrantLook<'_>) + Send + Sync;
 
 impl std::fmt::Debug for GrantListener {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -178,7 +203,7 @@ impl Changes {
 
     /// Tells `listener` of each look at grants, before the volumes it touches are refreshed,
     /// and of each relist of the grant watches. Only the first listener is kept.
-    pub fn on_grant_looks(&self, listener: impl Fn(Option<&[Accounts]>) + Send + Sync + 'static) {
+    pub fn on_grant_looks(&self, listener: impl Fn(GrantLook<'_>) + Send + Sync + 'static) {
         let _ = self.grant_listener.set(GrantListener(Box::new(listener)));
     }
 
@@ -186,7 +211,7 @@ impl Changes {
     /// forgotten, and every volume looked at.
     pub fn grants_relisted(&self) {
         if let Some(listener) = self.grant_listener.get() {
-            (listener.0)(None);
+            (listener.0)(GrantLook::Relisted);
         }
         self.everything();
     }
@@ -201,10 +226,12 @@ impl Changes {
         }
         let now = Instant::now();
         let mut looks = self.looks.lock().unwrap_or_else(|p| p.into_inner());
-        for delay in GRANT_LOOKS {
+        for (index, delay) in GRANT_LOOKS.into_iter().enumerate() {
             // The window that ends at or after the look is due.
             let window = (now + delay - self.epoch).as_nanos().div_ceil(WINDOW.as_nanos()) as u64;
-            looks.entry(window).or_default().extend(accounts.iter().cloned());
+            let window = looks.entry(window).or_default();
+            let kind = if index == 0 { &mut window.first } else { &mut window.again };
+            kind.extend(accounts.iter().cloned());
         }
         drop(looks);
         self.looks_added.notify_one();
@@ -225,15 +252,21 @@ impl Changes {
                 // An earlier window may have been added meanwhile.
                 _ = self.looks_added.notified() => continue,
             }
-            let due: HashSet<Accounts> = {
+            let (first, again) = {
                 let mut looks = self.looks.lock().unwrap_or_else(|p| p.into_inner());
                 let later = looks.split_off(&(window + 1));
-                std::mem::replace(&mut *looks, later).into_values().flatten().collect()
+                let mut due = WindowLooks::default();
+                for window in std::mem::replace(&mut *looks, later).into_values() {
+                    due.first.extend(window.first);
+                    due.again.extend(window.again);
+                }
+                let again: Vec<Accounts> = due.again.into_iter().filter(|a| !due.first.contains(a)).collect();
+                (due.first.into_iter().collect::<Vec<_>>(), again)
             };
             if let Some(listener) = self.grant_listener.get() {
-                (listener.0)(Some(&due.iter().cloned().collect::<Vec<_>>()));
+                (listener.0)(GrantLook::Window { first: &first, again: &again });
             }
-            self.pending.lock().unwrap_or_else(|p| p.into_inner()).accounts.extend(due);
+            self.pending.lock().unwrap_or_else(|p| p.into_inner()).accounts.extend(first.into_iter().chain(again));
             self.wake.notify_one();
         }
     }
@@ -343,6 +376,38 @@ mod tests {
         assert_eq!(looks.last().unwrap().duration_since(started), Duration::from_secs(3));
         tokio::time::sleep(Duration::from_secs(10)).await;
         assert_eq!(changes.take(), Pending::default(), "no 13th look");
+        delivering.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_listener_is_told_which_looks_are_first_and_which_again() {
+        let (changes, delivering) = delivering_looks();
+        /// When each window was told, and its first and again accounts.
+        type Told = Vec<(Duration, Vec<Accounts>, Vec<Accounts>)>;
+        let told: std::sync::Arc<Mutex<Told>> = Default::default();
+        let started = Instant::now();
+        changes.on_grant_looks({
+            let told = told.clone();
+            move |look| {
+                if let GrantLook::Window { first, again } = look {
+                    told.lock().unwrap().push((started.elapsed(), first.to_vec(), again.to_vec()));
+                }
+            }
+        });
+        let web = Accounts::One("team-a".into(), "web".into());
+        changes.grant_changed([web.clone()]);
+        tokio::time::sleep(Duration::from_millis(1_900)).await;
+        // A second change whose first look falls in the window of the first change's last look.
+        changes.grant_changed([web.clone()]);
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let told = told.lock().unwrap().clone();
+        let kinds: Vec<(bool, bool)> =
+            told.iter().map(|(_, first, again)| (!first.is_empty(), !again.is_empty())).collect();
+        assert_eq!(
+            kinds,
+            [(true, false), (false, true), (true, false), (false, true), (false, true)],
+            "first, again, first (the 2 s look of the first change merged into it), again, again: {told:?}"
+        );
         delivering.abort();
     }
 

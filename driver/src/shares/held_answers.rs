@@ -8,6 +8,13 @@
 //!
 //! An answer asked before a grant's change and received after it could be stale: it is not held
 //! when any forgetting happened while it was asked.
+//!
+//! A grant's change is looked at first at once, then again twice while the apiserver's RBAC
+//! cache may lag the driver's watch ([`crate::changes::GRANT_LOOKS`]). The first look forgets
+//! the accounts' answers, noting each as it was; a later look keeps an answer that already
+//! differs from it (the apiserver has seen the change: asking again would tell nothing new) and
+//! forgets the others. So a change that flips a pair's answer costs that pair one review when
+//! the apiserver had caught up by the first look, and a change that leaves it as it was, three.
 
 use std::collections::HashMap;
 use std::hash::BuildHasher as _;
@@ -17,7 +24,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::access::AccessQuestion;
-use crate::changes::Accounts;
+use crate::changes::{Accounts, GrantLook};
 
 /// How long an answer serves unless a grant's change concerns it, by default.
 pub const DEFAULT_ACCESS_RECHECK: Duration = Duration::from_secs(600);
@@ -34,7 +41,13 @@ struct Held {
     recheck: Duration,
     answers: HashMap<AccessQuestion, (bool, Instant)>,
     forgettings: u64,
+    /// Answers as they were when a first look forgot them, until the last look is past.
+    before: HashMap<AccessQuestion, (bool, Instant)>,
 }
+
+/// How long an answer forgotten by a first look is remembered for the looks after it: past the
+/// last of them, with a window to spare.
+const BEFORE_KEPT: Duration = Duration::from_millis(2_500);
 
 /// When an answer was asked, as [`HeldAnswers::hold`] needs to know it.
 #[derive(Debug, Clone, Copy)]
@@ -46,7 +59,7 @@ pub struct Asked {
 impl HeldAnswers {
     /// Answers held for `recheck` (spread ±10% per question).
     pub fn new(recheck: Duration) -> HeldAnswers {
-        let held = Held { recheck, answers: HashMap::new(), forgettings: 0 };
+        let held = Held { recheck, answers: HashMap::new(), forgettings: 0, before: HashMap::new() };
         HeldAnswers { spread: Default::default(), held: Mutex::new(held) }
     }
 
@@ -79,15 +92,47 @@ impl HeldAnswers {
         }
     }
 
-    /// Forgets the answers for the service accounts among `accounts`; every answer for `None`.
-    pub fn forget(&self, accounts: Option<&[Accounts]>) {
+    /// Forgets what `look` may have made stale: every answer at a relist; at a window's looks,
+    /// the answers of its `first` accounts (noting each as it was), and those of its `again`
+    /// accounts that do not differ yet from what they were at the first look.
+    pub fn look(&self, look: GrantLook<'_>) {
         let mut held = self.lock();
-        held.forgettings += 1;
-        match accounts {
-            None => held.answers.clear(),
-            Some(accounts) => held.answers.retain(|question, _| {
-                !accounts.iter().any(|a| a.include(&question.namespace, &question.service_account))
-            }),
+        let (first, again) = match look {
+            GrantLook::Relisted => {
+                held.forgettings += 1;
+                held.answers.clear();
+                held.before.clear();
+                return;
+            }
+            GrantLook::Window { first, again } => (first, again),
+        };
+        let now = Instant::now();
+        held.before.retain(|_, (_, until)| *until > now);
+        let concerns = |accounts: &[Accounts], q: &AccessQuestion| {
+            accounts.iter().any(|a| a.include(&q.namespace, &q.service_account))
+        };
+        // An answer of an `again` account may be asked right now, after the first look but
+        // before the apiserver caught up: unless every known answer of those accounts is
+        // settled, what is being asked must not be held.
+        // A first look's accounts may have answers being asked from before the change.
+        let mut unsettled = !first.is_empty()
+            || (!again.is_empty() && !held.answers.keys().chain(held.before.keys()).any(|q| concerns(again, q)));
+        let Held { answers, before, .. } = &mut *held;
+        answers.retain(|question, (allowed, _)| {
+            if concerns(first, question) {
+                before.insert(question.clone(), (*allowed, now + BEFORE_KEPT));
+                return false;
+            }
+            if concerns(again, question) {
+                let settled = before.get(question).is_some_and(|(was, _)| was != allowed);
+                unsettled |= !settled;
+                return settled;
+            }
+            true
+        });
+        unsettled |= before.keys().any(|q| concerns(again, q) && !answers.contains_key(q));
+        if unsettled {
+            held.forgettings += 1;
         }
     }
 
@@ -111,6 +156,57 @@ mod tests {
             kind: ShareKind::Secret,
             share: share.into(),
         }
+    }
+
+    fn first(accounts: &[Accounts]) -> GrantLook<'_> {
+        GrantLook::Window { first: accounts, again: &[] }
+    }
+
+    fn again(accounts: &[Accounts]) -> GrantLook<'_> {
+        GrantLook::Window { first: &[], again: accounts }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_the_first_look_saw_change_is_not_asked_again() {
+        let held = HeldAnswers::new(Duration::from_secs(600));
+        let reader = [Accounts::One("team".into(), "reader".into())];
+        let q = question("team", "reader", "db");
+        held.hold(&q, true, held.asking());
+        held.look(first(&reader));
+        assert_eq!(held.answer(&q), None, "the first look asks again");
+        held.hold(&q, false, held.asking());
+        tokio::time::advance(Duration::from_millis(500)).await;
+        held.look(again(&reader));
+        assert_eq!(held.answer(&q), Some(false), "revoked already: settled");
+        let asked = held.asking();
+        tokio::time::advance(Duration::from_millis(1_500)).await;
+        held.look(again(&reader));
+        held.hold(&question("web", "x", "db"), true, asked);
+        assert_eq!(held.answer(&question("web", "x", "db")), Some(true), "a settled look forgets nothing");
+        assert_eq!(held.answer(&q), Some(false));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_that_looks_unchanged_is_asked_again_in_case_the_apiserver_lagged() {
+        let held = HeldAnswers::new(Duration::from_secs(600));
+        let reader = [Accounts::One("team".into(), "reader".into())];
+        let q = question("team", "reader", "db");
+        held.hold(&q, true, held.asking());
+        held.look(first(&reader));
+        held.hold(&q, true, held.asking());
+        tokio::time::advance(Duration::from_millis(500)).await;
+        held.look(again(&reader));
+        assert_eq!(held.answer(&q), None, "still as before the change: asked again");
+        // Asked meanwhile, before the apiserver caught up: the answer is not held.
+        let asked = held.asking();
+        held.look(again(&reader));
+        held.hold(&q, true, asked);
+        assert_eq!(held.answer(&q), None);
+        // Long after the looks, the answer as it was is forgotten: a later look asks again.
+        held.hold(&q, false, held.asking());
+        tokio::time::advance(Duration::from_secs(3)).await;
+        held.look(again(&reader));
+        assert_eq!(held.answer(&q), None, "nothing to compare with any more");
     }
 
     #[tokio::test(start_paused = true)]
@@ -146,14 +242,14 @@ mod tests {
         for q in [&reader, &other, &elsewhere] {
             held.hold(q, true, held.asking());
         }
-        held.forget(Some(&[Accounts::One("team".into(), "reader".into())]));
+        held.look(first(&[Accounts::One("team".into(), "reader".into())]));
         assert_eq!(
             (held.answer(&reader), held.answer(&other), held.answer(&elsewhere)),
             (None, Some(true), Some(true))
         );
-        held.forget(Some(&[Accounts::OfNamespace("team".into())]));
+        held.look(first(&[Accounts::OfNamespace("team".into())]));
         assert_eq!((held.answer(&other), held.answer(&elsewhere)), (None, Some(true)));
-        held.forget(None);
+        held.look(GrantLook::Relisted);
         assert_eq!(held.answer(&elsewhere), None, "a relist forgets everything");
     }
 
@@ -162,7 +258,7 @@ mod tests {
         let held = HeldAnswers::new(Duration::from_secs(600));
         let q = question("team", "reader", "db");
         let asked = held.asking();
-        held.forget(Some(&[Accounts::One("elsewhere".into(), "x".into())]));
+        held.look(first(&[Accounts::One("elsewhere".into(), "x".into())]));
         held.hold(&q, true, asked);
         assert_eq!(held.answer(&q), None);
         held.hold(&q, false, held.asking());

@@ -124,7 +124,7 @@ impl KubernetesSource {
         let answers = Arc::new(HeldAnswers::new(DEFAULT_ACCESS_RECHECK));
         changes.on_grant_looks({
             let answers = answers.clone();
-            move |accounts| answers.forget(accounts)
+            move |look| answers.look(look)
         });
         let watches = runtime.spawn(watch_changes(
             watch_connections,
