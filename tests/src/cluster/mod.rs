@@ -4,6 +4,7 @@
 //! Dropping the [`Cluster`] kills both processes and removes the directory.
 
 mod audit_log;
+mod client_ca;
 mod process;
 
 use std::path::{Path, PathBuf};
@@ -57,6 +58,7 @@ pub struct Cluster {
     ca: PathBuf,
     token: String,
     kubeconfig: PathBuf,
+    client_ca: client_ca::ClientCa,
     audit_log: PathBuf,
     /// The apiserver's release.
     pub version: String,
@@ -98,6 +100,7 @@ impl Cluster {
         let service_account_key = rcgen::KeyPair::generate().map_err(|e| e.to_string())?;
         let sa_key = write("service-account.key", &service_account_key.serialize_pem())?;
         let sa_pub = write("service-account.pub", &service_account_key.public_key_pem())?;
+        let client_ca = client_ca::ClientCa::generate(&root)?;
         let token = random_token()?;
         let tokens = write("tokens.csv", &format!("{token},admin,admin,system:masters\n"))?;
         let policy = write("audit-policy.yaml", AUDIT_POLICY)?;
@@ -117,7 +120,12 @@ impl Cluster {
                 format!("--tls-cert-file={}", path(&serving.files.cert)),
                 format!("--tls-private-key-file={}", path(&serving.files.key)),
                 format!("--token-auth-file={}", path(&tokens)),
-                "--authorization-mode=RBAC".into(),
+                // As production clusters run: kubelet is authorized as a node (the Secrets,
+                // ConfigMaps and tokens of its own pods only) and may change only its own Node
+                // and pods.
+                "--authorization-mode=Node,RBAC".into(),
+                "--enable-admission-plugins=NodeRestriction".into(),
+                format!("--client-ca-file={}", path(&client_ca.cert)),
                 "--service-account-issuer=https://kubernetes.default.svc".into(),
                 format!("--service-account-key-file={}", path(&sa_pub)),
                 format!("--service-account-signing-key-file={}", path(&sa_key)),
@@ -147,6 +155,7 @@ impl Cluster {
             ca,
             token,
             kubeconfig,
+            client_ca,
             audit_log,
             version: peers.kubernetes_version.clone(),
         };
@@ -185,6 +194,33 @@ impl Cluster {
     /// An admin kubeconfig file.
     pub fn kubeconfig(&self) -> &Path {
         &self.kubeconfig
+    }
+
+    /// A kubeconfig file for node `name` with a client certificate of `system:node:NAME` in
+    /// `system:nodes`, as kubelet's own credentials are in a production cluster.
+    pub fn node_kubeconfig(&self, name: &str) -> Result<PathBuf, String> {
+        let user = format!("system:node:{name}");
+        let (cert, key) = self.client_ca.issue(self.dir.path(), &user, "system:nodes")?;
+        let text = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: e2e\n  cluster:\n    server: {}\n    certificate-authority: {}\nusers:\n- name: node\n  user:\n    client-certificate: {}\n    client-key: {}\ncontexts:\n- name: e2e\n  context:\n    cluster: e2e\n    user: node\ncurrent-context: e2e\n",
+            self.url,
+            self.ca.display(),
+            cert.display(),
+            key.display()
+        );
+        let path = self.dir.path().join(format!("kubeconfig-node-{name}"));
+        std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(path)
+    }
+
+    /// A client with node `name`'s own credentials (see [`Cluster::node_kubeconfig`]).
+    pub async fn node_client(&self, name: &str) -> Result<kube::Client, String> {
+        let path = self.node_kubeconfig(name)?;
+        let kubeconfig = Kubeconfig::read_from(&path).map_err(|e| e.to_string())?;
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        sharedresource_csi_driver::apiserver_client::client(config).map_err(|e| e.to_string())
     }
 
     /// A kubeconfig file acting as `user` by impersonation (`as:`), so that a process given it

@@ -1,7 +1,8 @@
 //! kubelet for the node: its root, certificates, pod logs and configuration under the run's own
-//! directory, talking to the suite's apiserver with the admin kubeconfig and to the run's
-//! containerd. Serving on loopback only, with no readonly port; nothing calls it over the
-//! network (the suite reads container logs from the pod log files).
+//! directory, talking to the suite's apiserver as its node (a client certificate of
+//! `system:node:NAME`) and to the run's containerd. Serving on loopback only, with no readonly
+//! port; nothing calls it over the network (the suite reads container logs from the pod log
+//! files).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

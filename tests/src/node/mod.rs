@@ -65,8 +65,10 @@ impl Node {
         std::fs::create_dir_all(&images).map_err(|e| e.to_string())?;
         containerd.import(&image::pause(&images, runtime::PAUSE_IMAGE, &peers.pause)?)?;
         containerd.import(&image::busybox(&images, BUSYBOX_IMAGE)?)?;
+        // kubelet's own identity, not the admin's: the Node authorizer and NodeRestriction hold it.
+        let kubelet_kubeconfig = cluster.node_kubeconfig(NODE_NAME)?;
         let (kubelet, kubelet_dirs) =
-            kubelet::start(&peers.kubelet, &root.join("kubelet"), cluster.kubeconfig(), &containerd.socket)?;
+            kubelet::start(&peers.kubelet, &root.join("kubelet"), &kubelet_kubeconfig, &containerd.socket)?;
         let health = format!("127.0.0.1:{}", crate::cluster::free_port()?).parse().map_err(|e| format!("{e}"))?;
         let plugin = PluginFiles::kubernetes(&root.join("driver"), &kubelet_dirs.root, driver_kubeconfig, 60, health)?;
         let driver = plugin.start(&root, "driver")?;

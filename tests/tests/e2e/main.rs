@@ -100,6 +100,7 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
             Box::new(|s| Box::pin(kubelet_registration::grpc_go_dialled_as_kubelet_registers_the_driver(s))),
         ),
         ("node::kubelet_registers_the_driver", Box::new(|s| Box::pin(node::kubelet_registers_the_driver(s)))),
+        ("node::kubelet_is_held_to_its_node", Box::new(|s| Box::pin(node::kubelet_is_held_to_its_node(s)))),
         (
             "node::container_reads_sees_updates_cannot_write_and_nothing_is_left",
             Box::new(|s| Box::pin(node::container_reads_sees_updates_cannot_write_and_nothing_is_left(s))),

@@ -7,12 +7,12 @@
 use std::time::{Duration, Instant};
 
 use inline_guard_tests::node::{BUSYBOX_IMAGE, Node};
-use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::api::core::v1::{Event, Pod, Secret};
 use kube::api::{Api, DeleteParams, ListParams};
 use serde_json::{Value, json};
 
 use crate::support::{
-    Outcome, SHARED_RESOURCE_DRIVER, Suite, create, create_csi_driver, create_namespace, denied_by, pods_path,
+    Outcome, SHARED_RESOURCE_DRIVER, Suite, allowed, create, create_csi_driver, create_namespace, denied_by, pods_path,
     violation,
 };
 
@@ -36,6 +36,50 @@ pub async fn kubelet_registers_the_driver(suite: &Suite) -> Outcome {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// kubelet acts as its node, and the Node authorizer holds it there: the audit log shows its
+/// requests made as `system:node:NAME`, and with the same credentials a Secret no pod of the node
+/// uses is Forbidden, while the admin reads it (the control: it exists).
+pub async fn kubelet_is_held_to_its_node(suite: &Suite) -> Outcome {
+    let node = node(suite)?;
+    let user = format!("system:node:{}", node.name());
+    // kubelet starts watching its pods a moment after the Node is Ready.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let as_node = loop {
+        let events = suite.cluster.audit_events()?;
+        let as_node = events
+            .iter()
+            .filter(|e| e.user.username == user && e.object_ref.as_ref().is_some_and(|o| o.resource == "pods"))
+            .count();
+        if as_node > 0 {
+            break as_node;
+        }
+        if Instant::now() > deadline {
+            let users: std::collections::BTreeSet<&str> = events.iter().map(|e| e.user.username.as_str()).collect();
+            return Err(format!(
+                "no request of kubelet's as {user} about pods in the audit log after 60 s; users seen: {users:?}\n{}",
+                node.log_tails()
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    create_namespace(&suite.admin, "node-authz", "none", &[]).await?;
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "unrelated", "namespace": "node-authz"}, "stringData": {"k": "v"}});
+    let answer = create(&suite.admin, "/api/v1/namespaces/node-authz/secrets", &secret, false).await?;
+    if answer.status != 201 {
+        return Err(format!("creating the Secret: {} {}", answer.status, answer.message()));
+    }
+    let admin_reads = allowed(Api::<Secret>::namespaced(suite.admin.clone(), "node-authz").get("unrelated").await)?;
+    let node_client = suite.cluster.node_client(node.name()).await?;
+    let node_reads = allowed(Api::<Secret>::namespaced(node_client, "node-authz").get("unrelated").await)?;
+    if !admin_reads || node_reads {
+        return Err(format!(
+            "admin reads the Secret: {admin_reads}; the node reads it: {node_reads} (want true, false)"
+        ));
+    }
+    println!("kubelet: {as_node} requests about pods as {user}; a Secret no pod of it uses is Forbidden to it");
+    Ok(())
 }
 
 /// One node scenario at a time: one of them kills the driver, and kubelet's retry backoff after
