@@ -48,7 +48,8 @@ pub struct ApiserverClients {
 }
 
 impl ApiserverClients {
-    /// The clients for `config`: requests over HTTP/1.1, watches over HTTP/2.
+    /// The clients for `config`: requests over HTTP/1.1, watches over HTTP/2. A proxy in the
+    /// configuration is refused, as kube's own client built without proxy support refuses it.
     pub fn new(config: kube::Config) -> Result<ApiserverClients, kube::Error> {
         Ok(ApiserverClients { requests: client(config.clone())?, watches: Arc::new(WatchConnections::new(config)?) })
     }
@@ -127,8 +128,10 @@ impl WatchConnections {
     }
 }
 
-/// A client for `config` whose connections never wait on Nagle's algorithm.
+/// A client for `config` whose connections never wait on Nagle's algorithm. A proxy in the
+/// configuration is refused (with kube's error for it) rather than silently bypassed.
 pub fn client(config: kube::Config) -> Result<kube::Client, kube::Error> {
+    refuse_proxy(&config)?;
     let tls = config.rustls_https_connector_with_connector(tcp_connector())?;
     let mut timed = hyper_timeout::TimeoutConnector::new(tls);
     timed.set_connect_timeout(config.connect_timeout);
@@ -146,8 +149,20 @@ pub fn client(config: kube::Config) -> Result<kube::Client, kube::Error> {
     Ok(kube::Client::new(service, config.default_namespace))
 }
 
+/// kube's own answer to a configuration naming a proxy, since this build has no proxy support.
+fn refuse_proxy(config: &kube::Config) -> Result<(), kube::Error> {
+    match &config.proxy_url {
+        Some(proxy) => Err(kube::Error::ProxyProtocolDisabled {
+            proxy_url: Box::new(proxy.clone()),
+            protocol_feature: "kube/http-proxy",
+        }),
+        None => Ok(()),
+    }
+}
+
 /// A client for `config` whose requests share one HTTP/2 connection, kept alive by pings.
 fn http2_client(config: kube::Config) -> Result<kube::Client, kube::Error> {
+    refuse_proxy(&config)?;
     // ALPN offers h2 only: the builder sets it from `enable_http2`.
     let tls = config.rustls_client_config()?;
     let mut tcp = tcp_connector();
@@ -191,6 +206,15 @@ mod tests {
         let uri: hyper::Uri = format!("https://{}", listener.local_addr().unwrap()).parse().unwrap();
         let connection = tcp_connector().oneshot(uri).await.unwrap();
         assert!(connection.inner().nodelay().unwrap(), "TCP_NODELAY is off on the apiserver connection");
+    }
+
+    #[tokio::test]
+    async fn a_proxy_in_the_configuration_is_refused_not_bypassed() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let mut config = kube::Config::new("https://127.0.0.1:6443".parse().unwrap());
+        config.proxy_url = Some("http://proxy.example.invalid:3128".parse().unwrap());
+        let refused = ApiserverClients::new(config).err().expect("refused");
+        assert!(refused.to_string().contains("proxy.example.invalid"), "{refused}");
     }
 
     #[tokio::test]
