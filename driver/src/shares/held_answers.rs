@@ -13,7 +13,8 @@
 //! cache may lag the driver's watch ([`crate::changes::GRANT_LOOKS`]). The first look forgets
 //! the accounts' answers, noting each as it was; a later look keeps an answer that already
 //! differs from it (the apiserver has seen the change: asking again would tell nothing new) and
-//! forgets the others. So a change that flips a pair's answer costs that pair one review when
+//! forgets the others; after two changes close together, it keeps none, since an answer that
+//! lags the second can differ from the first's and still be stale. So a change that flips a pair's answer costs that pair one review when
 //! the apiserver had caught up by the first look, and a change that leaves it as it was, three.
 
 use std::collections::HashMap;
@@ -42,7 +43,18 @@ struct Held {
     answers: HashMap<AccessQuestion, (bool, Instant)>,
     forgettings: u64,
     /// Answers as they were when a first look forgot them, until the last look is past.
-    before: HashMap<AccessQuestion, (bool, Instant)>,
+    before: HashMap<AccessQuestion, Before>,
+}
+
+/// An answer as a first look found it.
+#[derive(Debug)]
+struct Before {
+    allowed: bool,
+    until: Instant,
+    /// Whether a later look may keep an answer that differs from it: not when a second change
+    /// came while the first was still being looked at, since an answer that lags the second
+    /// change can then differ from this one and still be stale.
+    settles: bool,
 }
 
 /// How long an answer forgotten by a first look is remembered for the looks after it: past the
@@ -107,7 +119,7 @@ impl HeldAnswers {
             GrantLook::Window { first, again } => (first, again),
         };
         let now = Instant::now();
-        held.before.retain(|_, (_, until)| *until > now);
+        held.before.retain(|_, before| before.until > now);
         let concerns = |accounts: &[Accounts], q: &AccessQuestion| {
             accounts.iter().any(|a| a.include(&q.namespace, &q.service_account))
         };
@@ -120,11 +132,18 @@ impl HeldAnswers {
         let Held { answers, before, .. } = &mut *held;
         answers.retain(|question, (allowed, _)| {
             if concerns(first, question) {
-                before.insert(question.clone(), (*allowed, now + BEFORE_KEPT));
+                let until = now + BEFORE_KEPT;
+                before
+                    .entry(question.clone())
+                    .and_modify(|b| {
+                        b.settles = false;
+                        b.until = until;
+                    })
+                    .or_insert(Before { allowed: *allowed, until, settles: true });
                 return false;
             }
             if concerns(again, question) {
-                let settled = before.get(question).is_some_and(|(was, _)| was != allowed);
+                let settled = before.get(question).is_some_and(|b| b.settles && b.allowed != *allowed);
                 unsettled |= !settled;
                 return settled;
             }
@@ -184,6 +203,24 @@ mod tests {
         held.hold(&question("web", "x", "db"), true, asked);
         assert_eq!(held.answer(&question("web", "x", "db")), Some(true), "a settled look forgets nothing");
         assert_eq!(held.answer(&q), Some(false));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn after_two_quick_changes_every_look_asks_again() {
+        // Granted, then revoked 0.3 s later: an answer that lags the revocation but not the
+        // grant differs from the first "before" and must not pass for settled.
+        let held = HeldAnswers::new(Duration::from_secs(600));
+        let reader = [Accounts::One("team".into(), "reader".into())];
+        let q = question("team", "reader", "db");
+        held.hold(&q, false, held.asking());
+        held.look(first(&reader));
+        held.hold(&q, false, held.asking());
+        tokio::time::advance(Duration::from_millis(300)).await;
+        held.look(first(&reader));
+        held.hold(&q, true, held.asking());
+        tokio::time::advance(Duration::from_millis(200)).await;
+        held.look(again(&reader));
+        assert_eq!(held.answer(&q), None, "the revocation may not be seen yet: asked again");
     }
 
     #[tokio::test(start_paused = true)]
