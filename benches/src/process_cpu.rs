@@ -68,9 +68,12 @@ mod tests {
     fn the_time_of_threads_that_exited_still_counts() {
         let pid = std::process::id();
         let before = cpu_time(pid).unwrap();
+        // Spins until the thread itself has used 30 ms of CPU, however busy the machine (a
+        // wall-clock spin can be descheduled for most of its time).
         std::thread::spawn(|| {
-            let spin = std::time::Instant::now();
-            while spin.elapsed() < Duration::from_millis(30) {
+            let used =
+                || Duration::from(nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID).unwrap());
+            while used() < Duration::from_millis(30) {
                 std::hint::black_box(0u64.wrapping_add(1));
             }
         })
