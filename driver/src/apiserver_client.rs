@@ -120,7 +120,8 @@ impl WatchConnections {
     }
 
     /// How many connections watches have been given (each connects at its first watch).
-    pub fn connections(&self) -> usize {
+    #[cfg(test)]
+    fn connections(&self) -> usize {
         match self {
             WatchConnections::Fixed(_) => 1,
             WatchConnections::Pooled { connections, .. } => connections.lock().unwrap_or_else(|p| p.into_inner()).len(),

@@ -177,6 +177,12 @@ mod tests {
         }
     }
 
+    /// Answers held for 600 s, the account team/reader, and its question about share db.
+    fn reader_of_db() -> (HeldAnswers, [Accounts; 1], AccessQuestion) {
+        let held = HeldAnswers::new(Duration::from_secs(600));
+        (held, [Accounts::One("team".into(), "reader".into())], question("team", "reader", "db"))
+    }
+
     fn first(accounts: &[Accounts]) -> GrantLook<'_> {
         GrantLook::Window { first: accounts, again: &[] }
     }
@@ -187,9 +193,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_answer_the_first_look_saw_change_is_not_asked_again() {
-        let held = HeldAnswers::new(Duration::from_secs(600));
-        let reader = [Accounts::One("team".into(), "reader".into())];
-        let q = question("team", "reader", "db");
+        let (held, reader, q) = reader_of_db();
         held.hold(&q, true, held.asking());
         held.look(first(&reader));
         assert_eq!(held.answer(&q), None, "the first look asks again");
@@ -209,9 +213,7 @@ mod tests {
     async fn after_two_quick_changes_every_look_asks_again() {
         // Granted, then revoked 0.3 s later: an answer that lags the revocation but not the
         // grant differs from the first "before" and must not pass for settled.
-        let held = HeldAnswers::new(Duration::from_secs(600));
-        let reader = [Accounts::One("team".into(), "reader".into())];
-        let q = question("team", "reader", "db");
+        let (held, reader, q) = reader_of_db();
         held.hold(&q, false, held.asking());
         held.look(first(&reader));
         held.hold(&q, false, held.asking());
@@ -225,9 +227,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_answer_that_looks_unchanged_is_asked_again_in_case_the_apiserver_lagged() {
-        let held = HeldAnswers::new(Duration::from_secs(600));
-        let reader = [Accounts::One("team".into(), "reader".into())];
-        let q = question("team", "reader", "db");
+        let (held, reader, q) = reader_of_db();
         held.hold(&q, true, held.asking());
         held.look(first(&reader));
         held.hold(&q, true, held.asking());
