@@ -26,7 +26,7 @@ use inline_guard_benches::floor::{FloorWork, run_floor_child};
 use inline_guard_benches::{option, percentile};
 use inline_guard_server::tls::generate_pair;
 use inline_guard_tests::apply::{apply, objects};
-use inline_guard_tests::cluster::{ChildProcess, Cluster, free_port};
+use inline_guard_tests::cluster::{ChildProcess, Cluster, free_port, namespace_defaults};
 use inline_guard_tests::peers::Peers;
 use inline_guard_tests::repo_root;
 use inline_guard_tests::webhook::{
@@ -225,6 +225,8 @@ async fn run(peers: &Peers, pods: usize, json_out: Option<PathBuf>) -> Result<()
     for (name, labels) in [(NAMESPACE, labels), ("bench-params", json!({}))] {
         let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}});
         post(&admin, "/api/v1/namespaces", &namespace, false).await?;
+        // The ServiceAccount admission plugin refuses pods until the namespace's account exists.
+        namespace_defaults(&admin, name, Duration::from_secs(60)).await?;
     }
     for (driver, profile) in [
         (DRIVER, "baseline"),

@@ -1,14 +1,14 @@
 //! The real Kubernetes components the suites run against (kube-apiserver, etcd, csi-sanity, for
-//! the node kubelet, and for the benchmarks Pod Security Admission's webhook), and two small Go
-//! programs of this repository (a registration probe, a pause process), built from the Go module
-//! proxy with the machine's Go toolchain at the versions
-//! `tests/peers/go.mod` and `tests/peers/node/go.mod` pin, and cached outside the checkout so
-//! that a fresh clone pays for the build once per machine.
+//! the node kubelet, for the control plane kube-controller-manager and kube-scheduler, kubectl,
+//! and for the benchmarks Pod Security Admission's webhook), and small Go programs of this
+//! repository (a registration probe, a pause process), built from the Go module proxy with the
+//! machine's Go toolchain at the versions the modules under `tests/peers/` pin, and cached outside
+//! the checkout so that a fresh clone pays for the build once per machine.
 //!
-//! The cache directory is keyed by a hash of those modules' files and the Go version: a
-//! version bump builds into a new directory instead of reusing a stale binary. Builds land in a
-//! temporary directory and are renamed into place, and a lock file serialises concurrent test
-//! processes, so a half-written binary is never run.
+//! Each set of modules has a cache directory keyed by a hash of its files and the Go version: a
+//! version bump builds into a new directory instead of reusing a stale binary, and a change to
+//! one set does not rebuild another. Builds land in a temporary file and are renamed into place,
+//! and a lock file serialises concurrent test processes, so a half-written binary is never run.
 
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
@@ -39,6 +39,12 @@ pub struct Peers {
     /// Pod Security Admission's webhook (`k8s.io/pod-security-admission/cmd/webhook`), the
     /// reference the benchmarks measure our webhook beside.
     pub pod_security_webhook: PathBuf,
+    /// `kube-controller-manager`, from the same release.
+    pub kube_controller_manager: PathBuf,
+    /// `kube-scheduler`, from the same release.
+    pub kube_scheduler: PathBuf,
+    /// `kubectl`, from the same release.
+    pub kubectl: PathBuf,
     /// The Kubernetes release the apiserver was built from, e.g. `v1.35.4`.
     pub kubernetes_version: String,
 }
@@ -51,30 +57,52 @@ struct Target {
     module: &'static str,
 }
 
-const TARGETS: [Target; 8] = [
-    Target { file: "kube-apiserver", package: "k8s.io/kubernetes/cmd/kube-apiserver", module: "." },
-    Target { file: "etcd", package: "go.etcd.io/etcd/server/v3", module: "." },
-    Target { file: "csi-sanity", package: "github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity", module: "." },
-    Target { file: "registration-probe", package: "./cmd/registration-probe", module: "." },
-    // Its module is pinned already: kube-apiserver requires it, at the release's version.
-    Target { file: "pod-security-webhook", package: "k8s.io/pod-security-admission/cmd/webhook", module: "." },
-    // The node: a module of its own, since csi-test needs a newer CSI spec than kubelet builds with.
-    Target { file: "kubelet", package: "k8s.io/kubernetes/cmd/kubelet", module: "node" },
-    Target { file: "pause", package: "./cmd/pause", module: "node" },
-    Target { file: "downward-render", package: "./cmd/downward-render", module: "node" },
-];
+/// Modules whose binaries are cached together, and the files that decide them.
+struct PeerSet {
+    targets: &'static [Target],
+    /// Every file that decides what the set's binaries are: the cache key hashes them all.
+    sources: &'static [&'static str],
+}
 
-/// Every file that decides what the peers are: the cache key hashes them all.
-const SOURCES: [&str; 9] = [
-    "go.mod",
-    "go.sum",
-    "tools.go",
-    "cmd/registration-probe/main.go",
-    "node/go.mod",
-    "node/go.sum",
-    "node/tools.go",
-    "node/cmd/pause/main.go",
-    "node/cmd/downward-render/main.go",
+const SETS: [PeerSet; 2] = [
+    PeerSet {
+        targets: &[
+            Target { file: "kube-apiserver", package: "k8s.io/kubernetes/cmd/kube-apiserver", module: "." },
+            Target { file: "etcd", package: "go.etcd.io/etcd/server/v3", module: "." },
+            Target { file: "csi-sanity", package: "github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity", module: "." },
+            Target { file: "registration-probe", package: "./cmd/registration-probe", module: "." },
+            // Its module is pinned already: kube-apiserver requires it, at the release's version.
+            Target { file: "pod-security-webhook", package: "k8s.io/pod-security-admission/cmd/webhook", module: "." },
+            // The node: a module of its own, since csi-test needs a newer CSI spec than kubelet
+            // builds with.
+            Target { file: "kubelet", package: "k8s.io/kubernetes/cmd/kubelet", module: "node" },
+            Target { file: "pause", package: "./cmd/pause", module: "node" },
+            Target { file: "downward-render", package: "./cmd/downward-render", module: "node" },
+        ],
+        sources: &[
+            "go.mod",
+            "go.sum",
+            "tools.go",
+            "cmd/registration-probe/main.go",
+            "node/go.mod",
+            "node/go.sum",
+            "node/tools.go",
+            "node/cmd/pause/main.go",
+            "node/cmd/downward-render/main.go",
+        ],
+    },
+    PeerSet {
+        targets: &[
+            Target {
+                file: "kube-controller-manager",
+                package: "k8s.io/kubernetes/cmd/kube-controller-manager",
+                module: "control",
+            },
+            Target { file: "kube-scheduler", package: "k8s.io/kubernetes/cmd/kube-scheduler", module: "control" },
+            Target { file: "kubectl", package: "k8s.io/kubernetes/cmd/kubectl", module: "control" },
+        ],
+        sources: &["control/go.mod", "control/go.sum", "control/tools.go"],
+    },
 ];
 
 /// Builds the peers on first use (minutes, cold) and returns them (milliseconds, cached).
@@ -83,8 +111,29 @@ pub fn peers() -> Result<Peers, String> {
     let go_version = go(&module, &["env", "GOVERSION"])?;
     let go_mod = read(&module.join("go.mod"))?;
     let kubernetes_version = required_version(&go_mod, "k8s.io/kubernetes")?;
-    let mut sources = SOURCES.iter().map(|file| read(&module.join(file))).collect::<Result<Vec<String>, String>>()?;
-    sources.push(go_version.clone());
+    let [main, control] = SETS.each_ref().map(|set| build_set(&module, set, &go_version, &kubernetes_version));
+    let (main, control) = (main?, control?);
+    Ok(Peers {
+        kube_apiserver: main.join("kube-apiserver"),
+        etcd: main.join("etcd"),
+        csi_sanity: main.join("csi-sanity"),
+        registration_probe: main.join("registration-probe"),
+        kubelet: main.join("kubelet"),
+        pause: main.join("pause"),
+        downward_render: main.join("downward-render"),
+        pod_security_webhook: main.join("pod-security-webhook"),
+        kube_controller_manager: control.join("kube-controller-manager"),
+        kube_scheduler: control.join("kube-scheduler"),
+        kubectl: control.join("kubectl"),
+        kubernetes_version,
+    })
+}
+
+/// Builds what `set` lacks in its cache directory and returns the directory.
+fn build_set(module: &Path, set: &PeerSet, go_version: &str, kubernetes_version: &str) -> Result<PathBuf, String> {
+    let mut sources =
+        set.sources.iter().map(|file| read(&module.join(file))).collect::<Result<Vec<String>, String>>()?;
+    sources.push(go_version.to_string());
     let key = fingerprint(&sources.iter().map(String::as_str).collect::<Vec<_>>());
     let dir = cache_root()?.join(format!("{go_version}-{key:016x}"));
     fs::create_dir_all(&dir).map_err(|e| format!("creating the peer cache {}: {e}", dir.display()))?;
@@ -92,35 +141,25 @@ pub fn peers() -> Result<Peers, String> {
     let lock_path = dir.join(".lock");
     let lock = File::create(&lock_path).map_err(|e| format!("{}: {e}", lock_path.display()))?;
     lock.lock().map_err(|e| format!("locking {}: {e}", lock_path.display()))?;
-    for target in &TARGETS {
+    for target in set.targets {
         let binary = dir.join(target.file);
         if binary.exists() {
             continue;
         }
         eprintln!("peers: building {} from the Go module proxy (once per machine; minutes when cold)", target.package);
         let partial = dir.join(format!(".{}.partial", target.file));
-        // The apiserver reports this version to clients; without it, v0.0.0-master.
+        // The components report this version to clients; without it, v0.0.0-master.
         let ldflags = format!(
             "-s -w -X k8s.io/component-base/version.gitVersion={kubernetes_version} \
              -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor={}",
-            minor(&kubernetes_version)
+            minor(kubernetes_version)
         );
         let out = partial.to_str().ok_or("the cache path is not UTF-8")?.to_string();
         go(&module.join(target.module), &["build", "-trimpath", "-ldflags", &ldflags, "-o", &out, target.package])?;
         fs::rename(&partial, &binary).map_err(|e| format!("moving {} into place: {e}", binary.display()))?;
     }
     drop(lock);
-    Ok(Peers {
-        kube_apiserver: dir.join("kube-apiserver"),
-        etcd: dir.join("etcd"),
-        csi_sanity: dir.join("csi-sanity"),
-        registration_probe: dir.join("registration-probe"),
-        kubelet: dir.join("kubelet"),
-        pause: dir.join("pause"),
-        downward_render: dir.join("downward-render"),
-        pod_security_webhook: dir.join("pod-security-webhook"),
-        kubernetes_version,
-    })
+    Ok(dir)
 }
 
 /// `$INLINE_GUARD_PEERS_CACHE`, else `$XDG_CACHE_HOME/inline-guard/peers`, else

@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::audit::{self, AuditArgs};
+use crate::certificate;
 use crate::check::{self, CheckArgs};
 use crate::serve::{self, FactsSource, ServeArgs};
 
@@ -106,6 +107,20 @@ enum Command {
         #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Table)]
         output: Output,
     },
+    /// Write the webhook's serving certificate as a kustomize Component (the TLS Secret and the
+    /// caBundle of both webhook configurations), for clusters without cert-manager. Rerun to
+    /// rotate.
+    Certificate {
+        /// The directory to write `kustomization.yaml`, `secret.yaml` and `ca-bundle.yaml` to.
+        #[arg(long, value_name = "DIR")]
+        out_dir: PathBuf,
+        /// The webhook Service's namespace.
+        #[arg(long, default_value = inline_guard_config::webhook_configurations::SERVICE_NAMESPACE)]
+        namespace: String,
+        /// The webhook Service's name.
+        #[arg(long, default_value = inline_guard_config::webhook_configurations::SERVICE_NAME)]
+        service: String,
+    },
     /// Print the ValidatingWebhookConfiguration and MutatingWebhookConfiguration for `serve` with
     /// this configuration (YAML, ready for `kubectl apply -f -`). Rerun whenever readOnlyDrivers
     /// changes: the mutating webhook's matchConditions name those drivers.
@@ -194,6 +209,16 @@ where
                 Ok(()) => EXIT_ADMITTED,
                 Err(error) => {
                     let _ = writeln!(stderr, "csi-volume-admission serve: {error}");
+                    EXIT_BAD_INPUT
+                }
+            }
+        }
+        Command::Certificate { out_dir, namespace, service } => {
+            let args = certificate::CertificateArgs { out_dir, namespace, service };
+            match certificate::run(&args, stdout) {
+                Ok(()) => EXIT_ADMITTED,
+                Err(error) => {
+                    let _ = writeln!(stderr, "csi-volume-admission certificate: {error}");
                     EXIT_BAD_INPUT
                 }
             }

@@ -147,9 +147,26 @@ pub struct GeneratedPair {
     pub ca_pem: String,
 }
 
-/// Generates a CA and a serving certificate for `names` (DNS names or IP addresses), and writes
-/// the serving pair to `dir` as `tls.crt` and `tls.key` (mode 0600) and the CA as `ca.crt`.
-pub fn generate_pair(dir: &Path, names: &[&str]) -> Result<GeneratedPair, TlsError> {
+/// A serving certificate, its key and the CA that signed it, PEM, in memory.
+pub struct GeneratedPems {
+    /// The serving certificate.
+    pub cert: String,
+    /// Its private key (PKCS#8).
+    pub key: String,
+    /// The CA certificate: what a client (or a webhook's `caBundle`, base64-encoded) trusts.
+    pub ca: String,
+}
+
+impl std::fmt::Debug for GeneratedPems {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the key.
+        f.debug_struct("GeneratedPems").field("cert", &self.cert).field("ca", &self.ca).finish_non_exhaustive()
+    }
+}
+
+/// Generates a CA and a serving certificate for `names` (DNS names or IP addresses), signed by
+/// it, each with a new P-256 key; the CA's key is dropped, so nothing else is ever signed by it.
+pub fn generate(names: &[&str]) -> Result<GeneratedPems, TlsError> {
     let failed = |error: rcgen::Error| TlsError::Generate(error.to_string());
     let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).map_err(failed)?;
     ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
@@ -164,14 +181,19 @@ pub fn generate_pair(dir: &Path, names: &[&str]) -> Result<GeneratedPair, TlsErr
     leaf_params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
     let leaf_key = rcgen::KeyPair::generate().map_err(failed)?;
     let leaf = leaf_params.signed_by(&leaf_key, &ca).map_err(failed)?;
+    Ok(GeneratedPems { cert: leaf.pem(), key: leaf_key.serialize_pem(), ca: ca.pem() })
+}
 
+/// Generates a CA and a serving certificate for `names` ([`generate`]), and writes the serving
+/// pair to `dir` as `tls.crt` and `tls.key` (mode 0600) and the CA as `ca.crt`.
+pub fn generate_pair(dir: &Path, names: &[&str]) -> Result<GeneratedPair, TlsError> {
+    let pems = generate(names)?;
     fs::create_dir_all(dir).map_err(|error| TlsError::Generate(format!("{}: {error}", dir.display())))?;
     let files = TlsFiles { cert: dir.join("tls.crt"), key: dir.join("tls.key") };
-    write_file(&files.cert, leaf.pem().as_bytes(), 0o644)?;
-    write_file(&files.key, leaf_key.serialize_pem().as_bytes(), 0o600)?;
-    let ca_pem = ca.pem();
-    write_file(&dir.join("ca.crt"), ca_pem.as_bytes(), 0o644)?;
-    Ok(GeneratedPair { files, ca_pem })
+    write_file(&files.cert, pems.cert.as_bytes(), 0o644)?;
+    write_file(&files.key, pems.key.as_bytes(), 0o600)?;
+    write_file(&dir.join("ca.crt"), pems.ca.as_bytes(), 0o644)?;
+    Ok(GeneratedPair { files, ca_pem: pems.ca })
 }
 
 /// A client connector trusting `ca_pems` (PEM certificates), for the tests, benchmarks and tools
@@ -192,7 +214,8 @@ pub fn connector_trusting(ca_pems: &[&str]) -> Result<tokio_rustls::TlsConnector
     Ok(tokio_rustls::TlsConnector::from(Arc::new(config)))
 }
 
-fn write_file(path: &Path, bytes: &[u8], mode: u32) -> Result<(), TlsError> {
+/// Writes `bytes` to `path` with `mode`, atomically: beside it, then renamed over it.
+pub fn write_file(path: &Path, bytes: &[u8], mode: u32) -> Result<(), TlsError> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
     let failed = |error: std::io::Error| TlsError::Generate(format!("{}: {error}", path.display()));

@@ -33,12 +33,14 @@ impl ClientCa {
         Ok(ClientCa { issuer, cert })
     }
 
-    /// A client certificate and key for user `name` in `group`, written in `dir` as
-    /// `NAME.crt` and `NAME.key` (the name's colons replaced); their paths.
-    pub fn issue(&self, dir: &Path, name: &str, group: &str) -> Result<(PathBuf, PathBuf), String> {
+    /// A client certificate and key for user `name` (in `group` when given), written in `dir`
+    /// as `NAME.crt` and `NAME.key` (the name's colons replaced); their paths.
+    pub fn issue(&self, dir: &Path, name: &str, group: Option<&str>) -> Result<(PathBuf, PathBuf), String> {
         let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).map_err(failed)?;
         params.distinguished_name.push(rcgen::DnType::CommonName, name);
-        params.distinguished_name.push(rcgen::DnType::OrganizationName, group);
+        if let Some(group) = group {
+            params.distinguished_name.push(rcgen::DnType::OrganizationName, group);
+        }
         params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
         let key = rcgen::KeyPair::generate().map_err(failed)?;
         let cert = params.signed_by(&key, &self.issuer).map_err(failed)?;

@@ -1,10 +1,16 @@
-//! A real control plane on loopback for the end-to-end suites: etcd and kube-apiserver in a
-//! temporary directory, RBAC authorization, an admin identity (a static token), serving
-//! certificates generated for the run, and an audit policy writing a log file the suites read.
-//! Dropping the [`Cluster`] kills both processes and removes the directory.
+//! A real control plane for the end-to-end suites: etcd, kube-apiserver, kube-controller-manager
+//! and kube-scheduler in a temporary directory, Node and RBAC authorization with the
+//! NodeRestriction and ServiceAccount admission plugins, an admin identity (a static token),
+//! client certificates for the components, serving certificates generated for the run, and an
+//! audit policy writing a log file the suites read. Dropping the [`Cluster`] kills the processes
+//! and removes the directory.
+//!
+//! Clients reach the apiserver on loopback; pods reach it on the pod network's gateway address
+//! (see [`POD_NETWORK_GATEWAY`]).
 
 mod audit_log;
 mod client_ca;
+mod controllers;
 mod process;
 
 use std::path::{Path, PathBuf};
@@ -14,6 +20,7 @@ use inline_guard_server::tls::generate_pair;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
 pub use audit_log::AuditEvent;
+use controllers::{ControllerFiles, Controllers};
 pub use process::{ChildProcess, free_port};
 
 use crate::peers::Peers;
@@ -48,9 +55,17 @@ rules:
 /// How long the apiserver may take to become ready (RBAC bootstrap included).
 const READY_WITHIN: Duration = Duration::from_secs(90);
 
+/// The host's address on the node's pod network (the bridge `crate::node::runtime` puts pods
+/// on): the apiserver's advertised address, so that the `kubernetes` Service's endpoint is one a
+/// pod can reach (no kube-proxy runs, so its ClusterIP leads nowhere), and a name in its serving
+/// certificate.
+pub const POD_NETWORK_GATEWAY: &str = "198.51.100.1";
+
 /// etcd and kube-apiserver, running.
 pub struct Cluster {
-    // Declared before `dir` so they are killed before their directory is removed.
+    // Declared before `dir` so they are killed before their directory is removed, and the
+    // controllers before the apiserver they talk to.
+    controllers: Option<Controllers>,
     apiserver: ChildProcess,
     etcd: ChildProcess,
     dir: tempfile::TempDir,
@@ -96,7 +111,8 @@ impl Cluster {
             &root,
         )?;
 
-        let serving = generate_pair(&root.join("serving"), &["127.0.0.1", "localhost"]).map_err(|e| e.to_string())?;
+        let serving = generate_pair(&root.join("serving"), &["127.0.0.1", "localhost", POD_NETWORK_GATEWAY])
+            .map_err(|e| e.to_string())?;
         let service_account_key = rcgen::KeyPair::generate().map_err(|e| e.to_string())?;
         let sa_key = write("service-account.key", &service_account_key.serialize_pem())?;
         let sa_pub = write("service-account.pub", &service_account_key.public_key_pem())?;
@@ -113,8 +129,9 @@ impl Cluster {
             &peers.kube_apiserver,
             &[
                 format!("--etcd-servers={etcd_url}"),
-                "--bind-address=127.0.0.1".into(),
-                "--advertise-address=127.0.0.1".into(),
+                // Pods reach it on the pod network's gateway, the suite on loopback.
+                "--bind-address=0.0.0.0".into(),
+                format!("--advertise-address={POD_NETWORK_GATEWAY}"),
                 format!("--secure-port={port}"),
                 format!("--cert-dir={}", root.join("certs").display()),
                 format!("--tls-cert-file={}", path(&serving.files.cert)),
@@ -130,8 +147,9 @@ impl Cluster {
                 format!("--service-account-key-file={}", path(&sa_pub)),
                 format!("--service-account-signing-key-file={}", path(&sa_key)),
                 "--service-cluster-ip-range=10.0.0.0/24".into(),
-                // No controller-manager runs here to create the ServiceAccounts it would require.
-                "--disable-admission-plugins=ServiceAccount".into(),
+                // Webhooks behind a Service are dialled at an endpoint's address: no kube-proxy
+                // runs here to make the Service's ClusterIP lead anywhere.
+                "--enable-aggregator-routing=true".into(),
                 // As in every real cluster: node plugins (the driver's DaemonSet) run privileged.
                 "--allow-privileged=true".into(),
                 format!("--audit-policy-file={}", path(&policy)),
@@ -148,6 +166,7 @@ impl Cluster {
         let kubeconfig = write("kubeconfig", &kubeconfig_text(&url, &ca, &token, None))?;
 
         let mut cluster = Cluster {
+            controllers: None,
             apiserver,
             etcd,
             dir,
@@ -160,7 +179,36 @@ impl Cluster {
             version: peers.kubernetes_version.clone(),
         };
         cluster.wait_ready().await?;
+        let manager_kubeconfig = cluster.certificate_kubeconfig("system:kube-controller-manager", None)?;
+        let scheduler_kubeconfig = cluster.certificate_kubeconfig("system:kube-scheduler", None)?;
+        let files = ControllerFiles {
+            manager_kubeconfig: &manager_kubeconfig,
+            scheduler_kubeconfig: &scheduler_kubeconfig,
+            service_account_key: &sa_key,
+            root_ca: &cluster.ca,
+        };
+        cluster.controllers =
+            Some(Controllers::start(&peers.kube_controller_manager, &peers.kube_scheduler, &files, &root)?);
+        cluster.wait_for_namespace_defaults("default").await?;
         Ok(cluster)
+    }
+
+    /// Waits until `namespace` has what pods there need (see [`namespace_defaults`]), failing
+    /// early with the controllers' logs if they exited.
+    async fn wait_for_namespace_defaults(&mut self, namespace: &str) -> Result<(), String> {
+        let client = self.client().await?;
+        let controllers = self.controllers.as_mut().ok_or("the controllers are not running")?;
+        let deadline = Instant::now() + READY_WITHIN;
+        while Instant::now() < deadline {
+            controllers.ensure_running()?;
+            if namespace_defaults(&client, namespace, Duration::from_secs(1)).await.is_ok() {
+                return Ok(());
+            }
+        }
+        Err(format!(
+            "namespace {namespace}: no default ServiceAccount or kube-root-ca.crt\n{}",
+            controllers.log_tails(20)
+        ))
     }
 
     async fn wait_ready(&mut self) -> Result<(), String> {
@@ -199,16 +247,20 @@ impl Cluster {
     /// A kubeconfig file for node `name` with a client certificate of `system:node:NAME` in
     /// `system:nodes`, as kubelet's own credentials are in a production cluster.
     pub fn node_kubeconfig(&self, name: &str) -> Result<PathBuf, String> {
-        let user = format!("system:node:{name}");
-        let (cert, key) = self.client_ca.issue(self.dir.path(), &user, "system:nodes")?;
+        self.certificate_kubeconfig(&format!("system:node:{name}"), Some("system:nodes"))
+    }
+
+    /// A kubeconfig file presenting a client certificate of `user` (in `group`).
+    fn certificate_kubeconfig(&self, user: &str, group: Option<&str>) -> Result<PathBuf, String> {
+        let (cert, key) = self.client_ca.issue(self.dir.path(), user, group)?;
         let text = format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: e2e\n  cluster:\n    server: {}\n    certificate-authority: {}\nusers:\n- name: node\n  user:\n    client-certificate: {}\n    client-key: {}\ncontexts:\n- name: e2e\n  context:\n    cluster: e2e\n    user: node\ncurrent-context: e2e\n",
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: e2e\n  cluster:\n    server: {}\n    certificate-authority: {}\nusers:\n- name: certificate\n  user:\n    client-certificate: {}\n    client-key: {}\ncontexts:\n- name: e2e\n  context:\n    cluster: e2e\n    user: certificate\ncurrent-context: e2e\n",
             self.url,
             self.ca.display(),
             cert.display(),
             key.display()
         );
-        let path = self.dir.path().join(format!("kubeconfig-node-{name}"));
+        let path = self.dir.path().join(format!("kubeconfig-{}", user.replace(':', "-")));
         std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
         Ok(path)
     }
@@ -287,6 +339,30 @@ impl Cluster {
     /// Every audit event written so far.
     pub fn audit_events(&self) -> Result<Vec<AuditEvent>, String> {
         audit_log::read(&self.audit_log)
+    }
+}
+
+/// Waits (up to `within`) until the controller-manager has given `namespace` its `default`
+/// ServiceAccount, without which the ServiceAccount admission plugin refuses every pod there,
+/// and its `kube-root-ca.crt`, without which kubelet cannot build a pod's token volume.
+pub async fn namespace_defaults(client: &kube::Client, namespace: &str, within: Duration) -> Result<(), String> {
+    use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
+    let accounts = kube::Api::<ServiceAccount>::namespaced(client.clone(), namespace);
+    let config_maps = kube::Api::<ConfigMap>::namespaced(client.clone(), namespace);
+    let deadline = Instant::now() + within;
+    loop {
+        let account = accounts.get_opt("default").await.map_err(|e| e.to_string())?;
+        let root_ca = config_maps.get_opt("kube-root-ca.crt").await.map_err(|e| e.to_string())?;
+        if account.is_some() && root_ca.is_some() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "namespace {namespace} has no default ServiceAccount or kube-root-ca.crt after {within:?} \
+                 (kube-controller-manager gives them)"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

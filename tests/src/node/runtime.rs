@@ -2,17 +2,19 @@
 //! CNI configuration of the run's own.
 //!
 //! containerd insists on an `eth0` with an address in every sandbox, so pods get one on an
-//! isolated bridge: no gateway, no masquerading, no route, nothing attached to it but the pods'
-//! veths, addresses from TEST-NET-2 (198.51.100.0/24, reserved for documentation). Pods reach
-//! nothing beyond the bridge, and nothing on the machine's own networks changes. Teardown
-//! deletes the bridge.
+//! isolated bridge with addresses from TEST-NET-2 (198.51.100.0/24, reserved for
+//! documentation). The host has the bridge's first address ([`POD_NETWORK_GATEWAY`]), so that
+//! kubelet's probes and the apiserver's webhook calls reach pods and pods reach the apiserver,
+//! as on a real node; but no forwarding, masquerading or route is added, so pods reach nothing
+//! beyond the host, and nothing on the machine's own networks changes. Teardown deletes the
+//! bridge.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::bounded::output_within;
-use crate::cluster::ChildProcess;
+use crate::cluster::{ChildProcess, POD_NETWORK_GATEWAY};
 
 /// A running containerd.
 pub struct Containerd {
@@ -27,7 +29,24 @@ pub struct Containerd {
 /// The isolated bridge the pods' `eth0` hang on.
 pub const BRIDGE: &str = "ig-e2e0";
 
-/// Deletes the pods' bridge (the CNI plugin creates it, nothing removes it).
+/// Creates the pods' bridge with the host's address on it, before the CNI plugin (which would
+/// create it without one: `isGateway` would also turn on the host's IP forwarding).
+fn create_bridge() -> Result<(), String> {
+    let ip = |args: &[&str]| {
+        let output = output_within(Command::new("ip").args(args), Duration::from_secs(10), "ip")?;
+        if output.status.success() {
+            Ok(())
+        } else {
+            Err(format!("ip {}: {}", args.join(" "), String::from_utf8_lossy(&output.stderr).trim()))
+        }
+    };
+    // A bridge left by a killed run is reused.
+    let _ = ip(&["link", "add", BRIDGE, "type", "bridge"]);
+    ip(&["addr", "replace", &format!("{POD_NETWORK_GATEWAY}/24"), "dev", BRIDGE])?;
+    ip(&["link", "set", BRIDGE, "up"])
+}
+
+/// Deletes the pods' bridge (nothing else removes it).
 pub fn delete_bridge() {
     let _ =
         output_within(Command::new("ip").args(["link", "delete", BRIDGE]), Duration::from_secs(10), "ip link delete");
@@ -46,6 +65,7 @@ impl Containerd {
             std::fs::create_dir_all(created).map_err(|e| format!("{}: {e}", created.display()))?;
         }
         let socket = state.join("containerd.sock");
+        create_bridge()?;
         write(
             &cni.join("10-isolated.conflist"),
             &serde_json::json!({
@@ -59,7 +79,7 @@ impl Containerd {
                         "ipMasq": false,
                         "ipam": {
                             "type": "host-local",
-                            "ranges": [[{"subnet": "198.51.100.0/24"}]],
+                            "ranges": [[{"subnet": "198.51.100.0/24", "gateway": POD_NETWORK_GATEWAY}]],
                             "dataDir": dir.join("ipam"),
                         },
                     },

@@ -62,7 +62,8 @@ pub async fn reports_what_tightening_would_deny(suite: &Suite) -> Outcome {
     }
     let findings: Vec<Value> = stdout.lines().filter_map(|line| serde_json::from_str(line).ok()).collect();
     let about = |name: &str| {
-        findings.iter().find(|f| f["object"].as_str().is_some_and(|o| o.contains(&format!("{namespace}/{name}"))))
+        // Exactly this object: the Deployment's ReplicaSet is `rolling-HASH`.
+        findings.iter().find(|f| f["object"].as_str().is_some_and(|o| o.ends_with(&format!(" {namespace}/{name}"))))
     };
 
     let pod_message = violation("running", driver, namespace, "enforce", "privileged");

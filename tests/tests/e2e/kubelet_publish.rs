@@ -27,7 +27,9 @@ use tonic::transport::Channel;
 
 use inline_guard_tests::repo_root;
 
-use crate::support::{Outcome, SHARED_RESOURCE_DRIVER, Suite, create, create_namespace, pod, pods_path};
+use crate::support::{
+    Outcome, SHARED_RESOURCE_DRIVER, Suite, create, create_namespace, create_service_account, pod, pods_path,
+};
 
 /// CSI `SINGLE_NODE_WRITER`: what kubelet sends for an inline volume (ReadWriteOnce).
 const SINGLE_NODE_WRITER: i32 = 1;
@@ -97,6 +99,7 @@ pub async fn admitted_pod_publishes_unguarded_pod_is_refused(suite: &Suite) -> O
     create_namespace(admin, unguarded, "none", &[]).await?;
     let mut stored = Vec::new();
     for namespace in [guarded, unguarded] {
+        create_service_account(admin, namespace, "reader").await?;
         let answer = create(admin, &pods_path(namespace), &user_pod("reader"), false).await?;
         if answer.status != 201 {
             return Err(format!("{namespace}: create answered {} {}", answer.status, answer.message()));

@@ -12,8 +12,8 @@ use kube::api::{Api, DeleteParams, ListParams};
 use serde_json::{Value, json};
 
 use crate::support::{
-    Outcome, SHARED_RESOURCE_DRIVER, Suite, allowed, create, create_csi_driver, create_namespace, denied_by, pods_path,
-    violation,
+    Outcome, SHARED_RESOURCE_DRIVER, Suite, allowed, create, create_csi_driver, create_namespace,
+    create_service_account, created_or_existing, denied_by, pods_path, violation,
 };
 
 pub fn node(suite: &Suite) -> Result<&Node, String> {
@@ -143,14 +143,6 @@ async fn share(suite: &Suite, namespace: &str, name: &str, content: &str) -> Out
     grant(suite, namespace, name).await
 }
 
-/// 201, or 409 for an object that exists already.
-fn created_or_existing(answer: crate::support::Answer) -> Outcome {
-    match answer.status {
-        201 | 409 => Ok(()),
-        other => Err(format!("{other} {}", answer.message())),
-    }
-}
-
 /// The SharedSecret `name` of a Secret holding `ca.crt` = `content`, granted to no one.
 pub async fn share_object(suite: &Suite, name: &str, content: &str) -> Outcome {
     let admin = &suite.admin;
@@ -210,10 +202,7 @@ pub async fn grant(suite: &Suite, namespace: &str, name: &str) -> Outcome {
 /// Creates the pod, and first its service account `reader` when missing: kubelet asks for that
 /// account's token, which the shipped CSIDriver's `tokenRequests` names, before any publish.
 pub async fn create_pod(suite: &Suite, namespace: &str, pod: &Value) -> Result<Pod, String> {
-    let account = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "reader"}});
-    created_or_existing(
-        create(&suite.admin, &format!("/api/v1/namespaces/{namespace}/serviceaccounts"), &account, false).await?,
-    )?;
+    create_service_account(&suite.admin, namespace, "reader").await?;
     let answer = create(&suite.admin, &pods_path(namespace), pod, false).await?;
     if answer.status != 201 {
         return Err(format!("creating the pod answered {}: {}", answer.status, answer.message()));
@@ -474,6 +463,7 @@ pub async fn webhooks_refuse_one_pod_and_patch_another_that_runs(suite: &Suite) 
         .await?;
     let privileged_driver = "privileged.node.e2e.inlineguard.dev";
     create_csi_driver(&suite.admin, privileged_driver, Some("privileged")).await?;
+    create_service_account(&suite.admin, restricted, "reader").await?;
     let mut refused = reader_pod(node, "refused", "none", Some(true));
     refused["spec"]["volumes"][0]["csi"]["driver"] = json!(privileged_driver);
     let answer = create(&suite.admin, &pods_path(restricted), &refused, false).await?;

@@ -1,6 +1,6 @@
 //! Read-only forcing through the apiserver: the pod that comes back from a create has
 //! `readOnly: true` on the shared-resource volume and on every mount of it, and nothing else is
-//! touched.
+//! touched (the ServiceAccount admission plugin's token mount is read-only by its own doing).
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
@@ -48,7 +48,8 @@ pub async fn forced_on_every_mount(suite: &Suite) -> Outcome {
     let containers = spec.containers.iter().chain(spec.init_containers.iter().flatten());
     for container in containers {
         for mount in container.volume_mounts.iter().flatten() {
-            let expected = (mount.name == "shared").then_some(true);
+            let token = mount.name.starts_with("kube-api-access-");
+            let expected = (mount.name == "shared" || token).then_some(true);
             if mount.read_only != expected {
                 wrong.push(format!(
                     "{} mount {}: readOnly = {:?}, expected {expected:?}",

@@ -20,7 +20,10 @@ use sharedresource_csi_driver::shares::source::KubernetesSource;
 use tonic::Code;
 
 use crate::kubelet_publish::{channel, kubelet_request, publish_as_kubelet};
-use crate::support::{Outcome, SHARED_RESOURCE_DRIVER, Suite, create, create_namespace, pods_path, wait_established};
+use crate::support::{
+    Outcome, SHARED_RESOURCE_DRIVER, Suite, create, create_namespace, create_service_account, pods_path,
+    wait_established,
+};
 
 /// The driver's identity in `config/deploy/driver/rbac.yaml`.
 pub const DRIVER_USER: &str = "system:serviceaccount:inline-guard-system:sharedresource-csi-driver";
@@ -338,6 +341,7 @@ pub async fn access_updates_revocation_and_deletion_reach_the_files(suite: &Suit
     apply_file(suite, "config/deploy/driver/rbac.yaml").await?;
     for namespace in ["shares-owner", "shares-consumer", "shares-stranger"] {
         create_namespace(admin, namespace, "none", &[]).await?;
+        create_service_account(admin, namespace, "reader").await?;
     }
     create_object(
         suite,
@@ -520,6 +524,7 @@ pub async fn driver_killed_and_restarted_keeps_and_refreshes_the_volume(suite: &
     apply_file(suite, "config/deploy/driver/rbac.yaml").await?;
     for namespace in ["restart-owner", "restart-consumer"] {
         create_namespace(admin, namespace, "none", &[]).await?;
+        create_service_account(admin, namespace, "reader").await?;
     }
     create_object(
         suite,

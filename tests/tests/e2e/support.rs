@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use inline_guard_tests::apply::{apply, objects};
-use inline_guard_tests::cluster::{AuditEvent, ChildProcess, Cluster};
+use inline_guard_tests::cluster::{AuditEvent, ChildProcess, Cluster, namespace_defaults};
 use inline_guard_tests::node::Node;
 use inline_guard_tests::node::plugin::start_read_grants;
 use inline_guard_tests::peers::Peers;
@@ -259,8 +259,26 @@ pub async fn create_namespace(admin: &kube::Client, name: &str, webhook: &str, l
     Api::<Namespace>::all(admin.clone())
         .create(&PostParams::default(), &namespace)
         .await
-        .map(drop)
-        .map_err(|e| format!("creating namespace {name}: {e}"))
+        .map_err(|e| format!("creating namespace {name}: {e}"))?;
+    // Not a pod can be created there before.
+    namespace_defaults(admin, name, Duration::from_secs(60)).await
+}
+
+/// 201, or 409 for an object that exists already.
+pub fn created_or_existing(answer: Answer) -> Outcome {
+    match answer.status {
+        201 | 409 => Ok(()),
+        other => Err(format!("{other} {}", answer.message())),
+    }
+}
+
+/// Creates the ServiceAccount `namespace/name` unless it exists: the ServiceAccount admission
+/// plugin refuses a pod whose account does not exist.
+pub async fn create_service_account(admin: &kube::Client, namespace: &str, name: &str) -> Outcome {
+    let account = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}});
+    created_or_existing(
+        create(admin, &format!("/api/v1/namespaces/{namespace}/serviceaccounts"), &account, false).await?,
+    )
 }
 
 /// Sets (or with `None` removes) one label of a namespace.
@@ -329,13 +347,15 @@ pub fn pod(name: &str, volumes: &[(&str, &str)]) -> Value {
     json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": pod_spec(volumes)})
 }
 
-/// A Deployment named `name` whose template has [`pod_spec`].
+/// A Deployment named `name` whose template has [`pod_spec`], scaled to zero: the scenarios judge
+/// the workload's admission, and its pods (an image that does not exist) would only load the node.
 pub fn deployment(name: &str, volumes: &[(&str, &str)]) -> Value {
     json!({
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": name},
         "spec": {
+            "replicas": 0,
             "selector": {"matchLabels": {"app": name}},
             "template": {"metadata": {"labels": {"app": name}}, "spec": pod_spec(volumes)}
         }
