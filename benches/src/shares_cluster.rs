@@ -13,12 +13,12 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 
 /// The driver's identity in `config/deploy/driver/rbac.yaml`.
-pub const DRIVER: &str = "system:serviceaccount:inline-guard-system:sharedresource-csi-driver";
+pub const DRIVER: &str = "system:serviceaccount:inline-guard-driver:sharedresource-csi-driver";
 /// The groups every service account has, which the driver's requests carry.
 pub const DRIVER_GROUPS: [&str; 3] =
-    ["system:serviceaccounts", "system:serviceaccounts:inline-guard-system", "system:authenticated"];
+    ["system:serviceaccounts", "system:serviceaccounts:inline-guard-driver", "system:authenticated"];
 /// The read-grants controller's identity in `config/deploy/driver/read-grants.yaml`.
-const READ_GRANTS: &str = "system:serviceaccount:inline-guard-system:sharedresource-read-grants";
+const READ_GRANTS: &str = "system:serviceaccount:inline-guard-driver:sharedresource-read-grants";
 
 /// POSTs `object` to `path` as `admin`.
 pub async fn post(admin: &kube::Client, path: &str, object: serde_json::Value) -> Result<(), String> {
@@ -60,7 +60,7 @@ pub async fn install_driver(cluster: &Cluster, admin: &kube::Client) -> Result<t
     }
     let controller = cluster.client_as(READ_GRANTS, &[]).await?;
     let driver = sharedresource_csi_driver::read_grants::plan::DriverAccount::parse(
-        "inline-guard-system/sharedresource-csi-driver",
+        "inline-guard-driver/sharedresource-csi-driver",
     )?;
     Ok(tokio::spawn(sharedresource_csi_driver::read_grants::controller::run(
         controller,

@@ -6,6 +6,7 @@
 pub mod apply;
 pub mod bounded;
 pub mod cluster;
+pub mod images;
 pub mod node;
 pub mod peers;
 pub mod webhook;

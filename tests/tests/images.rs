@@ -7,6 +7,7 @@ use std::io::Read;
 use std::path::Path;
 use std::process::Command;
 
+use inline_guard_tests::images::build_images;
 use inline_guard_tests::repo_root;
 
 /// Each image, the programs it holds (the first its entrypoint), and its uncompressed size
@@ -17,19 +18,7 @@ const IMAGES: [(&str, &[&str], usize); 2] = [
 ];
 
 fn build(out: &Path) -> String {
-    let mut command = Command::new(repo_root().join("images/build"));
-    // As a user runs it, not with what cargo test sets for this test: cargo's own variables
-    // reach the build scripts' fingerprints, and the build would start over each time.
-    for (key, _) in std::env::vars_os() {
-        let key = key.to_string_lossy();
-        if (key.starts_with("CARGO") && key != "CARGO_HOME") || key.starts_with("RUSTC") || key.starts_with("__CARGO") {
-            command.env_remove(key.as_ref());
-        }
-    }
-    let output = command.arg(out).output().expect("running images/build");
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(output.status.success(), "images/build failed:\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
-    stdout
+    build_images(out, None).unwrap_or_else(|error| panic!("{error}"))
 }
 
 fn files(archive: &[u8]) -> BTreeMap<String, Vec<u8>> {

@@ -21,7 +21,7 @@ struct Flags {
     #[arg(long, value_name = "FILE")]
     kubeconfig: Option<PathBuf>,
     /// The driver's ServiceAccount, NAMESPACE/NAME: the grants' only subject.
-    #[arg(long, value_name = "NAMESPACE/NAME", default_value = "inline-guard-system/sharedresource-csi-driver")]
+    #[arg(long, value_name = "NAMESPACE/NAME", default_value = "inline-guard-driver/sharedresource-csi-driver")]
     driver_service_account: String,
     /// How long one request to the apiserver may take.
     #[arg(long, value_name = "SECONDS", default_value_t = 10)]

@@ -172,7 +172,7 @@ mod tests {
     use super::*;
 
     fn driver() -> DriverAccount {
-        DriverAccount::parse("inline-guard-system/sharedresource-csi-driver").unwrap()
+        DriverAccount::parse("inline-guard-driver/sharedresource-csi-driver").unwrap()
     }
 
     fn ns(name: &str) -> NamespaceName {
@@ -221,7 +221,7 @@ mod tests {
         let subject = &binding.subjects.unwrap()[0];
         assert_eq!(
             (subject.kind.as_str(), subject.namespace.as_deref(), subject.name.as_str()),
-            ("ServiceAccount", Some("inline-guard-system"), "sharedresource-csi-driver")
+            ("ServiceAccount", Some("inline-guard-driver"), "sharedresource-csi-driver")
         );
         assert_eq!((binding.role_ref.kind.as_str(), binding.role_ref.name.as_str()), ("Role", GRANT_NAME));
     }

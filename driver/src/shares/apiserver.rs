@@ -77,7 +77,7 @@ mod tests {
     #[tokio::test]
     async fn the_apiserver_s_message_never_reaches_the_error() {
         let status = kube::core::Status::failure(
-            "sharedsecrets.sharedresource.inlineguard.dev \"x\" is forbidden: User \"system:serviceaccount:inline-guard-system:sharedresource-csi-driver\" cannot get resource",
+            "sharedsecrets.sharedresource.inlineguard.dev \"x\" is forbidden: User \"system:serviceaccount:inline-guard-driver:sharedresource-csi-driver\" cannot get resource",
             "Forbidden",
         )
         .with_code(403);

@@ -17,13 +17,12 @@ use super::ChildProcess;
 /// - `namespace`: a deleted namespace's contents go, then the namespace;
 /// - `endpoints`, `endpointslice`: a Service's endpoints, which the apiserver dials for webhooks
 ///   (`--enable-aggregator-routing`: no kube-proxy runs);
-/// - `disruption`: the PodDisruptionBudget's status.
-///
-/// Not node-lifecycle: with one node there is nowhere to evict to, and its taints would only
-/// make a slow machine's scenarios flaky.
+/// - `disruption`: the PodDisruptionBudget's status;
+/// - `node-lifecycle`: removes the `node.kubernetes.io/not-ready` taint kubelet registers its
+///   Node with, once the Node is Ready; the scheduler places nothing on the node before.
 const CONTROLLERS: &str = "serviceaccount-controller,root-ca-certificate-publisher-controller,daemonset-controller,\
 deployment-controller,replicaset-controller,garbage-collector-controller,namespace-controller,endpoints-controller,\
-endpointslice-controller,disruption-controller";
+endpointslice-controller,disruption-controller,node-lifecycle-controller";
 
 /// kube-controller-manager and kube-scheduler, running.
 pub struct Controllers {

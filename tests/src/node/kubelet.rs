@@ -38,6 +38,23 @@ fn node_ip() -> Result<String, String> {
         .ok_or_else(|| "this machine has no global IPv4 address for kubelet's node IP".to_string())
 }
 
+/// Makes `root` a shared mount point (a bind mount of itself, made `rshared`), as kubelet's root
+/// is on a systemd host, where `/` is shared: a container's Bidirectional mount of a directory
+/// below it (the driver's DaemonSet) needs it, and mounts made there reach the host and kubelet.
+/// This machine's `/` is private. Undone with the node's other mounts at teardown.
+fn share_mounts_under(root: &Path) -> Result<(), String> {
+    for args in [
+        vec!["--bind", root.to_str().unwrap_or_default(), root.to_str().unwrap_or_default()],
+        vec!["--make-rshared", root.to_str().unwrap_or_default()],
+    ] {
+        let output = output_within(Command::new("mount").args(&args), Duration::from_secs(10), "mount")?;
+        if !output.status.success() {
+            return Err(format!("mount {}: {}", args.join(" "), String::from_utf8_lossy(&output.stderr).trim()));
+        }
+    }
+    Ok(())
+}
+
 /// Starts kubelet in `dir` against `kubeconfig` and `runtime_socket`.
 pub fn start(
     kubelet: &Path,
@@ -49,6 +66,7 @@ pub fn start(
     for created in [&dirs.root, &dirs.pod_logs] {
         std::fs::create_dir_all(created).map_err(|e| format!("{}: {e}", created.display()))?;
     }
+    share_mounts_under(&dirs.root)?;
     let config = dir.join("kubelet.yaml");
     let text = format!(
         r#"apiVersion: kubelet.config.k8s.io/v1beta1

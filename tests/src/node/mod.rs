@@ -10,6 +10,7 @@
 
 pub mod image;
 pub mod kubelet;
+mod observe;
 pub mod plugin;
 pub mod runtime;
 
@@ -22,6 +23,8 @@ use k8s_openapi::api::core::v1::Node as NodeObject;
 use k8s_openapi::api::storage::v1::CSINode;
 use kube::api::Api;
 
+pub use observe::delete_and_wait;
+
 use crate::cluster::{ChildProcess, Cluster};
 use crate::peers::Peers;
 use kubelet::{KubeletDirs, NODE_NAME};
@@ -30,6 +33,31 @@ use runtime::Containerd;
 
 /// The busybox image the node's pods run.
 pub const BUSYBOX_IMAGE: &str = "inline-guard.test/busybox:e2e";
+
+/// A pod as the restricted Pod Security level allows it, run by the service account `reader`,
+/// whose container `reader` runs `script` in [`BUSYBOX_IMAGE`] with the inline volume `csi`
+/// (named `shared`) mounted at `mount_path`.
+pub fn reader_pod(name: &str, script: &str, csi: serde_json::Value, mount_path: &str) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "serviceAccountName": "reader",
+            "terminationGracePeriodSeconds": 1,
+            "securityContext": {"runAsNonRoot": true, "runAsUser": 1000, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{
+                "name": "reader",
+                "image": BUSYBOX_IMAGE,
+                "imagePullPolicy": "Never",
+                "command": ["/bin/sh", "-c", script],
+                "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}},
+                "volumeMounts": [{"name": "shared", "mountPath": mount_path}],
+            }],
+            "volumes": [{"name": "shared", "csi": csi}],
+        },
+    })
+}
 
 /// A running node. Dropping it tears it down.
 pub struct Node {
@@ -58,6 +86,23 @@ impl Node {
         admin: &kube::Client,
         driver_kubeconfig: &Path,
     ) -> Result<Node, String> {
+        Node::start_with(cluster, peers, admin, driver_kubeconfig, true).await
+    }
+
+    /// Starts containerd, imports the images and starts kubelet, without the driver: for the
+    /// driver installed as its DaemonSet. [`Node::plugin`] says where that one's files go.
+    pub async fn start_without_driver(cluster: &Cluster, peers: &Peers, admin: &kube::Client) -> Result<Node, String> {
+        // The layout's kubeconfig is never read: no driver process is started from it.
+        Node::start_with(cluster, peers, admin, Path::new("/nonexistent"), false).await
+    }
+
+    async fn start_with(
+        cluster: &Cluster,
+        peers: &Peers,
+        admin: &kube::Client,
+        driver_kubeconfig: &Path,
+        run_driver: bool,
+    ) -> Result<Node, String> {
         let dir = tempfile::Builder::new().prefix("inline-guard-node-").tempdir().map_err(|e| e.to_string())?;
         let root = dir.path().to_path_buf();
         let containerd = Containerd::start(&root.join("containerd"))?;
@@ -71,11 +116,11 @@ impl Node {
             kubelet::start(&peers.kubelet, &root.join("kubelet"), &kubelet_kubeconfig, &containerd.socket)?;
         let health = format!("127.0.0.1:{}", crate::cluster::free_port()?).parse().map_err(|e| format!("{e}"))?;
         let plugin = PluginFiles::kubernetes(&root.join("driver"), &kubelet_dirs.root, driver_kubeconfig, 60, health)?;
-        let driver = plugin.start(&root, "driver")?;
+        let driver = if run_driver { Some(plugin.start(&root, "driver")?) } else { None };
         let mut node = Node {
             kubelet_dirs,
             plugin,
-            driver: Mutex::new(Some(driver)),
+            driver: Mutex::new(driver),
             kubelet: Some(kubelet),
             containerd: Some(containerd),
             dir: Some(dir),
@@ -113,6 +158,18 @@ impl Node {
             Ok(node) => node.spec.drivers.into_iter().map(|d| (d.name, d.node_id)).collect(),
             Err(_) => Vec::new(),
         }
+    }
+
+    /// Imports an OCI image layout tar into the node's containerd (`ctr images import`), as an
+    /// operator without a registry would.
+    pub fn import_image(&self, archive: &Path) -> Result<(), String> {
+        self.containerd.as_ref().ok_or("the node is torn down")?.import(archive)
+    }
+
+    /// The images containerd holds, by name.
+    pub fn image_names(&self) -> Result<Vec<String>, String> {
+        let listed = self.containerd.as_ref().ok_or("the node is torn down")?.ctr(&["images", "list", "-q"])?;
+        Ok(listed.lines().map(str::to_string).collect())
     }
 
     /// SIGKILLs the driver.

@@ -6,9 +6,9 @@
 
 use std::time::{Duration, Instant};
 
-use inline_guard_tests::node::{BUSYBOX_IMAGE, Node};
+use inline_guard_tests::node::Node;
 use k8s_openapi::api::core::v1::{Event, Pod, Secret};
-use kube::api::{Api, DeleteParams, ListParams};
+use kube::api::{Api, ListParams};
 use serde_json::{Value, json};
 
 use crate::support::{
@@ -107,29 +107,11 @@ fn reader_pod(node: &Node, name: &str, share: &str, read_only: Option<bool>) -> 
     pod_on_node(node, name, READER, csi, "/shared")
 }
 
-/// A pod on the node, as the restricted Pod Security level allows it, whose container `reader`
-/// runs `script` with the inline volume `csi` mounted at `mount_path`.
+/// A pod on the node (named, not scheduled): see [`reader_pod`](inline_guard_tests::node::reader_pod).
 pub fn pod_on_node(node: &Node, name: &str, script: &str, csi: Value, mount_path: &str) -> Value {
-    json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "nodeName": node.name(),
-            "serviceAccountName": "reader",
-            "terminationGracePeriodSeconds": 1,
-            "securityContext": {"runAsNonRoot": true, "runAsUser": 1000, "seccompProfile": {"type": "RuntimeDefault"}},
-            "containers": [{
-                "name": "reader",
-                "image": BUSYBOX_IMAGE,
-                "imagePullPolicy": "Never",
-                "command": ["/bin/sh", "-c", script],
-                "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}},
-                "volumeMounts": [{"name": "shared", "mountPath": mount_path}],
-            }],
-            "volumes": [{"name": "shared", "csi": csi}],
-        },
-    })
+    let mut pod = inline_guard_tests::node::reader_pod(name, script, csi, mount_path);
+    pod["spec"]["nodeName"] = json!(node.name());
+    pod
 }
 
 /// The namespace the node scenarios' shared Secrets live in.
@@ -210,7 +192,8 @@ pub async fn create_pod(suite: &Suite, namespace: &str, pod: &Value) -> Result<P
     serde_json::from_value(answer.body).map_err(|e| e.to_string())
 }
 
-/// Waits until the container's log has a line for which `wanted` holds; returns the log.
+/// Waits (up to 60 s) until the `reader` container's log has a line for which `wanted` holds;
+/// returns the log.
 pub async fn wait_for_log(
     node: &Node,
     namespace: &str,
@@ -218,20 +201,7 @@ pub async fn wait_for_log(
     what: &str,
     wanted: impl Fn(&str) -> bool,
 ) -> Result<Vec<String>, String> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let log = node.container_log(namespace, pod, "reader");
-        if log.iter().any(|line| wanted(line)) {
-            return Ok(log);
-        }
-        if Instant::now() > deadline {
-            return Err(format!(
-                "{namespace}/{pod} never logged {what} in 60 s; its log: {log:?}\n{}",
-                node.log_tails()
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    node.wait_for_log((namespace, pod, "reader"), what, wanted, Duration::from_secs(60)).await
 }
 
 /// Waits (up to 60 s) for an event of pod `namespace/pod` whose message contains `wanted`;
@@ -258,46 +228,17 @@ async fn wait_for_event(suite: &Suite, namespace: &str, pod: &str, wanted: &str)
 /// Deletes the pod and waits until it is gone: kubelet deletes it only once its volumes are
 /// unpublished.
 pub async fn delete_and_wait(suite: &Suite, namespace: &str, name: &str) -> Outcome {
-    let pods = Api::<Pod>::namespaced(suite.admin.clone(), namespace);
-    pods.delete(name, &DeleteParams::default()).await.map_err(|e| format!("deleting {namespace}/{name}: {e}"))?;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while pods.get_opt(name).await.map_err(|e| e.to_string())?.is_some() {
-        if Instant::now() > deadline {
-            return Err(format!("{namespace}/{name} still exists 60 s after its deletion"));
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    Ok(())
+    inline_guard_tests::node::delete_and_wait(&suite.admin, namespace, name).await
 }
 
-/// The mounts under the pod's directory and the driver records naming the pod.
-fn volume_traces(node: &Node, uid: &str) -> (Vec<String>, Vec<std::path::PathBuf>) {
-    let mounts: Vec<String> = node.pod_mounts().into_iter().filter(|m| m.contains(uid)).collect();
-    let records: Vec<_> = node
-        .driver_records()
-        .into_iter()
-        .filter(|r| std::fs::read_to_string(r).unwrap_or_default().contains(uid))
-        .collect();
-    (mounts, records)
-}
-
-/// The positive control of [`nothing_left`]: while the pod runs, the same filters find its
-/// volume's mount and the driver's record of it.
+/// See [`Node::volume_present`].
 pub fn volume_present(node: &Node, uid: &str) -> Outcome {
-    let (mounts, records) = volume_traces(node, uid);
-    if mounts.is_empty() || records.is_empty() {
-        return Err(format!("the running pod {uid}'s volume is not seen: mounts {mounts:?}, records {records:?}"));
-    }
-    Ok(())
+    node.volume_present(uid)
 }
 
-/// Nothing of the pod's volume is left: no mount under its pod directory, no driver record.
+/// See [`Node::nothing_left`].
 pub fn nothing_left(node: &Node, uid: &str) -> Outcome {
-    let (mounts, records) = volume_traces(node, uid);
-    if !mounts.is_empty() || !records.is_empty() {
-        return Err(format!("left behind for pod {uid}: mounts {mounts:?}, records {records:?}"));
-    }
-    Ok(())
+    node.nothing_left(uid)
 }
 
 pub fn uid(pod: &Pod) -> String {

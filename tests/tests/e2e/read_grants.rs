@@ -63,7 +63,7 @@ async fn wait_until(driver: &kube::Client, what: &str, wanted: &DriverSees) -> O
 /// A client with a token the apiserver issued to the driver's ServiceAccount, as the DaemonSet's
 /// projected token is.
 async fn driver_token_client(suite: &Suite) -> Result<kube::Client, String> {
-    let accounts = Api::<ServiceAccount>::namespaced(suite.admin.clone(), "inline-guard-system");
+    let accounts = Api::<ServiceAccount>::namespaced(suite.admin.clone(), "inline-guard-driver");
     let request = TokenRequest {
         spec: TokenRequestSpec { audiences: vec![], expiration_seconds: Some(3600), bound_object_ref: None },
         ..Default::default()

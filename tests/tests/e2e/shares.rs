@@ -26,7 +26,7 @@ use crate::support::{
 };
 
 /// The driver's identity in `config/deploy/driver/rbac.yaml`.
-pub const DRIVER_USER: &str = "system:serviceaccount:inline-guard-system:sharedresource-csi-driver";
+pub const DRIVER_USER: &str = "system:serviceaccount:inline-guard-driver:sharedresource-csi-driver";
 /// How long a change may take to reach the files. The periodic refresh is set to an hour, so
 /// only the watches can deliver a change in time. A watch delivers within milliseconds (the
 /// scenarios print how long); the bound is wide so that a busy machine cannot fail them.
@@ -103,7 +103,7 @@ pub struct InProcessDriver {
 
 impl InProcessDriver {
     pub async fn start(suite: &Suite) -> Result<InProcessDriver, String> {
-        let groups = ["system:serviceaccounts", "system:serviceaccounts:inline-guard-system", "system:authenticated"];
+        let groups = ["system:serviceaccounts", "system:serviceaccounts:inline-guard-driver", "system:authenticated"];
         let client = suite.cluster.client_as(DRIVER_USER, &groups).await?;
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let socket = dir.path().join("csi.sock");

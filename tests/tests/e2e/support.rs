@@ -31,7 +31,7 @@ pub const WORKLOAD_WEBHOOK: &str = "workloads.csi-volume-admission.inlineguard.d
 /// The webhook's identity in `config/deploy/rbac.yaml`.
 pub const SERVICE_ACCOUNT: &str = "system:serviceaccount:inline-guard-system:csi-volume-admission";
 /// The read-grants controller's identity in `config/deploy/driver/read-grants.yaml`.
-pub const READ_GRANTS_USER: &str = "system:serviceaccount:inline-guard-system:sharedresource-read-grants";
+pub const READ_GRANTS_USER: &str = "system:serviceaccount:inline-guard-driver:sharedresource-read-grants";
 /// The driver the shipped configuration forces read-only.
 pub const SHARED_RESOURCE_DRIVER: &str = "sharedresource.csi.inlineguard.dev";
 
@@ -110,7 +110,8 @@ impl Suite {
         // The driver's CRDs and RBAC as shipped, then the node with the driver as its identity.
         let node = runtime.block_on(async {
             let driver = repo_root().join("config/deploy/driver");
-            let mut objects_of_driver = objects(&driver.join("crds.yaml"))?;
+            let mut objects_of_driver = objects(&driver.join("namespace.yaml"))?;
+            objects_of_driver.extend(objects(&driver.join("crds.yaml"))?);
             objects_of_driver.extend(objects(&driver.join("rbac.yaml"))?);
             // The read-grants controller's identity as shipped (its Deployment is run below as
             // a process, this control plane running no controller-manager), and the opt-in to
@@ -123,7 +124,7 @@ impl Suite {
             let controller = cluster.kubeconfig_as(READ_GRANTS_USER)?;
             let read_grants = start_read_grants(&controller, cluster.run_dir())?;
             let identity =
-                cluster.kubeconfig_as("system:serviceaccount:inline-guard-system:sharedresource-csi-driver")?;
+                cluster.kubeconfig_as("system:serviceaccount:inline-guard-driver:sharedresource-csi-driver")?;
             Ok::<_, String>((Node::start(&cluster, &peers, &admin, &identity).await, read_grants))
         })?;
         let (node, read_grants) = node;

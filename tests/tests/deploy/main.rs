@@ -1,0 +1,433 @@
+//! Installed as shipped: both images built by `images/build` and imported into the node's
+//! containerd, the shipped manifests applied with a real `kubectl apply -k` through a test
+//! overlay (`overlay.rs` writes what it changes and why into the overlay itself), on a control
+//! plane with production authorization (Node and RBAC; NodeRestriction and ServiceAccount
+//! admission) and a real node (kubelet and containerd). The serving certificate comes from
+//! `csi-volume-admission certificate`, the README's path without cert-manager.
+//!
+//! One scenario in steps that build on each other, in a binary of its own: its driver (the
+//! DaemonSet) and the end-to-end suite's (a host process) would claim one driver name on a node.
+
+mod kubectl;
+mod overlay;
+mod rollout;
+mod workload;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use inline_guard_tests::cluster::{Cluster, POD_NETWORK_GATEWAY};
+use inline_guard_tests::images::build_images;
+use inline_guard_tests::node::{Node, delete_and_wait};
+use inline_guard_tests::peers::peers;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams};
+use serde_json::json;
+
+use kubectl::Kubectl;
+use overlay::Overlay;
+use workload::{CONSUMER, DRIVER, reader_pod, wait_for_content};
+
+type Outcome = Result<(), String>;
+
+const SYSTEM: &str = "inline-guard-system";
+const DRIVER_NAMESPACE: &str = "inline-guard-driver";
+const DRIVER_LABEL: &str = "app.kubernetes.io/name=sharedresource-csi-driver";
+const DRIVER_USER: &str = "system:serviceaccount:inline-guard-driver:sharedresource-csi-driver";
+const READ_GRANTS_USER: &str = "system:serviceaccount:inline-guard-driver:sharedresource-read-grants";
+/// The images' repositories, in `images/build`'s order.
+const IMAGES: [&str; 2] = ["csi-volume-admission", "sharedresource-csi-driver"];
+
+/// No step may hang the run: the cold image build is the longest part.
+const BOUND: Duration = Duration::from_secs(2400);
+
+#[test]
+fn installed_as_shipped_serves_survives_restarts_rolls_upgrades_and_leaves_nothing() {
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("a tokio runtime");
+    let outcome = runtime.block_on(async { tokio::time::timeout(BOUND, run()).await });
+    match outcome {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => panic!("{error}"),
+        Err(_) => panic!("the deployment scenario took longer than {BOUND:?}"),
+    }
+}
+
+/// The control plane, the node and kubectl; the node is torn down before the control plane.
+struct Installation {
+    node: Node,
+    cluster: Cluster,
+    admin: kube::Client,
+    kubectl: Kubectl,
+    dir: PathBuf,
+}
+
+async fn run() -> Outcome {
+    let peers = peers()?;
+    let cluster = Cluster::start(&peers).await?;
+    let admin = cluster.client().await?;
+    let node = Node::start_without_driver(&cluster, &peers, &admin).await?;
+    let kubectl = Kubectl { binary: peers.kubectl.clone(), kubeconfig: cluster.kubeconfig().to_path_buf() };
+    let dir = cluster.run_dir().join("deploy");
+    std::fs::create_dir_all(dir.join("overlay")).map_err(|e| e.to_string())?;
+    let installation = Installation { node, cluster, admin, kubectl, dir };
+    let outcome = steps(&installation).await;
+    if outcome.is_err() {
+        eprintln!("{}", installation.diagnostics().await);
+    }
+    outcome
+}
+
+async fn steps(this: &Installation) -> Outcome {
+    let version = env!("CARGO_PKG_VERSION");
+    this.images(version, None).await?;
+    let overlay = this.dir.join("overlay");
+    println!("deploy: {}", overlay::write_certificate(&overlay)?.trim());
+
+    // Installed and Ready through the shipped probes.
+    this.write_overlay(None)?;
+    let started = Instant::now();
+    this.kubectl.run(&["apply", "-k", &path(&overlay)]).await?;
+    this.wait_rolled_out().await?;
+    println!("deploy: apply -k to driver, webhook and read-grants Ready in {:?}", started.elapsed());
+
+    // Registered with kubelet from inside its container; nothing else runs a driver here.
+    this.wait_registered().await?;
+    let first_driver = this.driver_pod().await?;
+
+    // A share served to a pod the scheduler placed, patched read-only by the webhook through
+    // its Service, kept fresh, revoked and restored.
+    workload::share_and_grant(&this.admin, "first").await?;
+    let pod = this.create_reader("reader").await?;
+    let mut seen = wait_for_content(&this.node, "reader", "first", 0).await?;
+    this.driver_acted_as_its_service_account()?;
+    workload::set_content(&this.admin, "second").await?;
+    seen = wait_for_content(&this.node, "reader", "second", seen).await?;
+    workload::revoke(&this.admin).await?;
+    seen = wait_for_content(&this.node, "reader", "", seen).await?;
+    workload::grant(&this.admin).await?;
+    seen = wait_for_content(&this.node, "reader", "second", seen).await?;
+
+    // Denied through the Service with the exact message.
+    this.denied_with_the_exact_message().await?;
+
+    // The driver pod deleted: recreated by the DaemonSet; the workload keeps reading and
+    // refresh resumes; the workload deleted afterwards leaves nothing.
+    this.kubectl.run(&["delete", "pod", "-n", DRIVER_NAMESPACE, "-l", DRIVER_LABEL, "--wait=false"]).await?;
+    let second_driver = this.wait_for_new_driver_pod(&first_driver).await?;
+    println!("deploy: driver pod {first_driver} deleted, {second_driver} Ready in its place");
+    seen = wait_for_content(&this.node, "reader", "second", seen).await?;
+    workload::set_content(&this.admin, "third").await?;
+    wait_for_content(&this.node, "reader", "third", seen).await?;
+    this.node.volume_present(&pod)?;
+    delete_and_wait(&this.admin, CONSUMER, "reader").await?;
+    this.node.nothing_left(&pod)?;
+
+    // A rolling restart of the webhook under a create loop.
+    let tally = rollout::restart_under_load(&this.admin, &this.kubectl, this.probes().await?).await?;
+    println!(
+        "deploy: during the webhook's rollout restart: {} creates as the webhook answers, {} lost, {} wrongly admitted, {} refused otherwise",
+        tally.as_expected,
+        tally.lost.len(),
+        tally.wrongly_admitted.len(),
+        tally.refused_otherwise.len()
+    );
+    if tally.as_expected < 10
+        || !tally.lost.is_empty()
+        || !tally.wrongly_admitted.is_empty()
+        || !tally.refused_otherwise.is_empty()
+    {
+        return Err(format!("the rollout restart changed answers: {tally:?}"));
+    }
+
+    // An upgrade: images tagged with a new version, `apply -k` again; the DaemonSet rolls while
+    // a workload keeps its volume.
+    let upgraded = format!("{version}-upgrade");
+    let pod = this.create_reader("across-upgrade").await?;
+    seen = wait_for_content(&this.node, "across-upgrade", "third", 0).await?;
+    this.images(version, Some(&upgraded)).await?;
+    this.write_overlay(Some(&upgraded))?;
+    this.kubectl.run(&["apply", "-k", &path(&overlay)]).await?;
+    this.wait_rolled_out().await?;
+    let image = this.driver_image().await?;
+    if !image.ends_with(&format!(":{upgraded}")) {
+        return Err(format!("after the upgrade the driver runs {image}, not the {upgraded} image"));
+    }
+    seen = wait_for_content(&this.node, "across-upgrade", "third", seen).await?;
+    workload::set_content(&this.admin, "fourth").await?;
+    wait_for_content(&this.node, "across-upgrade", "fourth", seen).await?;
+    println!("deploy: upgraded to {image}; the workload read on and saw the next change");
+
+    // Removed: the workload first (as a user would), then everything `apply -k` made.
+    this.node.volume_present(&pod)?;
+    delete_and_wait(&this.admin, CONSUMER, "across-upgrade").await?;
+    this.node.nothing_left(&pod)?;
+    this.uninstalled_leaves_nothing(&overlay).await
+}
+
+fn path(path: &Path) -> String {
+    path.display().to_string()
+}
+
+impl Installation {
+    /// `images/build` (tagged `tag` when given) and `ctr images import` of both tars.
+    async fn images(&self, version: &str, tag: Option<&str>) -> Outcome {
+        let out = self.dir.join(format!("images-{}", tag.unwrap_or(version)));
+        let owned_tag = tag.map(str::to_string);
+        let out_for_build = out.clone();
+        let said = tokio::task::spawn_blocking(move || build_images(&out_for_build, owned_tag.as_deref()))
+            .await
+            .map_err(|e| e.to_string())??;
+        print!("{said}");
+        for name in IMAGES {
+            self.node.import_image(&out.join(format!("{name}.tar")))?;
+            let reference = format!("ghcr.io/inline-guard/{name}:{}", tag.unwrap_or(version));
+            if !self.node.image_names()?.contains(&reference) {
+                return Err(format!("containerd does not list {reference} after the import"));
+            }
+        }
+        Ok(())
+    }
+
+    fn write_overlay(&self, image_tag: Option<&str>) -> Outcome {
+        let port = self.cluster.url().rsplit(':').next().and_then(|p| p.parse().ok()).ok_or("the apiserver's port")?;
+        let overlay = Overlay {
+            kubelet_root: &self.node.kubelet_dirs.root,
+            state_dir: &self.node.plugin.state,
+            apiserver: (POD_NETWORK_GATEWAY, port),
+            image_tag,
+        };
+        overlay::write(&self.dir.join("overlay"), &overlay)
+    }
+
+    /// `kubectl rollout status` of the DaemonSet and both Deployments: every pod of the newest
+    /// revision Ready through the shipped probes.
+    async fn wait_rolled_out(&self) -> Outcome {
+        for (kind, namespace) in [
+            ("daemonset/sharedresource-csi-driver", DRIVER_NAMESPACE),
+            ("deployment/csi-volume-admission", SYSTEM),
+            ("deployment/sharedresource-read-grants", DRIVER_NAMESPACE),
+        ] {
+            self.kubectl.run(&["rollout", "status", kind, "-n", namespace, "--timeout=240s"]).await?;
+        }
+        Ok(())
+    }
+
+    async fn wait_registered(&self) -> Outcome {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let drivers = self.node.csi_node_drivers(&self.admin).await;
+            if drivers.contains(&(DRIVER.to_string(), self.node.name().to_string())) {
+                println!("deploy: CSINode {} lists {drivers:?}", self.node.name());
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(format!("CSINode never listed {DRIVER}: {drivers:?}"));
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    async fn driver_pods(&self) -> Result<Vec<Pod>, String> {
+        let pods = Api::<Pod>::namespaced(self.admin.clone(), DRIVER_NAMESPACE);
+        let listed = pods.list(&ListParams::default().labels(DRIVER_LABEL)).await.map_err(|e| e.to_string())?;
+        Ok(listed.items)
+    }
+
+    /// The uid of the driver's one pod, which must be Ready.
+    async fn driver_pod(&self) -> Result<String, String> {
+        let pods = self.driver_pods().await?;
+        match pods.as_slice() {
+            [pod] if ready(pod) => Ok(pod.metadata.uid.clone().unwrap_or_default()),
+            other => Err(format!("expected one Ready driver pod, found {}", other.len())),
+        }
+    }
+
+    async fn driver_image(&self) -> Result<String, String> {
+        let pods = self.driver_pods().await?;
+        let pod =
+            pods.iter().find(|p| ready(p) && p.metadata.deletion_timestamp.is_none()).ok_or("no Ready driver pod")?;
+        let spec = pod.spec.as_ref().ok_or("a pod without a spec")?;
+        Ok(spec.containers[0].image.clone().unwrap_or_default())
+    }
+
+    async fn wait_for_new_driver_pod(&self, old: &str) -> Result<String, String> {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let pods = self.driver_pods().await?;
+            if let [pod] = pods.as_slice() {
+                let uid = pod.metadata.uid.clone().unwrap_or_default();
+                if uid != old && ready(pod) {
+                    return Ok(uid);
+                }
+            }
+            if Instant::now() > deadline {
+                return Err("the DaemonSet did not replace its deleted pod with a Ready one within 120 s".into());
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// Creates a reader pod; it must come back patched read-only (the mutating webhook, called
+    /// through its Service). Returns its uid.
+    async fn create_reader(&self, name: &str) -> Result<String, String> {
+        let pods = Api::<Pod>::namespaced(self.admin.clone(), CONSUMER);
+        let pod: Pod = serde_json::from_value(reader_pod(name)).map_err(|e| e.to_string())?;
+        let created = pods.create(&Default::default(), &pod).await.map_err(|e| format!("creating {name}: {e}"))?;
+        let spec = created.spec.as_ref().ok_or("a pod without a spec")?;
+        let read_only = spec.volumes.as_ref().and_then(|v| v[0].csi.as_ref()).and_then(|c| c.read_only);
+        if read_only != Some(true) {
+            return Err(format!(
+                "{name} was stored with csi.readOnly {read_only:?}: the mutating webhook did not patch it"
+            ));
+        }
+        Ok(created.metadata.uid.unwrap_or_default())
+    }
+
+    /// The driver read the share as its own ServiceAccount, with its projected token: no
+    /// impersonation, no admin credentials.
+    fn driver_acted_as_its_service_account(&self) -> Outcome {
+        let events = self.cluster.audit_events()?;
+        // Reads of SharedSecrets: the driver gets, lists and watches them (one object each).
+        let reads: Vec<_> = events
+            .iter()
+            .filter(|e| e.object_ref.as_ref().is_some_and(|o| o.resource == "sharedsecrets"))
+            .filter(|e| matches!(e.verb.as_str(), "get" | "list" | "watch"))
+            .collect();
+        if reads.is_empty() {
+            return Err("the audit log has no read of a SharedSecret".into());
+        }
+        // Only the two shipped identities read them (the read-grants controller lists and
+        // watches them all), each as itself: no impersonation, no admin.
+        let strangers: Vec<_> = reads
+            .iter()
+            .filter(|e| {
+                ![DRIVER_USER, READ_GRANTS_USER].contains(&e.user.username.as_str()) || e.impersonated_user.is_some()
+            })
+            .map(|e| e.acting_user().to_string())
+            .collect();
+        if !strangers.is_empty() {
+            return Err(format!(
+                "SharedSecrets were read by {strangers:?}, not only {DRIVER_USER} and {READ_GRANTS_USER}"
+            ));
+        }
+        let by_driver: std::collections::BTreeSet<&str> =
+            reads.iter().filter(|e| e.user.username == DRIVER_USER).map(|e| e.verb.as_str()).collect();
+        if by_driver.is_empty() {
+            return Err(format!("no read of a SharedSecret by {DRIVER_USER}"));
+        }
+        println!("deploy: the driver read SharedSecrets ({by_driver:?}) as {DRIVER_USER} itself");
+        Ok(())
+    }
+
+    /// A restricted namespace and a CSIDriver labelled privileged: a pod using it is refused.
+    async fn denied_probe(&self) -> Result<(String, serde_json::Value, String), String> {
+        let namespace = "deploy-restricted";
+        let driver = "privileged.deploy.e2e.inlineguard.dev";
+        self.kubectl.run(&["create", "namespace", namespace]).await.or_else(already_exists)?;
+        self.kubectl
+            .run(&["label", "--overwrite", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted"])
+            .await?;
+        inline_guard_tests::cluster::namespace_defaults(&self.admin, namespace, Duration::from_secs(60)).await?;
+        let object = json!({
+            "apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver",
+            "metadata": {"name": driver, "labels": {"security.openshift.io/csi-ephemeral-volume-profile": "privileged"}},
+            "spec": {"podInfoOnMount": true, "attachRequired": false, "volumeLifecycleModes": ["Ephemeral"]}
+        });
+        let file = self.dir.join("privileged-driver.json");
+        std::fs::write(&file, object.to_string()).map_err(|e| e.to_string())?;
+        self.kubectl.run(&["apply", "-f", &path(&file)]).await?;
+        let mut pod = reader_pod("refused");
+        pod["spec"]["serviceAccountName"] = json!("default");
+        pod["spec"]["volumes"][0]["csi"]["driver"] = json!(driver);
+        let message = format!(
+            "admission webhook \"pods.csi-volume-admission.inlineguard.dev\" denied the request: refused uses an inline volume provided by CSIDriver {driver} and namespace {namespace} has a pod security enforce level that is lower than privileged"
+        );
+        Ok((namespace.to_string(), pod, message))
+    }
+
+    async fn denied_with_the_exact_message(&self) -> Outcome {
+        let (namespace, pod, message) = self.denied_probe().await?;
+        let pods = Api::<Pod>::namespaced(self.admin.clone(), &namespace);
+        let pod: Pod = serde_json::from_value(pod).map_err(|e| e.to_string())?;
+        match pods.create(&Default::default(), &pod).await {
+            Err(kube::Error::Api(status)) if status.code == 403 && status.message == message => Ok(()),
+            Err(kube::Error::Api(status)) => Err(format!("refused, but with {} {:?}", status.code, status.message)),
+            Err(error) => Err(error.to_string()),
+            Ok(_) => Err(format!("{namespace}/refused was admitted")),
+        }
+    }
+
+    async fn probes(&self) -> Result<rollout::Probes, String> {
+        let (namespace, pod, message) = self.denied_probe().await?;
+        let mut admitted = reader_pod("admitted");
+        admitted["metadata"]["name"] = json!("admitted");
+        Ok(rollout::Probes { admitted: (CONSUMER.to_string(), admitted), denied: (namespace, pod, message) })
+    }
+
+    /// `kubectl delete -k` leaves no driver socket, registration, record or mount, after the
+    /// same checks saw each while installed.
+    async fn uninstalled_leaves_nothing(&self, overlay: &Path) -> Outcome {
+        let root = &self.node.kubelet_dirs.root;
+        let socket = root.join("plugins/sharedresource.csi.inlineguard.dev/csi.sock");
+        let registration = root.join("plugins_registry/sharedresource.csi.inlineguard.dev-reg.sock");
+        let traces = || {
+            let mut found: Vec<String> =
+                [&socket, &registration].into_iter().filter(|p| p.exists()).map(|p| path(p)).collect();
+            found.extend(self.node.driver_records().iter().map(|p| path(p)));
+            found.extend(self.node.pod_mounts().into_iter().filter(|m| m.contains("kubernetes.io~csi")));
+            found
+        };
+        let installed = traces();
+        if installed.len() != 2 {
+            return Err(format!("while installed (no workload), expected the two sockets only: {installed:?}"));
+        }
+        self.kubectl.run(&["delete", "-k", &path(overlay), "--wait=true", "--timeout=240s"]).await?;
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let pods = self.driver_pods().await.unwrap_or_default();
+            let left = traces();
+            let registered = self.node.csi_node_drivers(&self.admin).await.iter().any(|(name, _)| name == DRIVER);
+            if pods.is_empty() && left.is_empty() && !registered {
+                println!("deploy: delete -k left nothing (had {installed:?})");
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "120 s after delete -k: {} driver pods, left on the node {left:?}, CSINode lists the driver: {registered}",
+                    pods.len()
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// What the cluster and node looked like, for a failure.
+    async fn diagnostics(&self) -> String {
+        let mut text = String::from("--- diagnostics ---\n");
+        for args in [
+            &["get", "pods", "-A", "-o", "wide"][..],
+            &["get", "events", "-A", "--sort-by=.lastTimestamp"][..],
+            &["get", "daemonsets,deployments", "-A"][..],
+        ] {
+            text += &self.kubectl.run(args).await.unwrap_or_else(|e| e);
+        }
+        for pod in self.driver_pods().await.unwrap_or_default() {
+            let name = pod.metadata.name.unwrap_or_default();
+            text += &format!("--- driver pod {name} ---\n");
+            text += &self.node.container_log(DRIVER_NAMESPACE, &name, "driver").join("\n");
+        }
+        text + "\n" + &self.node.log_tails()
+    }
+}
+
+fn ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+fn already_exists(error: String) -> Result<String, String> {
+    if error.contains("AlreadyExists") || error.contains("already exists") { Ok(String::new()) } else { Err(error) }
+}

@@ -1,0 +1,130 @@
+//! The suite's overlay of the shipped manifests (`config/deploy` and `config/deploy/driver`),
+//! changing only what this node makes differ from a production one, each change with its reason
+//! written into the overlay itself; and the serving certificate, from
+//! `csi-volume-admission certificate` (no cert-manager runs here).
+
+use std::path::Path;
+
+use inline_guard_tests::repo_root;
+
+/// What the overlay points the manifests at.
+pub struct Overlay<'a> {
+    /// kubelet's `--root-dir`.
+    pub kubelet_root: &'a Path,
+    /// Where the driver keeps its records on the host.
+    pub state_dir: &'a Path,
+    /// The apiserver's address on the pod network (`HOST:PORT`).
+    pub apiserver: (&'a str, u16),
+    /// A tag for both images other than the shipped one (an upgrade).
+    pub image_tag: Option<&'a str>,
+}
+
+/// The shipped values the overlay replaces; `test` operations check them first, so a change to
+/// the shipped DaemonSet fails the patch instead of being silently overwritten.
+const KUBELET: &str = "/var/lib/kubelet";
+const STATE: &str = "/var/lib/inline-guard/sharedresource";
+const SOCKET_DIR: &str = "plugins/sharedresource.csi.inlineguard.dev";
+
+/// Writes `dir/kustomization.yaml`; the certificate Component must be in `dir/tls`.
+pub fn write(dir: &Path, overlay: &Overlay) -> Result<(), String> {
+    let root = overlay.kubelet_root.display().to_string();
+    let state = overlay.state_dir.display().to_string();
+    let (host, port) = overlay.apiserver;
+    // The DaemonSet's paths, in the order of its volumeMounts and volumes (pods, socket,
+    // registry, state).
+    let paths = [
+        (format!("{KUBELET}/pods"), format!("{root}/pods")),
+        (format!("{KUBELET}/{SOCKET_DIR}"), format!("{root}/{SOCKET_DIR}")),
+        (format!("{KUBELET}/plugins_registry"), format!("{root}/plugins_registry")),
+        (STATE.to_string(), state.clone()),
+    ];
+    let mut operations = vec![
+        json_op(
+            "test",
+            "/spec/template/spec/containers/0/args/0",
+            &format!("--endpoint=unix://{KUBELET}/{SOCKET_DIR}/csi.sock"),
+        ),
+        json_op(
+            "replace",
+            "/spec/template/spec/containers/0/args/0",
+            &format!("--endpoint=unix://{root}/{SOCKET_DIR}/csi.sock"),
+        ),
+    ];
+    for (index, (shipped, here)) in paths.iter().enumerate() {
+        for field in [format!("containers/0/volumeMounts/{index}/mountPath"), format!("volumes/{index}/hostPath/path")]
+        {
+            let path = format!("/spec/template/spec/{field}");
+            operations.push(json_op("test", &path, shipped));
+            operations.push(json_op("replace", &path, here));
+        }
+    }
+    let config = format!(
+        "contentSource: kubernetes\nkubeletDir: {root}\nregistryDir: {root}/plugins_registry\nstateDir: {state}\n\
+         tmpfsSize: 8Mi\nrefreshSeconds: 60\nrequestTimeoutSeconds: 10\nhealthAddress: 0.0.0.0:9808\n\
+         shutdownTimeoutSeconds: 10\n"
+    );
+    let environment = |kind: &str, namespace: &str, name: &str, container: &str| {
+        format!(
+            "  - patch: |\n      apiVersion: apps/v1\n      kind: {kind}\n      metadata: {{name: {name}, namespace: {namespace}}}\n      spec:\n        template:\n          spec:\n            containers:\n              - name: {container}\n                env:\n                  - {{name: KUBERNETES_SERVICE_HOST, value: \"{host}\"}}\n                  - {{name: KUBERNETES_SERVICE_PORT, value: \"{port}\"}}\n"
+        )
+    };
+    let images = match overlay.image_tag {
+        Some(tag) => format!(
+            "images:\n  - name: ghcr.io/inline-guard/csi-volume-admission\n    newTag: {tag}\n  - name: ghcr.io/inline-guard/sharedresource-csi-driver\n    newTag: {tag}\n"
+        ),
+        None => String::new(),
+    };
+    let mut text = String::from(
+        "# The suite's overlay: the shipped manifests, changed only where this node differs.
+# - kubelet's root directory: the suite's kubelet keeps it under the run's own directory, never
+#   the machine's /var/lib/kubelet (a real node's kubelet may be using it), so the driver's host
+#   paths follow it, and its records go to the run's directory as well.
+# - the apiserver's address: no kube-proxy runs here, so the `kubernetes` Service's ClusterIP,
+#   which in-cluster clients dial, leads nowhere; they dial its endpoint instead.
+# - the serving certificate: `csi-volume-admission certificate` (no cert-manager runs here).
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+",
+    );
+    // Kustomize takes no absolute path for a base: up to `/` from here, then down to it.
+    let up = dir.components().filter(|c| matches!(c, std::path::Component::Normal(_))).count();
+    let deploy = format!(
+        "{}{}",
+        "../".repeat(up),
+        repo_root().join("config/deploy").display().to_string().trim_start_matches('/')
+    );
+    text += &format!("resources:\n  - {deploy}\n  - {deploy}/driver\ncomponents:\n  - tls\n");
+    text += &images;
+    text += "patches:\n  - target: {kind: DaemonSet, name: sharedresource-csi-driver}\n    patch: |\n";
+    for operation in &operations {
+        text += &format!("      {operation}\n");
+    }
+    text += "  - target: {kind: ConfigMap, name: sharedresource-csi-driver}\n    patch: |\n";
+    text += &format!(
+        "      - op: replace\n        path: /data/driver.yaml\n        value: {}\n",
+        serde_json::to_string(&config).map_err(|e| e.to_string())?
+    );
+    text += &environment("DaemonSet", "inline-guard-driver", "sharedresource-csi-driver", "driver");
+    text += &environment("Deployment", "inline-guard-system", "csi-volume-admission", "webhook");
+    text += &environment("Deployment", "inline-guard-driver", "sharedresource-read-grants", "controller");
+    let path = dir.join("kustomization.yaml");
+    std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// One JSON-patch operation as a YAML flow mapping (JSON is YAML).
+fn json_op(op: &str, path: &str, value: &str) -> String {
+    format!("- {}", serde_json::json!({"op": op, "path": path, "value": value}))
+}
+
+/// Writes the serving certificate's Component to `dir/tls`, as the README's no-cert-manager
+/// path does.
+pub fn write_certificate(dir: &Path) -> Result<String, String> {
+    let out_dir = dir.join("tls");
+    let args = ["csi-volume-admission", "certificate", "--out-dir", out_dir.to_str().ok_or("non-UTF-8 path")?];
+    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+    let code = csi_volume_admission::cli::run(args, &mut std::io::empty(), &mut stdout, &mut stderr);
+    if code != 0 {
+        return Err(format!("certificate exited {code}: {}", String::from_utf8_lossy(&stderr)));
+    }
+    Ok(String::from_utf8_lossy(&stdout).into_owned())
+}

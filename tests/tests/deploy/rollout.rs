@@ -1,0 +1,122 @@
+//! A rolling restart of the webhook Deployment while a client creates pods in a loop: every
+//! answer must be the one the webhook gives (`failurePolicy: Fail` stays), so none that should
+//! be admitted is lost and none that should be denied is admitted. Creates are dry runs: they
+//! pass the whole admission chain, webhooks included, without loading the node with pods.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::kubectl::Kubectl;
+
+/// What the loop saw.
+#[derive(Debug, Default)]
+pub struct Tally {
+    /// Creates answered as the webhook answers: admitted and patched read-only, or denied with
+    /// the exact message.
+    pub as_expected: usize,
+    /// Creates that should have been admitted and were not (a failed webhook call, mostly).
+    pub lost: Vec<String>,
+    /// Creates that should have been denied and were admitted.
+    pub wrongly_admitted: Vec<String>,
+    /// Creates that should have been denied and were refused for another reason (the webhook
+    /// unreachable): not admitted, but not the webhook's answer either.
+    pub refused_otherwise: Vec<String>,
+}
+
+/// Two pods to create over and over: one the webhook admits (patching it read-only), one it
+/// denies with `denial`.
+pub struct Probes {
+    /// `(namespace, pod)` to be admitted.
+    pub admitted: (String, Value),
+    /// `(namespace, pod)` to be denied, and the apiserver's exact message.
+    pub denied: (String, Value, String),
+}
+
+async fn create(client: &kube::Client, namespace: &str, pod: &Value) -> Result<(u16, Value), String> {
+    let request = http::Request::post(format!("/api/v1/namespaces/{namespace}/pods?dryRun=All"))
+        .header("content-type", "application/json")
+        .body(kube::client::Body::from(serde_json::to_vec(pod).map_err(|e| e.to_string())?))
+        .map_err(|e| e.to_string())?;
+    let response = client.send(request).await.map_err(|e| e.to_string())?;
+    let status = response.status().as_u16();
+    let bytes = response.into_body().collect_bytes().await.map_err(|e| e.to_string())?;
+    Ok((status, serde_json::from_slice(&bytes).unwrap_or(Value::Null)))
+}
+
+/// Runs `kubectl rollout restart` and waits for `rollout status`, creating both probes in turn
+/// from before the restart until the old pods are gone.
+pub async fn restart_under_load(admin: &kube::Client, kubectl: &Kubectl, probes: Probes) -> Result<Tally, String> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let looping = {
+        let (admin, stop) = (admin.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut tally = Tally::default();
+            while !stop.load(Ordering::Relaxed) {
+                let (namespace, pod) = &probes.admitted;
+                let (status, body) = create(&admin, namespace, pod).await?;
+                if status == 201 && body["spec"]["volumes"][0]["csi"]["readOnly"] == json!(true) {
+                    tally.as_expected += 1;
+                } else {
+                    tally.lost.push(format!("{status} {}", body["message"]));
+                }
+                let (namespace, pod, denial) = &probes.denied;
+                let (status, body) = create(&admin, namespace, pod).await?;
+                match status {
+                    403 if body["message"] == json!(denial) => tally.as_expected += 1,
+                    200..=299 => tally.wrongly_admitted.push(format!("{status}")),
+                    _ => tally.refused_otherwise.push(format!("{status} {}", body["message"])),
+                }
+            }
+            Ok::<_, String>(tally)
+        })
+    };
+    // Some creates before the restart: the loop is seen working.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let started = Instant::now();
+    let restart = async {
+        kubectl.run(&["rollout", "restart", "deployment/csi-volume-admission", "-n", "inline-guard-system"]).await?;
+        kubectl
+            .run(&[
+                "rollout",
+                "status",
+                "deployment/csi-volume-admission",
+                "-n",
+                "inline-guard-system",
+                "--timeout=240s",
+            ])
+            .await
+    };
+    let restarted = restart.await;
+    println!("deploy: webhook rollout restart completed in {:?}", started.elapsed());
+    // `rollout status` returns once the new pods are available; the old ones drain after it
+    // (preStop, then the server's shutdown delay). Keep creating until they are gone.
+    let drained = old_pods_gone(admin).await;
+    println!("deploy: the old webhook pods were gone {:?} after the restart", started.elapsed());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, Ordering::Relaxed);
+    let tally = looping.await.map_err(|e| e.to_string())??;
+    restarted?;
+    drained?;
+    Ok(tally)
+}
+
+/// Waits (up to 120 s) until the webhook's pods are two, none terminating.
+async fn old_pods_gone(admin: &kube::Client) -> Result<(), String> {
+    use k8s_openapi::api::core::v1::Pod;
+    let pods = kube::Api::<Pod>::namespaced(admin.clone(), "inline-guard-system");
+    let selector = kube::api::ListParams::default().labels("app.kubernetes.io/name=csi-volume-admission");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let listed = pods.list(&selector).await.map_err(|e| e.to_string())?.items;
+        if listed.len() == 2 && listed.iter().all(|p| p.metadata.deletion_timestamp.is_none()) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!("{} webhook pods 120 s after the restart, some still terminating", listed.len()));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}

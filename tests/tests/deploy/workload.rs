@@ -1,0 +1,134 @@
+//! What a platform team and a namespace owner do once inline-guard is installed: share a Secret,
+//! grant its use to a namespace's service account, and run a pod that reads it; and how the
+//! scenario reads what that pod sees.
+
+use std::time::Duration;
+
+use inline_guard_tests::cluster::namespace_defaults;
+use inline_guard_tests::node::Node;
+use k8s_openapi::api::rbac::v1::RoleBinding;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use serde_json::{Value, json};
+
+/// The namespace the shared Secret lives in.
+pub const OWNER: &str = "deploy-owner";
+/// The namespace whose service account `reader` may use the share.
+pub const CONSUMER: &str = "deploy-consumer";
+/// The SharedSecret.
+pub const SHARE: &str = "deploy-ca";
+/// The driver.
+pub const DRIVER: &str = "sharedresource.csi.inlineguard.dev";
+
+/// Every second: the share's file (empty when the volume is emptied), and a write that must fail.
+const READER: &str = r#"while true; do echo "content: $(cat /shared/ca.crt)"; (echo x > /shared/probe) 2>/dev/null && echo "write: succeeded"; sleep 1; done"#;
+
+async fn apply(admin: &kube::Client, object: Value) -> Result<(), String> {
+    let api_version = object["apiVersion"].as_str().unwrap_or_default();
+    let kind = object["kind"].as_str().unwrap_or_default();
+    let name = object["metadata"]["name"].as_str().unwrap_or_default().to_string();
+    let namespace = object["metadata"]["namespace"].as_str();
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let resource = kube::discovery::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(group, version, kind));
+    let api: Api<kube::core::DynamicObject> = match namespace {
+        Some(namespace) => Api::namespaced_with(admin.clone(), namespace, &resource),
+        None => Api::all_with(admin.clone(), &resource),
+    };
+    api.patch(&name, &PatchParams::apply("inline-guard-deploy").force(), &Patch::Apply(&object))
+        .await
+        .map(drop)
+        .map_err(|e| format!("applying {kind} {name}: {e}"))
+}
+
+/// The namespaces (with their default ServiceAccount), the service account `reader`, the Secret
+/// holding `content`, the SharedSecret, and a Role + RoleBinding granting `use` of it.
+pub async fn share_and_grant(admin: &kube::Client, content: &str) -> Result<(), String> {
+    for namespace in [OWNER, CONSUMER] {
+        apply(admin, json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})).await?;
+        namespace_defaults(admin, namespace, Duration::from_secs(60)).await?;
+    }
+    apply(
+        admin,
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "reader", "namespace": CONSUMER}}),
+    )
+    .await?;
+    set_content(admin, content).await?;
+    apply(
+        admin,
+        json!({
+            "apiVersion": "sharedresource.inlineguard.dev/v1alpha1", "kind": "SharedSecret", "metadata": {"name": SHARE},
+            "spec": {"secretRef": {"namespace": OWNER, "name": SHARE}}
+        }),
+    )
+    .await?;
+    apply(
+        admin,
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "use-ca", "namespace": CONSUMER},
+            "rules": [{"apiGroups": ["sharedresource.inlineguard.dev"], "resources": ["sharedsecrets"], "resourceNames": [SHARE], "verbs": ["use"]}]
+        }),
+    )
+    .await?;
+    grant(admin).await
+}
+
+/// The RoleBinding that lets `reader` use the share.
+pub async fn grant(admin: &kube::Client) -> Result<(), String> {
+    apply(
+        admin,
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "reader-uses-ca", "namespace": CONSUMER},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "use-ca"},
+            "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": CONSUMER}]
+        }),
+    )
+    .await
+}
+
+/// Deletes the RoleBinding: the volume must be emptied.
+pub async fn revoke(admin: &kube::Client) -> Result<(), String> {
+    Api::<RoleBinding>::namespaced(admin.clone(), CONSUMER)
+        .delete("reader-uses-ca", &DeleteParams::default())
+        .await
+        .map(drop)
+        .map_err(|e| format!("deleting the RoleBinding: {e}"))
+}
+
+/// Sets the shared Secret's `ca.crt`.
+pub async fn set_content(admin: &kube::Client, content: &str) -> Result<(), String> {
+    apply(
+        admin,
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": SHARE, "namespace": OWNER}, "stringData": {"ca.crt": content}}),
+    )
+    .await
+}
+
+/// A pod reading the share, as a namespace owner writes it: no node named (the scheduler places
+/// it), no `readOnly` (the mutating webhook adds it), restricted-compliant.
+pub fn reader_pod(name: &str) -> Value {
+    let csi = json!({"driver": DRIVER, "volumeAttributes": {"sharedSecret": SHARE}});
+    inline_guard_tests::node::reader_pod(name, READER, csi, "/shared")
+}
+
+/// Waits until `pod`'s reader has printed `content: WANTED` after its first `after` lines;
+/// returns the number of lines it had then. No write may ever have succeeded.
+pub async fn wait_for_content(node: &Node, pod: &str, wanted: &str, after: usize) -> Result<usize, String> {
+    let line = format!("content: {wanted}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        let log = node.container_log(CONSUMER, pod, "reader");
+        if log.iter().any(|l| l == "write: succeeded") {
+            return Err(format!("{CONSUMER}/{pod} wrote into its read-only volume: {log:?}"));
+        }
+        if log.iter().skip(after).any(|l| *l == line) {
+            println!("deploy: {CONSUMER}/{pod} printed {line:?} after line {after} (of {})", log.len());
+            return Ok(log.len());
+        }
+        if std::time::Instant::now() > deadline {
+            let tail: Vec<_> = log.iter().rev().take(5).collect();
+            return Err(format!(
+                "{CONSUMER}/{pod} never printed {line:?} after line {after} in 90 s; last lines {tail:?}"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
