@@ -87,9 +87,13 @@ async fn steps(this: &Installation) -> Outcome {
     // Installed and Ready through the shipped probes.
     this.write_overlay(None)?;
     let started = Instant::now();
-    this.kubectl.run(&["apply", "-k", &path(&overlay)]).await?;
+    let applied = this.kubectl.run(&["apply", "-k", &path(&overlay)]).await?;
     this.wait_rolled_out().await?;
     println!("deploy: apply -k to driver, webhook and read-grants Ready in {:?}", started.elapsed());
+    print!("deploy: kubectl apply -k said:\n{applied}");
+    let pods = ["get", "pods", "-n", SYSTEM, "-o", "wide"];
+    print!("{}", this.kubectl.run(&pods).await?);
+    print!("{}", this.kubectl.run(&["get", "pods", "-n", DRIVER_NAMESPACE, "-o", "wide"]).await?);
 
     // Registered with kubelet from inside its container; nothing else runs a driver here.
     this.wait_registered().await?;
