@@ -10,12 +10,12 @@ use clap::Parser;
 
 use crate::apiserver_client::ApiserverClients;
 use crate::config::{DriverConfig, SourceKind};
+use crate::content::shares::source::KubernetesSource;
 use crate::content::{ContentSource, StaticDirSource};
+use crate::csi::socket::socket_path;
 use crate::metrics::Metrics;
-use crate::mounter::LinuxMounter;
 use crate::plugin::Plugin;
-use crate::shares::source::KubernetesSource;
-use crate::socket::socket_path;
+use crate::volume::mounter::LinuxMounter;
 
 #[derive(Parser)]
 #[command(

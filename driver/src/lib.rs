@@ -4,45 +4,36 @@
 //! atomic writer from a content source, recorded so that a restart keeps what is mounted and
 //! undoes what was interrupted. It owns only what it creates: targets are reached without
 //! following symlinks, and records say which directories and mounts the driver made, so undo
-//! and unpublish remove exactly those. `plugin` assembles the services on their sockets; the
-//! rooms are the request check, target paths and their walk, the node and identity services,
-//! the writer, the mounter, the records, recovery, the state lock, registration (and the
-//! `:authority` rewrite kubelet needs), sockets, the health port and its metrics, and the
-//! content sources: `shares` (SharedSecret and SharedConfigMap of the cluster, access-checked,
-//! watched) and a directory of static shares for demos. `read_grants` is the small controller
-//! that lets the driver read exactly what shares name.
+//! and unpublish remove exactly those.
+//!
+//! Three layers, whose imports run one way, csi → volume → content:
+//! - [`csi`]: the wire (the Identity and Node services, the ordered check of a publish request,
+//!   kubelet's registration and the `:authority` rewrite it needs, the sockets);
+//! - [`volume`]: a volume's life on the node (publish and unpublish, refresh, target paths and
+//!   their symlink-free walk, the mounter, the atomic writer, records, recovery, the state lock);
+//! - [`content`]: what a volume holds (the content sources: shares and projections of the
+//!   cluster, a directory of static shares for demos; what changed and whom it concerns).
+//!
+//! Beside them: `plugin` assembles the services on their sockets; `config`, `cli`, `error`,
+//! `health` and `metrics`, `quote` (bounded quoting of input), `dir_tree`, the apiserver client
+//! stack; and `read_grants`, the small controller that lets the driver read exactly what shares
+//! name.
 
 pub mod apiserver_client;
-pub mod atomic_writer;
-pub mod authority_rewrite;
-pub mod changes;
 pub mod cli;
 pub mod config;
 pub mod content;
+pub mod csi;
 pub mod dir_tree;
 pub mod error;
 pub mod health;
-pub mod identity;
 pub mod metrics;
-pub mod mounter;
-pub mod node;
-pub mod object_name;
 pub mod plugin;
-pub mod projection;
-pub mod publish_request;
 pub mod quote;
 pub mod read_grants;
-pub mod recovery;
-pub mod refresh;
-pub mod registration;
-pub mod shares;
-pub mod socket;
-pub mod state_lock;
-pub mod target_dir;
-pub mod target_path;
 #[cfg(feature = "test-util")]
 pub mod test_client;
-pub mod volume_store;
+pub mod volume;
 
 /// The driver's registered name.
 pub const DRIVER_NAME: &str = "sharedresource.csi.inlineguard.dev";

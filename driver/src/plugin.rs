@@ -17,17 +17,18 @@ use tracing::{info, warn};
 use crate::DRIVER_NAME;
 use crate::config::DriverConfig;
 use crate::content::ContentSource;
+use crate::csi::identity::IdentityService;
+use crate::csi::node::NodeGrpc;
+use crate::csi::registration::RegistrationService;
+use crate::csi::socket::{self, Clients};
 use crate::error::Result;
 use crate::health::{self, Health};
-use crate::identity::IdentityService;
 use crate::metrics::Metrics;
-use crate::mounter::Mounter;
-use crate::node::{NodeGrpc, NodeService, VolumeSettings};
-use crate::recovery::recover;
-use crate::registration::RegistrationService;
-use crate::socket::{self, Clients};
-use crate::state_lock::StateLock;
-use crate::volume_store::{FileVolumeStore, VolumeStore};
+use crate::volume::lock::StateLock;
+use crate::volume::mounter::Mounter;
+use crate::volume::recovery::recover;
+use crate::volume::service::{NodeService, VolumeSettings};
+use crate::volume::store::{FileVolumeStore, VolumeStore};
 
 /// Everything the plugin runs with.
 pub struct Plugin {
@@ -75,7 +76,7 @@ impl Plugin {
             csi_socket,
             node_id: "test-node".into(),
             register: false,
-            mounter: Arc::new(crate::mounter::LinuxMounter),
+            mounter: Arc::new(crate::volume::mounter::LinuxMounter),
             content: Arc::new(crate::content::StaticDirSource::new(shares)),
             metrics: Arc::new(Metrics::new()),
         }
@@ -141,7 +142,7 @@ impl Plugin {
             socket::serve(registration_socket, routes, Clients::KubeletRegistration, until_stopped(stopped.clone()))
                 .await
         };
-        let refresher = crate::refresh::run(
+        let refresher = crate::volume::refresh::run(
             node.clone(),
             self.content.changes(),
             Duration::from_secs(self.config.refresh_seconds),

@@ -13,7 +13,7 @@ use inline_guard_proto::csi::v1::identity_client::IdentityClient;
 use inline_guard_proto::csi::v1::node_client::NodeClient;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use sharedresource_csi_driver::mounter::listed_in_mountinfo;
+use sharedresource_csi_driver::volume::mounter::listed_in_mountinfo;
 use support::{channel, kubelet_target, publish_request, snapshot};
 
 mod support;

@@ -9,10 +9,10 @@ use std::path::{Component, Path};
 use inline_guard_proto::csi::v1::NodePublishVolumeRequest;
 use inline_guard_proto::csi::v1::volume_capability::{AccessMode, AccessType, MountVolume};
 use proptest::prelude::*;
-use sharedresource_csi_driver::atomic_writer::{AtomicWriter, FileContent, Payload, check_key};
+use sharedresource_csi_driver::csi::request::check;
 use sharedresource_csi_driver::error::Error;
-use sharedresource_csi_driver::publish_request::check;
-use sharedresource_csi_driver::target_path::TargetPath;
+use sharedresource_csi_driver::volume::atomic_writer::{AtomicWriter, FileContent, Payload, check_key};
+use sharedresource_csi_driver::volume::target_path::TargetPath;
 
 const ROOT: &str = "/var/lib/kubelet";
 /// What any refusal may cost in message bytes (three quoted inputs and the prose around them).
@@ -161,7 +161,7 @@ proptest! {
                 prop_assert_eq!(checked.target.as_path().to_str(), Some(target.as_str()));
                 assert_target_property(&target);
                 prop_assert!(!volume_id.is_empty() && volume_id.len() <= 4096);
-                prop_assert!(checked.attributes.keys().all(|k| !k.starts_with("csi.storage.k8s.io/")));
+                prop_assert!(checked.ask.attributes.keys().all(|k| !k.starts_with("csi.storage.k8s.io/")));
             }
             Err(error) => {
                 prop_assert!(matches!(error, Error::InvalidArgument(_)), "{:?}", error);

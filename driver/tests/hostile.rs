@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 
 use inline_guard_proto::csi::v1::node_client::NodeClient;
 use nix::mount::{MntFlags, MsFlags, mount, umount2};
-use sharedresource_csi_driver::mounter::listed_in_mountinfo;
 use sharedresource_csi_driver::plugin::Plugin;
+use sharedresource_csi_driver::volume::mounter::listed_in_mountinfo;
 use support::{channel, kubelet_target, publish_request, snapshot, unpublish_request};
 use tonic::Code;
 use tonic::transport::Channel;

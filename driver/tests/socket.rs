@@ -8,8 +8,8 @@ use inline_guard_proto::csi::v1::node_client::NodeClient;
 use inline_guard_proto::csi::v1::{GetPluginInfoRequest, NodeUnpublishVolumeRequest, ProbeRequest};
 use inline_guard_proto::pluginregistration::InfoRequest;
 use inline_guard_proto::pluginregistration::registration_client::RegistrationClient;
-use sharedresource_csi_driver::mounter::listed_in_mountinfo;
 use sharedresource_csi_driver::plugin::Plugin;
+use sharedresource_csi_driver::volume::mounter::listed_in_mountinfo;
 use support::{channel, publish_request};
 use tonic::Code;
 
@@ -173,10 +173,10 @@ fn a_host_read_only_volume_is_refreshed_through_its_descriptor_and_stays_read_on
     use std::sync::Arc;
 
     use sharedresource_csi_driver::content::StaticDirSource;
-    use sharedresource_csi_driver::mounter::LinuxMounter;
-    use sharedresource_csi_driver::node::{NodeService, VolumeSettings};
-    use sharedresource_csi_driver::publish_request::check;
-    use sharedresource_csi_driver::volume_store::FileVolumeStore;
+    use sharedresource_csi_driver::csi::request::check;
+    use sharedresource_csi_driver::volume::mounter::LinuxMounter;
+    use sharedresource_csi_driver::volume::service::{NodeService, VolumeSettings};
+    use sharedresource_csi_driver::volume::store::FileVolumeStore;
 
     assert!(support::is_root(), "real mounts need root: run the test command as root");
     let dir = tempfile::tempdir().unwrap();

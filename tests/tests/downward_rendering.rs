@@ -8,7 +8,7 @@ use std::io::Write as _;
 use std::process::{Command, Stdio};
 
 use inline_guard_tests::peers::peers;
-use sharedresource_csi_driver::projection::downward::format_map;
+use sharedresource_csi_driver::content::projection::downward::format_map;
 
 /// Code points per value: a value per block keeps a difference easy to place.
 const CHUNK: u32 = 0x1000;

@@ -22,11 +22,11 @@ use tracing::{info, warn};
 use super::plan::{
     DriverAccount, Existing, GRANT_NAME, MANAGED_BY, MANAGED_BY_LABEL, Step, binding, role, steps, wanted,
 };
+use crate::content::shares::access::ShareKind;
+use crate::content::shares::api::{SharedConfigMap, SharedSecret};
+use crate::content::shares::apiserver::ask;
 use crate::error::Result;
 use crate::quote::Logged;
-use crate::shares::access::ShareKind;
-use crate::shares::api::{SharedConfigMap, SharedSecret};
-use crate::shares::apiserver::ask;
 
 /// How long after a change the controller waits for the changes that come with it (a share
 /// created with others, its own writes coming back) before it acts.

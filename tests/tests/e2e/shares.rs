@@ -15,8 +15,8 @@ use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
+use sharedresource_csi_driver::content::shares::source::KubernetesSource;
 use sharedresource_csi_driver::plugin::Plugin;
-use sharedresource_csi_driver::shares::source::KubernetesSource;
 use tonic::Code;
 
 use crate::kubelet_publish::{channel, kubelet_request, publish_as_kubelet};
@@ -204,7 +204,7 @@ fn files(target: &Path) -> Vec<(String, String)> {
 
 /// Whether `target` is a mount point in this namespace and a directory that can be listed.
 pub fn still_mounted(target: &Path) -> bool {
-    sharedresource_csi_driver::mounter::listed_in_mountinfo(target).unwrap_or(false)
+    sharedresource_csi_driver::volume::mounter::listed_in_mountinfo(target).unwrap_or(false)
         && std::fs::read_dir(target).is_ok()
 }
 

@@ -1,0 +1,47 @@
+//! What a volume asks of a content source: whose pod it is, the pod's volume attributes and the
+//! tokens kubelet passed. The same ask serves a publish and every refresh of the volume, so the
+//! content layer never sees the CSI wire or the volume's place on the node.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use crate::content::projection::tokens::Tokens;
+
+/// The pod a volume is published for.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PodInfo {
+    /// Pod name.
+    pub name: String,
+    /// Pod namespace.
+    pub namespace: String,
+    /// Pod UID.
+    pub uid: String,
+    /// The pod's service account: the subject whose access to the share is checked.
+    pub service_account: String,
+}
+
+/// A volume's request for content.
+#[derive(Clone, PartialEq, Eq)]
+pub struct VolumeAsk {
+    /// The volume (what changes are registered under).
+    pub volume_id: String,
+    /// Whose pod it is.
+    pub pod: PodInfo,
+    /// The pod's `volumeAttributes` (kubelet's own keys removed).
+    pub attributes: BTreeMap<String, String>,
+    /// The pod's service-account tokens kubelet passed (the CSIDriver's `tokenRequests`). Held in
+    /// memory only: never in a record, a log line or a message.
+    pub tokens: Tokens,
+}
+
+// Written by hand so that nothing but identifiers ever reaches a log line.
+impl fmt::Debug for VolumeAsk {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("VolumeAsk")
+            .field("volume_id", &self.volume_id)
+            .field("pod", &self.pod)
+            .field("attribute_keys", &self.attributes.keys().collect::<Vec<_>>())
+            .field("tokens", &self.tokens)
+            .finish()
+    }
+}

@@ -1,0 +1,53 @@
+//! What a volume holds, and where it comes from: the trait every source implements, what a
+//! volume asks of it ([`ask`]), the files it answers with ([`payload`]), what changed and whom it
+//! concerns ([`changes`]), and the sources: the cluster's shares ([`shares`]), projections of
+//! several sources ([`projection`]), and a directory of static shares for demos
+//! ([`static_dir`]). Nothing here knows the CSI wire or where a volume is mounted.
+
+pub mod ask;
+pub mod changes;
+pub mod object_name;
+pub mod payload;
+pub mod projection;
+pub mod shares;
+pub mod static_dir;
+
+pub use ask::{PodInfo, VolumeAsk};
+pub use payload::Payload;
+pub use static_dir::StaticDirSource;
+
+use crate::error::Result;
+
+/// One refresh pass: the volumes a batch of changes touched. Answers may be shared between the
+/// volumes of one pass, never between passes, so an answer from before a change can never serve
+/// the pass that change started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PassId(pub u64);
+
+/// Produces the files of a volume.
+pub trait ContentSource: Send + Sync {
+    /// True once the source can serve (Probe reports it).
+    fn ready(&self) -> bool;
+    /// The files for `ask` as they are now, or why it may not have them.
+    fn content(&self, ask: &VolumeAsk) -> Result<Payload>;
+    /// [`ContentSource::content`] within refresh pass `pass`: answers may be shared with the
+    /// other volumes of the pass (one access check per service account and share, not per
+    /// volume).
+    fn content_in_pass(&self, ask: &VolumeAsk, pass: PassId) -> Result<Payload> {
+        let _ = pass;
+        self.content(ask)
+    }
+    /// Where the source notes what changed, so a refresh need not wait for its interval and
+    /// covers only the volumes touched; `None` for a source that cannot tell.
+    fn changes(&self) -> Option<std::sync::Arc<crate::content::changes::Changes>> {
+        None
+    }
+    /// Refresh pass `pass` starts.
+    fn start_pass(&self, pass: PassId) {
+        let _ = pass;
+    }
+    /// Refresh pass `pass` is over: its shared answers are dropped (and what it saw reported).
+    fn end_pass(&self, pass: PassId) {
+        let _ = pass;
+    }
+}

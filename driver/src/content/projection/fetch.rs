@@ -1,0 +1,159 @@
+//! A projection's sources fetched from the cluster: the `SharedProjection` in the pod's
+//! namespace, each share it names through the same access check and read as a volume of one
+//! share, the pod's labels and annotations when a `podInfo` item shows them, and the tokens
+//! kubelet passed; then composed into one payload. All or nothing, as kubelet's projected
+//! volume: one source refused, missing or unreadable fails the whole volume, naming it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::Api;
+
+use super::api::{ProjectionSpec, SharedProjection, SourceKind};
+use super::compose::{SourceData, check_spec, compose};
+use super::downward::{PodFacts, PodField};
+use crate::content::PassId;
+use crate::content::ask::VolumeAsk;
+use crate::content::object_name::{NamespaceName, ObjectName};
+use crate::content::payload::Payload;
+use crate::content::shares::access::ShareKind;
+use crate::content::shares::source::KubernetesSource;
+use crate::content::shares::watch::attribute;
+use crate::error::{Error, Result};
+use crate::quote::quote;
+
+impl KubernetesSource {
+    /// The files of projection `name` for the pod of `request`.
+    pub(crate) async fn projection_payload(
+        &self,
+        request: &VolumeAsk,
+        name: &ObjectName,
+        pass: Option<PassId>,
+    ) -> Result<Payload> {
+        let namespace = pod_namespace(request)?;
+        let key = (namespace.clone(), name.clone());
+        let spec = self.shared(pass, key, |pass| &mut pass.projections, self.projection(&namespace, name)).await?;
+        let Some(spec) = spec else {
+            return Err(Error::NotFound(format!("SharedProjection {namespace}/{} not found", quote(name.as_str()))));
+        };
+        // Checked before anything else is asked: a share name that is not an object name is
+        // refused here, never spelled into a request, and before any access check.
+        if let Err(error) = check_spec(&spec) {
+            self.change_log().projection_uses(namespace.as_str(), name.as_str(), std::iter::empty());
+            return Err(in_projection(&namespace, name, error));
+        }
+        let shares = shares_of(&spec)?;
+        // Noted before anything is fetched: a share that fails now must still wake this
+        // projection's volumes when it changes.
+        let named = shares.iter().map(|(kind, share)| (attribute(*kind), share.as_str()));
+        self.change_log().projection_uses(namespace.as_str(), name.as_str(), named);
+
+        let fetched = futures_util::future::join_all(
+            shares.iter().map(|(kind, share)| self.share_payload(&request.pod, *kind, share, pass)),
+        )
+        .await;
+        let mut data = SourceData { tokens: request.tokens.clone(), ..SourceData::default() };
+        let mut failures = Vec::new();
+        for ((kind, share), payload) in shares.into_iter().zip(fetched) {
+            match payload {
+                Ok(payload) => {
+                    let object = payload.into_iter().map(|(key, file)| (key, file.data)).collect();
+                    data.shares.insert((kind, share.as_str().to_string()), object);
+                }
+                Err(error) => failures.push(error),
+            }
+        }
+        // A source withdrawn (refused, gone) outranks one that could not be read now: the
+        // volume is emptied rather than kept on the strength of another source's outage.
+        if let Some(error) = failures.iter().position(Error::withdraws_content).or((!failures.is_empty()).then_some(0))
+        {
+            return Err(failures.swap_remove(error));
+        }
+        data.pod = self.pod_facts(request, &spec).await.map_err(|e| in_projection(&namespace, name, e))?;
+        compose(&spec, &data).map_err(|e| in_projection(&namespace, name, e))
+    }
+
+    /// The spec of projection `name` in `namespace`, `None` when it does not exist.
+    async fn projection(&self, namespace: &NamespaceName, name: &ObjectName) -> Result<Option<ProjectionSpec>> {
+        let what = || format!("reading SharedProjection {namespace}/{}", quote(name.as_str()));
+        let api = Api::<SharedProjection>::namespaced(self.client().clone(), namespace.as_str());
+        let found = self.ask(what, api.get_opt(name.as_str())).await?;
+        Ok(found.map(|projection| projection.spec))
+    }
+
+    /// What the driver knows of the pod: names from kubelet; labels and annotations from the
+    /// apiserver, read only when an item shows them, only from the pod of this uid, and only
+    /// when reading pods is allowed (`podMetadata`), refused naming the item otherwise.
+    async fn pod_facts(&self, request: &VolumeAsk, spec: &ProjectionSpec) -> Result<PodFacts> {
+        let pod = &request.pod;
+        let mut facts = PodFacts {
+            name: pod.name.clone(),
+            namespace: pod.namespace.clone(),
+            uid: pod.uid.clone(),
+            service_account_name: pod.service_account.clone(),
+            ..PodFacts::default()
+        };
+        let needs_object = spec.sources.iter().enumerate().find_map(|(index, source)| {
+            let items = &source.pod_info.as_ref()?.items;
+            let item = items.iter().find(|i| PodField::parse(&i.field_path).is_ok_and(|f| f.needs_pod_object()))?;
+            Some((index, item))
+        });
+        let Some((index, item)) = needs_object else {
+            return Ok(facts);
+        };
+        if !self.pod_metadata {
+            return Err(Error::FailedPrecondition(format!(
+                "sources[{index}] (podInfo) shows {} of the pod, and this node's driver does not read pods \
+                 (podMetadata is off in its configuration; config/deploy/driver/pod-metadata.yaml opts in)",
+                quote(&item.field_path)
+            )));
+        }
+        let namespace = pod_namespace(request)?;
+        let name = ObjectName::parse(&pod.name)
+            .map_err(|error| Error::InvalidArgument(format!("the pod's name from kubelet: {error}")))?;
+        let what = || format!("reading pod {namespace}/{name} for its labels and annotations");
+        let api = Api::<Pod>::namespaced(self.client().clone(), namespace.as_str());
+        let found = self.ask(what, api.get_opt(name.as_str())).await?;
+        // A pod of the same name but another uid is a successor: its labels are not this one's.
+        let Some(object) = found.filter(|found| found.metadata.uid.as_deref() == Some(pod.uid.as_str())) else {
+            return Err(Error::NotFound(format!("pod {namespace}/{name} (uid {}) not found", quote(&pod.uid))));
+        };
+        facts.labels = object.metadata.labels.unwrap_or_default().into_iter().collect::<BTreeMap<_, _>>();
+        facts.annotations = object.metadata.annotations.unwrap_or_default().into_iter().collect::<BTreeMap<_, _>>();
+        Ok(facts)
+    }
+}
+
+/// The pod's namespace from kubelet, checked before it goes into a request.
+fn pod_namespace(request: &VolumeAsk) -> Result<NamespaceName> {
+    NamespaceName::parse(&request.pod.namespace)
+        .map_err(|error| Error::InvalidArgument(format!("the pod's namespace from kubelet: {error}")))
+}
+
+/// The shares a projection names, each once, in a fixed order; a name that is not an object
+/// name is refused naming its source (`check_spec` refuses it first, with the same words).
+pub fn shares_of(spec: &ProjectionSpec) -> Result<BTreeSet<(ShareKind, ObjectName)>> {
+    let mut shares = BTreeSet::new();
+    for (index, source) in spec.sources.iter().enumerate() {
+        let (kind, share) = match source.kind() {
+            Some(SourceKind::SharedSecret(share)) => (ShareKind::Secret, share),
+            Some(SourceKind::SharedConfigMap(share)) => (ShareKind::ConfigMap, share),
+            _ => continue,
+        };
+        let name = ObjectName::parse(&share.name).map_err(|error| {
+            Error::InvalidArgument(format!("sources[{index}] ({}): the share name {error}", attribute(kind)))
+        })?;
+        shares.insert((kind, name));
+    }
+    Ok(shares)
+}
+
+/// `error`, saying which projection it is about.
+fn in_projection(namespace: &NamespaceName, name: &ObjectName, error: Error) -> Error {
+    let context = |message: String| format!("SharedProjection {namespace}/{}: {message}", quote(name.as_str()));
+    match error {
+        Error::InvalidArgument(message) => Error::InvalidArgument(context(message)),
+        Error::FailedPrecondition(message) => Error::FailedPrecondition(context(message)),
+        other => other,
+    }
+}

@@ -1,0 +1,119 @@
+//! The shares API: cluster-scoped `SharedSecret` and `SharedConfigMap` of the group
+//! `sharedresource.inlineguard.dev`, version `v1alpha1`, each naming one backing object in one
+//! namespace. Their CRDs (`config/deploy/driver/crds.yaml`) are generated from these types.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The API group.
+pub const GROUP: &str = "sharedresource.inlineguard.dev";
+/// The verb a pod's service account needs on a share.
+pub const USE_VERB: &str = "use";
+
+/// A namespaced object named by a share.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ObjectRef {
+    /// The object's namespace.
+    pub namespace: String,
+    /// The object's name.
+    pub name: String,
+}
+
+/// The status both kinds of share report.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ShareStatus {
+    /// `BackingObjectExists` and `BackingObjectReadable`, in the usual Kubernetes shape.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// A Secret of one namespace, offered to pods of other namespaces as a read-only inline volume.
+#[derive(CustomResource, Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "sharedresource.inlineguard.dev",
+    version = "v1alpha1",
+    kind = "SharedSecret",
+    plural = "sharedsecrets",
+    status = "ShareStatus",
+    printcolumn = r#"{"name": "Namespace", "type": "string", "jsonPath": ".spec.secretRef.namespace"}"#,
+    printcolumn = r#"{"name": "Secret", "type": "string", "jsonPath": ".spec.secretRef.name"}"#,
+    printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct SharedSecretSpec {
+    /// The Secret shared.
+    pub secret_ref: ObjectRef,
+    /// What the share is for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+/// A ConfigMap of one namespace, offered to pods of other namespaces as a read-only inline volume.
+#[derive(CustomResource, Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "sharedresource.inlineguard.dev",
+    version = "v1alpha1",
+    kind = "SharedConfigMap",
+    plural = "sharedconfigmaps",
+    status = "ShareStatus",
+    printcolumn = r#"{"name": "Namespace", "type": "string", "jsonPath": ".spec.configMapRef.namespace"}"#,
+    printcolumn = r#"{"name": "ConfigMap", "type": "string", "jsonPath": ".spec.configMapRef.name"}"#,
+    printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct SharedConfigMapSpec {
+    /// The ConfigMap shared.
+    pub config_map_ref: ObjectRef,
+    /// What the share is for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+/// The shares' CRDs and the projections' as one YAML stream: what `config/deploy/driver/crds.yaml` holds.
+pub fn crds_yaml() -> Result<String, String> {
+    use kube::CustomResourceExt as _;
+    let mut text = String::from(
+        "# Generated from driver/src/shares/api.rs; `UPDATE_CRDS=1 cargo test -p sharedresource-csi-driver crds` rewrites it.\n",
+    );
+    for crd in [SharedSecret::crd(), SharedConfigMap::crd(), crate::content::projection::api::SharedProjection::crd()] {
+        text.push_str("---\n");
+        text.push_str(&serde_saphyr::to_string(&crd).map_err(|e| e.to_string())?);
+    }
+    Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shipped_crds_are_generated_from_these_types() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/deploy/driver/crds.yaml");
+        let generated = crds_yaml().unwrap();
+        if std::env::var_os("UPDATE_CRDS").is_some_and(|v| v == "1") {
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, &generated).unwrap();
+        }
+        let shipped = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(shipped == generated, "{} drifted from the types (UPDATE_CRDS=1 regenerates it)", path.display());
+    }
+
+    #[test]
+    fn shares_are_cluster_scoped_with_their_backing_object_in_the_columns() {
+        use kube::CustomResourceExt as _;
+        let crd = SharedSecret::crd();
+        assert_eq!(crd.spec.scope, "Cluster");
+        assert_eq!(crd.spec.group, GROUP);
+        let columns: Vec<String> =
+            crd.spec.versions[0].additional_printer_columns.iter().flatten().map(|c| c.json_path.clone()).collect();
+        assert_eq!(columns, [".spec.secretRef.namespace", ".spec.secretRef.name", ".metadata.creationTimestamp"]);
+        let share: SharedSecret = serde_json::from_value(serde_json::json!({
+            "apiVersion": "sharedresource.inlineguard.dev/v1alpha1", "kind": "SharedSecret",
+            "metadata": {"name": "db"}, "spec": {"secretRef": {"namespace": "infra", "name": "db-creds"}}
+        }))
+        .unwrap();
+        assert_eq!(share.spec.secret_ref, ObjectRef { namespace: "infra".into(), name: "db-creds".into() });
+    }
+}

@@ -1,0 +1,304 @@
+//! Access answers held between refreshes: an answer of the apiserver to "may this service
+//! account use this share" serves every later publish and refresh of that pair on this node
+//! until a grant's change may concern the account (the grant watches say so, through
+//! [`crate::content::changes::Changes`], at each of its looks), a relist of the grant watches (which may
+//! have missed changes), or until it is due again (`accessRecheckSeconds`, spread ±10% per pair
+//! so that the nodes of a cluster do not ask all at once). So an idle node asks nothing but those
+//! due rechecks, and a change to RBAC is seen through the watches, as fast as before.
+//!
+//! An answer asked before a grant's change and received after it could be stale: it is not held
+//! when any forgetting happened while it was asked.
+//!
+//! A grant's change is looked at first at once, then again twice while the apiserver's RBAC
+//! cache may lag the driver's watch ([`crate::content::changes::GRANT_LOOKS`]). The first look forgets
+//! the accounts' answers, noting each as it was; a later look keeps an answer that already
+//! differs from it (the apiserver has seen the change: asking again would tell nothing new) and
+//! forgets the others; after two changes close together, it keeps none, since an answer that
+//! lags the second can differ from the first's and still be stale. So a change that flips a pair's answer costs that pair one review when
+//! the apiserver had caught up by the first look, and a change that leaves it as it was, three.
+
+use std::collections::HashMap;
+use std::hash::BuildHasher as _;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::access::AccessQuestion;
+use crate::content::changes::{Accounts, GrantLook};
+
+/// How long an answer serves unless a grant's change concerns it, by default.
+pub const DEFAULT_ACCESS_RECHECK: Duration = Duration::from_secs(600);
+
+/// The answers, and how many times answers were forgotten (to spot one asked across a change).
+#[derive(Debug)]
+pub struct HeldAnswers {
+    spread: std::collections::hash_map::RandomState,
+    held: Mutex<Held>,
+}
+
+#[derive(Debug)]
+struct Held {
+    recheck: Duration,
+    answers: HashMap<AccessQuestion, (bool, Instant)>,
+    forgettings: u64,
+    /// Answers as they were when a first look forgot them, until the last look is past.
+    before: HashMap<AccessQuestion, Before>,
+}
+
+/// An answer as a first look found it.
+#[derive(Debug)]
+struct Before {
+    allowed: bool,
+    until: Instant,
+    /// Whether a later look may keep an answer that differs from it: not when a second change
+    /// came while the first was still being looked at, since an answer that lags the second
+    /// change can then differ from this one and still be stale.
+    settles: bool,
+}
+
+/// How long an answer forgotten by a first look is remembered for the looks after it: past the
+/// last of them, with a window to spare.
+const BEFORE_KEPT: Duration = Duration::from_millis(2_500);
+
+/// When an answer was asked, as [`HeldAnswers::hold`] needs to know it.
+#[derive(Debug, Clone, Copy)]
+pub struct Asked {
+    forgettings: u64,
+    at: Instant,
+}
+
+impl HeldAnswers {
+    /// Answers held for `recheck` (spread ±10% per question).
+    pub fn new(recheck: Duration) -> HeldAnswers {
+        let held = Held { recheck, answers: HashMap::new(), forgettings: 0, before: HashMap::new() };
+        HeldAnswers { spread: Default::default(), held: Mutex::new(held) }
+    }
+
+    /// Holds answers given from now on for `recheck` (spread ±10% per question).
+    pub fn set_recheck(&self, recheck: Duration) {
+        self.lock().recheck = recheck;
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Held> {
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The held answer to `question`, if it is not due yet.
+    pub fn answer(&self, question: &AccessQuestion) -> Option<bool> {
+        let now = Instant::now();
+        self.lock().answers.get(question).filter(|(_, due)| *due > now).map(|(allowed, _)| *allowed)
+    }
+
+    /// Notes that a question is being asked now.
+    pub fn asking(&self) -> Asked {
+        Asked { forgettings: self.lock().forgettings, at: Instant::now() }
+    }
+
+    /// Holds the answer to `question` asked at `asked`, unless answers were forgotten meanwhile.
+    pub fn hold(&self, question: &AccessQuestion, allowed: bool, asked: Asked) {
+        let mut held = self.lock();
+        let due = asked.at + self.spread_for(question, held.recheck);
+        if held.forgettings == asked.forgettings {
+            held.answers.insert(question.clone(), (allowed, due));
+        }
+    }
+
+    /// Forgets what `look` may have made stale: every answer at a relist; at a window's looks,
+    /// the answers of its `first` accounts (noting each as it was), and those of its `again`
+    /// accounts that do not differ yet from what they were at the first look.
+    pub fn look(&self, look: GrantLook<'_>) {
+        let mut held = self.lock();
+        let (first, again) = match look {
+            GrantLook::Relisted => {
+                held.forgettings += 1;
+                held.answers.clear();
+                held.before.clear();
+                return;
+            }
+            GrantLook::Window { first, again } => (first, again),
+        };
+        let now = Instant::now();
+        held.before.retain(|_, before| before.until > now);
+        let concerns = |accounts: &[Accounts], q: &AccessQuestion| {
+            accounts.iter().any(|a| a.include(&q.namespace, &q.service_account))
+        };
+        // An answer of an `again` account may be asked right now, after the first look but
+        // before the apiserver caught up: unless every known answer of those accounts is
+        // settled, what is being asked must not be held.
+        // A first look's accounts may have answers being asked from before the change.
+        let mut unsettled = !first.is_empty()
+            || (!again.is_empty() && !held.answers.keys().chain(held.before.keys()).any(|q| concerns(again, q)));
+        let Held { answers, before, .. } = &mut *held;
+        answers.retain(|question, (allowed, _)| {
+            if concerns(first, question) {
+                let until = now + BEFORE_KEPT;
+                before
+                    .entry(question.clone())
+                    .and_modify(|b| {
+                        b.settles = false;
+                        b.until = until;
+                    })
+                    .or_insert(Before { allowed: *allowed, until, settles: true });
+                return false;
+            }
+            if concerns(again, question) {
+                let settled = before.get(question).is_some_and(|b| b.settles && b.allowed != *allowed);
+                unsettled |= !settled;
+                return settled;
+            }
+            true
+        });
+        unsettled |= before.keys().any(|q| concerns(again, q) && !answers.contains_key(q));
+        if unsettled {
+            held.forgettings += 1;
+        }
+    }
+
+    /// The recheck interval for `question`: between 90% and 110% of the configured one, fixed
+    /// per question within this process and differing between processes.
+    fn spread_for(&self, question: &AccessQuestion, recheck: Duration) -> Duration {
+        let fraction = (self.spread.hash_one(question) % 1_000) as f64 / 1_000.0;
+        recheck.mul_f64(0.9 + 0.2 * fraction)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::content::shares::access::ShareKind;
+
+    fn question(namespace: &str, account: &str, share: &str) -> AccessQuestion {
+        AccessQuestion {
+            namespace: namespace.into(),
+            service_account: account.into(),
+            kind: ShareKind::Secret,
+            share: share.into(),
+        }
+    }
+
+    /// Answers held for 600 s, the account team/reader, and its question about share db.
+    fn reader_of_db() -> (HeldAnswers, [Accounts; 1], AccessQuestion) {
+        let held = HeldAnswers::new(Duration::from_secs(600));
+        (held, [Accounts::One("team".into(), "reader".into())], question("team", "reader", "db"))
+    }
+
+    fn first(accounts: &[Accounts]) -> GrantLook<'_> {
+        GrantLook::Window { first: accounts, again: &[] }
+    }
+
+    fn again(accounts: &[Accounts]) -> GrantLook<'_> {
+        GrantLook::Window { first: &[], again: accounts }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_the_first_look_saw_change_is_not_asked_again() {
+        let (held, reader, q) = reader_of_db();
+        held.hold(&q, true, held.asking());
+        held.look(first(&reader));
+        assert_eq!(held.answer(&q), None, "the first look asks again");
+        held.hold(&q, false, held.asking());
+        tokio::time::advance(Duration::from_millis(500)).await;
+        held.look(again(&reader));
+        assert_eq!(held.answer(&q), Some(false), "revoked already: settled");
+        let asked = held.asking();
+        tokio::time::advance(Duration::from_millis(1_500)).await;
+        held.look(again(&reader));
+        held.hold(&question("web", "x", "db"), true, asked);
+        assert_eq!(held.answer(&question("web", "x", "db")), Some(true), "a settled look forgets nothing");
+        assert_eq!(held.answer(&q), Some(false));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn after_two_quick_changes_every_look_asks_again() {
+        // Granted, then revoked 0.3 s later: an answer that lags the revocation but not the
+        // grant differs from the first "before" and must not pass for settled.
+        let (held, reader, q) = reader_of_db();
+        held.hold(&q, false, held.asking());
+        held.look(first(&reader));
+        held.hold(&q, false, held.asking());
+        tokio::time::advance(Duration::from_millis(300)).await;
+        held.look(first(&reader));
+        held.hold(&q, true, held.asking());
+        tokio::time::advance(Duration::from_millis(200)).await;
+        held.look(again(&reader));
+        assert_eq!(held.answer(&q), None, "the revocation may not be seen yet: asked again");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_that_looks_unchanged_is_asked_again_in_case_the_apiserver_lagged() {
+        let (held, reader, q) = reader_of_db();
+        held.hold(&q, true, held.asking());
+        held.look(first(&reader));
+        held.hold(&q, true, held.asking());
+        tokio::time::advance(Duration::from_millis(500)).await;
+        held.look(again(&reader));
+        assert_eq!(held.answer(&q), None, "still as before the change: asked again");
+        // Asked meanwhile, before the apiserver caught up: the answer is not held.
+        let asked = held.asking();
+        held.look(again(&reader));
+        held.hold(&q, true, asked);
+        assert_eq!(held.answer(&q), None);
+        // Long after the looks, the answer as it was is forgotten: a later look asks again.
+        held.hold(&q, false, held.asking());
+        tokio::time::advance(Duration::from_secs(3)).await;
+        held.look(again(&reader));
+        assert_eq!(held.answer(&q), None, "nothing to compare with any more");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_serves_until_it_is_due_within_ten_percent() {
+        let held = HeldAnswers::new(Duration::from_secs(600));
+        let q = question("team", "reader", "db");
+        assert_eq!(held.answer(&q), None, "nothing asked yet");
+        held.hold(&q, true, held.asking());
+        assert_eq!(held.answer(&q), Some(true));
+        tokio::time::advance(Duration::from_secs(539)).await;
+        assert_eq!(held.answer(&q), Some(true), "not due before 90%");
+        tokio::time::advance(Duration::from_secs(122)).await;
+        assert_eq!(held.answer(&q), None, "due by 110%");
+    }
+
+    #[test]
+    fn questions_are_spread_over_the_interval() {
+        let held = HeldAnswers::new(Duration::from_secs(600));
+        let spreads: Vec<Duration> = (0..200)
+            .map(|i| held.spread_for(&question("ns", &format!("sa{i}"), "db"), Duration::from_secs(600)))
+            .collect();
+        assert!(spreads.iter().all(|s| (540.0..=660.0).contains(&s.as_secs_f64())), "{spreads:?}");
+        let min = spreads.iter().min().unwrap().as_secs_f64();
+        let max = spreads.iter().max().unwrap().as_secs_f64();
+        assert!(max - min > 60.0, "200 questions spread over {min}..{max} s only");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_grant_change_forgets_the_answers_of_the_accounts_it_concerns_only() {
+        let held = HeldAnswers::new(Duration::from_secs(600));
+        let (reader, other, elsewhere) =
+            (question("team", "reader", "db"), question("team", "other", "db"), question("web", "reader", "db"));
+        for q in [&reader, &other, &elsewhere] {
+            held.hold(q, true, held.asking());
+        }
+        held.look(first(&[Accounts::One("team".into(), "reader".into())]));
+        assert_eq!(
+            (held.answer(&reader), held.answer(&other), held.answer(&elsewhere)),
+            (None, Some(true), Some(true))
+        );
+        held.look(first(&[Accounts::OfNamespace("team".into())]));
+        assert_eq!((held.answer(&other), held.answer(&elsewhere)), (None, Some(true)));
+        held.look(GrantLook::Relisted);
+        assert_eq!(held.answer(&elsewhere), None, "a relist forgets everything");
+    }
+
+    #[test]
+    fn an_answer_asked_across_a_grant_change_is_not_held() {
+        let held = HeldAnswers::new(Duration::from_secs(600));
+        let q = question("team", "reader", "db");
+        let asked = held.asking();
+        held.look(first(&[Accounts::One("elsewhere".into(), "x".into())]));
+        held.hold(&q, true, asked);
+        assert_eq!(held.answer(&q), None);
+        held.hold(&q, false, held.asking());
+        assert_eq!(held.answer(&q), Some(false), "a denial is held too");
+    }
+}

@@ -1,0 +1,531 @@
+//! The Kubernetes-backed content source: a volume names one share (`sharedSecret` or
+//! `sharedConfigMap` in its attributes); its files are the share's backing Secret or ConfigMap,
+//! served only while the pod's service account may `use` the share. Every publish and every
+//! refresh computes the volume again: the share and its object's content from the watches'
+//! caches (read when they have no current copy), the access check from an answer held until a
+//! grant's change may concern it (`held_answers`), so an update reaches the volume at the next
+//! refresh, and a revoked binding or a deleted share or backing object empties it; an apiserver
+//! that cannot be reached changes nothing (the error is reported and the refresh retried).
+//! Within one refresh pass, answers are shared between volumes: one access check per service
+//! account and share, one read per share and backing object. Watches wake the refresher when
+//! any of them changes.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::authorization::v1::SubjectAccessReview;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use tracing::warn;
+
+use super::access::{AccessQuestion, ShareKind};
+use super::api::{ObjectRef, ShareStatus, SharedConfigMap, SharedSecret};
+use super::apiserver::{DEFAULT_REQUEST_TIMEOUT, ask};
+use super::cache::ShareCache;
+use super::held_answers::{DEFAULT_ACCESS_RECHECK, HeldAnswers};
+use super::status::{Seen, desired};
+use super::watch::{Served, watch_changes};
+use crate::apiserver_client::ApiserverClients;
+use crate::content::ask::{PodInfo, VolumeAsk};
+use crate::content::changes::Changes;
+use crate::content::object_name::{NamespaceName, ObjectName};
+use crate::content::payload::{FileContent, Payload};
+use crate::content::projection::api::{PROJECTION_ATTRIBUTE, ProjectionSpec};
+use crate::content::{ContentSource, PassId};
+use crate::error::{Error, Result};
+use crate::metrics::{AccessResult, Metrics};
+use crate::quote::{Logged, quote};
+
+/// The volume attribute naming a SharedSecret.
+pub const SHARED_SECRET_ATTRIBUTE: &str = "sharedSecret";
+/// The volume attribute naming a SharedConfigMap.
+pub const SHARED_CONFIG_MAP_ATTRIBUTE: &str = "sharedConfigMap";
+
+/// A share found: the object it names and the conditions it reports.
+type Found = (ObjectRef, Vec<Condition>);
+/// What a pass saw of a share, by share.
+type SeenShares = HashMap<(ShareKind, String), (ObjectRef, Vec<Condition>, Seen)>;
+
+/// A share's backing object, its names checked: the only form in which it is ever asked for.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct Backing {
+    namespace: NamespaceName,
+    name: ObjectName,
+}
+
+impl Backing {
+    /// The object `share` of `kind` names, when both its names are valid; otherwise the share is
+    /// broken (FAILED_PRECONDITION), which empties its volumes as a deleted share would.
+    fn of(kind: ShareKind, share: &ObjectName, named: &ObjectRef) -> Result<Backing> {
+        let broken = |error: crate::content::object_name::InvalidName| {
+            Error::FailedPrecondition(format!(
+                "{} {share} names a {} that cannot exist: {error}",
+                kind.kind(),
+                kind.backing_kind()
+            ))
+        };
+        Ok(Backing {
+            namespace: NamespaceName::parse(&named.namespace).map_err(broken)?,
+            name: ObjectName::parse(&named.name).map_err(broken)?,
+        })
+    }
+}
+
+/// Answers shared by the volumes of one refresh pass, and what it saw of each share (written to
+/// the shares' status when the pass ends).
+#[derive(Default)]
+pub(crate) struct Pass {
+    shares: HashMap<(ShareKind, ObjectName), Option<Found>>,
+    access: HashMap<AccessQuestion, bool>,
+    backing: HashMap<(ShareKind, Backing), Option<Payload>>,
+    /// Projections by namespace and name, `None` when absent.
+    pub(crate) projections: HashMap<(NamespaceName, ObjectName), Option<ProjectionSpec>>,
+    seen: SeenShares,
+}
+
+/// Shares read from the cluster with `client`.
+pub struct KubernetesSource {
+    client: kube::Client,
+    // Publish and refresh run on the blocking pool; the client's calls run on this runtime.
+    runtime: tokio::runtime::Handle,
+    served: Arc<Served>,
+    cache: Arc<ShareCache>,
+    answers: Arc<HeldAnswers>,
+    changes: Arc<Changes>,
+    passes: Mutex<HashMap<PassId, Pass>>,
+    metrics: Arc<Metrics>,
+    request_timeout: Duration,
+    /// Whether pods may be read for their labels and annotations (`podMetadata`).
+    pub(crate) pod_metadata: bool,
+    watches: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for KubernetesSource {
+    fn drop(&mut self) {
+        self.watches.abort();
+    }
+}
+
+impl KubernetesSource {
+    /// A source asking the cluster `clients` talk to (requests on one client, watches on the
+    /// other), on `runtime`, counting into `metrics`, whose watches start now. Each request is given up after 10 s
+    /// ([`KubernetesSource::with_request_timeout`] changes it).
+    pub fn new(
+        clients: impl Into<ApiserverClients>,
+        runtime: tokio::runtime::Handle,
+        metrics: Arc<Metrics>,
+    ) -> KubernetesSource {
+        let ApiserverClients { requests: client, watches: watch_connections } = clients.into();
+        let served = Arc::new(Served::default());
+        let cache = Arc::new(ShareCache::default());
+        let changes = Arc::new(Changes::default());
+        let answers = Arc::new(HeldAnswers::new(DEFAULT_ACCESS_RECHECK));
+        changes.on_grant_looks({
+            let answers = answers.clone();
+            move |look| answers.look(look)
+        });
+        let watches = runtime.spawn(watch_changes(
+            watch_connections,
+            served.clone(),
+            cache.clone(),
+            changes.clone(),
+            metrics.clone(),
+        ));
+        KubernetesSource {
+            client,
+            runtime,
+            served,
+            cache,
+            answers,
+            changes,
+            passes: Mutex::default(),
+            metrics,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            pod_metadata: false,
+            watches,
+        }
+    }
+
+    /// The same source, giving up each request after `timeout`.
+    pub fn with_request_timeout(mut self, timeout: Duration) -> KubernetesSource {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// The same source, holding an access answer for about `recheck` (±10%) unless a grant's
+    /// change concerns it first (`accessRecheckSeconds`; 600 s unless changed).
+    pub fn with_access_recheck(self, recheck: Duration) -> KubernetesSource {
+        self.answers.set_recheck(recheck);
+        self
+    }
+
+    /// The same source, reading pods for projections that show their labels or annotations
+    /// when `allowed` (off unless asked: it needs `get pods` cluster-wide).
+    pub fn with_pod_metadata(mut self, allowed: bool) -> KubernetesSource {
+        self.pod_metadata = allowed;
+        self
+    }
+
+    /// The client the source asks with.
+    pub(crate) fn client(&self) -> &kube::Client {
+        &self.client
+    }
+
+    /// Where the source notes what changed.
+    pub(crate) fn change_log(&self) -> &Changes {
+        &self.changes
+    }
+
+    /// `call`'s answer within the request timeout, its failure in the driver's words.
+    pub(crate) async fn ask<T>(
+        &self,
+        what: impl FnOnce() -> String,
+        call: impl std::future::Future<Output = std::result::Result<T, kube::Error>>,
+    ) -> Result<T> {
+        ask(self.request_timeout, what, call).await
+    }
+
+    fn with_pass<T>(&self, pass: Option<PassId>, use_it: impl FnOnce(&mut Pass) -> T) -> Option<T> {
+        let pass = pass?;
+        self.passes.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&pass).map(use_it)
+    }
+
+    /// `compute`'s answer for `key`, shared within pass `pass` through the map `field` picks.
+    pub(crate) async fn shared<K, V, F>(
+        &self,
+        pass: Option<PassId>,
+        key: K,
+        field: fn(&mut Pass) -> &mut HashMap<K, V>,
+        compute: F,
+    ) -> Result<V>
+    where
+        K: std::hash::Hash + Eq,
+        V: Clone,
+        F: std::future::Future<Output = Result<V>>,
+    {
+        if let Some(Some(value)) = self.with_pass(pass, |p| field(p).get(&key).cloned()) {
+            return Ok(value);
+        }
+        let value = compute.await?;
+        self.with_pass(pass, |p| field(p).insert(key, value.clone()));
+        Ok(value)
+    }
+
+    async fn payload(&self, request: &VolumeAsk, pass: Option<PassId>) -> Result<Payload> {
+        match volume_of(request)? {
+            Volume::Share(kind, share) => self.share_payload(&request.pod, kind, &share, pass).await,
+            Volume::Projection(name) => self.projection_payload(request, &name, pass).await,
+        }
+    }
+
+    /// The files of share `share` of `kind` for `pod`, once its service account is allowed to
+    /// use it.
+    pub(crate) async fn share_payload(
+        &self,
+        pod: &PodInfo,
+        kind: ShareKind,
+        share: &ObjectName,
+        pass: Option<PassId>,
+    ) -> Result<Payload> {
+        let question = AccessQuestion {
+            namespace: pod.namespace.clone(),
+            service_account: pod.service_account.clone(),
+            kind,
+            share: share.as_str().to_string(),
+        };
+        // The share and the access check do not depend on each other: asked at once, one round
+        // trip to the apiserver instead of two (a missing share still answers NOT_FOUND first).
+        let (found, allowed) = tokio::join!(
+            self.shared(pass, (kind, share.clone()), |p| &mut p.shares, self.share(kind, share)),
+            self.shared(pass, question.clone(), |p| &mut p.access, self.allowed(&question)),
+        );
+        let (named, conditions) =
+            found?.ok_or_else(|| Error::NotFound(format!("{} {} not found", kind.kind(), quote(share.as_str()))))?;
+        if !allowed? {
+            return Err(Error::PermissionDenied(question.denial()));
+        }
+        let backing = Backing::of(kind, share, &named)?;
+        self.served.note(kind, &named.namespace, &named.name, share.as_str());
+        let payload =
+            self.shared(pass, (kind, backing.clone()), |p| &mut p.backing, self.backing(kind, &backing)).await;
+        let seen = match &payload {
+            Ok(Some(_)) => Seen::Read,
+            Ok(None) => Seen::Missing,
+            Err(error) => Seen::Unreadable(error.to_string()),
+        };
+        self.with_pass(pass, |p| p.seen.insert((kind, share.as_str().to_string()), (named, conditions, seen)));
+        payload?.ok_or_else(|| {
+            Error::NotFound(format!(
+                "{} {}/{}, shared by {} {}, not found",
+                kind.backing_kind(),
+                backing.namespace,
+                backing.name,
+                kind.kind(),
+                quote(share.as_str())
+            ))
+        })
+    }
+
+    /// The object a share names and the conditions it reports, `None` when the share does not
+    /// exist.
+    async fn share(&self, kind: ShareKind, share: &ObjectName) -> Result<Option<Found>> {
+        // The watch's copy when it has one; a share it has not delivered yet (created a moment
+        // ago) is asked for.
+        if let Some(found) = self.cache.share(kind, share.as_str()) {
+            return Ok(Some(found));
+        }
+        let what = || format!("reading {} {}", kind.kind(), quote(share.as_str()));
+        let conditions = |status: Option<ShareStatus>| status.map(|s| s.conditions).unwrap_or_default();
+        Ok(match kind {
+            ShareKind::Secret => self
+                .ask(&what, Api::<SharedSecret>::all(self.client.clone()).get_opt(share.as_str()))
+                .await?
+                .map(|s| (s.spec.secret_ref, conditions(s.status))),
+            ShareKind::ConfigMap => self
+                .ask(&what, Api::<SharedConfigMap>::all(self.client.clone()).get_opt(share.as_str()))
+                .await?
+                .map(|s| (s.spec.config_map_ref, conditions(s.status))),
+        })
+    }
+
+    /// Whether the apiserver says the pod's service account may use the share: its answer
+    /// held from before when no grant's change has concerned it since (and it is not due).
+    async fn allowed(&self, question: &AccessQuestion) -> Result<bool> {
+        if let Some(allowed) = self.answers.answer(question) {
+            return Ok(allowed);
+        }
+        let asked = self.answers.asking();
+        let what = || "asking the apiserver whether the pod may use the share".to_string();
+        let api = Api::<SubjectAccessReview>::all(self.client.clone());
+        let review =
+            self.ask(what, api.create(&PostParams::default(), &question.review())).await.inspect_err(|_| {
+                self.metrics.access_check(AccessResult::Failed);
+            })?;
+        let allowed = review.status.is_some_and(|s| s.allowed);
+        self.metrics.access_check(if allowed { AccessResult::Allowed } else { AccessResult::Denied });
+        self.answers.hold(question, allowed, asked);
+        Ok(allowed)
+    }
+
+    /// The files of a backing object, `None` when it does not exist.
+    async fn backing(&self, kind: ShareKind, backing: &Backing) -> Result<Option<Payload>> {
+        let (namespace, name) = (backing.namespace.as_str(), backing.name.as_str());
+        if let Some(payload) = self.cache.content(kind, namespace, name) {
+            return Ok(Some(payload));
+        }
+        let what = || format!("reading {} {namespace}/{name}", kind.backing_kind());
+        let not_granted = |NotGranted| {
+            Error::Unavailable(format!(
+                "the driver may not read {} {namespace}/{name} yet: the read-grants controller \
+                 (sharedresource-read-grants) grants it to the driver once a share names it",
+                kind.backing_kind()
+            ))
+        };
+        let mut payload = Payload::new();
+        let version = match kind {
+            ShareKind::Secret => {
+                let api = Api::<Secret>::namespaced(self.client.clone(), namespace);
+                let Some(secret) = self.ask(what, granted(api.get_opt(name))).await?.map_err(not_granted)? else {
+                    return Ok(None);
+                };
+                for (key, value) in secret.data.unwrap_or_default() {
+                    payload.insert(key, FileContent::new(value.0));
+                }
+                secret.metadata.resource_version
+            }
+            ShareKind::ConfigMap => {
+                let api = Api::<ConfigMap>::namespaced(self.client.clone(), namespace);
+                let Some(config_map) = self.ask(what, granted(api.get_opt(name))).await?.map_err(not_granted)? else {
+                    return Ok(None);
+                };
+                for (key, value) in config_map.data.unwrap_or_default() {
+                    payload.insert(key, FileContent::new(value.into_bytes()));
+                }
+                for (key, value) in config_map.binary_data.unwrap_or_default() {
+                    payload.insert(key, FileContent::new(value.0));
+                }
+                config_map.metadata.resource_version
+            }
+        };
+        if let Some(version) = version {
+            self.cache.store_content(kind, namespace, name, version, payload.clone());
+        }
+        Ok(Some(payload))
+    }
+}
+
+/// The apiserver refused the driver a backing object: RBAC does not (yet) grant it.
+struct NotGranted;
+
+/// `call`'s answer, with a refusal (403) told apart from other failures: the driver reads a
+/// backing object only once the read-grants controller has granted it, which follows a new
+/// share by moments, and that is worth saying in the driver's own words.
+async fn granted<T>(
+    call: impl std::future::Future<Output = std::result::Result<T, kube::Error>>,
+) -> std::result::Result<std::result::Result<T, NotGranted>, kube::Error> {
+    match call.await {
+        Err(kube::Error::Api(status)) if status.code == 403 => Ok(Err(NotGranted)),
+        answer => answer.map(Ok),
+    }
+}
+
+/// Writes the status of every share a pass saw whose conditions changed, with `client`, each
+/// request given up after `timeout`.
+async fn write_statuses(client: kube::Client, timeout: Duration, seen: SeenShares) {
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    for ((kind, share), (backing, current, seen)) in seen {
+        let what = format!("{} {}/{}", kind.backing_kind(), backing.namespace, backing.name);
+        let Some(conditions) = desired(&current, &seen, &what, now.clone()) else { continue };
+        // Only shares a pass found are seen, so the name is one the apiserver gave.
+        let Ok(name) = ObjectName::parse(&share) else { continue };
+        let patch = Patch::Merge(serde_json::json!({"status": {"conditions": conditions}}));
+        let params = PatchParams::default();
+        let request = || format!("writing the status of {} {}", kind.kind(), quote(&share));
+        let written = match kind {
+            ShareKind::Secret => {
+                let api = Api::<SharedSecret>::all(client.clone());
+                ask(timeout, request, api.patch_status(name.as_str(), &params, &patch)).await.map(drop)
+            }
+            ShareKind::ConfigMap => {
+                let api = Api::<SharedConfigMap>::all(client.clone());
+                ask(timeout, request, api.patch_status(name.as_str(), &params, &patch)).await.map(drop)
+            }
+        };
+        if let Err(error) = written {
+            warn!(error = %Logged(&error), "could not write the share's status");
+        }
+    }
+}
+
+/// What a volume shows: one share, or a projection of several sources.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Volume {
+    /// A share of a kind, by name.
+    Share(ShareKind, ObjectName),
+    /// A `SharedProjection` in the pod's namespace, by name.
+    Projection(ObjectName),
+}
+
+/// What a request names: exactly one of the three attributes, with a valid object name.
+fn volume_of(request: &VolumeAsk) -> Result<Volume> {
+    let named: Vec<(&str, &String)> = [SHARED_SECRET_ATTRIBUTE, SHARED_CONFIG_MAP_ATTRIBUTE, PROJECTION_ATTRIBUTE]
+        .into_iter()
+        .filter_map(|key| request.attributes.get(key).map(|value| (key, value)))
+        .collect();
+    let (attribute, name) = match named.as_slice() {
+        [one] => *one,
+        [] => {
+            return Err(Error::InvalidArgument(format!(
+                "volumeAttributes lacks {SHARED_SECRET_ATTRIBUTE:?}, {SHARED_CONFIG_MAP_ATTRIBUTE:?} or {PROJECTION_ATTRIBUTE:?}: name what to mount"
+            )));
+        }
+        [(first, _), (second, _), ..] => {
+            return Err(Error::InvalidArgument(format!(
+                "volumeAttributes names both {first:?} and {second:?}: name one share, or one projection"
+            )));
+        }
+    };
+    let kind = match attribute {
+        SHARED_SECRET_ATTRIBUTE => Some(ShareKind::Secret),
+        SHARED_CONFIG_MAP_ATTRIBUTE => Some(ShareKind::ConfigMap),
+        _ => None,
+    };
+    let name = ObjectName::parse(name).map_err(|error| {
+        let what = kind.map_or("SharedProjection", ShareKind::kind);
+        Error::InvalidArgument(format!("{what} name {error}"))
+    })?;
+    Ok(match kind {
+        Some(kind) => Volume::Share(kind, name),
+        None => Volume::Projection(name),
+    })
+}
+
+impl ContentSource for KubernetesSource {
+    fn ready(&self) -> bool {
+        true
+    }
+
+    fn content(&self, request: &VolumeAsk) -> Result<Payload> {
+        self.runtime.block_on(self.payload(request, None))
+    }
+
+    fn content_in_pass(&self, request: &VolumeAsk, pass: PassId) -> Result<Payload> {
+        self.runtime.block_on(self.payload(request, Some(pass)))
+    }
+
+    fn changes(&self) -> Option<Arc<Changes>> {
+        Some(self.changes.clone())
+    }
+
+    fn start_pass(&self, pass: PassId) {
+        self.passes.lock().unwrap_or_else(|p| p.into_inner()).insert(pass, Pass::default());
+    }
+
+    fn end_pass(&self, pass: PassId) {
+        let pass = self.passes.lock().unwrap_or_else(|p| p.into_inner()).remove(&pass);
+        if let Some(pass) = pass {
+            // Spawned, not awaited: a pass may end anywhere (its last volume's task, shutdown),
+            // and the statuses are a report, not part of any volume's refresh.
+            self.runtime.spawn(write_statuses(self.client.clone(), self.request_timeout, pass.seen));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
+#[cfg(test)]
+mod attribute_tests {
+    use super::*;
+    use crate::content::ask::PodInfo;
+
+    fn request(attributes: &[(&str, &str)]) -> VolumeAsk {
+        VolumeAsk {
+            volume_id: "csi-1".into(),
+            pod: PodInfo { name: "p".into(), namespace: "n".into(), uid: "u".into(), service_account: "s".into() },
+            attributes: attributes.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            tokens: Default::default(),
+        }
+    }
+
+    #[test]
+    fn a_volume_names_exactly_one_valid_share_or_projection() {
+        let share = |kind, name: &str| Volume::Share(kind, ObjectName::parse(name).unwrap());
+        assert_eq!(volume_of(&request(&[("sharedSecret", "db")])).unwrap(), share(ShareKind::Secret, "db"));
+        assert_eq!(
+            volume_of(&request(&[("sharedConfigMap", "ca.bundle")])).unwrap(),
+            share(ShareKind::ConfigMap, "ca.bundle")
+        );
+        assert_eq!(
+            volume_of(&request(&[("projection", "app")])).unwrap(),
+            Volume::Projection(ObjectName::parse("app").unwrap())
+        );
+        for (attributes, message) in [
+            (
+                vec![],
+                "volumeAttributes lacks \"sharedSecret\", \"sharedConfigMap\" or \"projection\": name what to mount",
+            ),
+            (
+                vec![("sharedSecret", "a"), ("sharedConfigMap", "b")],
+                "volumeAttributes names both \"sharedSecret\" and \"sharedConfigMap\": name one share, or one projection",
+            ),
+            (
+                vec![("projection", "a"), ("sharedConfigMap", "b")],
+                "volumeAttributes names both \"sharedConfigMap\" and \"projection\": name one share, or one projection",
+            ),
+            (vec![("sharedSecret", "../x")], "SharedSecret name \"../x\" is not a valid object name: RULE"),
+            (vec![("sharedConfigMap", "")], "SharedConfigMap name \"\" is not a valid object name: RULE"),
+            (vec![("projection", "A")], "SharedProjection name \"A\" is not a valid object name: RULE"),
+            (
+                vec![("sharedSecret", "?watch=true")],
+                "SharedSecret name \"?watch=true\" is not a valid object name: RULE",
+            ),
+            (vec![("projection", "..")], "SharedProjection name \"..\" is not a valid object name: RULE"),
+        ] {
+            let rule = "an object name is at most 253 characters of lowercase letters, digits, '-' and '.', \
+                        each '.'-separated part starting and ending with a letter or digit";
+            assert_eq!(volume_of(&request(&attributes)), Err(Error::InvalidArgument(message.replace("RULE", rule))));
+        }
+    }
+}

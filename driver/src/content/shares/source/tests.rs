@@ -1,0 +1,437 @@
+//! The Kubernetes source against an injected apiserver: a tower service answering by path, and
+//! counting what was asked.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Method, Request, Response, StatusCode};
+use serde_json::{Value, json};
+
+use super::*;
+use crate::content::PassId;
+use crate::content::ask::PodInfo;
+
+/// What the fake apiserver holds.
+#[derive(Clone)]
+struct Cluster {
+    share: bool,
+    secret: bool,
+    allowed: Option<bool>,
+    reviews: Arc<AtomicUsize>,
+    /// The namespace the share names for its Secret.
+    backing_namespace: &'static str,
+}
+
+fn answer(status: StatusCode, body: Value) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body.to_string())));
+    *response.status_mut() = status;
+    response
+}
+
+fn not_found() -> Response<Full<Bytes>> {
+    answer(
+        StatusCode::NOT_FOUND,
+        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404}),
+    )
+}
+
+impl Cluster {
+    fn respond(&self, request: &Request<kube::client::Body>) -> Response<Full<Bytes>> {
+        let path = request.uri().path();
+        match (request.method(), path) {
+            (&Method::GET, "/apis/sharedresource.inlineguard.dev/v1alpha1/sharedsecrets/db") if self.share => answer(
+                StatusCode::OK,
+                json!({"apiVersion": "sharedresource.inlineguard.dev/v1alpha1", "kind": "SharedSecret", "metadata": {"name": "db"},
+                       "spec": {"secretRef": {"namespace": self.backing_namespace, "name": "db-creds"}}}),
+            ),
+            (&Method::POST, "/apis/authorization.k8s.io/v1/subjectaccessreviews") => {
+                self.reviews.fetch_add(1, Ordering::SeqCst);
+                match self.allowed {
+                    Some(allowed) => answer(
+                        StatusCode::CREATED,
+                        json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": {}, "status": {"allowed": allowed}}),
+                    ),
+                    None => answer(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 500}),
+                    ),
+                }
+            }
+            (&Method::GET, "/api/v1/namespaces/infra/secrets/db-creds") if self.secret => answer(
+                StatusCode::OK,
+                json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db-creds", "namespace": "infra", "resourceVersion": "7"},
+                       "data": {"password": "czNjcmV0"}}),
+            ),
+            // Everything else, the watches' lists included, finds nothing.
+            _ => not_found(),
+        }
+    }
+}
+
+fn source(cluster: Cluster, runtime: &tokio::runtime::Runtime) -> KubernetesSource {
+    let service = tower::service_fn(move |request: Request<kube::client::Body>| {
+        let response = cluster.respond(&request);
+        async move { Ok::<_, Infallible>(response) }
+    });
+    // The client's buffer task starts on the runtime.
+    let _entered = runtime.enter();
+    let client = kube::Client::new(service, "default");
+    KubernetesSource::new(client, runtime.handle().clone(), Arc::new(Metrics::new()))
+}
+
+/// A source whose apiserver answers with `answer_first` when it has an answer, and as `cluster`
+/// otherwise.
+fn source_answering(
+    cluster: Cluster,
+    runtime: &tokio::runtime::Runtime,
+    answer_first: impl Fn(&Request<kube::client::Body>) -> Option<Response<Full<Bytes>>> + Clone + Send + 'static,
+) -> KubernetesSource {
+    let service = tower::service_fn(move |request: Request<kube::client::Body>| {
+        let response = answer_first(&request).unwrap_or_else(|| cluster.respond(&request));
+        async move { Ok::<_, Infallible>(response) }
+    });
+    let _entered = runtime.enter();
+    KubernetesSource::new(kube::Client::new(service, "default"), runtime.handle().clone(), Arc::new(Metrics::new()))
+}
+
+/// The share list: `db`, naming Secret infra/db-creds.
+fn share_list() -> Response<Full<Bytes>> {
+    answer(
+        StatusCode::OK,
+        json!({"apiVersion": "sharedresource.inlineguard.dev/v1alpha1", "kind": "SharedSecretList",
+               "metadata": {"resourceVersion": "1"},
+               "items": [{"metadata": {"name": "db", "resourceVersion": "1"},
+                          "spec": {"secretRef": {"namespace": "infra", "name": "db-creds"}}}]}),
+    )
+}
+
+fn request(service_account: &str) -> VolumeAsk {
+    VolumeAsk {
+        volume_id: "csi-1".into(),
+        pod: PodInfo {
+            name: "web".into(),
+            namespace: "team-a".into(),
+            uid: "u".into(),
+            service_account: service_account.into(),
+        },
+        attributes: [("sharedSecret".to_string(), "db".to_string())].into(),
+        tokens: Default::default(),
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap()
+}
+
+fn everything() -> Cluster {
+    Cluster { share: true, secret: true, allowed: Some(true), reviews: Arc::default(), backing_namespace: "infra" }
+}
+
+#[test]
+fn an_allowed_service_account_gets_the_secrets_data() {
+    let runtime = runtime();
+    let payload = source(everything(), &runtime).content(&request("web")).unwrap();
+    assert_eq!(payload.keys().collect::<Vec<_>>(), ["password"]);
+    assert_eq!(payload["password"].data, b"s3cret");
+}
+
+#[test]
+fn each_refusal_names_what_is_missing() {
+    let runtime = runtime();
+    let denied = source(Cluster { allowed: Some(false), ..everything() }, &runtime).content(&request("web"));
+    assert_eq!(
+        denied,
+        Err(Error::PermissionDenied(
+            "service account team-a/web may not use SharedSecret \"db\": grant it the verb \"use\" on sharedsecrets.sharedresource.inlineguard.dev \"db\" (a Role and RoleBinding in namespace team-a)".into()
+        ))
+    );
+    let no_share = source(Cluster { share: false, ..everything() }, &runtime).content(&request("web"));
+    assert_eq!(no_share, Err(Error::NotFound("SharedSecret \"db\" not found".into())));
+    let no_secret = source(Cluster { secret: false, ..everything() }, &runtime).content(&request("web"));
+    assert_eq!(
+        no_secret,
+        Err(Error::NotFound("Secret infra/db-creds, shared by SharedSecret \"db\", not found".into()))
+    );
+    let unreachable = source(Cluster { allowed: None, ..everything() }, &runtime).content(&request("web"));
+    assert!(matches!(unreachable, Err(Error::Unavailable(_))), "{unreachable:?}");
+}
+
+/// One access check per (service account, share): shared within a pass, then held across
+/// passes and publishes until a look at grants concerns the account (or a grant watch relists).
+#[test]
+fn an_access_answer_is_held_until_a_grant_change_concerns_its_account() {
+    let runtime = runtime();
+    let cluster = everything();
+    let reviews = cluster.reviews.clone();
+    let source = source(cluster, &runtime);
+    let pass = PassId(1);
+    source.start_pass(pass);
+    for _ in 0..5 {
+        source.content_in_pass(&request("web"), pass).unwrap();
+    }
+    source.content_in_pass(&request("other"), pass).unwrap();
+    assert_eq!(reviews.load(Ordering::SeqCst), 2, "one per (service account, share)");
+    source.end_pass(pass);
+    source.start_pass(PassId(2));
+    source.content_in_pass(&request("web"), PassId(2)).unwrap();
+    source.end_pass(PassId(2));
+    source.content(&request("web")).unwrap();
+    source.content(&request("other")).unwrap();
+    assert_eq!(reviews.load(Ordering::SeqCst), 2, "held across passes and publishes");
+
+    // A binding of `web` changed: its answer is forgotten at the look, `other`'s kept.
+    source.change_log().grant_changed([crate::content::changes::Accounts::One("team-a".into(), "web".into())]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while reviews.load(Ordering::SeqCst) == 2 {
+        assert!(std::time::Instant::now() < deadline, "the look at the grant never forgot web's answer");
+        source.content(&request("web")).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let after_look = reviews.load(Ordering::SeqCst);
+    source.content(&request("other")).unwrap();
+    assert_eq!(reviews.load(Ordering::SeqCst), after_look, "another account's answer is kept");
+    source.change_log().grants_relisted();
+    source.content(&request("other")).unwrap();
+    assert_eq!(reviews.load(Ordering::SeqCst), after_look + 1, "a relist of grants forgets every answer");
+}
+
+/// The collections the source's watches list and watch: everything else is a request for
+/// a volume.
+const WATCHED: [&str; 7] = [
+    "/apis/sharedresource.inlineguard.dev/v1alpha1/sharedsecrets",
+    "/apis/sharedresource.inlineguard.dev/v1alpha1/sharedconfigmaps",
+    "/apis/sharedresource.inlineguard.dev/v1alpha1/sharedprojections",
+    "/apis/rbac.authorization.k8s.io/v1/rolebindings",
+    "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+    "/apis/rbac.authorization.k8s.io/v1/roles",
+    "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+];
+
+/// A fake apiserver that counts every request made for a volume (not the watches' lists) and
+/// answers none: each call waits forever.
+fn stalled(requests: Arc<AtomicUsize>, runtime: &tokio::runtime::Runtime) -> KubernetesSource {
+    let service = tower::service_fn(move |request: Request<kube::client::Body>| {
+        if !WATCHED.contains(&request.uri().path()) {
+            requests.fetch_add(1, Ordering::SeqCst);
+        }
+        async move {
+            std::future::pending::<()>().await;
+            Ok::<Response<Full<Bytes>>, Infallible>(not_found())
+        }
+    });
+    let _entered = runtime.enter();
+    let client = kube::Client::new(service, "default");
+    KubernetesSource::new(client, runtime.handle().clone(), Arc::new(Metrics::new()))
+        .with_request_timeout(std::time::Duration::from_millis(300))
+}
+
+#[test]
+fn a_request_the_apiserver_never_answers_is_given_up_at_the_timeout() {
+    let runtime = runtime();
+    let requests = Arc::new(AtomicUsize::new(0));
+    let source = stalled(requests.clone(), &runtime);
+    let answer = source.content(&request("web"));
+    let Err(Error::Unavailable(message)) = answer else { panic!("expected UNAVAILABLE, got {answer:?}") };
+    assert!(message.ends_with("the apiserver did not answer within 0.3 s"), "{message}");
+    assert!(requests.load(Ordering::SeqCst) >= 1, "the positive control: the same count sees the share's request");
+}
+
+#[test]
+fn hostile_names_are_refused_before_any_request() {
+    let runtime = runtime();
+    let requests = Arc::new(AtomicUsize::new(0));
+    let source = stalled(requests.clone(), &runtime);
+    let long = "a".repeat(30_003);
+    for hostile in
+        ["?watch=true", "s1/status", "../../api/v1/namespaces/x/secrets/vault", ".", "..", "a%2fb", "a#b", &long]
+    {
+        for attribute in ["sharedSecret", "sharedConfigMap", "projection"] {
+            let mut asked = request("web");
+            asked.attributes = [(attribute.to_string(), hostile.to_string())].into();
+            let answer = source.content(&asked);
+            let Err(Error::InvalidArgument(message)) = &answer else { panic!("{hostile:?}: {answer:?}") };
+            assert!(message.contains("is not a valid object name"), "{message}");
+            assert!(message.len() < 700, "{} bytes", message.len());
+            assert!(!message.contains('%'), "{message}");
+        }
+    }
+    assert_eq!(requests.load(Ordering::SeqCst), 0, "no request was made for a refused name");
+}
+
+#[test]
+fn a_share_naming_an_object_that_cannot_exist_is_refused_without_reading_it() {
+    let runtime = runtime();
+    let broken = Cluster { backing_namespace: "../kube-system", ..everything() };
+    let answer = source(broken, &runtime).content(&request("web"));
+    let Err(error @ Error::FailedPrecondition(message)) = &answer else { panic!("{answer:?}") };
+    assert!(
+        message.starts_with(
+            "SharedSecret db names a Secret that cannot exist: \"../kube-system\" is not a valid namespace name"
+        ),
+        "{message}"
+    );
+    assert!(error.withdraws_content(), "a published volume of it is emptied");
+}
+
+/// A backing object is watched only once this node has served a volume from it, and on its own:
+/// a share naming infra/db-creds starts no watch until a volume is served from it, and then a
+/// watch of that one Secret (the driver needs read access to nothing else).
+#[test]
+fn a_backing_object_is_watched_alone_once_a_volume_was_served_from_it() {
+    let runtime = runtime();
+    let asked: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+    let source = source_answering(everything(), &runtime, {
+        let asked = asked.clone();
+        move |request| {
+            asked.lock().unwrap().push(request.uri().to_string());
+            (request.method() == Method::GET && request.uri().path() == WATCHED[0]).then(share_list)
+        }
+    });
+    let infra_secrets = |asked: &[String]| asked.iter().any(|uri| uri.starts_with("/api/v1/namespaces/infra/secrets?"));
+    let only_db_creds = |uri: &String| uri.contains("fieldSelector=metadata.name%3Ddb-creds");
+    let wait_for = |what: &str, seen: &dyn Fn(&[String]) -> bool| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !seen(&asked.lock().unwrap()) {
+            assert!(std::time::Instant::now() < deadline, "never {what}: {:?}", asked.lock().unwrap());
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    };
+    // The share watch listed `db` (requests after its list come from having read it)...
+    let share_list = |uri: &&String| uri.split('?').next() == Some(WATCHED[0]);
+    wait_for("listed the shares", &|asked| asked.iter().filter(share_list).count() >= 2);
+    assert!(!infra_secrets(&asked.lock().unwrap()), "watched infra's Secrets before serving from there");
+    // ...and a volume served from infra starts the watch there.
+    source.content(&request("web")).unwrap();
+    wait_for("watched infra's Secrets", &|asked| infra_secrets(asked));
+    let asked = asked.lock().unwrap();
+    let watches: Vec<&String> =
+        asked.iter().filter(|uri| uri.starts_with("/api/v1/namespaces/infra/secrets?")).collect();
+    assert!(watches.iter().all(|uri| only_db_creds(uri)), "a watch of more than infra/db-creds: {watches:?}");
+}
+
+/// A projection showing the pod's labels is refused, naming the item, without reading the pod,
+/// unless reading pods was opted into; then the pod is read and its labels shown.
+#[test]
+fn pod_labels_are_read_only_when_opted_into() {
+    let runtime = runtime();
+    let asked: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+    let service = tower::service_fn({
+        let asked = asked.clone();
+        move |request: Request<kube::client::Body>| {
+            let path = request.uri().path().to_string();
+            asked.lock().unwrap().push(path.clone());
+            let response = match path.as_str() {
+                "/apis/sharedresource.inlineguard.dev/v1alpha1/namespaces/team-a/sharedprojections/app" => answer(
+                    StatusCode::OK,
+                    json!({"apiVersion": "sharedresource.inlineguard.dev/v1alpha1", "kind": "SharedProjection",
+                           "metadata": {"name": "app", "namespace": "team-a"},
+                           "spec": {"sources": [{"podInfo": {"items": [
+                               {"path": "name", "fieldPath": "metadata.name"},
+                               {"path": "labels", "fieldPath": "metadata.labels"}]}}]}}),
+                ),
+                "/api/v1/namespaces/team-a/pods/web" => answer(
+                    StatusCode::OK,
+                    json!({"apiVersion": "v1", "kind": "Pod",
+                           "metadata": {"name": "web", "namespace": "team-a", "uid": "u", "labels": {"app": "web"}}}),
+                ),
+                _ => not_found(),
+            };
+            async move { Ok::<_, Infallible>(response) }
+        }
+    });
+    let _entered = runtime.enter();
+    let client = kube::Client::new(service, "default");
+    let mut projected = request("reader");
+    projected.attributes = [("projection".to_string(), "app".to_string())].into();
+    let pod_read = |asked: &[String]| asked.iter().any(|path| path.contains("/pods/"));
+
+    let refusing = KubernetesSource::new(client.clone(), runtime.handle().clone(), Arc::new(Metrics::new()));
+    assert_eq!(
+        refusing.content(&projected),
+        Err(Error::FailedPrecondition(
+            "SharedProjection team-a/\"app\": sources[0] (podInfo) shows \"metadata.labels\" of the pod, and this \
+             node's driver does not read pods (podMetadata is off in its configuration; \
+             config/deploy/driver/pod-metadata.yaml opts in)"
+                .into()
+        ))
+    );
+    assert!(asked.lock().unwrap().iter().any(|p| p.ends_with("/sharedprojections/app")), "the projection was read");
+    assert!(!pod_read(&asked.lock().unwrap()), "the pod was read without the opt-in");
+
+    let reading =
+        KubernetesSource::new(client, runtime.handle().clone(), Arc::new(Metrics::new())).with_pod_metadata(true);
+    let payload = reading.content(&projected).unwrap();
+    assert_eq!(payload["labels"].data, b"app=\"web\"");
+    assert!(pod_read(&asked.lock().unwrap()));
+}
+
+/// A backing object RBAC does not grant the driver (the read-grants controller has not caught up
+/// with a new share) is UNAVAILABLE, kubelet retries, and the message says why in the driver's
+/// words, never the apiserver's.
+#[test]
+fn a_backing_object_not_yet_granted_is_unavailable_naming_the_controller() {
+    let runtime = runtime();
+    let source = source_answering(everything(), &runtime, |request| {
+        (request.uri().path() == "/api/v1/namespaces/infra/secrets/db-creds").then(|| {
+            answer(
+                StatusCode::FORBIDDEN,
+                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Forbidden", "code": 403,
+                       "message": "secrets \"db-creds\" is forbidden: User \"system:serviceaccount:x:y\" cannot get"}),
+            )
+        })
+    });
+    assert_eq!(
+        source.content(&request("web")),
+        Err(Error::Unavailable(
+            "the driver may not read Secret infra/db-creds yet: the read-grants controller \
+             (sharedresource-read-grants) grants it to the driver once a share names it"
+                .into()
+        ))
+    );
+}
+
+/// A backing object's version as its watch listed it lets the volumes use the content read at
+/// that version: once the list is in, a refresh reads nothing (before, only an update's event
+/// did, so every refresh of an object never updated read it again).
+#[test]
+fn an_object_listed_at_the_version_read_is_not_read_again() {
+    let runtime = runtime();
+    let reads = Arc::new(AtomicUsize::new(0));
+    let source = source_answering(everything(), &runtime, {
+        let reads = reads.clone();
+        move |request| {
+            let path = request.uri().path();
+            if path == "/api/v1/namespaces/infra/secrets/db-creds" {
+                reads.fetch_add(1, Ordering::SeqCst);
+            }
+            let listing = !request.uri().query().unwrap_or_default().contains("watch=true");
+            if listing && path == WATCHED[0] {
+                return Some(share_list());
+            }
+            (listing && path == "/api/v1/namespaces/infra/secrets").then(|| {
+                answer(
+                    StatusCode::OK,
+                    json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadataList",
+                           "metadata": {"resourceVersion": "7"},
+                           "items": [{"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                                      "metadata": {"name": "db-creds", "namespace": "infra", "resourceVersion": "7"}}]}),
+                )
+            })
+        }
+    });
+    source.content(&request("web")).unwrap();
+    assert_eq!(reads.load(Ordering::SeqCst), 1, "the first publish reads the Secret");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let before = reads.load(Ordering::SeqCst);
+        source.content(&request("web")).unwrap();
+        if reads.load(Ordering::SeqCst) == before {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "every refresh read the Secret again ({before} reads)");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}

@@ -1,0 +1,93 @@
+//! The Node service on the wire: each call checked (`request`), then handed to the volume
+//! layer's [`NodeService`] on the blocking pool, and its answer counted.
+
+use std::sync::Arc;
+
+use inline_guard_proto::csi::v1::node_server::Node;
+use inline_guard_proto::csi::v1::{
+    NodeGetCapabilitiesRequest, NodeGetCapabilitiesResponse, NodeGetInfoRequest, NodeGetInfoResponse,
+    NodePublishVolumeRequest, NodePublishVolumeResponse, NodeUnpublishVolumeRequest, NodeUnpublishVolumeResponse,
+};
+use tonic::{Request, Response, Status};
+
+use crate::csi::request::check;
+use crate::error::Result;
+use crate::metrics::result_label;
+use crate::volume::service::NodeService;
+
+/// The Node service on the wire. Publish and unpublish mount, write and fsync: they run on the
+/// blocking pool, never on the async workers that serve every other call.
+#[derive(Clone)]
+pub struct NodeGrpc {
+    service: Arc<NodeService>,
+}
+
+impl NodeGrpc {
+    /// Serves `service`.
+    pub fn new(service: Arc<NodeService>) -> NodeGrpc {
+        NodeGrpc { service }
+    }
+
+    async fn blocking<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&NodeService) -> Result<T> + Send + 'static,
+    ) -> std::result::Result<T, Status> {
+        let service = self.service.clone();
+        match tokio::task::spawn_blocking(move || work(&service)).await {
+            Ok(result) => result.map_err(Status::from),
+            Err(error) => Err(Status::internal(format!("the operation failed: {error}"))),
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl Node for NodeGrpc {
+    async fn node_publish_volume(
+        &self,
+        request: Request<NodePublishVolumeRequest>,
+    ) -> std::result::Result<Response<NodePublishVolumeResponse>, Status> {
+        let started = std::time::Instant::now();
+        let answer = match check(request.get_ref(), self.service.kubelet_dir()) {
+            Ok(checked) => self.blocking(move |service| service.publish(&checked)).await,
+            Err(error) => Err(Status::from(error)),
+        };
+        self.service
+            .metrics()
+            .publish(result_label(answer.as_ref().err().map(Status::code)), started.elapsed().as_secs_f64());
+        answer?;
+        Ok(Response::new(NodePublishVolumeResponse {}))
+    }
+
+    async fn node_unpublish_volume(
+        &self,
+        request: Request<NodeUnpublishVolumeRequest>,
+    ) -> std::result::Result<Response<NodeUnpublishVolumeResponse>, Status> {
+        let request = request.into_inner();
+        let answer = self.blocking(move |service| service.unpublish(&request.volume_id, &request.target_path)).await;
+        self.service.metrics().unpublish(result_label(answer.as_ref().err().map(Status::code)));
+        answer?;
+        Ok(Response::new(NodeUnpublishVolumeResponse {}))
+    }
+
+    /// No staging, no stats, no expansion: publish and unpublish only.
+    async fn node_get_capabilities(
+        &self,
+        _: Request<NodeGetCapabilitiesRequest>,
+    ) -> std::result::Result<Response<NodeGetCapabilitiesResponse>, Status> {
+        Ok(Response::new(NodeGetCapabilitiesResponse { capabilities: Vec::new() }))
+    }
+
+    async fn node_get_info(
+        &self,
+        _: Request<NodeGetInfoRequest>,
+    ) -> std::result::Result<Response<NodeGetInfoResponse>, Status> {
+        Ok(Response::new(NodeGetInfoResponse {
+            node_id: self.service.node_id().to_string(),
+            max_volumes_per_node: 0,
+            accessible_topology: None,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,537 @@
+//! The Node service with a recording fake mounter, a static share directory and a file store:
+//! publish, idempotency, ALREADY_EXISTS, ABORTED, the readonly refusal on the wire, cleanup after
+//! failures of exactly what was made, foreign mounts left alone, unpublish.
+
+use std::collections::HashMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use inline_guard_proto::csi::v1::VolumeCapability;
+use inline_guard_proto::csi::v1::volume_capability::{AccessMode, AccessType, MountVolume};
+use tonic::Code;
+
+use super::*;
+use crate::content::ContentSource;
+use crate::content::StaticDirSource;
+use crate::content::ask::VolumeAsk;
+use crate::error::Error;
+use crate::metrics::Metrics;
+use crate::volume::mounter::{FakeMounter, MountAction, MountSource};
+use crate::volume::service::*;
+use crate::volume::store::FileVolumeStore;
+use crate::volume::store::VolumeStore;
+
+struct Fixture {
+    dir: tempfile::TempDir,
+    mounter: Arc<FakeMounter>,
+    store: Arc<FileVolumeStore>,
+    node: NodeGrpc,
+    service: Arc<NodeService>,
+}
+
+fn settings(host_read_only: bool) -> VolumeSettings {
+    VolumeSettings::for_tests(PathBuf::new(), host_read_only)
+}
+
+fn fixture(mut settings: VolumeSettings) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    settings.kubelet_dir = dir.path().to_path_buf();
+    let shares = dir.path().join("shares");
+    fs::create_dir_all(shares.join("cluster-ca/nested")).unwrap();
+    fs::write(shares.join("cluster-ca/ca.crt"), "PEM").unwrap();
+    fs::write(shares.join("cluster-ca/nested/extra"), "more").unwrap();
+    let mounter = Arc::new(FakeMounter::default());
+    let store = Arc::new(FileVolumeStore::open(dir.path().join("state")).unwrap());
+    let service = Arc::new(NodeService::new(
+        "node-1".into(),
+        settings,
+        mounter.clone(),
+        store.clone(),
+        Arc::new(StaticDirSource::new(shares)),
+        Vec::new(),
+    ));
+    Fixture { dir, mounter, store, node: NodeGrpc::new(service.clone()), service }
+}
+
+fn request(fixture: &Fixture, volume_id: &str, share: &str) -> NodePublishVolumeRequest {
+    request_at(fixture.dir.path(), volume_id, share)
+}
+
+fn request_at(root: &Path, volume_id: &str, share: &str) -> NodePublishVolumeRequest {
+    let context: HashMap<String, String> = [
+        ("csi.storage.k8s.io/ephemeral", "true"),
+        ("csi.storage.k8s.io/pod.name", "web"),
+        ("csi.storage.k8s.io/pod.namespace", "apps"),
+        ("csi.storage.k8s.io/pod.uid", "u-1"),
+        ("csi.storage.k8s.io/serviceAccount.name", "web"),
+        ("share", share),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    NodePublishVolumeRequest {
+        volume_id: volume_id.into(),
+        target_path: target_at(root, volume_id).to_string_lossy().into_owned(),
+        volume_capability: Some(VolumeCapability {
+            access_type: Some(AccessType::Mount(MountVolume::default())),
+            access_mode: Some(AccessMode { mode: 2 }),
+        }),
+        readonly: true,
+        volume_context: context,
+        ..Default::default()
+    }
+}
+
+fn target_of(fixture: &Fixture, pod: &str) -> PathBuf {
+    target_at(fixture.dir.path(), pod)
+}
+
+fn target_at(root: &Path, pod: &str) -> PathBuf {
+    root.join("pods").join(pod).join("volumes/kubernetes.io~csi/shared/mount")
+}
+
+async fn publish(fixture: &Fixture, request: NodePublishVolumeRequest) -> std::result::Result<(), Status> {
+    fixture.node.node_publish_volume(Request::new(request)).await.map(|_| ())
+}
+
+#[tokio::test]
+async fn publish_mounts_fills_and_records_the_volume() {
+    let fixture = fixture(settings(false));
+    let request = request(&fixture, "csi-1", "cluster-ca");
+    let target = PathBuf::from(&request.target_path);
+    publish(&fixture, request).await.unwrap();
+    assert_eq!(
+        fixture.mounter.actions(),
+        [MountAction::MountTmpfs { target: target.clone(), size_bytes: 1 << 20, tag: mount_tag("csi-1") }]
+    );
+    assert_eq!(fs::read_to_string(target.join("ca.crt")).unwrap(), "PEM");
+    assert_eq!(fs::read_to_string(target.join("nested/extra")).unwrap(), "more");
+    let (records, _) = fixture.store.load_all().unwrap();
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].pod.service_account, "web");
+    let pods = fixture.dir.path().join("pods");
+    let expected: Vec<PathBuf> = ["", "csi-1", "csi-1/volumes", "csi-1/volumes/kubernetes.io~csi"]
+        .iter()
+        .map(|p| if p.is_empty() { pods.clone() } else { pods.join(p) })
+        .chain([target.parent().unwrap().to_path_buf(), target.clone()])
+        .collect();
+    assert_eq!(records[0].created_dirs, expected, "every directory it made, and only those");
+}
+
+#[tokio::test]
+async fn directories_kubelet_made_are_not_recorded_as_the_drivers() {
+    let fixture = fixture(settings(false));
+    let request = request(&fixture, "csi-1", "cluster-ca");
+    let target = PathBuf::from(&request.target_path);
+    fs::create_dir_all(target.parent().unwrap()).unwrap();
+    publish(&fixture, request).await.unwrap();
+    assert_eq!(fixture.store.load_all().unwrap().0[0].created_dirs, [target]);
+}
+
+#[tokio::test]
+async fn host_read_only_remounts_after_writing() {
+    let fixture = fixture(settings(true));
+    let request = request(&fixture, "csi-1", "cluster-ca");
+    let target = PathBuf::from(&request.target_path);
+    publish(&fixture, request).await.unwrap();
+    assert_eq!(fixture.mounter.actions()[1], MountAction::Remount { target, read_only: true });
+}
+
+#[tokio::test]
+async fn the_same_publish_twice_is_ok_and_mounts_once() {
+    let fixture = fixture(settings(false));
+    publish(&fixture, request(&fixture, "csi-1", "cluster-ca")).await.unwrap();
+    publish(&fixture, request(&fixture, "csi-1", "cluster-ca")).await.unwrap();
+    assert_eq!(fixture.mounter.actions().len(), 1);
+}
+
+#[tokio::test]
+async fn the_same_volume_with_other_arguments_already_exists() {
+    let fixture = fixture(settings(false));
+    publish(&fixture, request(&fixture, "csi-1", "cluster-ca")).await.unwrap();
+    fs::create_dir_all(fixture.dir.path().join("shares/other")).unwrap();
+    let status = publish(&fixture, request(&fixture, "csi-1", "other")).await.unwrap_err();
+    assert_eq!(status.code(), Code::AlreadyExists);
+    let mut other_volume = request(&fixture, "csi-2", "cluster-ca");
+    other_volume.target_path = request(&fixture, "csi-1", "cluster-ca").target_path;
+    assert_eq!(publish(&fixture, other_volume).await.unwrap_err().code(), Code::AlreadyExists);
+}
+
+#[tokio::test]
+async fn a_writable_publish_is_refused_on_the_wire() {
+    let fixture = fixture(settings(false));
+    let mut writable = request(&fixture, "csi-1", "cluster-ca");
+    writable.readonly = false;
+    let status = publish(&fixture, writable).await.unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert_eq!(
+        status.message(),
+        "this driver only publishes read-only volumes: set readOnly: true on the pod's csi volume"
+    );
+    assert!(fixture.mounter.actions().is_empty());
+}
+
+#[tokio::test]
+async fn a_failed_mount_leaves_no_directory_or_record() {
+    let fixture = fixture(settings(false));
+    fixture.mounter.fail_next_mount("tmpfs: out of memory");
+    let request = request(&fixture, "csi-1", "cluster-ca");
+    let target = PathBuf::from(&request.target_path);
+    let status = publish(&fixture, request).await.unwrap_err();
+    assert_eq!((status.code(), status.message()), (Code::Internal, "tmpfs: out of memory"));
+    assert!(!target.exists(), "the target directory it created is removed");
+    assert!(!fixture.dir.path().join("pods").exists(), "and every parent it created");
+    assert!(fixture.store.load_all().unwrap().0.is_empty());
+}
+
+#[tokio::test]
+async fn a_failed_publish_keeps_what_was_there_before() {
+    let fixture = fixture(settings(false));
+    fixture.mounter.fail_next_mount("tmpfs: out of memory");
+    let request = request(&fixture, "csi-1", "cluster-ca");
+    let target = PathBuf::from(&request.target_path);
+    fs::create_dir_all(&target).unwrap();
+    fs::write(target.join("precious"), "keep").unwrap();
+    publish(&fixture, request).await.unwrap_err();
+    assert_eq!(fs::read_to_string(target.join("precious")).unwrap(), "keep");
+}
+
+#[tokio::test]
+async fn a_mount_it_did_not_make_is_never_replaced_or_unmounted() {
+    let fixture = fixture(settings(false));
+    let request = request(&fixture, "csi-1", "cluster-ca");
+    let target = PathBuf::from(&request.target_path);
+    fs::create_dir_all(&target).unwrap();
+    let foreign = MountSource { fs_type: "ext4".into(), source: "/dev/sdb1".into() };
+    fixture.mounter.mount_foreign(&target, foreign);
+    let status = publish(&fixture, request).await.unwrap_err();
+    assert_eq!(status.code(), Code::FailedPrecondition);
+    assert_eq!(status.message(), format!("{target:?} has a \"ext4\" mount the driver did not make; it is left alone"));
+    let unpublish = NodeUnpublishVolumeRequest {
+        volume_id: "csi-unknown".into(),
+        target_path: target.to_string_lossy().into_owned(),
+    };
+    fixture.node.node_unpublish_volume(Request::new(unpublish)).await.unwrap();
+    assert!(fixture.mounter.is_mounted(&target));
+    assert!(fixture.mounter.actions().iter().all(|a| !matches!(a, MountAction::Unmount { .. })), "never unmounted");
+    assert!(target.exists());
+}
+
+#[tokio::test]
+async fn a_second_operation_on_a_busy_volume_or_target_is_aborted_and_touches_nothing() {
+    let fixture = fixture(settings(false));
+    let first = request(&fixture, "csi-1", "cluster-ca");
+    let first_target = PathBuf::from(&first.target_path);
+    let claim = fixture.service.claim("csi-1", &first_target).unwrap();
+    // The same volume to another target, and another volume to the same target.
+    let mut same_volume = request(&fixture, "csi-1", "cluster-ca");
+    same_volume.target_path = target_of(&fixture, "other").to_string_lossy().into_owned();
+    let mut same_target = request(&fixture, "csi-2", "cluster-ca");
+    same_target.target_path = first.target_path.clone();
+    for busy in [same_volume, same_target] {
+        let status = publish(&fixture, busy).await.unwrap_err();
+        assert_eq!(status.code(), Code::Aborted, "{}", status.message());
+    }
+    drop(claim);
+    assert!(fixture.mounter.actions().is_empty());
+    assert!(fixture.store.load_all().unwrap().0.is_empty());
+    publish(&fixture, first).await.unwrap();
+}
+
+#[tokio::test]
+async fn hostile_share_names_are_refused_before_anything_is_mounted() {
+    let fixture = fixture(settings(false));
+    for share in ["../state", "/etc", "a/b", "missing"] {
+        let status = publish(&fixture, request(&fixture, "csi-1", share)).await.unwrap_err();
+        assert_eq!(status.code(), Code::InvalidArgument, "{share}");
+    }
+    assert!(fixture.mounter.actions().is_empty());
+}
+
+#[tokio::test]
+async fn unpublish_unmounts_removes_and_forgets_and_is_idempotent() {
+    let fixture = fixture(settings(false));
+    let request = request(&fixture, "csi-1", "cluster-ca");
+    let target = PathBuf::from(&request.target_path);
+    publish(&fixture, request).await.unwrap();
+    // The fake mounts nothing, so empty the directory as a real unmount would.
+    for entry in fs::read_dir(&target).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() && !path.is_symlink() {
+            fs::remove_dir_all(&path).unwrap()
+        } else {
+            fs::remove_file(&path).unwrap()
+        }
+    }
+    let unpublish = |volume_id: &str, target: &Path| NodeUnpublishVolumeRequest {
+        volume_id: volume_id.into(),
+        target_path: target.to_string_lossy().into_owned(),
+    };
+    fixture.node.node_unpublish_volume(Request::new(unpublish("csi-1", &target))).await.unwrap();
+    assert_eq!(fixture.mounter.actions().last(), Some(&MountAction::Unmount { target: target.clone() }));
+    assert!(!target.exists());
+    assert!(!fixture.dir.path().join("pods").exists(), "the parents it made go too");
+    assert!(fixture.store.load_all().unwrap().0.is_empty());
+    fixture.node.node_unpublish_volume(Request::new(unpublish("csi-1", &target))).await.unwrap();
+    fixture.node.node_unpublish_volume(Request::new(unpublish("unknown", &target))).await.unwrap();
+    let status = fixture.node.node_unpublish_volume(Request::new(unpublish("", &target))).await.unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument);
+    let status = fixture.node.node_unpublish_volume(Request::new(unpublish("csi-1", Path::new("/etc")))).await;
+    assert_eq!(status.unwrap_err().code(), Code::InvalidArgument);
+}
+
+#[tokio::test]
+async fn node_info_and_capabilities() {
+    let fixture = fixture(settings(false));
+    let info = fixture.node.node_get_info(Request::new(NodeGetInfoRequest {})).await.unwrap().into_inner();
+    assert_eq!(info.node_id, "node-1");
+    assert!(info.accessible_topology.is_none());
+    let capabilities =
+        fixture.node.node_get_capabilities(Request::new(NodeGetCapabilitiesRequest {})).await.unwrap().into_inner();
+    assert!(capabilities.capabilities.is_empty());
+}
+
+#[tokio::test]
+async fn refresh_rewrites_changed_content_and_empties_a_withdrawn_share() {
+    let fixture = fixture(settings(true));
+    let request = request(&fixture, "csi-1", "cluster-ca");
+    let target = PathBuf::from(&request.target_path);
+    publish(&fixture, request).await.unwrap();
+
+    assert_eq!(fixture.service.refresh_all(), [("csi-1".to_string(), Ok(false))], "nothing changed");
+    fs::write(fixture.dir.path().join("shares/cluster-ca/ca.crt"), "ROTATED").unwrap();
+    assert_eq!(fixture.service.refresh_all(), [("csi-1".to_string(), Ok(true))]);
+    assert_eq!(fs::read_to_string(target.join("ca.crt")).unwrap(), "ROTATED");
+    let actions = fixture.mounter.actions();
+    assert_eq!(
+        actions[actions.len() - 2..],
+        [
+            MountAction::Remount { target: target.clone(), read_only: false },
+            MountAction::Remount { target: target.clone(), read_only: true }
+        ],
+        "a read-only host mount is opened only for the write"
+    );
+
+    fs::remove_dir_all(fixture.dir.path().join("shares/cluster-ca")).unwrap();
+    assert_eq!(fixture.service.refresh_all(), [("csi-1".to_string(), Ok(true))]);
+    assert!(!target.join("ca.crt").exists(), "a withdrawn share leaves an empty volume");
+}
+
+/// A content source answering what the test sets, as the Kubernetes source would: content,
+/// NOT_FOUND (share or backing object gone), PERMISSION_DENIED (access revoked), UNAVAILABLE
+/// (apiserver unreachable).
+#[derive(Default)]
+struct Scripted(std::sync::Mutex<Option<Result<crate::volume::atomic_writer::Payload>>>);
+
+impl Scripted {
+    fn set(&self, answer: Result<crate::volume::atomic_writer::Payload>) {
+        *self.0.lock().unwrap() = Some(answer);
+    }
+}
+
+impl ContentSource for Scripted {
+    fn ready(&self) -> bool {
+        true
+    }
+
+    fn content(&self, _: &VolumeAsk) -> Result<crate::volume::atomic_writer::Payload> {
+        self.0.lock().unwrap().clone().unwrap_or_else(|| Err(Error::Unavailable("nothing scripted".into())))
+    }
+}
+
+/// A payload of one file, `password`, holding `value`.
+fn password(value: &str) -> crate::volume::atomic_writer::Payload {
+    [("password".to_string(), crate::volume::atomic_writer::FileContent::new(value.as_bytes()))].into()
+}
+
+/// A Node service under `root` with a fake mounter and a scripted source.
+fn scripted_service(root: &Path, source: Arc<Scripted>) -> NodeService {
+    NodeService::new(
+        "node-1".into(),
+        VolumeSettings::for_tests(root.to_path_buf(), false),
+        Arc::new(FakeMounter::default()),
+        Arc::new(FileVolumeStore::open(root.join("state")).unwrap()),
+        source,
+        Vec::new(),
+    )
+}
+
+#[tokio::test]
+async fn a_refresh_empties_on_revocation_or_deletion_and_keeps_content_when_the_source_is_unreachable() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = Arc::new(Scripted::default());
+    source.set(Ok(password("s3cret")));
+    let service = Arc::new(scripted_service(dir.path(), source.clone()));
+    let node = NodeGrpc::new(service.clone());
+    let request = request_at(dir.path(), "csi-1", "unused");
+    let target = PathBuf::from(&request.target_path);
+    node.node_publish_volume(Request::new(request)).await.unwrap();
+    let read = || fs::read_to_string(target.join("password")).ok();
+    assert_eq!(read().as_deref(), Some("s3cret"));
+
+    source.set(Err(Error::Unavailable("apiserver unreachable".into())));
+    let results = service.refresh_all();
+    assert!(matches!(results[0].1, Err(Error::Unavailable(_))), "{results:?}");
+    assert_eq!(read().as_deref(), Some("s3cret"), "an unreachable source never empties a volume");
+
+    source.set(Err(Error::PermissionDenied("revoked".into())));
+    service.refresh_all();
+    assert_eq!(read(), None, "revoked access empties the volume");
+    assert!(target.exists(), "and it stays mounted");
+
+    source.set(Ok(password("back")));
+    service.refresh_all();
+    assert_eq!(read().as_deref(), Some("back"));
+
+    source.set(Err(Error::NotFound("SharedSecret \"db\" not found".into())));
+    service.refresh_all();
+    assert_eq!(read(), None, "a deleted share empties the volume");
+}
+
+#[tokio::test]
+async fn a_failed_refresh_is_reported_at_the_next_republish_until_one_succeeds() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = Arc::new(Scripted::default());
+    source.set(Ok(password("s3cret")));
+    let metrics = Arc::new(Metrics::new());
+    let service = Arc::new(scripted_service(dir.path(), source.clone()).with_metrics(metrics.clone()));
+    let node = NodeGrpc::new(service.clone());
+    let request = request_at(dir.path(), "csi-1", "unused");
+    node.node_publish_volume(Request::new(request.clone())).await.unwrap();
+    node.node_publish_volume(Request::new(request.clone())).await.expect("a republish of a current volume");
+
+    let too_large = "the volume's content needs 9437184 bytes but its tmpfs (tmpfsSize 8388608 bytes) has 0 bytes free";
+    source.set(Err(Error::ResourceExhausted(too_large.into())));
+    assert!(matches!(service.refresh_all()[0].1, Err(Error::ResourceExhausted(_))));
+    assert!(metrics.encode().contains("sharedresource_csi_driver_volumes_stale 1"), "{}", metrics.encode());
+    let status = node.node_publish_volume(Request::new(request.clone())).await.unwrap_err();
+    assert_eq!((status.code(), status.message()), (Code::ResourceExhausted, too_large), "kubelet sees it");
+
+    source.set(Ok(password("rotated")));
+    node.node_publish_volume(Request::new(request.clone())).await.expect("the republish refreshed it");
+    let target = PathBuf::from(&request.target_path);
+    assert_eq!(fs::read_to_string(target.join("password")).unwrap(), "rotated");
+    assert!(metrics.encode().contains("sharedresource_csi_driver_volumes_stale 0"));
+}
+
+#[tokio::test]
+async fn a_volume_published_with_refresh_resource_false_keeps_its_content() {
+    let fixture = fixture(settings(false));
+    let mut request = request(&fixture, "csi-1", "cluster-ca");
+    request.volume_context.insert("refreshResource".into(), "false".into());
+    let target = PathBuf::from(&request.target_path);
+    publish(&fixture, request).await.unwrap();
+    fs::write(fixture.dir.path().join("shares/cluster-ca/ca.crt"), "ROTATED").unwrap();
+    assert_eq!(fixture.service.refresh_all(), [("csi-1".to_string(), Ok(false))]);
+    assert_eq!(fs::read_to_string(target.join("ca.crt")).unwrap(), "PEM", "kept as published");
+    fs::remove_dir_all(fixture.dir.path().join("shares/cluster-ca")).unwrap();
+    assert_eq!(fixture.service.refresh_all(), [("csi-1".to_string(), Ok(true))]);
+    assert!(!target.join("ca.crt").exists(), "a withdrawn share still empties it");
+}
+
+#[tokio::test]
+async fn the_static_source_takes_the_shared_names_as_aliases() {
+    let fixture = fixture(settings(false));
+    let mut request = request(&fixture, "csi-1", "unused");
+    request.volume_context.remove("share");
+    request.volume_context.insert("sharedSecret".into(), "cluster-ca".into());
+    let target = PathBuf::from(&request.target_path);
+    publish(&fixture, request).await.unwrap();
+    assert_eq!(fs::read_to_string(target.join("ca.crt")).unwrap(), "PEM");
+}
+
+#[tokio::test]
+async fn with_refresh_off_volumes_keep_their_content_but_not_a_withdrawn_share() {
+    let mut settings = settings(false);
+    settings.refresh_content = false;
+    let fixture = fixture(settings);
+    let request = request(&fixture, "csi-1", "cluster-ca");
+    let target = PathBuf::from(&request.target_path);
+    publish(&fixture, request).await.unwrap();
+    fs::write(fixture.dir.path().join("shares/cluster-ca/ca.crt"), "ROTATED").unwrap();
+    fixture.service.refresh_all();
+    assert_eq!(fs::read_to_string(target.join("ca.crt")).unwrap(), "PEM");
+    fs::remove_dir_all(fixture.dir.path().join("shares/cluster-ca")).unwrap();
+    fixture.service.refresh_all();
+    assert!(!target.join("ca.crt").exists());
+}
+
+/// A source whose one file is the token kubelet passed for audience `a`: what a projection's
+/// serviceAccountToken source does, without a cluster.
+struct TokenSource;
+
+impl ContentSource for TokenSource {
+    fn ready(&self) -> bool {
+        true
+    }
+
+    fn content(&self, request: &VolumeAsk) -> Result<crate::volume::atomic_writer::Payload> {
+        if request.tokens.is_lost() {
+            return Err(Error::Unavailable("tokens lost".into()));
+        }
+        let token = request.tokens.get("a").unwrap_or("none");
+        Ok([("token".to_string(), crate::volume::atomic_writer::FileContent::new(token))].into())
+    }
+}
+
+fn with_token(mut request: NodePublishVolumeRequest, token: Option<&str>) -> NodePublishVolumeRequest {
+    let key = crate::content::projection::tokens::TOKENS_KEY.to_string();
+    match token {
+        Some(token) => request.volume_context.insert(key, format!(r#"{{"a":{{"token":"{token}"}}}}"#)),
+        None => request.volume_context.remove(&key),
+    };
+    request
+}
+
+#[tokio::test]
+async fn a_republish_with_new_tokens_rewrites_the_volume_and_a_restart_waits_for_one() {
+    let fixture = fixture(settings(false));
+    let service = |records| {
+        let node = NodeService::new(
+            "node-1".into(),
+            VolumeSettings { kubelet_dir: fixture.dir.path().to_path_buf(), ..settings(false) },
+            fixture.mounter.clone(),
+            fixture.store.clone(),
+            Arc::new(TokenSource),
+            records,
+        );
+        NodeGrpc::new(Arc::new(node))
+    };
+    let node = service(Vec::new());
+    let mut request = request(&fixture, "csi-1", "unused");
+    // A projection's volume, kept as published, except that new tokens are written: they expire.
+    request.volume_context.insert("projection".into(), "app".into());
+    request.volume_context.insert(REFRESH_ATTRIBUTE.into(), "false".into());
+    let token_file = PathBuf::from(&request.target_path).join("token");
+    let republish = |token| node.node_publish_volume(Request::new(with_token(request.clone(), token)));
+    republish(Some("T1")).await.unwrap();
+    assert_eq!(fs::read_to_string(&token_file).unwrap(), "T1");
+    republish(Some("T1")).await.unwrap();
+    republish(Some("T2")).await.unwrap();
+    assert_eq!(fs::read_to_string(&token_file).unwrap(), "T2", "rewritten by the republish");
+    assert_eq!(node.service.refresh_all(), [("csi-1".to_string(), Ok(false))], "the held tokens are used");
+
+    // A restart: the tokens were never stored, so a refresh changes nothing until kubelet's
+    // next republish brings them; one without tokens has nothing to write.
+    let (records, _) = fixture.store.load_all().unwrap();
+    for record in fs::read_dir(fixture.dir.path().join("state")).unwrap() {
+        let text = fs::read(record.unwrap().path()).unwrap_or_default();
+        assert!(!String::from_utf8_lossy(&text).contains("T2"), "a token reached the state directory");
+    }
+    let restarted = service(records);
+    let refreshed = restarted.service.refresh_all();
+    assert!(matches!(refreshed[0].1, Err(Error::Unavailable(_))), "{refreshed:?}");
+    assert_eq!(fs::read_to_string(&token_file).unwrap(), "T2", "kept");
+    restarted.node_publish_volume(Request::new(with_token(request.clone(), None))).await.unwrap();
+    assert_eq!(fs::read_to_string(&token_file).unwrap(), "T2");
+    restarted.node_publish_volume(Request::new(with_token(request.clone(), Some("T3")))).await.unwrap();
+    assert_eq!(fs::read_to_string(&token_file).unwrap(), "T3");
+
+    // A share's volume kept as published stays so through a republish with new tokens.
+    let mut share = with_token(request_at(fixture.dir.path(), "csi-2", "unused"), Some("T1"));
+    share.volume_context.insert(REFRESH_ATTRIBUTE.into(), "false".into());
+    let share_file = PathBuf::from(&share.target_path).join("token");
+    restarted.node_publish_volume(Request::new(share.clone())).await.unwrap();
+    restarted.node_publish_volume(Request::new(with_token(share, Some("T2")))).await.unwrap();
+    assert_eq!(fs::read_to_string(&share_file).unwrap(), "T1", "kept as published");
+}

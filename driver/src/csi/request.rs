@@ -1,0 +1,233 @@
+//! A NodePublishVolume request checked in a fixed order, each failure with the specification's
+//! code and a message that says what to change. The readonly refusal is the driver's half of the
+//! two-sided guarantee: even where the mutating webhook is not deployed, no container gets a
+//! writable view of shared content.
+
+use std::path::Path;
+
+use inline_guard_proto::csi::v1::NodePublishVolumeRequest;
+use inline_guard_proto::csi::v1::volume_capability::AccessType;
+
+use crate::content::ask::{PodInfo, VolumeAsk};
+use crate::content::projection::tokens::Tokens;
+use crate::error::{Error, Result};
+use crate::volume::publish::{Publish, check_volume_id};
+use crate::volume::target_path::TargetPath;
+
+/// `"true"` for inline ephemeral volumes (kubelet sets it).
+pub const EPHEMERAL: &str = "csi.storage.k8s.io/ephemeral";
+/// The pod's name (kubelet sets it when the CSIDriver has `podInfoOnMount: true`).
+pub const POD_NAME: &str = "csi.storage.k8s.io/pod.name";
+/// The pod's namespace.
+pub const POD_NAMESPACE: &str = "csi.storage.k8s.io/pod.namespace";
+/// The pod's UID.
+pub const POD_UID: &str = "csi.storage.k8s.io/pod.uid";
+/// The pod's service account.
+pub const SERVICE_ACCOUNT_NAME: &str = "csi.storage.k8s.io/serviceAccount.name";
+/// Every key kubelet reserves in the volume context; never treated as a volume attribute (the
+/// service-account tokens key among them must never be logged or stored).
+const KUBELET_PREFIX: &str = "csi.storage.k8s.io/";
+
+/// Checks `request` in the order: volume_id, target_path (present, then kubelet's layout under
+/// `kubelet_dir`), volume_capability, access type, ephemeral, pod information, readonly, tokens.
+pub fn check(request: &NodePublishVolumeRequest, kubelet_dir: &Path) -> Result<Publish> {
+    let invalid = |message: String| Err(Error::InvalidArgument(message));
+    check_volume_id(&request.volume_id)?;
+    if request.target_path.is_empty() {
+        return invalid("target_path is required".into());
+    }
+    let target = TargetPath::parse(&request.target_path, kubelet_dir)?;
+    let Some(capability) = &request.volume_capability else {
+        return invalid("volume_capability is required".into());
+    };
+    let mount_flags = match &capability.access_type {
+        Some(AccessType::Mount(mount)) => mount.mount_flags.clone(),
+        Some(AccessType::Block(_)) => {
+            return invalid("block access is not supported: this driver serves files, use a filesystem volume".into());
+        }
+        None => return invalid("volume_capability.access_type is required (mount)".into()),
+    };
+    let context = &request.volume_context;
+    if context.get(EPHEMERAL).map(String::as_str) != Some("true") {
+        return invalid(format!(
+            "only inline ephemeral volumes are supported: volume_context[{EPHEMERAL:?}] must be \"true\" (declare the volume in the pod's spec.volumes[].csi)"
+        ));
+    }
+    let missing: Vec<&str> = [POD_NAME, POD_NAMESPACE, POD_UID, SERVICE_ACCOUNT_NAME]
+        .into_iter()
+        .filter(|key| context.get(*key).is_none_or(|value| value.is_empty()))
+        .collect();
+    if missing == [SERVICE_ACCOUNT_NAME] {
+        // podInfoOnMount is on (the other keys came): the pod itself has no service account, as
+        // when the ServiceAccount admission plugin is off and the pod names none.
+        return invalid(format!(
+            "volume_context[{SERVICE_ACCOUNT_NAME:?}] is empty: the pod runs without a service account, and access to a share is granted to one (set spec.serviceAccountName, or enable the ServiceAccount admission plugin)"
+        ));
+    }
+    if !missing.is_empty() {
+        return invalid(format!(
+            "volume_context lacks the pod information {}: set podInfoOnMount: true on the CSIDriver",
+            missing.join(", ")
+        ));
+    }
+    if !request.readonly {
+        return invalid(
+            "this driver only publishes read-only volumes: set readOnly: true on the pod's csi volume".into(),
+        );
+    }
+    let tokens = Tokens::from_volume_context(context)?;
+    let value = |key: &str| context.get(key).cloned().unwrap_or_default();
+    let ask = VolumeAsk {
+        volume_id: request.volume_id.clone(),
+        pod: PodInfo {
+            name: value(POD_NAME),
+            namespace: value(POD_NAMESPACE),
+            uid: value(POD_UID),
+            service_account: value(SERVICE_ACCOUNT_NAME),
+        },
+        attributes: context
+            .iter()
+            .filter(|(key, _)| !key.starts_with(KUBELET_PREFIX))
+            .map(|(key, value)| (key.clone(), value.clone()))
+            .collect(),
+        tokens,
+    };
+    Ok(Publish { target, mount_flags, ask })
+}
+
+#[cfg(test)]
+mod tests {
+    use inline_guard_proto::csi::v1::VolumeCapability;
+    use inline_guard_proto::csi::v1::volume_capability::{AccessMode, BlockVolume, MountVolume};
+
+    use super::*;
+
+    fn valid() -> NodePublishVolumeRequest {
+        NodePublishVolumeRequest {
+            volume_id: "csi-8d2c".into(),
+            target_path: "/var/lib/kubelet/pods/u/volumes/kubernetes.io~csi/shared/mount".into(),
+            volume_capability: Some(VolumeCapability {
+                access_type: Some(AccessType::Mount(MountVolume::default())),
+                access_mode: Some(AccessMode { mode: 2 }),
+            }),
+            readonly: true,
+            volume_context: [
+                (EPHEMERAL, "true"),
+                (POD_NAME, "web"),
+                (POD_NAMESPACE, "apps"),
+                (POD_UID, "0c5e"),
+                (SERVICE_ACCOUNT_NAME, "web-sa"),
+                ("csi.storage.k8s.io/serviceAccount.tokens", "{\"vault\":{\"token\":\"s3cret-token\"}}"),
+                ("sharedConfigMap", "cluster-ca"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+            ..Default::default()
+        }
+    }
+
+    fn message(request: &NodePublishVolumeRequest) -> String {
+        match check(request, Path::new("/var/lib/kubelet")) {
+            Err(Error::InvalidArgument(message)) => message,
+            other => panic!("expected INVALID_ARGUMENT, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_valid_request_yields_the_pod_and_only_the_user_attributes() {
+        let checked = check(&valid(), Path::new("/var/lib/kubelet")).unwrap();
+        assert_eq!(
+            checked.ask.pod,
+            PodInfo {
+                name: "web".into(),
+                namespace: "apps".into(),
+                uid: "0c5e".into(),
+                service_account: "web-sa".into()
+            }
+        );
+        assert_eq!(checked.ask.attributes, [("sharedConfigMap".to_string(), "cluster-ca".to_string())].into());
+        assert_eq!(checked.ask.tokens.get("vault"), Some("s3cret-token"));
+        let debug = format!("{checked:?}");
+        assert!(!debug.contains("s3cret"), "tokens never reach a log line: {debug}");
+        assert!(debug.contains("\"vault\""), "the audiences do: {debug}");
+    }
+
+    #[test]
+    fn each_check_in_order_with_its_message() {
+        struct Case {
+            name: &'static str,
+            break_it: fn(&mut NodePublishVolumeRequest),
+            expected: &'static str,
+        }
+        let cases = [
+            Case { name: "volume_id", break_it: |r| r.volume_id.clear(), expected: "volume_id is required" },
+            Case { name: "target_path", break_it: |r| r.target_path.clear(), expected: "target_path is required" },
+            Case {
+                name: "target layout",
+                break_it: |r| r.target_path = "/etc".into(),
+                expected: "target_path \"/etc\" is not a CSI inline volume's directory under the kubelet root: expected /var/lib/kubelet/pods/<pod uid>/volumes/kubernetes.io~csi/<volume>/mount",
+            },
+            Case {
+                name: "capability",
+                break_it: |r| r.volume_capability = None,
+                expected: "volume_capability is required",
+            },
+            Case {
+                name: "block",
+                break_it: |r| {
+                    r.volume_capability.as_mut().unwrap().access_type = Some(AccessType::Block(BlockVolume {}))
+                },
+                expected: "block access is not supported: this driver serves files, use a filesystem volume",
+            },
+            Case {
+                name: "not ephemeral",
+                break_it: |r| {
+                    r.volume_context.remove(EPHEMERAL);
+                },
+                expected: "only inline ephemeral volumes are supported: volume_context[\"csi.storage.k8s.io/ephemeral\"] must be \"true\" (declare the volume in the pod's spec.volumes[].csi)",
+            },
+            Case {
+                name: "pod info",
+                break_it: |r| {
+                    r.volume_context.remove(POD_UID);
+                    r.volume_context.insert(SERVICE_ACCOUNT_NAME.into(), String::new());
+                },
+                expected: "volume_context lacks the pod information csi.storage.k8s.io/pod.uid, csi.storage.k8s.io/serviceAccount.name: set podInfoOnMount: true on the CSIDriver",
+            },
+            Case {
+                name: "no service account",
+                break_it: |r| {
+                    r.volume_context.insert(SERVICE_ACCOUNT_NAME.into(), String::new());
+                },
+                expected: "volume_context[\"csi.storage.k8s.io/serviceAccount.name\"] is empty: the pod runs without a service account, and access to a share is granted to one (set spec.serviceAccountName, or enable the ServiceAccount admission plugin)",
+            },
+            Case {
+                name: "readonly",
+                break_it: |r| r.readonly = false,
+                expected: "this driver only publishes read-only volumes: set readOnly: true on the pod's csi volume",
+            },
+        ];
+        for case in &cases {
+            let mut request = valid();
+            (case.break_it)(&mut request);
+            assert_eq!(message(&request), case.expected, "{}", case.name);
+        }
+        // With everything broken at once, the first check in the order is the one reported.
+        let mut request = valid();
+        for case in cases.iter().rev() {
+            (case.break_it)(&mut request);
+        }
+        assert_eq!(message(&request), "volume_id is required");
+    }
+
+    #[test]
+    fn a_huge_volume_id_is_refused_quoting_only_its_start() {
+        let mut request = valid();
+        request.volume_id = "v".repeat(1 << 20);
+        let refused = message(&request);
+        assert_eq!(refused, format!("volume_id \"{}\"... (1048576 bytes) is longer than 4096 bytes", "v".repeat(256)));
+        request.volume_id = "v".repeat(4096);
+        check(&request, Path::new("/var/lib/kubelet")).unwrap();
+    }
+}

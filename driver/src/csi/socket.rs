@@ -1,0 +1,169 @@
+//! Serving gRPC on unix sockets. A socket left by a dead process is replaced, but one a live
+//! process still answers on is not (a second instance refuses to start instead of stealing it),
+//! and another kind of file is never touched. The socket is made 0660, and removed on exit only
+//! while it is still the one this process bound.
+
+use std::fs;
+use std::future::Future;
+use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _, PermissionsExt as _};
+use std::path::{Path, PathBuf};
+
+use tokio::net::UnixListener;
+use tokio_stream::StreamExt as _;
+use tokio_stream::wrappers::UnixListenerStream;
+use tonic::service::Routes;
+use tonic::transport::server::Connected;
+
+use crate::csi::authority_rewrite::AuthorityRewrite;
+
+use crate::error::{Error, Result};
+use crate::quote::{quote, quote_path};
+
+/// Parses `unix:///path` (or a bare path) into the socket path.
+pub fn socket_path(endpoint: &str) -> Result<PathBuf> {
+    let path = endpoint.strip_prefix("unix://").unwrap_or(endpoint);
+    if !path.starts_with('/') {
+        return Err(Error::InvalidArgument(format!("endpoint {} is not unix:///absolute/path", quote(endpoint))));
+    }
+    Ok(PathBuf::from(path))
+}
+
+/// A bound socket; dropping it removes the socket file if it is still this one.
+#[derive(Debug)]
+pub struct BoundSocket {
+    listener: Option<UnixListener>,
+    path: PathBuf,
+    // The socket file's identity when bound: whatever is at the path later is removed only if
+    // it is still this file (a successor may have replaced it).
+    identity: (u64, u64),
+}
+
+impl Drop for BoundSocket {
+    fn drop(&mut self) {
+        let still_ours = fs::symlink_metadata(&self.path).is_ok_and(|m| (m.dev(), m.ino()) == self.identity);
+        if still_ours {
+            let _ = fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// Binds `path`. A socket nobody answers on is stale and replaced; one a live process answers
+/// on, or any other kind of file, is an error naming it.
+pub fn bind(path: &Path) -> Result<BoundSocket> {
+    if let Ok(metadata) = fs::symlink_metadata(path) {
+        if !metadata.file_type().is_socket() {
+            return Err(Error::Internal(format!(
+                "{} exists and is not a socket; refusing to replace it",
+                quote_path(path)
+            )));
+        }
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            return Err(Error::FailedPrecondition(format!(
+                "{} is served by a live process (another instance of the driver?); refusing to take it over",
+                quote_path(path)
+            )));
+        }
+        fs::remove_file(path)
+            .map_err(|e| Error::Internal(format!("removing the stale socket {}: {e}", quote_path(path))))?;
+    }
+    if let Some(parent) = path.parent() {
+        fs::create_dir_all(parent).map_err(|e| Error::Internal(format!("creating {}: {e}", quote_path(parent))))?;
+    }
+    let listener =
+        UnixListener::bind(path).map_err(|e| Error::Internal(format!("binding {}: {e}", quote_path(path))))?;
+    let metadata =
+        fs::symlink_metadata(path).map_err(|e| Error::Internal(format!("inspecting {}: {e}", quote_path(path))))?;
+    let bound =
+        BoundSocket { listener: Some(listener), path: path.to_path_buf(), identity: (metadata.dev(), metadata.ino()) };
+    fs::set_permissions(path, fs::Permissions::from_mode(0o660))
+        .map_err(|e| Error::Internal(format!("setting the mode of {}: {e}", quote_path(path))))?;
+    Ok(bound)
+}
+
+/// How the bytes of a connection reach the gRPC server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Clients {
+    /// As sent (the CSI socket: kubelet's CSI calls send a valid authority).
+    AsSent,
+    /// Through [`AuthorityRewrite`] (the registration socket: kubelet's plugin watcher sends its
+    /// socket path as the `:authority`, which h2 refuses).
+    KubeletRegistration,
+}
+
+/// Serves `routes` on `socket` until `shutdown` completes; the socket is removed when this
+/// future finishes or is dropped.
+pub async fn serve(
+    mut socket: BoundSocket,
+    routes: Routes,
+    clients: Clients,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<()> {
+    let Some(listener) = socket.listener.take() else {
+        return Err(Error::Internal(format!("{} was served already", quote_path(&socket.path))));
+    };
+    let server = tonic::transport::Server::builder().add_routes(routes);
+    let connections = UnixListenerStream::new(listener);
+    let served = match clients {
+        Clients::AsSent => server.serve_with_incoming_shutdown(connections, shutdown).await,
+        Clients::KubeletRegistration => {
+            let rewritten = connections.map(|connection| connection.map(AuthorityRewrite::new));
+            server.serve_with_incoming_shutdown(rewritten, shutdown).await
+        }
+    };
+    served.map_err(|e| Error::Internal(format!("serving on {}: {e}", quote_path(&socket.path))))
+}
+
+impl<S: Connected> Connected for AuthorityRewrite<S> {
+    type ConnectInfo = S::ConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.inner().connect_info()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_must_be_absolute_unix_paths() {
+        assert_eq!(socket_path("unix:///csi/csi.sock").unwrap(), PathBuf::from("/csi/csi.sock"));
+        assert_eq!(socket_path("/csi/csi.sock").unwrap(), PathBuf::from("/csi/csi.sock"));
+        assert!(socket_path("unix://relative.sock").is_err());
+        assert!(socket_path("tcp://127.0.0.1:10000").is_err());
+    }
+
+    #[tokio::test]
+    async fn a_stale_socket_is_replaced_but_a_live_one_and_a_regular_file_are_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("csi.sock");
+        // What a killed process leaves: a socket file nobody listens on.
+        drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+        assert!(path.exists());
+        let bound = bind(&path).unwrap();
+        assert_eq!(fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o660);
+
+        let refused = bind(&path).unwrap_err();
+        assert!(
+            refused
+                .to_string()
+                .ends_with("is served by a live process (another instance of the driver?); refusing to take it over")
+        );
+        assert!(path.exists(), "the live socket is left in place");
+
+        // A successor's socket at the same path is not removed by the predecessor's exit.
+        fs::remove_file(&path).unwrap();
+        let successor = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        drop(bound);
+        assert!(path.exists(), "only the socket this process bound is removed");
+        drop(successor);
+        fs::remove_file(&path).unwrap();
+        drop(bind(&path).unwrap());
+        assert!(!path.exists(), "its own socket is removed on drop");
+
+        let file = dir.path().join("file");
+        fs::write(&file, "keep me").unwrap();
+        assert!(bind(&file).is_err());
+        assert_eq!(fs::read_to_string(&file).unwrap(), "keep me");
+    }
+}

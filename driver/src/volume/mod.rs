@@ -1,0 +1,14 @@
+//! A volume's life on the node: publish and unpublish (`service`), refresh, kubelet's target
+//! paths and their symlink-free walk, the mounter, the atomic writer, the volume records, recovery
+//! after a restart, and the state lock.
+
+pub mod atomic_writer;
+pub mod lock;
+pub mod mounter;
+pub mod publish;
+pub mod recovery;
+pub mod refresh;
+pub mod service;
+pub mod store;
+pub mod target_dir;
+pub mod target_path;

@@ -1,0 +1,220 @@
+//! The refresher with a content source that can be made to hang for one volume: the other
+//! volumes' revocations go ahead, and the hung volume can be unpublished meanwhile.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Condvar;
+use std::time::Instant;
+
+use super::*;
+use crate::content::ContentSource;
+use crate::content::ask::{PodInfo, VolumeAsk};
+use crate::content::payload::{FileContent, Payload};
+use crate::error::Result;
+use crate::metrics::Metrics;
+use crate::volume::mounter::FakeMounter;
+use crate::volume::publish::Publish;
+use crate::volume::service::VolumeSettings;
+use crate::volume::store::FileVolumeStore;
+use crate::volume::target_path::TargetPath;
+
+/// Content per share name; a share in `held` blocks its fetch until released, then answers what
+/// was set when the fetch started.
+#[derive(Default)]
+struct Gated {
+    answers: Mutex<HashMap<String, Result<Payload>>>,
+    held: Mutex<HashSet<String>>,
+    waiting: Mutex<usize>,
+    released: Condvar,
+    changes: Arc<Changes>,
+}
+
+impl Gated {
+    fn answer(&self, share: &str, answer: Result<Payload>) {
+        self.answers.lock().unwrap().insert(share.to_string(), answer);
+    }
+
+    fn hold(&self, share: &str) {
+        self.held.lock().unwrap().insert(share.to_string());
+    }
+
+    fn release(&self) {
+        self.held.lock().unwrap().clear();
+        self.released.notify_all();
+    }
+
+    fn waiting(&self) -> usize {
+        *self.waiting.lock().unwrap()
+    }
+}
+
+impl ContentSource for Gated {
+    fn ready(&self) -> bool {
+        true
+    }
+
+    fn content(&self, request: &VolumeAsk) -> Result<Payload> {
+        let share = request.attributes.get("share").cloned().unwrap_or_default();
+        // Answered as things stood when the fetch started, as an apiserver answers.
+        let answer =
+            self.answers.lock().unwrap().get(&share).cloned().unwrap_or_else(|| Err(Error::Unavailable("none".into())));
+        let mut held = self.held.lock().unwrap();
+        if held.contains(&share) {
+            *self.waiting.lock().unwrap() += 1;
+            while held.contains(&share) {
+                held = self.released.wait(held).unwrap();
+            }
+            *self.waiting.lock().unwrap() -= 1;
+        }
+        drop(held);
+        answer
+    }
+
+    fn changes(&self) -> Option<Arc<Changes>> {
+        Some(self.changes.clone())
+    }
+}
+
+/// Releases every held fetch when a test ends, failed or not: a blocking task left waiting
+/// would hold the runtime's shutdown forever.
+struct ReleaseOnDrop(Arc<Gated>);
+
+impl Drop for ReleaseOnDrop {
+    fn drop(&mut self) {
+        self.0.release();
+    }
+}
+
+/// A publish of pod `pod`'s volume, as the CSI layer's check makes it.
+fn publish(root: &Path, pod: &str) -> Publish {
+    let pod_info =
+        PodInfo { name: pod.into(), namespace: "apps".into(), uid: pod.into(), service_account: "web".into() };
+    Publish {
+        target: TargetPath::parse(&target(root, pod).to_string_lossy(), root).unwrap(),
+        mount_flags: Vec::new(),
+        ask: VolumeAsk {
+            volume_id: format!("csi-{pod}"),
+            pod: pod_info,
+            attributes: [("share".to_string(), pod.to_string())].into(),
+            tokens: Default::default(),
+        },
+    }
+}
+
+fn target(root: &Path, pod: &str) -> PathBuf {
+    root.join("pods").join(pod).join("volumes/kubernetes.io~csi/shared/mount")
+}
+
+fn secret(value: &str) -> Payload {
+    [("password".to_string(), FileContent::new(value.as_bytes()))].into()
+}
+
+/// A Node service under `root` with a fake mounter and `source`, counting into `metrics`.
+fn node_over(root: &Path, source: Arc<Gated>, metrics: Arc<Metrics>) -> Arc<NodeService> {
+    Arc::new(
+        NodeService::new(
+            "node-1".into(),
+            VolumeSettings::for_tests(root.into(), false),
+            Arc::new(FakeMounter::default()),
+            Arc::new(FileVolumeStore::open(root.join("state")).unwrap()),
+            source,
+            Vec::new(),
+        )
+        .with_metrics(metrics),
+    )
+}
+
+/// How many refreshes ended with `result` (changed, unchanged, failed).
+fn refreshes(metrics: &Metrics, result: &str) -> u64 {
+    let line = format!("sharedresource_csi_driver_refreshes_total{{result=\"{result}\"}} ");
+    let text = metrics.encode();
+    text.lines().find_map(|l| l.strip_prefix(line.as_str())).and_then(|n| n.trim().parse().ok()).unwrap_or(0)
+}
+
+/// Polls `done` until it holds; a bound far above any machine's pace, never a timing claim.
+async fn eventually(what: &str, done: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !done() {
+        assert!(Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_volume_delays_no_other_volumes_revocation_and_can_be_unpublished() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let source = Arc::new(Gated::default());
+    let metrics = Arc::new(Metrics::new());
+    let node = node_over(root, source.clone(), metrics.clone());
+    for pod in ["stuck", "other"] {
+        source.answer(pod, Ok(secret("s3cret")));
+        node.publish(&publish(root, pod)).unwrap();
+    }
+    let (stop, stopped) = watch::channel(false);
+    let refresher = tokio::spawn(run(node.clone(), source.changes(), Duration::from_secs(3600), stopped));
+
+    // One volume's source hangs; the other's access is revoked.
+    let password = target(root, "other").join("password");
+    assert!(password.exists(), "the positive control: the file is there before the revocation");
+    source.hold("stuck");
+    let _release = ReleaseOnDrop(source.clone());
+    source.answer("other", Err(Error::PermissionDenied("revoked".into())));
+    source.changes.everything();
+    eventually("the stuck volume's fetch started", || source.waiting() == 1).await;
+    eventually("the other volume was emptied", || !password.exists()).await;
+    assert!(target(root, "other").is_dir(), "emptied, still there");
+    assert_eq!(source.waiting(), 1, "while the stuck volume's fetch still hangs");
+
+    // The hung volume's pod goes away: unpublish does not wait for its fetch.
+    let unpublish = node.clone();
+    let stuck_target = target(root, "stuck").to_string_lossy().into_owned();
+    tokio::task::spawn_blocking(move || unpublish.unpublish("csi-stuck", &stuck_target))
+        .await
+        .unwrap()
+        .expect("unpublished while the refresh's fetch hangs");
+    assert_eq!(source.waiting(), 1, "the fetch was still hanging when unpublish answered");
+    assert_eq!(node.volume_ids_where(|_| true), ["csi-other"], "the stuck volume is no longer published");
+
+    // Released, the late answer finds the volume gone and writes nothing (the fake mounter
+    // leaves the files it never really mounted: the version they are at must not move).
+    let version = std::fs::read_link(target(root, "stuck").join("..data")).ok();
+    assert!(version.is_some(), "the positive control: the version link is there");
+    source.answer("stuck", Ok(secret("changed")));
+    let unchanged = refreshes(&metrics, "unchanged");
+    source.release();
+    // The late refresh has ended once it is counted (as unchanged: it wrote nothing).
+    eventually("the late refresh ended", || refreshes(&metrics, "unchanged") == unchanged + 1).await;
+    assert_eq!(std::fs::read_link(target(root, "stuck").join("..data")).ok(), version, "nothing was written");
+    let _ = stop.send(true);
+    refresher.await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_during_a_refresh_refreshes_the_volume_again_afterwards() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let source = Arc::new(Gated::default());
+    let node = node_over(root, source.clone(), Arc::new(Metrics::new()));
+    source.answer("web", Ok(secret("one")));
+    node.publish(&publish(root, "web")).unwrap();
+    let refresher = Refresher {
+        node: node.clone(),
+        limit: Arc::new(Semaphore::new(CONCURRENT_REFRESHES)),
+        in_flight: Arc::default(),
+    };
+    source.hold("web");
+    let _release = ReleaseOnDrop(source.clone());
+    refresher.dispatch(&Pending::everything());
+    eventually("the first refresh's fetch started", || source.waiting() == 1).await;
+    // A revocation arrives while that fetch (which will answer with the old content) hangs: the
+    // volume is marked to be refreshed again, not refreshed twice at once.
+    refresher.dispatch(&Pending::everything());
+    let marked = refresher.in_flight.lock().unwrap().again.contains("csi-web");
+    assert!(marked, "the second change was noted against the running refresh");
+    source.answer("web", Err(Error::NotFound("gone".into())));
+    source.release();
+    let password = target(root, "web").join("password");
+    eventually("the volume was refreshed again and emptied", || !password.exists()).await;
+    eventually("the refresher let go of the volume", || refresher.in_flight.lock().unwrap().running.is_empty()).await;
+}

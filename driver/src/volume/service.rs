@@ -1,0 +1,588 @@
+//! A volume's publish and unpublish on the node (the CSI Node service's work, behind its wire
+//! adapter `csi::node`): publish builds a per-volume tmpfs at the target and fills it through
+//! the atomic writer; unpublish takes it down. Both are idempotent. The driver owns only what it
+//! creates: the record of a volume, in place before anything is made, names the directories it
+//! is about to create, and its tmpfs carries a tag derived from the volume id (and, once seen, the
+//! record keeps its device number), so undo, unpublish and recovery remove exactly what it made:
+//! its own mount (never another one found at a target), and its own directories, only while
+//! empty.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tracing::{info, warn};
+
+use crate::content::ask::VolumeAsk;
+use crate::content::projection::api::PROJECTION_ATTRIBUTE;
+use crate::content::projection::tokens::Tokens;
+use crate::content::{ContentSource, PassId};
+use crate::error::{Error, Result};
+use crate::metrics::{Metrics, RefreshResult};
+use crate::quote::{Logged, quote, quote_path};
+use crate::volume::atomic_writer::{AtomicWriter, check_key};
+use crate::volume::mounter::Mounter;
+use crate::volume::publish::{Publish, check_volume_id};
+use crate::volume::store::{VolumeRecord, VolumeStore, volume_digest};
+use crate::volume::target_dir::{self, OpenDir, OpenTarget};
+use crate::volume::target_path::TargetPath;
+
+/// How volumes are built.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeSettings {
+    /// The size limit of each volume's tmpfs.
+    pub tmpfs_bytes: u64,
+    /// Mount the tmpfs read-only on the host too (kubelet's bind mount into the container is
+    /// read-only either way, since readonly is required).
+    pub host_read_only: bool,
+    /// kubelet's root: every target lies below it in kubelet's layout.
+    pub kubelet_dir: PathBuf,
+    /// Whether content updates reach published volumes (revocations always do).
+    pub refresh_content: bool,
+}
+
+#[cfg(test)]
+impl VolumeSettings {
+    /// The settings unit tests build volumes with: 1 MiB tmpfs, content refreshed.
+    pub(crate) fn for_tests(kubelet_dir: PathBuf, host_read_only: bool) -> VolumeSettings {
+        VolumeSettings { tmpfs_bytes: 1 << 20, host_read_only, kubelet_dir, refresh_content: true }
+    }
+}
+
+/// The source name of the tmpfs the driver mounts for `volume_id`: how it recognises its own
+/// mount at a target.
+pub fn mount_tag(volume_id: &str) -> String {
+    format!("inline-guard:{}", &volume_digest(volume_id)[..32])
+}
+
+/// The volume attribute that turns refreshing off for one volume (`"false"`; default on): its
+/// content stays as published, as with the OpenShift driver, except that losing access (or the
+/// share) still empties it.
+pub const REFRESH_ATTRIBUTE: &str = "refreshResource";
+
+/// What an operation holds exclusively.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Busy {
+    Volume(String),
+    Target(PathBuf),
+}
+
+/// The Node service.
+pub struct NodeService {
+    node_id: String,
+    settings: VolumeSettings,
+    mounter: Arc<dyn Mounter>,
+    store: Arc<dyn VolumeStore>,
+    content: Arc<dyn ContentSource>,
+    metrics: Arc<Metrics>,
+    volumes: Mutex<HashMap<String, VolumeRecord>>,
+    // The tokens kubelet passed at each volume's last publish: in memory only, never in a
+    // record (a restart loses them until kubelet's next republish).
+    tokens: Mutex<HashMap<String, Tokens>>,
+    // Volume ids and targets with an operation under way: a second one on either is told to
+    // retry (ABORTED), as the specification asks, instead of racing the first.
+    busy: Mutex<HashSet<Busy>>,
+    // The last refresh failure of each volume whose content is not current.
+    stale: Mutex<HashMap<String, Error>>,
+    passes: AtomicU64,
+}
+
+impl NodeService {
+    /// A Node service for `node_id` over the given parts, remembering `records` as published.
+    pub fn new(
+        node_id: String,
+        settings: VolumeSettings,
+        mounter: Arc<dyn Mounter>,
+        store: Arc<dyn VolumeStore>,
+        content: Arc<dyn ContentSource>,
+        records: Vec<VolumeRecord>,
+    ) -> NodeService {
+        let volumes: HashMap<String, VolumeRecord> = records.into_iter().map(|r| (r.volume_id.clone(), r)).collect();
+        let metrics = Arc::new(Metrics::new());
+        metrics.set_volumes(volumes.len());
+        NodeService {
+            node_id,
+            settings,
+            mounter,
+            store,
+            content,
+            metrics,
+            volumes: Mutex::new(volumes),
+            tokens: Mutex::default(),
+            busy: Mutex::default(),
+            stale: Mutex::default(),
+            passes: AtomicU64::new(0),
+        }
+    }
+
+    /// The same service, counting into `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> NodeService {
+        metrics.set_volumes(self.volumes.lock().unwrap_or_else(|p| p.into_inner()).len());
+        self.metrics = metrics;
+        self
+    }
+
+    fn count_volumes(&self) {
+        self.metrics.set_volumes(self.volumes.lock().unwrap_or_else(|p| p.into_inner()).len());
+    }
+
+    /// The node's id, as NodeGetInfo reports it.
+    pub fn node_id(&self) -> &str {
+        &self.node_id
+    }
+
+    /// What the service counts.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// kubelet's root, as configured.
+    pub fn kubelet_dir(&self) -> &Path {
+        &self.settings.kubelet_dir
+    }
+
+    /// Marks `volume_id` and `target` busy until the claim is dropped (ABORTED meanwhile).
+    pub(crate) fn claim(&self, volume_id: &str, target: &Path) -> Result<Claim<'_>> {
+        let keys = [Busy::Volume(volume_id.to_string()), Busy::Target(target.to_path_buf())];
+        let mut busy = self.busy.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(taken) = keys.iter().find(|key| busy.contains(key)) {
+            let what = match taken {
+                Busy::Volume(id) => format!("volume {}", quote(id)),
+                Busy::Target(path) => quote_path(path),
+            };
+            return Err(Error::Aborted(format!("an operation on {what} is in progress")));
+        }
+        busy.extend(keys.iter().cloned());
+        Ok(Claim { service: self, keys })
+    }
+
+    /// The tokens of `volume_id`'s last publish, or [`Tokens::lost`] when this process has not
+    /// seen one.
+    fn tokens_of(&self, volume_id: &str) -> Tokens {
+        self.tokens.lock().unwrap_or_else(|p| p.into_inner()).get(volume_id).cloned().unwrap_or_else(Tokens::lost)
+    }
+
+    /// Holds `tokens` for `volume_id` (`None`: forgets them).
+    fn keep_tokens(&self, volume_id: &str, tokens: Option<&Tokens>) {
+        let mut held = self.tokens.lock().unwrap_or_else(|p| p.into_inner());
+        match tokens {
+            Some(tokens) => held.insert(volume_id.to_string(), tokens.clone()),
+            None => held.remove(volume_id),
+        };
+    }
+
+    fn record(&self, volume_id: &str) -> Option<VolumeRecord> {
+        self.volumes.lock().unwrap_or_else(|p| p.into_inner()).get(volume_id).cloned()
+    }
+
+    /// Whether `opened` has this volume's own tmpfs on it; an error when something else is
+    /// mounted there. The device the record remembers answers without reading the mount table;
+    /// otherwise the mount's tag decides.
+    fn holds_own_mount(&self, opened: &OpenTarget, volume_id: &str, device: Option<u64>) -> Result<bool> {
+        if let Some(device) = device
+            && self.mounter.mount_device(&opened.parent, &opened.target)? == Some(device)
+        {
+            return Ok(true);
+        }
+        match self.mounter.mount_source(&opened.parent, &opened.target)? {
+            None => Ok(false),
+            Some(source) if source.is(&mount_tag(volume_id)) => Ok(true),
+            Some(source) => Err(Error::FailedPrecondition(format!(
+                "{} has a {} mount the driver did not make; it is left alone",
+                quote_path(opened.target.path()),
+                quote(&source.fs_type)
+            ))),
+        }
+    }
+
+    /// Publishes a checked request.
+    pub fn publish(&self, request: &Publish) -> Result<()> {
+        let root = self.kubelet_dir();
+        let target = &request.target;
+        let _claim = self.claim(&request.ask.volume_id, target.as_path())?;
+        let wanted = VolumeRecord {
+            volume_id: request.ask.volume_id.clone(),
+            target_path: target.as_path().to_path_buf(),
+            pod: request.ask.pod.clone(),
+            attributes: request.ask.attributes.clone(),
+            host_read_only: self.settings.host_read_only,
+            created_dirs: Vec::new(),
+            device: None,
+            complete: true,
+        };
+        let existing = self.record(&request.ask.volume_id);
+        if let Some(existing) = &existing {
+            if !existing.same_publish(&wanted) {
+                return Err(Error::AlreadyExists(format!(
+                    "volume {} is already published with other arguments",
+                    quote(&request.ask.volume_id)
+                )));
+            }
+            if let Some(opened) = target_dir::open(root, target)?
+                && self.holds_own_mount(&opened, &request.ask.volume_id, existing.device)?
+            {
+                // A republish (the CSIDriver's requiresRepublish): a projection's new tokens are
+                // written at once, whatever the volume's refresh setting, since the old ones
+                // expire. A share's volume shows no token: its content is left to the refresh,
+                // so `refreshResource: "false"` still keeps it as published.
+                let held = self.tokens_of(&request.ask.volume_id);
+                // After a restart the held tokens are unknown: a republish without tokens (the
+                // CSIDriver requests none) has nothing to write.
+                let new_tokens = if held.is_lost() {
+                    request.ask.tokens.audiences().next().is_some()
+                } else {
+                    held != request.ask.tokens
+                };
+                let shows_tokens = existing.attributes.contains_key(PROJECTION_ATTRIBUTE);
+                self.keep_tokens(&request.ask.volume_id, Some(&request.ask.tokens));
+                let rewrite_tokens = new_tokens && shows_tokens;
+                // A volume whose last refresh failed is refreshed again now, and a failure is
+                // kubelet's to report: it records it as the pod's event.
+                let stale = self.stale.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&request.ask.volume_id);
+                if (rewrite_tokens || stale)
+                    && let Err(error) = self.refresh(existing, rewrite_tokens)
+                {
+                    if rewrite_tokens {
+                        // Kept only once written: kubelet's retry brings them again.
+                        self.keep_tokens(&request.ask.volume_id, Some(&held).filter(|held| !held.is_lost()));
+                    }
+                    return Err(error);
+                }
+                return Ok(());
+            }
+            // Recorded, but its mount is gone (unmounted behind the driver's back): publish it
+            // again, keeping the record of what was made before.
+        }
+        let other = self
+            .volumes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .any(|r| r.target_path == target.as_path() && r.volume_id != request.ask.volume_id);
+        if other {
+            return Err(Error::AlreadyExists(format!("{} already holds another volume", quote_path(target.as_path()))));
+        }
+
+        let payload = self.content.content(&request.ask)?;
+        // A hostile key is refused before anything is created or mounted.
+        for key in payload.keys() {
+            check_key(key)?;
+        }
+        let made_before = existing.map(|r| r.created_dirs).unwrap_or_default();
+        let mut record = VolumeRecord { complete: false, created_dirs: made_before.clone(), ..wanted };
+        record.created_dirs.extend(target_dir::missing(root, target)?);
+        // In place before anything is made: should the driver die from here on, the next start
+        // finds this record and takes back exactly what it names. Renamed into place but not
+        // fsynced: a killed process's writes are in the page cache for its successor, and a
+        // power loss takes every tmpfs with it, so the most it could leave is an empty directory.
+        self.store.put(&record, false)?;
+
+        let mut made = Made { dirs: made_before, mounted: false, device: None };
+        let result = self.build(target, &request.ask.volume_id, &payload, &mut made).and_then(|()| {
+            record.created_dirs = made.dirs.clone();
+            record.device = made.device;
+            record.complete = true;
+            // Durable before answering: kubelet treats the volume as published from here on.
+            self.store.put(&record, true)
+        });
+        match result {
+            Ok(()) => {
+                self.keep_tokens(&record.volume_id, Some(&request.ask.tokens));
+                self.volumes.lock().unwrap_or_else(|p| p.into_inner()).insert(record.volume_id.clone(), record);
+                self.count_volumes();
+                Ok(())
+            }
+            Err(error) => {
+                self.volumes.lock().unwrap_or_else(|p| p.into_inner()).remove(&record.volume_id);
+                record.created_dirs = made.dirs;
+                record.device = made.device;
+                for problem in self.take_down(&record, made.mounted) {
+                    warn!(volume = %quote(&record.volume_id), problem = %Logged(&problem), "undoing a failed publish");
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// The steps of a publish that make something, each noted in `made` as soon as it is done.
+    fn build(
+        &self,
+        target: &TargetPath,
+        volume_id: &str,
+        payload: &crate::volume::atomic_writer::Payload,
+        made: &mut Made,
+    ) -> Result<()> {
+        let mut created = Vec::new();
+        let opened = target_dir::create(self.kubelet_dir(), target, &mut created);
+        made.dirs.extend(created);
+        let opened = opened?;
+        // Its own tag can already be there only when a publish of this volume lost its mount's
+        // record; its content is rewritten below.
+        if !self.holds_own_mount(&opened, volume_id, None)? {
+            self.mounter.mount_tmpfs(&opened.target, self.settings.tmpfs_bytes, &mount_tag(volume_id))?;
+        }
+        made.mounted = true;
+        // The descriptor opened before the mount is the directory under it; the volume's root
+        // is reached by opening the target again from the same parent. Nothing else mounts on a
+        // target this operation holds, so the mount found there now is the one just made.
+        let volume = OpenTarget { target: opened.reopen()?, parent: opened.parent };
+        let Some(device) = self.mounter.mount_device(&volume.parent, &volume.target)? else {
+            return Err(Error::Internal(format!(
+                "the tmpfs mounted at {} is not there any more",
+                quote_path(target.as_path())
+            )));
+        };
+        made.device = Some(device);
+        self.write(&volume.target, payload, false).map(drop)
+    }
+
+    /// Writes `payload` into the volume whose root is `volume`; on a read-only host mount the
+    /// tmpfs is opened for writing only for the write (`reopen` for a refresh of a finished one).
+    fn write(&self, volume: &OpenDir, payload: &crate::volume::atomic_writer::Payload, reopen: bool) -> Result<bool> {
+        let writer = AtomicWriter::new(volume.proc_path());
+        if !self.settings.host_read_only {
+            return writer.write(payload);
+        }
+        if reopen {
+            self.mounter.remount(volume, false)?;
+        }
+        let written = writer.write(payload);
+        self.mounter.remount(volume, true)?;
+        written
+    }
+
+    /// Takes down what `record` says the driver made: its own mount when `mounted` (never
+    /// another), then its own directories while empty. Returns a line for each thing left.
+    fn take_down(&self, record: &VolumeRecord, mounted: bool) -> Vec<String> {
+        let mut left = Vec::new();
+        let root = self.kubelet_dir();
+        if mounted {
+            let unmounted = TargetPath::parse(&record.target_path.to_string_lossy(), root).and_then(|target| {
+                let Some(opened) = target_dir::open(root, &target)? else {
+                    return Ok(());
+                };
+                if self.holds_own_mount(&opened, &record.volume_id, record.device)? {
+                    self.mounter.unmount(&opened.target)?;
+                }
+                Ok(())
+            });
+            if let Err(error) = unmounted {
+                left.push(error.to_string());
+            }
+        }
+        left.extend(target_dir::remove_created(root, &record.target_path, &record.created_dirs));
+        let _ = self.store.remove(&record.volume_id);
+        left
+    }
+
+    /// Re-reads every published volume's content and rewrites what changed (the atomic writer
+    /// makes an unchanged volume a no-op), one volume after another in one pass. A volume whose
+    /// content may no longer be had (the share is gone, access was withdrawn) is emptied, not
+    /// left serving stale data. Returns, per volume, whether it changed. The driver's own
+    /// refresher runs volumes concurrently instead ([`crate::volume::refresh`]); this is for tests and
+    /// benchmarks.
+    pub fn refresh_all(&self) -> Vec<(String, Result<bool>)> {
+        self.refresh_where(|_| true)
+    }
+
+    /// [`NodeService::refresh_all`] for the volumes `touched` selects.
+    pub fn refresh_where(&self, touched: impl Fn(&VolumeRecord) -> bool) -> Vec<(String, Result<bool>)> {
+        let pass = self.start_pass();
+        let results = self
+            .volume_ids_where(touched)
+            .into_iter()
+            .filter_map(|volume_id| {
+                let result = self.refresh_volume(&volume_id, Some(pass))?;
+                Some((volume_id, result))
+            })
+            .collect();
+        self.end_pass(pass);
+        results
+    }
+
+    /// The published volumes `touched` selects.
+    pub fn volume_ids_where(&self, touched: impl Fn(&VolumeRecord) -> bool) -> Vec<String> {
+        let volumes = self.volumes.lock().unwrap_or_else(|p| p.into_inner());
+        volumes.values().filter(|record| touched(record)).map(|record| record.volume_id.clone()).collect()
+    }
+
+    /// A new refresh pass, started at the content source.
+    pub fn start_pass(&self) -> PassId {
+        let pass = PassId(self.passes.fetch_add(1, Ordering::Relaxed));
+        self.content.start_pass(pass);
+        pass
+    }
+
+    /// Ends refresh pass `pass` at the content source (which may start writing the shares'
+    /// status in the background).
+    pub fn end_pass(&self, pass: PassId) {
+        self.content.end_pass(pass);
+    }
+
+    /// Refreshes one volume, within refresh pass `pass` when given; `None` when the volume is
+    /// not published (any more). The content is fetched without holding the volume, so an
+    /// unpublish never waits for the apiserver: the volume is held only while its new content
+    /// is written, and a refresh that finds the volume unpublished or republished meanwhile
+    /// writes nothing. Another operation holding the volume answers ABORTED (retry).
+    pub fn refresh_volume(&self, volume_id: &str, pass: Option<PassId>) -> Option<Result<bool>> {
+        let record = self.record(volume_id)?;
+        let fetched = self.fetch(&record, pass);
+        let result =
+            self.claim(&record.volume_id, &record.target_path).and_then(|_claim| match self.record(volume_id) {
+                Some(current) if current.same_publish(&record) => self.apply(&current, fetched?, false),
+                _ => Ok(false),
+            });
+        self.metrics.refresh(match &result {
+            Ok(true) => RefreshResult::Changed,
+            Ok(false) => RefreshResult::Unchanged,
+            Err(_) => RefreshResult::Failed,
+        });
+        self.note_refresh(volume_id, &result);
+        Some(result)
+    }
+
+    /// Remembers whether `volume_id`'s last refresh failed (an operation under way is not a
+    /// failure), so the next republish can report it to kubelet, which records it as the pod's
+    /// event: a volume serving old content is not known to the driver's log alone.
+    fn note_refresh(&self, volume_id: &str, result: &Result<bool>) {
+        let mut stale = self.stale.lock().unwrap_or_else(|p| p.into_inner());
+        match result {
+            Err(Error::Aborted(_)) => {}
+            Err(error) => {
+                stale.insert(volume_id.to_string(), error.clone());
+            }
+            Ok(_) => {
+                stale.remove(volume_id);
+            }
+        }
+        self.metrics.set_stale_volumes(stale.len());
+    }
+
+    /// Rewrites one volume's content now, holding it; `forced` writes it even where the volume
+    /// keeps what it was published with (a republish bringing new tokens).
+    fn refresh(&self, record: &VolumeRecord, forced: bool) -> Result<bool> {
+        let fetched = self.fetch(record, None)?;
+        let result = self.apply(record, fetched, forced);
+        self.note_refresh(&record.volume_id, &result);
+        result
+    }
+
+    /// The content `record`'s volume should show now. A share gone, or access withdrawn, is
+    /// content withdrawn (the volume is emptied, and stays mounted); a source that cannot answer
+    /// now is an error (nothing changes).
+    fn fetch(&self, record: &VolumeRecord, pass: Option<PassId>) -> Result<Fetched> {
+        let ask = VolumeAsk {
+            volume_id: record.volume_id.clone(),
+            pod: record.pod.clone(),
+            attributes: record.attributes.clone(),
+            tokens: self.tokens_of(&record.volume_id),
+        };
+        let answer = match pass {
+            Some(pass) => self.content.content_in_pass(&ask, pass),
+            None => self.content.content(&ask),
+        };
+        match answer {
+            Ok(payload) => Ok(Fetched { payload, withdrawn: None }),
+            Err(error) if error.withdraws_content() => {
+                Ok(Fetched { payload: Default::default(), withdrawn: Some(error) })
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Writes `fetched` into `record`'s volume, unless the volume keeps what it was published
+    /// with; whether it changed.
+    fn apply(&self, record: &VolumeRecord, fetched: Fetched, forced: bool) -> Result<bool> {
+        // `refreshResource: "false"`: the volume keeps what it was published with; a revocation
+        // still empties it (access is never kept by a setting of the pod's own).
+        let kept = !self.settings.refresh_content
+            || record.attributes.get(REFRESH_ATTRIBUTE).is_some_and(|value| value == "false");
+        if fetched.withdrawn.is_none() && kept && !forced {
+            return Ok(false);
+        }
+        let target = TargetPath::parse(&record.target_path.to_string_lossy(), self.kubelet_dir())?;
+        let opened = target_dir::open(self.kubelet_dir(), &target)?;
+        let Some(opened) =
+            opened.filter(|opened| self.holds_own_mount(opened, &record.volume_id, record.device).unwrap_or(false))
+        else {
+            return Err(Error::Internal(format!(
+                "{} no longer holds the volume's tmpfs; not written",
+                quote_path(&record.target_path)
+            )));
+        };
+        let changed = self.write(&opened.target, &fetched.payload, true)?;
+        if changed && let Some(reason) = &fetched.withdrawn {
+            self.metrics.revocation();
+            info!(volume = %quote(&record.volume_id), reason = %Logged(reason), "content withdrawn; the volume was emptied");
+        }
+        Ok(changed)
+    }
+
+    /// Unpublishes. A volume the driver does not hold at `target` is already done; a mount the
+    /// driver did not make is never unmounted.
+    pub fn unpublish(&self, volume_id: &str, target: &str) -> Result<()> {
+        check_volume_id(volume_id)?;
+        if target.is_empty() {
+            return Err(Error::InvalidArgument("target_path is required".into()));
+        }
+        let target = TargetPath::parse(target, self.kubelet_dir())?;
+        let _claim = self.claim(volume_id, target.as_path())?;
+        let Some(record) = self.record(volume_id).filter(|r| r.target_path == target.as_path()) else {
+            // No record (never the driver's, or lost with its state directory): only a tmpfs
+            // carrying this volume's own tag can be the driver's, and only that is taken down;
+            // no directory is removed, since none is known to be the driver's.
+            if let Ok(Some(opened)) = target_dir::open(self.kubelet_dir(), &target)
+                && let Ok(Some(source)) = self.mounter.mount_source(&opened.parent, &opened.target)
+                && source.is(&mount_tag(volume_id))
+            {
+                self.mounter.unmount(&opened.target)?;
+            }
+            return Ok(());
+        };
+        if let Some(opened) = target_dir::open(self.kubelet_dir(), &target)? {
+            // Refused (FAILED_PRECONDITION) when another mount covers the volume's: kubelet
+            // retries, and nothing of someone else's is taken down meanwhile.
+            if self.holds_own_mount(&opened, volume_id, record.device)? {
+                self.mounter.unmount(&opened.target)?;
+            }
+        }
+        for problem in self.take_down(&record, false) {
+            warn!(volume = %quote(volume_id), problem = %Logged(&problem), "unpublish left something");
+        }
+        self.volumes.lock().unwrap_or_else(|p| p.into_inner()).remove(volume_id);
+        self.note_refresh(volume_id, &Ok(false));
+        self.keep_tokens(volume_id, None);
+        self.count_volumes();
+        Ok(())
+    }
+}
+
+/// A volume's content as fetched for a refresh.
+struct Fetched {
+    payload: crate::volume::atomic_writer::Payload,
+    /// Why the content may no longer be had, when it may not (the payload is then empty).
+    withdrawn: Option<Error>,
+}
+
+/// What a publish has made so far: directories, its mount, and that mount's device once seen.
+struct Made {
+    dirs: Vec<PathBuf>,
+    mounted: bool,
+    device: Option<u64>,
+}
+
+/// Marks a volume id and a target busy for the life of an operation.
+pub(crate) struct Claim<'a> {
+    service: &'a NodeService,
+    keys: [Busy; 2],
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        let mut busy = self.service.busy.lock().unwrap_or_else(|p| p.into_inner());
+        for key in &self.keys {
+            busy.remove(key);
+        }
+    }
+}
