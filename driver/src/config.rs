@@ -112,9 +112,8 @@ impl DriverConfig {
     }
 
     /// Reads and validates `path` (YAML or JSON).
-    pub fn load(path: &Path) -> Result<DriverConfig, inline_guard_config::Error> {
-        let text = inline_guard_config::format::read_text(path)?;
-        inline_guard_config::format::decode(path, &text)
+    pub fn load(path: &Path) -> Result<DriverConfig, crate::config_file::ConfigFileError> {
+        crate::config_file::load(path)
     }
 }
 
@@ -179,7 +178,7 @@ mod tests {
     use super::*;
 
     fn parse(text: &str) -> Result<DriverConfig, String> {
-        inline_guard_config::format::decode(Path::new("driver.yaml"), text).map_err(|e| e.to_string())
+        crate::config_file::decode(Path::new("driver.yaml"), text).map_err(|e| e.to_string())
     }
 
     #[test]

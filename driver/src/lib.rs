@@ -14,7 +14,8 @@
 //! - [`content`]: what a volume holds (the content sources: shares and projections of the
 //!   cluster, a directory of static shares for demos; what changed and whom it concerns).
 //!
-//! Beside them: `plugin` assembles the services on their sockets; `config`, `cli`, `error`,
+//! Beside them: `plugin` assembles the services on their sockets; `config` (and `config_file`,
+//! its reader), `cli`, `error`,
 //! `health` and `metrics`, `quote` (bounded quoting of input), `dir_tree`, the apiserver client
 //! stack; and `read_grants`, the small controller that lets the driver read exactly what shares
 //! name.
@@ -22,6 +23,7 @@
 pub mod apiserver_client;
 pub mod cli;
 pub mod config;
+pub mod config_file;
 pub mod content;
 pub mod csi;
 pub mod dir_tree;
