@@ -101,7 +101,7 @@ pub fn run(args: &CertificateArgs, stdout: &mut dyn Write) -> Result<(), Certifi
     let _ = writeln!(
         stdout,
         "wrote a kustomize Component to {dir}: Secret {namespace}/{SECRET_NAME} for {names} and the caBundle of \
-         both webhook configurations; list it under `components:` of an overlay of config/deploy (see the README)",
+         both webhook configurations; list it under `components:` of an overlay of config/deploy (see docs/deploying.md)",
         dir = args.out_dir.display(),
         names = names.join(", "),
     );
