@@ -5,6 +5,7 @@
 pub mod atomic_writer;
 pub mod lock;
 pub mod mounter;
+pub mod ownership;
 pub mod publish;
 pub mod recovery;
 pub mod refresh;

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use crate::quote::{quote, quote_path};
 use crate::volume::mounter::Mounter;
-use crate::volume::service::mount_tag;
+use crate::volume::ownership::{Ownership, ownership};
 use crate::volume::store::{VolumeRecord, VolumeStore};
 use crate::volume::target_dir;
 use crate::volume::target_path::TargetPath;
@@ -34,14 +34,11 @@ pub fn recover(
             .and_then(|path| target_dir::open(kubelet_dir, &path))
             .and_then(|opened| {
                 let Some(opened) = opened else { return Ok(None) };
-                // The recorded device answers without the mount table; else the tag decides.
-                if let Some(device) = record.device
-                    && mounter.mount_device(&opened.parent, &opened.target)? == Some(device)
-                {
-                    return Ok(Some((true, opened)));
-                }
-                let source = mounter.mount_source(&opened.parent, &opened.target)?;
-                Ok(source.map(|source| (source.is(&mount_tag(&record.volume_id)), opened)))
+                Ok(match ownership(mounter, &opened, &record.volume_id, record.device)? {
+                    Ownership::Own => Some((true, opened)),
+                    Ownership::Foreign(_) => Some((false, opened)),
+                    Ownership::Unmounted => None,
+                })
             });
         let state = match own_mount {
             Ok(Some((true, opened))) if record.complete => {
@@ -87,6 +84,7 @@ mod tests {
     use super::*;
     use crate::content::ask::PodInfo;
     use crate::volume::mounter::{FakeMounter, MountSource};
+    use crate::volume::ownership::mount_tag;
     use crate::volume::store::FileVolumeStore;
 
     fn target(root: &Path, uid: &str) -> PathBuf {

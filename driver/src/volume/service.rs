@@ -23,8 +23,9 @@ use crate::metrics::{Metrics, RefreshResult};
 use crate::quote::{Logged, quote, quote_path};
 use crate::volume::atomic_writer::{AtomicWriter, check_key};
 use crate::volume::mounter::Mounter;
+use crate::volume::ownership::{Ownership, mount_tag, ownership};
 use crate::volume::publish::{Publish, check_volume_id};
-use crate::volume::store::{VolumeRecord, VolumeStore, volume_digest};
+use crate::volume::store::{VolumeRecord, VolumeStore};
 use crate::volume::target_dir::{self, OpenDir, OpenTarget};
 use crate::volume::target_path::TargetPath;
 
@@ -48,12 +49,6 @@ impl VolumeSettings {
     pub(crate) fn for_tests(kubelet_dir: PathBuf, host_read_only: bool) -> VolumeSettings {
         VolumeSettings { tmpfs_bytes: 1 << 20, host_read_only, kubelet_dir, refresh_content: true }
     }
-}
-
-/// The source name of the tmpfs the driver mounts for `volume_id`: how it recognises its own
-/// mount at a target.
-pub fn mount_tag(volume_id: &str) -> String {
-    format!("inline-guard:{}", &volume_digest(volume_id)[..32])
 }
 
 /// The volume attribute that turns refreshing off for one volume (`"false"`; default on): its
@@ -180,15 +175,10 @@ impl NodeService {
     /// mounted there. The device the record remembers answers without reading the mount table;
     /// otherwise the mount's tag decides.
     fn holds_own_mount(&self, opened: &OpenTarget, volume_id: &str, device: Option<u64>) -> Result<bool> {
-        if let Some(device) = device
-            && self.mounter.mount_device(&opened.parent, &opened.target)? == Some(device)
-        {
-            return Ok(true);
-        }
-        match self.mounter.mount_source(&opened.parent, &opened.target)? {
-            None => Ok(false),
-            Some(source) if source.is(&mount_tag(volume_id)) => Ok(true),
-            Some(source) => Err(Error::FailedPrecondition(format!(
+        match ownership(self.mounter.as_ref(), opened, volume_id, device)? {
+            Ownership::Own => Ok(true),
+            Ownership::Unmounted => Ok(false),
+            Ownership::Foreign(source) => Err(Error::FailedPrecondition(format!(
                 "{} has a {} mount the driver did not make; it is left alone",
                 quote_path(opened.target.path()),
                 quote(&source.fs_type)
@@ -533,8 +523,7 @@ impl NodeService {
             // carrying this volume's own tag can be the driver's, and only that is taken down;
             // no directory is removed, since none is known to be the driver's.
             if let Ok(Some(opened)) = target_dir::open(self.kubelet_dir(), &target)
-                && let Ok(Some(source)) = self.mounter.mount_source(&opened.parent, &opened.target)
-                && source.is(&mount_tag(volume_id))
+                && let Ok(Ownership::Own) = ownership(self.mounter.as_ref(), &opened, volume_id, None)
             {
                 self.mounter.unmount(&opened.target)?;
             }

@@ -17,6 +17,7 @@ use crate::content::ask::VolumeAsk;
 use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::volume::mounter::{FakeMounter, MountAction, MountSource};
+use crate::volume::ownership::mount_tag;
 use crate::volume::service::*;
 use crate::volume::store::FileVolumeStore;
 use crate::volume::store::VolumeStore;
