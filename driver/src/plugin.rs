@@ -82,6 +82,32 @@ impl Plugin {
         }
     }
 
+    /// The Node service over the volumes a previous run published and recovery kept (what was
+    /// interrupted is undone first, what is no longer there is forgotten).
+    fn recovered_node_service(&self) -> Result<Arc<NodeService>> {
+        let store = Arc::new(FileVolumeStore::open(&self.config.state_dir)?);
+        let (records, problems) = store.load_all()?;
+        for problem in problems {
+            warn!(problem = %crate::quote::Logged(&problem), "unreadable volume record ignored");
+        }
+        let kubelet_dir = self.config.kubelet_dir.clone();
+        let (kept, dropped) = recover(records, self.mounter.as_ref(), store.as_ref(), &kubelet_dir);
+        for line in dropped {
+            info!("{}", crate::quote::Logged(&line));
+        }
+        info!(volumes = kept.len(), "recovered published volumes");
+        let settings = VolumeSettings {
+            tmpfs_bytes: self.config.tmpfs_size,
+            host_read_only: self.config.host_read_only,
+            kubelet_dir,
+            refresh_content: self.config.refresh,
+        };
+        let store: Arc<dyn VolumeStore> = store;
+        let service =
+            NodeService::new(self.node_id.clone(), settings, self.mounter.clone(), store, self.content.clone(), kept);
+        Ok(Arc::new(service.with_metrics(self.metrics.clone())))
+    }
+
     /// Serves until `shutdown` completes, then removes its sockets. After `shutdown`, requests
     /// in flight get `shutdownTimeoutSeconds` to finish; then the servers are dropped with
     /// whatever connections are still open.
@@ -94,29 +120,7 @@ impl Plugin {
             None
         };
 
-        let store = Arc::new(FileVolumeStore::open(&self.config.state_dir)?);
-        let (records, problems) = store.load_all()?;
-        for problem in problems {
-            warn!(problem = %crate::quote::Logged(&problem), "unreadable volume record ignored");
-        }
-        let kubelet_dir = self.config.kubelet_dir.clone();
-        let (kept, dropped) = recover(records, self.mounter.as_ref(), store.as_ref(), &kubelet_dir);
-        for line in dropped {
-            info!("{}", crate::quote::Logged(&line));
-        }
-        info!(volumes = kept.len(), "recovered published volumes");
-
-        let settings = VolumeSettings {
-            tmpfs_bytes: self.config.tmpfs_size,
-            host_read_only: self.config.host_read_only,
-            kubelet_dir,
-            refresh_content: self.config.refresh,
-        };
-        let store: Arc<dyn VolumeStore> = store;
-        let node = Arc::new(
-            NodeService::new(self.node_id, settings, self.mounter, store, self.content.clone(), kept)
-                .with_metrics(self.metrics.clone()),
-        );
+        let node = self.recovered_node_service()?;
         let health = Arc::new(Health {
             serving: std::sync::atomic::AtomicBool::new(false),
             content: self.content.clone(),

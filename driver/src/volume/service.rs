@@ -186,6 +186,43 @@ impl NodeService {
         }
     }
 
+    /// A republish of a volume whose mount is in place (the CSIDriver's requiresRepublish): a
+    /// projection's new tokens are written at once, whatever the volume's refresh setting, since
+    /// the old ones expire. A share's volume shows no token: its content is left to the refresh,
+    /// so `refreshResource: "false"` still keeps it as published.
+    fn republish(&self, request: &Publish, existing: &VolumeRecord) -> Result<()> {
+        let held = self.tokens_of(&request.ask.volume_id);
+        // After a restart the held tokens are unknown: a republish without tokens (the
+        // CSIDriver requests none) has nothing to write.
+        let new_tokens =
+            if held.is_lost() { request.ask.tokens.audiences().next().is_some() } else { held != request.ask.tokens };
+        let shows_tokens = existing.attributes.contains_key(PROJECTION_ATTRIBUTE);
+        self.keep_tokens(&request.ask.volume_id, Some(&request.ask.tokens));
+        let rewrite_tokens = new_tokens && shows_tokens;
+        // A volume whose last refresh failed is refreshed again now, and a failure is
+        // kubelet's to report: it records it as the pod's event.
+        let stale = self.stale.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&request.ask.volume_id);
+        if (rewrite_tokens || stale)
+            && let Err(error) = self.refresh(existing, rewrite_tokens)
+        {
+            if rewrite_tokens {
+                // Kept only once written: kubelet's retry brings them again.
+                self.keep_tokens(&request.ask.volume_id, Some(&held).filter(|held| !held.is_lost()));
+            }
+            return Err(error);
+        }
+        Ok(())
+    }
+
+    /// Whether another volume's record names `target`.
+    fn target_holds_another_volume(&self, target: &TargetPath, volume_id: &str) -> bool {
+        self.volumes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .any(|r| r.target_path == target.as_path() && r.volume_id != volume_id)
+    }
+
     /// Publishes a checked request.
     pub fn publish(&self, request: &Publish) -> Result<()> {
         let root = self.kubelet_dir();
@@ -212,45 +249,12 @@ impl NodeService {
             if let Some(opened) = target_dir::open(root, target)?
                 && self.holds_own_mount(&opened, &request.ask.volume_id, existing.device)?
             {
-                // A republish (the CSIDriver's requiresRepublish): a projection's new tokens are
-                // written at once, whatever the volume's refresh setting, since the old ones
-                // expire. A share's volume shows no token: its content is left to the refresh,
-                // so `refreshResource: "false"` still keeps it as published.
-                let held = self.tokens_of(&request.ask.volume_id);
-                // After a restart the held tokens are unknown: a republish without tokens (the
-                // CSIDriver requests none) has nothing to write.
-                let new_tokens = if held.is_lost() {
-                    request.ask.tokens.audiences().next().is_some()
-                } else {
-                    held != request.ask.tokens
-                };
-                let shows_tokens = existing.attributes.contains_key(PROJECTION_ATTRIBUTE);
-                self.keep_tokens(&request.ask.volume_id, Some(&request.ask.tokens));
-                let rewrite_tokens = new_tokens && shows_tokens;
-                // A volume whose last refresh failed is refreshed again now, and a failure is
-                // kubelet's to report: it records it as the pod's event.
-                let stale = self.stale.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&request.ask.volume_id);
-                if (rewrite_tokens || stale)
-                    && let Err(error) = self.refresh(existing, rewrite_tokens)
-                {
-                    if rewrite_tokens {
-                        // Kept only once written: kubelet's retry brings them again.
-                        self.keep_tokens(&request.ask.volume_id, Some(&held).filter(|held| !held.is_lost()));
-                    }
-                    return Err(error);
-                }
-                return Ok(());
+                return self.republish(request, existing);
             }
             // Recorded, but its mount is gone (unmounted behind the driver's back): publish it
             // again, keeping the record of what was made before.
         }
-        let other = self
-            .volumes
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .any(|r| r.target_path == target.as_path() && r.volume_id != request.ask.volume_id);
-        if other {
+        if self.target_holds_another_volume(target, &request.ask.volume_id) {
             return Err(Error::AlreadyExists(format!("{} already holds another volume", quote_path(target.as_path()))));
         }
 

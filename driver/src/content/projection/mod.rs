@@ -1,8 +1,9 @@
 //! Projections: one read-only volume composed from several shares, pod facts and a token, with
-//! the rules of kubelet's `projected` volume (items, paths, modes, collisions). This room holds
-//! the pure core so far: the spec's vocabulary, its static checks, the composition of resolved
-//! data into one payload, and the downward API's rendering of pod facts. Fetching the sources
-//! (access checks, the `SharedProjection` CRD, tokens from kubelet) is not wired yet.
+//! the rules of kubelet's `projected` volume (items, paths, modes, collisions): the spec's
+//! vocabulary and its static checks (`api`), the composition of resolved data into one payload
+//! (`compose`), the downward API's rendering of pod facts (`downward`, with Go's printable table
+//! in `go_printable`), the tokens kubelet passes (`tokens`), and the fetching of a projection's
+//! sources from the cluster, each share access-checked (`fetch`).
 
 pub mod api;
 pub mod compose;
