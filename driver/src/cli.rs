@@ -159,16 +159,20 @@ fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
         content,
         metrics,
     };
-    let served = runtime.block_on(plugin.run(async {
-        let mut terminate = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(signal) => signal,
-            Err(_) => return std::future::pending().await,
+    let served = runtime.block_on(async {
+        use tokio::signal::unix::{SignalKind, signal};
+        // Registered before anything is served: a SIGTERM arriving the moment the driver is
+        // ready must start the graceful shutdown, not kill the process (the default action).
+        let mut terminate = signal(SignalKind::terminate())?;
+        let mut interrupt = signal(SignalKind::interrupt())?;
+        let shutdown = async move {
+            tokio::select! {
+                _ = terminate.recv() => {}
+                _ = interrupt.recv() => {}
+            }
         };
-        tokio::select! {
-            _ = terminate.recv() => {}
-            _ = tokio::signal::ctrl_c() => {}
-        }
-    }));
+        plugin.run(shutdown).await.map_err(Box::<dyn std::error::Error>::from)
+    });
     // The plugin has waited its grace period; a publish still running on the blocking pool is
     // cut off here, as a SIGKILL would, and undone at the next start.
     runtime.shutdown_timeout(std::time::Duration::from_millis(200));

@@ -92,6 +92,9 @@ pub fn run(args: ServeArgs, stdout: &mut dyn std::io::Write) -> Result<(), Serve
 
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async {
+        // Registered before anything is served: a SIGTERM arriving the moment the server is up
+        // must drain it, not kill the process (the default action).
+        let termination = Termination::register()?;
         let parts = match &args.facts {
             FactsSource::ClusterState(path) => {
                 let facts = Arc::new(FileFacts::load(path, metrics.clone())?);
@@ -119,7 +122,7 @@ pub fn run(args: ServeArgs, stdout: &mut dyn std::io::Write) -> Result<(), Serve
         let server = Server::start(options, parts).await?;
         info!(address = %server.webhook_addr(), "webhook listening (HTTPS: POST /validate, POST /mutate)");
         info!(address = %server.health_addr(), "health listening (HTTP: /healthz, /readyz, /metrics)");
-        let server = match wait_for_termination().await? {
+        let server = match termination.wait().await {
             Signal::Terminate => {
                 info!(delay = ?args.options.shutdown_delay, "SIGTERM: draining (not ready, connections closed after their answers), then no new connections");
                 server
@@ -172,15 +175,26 @@ enum Signal {
     Interrupt,
 }
 
-async fn wait_for_termination() -> std::io::Result<Signal> {
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    Ok(tokio::select! {
-        _ = terminate.recv() => Signal::Terminate,
-        result = tokio::signal::ctrl_c() => {
-            result?;
-            Signal::Interrupt
+/// SIGTERM and SIGINT, caught from the moment this is made.
+struct Termination {
+    terminate: tokio::signal::unix::Signal,
+    interrupt: tokio::signal::unix::Signal,
+}
+
+impl Termination {
+    /// Catches both signals from now on (needs the runtime).
+    fn register() -> std::io::Result<Termination> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Termination { terminate: signal(SignalKind::terminate())?, interrupt: signal(SignalKind::interrupt())? })
+    }
+
+    /// The first of them to arrive.
+    async fn wait(mut self) -> Signal {
+        tokio::select! {
+            _ = self.terminate.recv() => Signal::Terminate,
+            _ = self.interrupt.recv() => Signal::Interrupt,
         }
-    })
+    }
 }
 
 /// Standard error that swallows write failures. tracing-subscriber panics when it cannot even

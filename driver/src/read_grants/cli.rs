@@ -42,12 +42,15 @@ fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
     let timeout = Duration::from_secs(flags.request_timeout_seconds);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async {
+        use tokio::signal::unix::{SignalKind, signal};
+        // Caught before the controller starts: a signal must stop it, not kill the process.
+        let mut terminate = signal(SignalKind::terminate())?;
+        let mut interrupt = signal(SignalKind::interrupt())?;
         let client = crate::cli::kube_client(flags.kubeconfig.as_deref()).await?;
-        let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         tokio::select! {
             () = super::controller::run(client, driver, timeout) => {}
             _ = terminate.recv() => {}
-            _ = tokio::signal::ctrl_c() => {}
+            _ = interrupt.recv() => {}
         }
         Ok::<_, Box<dyn std::error::Error>>(())
     })?;
