@@ -13,11 +13,20 @@ pub fn quote(input: &str) -> String {
     if input.len() <= MAX_QUOTED_BYTES {
         return without_percent(format!("{input:?}"));
     }
-    let mut end = MAX_QUOTED_BYTES;
-    while !input.is_char_boundary(end) {
+    without_percent(format!("{:?}... ({} bytes)", cut(input, MAX_QUOTED_BYTES), input.len()))
+}
+
+/// The longest prefix of `text` of at most `limit` bytes that ends at a character boundary: the
+/// one place the driver cuts text.
+pub fn cut(text: &str, limit: usize) -> &str {
+    if text.len() <= limit {
+        return text;
+    }
+    let mut end = limit;
+    while !text.is_char_boundary(end) {
         end -= 1;
     }
-    without_percent(format!("{:?}... ({} bytes)", &input[..end], input.len()))
+    &text[..end]
 }
 
 /// `text` with each `%` written as the escape `\u{25}`, which no printf-style formatter reads.
@@ -30,10 +39,7 @@ pub fn without_percent(text: String) -> String {
 /// line.
 pub fn bounded(mut message: String, limit: usize) -> String {
     if message.len() > limit {
-        let mut end = limit;
-        while !message.is_char_boundary(end) {
-            end -= 1;
-        }
+        let end = cut(&message, limit).len();
         message.truncate(end);
         message.push_str("...");
     }
@@ -60,6 +66,13 @@ pub fn quote_path(path: &std::path::Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cutting_never_splits_a_character() {
+        assert_eq!(cut("h\u{e9}llo", 2), "h", "\u{e9} is two bytes: it is left out whole");
+        assert_eq!(cut("h\u{e9}llo", 3), "h\u{e9}");
+        assert_eq!(cut("abc", 10), "abc");
+    }
 
     #[test]
     fn short_input_is_quoted_whole_and_escaped() {
