@@ -1,5 +1,6 @@
 //! The control plane's controllers: kube-controller-manager, running only the controllers the
-//! suites rely on, and kube-scheduler, each authenticating with a client certificate of its own
+//! suites rely on, and (for the scenarios that need pods placed) kube-scheduler, each
+//! authenticating with a client certificate of its own
 //! bootstrap identity (`system:kube-controller-manager`, `system:kube-scheduler`) as a kubeadm
 //! cluster does, the controller-manager's controllers then acting as their own ServiceAccounts.
 
@@ -24,18 +25,18 @@ const CONTROLLERS: &str = "serviceaccount-controller,root-ca-certificate-publish
 deployment-controller,replicaset-controller,garbage-collector-controller,namespace-controller,endpoints-controller,\
 endpointslice-controller,disruption-controller,node-lifecycle-controller";
 
-/// kube-controller-manager and kube-scheduler, running.
+/// kube-controller-manager, and kube-scheduler when asked for, running.
 pub struct Controllers {
     manager: ChildProcess,
-    scheduler: ChildProcess,
+    scheduler: Option<ChildProcess>,
 }
 
 /// What the controllers are given.
 pub struct ControllerFiles<'a> {
     /// kube-controller-manager's kubeconfig.
     pub manager_kubeconfig: &'a Path,
-    /// kube-scheduler's kubeconfig.
-    pub scheduler_kubeconfig: &'a Path,
+    /// kube-scheduler's kubeconfig, when it runs.
+    pub scheduler_kubeconfig: Option<&'a Path>,
     /// The ServiceAccount token signing key (the controllers' own tokens are signed with it).
     pub service_account_key: &'a Path,
     /// The CA of the apiserver's serving certificate, published as `kube-root-ca.crt`.
@@ -43,7 +44,8 @@ pub struct ControllerFiles<'a> {
 }
 
 impl Controllers {
-    /// Starts both, logging into `dir`.
+    /// Starts the controller-manager, and the scheduler when `files` has its kubeconfig,
+    /// logging into `dir`.
     pub fn start(manager: &Path, scheduler: &Path, files: &ControllerFiles, dir: &Path) -> Result<Controllers, String> {
         let path = |p: &Path| p.display().to_string();
         let manager = ChildProcess::spawn(
@@ -62,28 +64,32 @@ impl Controllers {
             &[],
             dir,
         )?;
-        let scheduler = ChildProcess::spawn(
-            "kube-scheduler",
-            scheduler,
-            &[
-                format!("--kubeconfig={}", path(files.scheduler_kubeconfig)),
-                "--leader-elect=false".into(),
-                "--secure-port=0".into(),
-            ],
-            &[],
-            dir,
-        )?;
+        let scheduler = match files.scheduler_kubeconfig {
+            Some(kubeconfig) => Some(ChildProcess::spawn(
+                "kube-scheduler",
+                scheduler,
+                &[
+                    format!("--kubeconfig={}", path(kubeconfig)),
+                    "--leader-elect=false".into(),
+                    "--secure-port=0".into(),
+                ],
+                &[],
+                dir,
+            )?),
+            None => None,
+        };
         Ok(Controllers { manager, scheduler })
     }
 
     /// Fails with a log tail if either has exited.
     pub fn ensure_running(&mut self) -> Result<(), String> {
         self.manager.ensure_running()?;
-        self.scheduler.ensure_running()
+        self.scheduler.as_mut().map_or(Ok(()), ChildProcess::ensure_running)
     }
 
     /// The last lines of both logs.
     pub fn log_tails(&self, lines: usize) -> String {
-        format!("{}\n{}", self.manager.log_tail(lines), self.scheduler.log_tail(lines))
+        let scheduler = self.scheduler.as_ref().map(|s| s.log_tail(lines)).unwrap_or_default();
+        format!("{}\n{scheduler}", self.manager.log_tail(lines))
     }
 }

@@ -1,5 +1,5 @@
 //! A real control plane for the end-to-end suites: etcd, kube-apiserver, kube-controller-manager
-//! and kube-scheduler in a temporary directory, Node and RBAC authorization with the
+//! and, when asked for, kube-scheduler in a temporary directory, Node and RBAC authorization with the
 //! NodeRestriction and ServiceAccount admission plugins, an admin identity (a static token),
 //! client certificates for the components, serving certificates generated for the run, and an
 //! audit policy writing a log file the suites read. Dropping the [`Cluster`] kills the processes
@@ -80,8 +80,21 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// Starts etcd and kube-apiserver and waits until `/readyz` answers 200.
+    /// Starts etcd, kube-apiserver and kube-controller-manager, and waits until the apiserver is
+    /// ready and the `default` namespace has what pods need. No scheduler runs: the suites' pods
+    /// name their node, and the pods a scenario only stores (to judge their admission, or to
+    /// publish them as kubelet would) must never be run by the node.
     pub async fn start(peers: &Peers) -> Result<Cluster, String> {
+        Cluster::start_with(peers, false).await
+    }
+
+    /// [`Cluster::start`] with kube-scheduler as well, for scenarios whose pods are placed as in
+    /// a cluster (a DaemonSet's, a Deployment's).
+    pub async fn start_with_scheduler(peers: &Peers) -> Result<Cluster, String> {
+        Cluster::start_with(peers, true).await
+    }
+
+    async fn start_with(peers: &Peers, scheduler: bool) -> Result<Cluster, String> {
         let dir = tempfile::Builder::new().prefix("inline-guard-e2e-").tempdir().map_err(|e| e.to_string())?;
         let root = dir.path().to_path_buf();
         let write = |name: &str, text: &str| -> Result<PathBuf, String> {
@@ -180,10 +193,11 @@ impl Cluster {
         };
         cluster.wait_ready().await?;
         let manager_kubeconfig = cluster.certificate_kubeconfig("system:kube-controller-manager", None)?;
-        let scheduler_kubeconfig = cluster.certificate_kubeconfig("system:kube-scheduler", None)?;
+        let scheduler_kubeconfig =
+            if scheduler { Some(cluster.certificate_kubeconfig("system:kube-scheduler", None)?) } else { None };
         let files = ControllerFiles {
             manager_kubeconfig: &manager_kubeconfig,
-            scheduler_kubeconfig: &scheduler_kubeconfig,
+            scheduler_kubeconfig: scheduler_kubeconfig.as_deref(),
             service_account_key: &sa_key,
             root_ca: &cluster.ca,
         };

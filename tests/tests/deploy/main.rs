@@ -64,7 +64,7 @@ struct Installation {
 
 async fn run() -> Outcome {
     let peers = peers()?;
-    let cluster = Cluster::start(&peers).await?;
+    let cluster = Cluster::start_with_scheduler(&peers).await?;
     let admin = cluster.client().await?;
     let node = Node::start_without_driver(&cluster, &peers, &admin).await?;
     let kubectl = Kubectl { binary: peers.kubectl.clone(), kubeconfig: cluster.kubeconfig().to_path_buf() };

@@ -349,7 +349,8 @@ pub fn pod(name: &str, volumes: &[(&str, &str)]) -> Value {
 }
 
 /// A Deployment named `name` whose template has [`pod_spec`], scaled to zero: the scenarios judge
-/// the workload's admission, and its pods (an image that does not exist) would only load the node.
+/// the workload's admission, and the pods the controller-manager would make of it would add their
+/// own admission requests to what a scenario counts.
 pub fn deployment(name: &str, volumes: &[(&str, &str)]) -> Value {
     json!({
         "apiVersion": "apps/v1",
