@@ -58,11 +58,7 @@ pub fn write(dir: &Path, overlay: &Overlay) -> Result<(), String> {
             operations.push(json_op("replace", &path, here));
         }
     }
-    let config = format!(
-        "contentSource: kubernetes\nkubeletDir: {root}\nregistryDir: {root}/plugins_registry\nstateDir: {state}\n\
-         tmpfsSize: 8Mi\nrefreshSeconds: 60\nrequestTimeoutSeconds: 10\nhealthAddress: 0.0.0.0:9808\n\
-         shutdownTimeoutSeconds: 10\n"
-    );
+    let config = shipped_config(&root, &state)?;
     let environment = |kind: &str, namespace: &str, name: &str, container: &str| {
         format!(
             "  - patch: |\n      apiVersion: apps/v1\n      kind: {kind}\n      metadata: {{name: {name}, namespace: {namespace}}}\n      spec:\n        template:\n          spec:\n            containers:\n              - name: {container}\n                env:\n                  - {{name: KUBERNETES_SERVICE_HOST, value: \"{host}\"}}\n                  - {{name: KUBERNETES_SERVICE_PORT, value: \"{port}\"}}\n"
@@ -109,6 +105,23 @@ kind: Kustomization
     text += &environment("Deployment", "inline-guard-driver", "sharedresource-read-grants", "controller");
     let path = dir.join("kustomization.yaml");
     std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// The shipped ConfigMap's `driver.yaml` with kubelet's root and the state directory moved: every
+/// other setting stays as shipped.
+fn shipped_config(root: &str, state: &str) -> Result<String, String> {
+    let objects = inline_guard_tests::apply::objects(&repo_root().join("config/deploy/driver/daemonset.yaml"))?;
+    let shipped = objects
+        .iter()
+        .find(|o| o["kind"] == "ConfigMap")
+        .and_then(|o| o["data"]["driver.yaml"].as_str())
+        .ok_or("config/deploy/driver/daemonset.yaml has no ConfigMap with driver.yaml")?;
+    for path in [KUBELET, STATE] {
+        if !shipped.contains(path) {
+            return Err(format!("the shipped driver.yaml no longer names {path}: the overlay must follow it"));
+        }
+    }
+    Ok(shipped.replace(STATE, state).replace(KUBELET, root))
 }
 
 /// One JSON-patch operation as a YAML flow mapping (JSON is YAML).
