@@ -1,6 +1,6 @@
-//! Reading the driver's configuration file: bounded in size, YAML or JSON (told by the first
-//! character), and a failure that names the file and the field at fault. The driver's own
-//! reader, so that the node plugin depends on nothing of the admission side.
+//! Reading the driver's configuration file: bounded in size, YAML (JSON included), and a failure
+//! that names the file and the field at fault. The driver's own reader, so that the node plugin
+//! depends on nothing of the admission side.
 
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
@@ -56,29 +56,21 @@ pub fn load<T: DeserializeOwned>(path: &Path) -> Result<T, ConfigFileError> {
     decode(path, &text)
 }
 
-/// Decodes `text` (one YAML document, or JSON when it starts with `{` or `[`) into `T`, naming
-/// the failing field.
+/// Decodes `text` (one YAML document; JSON is YAML's flow syntax, so a JSON file reads too) into
+/// `T`, naming the failing field.
 pub fn decode<T: DeserializeOwned>(path: &Path, text: &str) -> Result<T, ConfigFileError> {
     let mut field = String::from(".");
-    let json = matches!(text.trim_start_matches('\u{feff}').trim_start().as_bytes().first(), Some(b'{' | b'['));
-    let decoded = if json {
-        let mut deserializer = serde_json::Deserializer::from_str(text);
-        serde_path_to_error::deserialize(&mut deserializer)
-            .map_err(|error| {
-                field = error.path().to_string();
-                error.into_inner().to_string()
-            })
-            .and_then(|value| deserializer.end().map(|()| value).map_err(|error| error.to_string()))
-    } else {
-        serde_saphyr::with_deserializer_from_str(text, |deserializer| {
-            serde_path_to_error::deserialize(deserializer).map_err(|error| {
-                field = error.path().to_string();
-                error.into_inner()
-            })
+    serde_saphyr::with_deserializer_from_str(text, |deserializer| {
+        serde_path_to_error::deserialize(deserializer).map_err(|error| {
+            field = error.path().to_string();
+            error.into_inner()
         })
-        .map_err(|error| error.without_snippet().to_string())
-    };
-    decoded.map_err(|message| ConfigFileError::Decode { path: path.to_path_buf(), field, message })
+    })
+    .map_err(|error| ConfigFileError::Decode {
+        path: path.to_path_buf(),
+        field,
+        message: error.without_snippet().to_string(),
+    })
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 //! pass the whole admission chain, webhooks included, without loading the node with pods.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -50,8 +50,10 @@ async fn create(client: &kube::Client, namespace: &str, pod: &Value) -> Result<(
 /// from before the restart until the old pods are gone.
 pub async fn restart_under_load(admin: &kube::Client, kubectl: &Kubectl, probes: Probes) -> Result<Tally, String> {
     let stop = Arc::new(AtomicBool::new(false));
+    // Rounds (one create of each probe) answered as the webhook answers, seen from outside.
+    let rounds = Arc::new(AtomicUsize::new(0));
     let looping = {
-        let (admin, stop) = (admin.clone(), stop.clone());
+        let (admin, stop, rounds) = (admin.clone(), stop.clone(), rounds.clone());
         tokio::spawn(async move {
             let mut tally = Tally::default();
             while !stop.load(Ordering::Relaxed) {
@@ -69,12 +71,21 @@ pub async fn restart_under_load(admin: &kube::Client, kubectl: &Kubectl, probes:
                     200..=299 => tally.wrongly_admitted.push(format!("{status}")),
                     _ => tally.refused_otherwise.push(format!("{status} {}", body["message"])),
                 }
+                rounds.fetch_add(1, Ordering::Relaxed);
             }
             Ok::<_, String>(tally)
         })
     };
-    // Some creates before the restart: the loop is seen working.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The loop is seen answering before the restart (a condition, not a time: a cold machine
+    // may take long for its first round).
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while rounds.load(Ordering::Relaxed) < 2 {
+        if looping.is_finished() || Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let before_restart = rounds.load(Ordering::Relaxed);
     let started = Instant::now();
     let restart = async {
         kubectl.run(&["rollout", "restart", "deployment/csi-volume-admission", "-n", "inline-guard-system"]).await?;
@@ -90,6 +101,7 @@ pub async fn restart_under_load(admin: &kube::Client, kubectl: &Kubectl, probes:
             .await
     };
     let restarted = restart.await;
+    let during_restart = rounds.load(Ordering::Relaxed) - before_restart;
     println!("deploy: webhook rollout restart completed in {:?}", started.elapsed());
     // `rollout status` returns once the new pods are available; the old ones drain after it
     // (preStop, then the server's shutdown delay). Keep creating until they are gone.
@@ -100,6 +112,11 @@ pub async fn restart_under_load(admin: &kube::Client, kubectl: &Kubectl, probes:
     let tally = looping.await.map_err(|e| e.to_string())??;
     restarted?;
     drained?;
+    if before_restart < 2 || during_restart == 0 {
+        return Err(format!(
+            "the create loop was not seen working: {before_restart} rounds before the restart, {during_restart} during it: {tally:?}"
+        ));
+    }
     Ok(tally)
 }
 
