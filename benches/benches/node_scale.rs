@@ -61,7 +61,7 @@ const PATIENCE: Duration = Duration::from_secs(120);
 struct SimNode {
     dir: tempfile::TempDir,
     stop: tokio::sync::oneshot::Sender<()>,
-    running: tokio::task::JoinHandle<Result<(), sharedresource_csi_driver::error::Error>>,
+    running: tokio::task::JoinHandle<Result<(), sharedresource_csi_driver::error::RunError>>,
     node: NodeClient<tonic::transport::Channel>,
 }
 

@@ -19,7 +19,7 @@ use tokio::net::TcpListener;
 use tracing::warn;
 
 use crate::content::ContentSource;
-use crate::error::{Error, Result};
+use crate::error::{Result, RunError};
 use crate::metrics::Metrics;
 
 /// What the health port reports.
@@ -65,7 +65,7 @@ impl Health {
 
 /// Binds `address`.
 pub async fn bind(address: SocketAddr) -> Result<TcpListener> {
-    TcpListener::bind(address).await.map_err(|e| Error::Internal(format!("binding the health port {address}: {e}")))
+    TcpListener::bind(address).await.map_err(|e| RunError::step(format!("binding the health port {address}"), e))
 }
 
 /// Serves `health` on `listener` until `shutdown` completes.

@@ -6,6 +6,7 @@
 
 pub mod ask;
 pub mod changes;
+pub mod error;
 pub mod object_name;
 pub mod payload;
 pub mod projection;
@@ -16,7 +17,7 @@ pub use ask::{PodInfo, VolumeAsk};
 pub use payload::Payload;
 pub use static_dir::StaticDirSource;
 
-use crate::error::Result;
+use crate::content::error::Result;
 
 /// One refresh pass: the volumes a batch of changes touched. Answers may be shared between the
 /// volumes of one pass, never between passes, so an answer from before a change can never serve

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::{Component, Path};
 
-use crate::error::{Error, Result};
+use crate::content::error::{Error, Result};
 use crate::quote::quote;
 
 /// The default mode of content files.
@@ -42,7 +42,7 @@ pub type Payload = BTreeMap<String, FileContent>;
 /// Checks that `key` names a file inside the volume: relative, no `.` or `..` components, no
 /// empty components, not starting with `..` (reserved for the writer's own entries), no NUL.
 pub fn check_key(key: &str) -> Result<()> {
-    let refuse = |why: &str| Err(Error::InvalidArgument(format!("key {} is refused: {why}", quote(key))));
+    let refuse = |why: &str| Err(Error::Invalid(format!("key {} is refused: {why}", quote(key))));
     if key.is_empty() {
         return refuse("it is empty");
     }

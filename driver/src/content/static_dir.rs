@@ -3,10 +3,10 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use crate::content::error::{Error, Result};
 use crate::content::payload::{FileContent, Payload, check_key};
 use crate::content::{ContentSource, VolumeAsk};
 use crate::dir_tree::non_directories_below;
-use crate::error::{Error, Result};
 use crate::quote::{quote, quote_path};
 
 /// The volume attribute naming the share a pod asks for. `sharedSecret` and `sharedConfigMap`
@@ -37,18 +37,16 @@ impl ContentSource for StaticDirSource {
     fn content(&self, ask: &VolumeAsk) -> Result<Payload> {
         let named = std::iter::once(SHARE_ATTRIBUTE).chain(SHARE_ALIASES).find_map(|key| ask.attributes.get(key));
         let Some(share) = named else {
-            return Err(Error::InvalidArgument(format!(
-                "volumeAttributes lacks {SHARE_ATTRIBUTE:?}: name the share to mount"
-            )));
+            return Err(Error::Invalid(format!("volumeAttributes lacks {SHARE_ATTRIBUTE:?}: name the share to mount")));
         };
-        let not_plain = || Error::InvalidArgument(format!("share name {} is not a plain name", quote(share)));
+        let not_plain = || Error::Invalid(format!("share name {} is not a plain name", quote(share)));
         check_key(share).map_err(|_| not_plain())?;
         if share.contains('/') {
             return Err(not_plain());
         }
         let dir = self.root.join(share);
         if !dir.is_dir() {
-            return Err(Error::InvalidArgument(format!("no share named {}", quote(share))));
+            return Err(Error::Invalid(format!("no share named {}", quote(share))));
         }
         let mut payload = Payload::new();
         collect(&dir, &dir, &mut payload)?;

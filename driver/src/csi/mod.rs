@@ -3,6 +3,7 @@
 //! `:authority` rewrite its grpc-go client needs), and the unix sockets they are served on.
 
 pub mod authority_rewrite;
+pub mod error;
 pub mod identity;
 pub mod node;
 pub mod registration;

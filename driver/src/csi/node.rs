@@ -10,8 +10,8 @@ use inline_guard_proto::csi::v1::{
 };
 use tonic::{Request, Response, Status};
 
+use crate::csi::error::Error;
 use crate::csi::request::check;
-use crate::error::Result;
 use crate::metrics::result_label;
 use crate::volume::service::NodeService;
 
@@ -30,13 +30,11 @@ impl NodeGrpc {
 
     async fn blocking<T: Send + 'static>(
         &self,
-        work: impl FnOnce(&NodeService) -> Result<T> + Send + 'static,
+        work: impl FnOnce(&NodeService) -> crate::volume::error::Result<T> + Send + 'static,
     ) -> std::result::Result<T, Status> {
         let service = self.service.clone();
-        match tokio::task::spawn_blocking(move || work(&service)).await {
-            Ok(result) => result.map_err(Status::from),
-            Err(error) => Err(Status::internal(format!("the operation failed: {error}"))),
-        }
+        let done = tokio::task::spawn_blocking(move || work(&service)).await.map_err(Error::from)?;
+        done.map_err(|error| Status::from(Error::from(error)))
     }
 }
 

@@ -10,7 +10,7 @@ use inline_guard_proto::csi::v1::volume_capability::AccessType;
 
 use crate::content::ask::{PodInfo, VolumeAsk};
 use crate::content::projection::tokens::Tokens;
-use crate::error::{Error, Result};
+use crate::csi::error::{Error, Result};
 use crate::volume::publish::{Publish, check_volume_id};
 use crate::volume::target_path::TargetPath;
 
@@ -31,7 +31,7 @@ const KUBELET_PREFIX: &str = "csi.storage.k8s.io/";
 /// Checks `request` in the order: volume_id, target_path (present, then kubelet's layout under
 /// `kubelet_dir`), volume_capability, access type, ephemeral, pod information, readonly, tokens.
 pub fn check(request: &NodePublishVolumeRequest, kubelet_dir: &Path) -> Result<Publish> {
-    let invalid = |message: String| Err(Error::InvalidArgument(message));
+    let invalid = |message: String| Err(Error::Request(message));
     check_volume_id(&request.volume_id)?;
     if request.target_path.is_empty() {
         return invalid("target_path is required".into());
@@ -128,10 +128,12 @@ mod tests {
     }
 
     fn message(request: &NodePublishVolumeRequest) -> String {
-        match check(request, Path::new("/var/lib/kubelet")) {
-            Err(Error::InvalidArgument(message)) => message,
-            other => panic!("expected INVALID_ARGUMENT, got {other:?}"),
-        }
+        let status = match check(request, Path::new("/var/lib/kubelet")) {
+            Err(error) => tonic::Status::from(error),
+            Ok(checked) => panic!("expected INVALID_ARGUMENT, the request passed: {checked:?}"),
+        };
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{}", status.message());
+        status.message().to_string()
     }
 
     #[test]

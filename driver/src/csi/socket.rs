@@ -16,14 +16,14 @@ use tonic::transport::server::Connected;
 
 use crate::csi::authority_rewrite::AuthorityRewrite;
 
-use crate::error::{Error, Result};
+use crate::error::{Result, RunError};
 use crate::quote::{quote, quote_path};
 
 /// Parses `unix:///path` (or a bare path) into the socket path.
 pub fn socket_path(endpoint: &str) -> Result<PathBuf> {
     let path = endpoint.strip_prefix("unix://").unwrap_or(endpoint);
     if !path.starts_with('/') {
-        return Err(Error::InvalidArgument(format!("endpoint {} is not unix:///absolute/path", quote(endpoint))));
+        return Err(RunError::Endpoint(format!("endpoint {} is not unix:///absolute/path", quote(endpoint))));
     }
     Ok(PathBuf::from(path))
 }
@@ -52,31 +52,30 @@ impl Drop for BoundSocket {
 pub fn bind(path: &Path) -> Result<BoundSocket> {
     if let Ok(metadata) = fs::symlink_metadata(path) {
         if !metadata.file_type().is_socket() {
-            return Err(Error::Internal(format!(
+            return Err(RunError::Taken(format!(
                 "{} exists and is not a socket; refusing to replace it",
                 quote_path(path)
             )));
         }
         if std::os::unix::net::UnixStream::connect(path).is_ok() {
-            return Err(Error::FailedPrecondition(format!(
+            return Err(RunError::Taken(format!(
                 "{} is served by a live process (another instance of the driver?); refusing to take it over",
                 quote_path(path)
             )));
         }
         fs::remove_file(path)
-            .map_err(|e| Error::Internal(format!("removing the stale socket {}: {e}", quote_path(path))))?;
+            .map_err(|e| RunError::step(format!("removing the stale socket {}", quote_path(path)), e))?;
     }
     if let Some(parent) = path.parent() {
-        fs::create_dir_all(parent).map_err(|e| Error::Internal(format!("creating {}: {e}", quote_path(parent))))?;
+        fs::create_dir_all(parent).map_err(|e| RunError::step(format!("creating {}", quote_path(parent)), e))?;
     }
-    let listener =
-        UnixListener::bind(path).map_err(|e| Error::Internal(format!("binding {}: {e}", quote_path(path))))?;
+    let listener = UnixListener::bind(path).map_err(|e| RunError::step(format!("binding {}", quote_path(path)), e))?;
     let metadata =
-        fs::symlink_metadata(path).map_err(|e| Error::Internal(format!("inspecting {}: {e}", quote_path(path))))?;
+        fs::symlink_metadata(path).map_err(|e| RunError::step(format!("inspecting {}", quote_path(path)), e))?;
     let bound =
         BoundSocket { listener: Some(listener), path: path.to_path_buf(), identity: (metadata.dev(), metadata.ino()) };
     fs::set_permissions(path, fs::Permissions::from_mode(0o660))
-        .map_err(|e| Error::Internal(format!("setting the mode of {}: {e}", quote_path(path))))?;
+        .map_err(|e| RunError::step(format!("setting the mode of {}", quote_path(path)), e))?;
     Ok(bound)
 }
 
@@ -99,7 +98,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<()> {
     let Some(listener) = socket.listener.take() else {
-        return Err(Error::Internal(format!("{} was served already", quote_path(&socket.path))));
+        return Err(RunError::Fault(format!("{} was served already", quote_path(&socket.path))));
     };
     let server = tonic::transport::Server::builder().add_routes(routes);
     let connections = UnixListenerStream::new(listener);
@@ -110,7 +109,7 @@ pub async fn serve(
             server.serve_with_incoming_shutdown(rewritten, shutdown).await
         }
     };
-    served.map_err(|e| Error::Internal(format!("serving on {}: {e}", quote_path(&socket.path))))
+    served.map_err(|e| RunError::step(format!("serving on {}", quote_path(&socket.path)), e))
 }
 
 impl<S: Connected> Connected for AuthorityRewrite<S> {

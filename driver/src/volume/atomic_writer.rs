@@ -13,8 +13,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use crate::content::payload::{DEFAULT_MODE, FileContent, Payload, check_key};
 use crate::dir_tree::{create_dirs, non_directories_below, remove_tree};
-use crate::error::{Error, Result};
 use crate::quote::quote_path;
+use crate::volume::error::{Error, Result};
 
 /// The symlink to the current version.
 pub const DATA_LINK: &str = "..data";
@@ -211,7 +211,7 @@ impl Room {
         } else {
             format!("tmpfsSize must be at least {} bytes", self.needed)
         };
-        Error::ResourceExhausted(format!(
+        Error::TooLarge(format!(
             "the volume's content needs {} bytes but its tmpfs (tmpfsSize {} bytes) has {} bytes free: {why}; \
              raise tmpfsSize in the driver's configuration",
             self.needed, self.size, self.free
@@ -222,18 +222,18 @@ impl Room {
     /// estimate said it would fit, but tmpfs also charges what the estimate leaves out).
     fn explain(&self, error: Error) -> Error {
         match error {
-            Error::ResourceExhausted(_) => self.too_small(),
+            Error::TooLarge(_) => self.too_small(),
             other => other,
         }
     }
 }
 
 fn io_error(action: &str, path: &Path, error: std::io::Error) -> Error {
-    let message = format!("{action} {}: {error}", quote_path(path));
+    let context = format!("{action} {}", quote_path(path));
     if error.raw_os_error() == Some(nix::libc::ENOSPC) {
-        Error::ResourceExhausted(message)
+        Error::TooLarge(format!("{context}: {error}"))
     } else {
-        Error::Internal(message)
+        Error::local(context, error)
     }
 }
 

@@ -9,7 +9,7 @@ use std::path::Path;
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 
-use crate::error::{Error, Result};
+use crate::error::{Result, RunError};
 use crate::quote::quote_path;
 
 /// The lock file's name in the state directory.
@@ -26,7 +26,7 @@ impl StateLock {
     /// process's id into the lock file for the next one's message.
     pub fn acquire(state_dir: &Path) -> Result<StateLock> {
         std::fs::create_dir_all(state_dir)
-            .map_err(|e| Error::Internal(format!("creating the state directory {}: {e}", quote_path(state_dir))))?;
+            .map_err(|e| RunError::step(format!("creating the state directory {}", quote_path(state_dir)), e))?;
         let path = state_dir.join(LOCK_FILE);
         let file = OpenOptions::new()
             .read(true)
@@ -34,7 +34,7 @@ impl StateLock {
             .create(true)
             .truncate(false)
             .open(&path)
-            .map_err(|e| Error::Internal(format!("opening {}: {e}", quote_path(&path))))?;
+            .map_err(|e| RunError::step(format!("opening {}", quote_path(&path)), e))?;
         let mut lock = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
             Ok(lock) => lock,
             Err((mut file, Errno::EWOULDBLOCK)) => {
@@ -42,18 +42,18 @@ impl StateLock {
                 let _ = file.read_to_string(&mut holder);
                 let holder = holder.trim();
                 let pid = if holder.is_empty() || holder.len() > 20 { "unknown".into() } else { holder.to_string() };
-                return Err(Error::FailedPrecondition(format!(
+                return Err(RunError::Taken(format!(
                     "another sharedresource-csi-driver (pid {pid}) is running on the state directory {}; refusing to start",
                     quote_path(state_dir)
                 )));
             }
-            Err((_, errno)) => return Err(Error::Internal(format!("locking {}: {errno}", quote_path(&path)))),
+            Err((_, errno)) => return Err(RunError::step(format!("locking {}", quote_path(&path)), errno)),
         };
         let written = lock
             .set_len(0)
             .and_then(|()| lock.rewind())
             .and_then(|()| lock.write_all(std::process::id().to_string().as_bytes()));
-        written.map_err(|e| Error::Internal(format!("writing {}: {e}", quote_path(&path))))?;
+        written.map_err(|e| RunError::step(format!("writing {}", quote_path(&path)), e))?;
         Ok(StateLock { _lock: lock })
     }
 }

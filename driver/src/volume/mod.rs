@@ -3,6 +3,7 @@
 //! after a restart, and the state lock.
 
 pub mod atomic_writer;
+pub mod error;
 pub mod lock;
 pub mod mounter;
 pub mod ownership;

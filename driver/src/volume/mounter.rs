@@ -12,8 +12,8 @@ use std::sync::Mutex;
 
 use nix::mount::{MntFlags, MsFlags, mount, umount2};
 
-use crate::error::{Error, Result};
 use crate::quote::quote_path;
+use crate::volume::error::{Error, Result};
 use crate::volume::target_dir::OpenDir;
 
 /// What is mounted on a directory.
@@ -57,7 +57,7 @@ pub trait Mounter: Send + Sync {
 pub struct LinuxMounter;
 
 fn mount_error(action: &str, target: &Path, error: nix::Error) -> Error {
-    Error::Internal(format!("{action} {}: {error}", quote_path(target)))
+    Error::local(format!("{action} {}", quote_path(target)), error)
 }
 
 // No device files, no set-uid, no execution: volumes hold data only.
@@ -97,7 +97,7 @@ impl Mounter for LinuxMounter {
         // read, so the mounts after it are never rendered (an unpublish of an early volume
         // reads little of a table of thousands).
         use std::io::BufRead as _;
-        let read_error = |error: std::io::Error| Error::Internal(format!("reading /proc/self/mountinfo: {error}"));
+        let read_error = |error: std::io::Error| Error::local("reading /proc/self/mountinfo", error);
         let mountinfo = std::fs::File::open("/proc/self/mountinfo").map_err(read_error)?;
         let mut reader = std::io::BufReader::with_capacity(1 << 16, mountinfo);
         let prefix = format!("{id} ");
@@ -118,7 +118,7 @@ impl Mounter for LinuxMounter {
             return Ok(None);
         }
         let stat = nix::sys::stat::fstat(dir.fd())
-            .map_err(|error| Error::Internal(format!("inspecting {}: {error}", quote_path(dir.path()))))?;
+            .map_err(|error| Error::local(format!("inspecting {}", quote_path(dir.path())), error))?;
         Ok(Some(stat.st_dev))
     }
 }
@@ -133,11 +133,11 @@ fn mount_root_id(parent: &OpenDir, dir: &OpenDir) -> Result<Option<String>> {
 fn mount_id(dir: &OpenDir) -> Result<String> {
     use std::os::fd::AsRawFd as _;
     let path = format!("/proc/self/fdinfo/{}", dir.fd().as_raw_fd());
-    let info = std::fs::read_to_string(&path).map_err(|error| Error::Internal(format!("reading {path}: {error}")))?;
+    let info = std::fs::read_to_string(&path).map_err(|error| Error::local(format!("reading {path}"), error))?;
     info.lines()
         .find_map(|line| line.strip_prefix("mnt_id:"))
         .map(|id| id.trim().to_string())
-        .ok_or_else(|| Error::Internal(format!("{path} has no mnt_id")))
+        .ok_or_else(|| Error::Fault(format!("{path} has no mnt_id")))
 }
 
 /// The fs type and source of a mountinfo line when its mount id is `id`:
@@ -160,7 +160,7 @@ pub fn listed_in_mountinfo(target: &Path) -> Result<bool> {
         return Ok(false);
     };
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")
-        .map_err(|error| Error::Internal(format!("reading /proc/self/mountinfo: {error}")))?;
+        .map_err(|error| Error::local("reading /proc/self/mountinfo", error))?;
     Ok(mountinfo
         .lines()
         .filter_map(|line| line.split(' ').nth(4))
@@ -255,7 +255,7 @@ impl Mounter for FakeMounter {
     fn mount_tmpfs(&self, at: &OpenDir, size_bytes: u64, tag: &str) -> Result<()> {
         self.record(MountAction::MountTmpfs { target: at.path().to_path_buf(), size_bytes, tag: tag.to_string() });
         if let Some(message) = self.fail_next_mount.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            return Err(Error::Internal(message));
+            return Err(Error::Fault(message));
         }
         self.insert(at.path(), MountSource { fs_type: "tmpfs".into(), source: tag.into() });
         Ok(())

@@ -2,7 +2,7 @@
 //! only the tmpfs it mounted for a volume, recognised by the device number its record keeps
 //! (without reading the mount table) or else by the tag derived from the volume id.
 
-use crate::error::Result;
+use crate::volume::error::Result;
 use crate::volume::mounter::{MountSource, Mounter};
 use crate::volume::store::volume_digest;
 use crate::volume::target_dir::OpenTarget;

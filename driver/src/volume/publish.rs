@@ -4,8 +4,8 @@
 use std::fmt;
 
 use crate::content::ask::VolumeAsk;
-use crate::error::{Error, Result};
 use crate::quote::quote;
+use crate::volume::error::{Error, Result};
 use crate::volume::target_path::TargetPath;
 
 /// A checked publish.
@@ -40,10 +40,10 @@ const MAX_VOLUME_ID_BYTES: usize = 4096;
 /// A volume id is required, and bounded.
 pub fn check_volume_id(volume_id: &str) -> Result<()> {
     if volume_id.is_empty() {
-        return Err(Error::InvalidArgument("volume_id is required".into()));
+        return Err(Error::Refused("volume_id is required".into()));
     }
     if volume_id.len() > MAX_VOLUME_ID_BYTES {
-        return Err(Error::InvalidArgument(format!(
+        return Err(Error::Refused(format!(
             "volume_id {} is longer than {MAX_VOLUME_ID_BYTES} bytes",
             quote(volume_id)
         )));

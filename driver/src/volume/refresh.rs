@@ -15,8 +15,8 @@ use tracing::{debug, info, warn};
 
 use crate::content::PassId;
 use crate::content::changes::{Changes, Pending};
-use crate::error::Error;
 use crate::quote::{Logged, quote};
+use crate::volume::error::Error;
 use crate::volume::service::NodeService;
 
 /// How many volumes are refreshed at once: enough that a few stalled ones (each given up at
@@ -119,9 +119,9 @@ impl Refresher {
                 node.refresh_volume(&id, this_pass.as_ref().map(|guard| guard.pass))
             })
             .await
-            .unwrap_or_else(|error| Some(Err(Error::Internal(format!("the refresh failed: {error}")))));
+            .unwrap_or_else(|error| Some(Err(Error::local("the refresh failed", error))));
             drop(permit);
-            let busy = matches!(result, Some(Err(Error::Aborted(_))));
+            let busy = matches!(result, Some(Err(Error::Busy(_))));
             report(&volume_id, result);
             if busy {
                 tokio::time::sleep(RETRY_BUSY_AFTER).await;
@@ -149,12 +149,12 @@ async fn next_change(changes: Option<&Changes>) -> Pending {
 }
 
 /// Logs what a refresh of `volume_id` did (`None`: the volume was unpublished meanwhile).
-fn report(volume_id: &str, result: Option<crate::error::Result<bool>>) {
+fn report(volume_id: &str, result: Option<crate::volume::error::Result<bool>>) {
     let volume = quote(volume_id);
     match result {
         Some(Ok(true)) => info!(%volume, "content refreshed"),
         Some(Ok(false)) | None => {}
-        Some(Err(Error::Aborted(_))) => debug!(%volume, "another operation holds the volume; refreshing it shortly"),
+        Some(Err(Error::Busy(_))) => debug!(%volume, "another operation holds the volume; refreshing it shortly"),
         Some(Err(error)) => {
             warn!(%volume, error = %Logged(&error), "content refresh failed; serving the previous content")
         }

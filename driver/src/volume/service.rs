@@ -18,10 +18,10 @@ use crate::content::ask::VolumeAsk;
 use crate::content::projection::api::PROJECTION_ATTRIBUTE;
 use crate::content::projection::tokens::Tokens;
 use crate::content::{ContentSource, PassId};
-use crate::error::{Error, Result};
 use crate::metrics::{Metrics, RefreshResult};
 use crate::quote::{Logged, quote, quote_path};
 use crate::volume::atomic_writer::{AtomicWriter, check_key};
+use crate::volume::error::{Error, Result};
 use crate::volume::mounter::Mounter;
 use crate::volume::ownership::{Ownership, mount_tag, ownership};
 use crate::volume::publish::{Publish, check_volume_id};
@@ -78,8 +78,8 @@ pub struct NodeService {
     // Volume ids and targets with an operation under way: a second one on either is told to
     // retry (ABORTED), as the specification asks, instead of racing the first.
     busy: Mutex<HashSet<Busy>>,
-    // The last refresh failure of each volume whose content is not current.
-    stale: Mutex<HashMap<String, Error>>,
+    // The volumes whose last refresh failed: their content is not current.
+    stale: Mutex<HashSet<String>>,
     passes: AtomicU64,
 }
 
@@ -146,7 +146,7 @@ impl NodeService {
                 Busy::Volume(id) => format!("volume {}", quote(id)),
                 Busy::Target(path) => quote_path(path),
             };
-            return Err(Error::Aborted(format!("an operation on {what} is in progress")));
+            return Err(Error::Busy(format!("an operation on {what} is in progress")));
         }
         busy.extend(keys.iter().cloned());
         Ok(Claim { service: self, keys })
@@ -178,7 +178,7 @@ impl NodeService {
         match ownership(self.mounter.as_ref(), opened, volume_id, device)? {
             Ownership::Own => Ok(true),
             Ownership::Unmounted => Ok(false),
-            Ownership::Foreign(source) => Err(Error::FailedPrecondition(format!(
+            Ownership::Foreign(source) => Err(Error::Foreign(format!(
                 "{} has a {} mount the driver did not make; it is left alone",
                 quote_path(opened.target.path()),
                 quote(&source.fs_type)
@@ -201,7 +201,7 @@ impl NodeService {
         let rewrite_tokens = new_tokens && shows_tokens;
         // A volume whose last refresh failed is refreshed again now, and a failure is
         // kubelet's to report: it records it as the pod's event.
-        let stale = self.stale.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&request.ask.volume_id);
+        let stale = self.stale.lock().unwrap_or_else(|p| p.into_inner()).contains(&request.ask.volume_id);
         if (rewrite_tokens || stale)
             && let Err(error) = self.refresh(existing, rewrite_tokens)
         {
@@ -241,7 +241,7 @@ impl NodeService {
         let existing = self.record(&request.ask.volume_id);
         if let Some(existing) = &existing {
             if !existing.same_publish(&wanted) {
-                return Err(Error::AlreadyExists(format!(
+                return Err(Error::Conflict(format!(
                     "volume {} is already published with other arguments",
                     quote(&request.ask.volume_id)
                 )));
@@ -255,7 +255,7 @@ impl NodeService {
             // again, keeping the record of what was made before.
         }
         if self.target_holds_another_volume(target, &request.ask.volume_id) {
-            return Err(Error::AlreadyExists(format!("{} already holds another volume", quote_path(target.as_path()))));
+            return Err(Error::Conflict(format!("{} already holds another volume", quote_path(target.as_path()))));
         }
 
         let payload = self.content.content(&request.ask)?;
@@ -322,7 +322,7 @@ impl NodeService {
         // target this operation holds, so the mount found there now is the one just made.
         let volume = OpenTarget { target: opened.reopen()?, parent: opened.parent };
         let Some(device) = self.mounter.mount_device(&volume.parent, &volume.target)? else {
-            return Err(Error::Internal(format!(
+            return Err(Error::Fault(format!(
                 "the tmpfs mounted at {} is not there any more",
                 quote_path(target.as_path())
             )));
@@ -442,9 +442,9 @@ impl NodeService {
     fn note_refresh(&self, volume_id: &str, result: &Result<bool>) {
         let mut stale = self.stale.lock().unwrap_or_else(|p| p.into_inner());
         match result {
-            Err(Error::Aborted(_)) => {}
-            Err(error) => {
-                stale.insert(volume_id.to_string(), error.clone());
+            Err(Error::Busy(_)) => {}
+            Err(_) => {
+                stale.insert(volume_id.to_string());
             }
             Ok(_) => {
                 stale.remove(volume_id);
@@ -481,7 +481,7 @@ impl NodeService {
             Err(error) if error.withdraws_content() => {
                 Ok(Fetched { payload: Default::default(), withdrawn: Some(error) })
             }
-            Err(error) => Err(error),
+            Err(error) => Err(error.into()),
         }
     }
 
@@ -500,7 +500,7 @@ impl NodeService {
         let Some(opened) =
             opened.filter(|opened| self.holds_own_mount(opened, &record.volume_id, record.device).unwrap_or(false))
         else {
-            return Err(Error::Internal(format!(
+            return Err(Error::Fault(format!(
                 "{} no longer holds the volume's tmpfs; not written",
                 quote_path(&record.target_path)
             )));
@@ -518,7 +518,7 @@ impl NodeService {
     pub fn unpublish(&self, volume_id: &str, target: &str) -> Result<()> {
         check_volume_id(volume_id)?;
         if target.is_empty() {
-            return Err(Error::InvalidArgument("target_path is required".into()));
+            return Err(Error::Refused("target_path is required".into()));
         }
         let target = TargetPath::parse(target, self.kubelet_dir())?;
         let _claim = self.claim(volume_id, target.as_path())?;
@@ -555,7 +555,7 @@ impl NodeService {
 struct Fetched {
     payload: crate::volume::atomic_writer::Payload,
     /// Why the content may no longer be had, when it may not (the payload is then empty).
-    withdrawn: Option<Error>,
+    withdrawn: Option<crate::content::error::Error>,
 }
 
 /// What a publish has made so far: directories, its mount, and that mount's device once seen.

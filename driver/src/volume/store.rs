@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde::{Deserialize, Serialize};
 
 use crate::content::ask::PodInfo;
-use crate::error::{Error, Result};
+use crate::volume::error::{Error, Result};
 
 /// What the driver remembers of a published volume. Never holds secrets or tokens.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -111,7 +111,7 @@ impl VolumeStore for FileVolumeStore {
             volume_digest(&record.volume_id),
             std::process::id()
         ));
-        let json = serde_json::to_vec_pretty(record).map_err(|e| Error::Internal(format!("encoding a record: {e}")))?;
+        let json = serde_json::to_vec_pretty(record).map_err(|e| Error::local("encoding a record", e))?;
         let written = (|| {
             let mut file = fs::File::create_new(&temporary).map_err(|e| io_error("creating", &temporary, e))?;
             file.write_all(&json).map_err(|e| io_error("writing", &temporary, e))?;
@@ -195,7 +195,7 @@ impl VolumeStore for FileVolumeStore {
 }
 
 fn io_error(action: &str, path: &Path, error: std::io::Error) -> Error {
-    Error::Internal(format!("{action} {}: {error}", crate::quote::quote_path(path)))
+    Error::local(format!("{action} {}", crate::quote::quote_path(path)), error)
 }
 
 #[cfg(test)]

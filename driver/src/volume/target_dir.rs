@@ -12,8 +12,8 @@ use nix::fcntl::{OFlag, openat};
 use nix::sys::stat::{Mode, mkdirat};
 use nix::unistd::{UnlinkatFlags, unlinkat};
 
-use crate::error::{Error, Result};
 use crate::quote::quote_path;
+use crate::volume::error::{Error, Result};
 use crate::volume::target_path::TargetPath;
 
 /// The mode of directories the driver creates (kubelet's for its volume directories).
@@ -65,7 +65,7 @@ fn open_root(root: &Path) -> Result<OpenDir> {
     // The configured root is trusted as written (it may be a symlink to where kubelet keeps its
     // data); only what lies below it is not.
     let fd = nix::fcntl::open(root, OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())
-        .map_err(|errno| Error::Internal(format!("opening the kubelet root {}: {errno}", quote_path(root))))?;
+        .map_err(|errno| Error::local(format!("opening the kubelet root {}", quote_path(root)), errno))?;
     Ok(OpenDir { fd, path: root.to_path_buf() })
 }
 
@@ -83,9 +83,9 @@ fn refused(path: &Path, errno: Errno) -> Error {
         Errno::ELOOP | Errno::ENOTDIR => {
             let link = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
             let what = if link { "is a symbolic link" } else { "is not a directory" };
-            Error::InvalidArgument(format!("{} {what}; refused", quote_path(path)))
+            Error::Refused(format!("{} {what}; refused", quote_path(path)))
         }
-        other => Error::Internal(format!("opening {}: {other}", quote_path(path))),
+        other => Error::local(format!("opening {}", quote_path(path)), other),
     }
 }
 
@@ -119,7 +119,7 @@ pub fn missing(root: &Path, target: &TargetPath) -> Result<Vec<PathBuf>> {
 pub fn create(root: &Path, target: &TargetPath, created: &mut Vec<PathBuf>) -> Result<OpenTarget> {
     match walk(root, target, Some(created))? {
         Some(opened) => Ok(opened),
-        None => Err(Error::Internal(format!("{} vanished while it was created", quote_path(target.as_path())))),
+        None => Err(Error::Fault(format!("{} vanished while it was created", quote_path(target.as_path())))),
     }
 }
 
@@ -139,7 +139,7 @@ fn walk(root: &Path, target: &TargetPath, mut created: Option<&mut Vec<PathBuf>>
                     Ok(()) => created.push(path.clone()),
                     // Made by someone else a moment ago: theirs, not ours to remove later.
                     Err(Errno::EEXIST) => {}
-                    Err(errno) => return Err(Error::Internal(format!("creating {}: {errno}", quote_path(&path)))),
+                    Err(errno) => return Err(Error::local(format!("creating {}", quote_path(&path)), errno)),
                 }
                 child(&dir, name).map_err(|errno| refused(&path, errno))?
             }
@@ -259,14 +259,15 @@ mod tests {
         symlink(&elsewhere, root.join("pods/u")).unwrap();
         let target = target(&root, "u");
         let error = create(&root, &target, &mut Vec::new()).unwrap_err();
-        assert_eq!(error, Error::InvalidArgument(format!("{:?} is a symbolic link; refused", root.join("pods/u"))));
+        assert!(matches!(error, Error::Refused(_)), "{error:?}");
+        assert_eq!(error.to_string(), format!("{:?} is a symbolic link; refused", root.join("pods/u")));
         assert_eq!(fs::read_dir(&elsewhere).unwrap().count(), 0, "nothing created through the link");
         assert!(missing(&root, &target).is_err());
 
         // The last element as a symlink to a directory.
         fs::create_dir_all(root.join("pods/w/volumes/kubernetes.io~csi/v")).unwrap();
         symlink(&elsewhere, root.join("pods/w/volumes/kubernetes.io~csi/v/mount")).unwrap();
-        assert!(matches!(open(&root, &target_named(&root, "w")), Err(Error::InvalidArgument(_))));
+        assert!(matches!(open(&root, &target_named(&root, "w")), Err(Error::Refused(_))));
     }
 
     fn target_named(root: &Path, uid: &str) -> TargetPath {

@@ -5,8 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::error::{Error, Result};
 use crate::quote::{quote, quote_path};
+use crate::volume::error::{Error, Result};
 
 /// The longest target accepted (Linux's PATH_MAX).
 const MAX_TARGET_BYTES: usize = 4096;
@@ -28,7 +28,7 @@ impl TargetPath {
     /// Checks `target` against kubelet's layout under `kubelet_dir` (itself absolute and
     /// normalized, as the configuration guarantees).
     pub fn parse(target: &str, kubelet_dir: &Path) -> Result<TargetPath> {
-        let invalid = |why: String| Err(Error::InvalidArgument(format!("target_path {} {why}", quote(target))));
+        let invalid = |why: String| Err(Error::Refused(format!("target_path {} {why}", quote(target))));
         if target.len() > MAX_TARGET_BYTES {
             return invalid(format!("is longer than {MAX_TARGET_BYTES} bytes"));
         }
@@ -104,7 +104,7 @@ mod tests {
 
     fn message(target: &str) -> String {
         match TargetPath::parse(target, Path::new(ROOT)) {
-            Err(Error::InvalidArgument(message)) => message,
+            Err(Error::Refused(message)) => message,
             other => panic!("{target}: expected INVALID_ARGUMENT, got {other:?}"),
         }
     }

@@ -10,13 +10,13 @@
 
 use std::collections::BTreeMap;
 
+use crate::content::error::{Error, Result};
 use crate::content::object_name::ObjectName;
 use crate::content::payload::{DEFAULT_MODE, FileContent, Payload, check_key};
 use crate::content::projection::api::{KeyItem, ProjectionSource, ProjectionSpec, ShareProjection, SourceKind};
 use crate::content::projection::downward::{PodFacts, PodField};
 use crate::content::projection::tokens::Tokens;
 use crate::content::shares::access::ShareKind;
-use crate::error::{Error, Result};
 use crate::quote::quote;
 
 /// The highest mode a file may have: permission bits only, as kubelet allows.
@@ -50,14 +50,14 @@ impl std::fmt::Debug for SourceData {
 /// paths, modes and field paths, and no two explicit paths that collide. The error names the sources and the path.
 pub fn check_spec(spec: &ProjectionSpec) -> Result<()> {
     if spec.sources.is_empty() {
-        return Err(Error::InvalidArgument("the projection has no sources".into()));
+        return Err(Error::Invalid("the projection has no sources".into()));
     }
     check_mode(spec.default_mode, "defaultMode")?;
     let mut claimed = Claims::default();
     for (index, source) in spec.sources.iter().enumerate() {
         let label = source_label(index, source)?;
         if let Some(SourceKind::SharedSecret(share) | SourceKind::SharedConfigMap(share)) = source.kind() {
-            ObjectName::parse(&share.name).map_err(|e| in_source(&label, Error::InvalidArgument(e.to_string())))?;
+            ObjectName::parse(&share.name).map_err(|e| in_source(&label, Error::Invalid(e.to_string())))?;
         }
         for (path, mode) in explicit_paths(source).map_err(|e| in_source(&label, e))? {
             check_key(path).map_err(|e| in_source(&label, e))?;
@@ -101,7 +101,7 @@ fn source_files(
     default_mode: u32,
 ) -> Result<Vec<SourceFile>> {
     let Some(kind) = source.kind() else {
-        return Err(Error::InvalidArgument(format!("{label} sets no single kind")));
+        return Err(Error::Invalid(format!("{label} sets no single kind")));
     };
     let files = match kind {
         SourceKind::SharedSecret(share) => share_files(ShareKind::Secret, share, label, data, default_mode)?,
@@ -128,7 +128,7 @@ fn source_files(
                 )));
             }
             let Some(value) = data.tokens.get(&token.audience) else {
-                return Err(Error::InvalidArgument(format!(
+                return Err(Error::Invalid(format!(
                     "{label}: kubelet passed no token for audience {}: the CSIDriver's tokenRequests must name it",
                     quote(&token.audience)
                 )));
@@ -173,7 +173,7 @@ fn share_files(
             }),
             None if *optional => {}
             None => {
-                return Err(Error::FailedPrecondition(format!(
+                return Err(Error::Unservable(format!(
                     "{label}: the backing object has no key {} (mark the item optional to skip it)",
                     quote(key)
                 )));
@@ -220,13 +220,13 @@ impl Claims {
 }
 
 fn collision(earlier: &str, later: &str, path: &str, why: &str) -> Error {
-    Error::InvalidArgument(format!("{earlier} and {later} collide at path {}: {why}", quote(path)))
+    Error::Invalid(format!("{earlier} and {later} collide at path {}: {why}", quote(path)))
 }
 
 /// `sources[1] (sharedSecret "db-creds")`: how errors name a source.
 fn source_label(index: usize, source: &ProjectionSource) -> Result<String> {
     let Some(kind) = source.kind() else {
-        return Err(Error::InvalidArgument(format!(
+        return Err(Error::Invalid(format!(
             "sources[{index}] must set exactly one of sharedSecret, sharedConfigMap, podInfo, serviceAccountToken"
         )));
     };
@@ -265,15 +265,15 @@ fn explicit_paths(source: &ProjectionSource) -> Result<Vec<(&str, Option<u32>)>>
 
 fn check_mode(mode: Option<u32>, what: &str) -> Result<()> {
     match mode {
-        Some(mode) if mode > MAX_MODE => Err(Error::InvalidArgument(format!(
-            "{what} {mode:#o} is out of range: a mode is between 0 and 0777 (octal)"
-        ))),
+        Some(mode) if mode > MAX_MODE => {
+            Err(Error::Invalid(format!("{what} {mode:#o} is out of range: a mode is between 0 and 0777 (octal)")))
+        }
         _ => Ok(()),
     }
 }
 
 fn in_source(label: &str, error: Error) -> Error {
-    Error::InvalidArgument(format!("{label}: {}", error))
+    Error::Invalid(format!("{label}: {}", error))
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use super::go_printable::go_printable;
-use crate::error::{Error, Result};
+use crate::content::error::{Error, Result};
 use crate::quote::quote;
 
 /// What the driver knows of the pod a volume is for: names from kubelet's publish request,
@@ -64,7 +64,7 @@ impl PodField {
                 } else if let Some(key) = subscript(other, "metadata.annotations") {
                     PodField::Annotation(key.to_string())
                 } else {
-                    return Err(Error::InvalidArgument(format!(
+                    return Err(Error::Invalid(format!(
                         "fieldPath {} is not supported: use metadata.name, metadata.namespace, metadata.uid, \
                          spec.serviceAccountName, metadata.labels, metadata.annotations, \
                          metadata.labels['<key>'] or metadata.annotations['<key>']",

@@ -14,12 +14,12 @@ use super::compose::{SourceData, check_spec, compose};
 use super::downward::{PodFacts, PodField};
 use crate::content::PassId;
 use crate::content::ask::VolumeAsk;
+use crate::content::error::{Error, Result};
 use crate::content::object_name::{NamespaceName, ObjectName};
 use crate::content::payload::Payload;
 use crate::content::shares::access::ShareKind;
 use crate::content::shares::source::KubernetesSource;
 use crate::content::shares::watch::attribute;
-use crate::error::{Error, Result};
 use crate::quote::quote;
 
 impl KubernetesSource {
@@ -34,7 +34,7 @@ impl KubernetesSource {
         let key = (namespace.clone(), name.clone());
         let spec = self.shared(pass, key, |pass| &mut pass.projections, self.projection(&namespace, name)).await?;
         let Some(spec) = spec else {
-            return Err(Error::NotFound(format!("SharedProjection {namespace}/{} not found", quote(name.as_str()))));
+            return Err(Error::Missing(format!("SharedProjection {namespace}/{} not found", quote(name.as_str()))));
         };
         // Checked before anything else is asked: a share name that is not an object name is
         // refused here, never spelled into a request, and before any access check.
@@ -102,7 +102,7 @@ impl KubernetesSource {
             return Ok(facts);
         };
         if !self.pod_metadata {
-            return Err(Error::FailedPrecondition(format!(
+            return Err(Error::Unservable(format!(
                 "sources[{index}] (podInfo) shows {} of the pod, and this node's driver does not read pods \
                  (podMetadata is off in its configuration; config/deploy/driver/pod-metadata.yaml opts in)",
                 quote(&item.field_path)
@@ -110,13 +110,13 @@ impl KubernetesSource {
         }
         let namespace = pod_namespace(request)?;
         let name = ObjectName::parse(&pod.name)
-            .map_err(|error| Error::InvalidArgument(format!("the pod's name from kubelet: {error}")))?;
+            .map_err(|error| Error::Invalid(format!("the pod's name from kubelet: {error}")))?;
         let what = || format!("reading pod {namespace}/{name} for its labels and annotations");
         let api = Api::<Pod>::namespaced(self.client().clone(), namespace.as_str());
         let found = self.ask(what, api.get_opt(name.as_str())).await?;
         // A pod of the same name but another uid is a successor: its labels are not this one's.
         let Some(object) = found.filter(|found| found.metadata.uid.as_deref() == Some(pod.uid.as_str())) else {
-            return Err(Error::NotFound(format!("pod {namespace}/{name} (uid {}) not found", quote(&pod.uid))));
+            return Err(Error::Missing(format!("pod {namespace}/{name} (uid {}) not found", quote(&pod.uid))));
         };
         facts.labels = object.metadata.labels.unwrap_or_default().into_iter().collect::<BTreeMap<_, _>>();
         facts.annotations = object.metadata.annotations.unwrap_or_default().into_iter().collect::<BTreeMap<_, _>>();
@@ -127,7 +127,7 @@ impl KubernetesSource {
 /// The pod's namespace from kubelet, checked before it goes into a request.
 fn pod_namespace(request: &VolumeAsk) -> Result<NamespaceName> {
     NamespaceName::parse(&request.pod.namespace)
-        .map_err(|error| Error::InvalidArgument(format!("the pod's namespace from kubelet: {error}")))
+        .map_err(|error| Error::Invalid(format!("the pod's namespace from kubelet: {error}")))
 }
 
 /// The shares a projection names, each once, in a fixed order; a name that is not an object
@@ -141,19 +141,21 @@ pub fn shares_of(spec: &ProjectionSpec) -> Result<BTreeSet<(ShareKind, ObjectNam
             _ => continue,
         };
         let name = ObjectName::parse(&share.name).map_err(|error| {
-            Error::InvalidArgument(format!("sources[{index}] ({}): the share name {error}", attribute(kind)))
+            Error::Invalid(format!("sources[{index}] ({}): the share name {error}", attribute(kind)))
         })?;
         shares.insert((kind, name));
     }
     Ok(shares)
 }
 
-/// `error`, saying which projection it is about.
+/// `error`, saying which projection it is about. Refusals of what the projection asks for
+/// get the projection's name; the others already name their share or say the apiserver did
+/// not answer.
 fn in_projection(namespace: &NamespaceName, name: &ObjectName, error: Error) -> Error {
-    let context = |message: String| format!("SharedProjection {namespace}/{}: {message}", quote(name.as_str()));
     match error {
-        Error::InvalidArgument(message) => Error::InvalidArgument(context(message)),
-        Error::FailedPrecondition(message) => Error::FailedPrecondition(context(message)),
+        Error::Invalid(_) | Error::Unservable(_) => {
+            error.in_context(|message| format!("SharedProjection {namespace}/{}: {message}", quote(name.as_str())))
+        }
         other => other,
     }
 }

@@ -8,7 +8,7 @@ use std::fmt;
 
 use serde::Deserialize;
 
-use crate::error::{Error, Result};
+use crate::content::error::{Error, Result};
 
 /// The volume-context key kubelet puts the tokens under.
 pub const TOKENS_KEY: &str = "csi.storage.k8s.io/serviceAccount.tokens";
@@ -47,14 +47,14 @@ impl Tokens {
             return Ok(Tokens::default());
         };
         if value.len() > MAX_TOKENS_BYTES {
-            return Err(Error::InvalidArgument(format!(
+            return Err(Error::Invalid(format!(
                 "volume_context[{TOKENS_KEY:?}] is {} bytes, more than the {MAX_TOKENS_BYTES} read",
                 value.len()
             )));
         }
         let parsed: BTreeMap<String, KubeletToken> = serde_json::from_str(value).map_err(|error| {
             // serde's message may quote the input, which holds tokens: report the position only.
-            Error::InvalidArgument(format!(
+            Error::Invalid(format!(
                 "volume_context[{TOKENS_KEY:?}] is not a JSON object of audience to {{\"token\": ...}} \
                  (line {}, column {})",
                 error.line(),
@@ -126,7 +126,7 @@ mod tests {
         ] {
             let error = Tokens::from_volume_context(&context(malformed)).unwrap_err();
             let message = error.to_string();
-            assert!(matches!(error, Error::InvalidArgument(_)));
+            assert!(matches!(error, Error::Invalid(_)));
             assert!(!message.contains("T-SECRET"), "{message}");
             assert!(
                 message

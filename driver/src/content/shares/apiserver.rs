@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tracing::warn;
 
-use crate::error::{Error, Result};
+use crate::content::error::{Error, Result};
 use crate::quote::Logged;
 
 /// How long one request may take unless configured (`requestTimeoutSeconds`).

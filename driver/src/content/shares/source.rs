@@ -30,11 +30,11 @@ use super::watch::{Served, watch_changes};
 use crate::apiserver_client::ApiserverClients;
 use crate::content::ask::{PodInfo, VolumeAsk};
 use crate::content::changes::Changes;
+use crate::content::error::{Error, Result};
 use crate::content::object_name::{NamespaceName, ObjectName};
 use crate::content::payload::{FileContent, Payload};
 use crate::content::projection::api::{PROJECTION_ATTRIBUTE, ProjectionSpec};
 use crate::content::{ContentSource, PassId};
-use crate::error::{Error, Result};
 use crate::metrics::{AccessResult, Metrics};
 use crate::quote::{Logged, quote};
 
@@ -60,7 +60,7 @@ impl Backing {
     /// broken (FAILED_PRECONDITION), which empties its volumes as a deleted share would.
     fn of(kind: ShareKind, share: &ObjectName, named: &ObjectRef) -> Result<Backing> {
         let broken = |error: crate::content::object_name::InvalidName| {
-            Error::FailedPrecondition(format!(
+            Error::Unservable(format!(
                 "{} {share} names a {} that cannot exist: {error}",
                 kind.kind(),
                 kind.backing_kind()
@@ -242,9 +242,9 @@ impl KubernetesSource {
             self.shared(pass, question.clone(), |p| &mut p.access, self.allowed(&question)),
         );
         let (named, conditions) =
-            found?.ok_or_else(|| Error::NotFound(format!("{} {} not found", kind.kind(), quote(share.as_str()))))?;
+            found?.ok_or_else(|| Error::Missing(format!("{} {} not found", kind.kind(), quote(share.as_str()))))?;
         if !allowed? {
-            return Err(Error::PermissionDenied(question.denial()));
+            return Err(Error::Denied(question.denial()));
         }
         let backing = Backing::of(kind, share, &named)?;
         self.served.note(kind, &named.namespace, &named.name, share.as_str());
@@ -257,7 +257,7 @@ impl KubernetesSource {
         };
         self.with_pass(pass, |p| p.seen.insert((kind, share.as_str().to_string()), (named, conditions, seen)));
         payload?.ok_or_else(|| {
-            Error::NotFound(format!(
+            Error::Missing(format!(
                 "{} {}/{}, shared by {} {}, not found",
                 kind.backing_kind(),
                 backing.namespace,
@@ -417,12 +417,12 @@ fn volume_of(request: &VolumeAsk) -> Result<Volume> {
     let (attribute, name) = match named.as_slice() {
         [one] => *one,
         [] => {
-            return Err(Error::InvalidArgument(format!(
+            return Err(Error::Invalid(format!(
                 "volumeAttributes lacks {SHARED_SECRET_ATTRIBUTE:?}, {SHARED_CONFIG_MAP_ATTRIBUTE:?} or {PROJECTION_ATTRIBUTE:?}: name what to mount"
             )));
         }
         [(first, _), (second, _), ..] => {
-            return Err(Error::InvalidArgument(format!(
+            return Err(Error::Invalid(format!(
                 "volumeAttributes names both {first:?} and {second:?}: name one share, or one projection"
             )));
         }
@@ -434,7 +434,7 @@ fn volume_of(request: &VolumeAsk) -> Result<Volume> {
     };
     let name = ObjectName::parse(name).map_err(|error| {
         let what = kind.map_or("SharedProjection", ShareKind::kind);
-        Error::InvalidArgument(format!("{what} name {error}"))
+        Error::Invalid(format!("{what} name {error}"))
     })?;
     Ok(match kind {
         Some(kind) => Volume::Share(kind, name),
@@ -525,7 +525,7 @@ mod attribute_tests {
         ] {
             let rule = "an object name is at most 253 characters of lowercase letters, digits, '-' and '.', \
                         each '.'-separated part starting and ending with a letter or digit";
-            assert_eq!(volume_of(&request(&attributes)), Err(Error::InvalidArgument(message.replace("RULE", rule))));
+            assert_eq!(volume_of(&request(&attributes)), Err(Error::Invalid(message.replace("RULE", rule))));
         }
     }
 }

@@ -14,8 +14,9 @@ use super::*;
 use crate::content::ContentSource;
 use crate::content::StaticDirSource;
 use crate::content::ask::VolumeAsk;
-use crate::error::Error;
+use crate::content::error::{Error, Result};
 use crate::metrics::Metrics;
+use crate::volume::error::Error as VolumeError;
 use crate::volume::mounter::{FakeMounter, MountAction, MountSource};
 use crate::volume::ownership::mount_tag;
 use crate::volume::service::*;
@@ -299,9 +300,9 @@ async fn refresh_rewrites_changed_content_and_empties_a_withdrawn_share() {
     let target = PathBuf::from(&request.target_path);
     publish(&fixture, request).await.unwrap();
 
-    assert_eq!(fixture.service.refresh_all(), [("csi-1".to_string(), Ok(false))], "nothing changed");
+    assert_eq!(settled(fixture.service.refresh_all()), [("csi-1".to_string(), false)], "nothing changed");
     fs::write(fixture.dir.path().join("shares/cluster-ca/ca.crt"), "ROTATED").unwrap();
-    assert_eq!(fixture.service.refresh_all(), [("csi-1".to_string(), Ok(true))]);
+    assert_eq!(settled(fixture.service.refresh_all()), [("csi-1".to_string(), true)]);
     assert_eq!(fs::read_to_string(target.join("ca.crt")).unwrap(), "ROTATED");
     let actions = fixture.mounter.actions();
     assert_eq!(
@@ -314,8 +315,19 @@ async fn refresh_rewrites_changed_content_and_empties_a_withdrawn_share() {
     );
 
     fs::remove_dir_all(fixture.dir.path().join("shares/cluster-ca")).unwrap();
-    assert_eq!(fixture.service.refresh_all(), [("csi-1".to_string(), Ok(true))]);
+    assert_eq!(settled(fixture.service.refresh_all()), [("csi-1".to_string(), true)]);
     assert!(!target.join("ca.crt").exists(), "a withdrawn share leaves an empty volume");
+}
+
+/// Whether each volume of a refresh changed; a failed refresh fails the test, naming its error.
+fn settled(results: Vec<(String, crate::volume::error::Result<bool>)>) -> Vec<(String, bool)> {
+    results
+        .into_iter()
+        .map(|(volume, result)| match result {
+            Ok(changed) => (volume, changed),
+            Err(error) => panic!("the refresh of {volume} failed: {error}"),
+        })
+        .collect()
 }
 
 /// A content source answering what the test sets, as the Kubernetes source would: content,
@@ -372,10 +384,10 @@ async fn a_refresh_empties_on_revocation_or_deletion_and_keeps_content_when_the_
 
     source.set(Err(Error::Unavailable("apiserver unreachable".into())));
     let results = service.refresh_all();
-    assert!(matches!(results[0].1, Err(Error::Unavailable(_))), "{results:?}");
+    assert!(matches!(results[0].1, Err(VolumeError::Content(Error::Unavailable(_)))), "{results:?}");
     assert_eq!(read().as_deref(), Some("s3cret"), "an unreachable source never empties a volume");
 
-    source.set(Err(Error::PermissionDenied("revoked".into())));
+    source.set(Err(Error::Denied("revoked".into())));
     service.refresh_all();
     assert_eq!(read(), None, "revoked access empties the volume");
     assert!(target.exists(), "and it stays mounted");
@@ -384,7 +396,7 @@ async fn a_refresh_empties_on_revocation_or_deletion_and_keeps_content_when_the_
     service.refresh_all();
     assert_eq!(read().as_deref(), Some("back"));
 
-    source.set(Err(Error::NotFound("SharedSecret \"db\" not found".into())));
+    source.set(Err(Error::Missing("SharedSecret \"db\" not found".into())));
     service.refresh_all();
     assert_eq!(read(), None, "a deleted share empties the volume");
 }
@@ -401,12 +413,12 @@ async fn a_failed_refresh_is_reported_at_the_next_republish_until_one_succeeds()
     node.node_publish_volume(Request::new(request.clone())).await.unwrap();
     node.node_publish_volume(Request::new(request.clone())).await.expect("a republish of a current volume");
 
-    let too_large = "the volume's content needs 9437184 bytes but its tmpfs (tmpfsSize 8388608 bytes) has 0 bytes free";
-    source.set(Err(Error::ResourceExhausted(too_large.into())));
-    assert!(matches!(service.refresh_all()[0].1, Err(Error::ResourceExhausted(_))));
+    let unanswered = "reading SharedSecret \"db\": the apiserver did not answer within 5 s";
+    source.set(Err(Error::Unavailable(unanswered.into())));
+    assert!(matches!(service.refresh_all()[0].1, Err(VolumeError::Content(Error::Unavailable(_)))));
     assert!(metrics.encode().contains("sharedresource_csi_driver_volumes_stale 1"), "{}", metrics.encode());
     let status = node.node_publish_volume(Request::new(request.clone())).await.unwrap_err();
-    assert_eq!((status.code(), status.message()), (Code::ResourceExhausted, too_large), "kubelet sees it");
+    assert_eq!((status.code(), status.message()), (Code::Unavailable, unanswered), "kubelet sees it");
 
     source.set(Ok(password("rotated")));
     node.node_publish_volume(Request::new(request.clone())).await.expect("the republish refreshed it");
@@ -423,10 +435,10 @@ async fn a_volume_published_with_refresh_resource_false_keeps_its_content() {
     let target = PathBuf::from(&request.target_path);
     publish(&fixture, request).await.unwrap();
     fs::write(fixture.dir.path().join("shares/cluster-ca/ca.crt"), "ROTATED").unwrap();
-    assert_eq!(fixture.service.refresh_all(), [("csi-1".to_string(), Ok(false))]);
+    assert_eq!(settled(fixture.service.refresh_all()), [("csi-1".to_string(), false)]);
     assert_eq!(fs::read_to_string(target.join("ca.crt")).unwrap(), "PEM", "kept as published");
     fs::remove_dir_all(fixture.dir.path().join("shares/cluster-ca")).unwrap();
-    assert_eq!(fixture.service.refresh_all(), [("csi-1".to_string(), Ok(true))]);
+    assert_eq!(settled(fixture.service.refresh_all()), [("csi-1".to_string(), true)]);
     assert!(!target.join("ca.crt").exists(), "a withdrawn share still empties it");
 }
 
@@ -510,7 +522,7 @@ async fn a_republish_with_new_tokens_rewrites_the_volume_and_a_restart_waits_for
     republish(Some("T1")).await.unwrap();
     republish(Some("T2")).await.unwrap();
     assert_eq!(fs::read_to_string(&token_file).unwrap(), "T2", "rewritten by the republish");
-    assert_eq!(node.service.refresh_all(), [("csi-1".to_string(), Ok(false))], "the held tokens are used");
+    assert_eq!(settled(node.service.refresh_all()), [("csi-1".to_string(), false)], "the held tokens are used");
 
     // A restart: the tokens were never stored, so a refresh changes nothing until kubelet's
     // next republish brings them; one without tokens has nothing to write.
@@ -521,7 +533,7 @@ async fn a_republish_with_new_tokens_rewrites_the_volume_and_a_restart_waits_for
     }
     let restarted = service(records);
     let refreshed = restarted.service.refresh_all();
-    assert!(matches!(refreshed[0].1, Err(Error::Unavailable(_))), "{refreshed:?}");
+    assert!(matches!(refreshed[0].1, Err(VolumeError::Content(Error::Unavailable(_)))), "{refreshed:?}");
     assert_eq!(fs::read_to_string(&token_file).unwrap(), "T2", "kept");
     restarted.node_publish_volume(Request::new(with_token(request.clone(), None))).await.unwrap();
     assert_eq!(fs::read_to_string(&token_file).unwrap(), "T2");

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::*;
+use crate::content::error::Error as ContentError;
 
 fn payload(pairs: &[(&str, &str)]) -> Payload {
     pairs.iter().map(|(k, v)| (k.to_string(), FileContent::new(v.as_bytes()))).collect()
@@ -77,7 +78,8 @@ fn hostile_keys_are_refused_and_nothing_is_written() {
         ("a\0b", "it contains a NUL byte"),
     ] {
         let error = writer.write(&payload(&[("good", "1"), (key, "evil")])).unwrap_err();
-        assert_eq!(error, Error::InvalidArgument(format!("key {key:?} is refused: {why}")));
+        let expected = format!("key {key:?} is refused: {why}");
+        assert!(matches!(&error, Error::Content(ContentError::Invalid(message)) if *message == expected), "{error:?}");
     }
     assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0, "no partial write");
 }
@@ -167,13 +169,11 @@ fn content_that_fills_the_room_exactly_fits_and_one_page_more_does_not() {
     let page = PAGE_BYTES;
     assert!(Room::check(3 * page, 3 * page, 8 * page, false).is_ok());
     let refused = Room::check(3 * page, 2 * page, 8 * page, false).err().expect("refused");
+    assert!(matches!(refused, Error::TooLarge(_)), "{refused:?}");
     assert_eq!(
-        refused,
-        Error::ResourceExhausted(
-            "the volume's content needs 12288 bytes but its tmpfs (tmpfsSize 32768 bytes) has 8192 bytes free: \
-             tmpfsSize must be at least 12288 bytes; raise tmpfsSize in the driver's configuration"
-                .into()
-        )
+        refused.to_string(),
+        "the volume's content needs 12288 bytes but its tmpfs (tmpfsSize 32768 bytes) has 8192 bytes free: \
+         tmpfsSize must be at least 12288 bytes; raise tmpfsSize in the driver's configuration"
     );
     assert!(Room::check(2 * page, 3 * page, 8 * page, true).is_ok());
 }
@@ -182,9 +182,9 @@ fn content_that_fills_the_room_exactly_fits_and_one_page_more_does_not() {
 fn only_a_full_filesystem_is_resource_exhausted() {
     let path = Path::new("/volume/a");
     let full = io_error("writing", path, std::io::Error::from_raw_os_error(nix::libc::ENOSPC));
-    assert!(matches!(full, Error::ResourceExhausted(ref m) if m.starts_with("writing \"/volume/a\": ")), "{full:?}");
+    assert!(matches!(full, Error::TooLarge(ref m) if m.starts_with("writing \"/volume/a\": ")), "{full:?}");
     let denied = io_error("writing", path, std::io::Error::from_raw_os_error(nix::libc::EACCES));
-    assert!(matches!(denied, Error::Internal(_)), "{denied:?}");
+    assert!(matches!(denied, Error::Local { .. }), "{denied:?}");
 }
 
 /// A tmpfs of `bytes` at a fresh directory, unmounted when dropped.
@@ -221,7 +221,7 @@ fn content_too_large_for_the_tmpfs_is_refused_naming_the_size_and_what_is_needed
     };
     // 80 KiB never fits 64 KiB.
     let error = writer.write(&files("a", 5)).unwrap_err();
-    let Error::ResourceExhausted(message) = &error else { panic!("{error:?}") };
+    let Error::TooLarge(message) = &error else { panic!("{error:?}") };
     assert!(
         message.starts_with("the volume's content needs 81920 bytes but its tmpfs (tmpfsSize 65536 bytes) has "),
         "{message}"
@@ -231,7 +231,7 @@ fn content_too_large_for_the_tmpfs_is_refused_naming_the_size_and_what_is_needed
     // 48 KiB fits once, but an update needs the old and the new version at once.
     assert!(writer.write(&files("a", 3)).unwrap());
     let error = writer.write(&files("b", 3)).unwrap_err();
-    let Error::ResourceExhausted(message) = &error else { panic!("{error:?}") };
+    let Error::TooLarge(message) = &error else { panic!("{error:?}") };
     assert!(message.contains("an update writes the new version beside the old one, so tmpfsSize must hold the content twice (at least 98304 bytes)"), "{message}");
     assert_eq!(read(volume.0.path(), "f0"), "a".repeat(16 << 10), "the old content is still served");
 }

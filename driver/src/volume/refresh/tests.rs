@@ -9,8 +9,8 @@ use std::time::Instant;
 use super::*;
 use crate::content::ContentSource;
 use crate::content::ask::{PodInfo, VolumeAsk};
+use crate::content::error::{Error as ContentError, Result};
 use crate::content::payload::{FileContent, Payload};
-use crate::error::Result;
 use crate::metrics::Metrics;
 use crate::volume::mounter::FakeMounter;
 use crate::volume::publish::Publish;
@@ -56,8 +56,13 @@ impl ContentSource for Gated {
     fn content(&self, request: &VolumeAsk) -> Result<Payload> {
         let share = request.attributes.get("share").cloned().unwrap_or_default();
         // Answered as things stood when the fetch started, as an apiserver answers.
-        let answer =
-            self.answers.lock().unwrap().get(&share).cloned().unwrap_or_else(|| Err(Error::Unavailable("none".into())));
+        let answer = self
+            .answers
+            .lock()
+            .unwrap()
+            .get(&share)
+            .cloned()
+            .unwrap_or_else(|| Err(ContentError::Unavailable("none".into())));
         let mut held = self.held.lock().unwrap();
         if held.contains(&share) {
             *self.waiting.lock().unwrap() += 1;
@@ -159,7 +164,7 @@ async fn a_hung_volume_delays_no_other_volumes_revocation_and_can_be_unpublished
     assert!(password.exists(), "the positive control: the file is there before the revocation");
     source.hold("stuck");
     let _release = ReleaseOnDrop(source.clone());
-    source.answer("other", Err(Error::PermissionDenied("revoked".into())));
+    source.answer("other", Err(ContentError::Denied("revoked".into())));
     source.changes.everything();
     eventually("the stuck volume's fetch started", || source.waiting() == 1).await;
     eventually("the other volume was emptied", || !password.exists()).await;
@@ -212,7 +217,7 @@ async fn a_change_during_a_refresh_refreshes_the_volume_again_afterwards() {
     refresher.dispatch(&Pending::everything());
     let marked = refresher.in_flight.lock().unwrap().again.contains("csi-web");
     assert!(marked, "the second change was noted against the running refresh");
-    source.answer("web", Err(Error::NotFound("gone".into())));
+    source.answer("web", Err(ContentError::Missing("gone".into())));
     source.release();
     let password = target(root, "web").join("password");
     eventually("the volume was refreshed again and emptied", || !password.exists()).await;

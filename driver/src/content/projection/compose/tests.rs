@@ -89,7 +89,7 @@ fn items_select_rename_and_set_modes_and_default_mode_covers_the_rest() {
 #[test]
 fn a_missing_key_fails_the_volume_unless_its_item_is_optional() {
     let error = compose(&spec(vec![secret("db", Some(vec![item("absent", "x")]))]), &data()).unwrap_err();
-    assert!(matches!(error, Error::FailedPrecondition(_)));
+    assert!(matches!(error, Error::Unservable(_)));
     assert_eq!(
         error.to_string(),
         "sources[0] (sharedSecret \"db\"): the backing object has no key \"absent\" (mark the item optional to skip it)"
@@ -236,7 +236,7 @@ fn where_sources_meet_follows_the_collision_table() {
                 }
             }
             (Err(error), Err(expected)) => {
-                assert!(matches!(error, Error::InvalidArgument(_)), "{}: {error:?}", case.name);
+                assert!(matches!(error, Error::Invalid(_)), "{}: {error:?}", case.name);
                 assert_eq!(error.to_string(), expected, "{}", case.name);
             }
             (result, expected) => panic!("{}: got {result:?}, expected {expected:?}", case.name),
@@ -294,7 +294,7 @@ fn a_bad_spec_is_refused_with_the_source_and_what_is_wrong() {
     ];
     for (projection, expected) in cases {
         let error = compose(&projection, &data()).unwrap_err();
-        assert!(matches!(error, Error::InvalidArgument(_)), "{error:?}");
+        assert!(matches!(error, Error::Invalid(_)), "{error:?}");
         assert_eq!(error.to_string(), expected);
     }
     let mut projection = spec(vec![secret("db", None)]);
@@ -343,7 +343,7 @@ fn a_share_name_that_is_not_an_object_name_is_refused_naming_its_source() {
     let long = "x".repeat(30_003);
     for hostile in ["?watch=true", "s1/status", "..", ".", "a%2fb", "a#b", long.as_str()] {
         let projection = spec(vec![secret("db", None), config_map(hostile, None)]);
-        let Err(Error::InvalidArgument(message)) = check_spec(&projection) else { panic!("{hostile:?} was accepted") };
+        let Err(Error::Invalid(message)) = check_spec(&projection) else { panic!("{hostile:?} was accepted") };
         assert!(message.starts_with("sources[1] (sharedConfigMap \""), "{message}");
         assert!(message.contains("is not a valid object name: an object name is at most 253 characters"), "{message}");
         assert!(message.len() < 800 && !message.contains('%'), "{message}");

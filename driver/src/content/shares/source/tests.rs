@@ -144,16 +144,16 @@ fn each_refusal_names_what_is_missing() {
     let denied = source(Cluster { allowed: Some(false), ..everything() }, &runtime).content(&request("web"));
     assert_eq!(
         denied,
-        Err(Error::PermissionDenied(
+        Err(Error::Denied(
             "service account team-a/web may not use SharedSecret \"db\": grant it the verb \"use\" on sharedsecrets.sharedresource.inlineguard.dev \"db\" (a Role and RoleBinding in namespace team-a)".into()
         ))
     );
     let no_share = source(Cluster { share: false, ..everything() }, &runtime).content(&request("web"));
-    assert_eq!(no_share, Err(Error::NotFound("SharedSecret \"db\" not found".into())));
+    assert_eq!(no_share, Err(Error::Missing("SharedSecret \"db\" not found".into())));
     let no_secret = source(Cluster { secret: false, ..everything() }, &runtime).content(&request("web"));
     assert_eq!(
         no_secret,
-        Err(Error::NotFound("Secret infra/db-creds, shared by SharedSecret \"db\", not found".into()))
+        Err(Error::Missing("Secret infra/db-creds, shared by SharedSecret \"db\", not found".into()))
     );
     let unreachable = source(Cluster { allowed: None, ..everything() }, &runtime).content(&request("web"));
     assert!(matches!(unreachable, Err(Error::Unavailable(_))), "{unreachable:?}");
@@ -252,7 +252,7 @@ fn hostile_names_are_refused_before_any_request() {
             let mut asked = request("web");
             asked.attributes = [(attribute.to_string(), hostile.to_string())].into();
             let answer = source.content(&asked);
-            let Err(Error::InvalidArgument(message)) = &answer else { panic!("{hostile:?}: {answer:?}") };
+            let Err(Error::Invalid(message)) = &answer else { panic!("{hostile:?}: {answer:?}") };
             assert!(message.contains("is not a valid object name"), "{message}");
             assert!(message.len() < 700, "{} bytes", message.len());
             assert!(!message.contains('%'), "{message}");
@@ -266,7 +266,7 @@ fn a_share_naming_an_object_that_cannot_exist_is_refused_without_reading_it() {
     let runtime = runtime();
     let broken = Cluster { backing_namespace: "../kube-system", ..everything() };
     let answer = source(broken, &runtime).content(&request("web"));
-    let Err(error @ Error::FailedPrecondition(message)) = &answer else { panic!("{answer:?}") };
+    let Err(error @ Error::Unservable(message)) = &answer else { panic!("{answer:?}") };
     assert!(
         message.starts_with(
             "SharedSecret db names a Secret that cannot exist: \"../kube-system\" is not a valid namespace name"
@@ -351,7 +351,7 @@ fn pod_labels_are_read_only_when_opted_into() {
     let refusing = KubernetesSource::new(client.clone(), runtime.handle().clone(), Arc::new(Metrics::new()));
     assert_eq!(
         refusing.content(&projected),
-        Err(Error::FailedPrecondition(
+        Err(Error::Unservable(
             "SharedProjection team-a/\"app\": sources[0] (podInfo) shows \"metadata.labels\" of the pod, and this \
              node's driver does not read pods (podMetadata is off in its configuration; \
              config/deploy/driver/pod-metadata.yaml opts in)"
