@@ -19,8 +19,9 @@ struct KindLabels {
     kind: String,
 }
 
-/// An access check's answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// An access check's answer; its label is the variant's name in snake case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub enum AccessResult {
     /// The service account may use the share.
     Allowed,
@@ -30,8 +31,9 @@ pub enum AccessResult {
     Failed,
 }
 
-/// What a refresh did to one volume.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a refresh did to one volume; its label is the variant's name in snake case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub enum RefreshResult {
     /// New content was written.
     Changed,
@@ -39,6 +41,51 @@ pub enum RefreshResult {
     Unchanged,
     /// The content could not be computed or written; the previous content stays.
     Failed,
+}
+
+/// How a CSI call was answered: `ok`, or the gRPC code's name in snake case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+pub enum CallResult {
+    /// Answered with success.
+    Ok,
+    /// INVALID_ARGUMENT.
+    InvalidArgument,
+    /// NOT_FOUND.
+    NotFound,
+    /// PERMISSION_DENIED.
+    PermissionDenied,
+    /// ALREADY_EXISTS.
+    AlreadyExists,
+    /// FAILED_PRECONDITION.
+    FailedPrecondition,
+    /// ABORTED.
+    Aborted,
+    /// UNAVAILABLE.
+    Unavailable,
+    /// RESOURCE_EXHAUSTED.
+    ResourceExhausted,
+    /// INTERNAL, and any code the driver does not send.
+    Internal,
+}
+
+impl CallResult {
+    /// The result of a call answered with `code` (`None`: success).
+    pub fn of(code: Option<tonic::Code>) -> CallResult {
+        use tonic::Code;
+        match code {
+            None => CallResult::Ok,
+            Some(Code::InvalidArgument) => CallResult::InvalidArgument,
+            Some(Code::NotFound) => CallResult::NotFound,
+            Some(Code::PermissionDenied) => CallResult::PermissionDenied,
+            Some(Code::AlreadyExists) => CallResult::AlreadyExists,
+            Some(Code::FailedPrecondition) => CallResult::FailedPrecondition,
+            Some(Code::Aborted) => CallResult::Aborted,
+            Some(Code::Unavailable) => CallResult::Unavailable,
+            Some(Code::ResourceExhausted) => CallResult::ResourceExhausted,
+            Some(_) => CallResult::Internal,
+        }
+    }
 }
 
 /// Every metric of the driver.
@@ -111,34 +158,24 @@ impl Metrics {
     }
 
     /// Counts a publish answered with `result` after `seconds`.
-    pub fn publish(&self, result: &'static str, seconds: f64) {
-        self.publishes.get_or_create(&ResultLabels { result }).inc();
+    pub fn publish(&self, result: CallResult, seconds: f64) {
+        self.publishes.get_or_create(&ResultLabels { result: result.into() }).inc();
         self.publish_seconds.observe(seconds);
     }
 
     /// Counts an unpublish answered with `result`.
-    pub fn unpublish(&self, result: &'static str) {
-        self.unpublishes.get_or_create(&ResultLabels { result }).inc();
+    pub fn unpublish(&self, result: CallResult) {
+        self.unpublishes.get_or_create(&ResultLabels { result: result.into() }).inc();
     }
 
     /// Counts an access check.
     pub fn access_check(&self, result: AccessResult) {
-        let result = match result {
-            AccessResult::Allowed => "allowed",
-            AccessResult::Denied => "denied",
-            AccessResult::Failed => "failed",
-        };
-        self.access_checks.get_or_create(&ResultLabels { result }).inc();
+        self.access_checks.get_or_create(&ResultLabels { result: result.into() }).inc();
     }
 
     /// Counts a volume refreshed.
     pub fn refresh(&self, result: RefreshResult) {
-        let result = match result {
-            RefreshResult::Changed => "changed",
-            RefreshResult::Unchanged => "unchanged",
-            RefreshResult::Failed => "failed",
-        };
-        self.refreshes.get_or_create(&ResultLabels { result }).inc();
+        self.refreshes.get_or_create(&ResultLabels { result: result.into() }).inc();
     }
 
     /// Counts a volume emptied by a refresh.
@@ -170,22 +207,6 @@ impl Metrics {
     }
 }
 
-/// The result label of a gRPC status code (`ok` for success).
-pub fn result_label(code: Option<tonic::Code>) -> &'static str {
-    use tonic::Code;
-    match code {
-        None => "ok",
-        Some(Code::InvalidArgument) => "invalid_argument",
-        Some(Code::NotFound) => "not_found",
-        Some(Code::PermissionDenied) => "permission_denied",
-        Some(Code::AlreadyExists) => "already_exists",
-        Some(Code::FailedPrecondition) => "failed_precondition",
-        Some(Code::Aborted) => "aborted",
-        Some(Code::Unavailable) => "unavailable",
-        Some(_) => "internal",
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -193,9 +214,10 @@ mod tests {
     #[test]
     fn every_metric_is_exported_with_its_labels() {
         let metrics = Metrics::new();
-        metrics.publish(result_label(None), 0.002);
-        metrics.publish(result_label(Some(tonic::Code::PermissionDenied)), 0.001);
-        metrics.unpublish("ok");
+        metrics.publish(CallResult::of(None), 0.002);
+        metrics.publish(CallResult::of(Some(tonic::Code::PermissionDenied)), 0.001);
+        metrics.publish(CallResult::of(Some(tonic::Code::ResourceExhausted)), 0.001);
+        metrics.unpublish(CallResult::Ok);
         metrics.access_check(AccessResult::Denied);
         metrics.refresh(RefreshResult::Changed);
         metrics.revocation();
@@ -205,13 +227,14 @@ mod tests {
         for line in [
             "sharedresource_csi_driver_publishes_total{result=\"ok\"} 1",
             "sharedresource_csi_driver_publishes_total{result=\"permission_denied\"} 1",
+            "sharedresource_csi_driver_publishes_total{result=\"resource_exhausted\"} 1",
             "sharedresource_csi_driver_unpublishes_total{result=\"ok\"} 1",
             "sharedresource_csi_driver_access_checks_total{result=\"denied\"} 1",
             "sharedresource_csi_driver_refreshes_total{result=\"changed\"} 1",
             "sharedresource_csi_driver_revocations_total 1",
             "sharedresource_csi_driver_volumes_published 3",
             "sharedresource_csi_driver_watch_errors_total{kind=\"Secret\"} 1",
-            "sharedresource_csi_driver_publish_duration_seconds_count 2",
+            "sharedresource_csi_driver_publish_duration_seconds_count 3",
         ] {
             assert!(text.contains(line), "missing {line:?} in\n{text}");
         }

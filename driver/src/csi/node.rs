@@ -12,7 +12,7 @@ use tonic::{Request, Response, Status};
 
 use crate::csi::error::Error;
 use crate::csi::request::check;
-use crate::metrics::result_label;
+use crate::metrics::CallResult;
 use crate::volume::service::NodeService;
 
 /// The Node service on the wire. Publish and unpublish mount, write and fsync: they run on the
@@ -51,7 +51,7 @@ impl Node for NodeGrpc {
         };
         self.service
             .metrics()
-            .publish(result_label(answer.as_ref().err().map(Status::code)), started.elapsed().as_secs_f64());
+            .publish(CallResult::of(answer.as_ref().err().map(Status::code)), started.elapsed().as_secs_f64());
         answer?;
         Ok(Response::new(NodePublishVolumeResponse {}))
     }
@@ -62,7 +62,7 @@ impl Node for NodeGrpc {
     ) -> std::result::Result<Response<NodeUnpublishVolumeResponse>, Status> {
         let request = request.into_inner();
         let answer = self.blocking(move |service| service.unpublish(&request.volume_id, &request.target_path)).await;
-        self.service.metrics().unpublish(result_label(answer.as_ref().err().map(Status::code)));
+        self.service.metrics().unpublish(CallResult::of(answer.as_ref().err().map(Status::code)));
         answer?;
         Ok(Response::new(NodeUnpublishVolumeResponse {}))
     }

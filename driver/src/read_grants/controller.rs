@@ -23,9 +23,9 @@ use super::plan::{
     DriverAccount, Existing, GRANT_NAME, MANAGED_BY, MANAGED_BY_LABEL, Step, binding, role, steps, wanted,
 };
 use crate::content::error::Result;
-use crate::content::shares::access::ShareKind;
 use crate::content::shares::api::{SharedConfigMap, SharedSecret};
 use crate::content::shares::apiserver::ask;
+use crate::content::shares::kind::ShareKind;
 use crate::quote::Logged;
 
 /// How long after a change the controller waits for the changes that come with it (a share

@@ -16,7 +16,7 @@ use crate::content::payload::{DEFAULT_MODE, FileContent, Payload, check_key};
 use crate::content::projection::api::{KeyItem, ProjectionSource, ProjectionSpec, ShareProjection, SourceKind};
 use crate::content::projection::downward::{PodFacts, PodField};
 use crate::content::projection::tokens::Tokens;
-use crate::content::shares::access::ShareKind;
+use crate::content::shares::kind::ShareKind;
 use crate::quote::quote;
 
 /// The highest mode a file may have: permission bits only, as kubelet allows.

@@ -17,9 +17,8 @@ use crate::content::ask::VolumeAsk;
 use crate::content::error::{Error, Result};
 use crate::content::object_name::{NamespaceName, ObjectName};
 use crate::content::payload::Payload;
-use crate::content::shares::access::ShareKind;
+use crate::content::shares::kind::ShareKind;
 use crate::content::shares::source::KubernetesSource;
-use crate::content::shares::watch::attribute;
 use crate::quote::quote;
 
 impl KubernetesSource {
@@ -45,7 +44,7 @@ impl KubernetesSource {
         let shares = shares_of(&spec)?;
         // Noted before anything is fetched: a share that fails now must still wake this
         // projection's volumes when it changes.
-        let named = shares.iter().map(|(kind, share)| (attribute(*kind), share.as_str()));
+        let named = shares.iter().map(|(kind, share)| (kind.attribute(), share.as_str()));
         self.change_log().projection_uses(namespace.as_str(), name.as_str(), named);
 
         let fetched = futures_util::future::join_all(
@@ -141,7 +140,7 @@ pub fn shares_of(spec: &ProjectionSpec) -> Result<BTreeSet<(ShareKind, ObjectNam
             _ => continue,
         };
         let name = ObjectName::parse(&share.name).map_err(|error| {
-            Error::Invalid(format!("sources[{index}] ({}): the share name {error}", attribute(kind)))
+            Error::Invalid(format!("sources[{index}] ({}): the share name {error}", kind.attribute()))
         })?;
         shares.insert((kind, name));
     }

@@ -6,41 +6,7 @@
 use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
 
 use super::api::{GROUP, USE_VERB};
-
-/// Which kind of share.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum ShareKind {
-    /// `SharedSecret`.
-    Secret,
-    /// `SharedConfigMap`.
-    ConfigMap,
-}
-
-impl ShareKind {
-    /// The resource name RBAC rules use.
-    pub fn resource(self) -> &'static str {
-        match self {
-            ShareKind::Secret => "sharedsecrets",
-            ShareKind::ConfigMap => "sharedconfigmaps",
-        }
-    }
-
-    /// The kind, for messages.
-    pub fn kind(self) -> &'static str {
-        match self {
-            ShareKind::Secret => "SharedSecret",
-            ShareKind::ConfigMap => "SharedConfigMap",
-        }
-    }
-
-    /// The kind of the backing object, for messages.
-    pub fn backing_kind(self) -> &'static str {
-        match self {
-            ShareKind::Secret => "Secret",
-            ShareKind::ConfigMap => "ConfigMap",
-        }
-    }
-}
+use super::kind::ShareKind;
 
 /// Who asks for which share: the unit access is checked and cached by.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -9,8 +9,8 @@ use std::sync::Mutex;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
-use super::access::ShareKind;
 use super::api::ObjectRef;
+use super::kind::ShareKind;
 use crate::content::payload::Payload;
 
 type ObjectKey = (ShareKind, String, String);

@@ -166,7 +166,7 @@ impl HeldAnswers {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::content::shares::access::ShareKind;
+    use crate::content::shares::kind::ShareKind;
 
     fn question(namespace: &str, account: &str, share: &str) -> AccessQuestion {
         AccessQuestion {

@@ -9,6 +9,7 @@ pub mod cache;
 pub mod grant_watch;
 pub mod grants;
 pub mod held_answers;
+pub mod kind;
 pub mod source;
 pub mod status;
 pub mod watch;

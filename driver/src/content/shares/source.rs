@@ -15,16 +15,17 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::authorization::v1::SubjectAccessReview;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::Resource as _;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use tracing::warn;
 
-use super::access::{AccessQuestion, ShareKind};
-use super::api::{ObjectRef, ShareStatus, SharedConfigMap, SharedSecret};
+use super::access::AccessQuestion;
+use super::api::{ObjectRef, SharedConfigMap, SharedSecret};
 use super::apiserver::{DEFAULT_REQUEST_TIMEOUT, ask};
 use super::cache::ShareCache;
 use super::held_answers::{DEFAULT_ACCESS_RECHECK, HeldAnswers};
+use super::kind::{Share, ShareKind};
 use super::status::{Seen, desired};
 use super::watch::{Served, watch_changes};
 use crate::apiserver_client::ApiserverClients;
@@ -32,16 +33,13 @@ use crate::content::ask::{PodInfo, VolumeAsk};
 use crate::content::changes::Changes;
 use crate::content::error::{Error, Result};
 use crate::content::object_name::{NamespaceName, ObjectName};
-use crate::content::payload::{FileContent, Payload};
+use crate::content::payload::Payload;
 use crate::content::projection::api::{PROJECTION_ATTRIBUTE, ProjectionSpec};
 use crate::content::{ContentSource, PassId};
 use crate::metrics::{AccessResult, Metrics};
 use crate::quote::{Logged, quote};
 
-/// The volume attribute naming a SharedSecret.
-pub const SHARED_SECRET_ATTRIBUTE: &str = "sharedSecret";
-/// The volume attribute naming a SharedConfigMap.
-pub const SHARED_CONFIG_MAP_ATTRIBUTE: &str = "sharedConfigMap";
+pub use super::kind::{SHARED_CONFIG_MAP_ATTRIBUTE, SHARED_SECRET_ATTRIBUTE};
 
 /// A share found: the object it names and the conditions it reports.
 type Found = (ObjectRef, Vec<Condition>);
@@ -276,18 +274,17 @@ impl KubernetesSource {
         if let Some(found) = self.cache.share(kind, share.as_str()) {
             return Ok(Some(found));
         }
-        let what = || format!("reading {} {}", kind.kind(), quote(share.as_str()));
-        let conditions = |status: Option<ShareStatus>| status.map(|s| s.conditions).unwrap_or_default();
-        Ok(match kind {
-            ShareKind::Secret => self
-                .ask(&what, Api::<SharedSecret>::all(self.client.clone()).get_opt(share.as_str()))
-                .await?
-                .map(|s| (s.spec.secret_ref, conditions(s.status))),
-            ShareKind::ConfigMap => self
-                .ask(&what, Api::<SharedConfigMap>::all(self.client.clone()).get_opt(share.as_str()))
-                .await?
-                .map(|s| (s.spec.config_map_ref, conditions(s.status))),
-        })
+        match kind {
+            ShareKind::Secret => self.read_share::<SharedSecret>(share).await,
+            ShareKind::ConfigMap => self.read_share::<SharedConfigMap>(share).await,
+        }
+    }
+
+    /// Share `share` of kind `S` as the apiserver has it now.
+    async fn read_share<S: Share>(&self, share: &ObjectName) -> Result<Option<Found>> {
+        let what = || format!("reading {} {}", S::KIND.kind(), quote(share.as_str()));
+        let found = self.ask(&what, Api::<S>::all(self.client.clone()).get_opt(share.as_str())).await?;
+        Ok(found.map(|share| (share.backing_ref().clone(), share.conditions())))
     }
 
     /// Whether the apiserver says the pod's service account may use the share: its answer
@@ -315,44 +312,37 @@ impl KubernetesSource {
         if let Some(payload) = self.cache.content(kind, namespace, name) {
             return Ok(Some(payload));
         }
-        let what = || format!("reading {} {namespace}/{name}", kind.backing_kind());
-        let not_granted = |NotGranted| {
-            Error::Unavailable(format!(
-                "the driver may not read {} {namespace}/{name} yet: the read-grants controller \
-                 (sharedresource-read-grants) grants it to the driver once a share names it",
-                kind.backing_kind()
-            ))
+        let read = match kind {
+            ShareKind::Secret => self.read_backing::<SharedSecret>(backing).await?,
+            ShareKind::ConfigMap => self.read_backing::<SharedConfigMap>(backing).await?,
         };
-        let mut payload = Payload::new();
-        let version = match kind {
-            ShareKind::Secret => {
-                let api = Api::<Secret>::namespaced(self.client.clone(), namespace);
-                let Some(secret) = self.ask(what, granted(api.get_opt(name))).await?.map_err(not_granted)? else {
-                    return Ok(None);
-                };
-                for (key, value) in secret.data.unwrap_or_default() {
-                    payload.insert(key, FileContent::new(value.0));
-                }
-                secret.metadata.resource_version
-            }
-            ShareKind::ConfigMap => {
-                let api = Api::<ConfigMap>::namespaced(self.client.clone(), namespace);
-                let Some(config_map) = self.ask(what, granted(api.get_opt(name))).await?.map_err(not_granted)? else {
-                    return Ok(None);
-                };
-                for (key, value) in config_map.data.unwrap_or_default() {
-                    payload.insert(key, FileContent::new(value.into_bytes()));
-                }
-                for (key, value) in config_map.binary_data.unwrap_or_default() {
-                    payload.insert(key, FileContent::new(value.0));
-                }
-                config_map.metadata.resource_version
-            }
+        let Some((payload, version)) = read else {
+            return Ok(None);
         };
         if let Some(version) = version {
             self.cache.store_content(kind, namespace, name, version, payload.clone());
         }
         Ok(Some(payload))
+    }
+
+    /// The files of backing object `backing` of a share of kind `S` and its resourceVersion,
+    /// as the apiserver has them now; `None` when it does not exist.
+    async fn read_backing<S: Share>(&self, backing: &Backing) -> Result<Option<(Payload, Option<String>)>> {
+        let (namespace, name) = (backing.namespace.as_str(), backing.name.as_str());
+        let what = || format!("reading {} {namespace}/{name}", S::KIND.backing_kind());
+        let not_granted = |NotGranted| {
+            Error::Unavailable(format!(
+                "the driver may not read {} {namespace}/{name} yet: the read-grants controller \
+                 (sharedresource-read-grants) grants it to the driver once a share names it",
+                S::KIND.backing_kind()
+            ))
+        };
+        let api = Api::<S::Backing>::namespaced(self.client.clone(), namespace);
+        let Some(object) = self.ask(what, granted(api.get_opt(name))).await?.map_err(not_granted)? else {
+            return Ok(None);
+        };
+        let version = object.meta().resource_version.clone();
+        Ok(Some((S::files(object), version)))
     }
 }
 
@@ -381,22 +371,26 @@ async fn write_statuses(client: kube::Client, timeout: Duration, seen: SeenShare
         // Only shares a pass found are seen, so the name is one the apiserver gave.
         let Ok(name) = ObjectName::parse(&share) else { continue };
         let patch = Patch::Merge(serde_json::json!({"status": {"conditions": conditions}}));
-        let params = PatchParams::default();
         let request = || format!("writing the status of {} {}", kind.kind(), quote(&share));
         let written = match kind {
-            ShareKind::Secret => {
-                let api = Api::<SharedSecret>::all(client.clone());
-                ask(timeout, request, api.patch_status(name.as_str(), &params, &patch)).await.map(drop)
-            }
-            ShareKind::ConfigMap => {
-                let api = Api::<SharedConfigMap>::all(client.clone());
-                ask(timeout, request, api.patch_status(name.as_str(), &params, &patch)).await.map(drop)
-            }
+            ShareKind::Secret => write_status::<SharedSecret>(&client, &name, &patch, (timeout, request)).await,
+            ShareKind::ConfigMap => write_status::<SharedConfigMap>(&client, &name, &patch, (timeout, request)).await,
         };
         if let Err(error) = written {
             warn!(error = %Logged(&error), "could not write the share's status");
         }
     }
+}
+
+/// Writes `patch` to the status of share `name` of kind `S`, given up after `timeout`.
+async fn write_status<S: Share>(
+    client: &kube::Client,
+    name: &ObjectName,
+    patch: &Patch<serde_json::Value>,
+    (timeout, what): (Duration, impl Fn() -> String),
+) -> Result<()> {
+    let api = Api::<S>::all(client.clone());
+    ask(timeout, what, api.patch_status(name.as_str(), &PatchParams::default(), patch)).await.map(drop)
 }
 
 /// What a volume shows: one share, or a projection of several sources.
@@ -427,11 +421,7 @@ fn volume_of(request: &VolumeAsk) -> Result<Volume> {
             )));
         }
     };
-    let kind = match attribute {
-        SHARED_SECRET_ATTRIBUTE => Some(ShareKind::Secret),
-        SHARED_CONFIG_MAP_ATTRIBUTE => Some(ShareKind::ConfigMap),
-        _ => None,
-    };
+    let kind = ShareKind::of_attribute(attribute);
     let name = ObjectName::parse(name).map_err(|error| {
         let what = kind.map_or("SharedProjection", ShareKind::kind);
         Error::Invalid(format!("{what} name {error}"))

@@ -13,17 +13,15 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use futures_util::StreamExt as _;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, PartialObjectMeta};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::{WatchStreamExt as _, watcher as watch_stream};
 use kube::{Client, Resource};
 use tracing::warn;
 
-use super::access::ShareKind;
 use super::api::{ObjectRef, SharedConfigMap, SharedSecret};
 use super::cache::{CachedShare, ShareCache};
-use super::source::{SHARED_CONFIG_MAP_ATTRIBUTE, SHARED_SECRET_ATTRIBUTE};
+use super::kind::{Share, ShareKind};
 use crate::apiserver_client::WatchConnections;
 use crate::content::changes::Changes;
 use crate::content::object_name::{NamespaceName, ObjectName};
@@ -90,14 +88,6 @@ impl<K> Watchable for K where
 {
 }
 
-/// The volume attribute naming shares of `kind`.
-pub(crate) fn attribute(kind: ShareKind) -> &'static str {
-    match kind {
-        ShareKind::Secret => SHARED_SECRET_ATTRIBUTE,
-        ShareKind::ConfigMap => SHARED_CONFIG_MAP_ATTRIBUTE,
-    }
-}
-
 /// How an object changed.
 enum Changed {
     Applied,
@@ -137,22 +127,13 @@ pub async fn watch_changes(
     let client = lease.client.clone();
     let m = || metrics.clone();
     futures_util::future::join3(
-        follow_shares::<SharedSecret, Secret>(
+        follow_shares::<SharedSecret>(
             (client.clone(), connections.clone()),
-            ShareKind::Secret,
-            |s| (s.spec.secret_ref.clone(), s.status.clone().map(|s| s.conditions).unwrap_or_default()),
             (served.clone(), cache.clone()),
             wake.clone(),
             m(),
         ),
-        follow_shares::<SharedConfigMap, ConfigMap>(
-            (client.clone(), connections),
-            ShareKind::ConfigMap,
-            |s| (s.spec.config_map_ref.clone(), s.status.clone().map(|s| s.conditions).unwrap_or_default()),
-            (served, cache),
-            wake.clone(),
-            m(),
-        ),
+        follow_shares::<SharedConfigMap>((client.clone(), connections), (served, cache), wake.clone(), m()),
         futures_util::future::join3(
             super::grant_watch::watch_grants(client.clone(), wake.clone(), m()),
             wake_on::<SharedProjection>(
@@ -181,21 +162,18 @@ impl Drop for ObjectWatches {
 }
 
 /// Watches the shares of one kind (`S`). A share's event refreshes that share's volumes. Each
-/// backing object (`B`) that a share names and this node has served a volume from is watched on
+/// backing object (`S::Backing`) that a share names and this node has served a volume from is watched on
 /// its own, metadata only: started when both first hold, stopped when no share names it any
 /// more; so no other Secret or ConfigMap is ever watched (or need be readable by the driver),
 /// and a node that serves no share watches none.
-async fn follow_shares<S, B>(
+async fn follow_shares<S: Share>(
     (client, connections): (Client, Arc<WatchConnections>),
-    kind: ShareKind,
-    backing_of: fn(&S) -> CachedShare,
     (served, cache): (Arc<Served>, Arc<ShareCache>),
     wake: Arc<Changes>,
     metrics: Arc<Metrics>,
-) where
-    S: Watchable,
-    B: Watchable + Resource<Scope = k8s_openapi::NamespaceResourceScope>,
-{
+) {
+    let kind = S::KIND;
+    let backing_of = |share: &S| -> CachedShare { (share.backing_ref().clone(), share.conditions()) };
     // Share name → the backing object it names.
     let mut shares: HashMap<String, ObjectRef> = HashMap::new();
     let mut relisting: Option<HashMap<String, CachedShare>> = None;
@@ -226,13 +204,13 @@ async fn follow_shares<S, B>(
                 let (name, found) = (name_of(&share), backing_of(&share));
                 shares.insert(name.clone(), found.0.clone());
                 cache.set_share(kind, &name, Some(found));
-                wake.share(attribute(kind), &name);
+                wake.share(kind.attribute(), &name);
             }
             Some(Ok(Event::Delete(share))) => {
                 let name = name_of(&share);
                 shares.remove(&name);
                 cache.set_share(kind, &name, None);
-                wake.share(attribute(kind), &name);
+                wake.share(kind.attribute(), &name);
             }
             Some(Err(error)) => {
                 metrics.watch_error(&S::kind(&()));
@@ -265,11 +243,11 @@ async fn follow_shares<S, B>(
                     }
                 };
                 let (namespace, name) = entry.key();
-                let api = Api::<PartialObjectMeta<B>>::namespaced(lease.client.clone(), namespace.as_str());
+                let api = Api::<PartialObjectMeta<S::Backing>>::namespaced(lease.client.clone(), namespace.as_str());
                 let one = watcher::Config::default().fields(&format!("metadata.name={name}"));
                 let key = (kind, namespace.as_str().to_string(), name.as_str().to_string());
                 let interest = Interest::Served(key, served.clone(), cache.clone());
-                let watch = wake_on::<B>(api, one, interest, wake.clone(), metrics.clone());
+                let watch = wake_on::<S::Backing>(api, one, interest, wake.clone(), metrics.clone());
                 // The lease goes with the task: its stream is free again once the task ends.
                 entry.insert(tokio::spawn(async move {
                     let _lease = lease;
@@ -309,7 +287,7 @@ async fn wake_on<K>(
                     Interest::Served((kind, namespace, name), served, cache) => {
                         if cache.listed_version(*kind, namespace, name, listed.take()) {
                             for share in served.shares_of(*kind, namespace, name) {
-                                wake.share(attribute(*kind), &share);
+                                wake.share(kind.attribute(), &share);
                             }
                         }
                     }
@@ -331,7 +309,7 @@ async fn wake_on<K>(
                             };
                             cache.saw_version(*kind, namespace, name, version);
                             for share in served.shares_of(*kind, namespace, name) {
-                                wake.share(attribute(*kind), &share);
+                                wake.share(kind.attribute(), &share);
                             }
                         }
                     }
