@@ -108,18 +108,24 @@ impl Plugin {
         Ok(Arc::new(service.with_metrics(self.metrics.clone())))
     }
 
-    /// Serves until `shutdown` completes, then removes its sockets. After `shutdown`, requests
-    /// in flight get `shutdownTimeoutSeconds` to finish; then the servers are dropped with
-    /// whatever connections are still open.
-    pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<()> {
-        let _lock = StateLock::acquire(&self.config.state_dir)?;
+    /// What must be this process's alone on the node, taken before anything is read or served:
+    /// the state directory's lock, the CSI socket and (when registering) the registration socket.
+    fn claim_node(&self) -> Result<(StateLock, socket::BoundSocket, Option<socket::BoundSocket>)> {
+        let lock = StateLock::acquire(&self.config.state_dir)?;
         let csi_socket = socket::bind(&self.csi_socket)?;
         let registration_socket = if self.register {
             Some(socket::bind(&self.config.registry_dir.join(format!("{DRIVER_NAME}-reg.sock")))?)
         } else {
             None
         };
+        Ok((lock, csi_socket, registration_socket))
+    }
 
+    /// Serves until `shutdown` completes, then removes its sockets. After `shutdown`, requests
+    /// in flight get `shutdownTimeoutSeconds` to finish; then the servers are dropped with
+    /// whatever connections are still open.
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<()> {
+        let (_lock, csi_socket, registration_socket) = self.claim_node()?;
         let node = self.recovered_node_service()?;
         let health = Arc::new(Health {
             serving: std::sync::atomic::AtomicBool::new(false),

@@ -53,23 +53,7 @@ pub fn check(request: &NodePublishVolumeRequest, kubelet_dir: &Path) -> Result<P
             "only inline ephemeral volumes are supported: volume_context[{EPHEMERAL:?}] must be \"true\" (declare the volume in the pod's spec.volumes[].csi)"
         ));
     }
-    let missing: Vec<&str> = [POD_NAME, POD_NAMESPACE, POD_UID, SERVICE_ACCOUNT_NAME]
-        .into_iter()
-        .filter(|key| context.get(*key).is_none_or(|value| value.is_empty()))
-        .collect();
-    if missing == [SERVICE_ACCOUNT_NAME] {
-        // podInfoOnMount is on (the other keys came): the pod itself has no service account, as
-        // when the ServiceAccount admission plugin is off and the pod names none.
-        return invalid(format!(
-            "volume_context[{SERVICE_ACCOUNT_NAME:?}] is empty: the pod runs without a service account, and access to a share is granted to one (set spec.serviceAccountName, or enable the ServiceAccount admission plugin)"
-        ));
-    }
-    if !missing.is_empty() {
-        return invalid(format!(
-            "volume_context lacks the pod information {}: set podInfoOnMount: true on the CSIDriver",
-            missing.join(", ")
-        ));
-    }
+    check_pod_information(context)?;
     if !request.readonly {
         return invalid(
             "this driver only publishes read-only volumes: set readOnly: true on the pod's csi volume".into(),
@@ -93,6 +77,30 @@ pub fn check(request: &NodePublishVolumeRequest, kubelet_dir: &Path) -> Result<P
         tokens,
     };
     Ok(Publish { target, mount_flags, ask })
+}
+
+/// kubelet's pod information is in `context` (the CSIDriver's `podInfoOnMount: true`), the
+/// service account's name included.
+fn check_pod_information(context: &std::collections::HashMap<String, String>) -> Result<()> {
+    let invalid = |message: String| Err(Error::Request(message));
+    let missing: Vec<&str> = [POD_NAME, POD_NAMESPACE, POD_UID, SERVICE_ACCOUNT_NAME]
+        .into_iter()
+        .filter(|key| context.get(*key).is_none_or(|value| value.is_empty()))
+        .collect();
+    if missing == [SERVICE_ACCOUNT_NAME] {
+        // podInfoOnMount is on (the other keys came): the pod itself has no service account, as
+        // when the ServiceAccount admission plugin is off and the pod names none.
+        return invalid(format!(
+            "volume_context[{SERVICE_ACCOUNT_NAME:?}] is empty: the pod runs without a service account, and access to a share is granted to one (set spec.serviceAccountName, or enable the ServiceAccount admission plugin)"
+        ));
+    }
+    if !missing.is_empty() {
+        return invalid(format!(
+            "volume_context lacks the pod information {}: set podInfoOnMount: true on the CSIDriver",
+            missing.join(", ")
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

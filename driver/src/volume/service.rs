@@ -239,20 +239,10 @@ impl NodeService {
             complete: true,
         };
         let existing = self.record(&request.ask.volume_id);
-        if let Some(existing) = &existing {
-            if !existing.same_publish(&wanted) {
-                return Err(Error::Conflict(format!(
-                    "volume {} is already published with other arguments",
-                    quote(&request.ask.volume_id)
-                )));
-            }
-            if let Some(opened) = target_dir::open(root, target)?
-                && self.holds_own_mount(&opened, &request.ask.volume_id, existing.device)?
-            {
-                return self.republish(request, existing);
-            }
-            // Recorded, but its mount is gone (unmounted behind the driver's back): publish it
-            // again, keeping the record of what was made before.
+        if let Some(existing) = &existing
+            && self.published_already(existing, &wanted, target)?
+        {
+            return self.republish(request, existing);
         }
         if self.target_holds_another_volume(target, &request.ask.volume_id) {
             return Err(Error::Conflict(format!("{} already holds another volume", quote_path(target.as_path()))));
@@ -288,14 +278,36 @@ impl NodeService {
                 Ok(())
             }
             Err(error) => {
-                self.volumes.lock().unwrap_or_else(|p| p.into_inner()).remove(&record.volume_id);
-                record.created_dirs = made.dirs;
-                record.device = made.device;
-                for problem in self.take_down(&record, made.mounted) {
-                    warn!(volume = %quote(&record.volume_id), problem = %Logged(&problem), "undoing a failed publish");
-                }
+                self.undo(record, made);
                 Err(error)
             }
+        }
+    }
+
+    /// Whether `existing`, the record of the volume a publish names, is this publish done
+    /// already (its mount in place): a republish. Published with other arguments is a
+    /// conflict; recorded but with its mount gone (unmounted behind the driver's back), it is
+    /// published again, keeping the record of what was made before.
+    fn published_already(&self, existing: &VolumeRecord, wanted: &VolumeRecord, target: &TargetPath) -> Result<bool> {
+        if !existing.same_publish(wanted) {
+            return Err(Error::Conflict(format!(
+                "volume {} is already published with other arguments",
+                quote(&wanted.volume_id)
+            )));
+        }
+        match target_dir::open(self.kubelet_dir(), target)? {
+            Some(opened) => self.holds_own_mount(&opened, &wanted.volume_id, existing.device),
+            None => Ok(false),
+        }
+    }
+
+    /// Takes back what a failed publish of `record` made (`made`), and forgets the volume.
+    fn undo(&self, mut record: VolumeRecord, made: Made) {
+        self.volumes.lock().unwrap_or_else(|p| p.into_inner()).remove(&record.volume_id);
+        record.created_dirs = made.dirs;
+        record.device = made.device;
+        for problem in self.take_down(&record, made.mounted) {
+            warn!(volume = %quote(&record.volume_id), problem = %Logged(&problem), "undoing a failed publish");
         }
     }
 

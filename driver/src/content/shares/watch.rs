@@ -172,61 +172,100 @@ async fn follow_shares<S: Share>(
     wake: Arc<Changes>,
     metrics: Arc<Metrics>,
 ) {
-    let kind = S::KIND;
-    let backing_of = |share: &S| -> CachedShare { (share.backing_ref().clone(), share.conditions()) };
-    // Share name → the backing object it names.
-    let mut shares: HashMap<String, ObjectRef> = HashMap::new();
-    let mut relisting: Option<HashMap<String, CachedShare>> = None;
-    let mut watches = ObjectWatches::default();
-    let events = watch_stream(Api::<S>::all(client.clone()), watcher::Config::default()).default_backoff().map(Some);
+    let events = watch_stream(Api::<S>::all(client), watcher::Config::default()).default_backoff().map(Some);
     // An object served for the first time may need its watch: `None` in the stream.
     let new_objects = futures_util::stream::unfold(served.new_objects.subscribe(), |mut changes| async move {
         changes.changed().await.ok()?;
         Some((None, changes))
     });
     let mut events = futures_util::stream::select(events, new_objects).boxed();
+    let following = Following { connections, served, cache, wake, metrics };
+    let mut shares = SharesOfKind::new(S::KIND);
     while let Some(event) = events.next().await {
-        let name_of = |share: &S| share.meta().name.clone().unwrap_or_default();
         match event {
             None => {}
-            Some(Ok(Event::Init)) => relisting = Some(HashMap::new()),
-            Some(Ok(Event::InitApply(share))) => {
-                relisting.get_or_insert_with(HashMap::new).insert(name_of(&share), backing_of(&share));
-            }
-            // A relist may have missed changes: every volume is looked at again.
-            Some(Ok(Event::InitDone)) => {
-                let listed = relisting.take().unwrap_or_default();
-                shares = listed.iter().map(|(name, (backing, _))| (name.clone(), backing.clone())).collect();
-                cache.list_shares(kind, listed);
-                wake.everything();
-            }
-            Some(Ok(Event::Apply(share))) => {
-                let (name, found) = (name_of(&share), backing_of(&share));
-                shares.insert(name.clone(), found.0.clone());
-                cache.set_share(kind, &name, Some(found));
-                wake.share(kind.attribute(), &name);
-            }
-            Some(Ok(Event::Delete(share))) => {
-                let name = name_of(&share);
-                shares.remove(&name);
-                cache.set_share(kind, &name, None);
-                wake.share(kind.attribute(), &name);
-            }
+            Some(Ok(event)) => shares.note::<S>(event, &following),
             Some(Err(error)) => {
-                metrics.watch_error(&S::kind(&()));
+                following.metrics.watch_error(&S::kind(&()));
                 warn!(kind = %S::kind(&()), error = %crate::quote::Logged(&error), "watch failed; retrying with backoff (the periodic refresh continues)");
             }
         }
-        // Only valid names go into a watch's path and field selector: a share naming something
-        // else serves nothing (its volumes are refused naming it) and is watched nowhere.
-        let wanted: HashSet<(NamespaceName, ObjectName)> = shares
+        shares.watch_served_objects::<S>(&following);
+    }
+}
+
+/// What the watches of shares share: where to watch from, what was served, the cache, whom to
+/// wake and what to count.
+struct Following {
+    connections: Arc<WatchConnections>,
+    served: Arc<Served>,
+    cache: Arc<ShareCache>,
+    wake: Arc<Changes>,
+    metrics: Arc<Metrics>,
+}
+
+/// What the watch of one kind of share keeps between its events.
+struct SharesOfKind {
+    kind: ShareKind,
+    /// Share name → the backing object it names.
+    shares: HashMap<String, ObjectRef>,
+    /// The shares of a relist under way.
+    relisting: Option<HashMap<String, CachedShare>>,
+    /// The watches of the backing objects served.
+    watches: ObjectWatches,
+}
+
+impl SharesOfKind {
+    fn new(kind: ShareKind) -> SharesOfKind {
+        SharesOfKind { kind, shares: HashMap::new(), relisting: None, watches: ObjectWatches::default() }
+    }
+
+    /// Takes in one event of the shares' watch: the cache learns the share, its volumes are woken.
+    fn note<S: Share>(&mut self, event: Event<S>, following: &Following) {
+        let (kind, cache, wake) = (self.kind, &following.cache, &following.wake);
+        let name_of = |share: &S| share.meta().name.clone().unwrap_or_default();
+        let found = |share: &S| -> CachedShare { (share.backing_ref().clone(), share.conditions()) };
+        match event {
+            Event::Init => self.relisting = Some(HashMap::new()),
+            Event::InitApply(share) => {
+                self.relisting.get_or_insert_with(HashMap::new).insert(name_of(&share), found(&share));
+            }
+            // A relist may have missed changes: every volume is looked at again.
+            Event::InitDone => {
+                let listed = self.relisting.take().unwrap_or_default();
+                self.shares = listed.iter().map(|(name, (backing, _))| (name.clone(), backing.clone())).collect();
+                cache.list_shares(kind, listed);
+                wake.everything();
+            }
+            Event::Apply(share) => {
+                let (name, found) = (name_of(&share), found(&share));
+                self.shares.insert(name.clone(), found.0.clone());
+                cache.set_share(kind, &name, Some(found));
+                wake.share(kind.attribute(), &name);
+            }
+            Event::Delete(share) => {
+                let name = name_of(&share);
+                self.shares.remove(&name);
+                cache.set_share(kind, &name, None);
+                wake.share(kind.attribute(), &name);
+            }
+        }
+    }
+
+    /// Watches each backing object that a share names and this node has served, and stops
+    /// watching the others. Only valid names go into a watch's path and field selector: a share
+    /// naming something else serves nothing (its volumes are refused naming it) and is watched
+    /// nowhere.
+    fn watch_served_objects<S: Share>(&mut self, following: &Following) {
+        let wanted: HashSet<(NamespaceName, ObjectName)> = self
+            .shares
             .values()
-            .filter(|named| served.contains(kind, &named.namespace, &named.name))
+            .filter(|named| following.served.contains(self.kind, &named.namespace, &named.name))
             .filter_map(|named| {
                 Some((NamespaceName::parse(&named.namespace).ok()?, ObjectName::parse(&named.name).ok()?))
             })
             .collect();
-        watches.0.retain(|object, watch| {
+        self.watches.0.retain(|object, watch| {
             let keep = wanted.contains(object);
             if !keep {
                 watch.abort();
@@ -234,28 +273,38 @@ async fn follow_shares<S: Share>(
             keep
         });
         for object in wanted {
-            if let std::collections::hash_map::Entry::Vacant(entry) = watches.0.entry(object) {
-                let lease = match connections.lease(1) {
-                    Ok(lease) => lease,
-                    Err(error) => {
-                        warn!(error = %crate::quote::Logged(&error), "no connection for a watch; its volumes follow it through the periodic refresh");
-                        continue;
-                    }
-                };
-                let (namespace, name) = entry.key();
-                let api = Api::<PartialObjectMeta<S::Backing>>::namespaced(lease.client.clone(), namespace.as_str());
-                let one = watcher::Config::default().fields(&format!("metadata.name={name}"));
-                let key = (kind, namespace.as_str().to_string(), name.as_str().to_string());
-                let interest = Interest::Served(key, served.clone(), cache.clone());
-                let watch = wake_on::<S::Backing>(api, one, interest, wake.clone(), metrics.clone());
-                // The lease goes with the task: its stream is free again once the task ends.
-                entry.insert(tokio::spawn(async move {
-                    let _lease = lease;
-                    watch.await
-                }));
+            if let std::collections::hash_map::Entry::Vacant(entry) = self.watches.0.entry(object) {
+                let Some(watch) = watch_backing::<S>(self.kind, entry.key(), following) else { continue };
+                entry.insert(watch);
             }
         }
     }
+}
+
+/// Starts the metadata-only watch of backing object `(namespace, name)` of a share of kind `S`
+/// on a connection of its own; `None` (logged) when no connection is left for it.
+fn watch_backing<S: Share>(
+    kind: ShareKind,
+    (namespace, name): &(NamespaceName, ObjectName),
+    following: &Following,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let lease = match following.connections.lease(1) {
+        Ok(lease) => lease,
+        Err(error) => {
+            warn!(error = %crate::quote::Logged(&error), "no connection for a watch; its volumes follow it through the periodic refresh");
+            return None;
+        }
+    };
+    let api = Api::<PartialObjectMeta<S::Backing>>::namespaced(lease.client.clone(), namespace.as_str());
+    let one = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let key = (kind, namespace.as_str().to_string(), name.as_str().to_string());
+    let interest = Interest::Served(key, following.served.clone(), following.cache.clone());
+    let watch = wake_on::<S::Backing>(api, one, interest, following.wake.clone(), following.metrics.clone());
+    // The lease goes with the task: its stream is free again once the task ends.
+    Some(tokio::spawn(async move {
+        let _lease = lease;
+        watch.await
+    }))
 }
 
 async fn wake_on<K>(
@@ -272,48 +321,11 @@ async fn wake_on<K>(
         .default_backoff()
         .for_each(|event| {
             match event {
-                // A list may show a change that no event will: for a backing object, the list
-                // wakes the volumes served from it when what it found may differ from what they
-                // hold (the cache knows which versions were read; a share that starts naming
-                // it woke its own volumes already), so a watch started by a publish costs that
-                // volume no second look; a projection's relist wakes every volume.
-                //
-                // A backing object's version as listed goes to the cache when the list is done
-                // (none when the list did not hold it: deleted meanwhile), so the volumes need
-                // not read it again until it changes.
                 Ok(Event::Init) => listed = None,
                 Ok(Event::InitApply(object)) => listed = object.metadata.resource_version,
-                Ok(Event::InitDone) => match &interest {
-                    Interest::Served((kind, namespace, name), served, cache) => {
-                        if cache.listed_version(*kind, namespace, name, listed.take()) {
-                            for share in served.shares_of(*kind, namespace, name) {
-                                wake.share(kind.attribute(), &share);
-                            }
-                        }
-                    }
-                    Interest::Projection => wake.everything(),
-                },
-                Ok(event @ (Event::Apply(_) | Event::Delete(_))) => {
-                    let (event_kind, object) = match event {
-                        Event::Apply(object) => (Changed::Applied, object),
-                        Event::Delete(object) => (Changed::Deleted, object),
-                        _ => return std::future::ready(()),
-                    };
-                    let (namespace, name) = names_of(&object);
-                    match &interest {
-                        Interest::Projection => wake.projection(namespace, name),
-                        Interest::Served((kind, _, _), served, cache) => {
-                            let version = match &event_kind {
-                                Changed::Applied => object.metadata.resource_version.clone(),
-                                Changed::Deleted => None,
-                            };
-                            cache.saw_version(*kind, namespace, name, version);
-                            for share in served.shares_of(*kind, namespace, name) {
-                                wake.share(kind.attribute(), &share);
-                            }
-                        }
-                    }
-                }
+                Ok(Event::InitDone) => interest.listed(listed.take(), &wake),
+                Ok(Event::Apply(object)) => interest.changed(&object, Changed::Applied, &wake),
+                Ok(Event::Delete(object)) => interest.changed(&object, Changed::Deleted, &wake),
                 Err(error) => {
                     metrics.watch_error(&K::kind(&()));
                     warn!(kind = %K::kind(&()), error = %crate::quote::Logged(&error), "watch failed; retrying with backoff (the periodic refresh continues)");
@@ -322,6 +334,47 @@ async fn wake_on<K>(
             std::future::ready(())
         })
         .await;
+}
+
+impl Interest {
+    /// A list is done; `listed` is the version it held of a backing object (`None`: it held
+    /// none, deleted meanwhile). A list may show a change that no event will: for a backing
+    /// object, the volumes served from it are woken when what it found may differ from what
+    /// they hold (the cache knows which versions were read; a share that starts naming it woke
+    /// its own volumes already), so a watch started by a publish costs that volume no second
+    /// look; a projection's relist wakes every volume. The listed version goes to the cache,
+    /// so the volumes need not read the object again until it changes.
+    fn listed(&self, listed: Option<String>, wake: &Changes) {
+        match self {
+            Interest::Served((kind, namespace, name), served, cache) => {
+                if cache.listed_version(*kind, namespace, name, listed) {
+                    for share in served.shares_of(*kind, namespace, name) {
+                        wake.share(kind.attribute(), &share);
+                    }
+                }
+            }
+            Interest::Projection => wake.everything(),
+        }
+    }
+
+    /// `object` was applied or deleted: the volumes it concerns are woken (and the cache
+    /// learns a backing object's new version, or that it has none).
+    fn changed<K>(&self, object: &PartialObjectMeta<K>, how: Changed, wake: &Changes) {
+        let (namespace, name) = names_of(object);
+        match self {
+            Interest::Projection => wake.projection(namespace, name),
+            Interest::Served((kind, _, _), served, cache) => {
+                let version = match how {
+                    Changed::Applied => object.metadata.resource_version.clone(),
+                    Changed::Deleted => None,
+                };
+                cache.saw_version(*kind, namespace, name, version);
+                for share in served.shares_of(*kind, namespace, name) {
+                    wake.share(kind.attribute(), &share);
+                }
+            }
+        }
+    }
 }
 
 /// An object's namespace and name as the apiserver sent them.
