@@ -10,10 +10,13 @@ pub enum RunError {
     /// The CSI endpoint is not a `unix://` path.
     #[error("{0}")]
     Endpoint(String),
-    /// What must be this process's alone is another's: the state directory's lock, a socket a
-    /// live process answers on, a path that is not a socket.
+    /// What must be this process's alone is another's: a socket a live process answers on, a
+    /// path that is not a socket.
     #[error("{0}")]
     Taken(String),
+    /// The state directory's lock could not be taken (another driver holds it).
+    #[error(transparent)]
+    Lock(#[from] volume::lock::LockError),
     /// A step of starting or serving failed. The message says both what the driver was doing
     /// and how it failed; `source` keeps the cause.
     #[error("{context}: {source}")]

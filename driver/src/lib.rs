@@ -15,7 +15,7 @@
 //!   cluster, a directory of static shares for demos; what changed and whom it concerns).
 //!
 //! Beside them: `plugin` assembles the services on their sockets; `config` (and `config_file`,
-//! its reader), `cli`, `error`,
+//! its reader), `cli`, `error` (why the process could not start or stopped serving),
 //! `health` and `metrics`, `quote` (bounded quoting of input), `dir_tree`, the apiserver client
 //! stack; and `read_grants`, the small controller that lets the driver read exactly what shares
 //! name.

@@ -9,8 +9,28 @@ use std::path::Path;
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 
-use crate::error::{Result, RunError};
 use crate::quote::quote_path;
+
+/// Why the lock could not be taken.
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    /// Another driver holds it.
+    #[error("{0}")]
+    Held(String),
+    /// A step of taking it failed. The message says both what was done and how it failed.
+    #[error("{context}: {source}")]
+    Step {
+        /// What the driver was doing, naming the path.
+        context: String,
+        /// The underlying failure.
+        #[source]
+        source: crate::volume::error::Cause,
+    },
+}
+
+fn step(context: String, source: impl Into<crate::volume::error::Cause>) -> LockError {
+    LockError::Step { context, source: source.into() }
+}
 
 /// The lock file's name in the state directory.
 pub const LOCK_FILE: &str = "driver.lock";
@@ -24,9 +44,9 @@ pub struct StateLock {
 impl StateLock {
     /// Takes the lock of `state_dir` (created if missing) without waiting, and writes this
     /// process's id into the lock file for the next one's message.
-    pub fn acquire(state_dir: &Path) -> Result<StateLock> {
+    pub fn acquire(state_dir: &Path) -> Result<StateLock, LockError> {
         std::fs::create_dir_all(state_dir)
-            .map_err(|e| RunError::step(format!("creating the state directory {}", quote_path(state_dir)), e))?;
+            .map_err(|e| step(format!("creating the state directory {}", quote_path(state_dir)), e))?;
         let path = state_dir.join(LOCK_FILE);
         let file = OpenOptions::new()
             .read(true)
@@ -34,7 +54,7 @@ impl StateLock {
             .create(true)
             .truncate(false)
             .open(&path)
-            .map_err(|e| RunError::step(format!("opening {}", quote_path(&path)), e))?;
+            .map_err(|e| step(format!("opening {}", quote_path(&path)), e))?;
         let mut lock = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
             Ok(lock) => lock,
             Err((mut file, Errno::EWOULDBLOCK)) => {
@@ -42,18 +62,18 @@ impl StateLock {
                 let _ = file.read_to_string(&mut holder);
                 let holder = holder.trim();
                 let pid = if holder.is_empty() || holder.len() > 20 { "unknown".into() } else { holder.to_string() };
-                return Err(RunError::Taken(format!(
+                return Err(LockError::Held(format!(
                     "another sharedresource-csi-driver (pid {pid}) is running on the state directory {}; refusing to start",
                     quote_path(state_dir)
                 )));
             }
-            Err((_, errno)) => return Err(RunError::step(format!("locking {}", quote_path(&path)), errno)),
+            Err((_, errno)) => return Err(step(format!("locking {}", quote_path(&path)), errno)),
         };
         let written = lock
             .set_len(0)
             .and_then(|()| lock.rewind())
             .and_then(|()| lock.write_all(std::process::id().to_string().as_bytes()));
-        written.map_err(|e| RunError::step(format!("writing {}", quote_path(&path)), e))?;
+        written.map_err(|e| step(format!("writing {}", quote_path(&path)), e))?;
         Ok(StateLock { _lock: lock })
     }
 }
