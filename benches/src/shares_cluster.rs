@@ -29,15 +29,16 @@ pub async fn post(admin: &kube::Client, path: &str, object: serde_json::Value) -
     admin.request_text(request).await.map(drop).map_err(|e| format!("POST {path}: {e}"))
 }
 
-/// Applies the shipped namespace, CRDs, driver RBAC and read-grants RBAC, waits until the CRDs
+/// Applies the shipped namespaces (the admission side's and the driver's), CRDs, driver RBAC and read-grants RBAC, waits until the CRDs
 /// are served, and starts the read-grants controller; it runs until the returned task is
 /// aborted or the runtime ends.
 pub async fn install_driver(cluster: &Cluster, admin: &kube::Client) -> Result<tokio::task::JoinHandle<()>, String> {
     let deploy = repo_root().join("config/deploy");
     let mut setup = objects(&deploy.join("namespace.yaml"))?;
+    setup.extend(objects(&deploy.join("driver/namespace.yaml"))?);
     setup.extend(objects(&deploy.join("driver/crds.yaml"))?);
     setup.extend(objects(&deploy.join("driver/rbac.yaml"))?);
-    // Its Deployment is this process's task below: this control plane runs no controllers.
+    // Its Deployment is this process's task below: no node here runs pods.
     let read_grants = objects(&deploy.join("driver/read-grants.yaml"))?;
     setup.extend(read_grants.into_iter().filter(|object| object["kind"] != "Deployment"));
     apply(admin, &setup, false).await?;

@@ -8,6 +8,7 @@ pub mod lock;
 pub mod mounter;
 pub mod ownership;
 pub mod publish;
+pub mod published;
 pub mod recovery;
 pub mod refresh;
 pub mod service;

@@ -11,6 +11,7 @@ use std::path::Path;
 use crate::quote::{quote, quote_path};
 use crate::volume::mounter::Mounter;
 use crate::volume::ownership::{Ownership, ownership};
+use crate::volume::published::PublishedVolume;
 use crate::volume::store::{VolumeRecord, VolumeStore};
 use crate::volume::target_dir;
 use crate::volume::target_path::TargetPath;
@@ -22,7 +23,7 @@ pub fn recover(
     mounter: &dyn Mounter,
     store: &dyn VolumeStore,
     kubelet_dir: &Path,
-) -> (Vec<VolumeRecord>, Vec<String>) {
+) -> (Vec<PublishedVolume>, Vec<String>) {
     let mut kept = Vec::new();
     let mut dropped = Vec::new();
     for record in records {
@@ -30,30 +31,28 @@ pub fn recover(
         let target = quote_path(&record.target_path);
         let mut lines = Vec::new();
         // A target that is no longer kubelet's (the configuration changed) is not walked at all.
-        let own_mount = TargetPath::parse(&record.target_path.to_string_lossy(), kubelet_dir)
-            .and_then(|path| target_dir::open(kubelet_dir, &path))
-            .and_then(|opened| {
-                let Some(opened) = opened else { return Ok(None) };
-                Ok(match ownership(mounter, &opened, &record.volume_id, record.device)? {
-                    Ownership::Own => Some((true, opened)),
-                    Ownership::Foreign(_) => Some((false, opened)),
-                    Ownership::Unmounted => None,
-                })
-            });
+        let own_mount = TargetPath::parse(&record.target_path.to_string_lossy(), kubelet_dir).and_then(|path| {
+            let Some(opened) = target_dir::open(kubelet_dir, &path)? else { return Ok(None) };
+            Ok(match ownership(mounter, &opened, &record.volume_id, record.device)? {
+                Ownership::Own => Some((true, opened, path)),
+                Ownership::Foreign(_) => Some((false, opened, path)),
+                Ownership::Unmounted => None,
+            })
+        });
         let state = match own_mount {
-            Ok(Some((true, opened))) if record.complete => {
+            Ok(Some((true, opened, target))) if record.complete => {
                 drop(opened);
-                kept.push(record);
+                kept.push(PublishedVolume { record, target });
                 continue;
             }
-            Ok(Some((true, opened))) => match mounter.unmount(&opened.target) {
+            Ok(Some((true, opened, _))) => match mounter.unmount(&opened.target) {
                 Ok(()) => "was interrupted; its tmpfs is unmounted",
                 Err(error) => {
                     lines.push(error.to_string());
                     "was interrupted; its tmpfs could not be unmounted"
                 }
             },
-            Ok(Some((false, _))) => "holds a mount the driver did not make, left alone",
+            Ok(Some((false, _, _))) => "holds a mount the driver did not make, left alone",
             Ok(None) if !record.complete => "was interrupted",
             Ok(None) if record.target_path.exists() => "is no longer mounted",
             Ok(None) => "is gone",
@@ -140,7 +139,7 @@ mod tests {
             f.store.put(r, true).unwrap();
         }
         let (kept, dropped) = recover(records, &f.mounter, f.store.as_ref(), &root);
-        assert_eq!(kept.iter().map(|r| r.volume_id.as_str()).collect::<Vec<_>>(), ["kept"]);
+        assert_eq!(kept.iter().map(|v| v.record.volume_id.as_str()).collect::<Vec<_>>(), ["kept"]);
         assert_eq!(
             dropped,
             [

@@ -25,6 +25,7 @@ use crate::volume::error::{Error, Result};
 use crate::volume::mounter::Mounter;
 use crate::volume::ownership::{Ownership, mount_tag, ownership};
 use crate::volume::publish::{Publish, check_volume_id};
+use crate::volume::published::PublishedVolume;
 use crate::volume::store::{VolumeRecord, VolumeStore};
 use crate::volume::target_dir::{self, OpenDir, OpenTarget};
 use crate::volume::target_path::TargetPath;
@@ -71,7 +72,7 @@ pub struct NodeService {
     store: Arc<dyn VolumeStore>,
     content: Arc<dyn ContentSource>,
     metrics: Arc<Metrics>,
-    volumes: Mutex<HashMap<String, VolumeRecord>>,
+    volumes: Mutex<HashMap<String, PublishedVolume>>,
     // The tokens kubelet passed at each volume's last publish: in memory only, never in a
     // record (a restart loses them until kubelet's next republish).
     tokens: Mutex<HashMap<String, Tokens>>,
@@ -91,9 +92,10 @@ impl NodeService {
         mounter: Arc<dyn Mounter>,
         store: Arc<dyn VolumeStore>,
         content: Arc<dyn ContentSource>,
-        records: Vec<VolumeRecord>,
+        published: Vec<PublishedVolume>,
     ) -> NodeService {
-        let volumes: HashMap<String, VolumeRecord> = records.into_iter().map(|r| (r.volume_id.clone(), r)).collect();
+        let volumes: HashMap<String, PublishedVolume> =
+            published.into_iter().map(|volume| (volume.record.volume_id.clone(), volume)).collect();
         let metrics = Arc::new(Metrics::new());
         metrics.set_volumes(volumes.len());
         NodeService {
@@ -167,7 +169,7 @@ impl NodeService {
         };
     }
 
-    fn record(&self, volume_id: &str) -> Option<VolumeRecord> {
+    fn published(&self, volume_id: &str) -> Option<PublishedVolume> {
         self.volumes.lock().unwrap_or_else(|p| p.into_inner()).get(volume_id).cloned()
     }
 
@@ -190,13 +192,13 @@ impl NodeService {
     /// projection's new tokens are written at once, whatever the volume's refresh setting, since
     /// the old ones expire. A share's volume shows no token: its content is left to the refresh,
     /// so `refreshResource: "false"` still keeps it as published.
-    fn republish(&self, request: &Publish, existing: &VolumeRecord) -> Result<()> {
+    fn republish(&self, request: &Publish, existing: &PublishedVolume) -> Result<()> {
         let held = self.tokens_of(&request.ask.volume_id);
         // After a restart the held tokens are unknown: a republish without tokens (the
         // CSIDriver requests none) has nothing to write.
         let new_tokens =
             if held.is_lost() { request.ask.tokens.audiences().next().is_some() } else { held != request.ask.tokens };
-        let shows_tokens = existing.attributes.contains_key(PROJECTION_ATTRIBUTE);
+        let shows_tokens = existing.record.attributes.contains_key(PROJECTION_ATTRIBUTE);
         self.keep_tokens(&request.ask.volume_id, Some(&request.ask.tokens));
         let rewrite_tokens = new_tokens && shows_tokens;
         // A volume whose last refresh failed is refreshed again now, and a failure is
@@ -220,7 +222,7 @@ impl NodeService {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .values()
-            .any(|r| r.target_path == target.as_path() && r.volume_id != volume_id)
+            .any(|volume| volume.target == *target && volume.record.volume_id != volume_id)
     }
 
     /// Publishes a checked request.
@@ -238,9 +240,9 @@ impl NodeService {
             device: None,
             complete: true,
         };
-        let existing = self.record(&request.ask.volume_id);
+        let existing = self.published(&request.ask.volume_id);
         if let Some(existing) = &existing
-            && self.published_already(existing, &wanted, target)?
+            && self.published_already(&existing.record, &wanted, target)?
         {
             return self.republish(request, existing);
         }
@@ -253,7 +255,7 @@ impl NodeService {
         for key in payload.keys() {
             check_key(key)?;
         }
-        let made_before = existing.map(|r| r.created_dirs).unwrap_or_default();
+        let made_before = existing.map(|volume| volume.record.created_dirs).unwrap_or_default();
         let mut record = VolumeRecord { complete: false, created_dirs: made_before.clone(), ..wanted };
         record.created_dirs.extend(target_dir::missing(root, target)?);
         // In place before anything is made: should the driver die from here on, the next start
@@ -273,12 +275,13 @@ impl NodeService {
         match result {
             Ok(()) => {
                 self.keep_tokens(&record.volume_id, Some(&request.ask.tokens));
-                self.volumes.lock().unwrap_or_else(|p| p.into_inner()).insert(record.volume_id.clone(), record);
+                let volume = PublishedVolume { record, target: target.clone() };
+                self.volumes.lock().unwrap_or_else(|p| p.into_inner()).insert(volume.record.volume_id.clone(), volume);
                 self.count_volumes();
                 Ok(())
             }
             Err(error) => {
-                self.undo(record, made);
+                self.undo(PublishedVolume { record, target: target.clone() }, made);
                 Err(error)
             }
         }
@@ -301,13 +304,13 @@ impl NodeService {
         }
     }
 
-    /// Takes back what a failed publish of `record` made (`made`), and forgets the volume.
-    fn undo(&self, mut record: VolumeRecord, made: Made) {
-        self.volumes.lock().unwrap_or_else(|p| p.into_inner()).remove(&record.volume_id);
-        record.created_dirs = made.dirs;
-        record.device = made.device;
-        for problem in self.take_down(&record, made.mounted) {
-            warn!(volume = %quote(&record.volume_id), problem = %Logged(&problem), "undoing a failed publish");
+    /// Takes back what a failed publish of `volume` made (`made`), and forgets the volume.
+    fn undo(&self, mut volume: PublishedVolume, made: Made) {
+        self.volumes.lock().unwrap_or_else(|p| p.into_inner()).remove(&volume.record.volume_id);
+        volume.record.created_dirs = made.dirs;
+        volume.record.device = made.device;
+        for problem in self.take_down(&volume, made.mounted) {
+            warn!(volume = %quote(&volume.record.volume_id), problem = %Logged(&problem), "undoing a failed publish");
         }
     }
 
@@ -358,14 +361,15 @@ impl NodeService {
         written
     }
 
-    /// Takes down what `record` says the driver made: its own mount when `mounted` (never
-    /// another), then its own directories while empty. Returns a line for each thing left.
-    fn take_down(&self, record: &VolumeRecord, mounted: bool) -> Vec<String> {
+    /// Takes down what `volume`'s record says the driver made: its own mount when `mounted`
+    /// (never another), then its own directories while empty. Returns a line for each thing
+    /// left.
+    fn take_down(&self, volume: &PublishedVolume, mounted: bool) -> Vec<String> {
         let mut left = Vec::new();
-        let root = self.kubelet_dir();
+        let (root, record) = (self.kubelet_dir(), &volume.record);
         if mounted {
-            let unmounted = TargetPath::parse(&record.target_path.to_string_lossy(), root).and_then(|target| {
-                let Some(opened) = target_dir::open(root, &target)? else {
+            let unmounted = target_dir::open(root, &volume.target).and_then(|opened| {
+                let Some(opened) = opened else {
                     return Ok(());
                 };
                 if self.holds_own_mount(&opened, &record.volume_id, record.device)? {
@@ -377,7 +381,7 @@ impl NodeService {
                 left.push(error.to_string());
             }
         }
-        left.extend(target_dir::remove_created(root, &record.target_path, &record.created_dirs));
+        left.extend(target_dir::remove_created(root, volume.target.as_path(), &record.created_dirs));
         let _ = self.store.remove(&record.volume_id);
         left
     }
@@ -410,7 +414,11 @@ impl NodeService {
     /// The published volumes `touched` selects.
     pub fn volume_ids_where(&self, touched: impl Fn(&VolumeRecord) -> bool) -> Vec<String> {
         let volumes = self.volumes.lock().unwrap_or_else(|p| p.into_inner());
-        volumes.values().filter(|record| touched(record)).map(|record| record.volume_id.clone()).collect()
+        volumes
+            .values()
+            .filter(|volume| touched(&volume.record))
+            .map(|volume| volume.record.volume_id.clone())
+            .collect()
     }
 
     /// A new refresh pass, started at the content source.
@@ -432,11 +440,11 @@ impl NodeService {
     /// is written, and a refresh that finds the volume unpublished or republished meanwhile
     /// writes nothing. Another operation holding the volume answers ABORTED (retry).
     pub fn refresh_volume(&self, volume_id: &str, pass: Option<PassId>) -> Option<Result<bool>> {
-        let record = self.record(volume_id)?;
-        let fetched = self.fetch(&record, pass);
+        let volume = self.published(volume_id)?;
+        let fetched = self.fetch(&volume.record, pass);
         let result =
-            self.claim(&record.volume_id, &record.target_path).and_then(|_claim| match self.record(volume_id) {
-                Some(current) if current.same_publish(&record) => self.apply(&current, fetched?, false),
+            self.claim(volume_id, volume.target.as_path()).and_then(|_claim| match self.published(volume_id) {
+                Some(current) if current.record.same_publish(&volume.record) => self.apply(&current, fetched?, false),
                 _ => Ok(false),
             });
         self.metrics.refresh(match &result {
@@ -467,10 +475,10 @@ impl NodeService {
 
     /// Rewrites one volume's content now, holding it; `forced` writes it even where the volume
     /// keeps what it was published with (a republish bringing new tokens).
-    fn refresh(&self, record: &VolumeRecord, forced: bool) -> Result<bool> {
-        let fetched = self.fetch(record, None)?;
-        let result = self.apply(record, fetched, forced);
-        self.note_refresh(&record.volume_id, &result);
+    fn refresh(&self, volume: &PublishedVolume, forced: bool) -> Result<bool> {
+        let fetched = self.fetch(&volume.record, None)?;
+        let result = self.apply(volume, fetched, forced);
+        self.note_refresh(&volume.record.volume_id, &result);
         result
     }
 
@@ -499,7 +507,8 @@ impl NodeService {
 
     /// Writes `fetched` into `record`'s volume, unless the volume keeps what it was published
     /// with; whether it changed.
-    fn apply(&self, record: &VolumeRecord, fetched: Fetched, forced: bool) -> Result<bool> {
+    fn apply(&self, volume: &PublishedVolume, fetched: Fetched, forced: bool) -> Result<bool> {
+        let record = &volume.record;
         // `refreshResource: "false"`: the volume keeps what it was published with; a revocation
         // still empties it (access is never kept by a setting of the pod's own).
         let kept = !self.settings.refresh_content
@@ -507,14 +516,13 @@ impl NodeService {
         if fetched.withdrawn.is_none() && kept && !forced {
             return Ok(false);
         }
-        let target = TargetPath::parse(&record.target_path.to_string_lossy(), self.kubelet_dir())?;
-        let opened = target_dir::open(self.kubelet_dir(), &target)?;
+        let opened = target_dir::open(self.kubelet_dir(), &volume.target)?;
         let Some(opened) =
             opened.filter(|opened| self.holds_own_mount(opened, &record.volume_id, record.device).unwrap_or(false))
         else {
             return Err(Error::Fault(format!(
                 "{} no longer holds the volume's tmpfs; not written",
-                quote_path(&record.target_path)
+                quote_path(volume.target.as_path())
             )));
         };
         let changed = self.write(&opened.target, &fetched.payload, true)?;
@@ -534,7 +542,7 @@ impl NodeService {
         }
         let target = TargetPath::parse(target, self.kubelet_dir())?;
         let _claim = self.claim(volume_id, target.as_path())?;
-        let Some(record) = self.record(volume_id).filter(|r| r.target_path == target.as_path()) else {
+        let Some(volume) = self.published(volume_id).filter(|volume| volume.target == target) else {
             // No record (never the driver's, or lost with its state directory): only a tmpfs
             // carrying this volume's own tag can be the driver's, and only that is taken down;
             // no directory is removed, since none is known to be the driver's.
@@ -548,11 +556,11 @@ impl NodeService {
         if let Some(opened) = target_dir::open(self.kubelet_dir(), &target)? {
             // Refused (FAILED_PRECONDITION) when another mount covers the volume's: kubelet
             // retries, and nothing of someone else's is taken down meanwhile.
-            if self.holds_own_mount(&opened, volume_id, record.device)? {
+            if self.holds_own_mount(&opened, volume_id, volume.record.device)? {
                 self.mounter.unmount(&opened.target)?;
             }
         }
-        for problem in self.take_down(&record, false) {
+        for problem in self.take_down(&volume, false) {
             warn!(volume = %quote(volume_id), problem = %Logged(&problem), "unpublish left something");
         }
         self.volumes.lock().unwrap_or_else(|p| p.into_inner()).remove(volume_id);

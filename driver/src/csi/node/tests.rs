@@ -531,7 +531,10 @@ async fn a_republish_with_new_tokens_rewrites_the_volume_and_a_restart_waits_for
         let text = fs::read(record.unwrap().path()).unwrap_or_default();
         assert!(!String::from_utf8_lossy(&text).contains("T2"), "a token reached the state directory");
     }
-    let restarted = service(records);
+    let (kept, dropped) =
+        crate::volume::recovery::recover(records, fixture.mounter.as_ref(), fixture.store.as_ref(), fixture.dir.path());
+    assert!(dropped.is_empty(), "{dropped:?}");
+    let restarted = service(kept);
     let refreshed = restarted.service.refresh_all();
     assert!(matches!(refreshed[0].1, Err(VolumeError::Content(Error::Unavailable(_)))), "{refreshed:?}");
     assert_eq!(fs::read_to_string(&token_file).unwrap(), "T2", "kept");
