@@ -10,6 +10,8 @@ use clap::Parser;
 
 use crate::apiserver_client::ApiserverClients;
 use crate::config::{DriverConfig, SourceKind};
+use crate::content::external::exec::ExecProviders;
+use crate::content::external::provider::check_providers;
 use crate::content::shares::source::KubernetesSource;
 use crate::content::{ContentSource, StaticDirSource};
 use crate::csi::socket::socket_path;
@@ -133,7 +135,13 @@ fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let metrics = Arc::new(Metrics::new());
+    let providers = check_providers(&config.providers)?;
     let content: Arc<dyn ContentSource> = match config.source()? {
+        SourceKind::Static if !providers.is_empty() => {
+            return Err(
+                "providers need contentSource: kubernetes (who may use a provider is asked of the apiserver)".into()
+            );
+        }
         SourceKind::Static => Arc::new(StaticDirSource::new(config.static_shares_dir.clone().unwrap_or_default())),
         SourceKind::Kubernetes => {
             // kube's client spawns its buffer's task: it is made on the runtime.
@@ -146,7 +154,8 @@ fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
                 KubernetesSource::new(clients, runtime.handle().clone(), metrics.clone())
                     .with_request_timeout(timeout)
                     .with_access_recheck(std::time::Duration::from_secs(config.access_recheck_seconds))
-                    .with_pod_metadata(config.pod_metadata),
+                    .with_pod_metadata(config.pod_metadata)
+                    .with_providers(ExecProviders::new(providers, config.helper_concurrency)),
             )
         }
     };

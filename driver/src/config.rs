@@ -61,6 +61,12 @@ pub struct DriverConfig {
     /// interrupted publish is undone at the next start).
     #[serde(deserialize_with = "seconds")]
     pub shutdown_timeout_seconds: u64,
+    /// Providers of secrets kept outside Kubernetes, selected by a volume's `provider`
+    /// attribute (see `content::external`).
+    pub providers: Vec<crate::content::external::provider::ProviderConfig>,
+    /// How many helper programs may run at once on the node, over every provider and volume.
+    #[serde(deserialize_with = "count")]
+    pub helper_concurrency: usize,
 }
 
 impl Default for DriverConfig {
@@ -81,6 +87,8 @@ impl Default for DriverConfig {
             pod_metadata: false,
             health_address: None,
             shutdown_timeout_seconds: 10,
+            providers: Vec::new(),
+            helper_concurrency: 4,
         }
     }
 }
@@ -118,7 +126,7 @@ impl DriverConfig {
 }
 
 /// `64Mi`, `512Ki`, `1Gi` or a plain number of bytes.
-fn quantity<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
+pub(crate) fn quantity<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
     #[derive(Deserialize)]
     #[serde(untagged)]
     enum Raw {
@@ -167,6 +175,43 @@ fn absolute_normal_path<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Pa
 
 fn seconds<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
     nonzero(u64::deserialize(deserializer)?)
+}
+
+fn count<'de, D: Deserializer<'de>>(deserializer: D) -> Result<usize, D::Error> {
+    let value = nonzero(u64::deserialize(deserializer)?)?;
+    usize::try_from(value).map_err(|_| serde::de::Error::custom("too large"))
+}
+
+/// A duration: `500ms`, `10s`, `2m`, or a plain number of seconds; greater than zero.
+pub(crate) fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<std::time::Duration, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Seconds(u64),
+        Text(String),
+    }
+    let invalid = |text: &str| {
+        serde::de::Error::custom(format!(
+            "invalid duration {}: use a number with ms, s or m (500ms, 10s, 2m)",
+            crate::quote::quote(text)
+        ))
+    };
+    let millis = match Raw::deserialize(deserializer)? {
+        Raw::Seconds(seconds) => seconds.checked_mul(1000),
+        Raw::Text(text) => {
+            let split = text.find(|c: char| !c.is_ascii_digit()).ok_or_else(|| invalid(&text))?;
+            let (number, unit) = text.split_at(split);
+            let per_unit = match unit {
+                "ms" => 1,
+                "s" => 1000,
+                "m" => 60_000,
+                _ => return Err(invalid(&text)),
+            };
+            Some(number.parse::<u64>().ok().and_then(|n| n.checked_mul(per_unit)).ok_or_else(|| invalid(&text))?)
+        }
+    };
+    let millis = millis.ok_or_else(|| serde::de::Error::custom("duration too large"))?;
+    Ok(std::time::Duration::from_millis(nonzero(millis)?))
 }
 
 fn nonzero<E: serde::de::Error>(value: u64) -> Result<u64, E> {
@@ -223,6 +268,27 @@ mod tests {
             Err("contentSource: static needs staticSharesDir".into())
         );
         assert!(parse("contentSource: vault").unwrap_err().contains("unknown variant `vault`"));
+    }
+
+    #[test]
+    fn providers_are_read_with_their_defaults_and_durations_in_units() {
+        let config = parse(
+            "providers:\n- {name: vault-cli, kind: exec, helper: /usr/libexec/vault-cli, timeout: 500ms, maxFileBytes: 4Ki}\n\
+             - {name: files, kind: exec, helper: /h, timeout: 2m}\nhelperConcurrency: 2",
+        )
+        .unwrap();
+        assert_eq!(config.helper_concurrency, 2);
+        let [first, second] = config.providers.as_slice() else { panic!("{:?}", config.providers) };
+        assert_eq!((first.timeout, first.max_file_bytes), (std::time::Duration::from_millis(500), 4096));
+        assert_eq!((second.timeout, second.max_file_bytes), (std::time::Duration::from_secs(120), 1 << 20));
+        assert_eq!(second.cache_ttl, std::time::Duration::from_secs(60));
+        for bad in ["10 s", "10h", "s", "0s"] {
+            let error =
+                parse(&format!("providers:\n- {{name: a, kind: exec, helper: /h, timeout: {bad}}}")).unwrap_err();
+            assert!(error.contains("duration") || error.contains("greater than zero"), "{bad}: {error}");
+        }
+        let error = parse("providers:\n- {name: a, kind: exec, helper: /h, timout: 1s}").unwrap_err();
+        assert!(error.contains("unknown field `timout`"), "{error}");
     }
 
     #[test]

@@ -72,6 +72,7 @@ impl Plugin {
                 pod_metadata: false,
                 health_address: None,
                 shutdown_timeout_seconds: 10,
+                ..DriverConfig::default()
             },
             csi_socket,
             node_id: "test-node".into(),

@@ -1,6 +1,7 @@
 //! What a volume asks of a content source: whose pod it is, the pod's volume attributes and the
 //! tokens kubelet passed. The same ask serves a publish and every refresh of the volume, so the
-//! content layer never sees the CSI wire or the volume's place on the node.
+//! content layer never sees the CSI wire. Where the volume is mounted is said as information
+//! only, for providers whose protocol names it; the content layer does no I/O there.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -25,6 +26,10 @@ pub struct PodInfo {
 pub struct VolumeAsk {
     /// The volume (what changes are registered under).
     pub volume_id: String,
+    /// The pod's name for the volume (kubelet's directory name for it).
+    pub volume_name: String,
+    /// Where the volume is mounted (information for a provider's protocol; never written here).
+    pub mount_point: std::path::PathBuf,
     /// Whose pod it is.
     pub pod: PodInfo,
     /// The pod's `volumeAttributes` (kubelet's own keys removed).
@@ -39,6 +44,7 @@ impl fmt::Debug for VolumeAsk {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("VolumeAsk")
             .field("volume_id", &self.volume_id)
+            .field("volume_name", &self.volume_name)
             .field("pod", &self.pod)
             .field("attribute_keys", &self.attributes.keys().collect::<Vec<_>>())
             .field("tokens", &self.tokens)

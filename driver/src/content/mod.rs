@@ -1,12 +1,15 @@
 //! What a volume holds, and where it comes from: the trait every source implements, what a
 //! volume asks of it ([`ask`]), the files it answers with ([`payload`]), what changed and whom it
 //! concerns ([`changes`]), and the sources: the cluster's shares ([`shares`]), projections of
-//! several sources ([`projection`]), and a directory of static shares for demos
-//! ([`static_dir`]). Nothing here knows the CSI wire or where a volume is mounted.
+//! several sources ([`projection`]), secrets kept outside Kubernetes through the providers of
+//! the node's configuration ([`external`]), and a directory of static shares for demos
+//! ([`static_dir`]). Nothing here knows the CSI wire, and nothing here writes where a volume is
+//! mounted.
 
 pub mod ask;
 pub mod changes;
 pub mod error;
+pub mod external;
 pub mod object_name;
 pub mod payload;
 pub mod projection;

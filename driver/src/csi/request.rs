@@ -63,6 +63,8 @@ pub fn check(request: &NodePublishVolumeRequest, kubelet_dir: &Path) -> Result<P
     let value = |key: &str| context.get(key).cloned().unwrap_or_default();
     let ask = VolumeAsk {
         volume_id: request.volume_id.clone(),
+        volume_name: target.volume_name().to_string(),
+        mount_point: target.as_path().to_path_buf(),
         pod: PodInfo {
             name: value(POD_NAME),
             namespace: value(POD_NAMESPACE),

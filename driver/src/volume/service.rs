@@ -441,7 +441,7 @@ impl NodeService {
     /// writes nothing. Another operation holding the volume answers ABORTED (retry).
     pub fn refresh_volume(&self, volume_id: &str, pass: Option<PassId>) -> Option<Result<bool>> {
         let volume = self.published(volume_id)?;
-        let fetched = self.fetch(&volume.record, pass);
+        let fetched = self.fetch(&volume, pass);
         let result =
             self.claim(volume_id, volume.target.as_path()).and_then(|_claim| match self.published(volume_id) {
                 Some(current) if current.record.same_publish(&volume.record) => self.apply(&current, fetched?, false),
@@ -476,18 +476,21 @@ impl NodeService {
     /// Rewrites one volume's content now, holding it; `forced` writes it even where the volume
     /// keeps what it was published with (a republish bringing new tokens).
     fn refresh(&self, volume: &PublishedVolume, forced: bool) -> Result<bool> {
-        let fetched = self.fetch(&volume.record, None)?;
+        let fetched = self.fetch(volume, None)?;
         let result = self.apply(volume, fetched, forced);
         self.note_refresh(&volume.record.volume_id, &result);
         result
     }
 
-    /// The content `record`'s volume should show now. A share gone, or access withdrawn, is
+    /// The content `volume` should show now. A share gone, or access withdrawn, is
     /// content withdrawn (the volume is emptied, and stays mounted); a source that cannot answer
     /// now is an error (nothing changes).
-    fn fetch(&self, record: &VolumeRecord, pass: Option<PassId>) -> Result<Fetched> {
+    fn fetch(&self, volume: &PublishedVolume, pass: Option<PassId>) -> Result<Fetched> {
+        let record = &volume.record;
         let ask = VolumeAsk {
             volume_id: record.volume_id.clone(),
+            volume_name: volume.target.volume_name().to_string(),
+            mount_point: volume.target.as_path().to_path_buf(),
             pod: record.pod.clone(),
             attributes: record.attributes.clone(),
             tokens: self.tokens_of(&record.volume_id),

@@ -82,6 +82,11 @@ impl TargetPath {
         &self.full
     }
 
+    /// The pod's name for the volume: kubelet's directory of it, `<volume>` in the layout.
+    pub fn volume_name(&self) -> &str {
+        &self.below_root[4]
+    }
+
     /// The directory elements below the kubelet root: `pods`, the pod uid, `volumes`,
     /// `kubernetes.io~csi`, the volume name, `mount`.
     pub fn below_root(&self) -> &[String] {

@@ -18,6 +18,7 @@ mod match_conditions;
 mod node;
 mod node_projection;
 mod projections;
+mod providers;
 mod rbac;
 mod read_grants;
 mod read_only;
@@ -152,6 +153,10 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
         (
             "shares::driver_killed_and_restarted_keeps_and_refreshes_the_volume",
             Box::new(|s| Box::pin(shares::driver_killed_and_restarted_keeps_and_refreshes_the_volume(s))),
+        ),
+        (
+            "providers::an_exec_provider_serves_the_pods_own_files_to_whom_rbac_grants_use",
+            Box::new(|s| Box::pin(providers::an_exec_provider_serves_the_pods_own_files_to_whom_rbac_grants_use(s))),
         ),
         ("driver::csi_sanity", Box::new(|s| Box::pin(csi_sanity::passes_its_node_and_identity_specs(s)))),
     ]

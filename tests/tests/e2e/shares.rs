@@ -15,6 +15,7 @@ use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
+use sharedresource_csi_driver::content::external::exec::ExecProviders;
 use sharedresource_csi_driver::content::shares::source::KubernetesSource;
 use sharedresource_csi_driver::plugin::Plugin;
 use tonic::Code;
@@ -103,6 +104,11 @@ pub struct InProcessDriver {
 
 impl InProcessDriver {
     pub async fn start(suite: &Suite) -> Result<InProcessDriver, String> {
+        InProcessDriver::start_with(suite, ExecProviders::default()).await
+    }
+
+    /// [`InProcessDriver::start`], serving volumes that name one of `providers` too.
+    pub async fn start_with(suite: &Suite, providers: ExecProviders) -> Result<InProcessDriver, String> {
         let groups = ["system:serviceaccounts", "system:serviceaccounts:inline-guard-driver", "system:authenticated"];
         let client = suite.cluster.client_as(DRIVER_USER, &groups).await?;
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
@@ -112,7 +118,7 @@ impl InProcessDriver {
         let metrics = plugin.metrics.clone();
         // It reads pods, as the suite's node does: the projection scenarios show pod labels.
         let source = KubernetesSource::new(client, tokio::runtime::Handle::current(), metrics.clone());
-        plugin.content = std::sync::Arc::new(source.with_pod_metadata(true));
+        plugin.content = std::sync::Arc::new(source.with_pod_metadata(true).with_providers(providers));
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let running = tokio::spawn(plugin.run(async {
             let _ = stopped.await;
@@ -182,8 +188,9 @@ async fn wait_for_conditions(admin: &kube::Client, name: &str, wanted: &[(&str, 
     }
 }
 
-/// The files of a volume, as a container would list them (user-visible names only).
-fn files(target: &Path) -> Vec<(String, String)> {
+/// The files of a volume (or a directory of it), as a container would list them (user-visible
+/// names only).
+pub fn files(target: &Path) -> Vec<(String, String)> {
     let mut files: Vec<(String, String)> = std::fs::read_dir(target)
         .map(|entries| {
             entries

@@ -1,4 +1,5 @@
-//! The access check: may a pod's service account `use` a share? Asked of the apiserver as a
+//! The access check: may a pod's service account `use` a share (or an external provider)? Asked
+//! of the apiserver as a
 //! SubjectAccessReview for the service account's user and groups, so that RBAC (a RoleBinding in
 //! the pod's namespace, or a ClusterRoleBinding) decides, and revoking the binding revokes the
 //! volume.
@@ -8,21 +9,48 @@ use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessRevie
 use super::api::{GROUP, USE_VERB};
 use super::kind::ShareKind;
 
-/// Who asks for which share: the unit access is checked and cached by.
+/// What the verb `use` is asked about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Guarded {
+    /// A share of a kind.
+    Share(ShareKind),
+    /// A provider of secrets kept outside Kubernetes (`content::external`).
+    Provider,
+}
+
+impl Guarded {
+    /// The resource name RBAC rules use.
+    pub fn resource(self) -> &'static str {
+        match self {
+            Guarded::Share(kind) => kind.resource(),
+            Guarded::Provider => "providers",
+        }
+    }
+
+    /// What it is, for messages.
+    pub fn kind(self) -> &'static str {
+        match self {
+            Guarded::Share(kind) => kind.kind(),
+            Guarded::Provider => "provider",
+        }
+    }
+}
+
+/// Who asks for which share or provider: the unit access is checked and cached by.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct AccessQuestion {
     /// The pod's namespace.
     pub namespace: String,
     /// The pod's service account.
     pub service_account: String,
-    /// The kind of share.
-    pub kind: ShareKind,
-    /// The share's name.
-    pub share: String,
+    /// What is asked about.
+    pub kind: Guarded,
+    /// Its name.
+    pub name: String,
 }
 
 impl AccessQuestion {
-    /// The SubjectAccessReview asking it: verb `use` on the share, in the pod's namespace, as
+    /// The SubjectAccessReview asking it: verb `use` on the share or provider, in the pod's namespace, as
     /// `system:serviceaccount:<ns>:<sa>` with the groups every service account has.
     pub fn review(&self) -> SubjectAccessReview {
         let namespace = &self.namespace;
@@ -38,7 +66,7 @@ impl AccessQuestion {
                     group: Some(GROUP.into()),
                     resource: Some(self.kind.resource().into()),
                     verb: Some(USE_VERB.into()),
-                    name: Some(self.share.clone()),
+                    name: Some(self.name.clone()),
                     namespace: Some(namespace.clone()),
                     ..Default::default()
                 }),
@@ -48,17 +76,17 @@ impl AccessQuestion {
         }
     }
 
-    /// The refusal's message: the share, the namespace and the service account.
+    /// The refusal's message: the share or provider, the namespace and the service account.
     pub fn denial(&self) -> String {
         format!(
             "service account {}/{} may not use {} {:?}: grant it the verb \"use\" on {}.{} {:?} (a Role and RoleBinding in namespace {})",
             self.namespace,
             self.service_account,
             self.kind.kind(),
-            self.share,
+            self.name,
             self.kind.resource(),
             GROUP,
-            self.share,
+            self.name,
             self.namespace
         )
     }
@@ -73,8 +101,8 @@ mod tests {
         let question = AccessQuestion {
             namespace: "team-a".into(),
             service_account: "web".into(),
-            kind: ShareKind::Secret,
-            share: "db".into(),
+            kind: Guarded::Share(ShareKind::Secret),
+            name: "db".into(),
         };
         let review = serde_json::to_value(question.review()).unwrap();
         assert_eq!(
@@ -91,6 +119,23 @@ mod tests {
         assert_eq!(
             question.denial(),
             "service account team-a/web may not use SharedSecret \"db\": grant it the verb \"use\" on sharedsecrets.sharedresource.inlineguard.dev \"db\" (a Role and RoleBinding in namespace team-a)"
+        );
+    }
+
+    #[test]
+    fn a_provider_is_asked_about_as_providers_of_the_same_group() {
+        let question = AccessQuestion {
+            namespace: "team-a".into(),
+            service_account: "web".into(),
+            kind: Guarded::Provider,
+            name: "vault-cli".into(),
+        };
+        let review = serde_json::to_value(question.review()).unwrap();
+        assert_eq!(review["spec"]["resourceAttributes"]["resource"], "providers");
+        assert_eq!(review["spec"]["resourceAttributes"]["name"], "vault-cli");
+        assert_eq!(
+            question.denial(),
+            "service account team-a/web may not use provider \"vault-cli\": grant it the verb \"use\" on providers.sharedresource.inlineguard.dev \"vault-cli\" (a Role and RoleBinding in namespace team-a)"
         );
     }
 }

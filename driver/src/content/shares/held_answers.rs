@@ -166,14 +166,15 @@ impl HeldAnswers {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::content::shares::access::Guarded;
     use crate::content::shares::kind::ShareKind;
 
     fn question(namespace: &str, account: &str, share: &str) -> AccessQuestion {
         AccessQuestion {
             namespace: namespace.into(),
             service_account: account.into(),
-            kind: ShareKind::Secret,
-            share: share.into(),
+            kind: Guarded::Share(ShareKind::Secret),
+            name: share.into(),
         }
     }
 

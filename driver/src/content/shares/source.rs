@@ -20,7 +20,7 @@ use kube::Resource as _;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use tracing::warn;
 
-use super::access::AccessQuestion;
+use super::access::{AccessQuestion, Guarded};
 use super::api::{ObjectRef, SharedConfigMap, SharedSecret};
 use super::apiserver::{DEFAULT_REQUEST_TIMEOUT, ask};
 use super::cache::ShareCache;
@@ -32,6 +32,8 @@ use crate::apiserver_client::ApiserverClients;
 use crate::content::ask::{PodInfo, VolumeAsk};
 use crate::content::changes::Changes;
 use crate::content::error::{Error, Result};
+use crate::content::external::exec::ExecProviders;
+use crate::content::external::helper_protocol::PROVIDER_ATTRIBUTE;
 use crate::content::object_name::{NamespaceName, ObjectName};
 use crate::content::payload::Payload;
 use crate::content::projection::api::{PROJECTION_ATTRIBUTE, ProjectionSpec};
@@ -97,6 +99,8 @@ pub struct KubernetesSource {
     request_timeout: Duration,
     /// Whether pods may be read for their labels and annotations (`podMetadata`).
     pub(crate) pod_metadata: bool,
+    /// The providers of secrets kept outside Kubernetes this node runs.
+    providers: ExecProviders,
     watches: tokio::task::JoinHandle<()>,
 }
 
@@ -142,6 +146,7 @@ impl KubernetesSource {
             metrics,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             pod_metadata: false,
+            providers: ExecProviders::default(),
             watches,
         }
     }
@@ -163,6 +168,12 @@ impl KubernetesSource {
     /// when `allowed` (off unless asked: it needs `get pods` cluster-wide).
     pub fn with_pod_metadata(mut self, allowed: bool) -> KubernetesSource {
         self.pod_metadata = allowed;
+        self
+    }
+
+    /// The same source, serving volumes that name one of `providers`.
+    pub fn with_providers(mut self, providers: ExecProviders) -> KubernetesSource {
+        self.providers = providers;
         self
     }
 
@@ -215,7 +226,29 @@ impl KubernetesSource {
         match volume_of(request)? {
             Volume::Share(kind, share) => self.share_payload(&request.pod, kind, &share, pass).await,
             Volume::Projection(name) => self.projection_payload(request, &name, pass).await,
+            Volume::Provider(name) => self.provider_payload(request, &name, pass).await,
         }
+    }
+
+    /// The files of `request`'s volume from provider `name`, once the pod's service account is
+    /// allowed to use it (the same check as a share's, for resource `providers`).
+    async fn provider_payload(&self, request: &VolumeAsk, name: &ObjectName, pass: Option<PassId>) -> Result<Payload> {
+        let Some(provider) = self.providers.get(name.as_str()) else {
+            return Err(Error::Missing(format!(
+                "provider {} is not configured on this node (providers in the driver's configuration)",
+                quote(name.as_str())
+            )));
+        };
+        let question = AccessQuestion {
+            namespace: request.pod.namespace.clone(),
+            service_account: request.pod.service_account.clone(),
+            kind: Guarded::Provider,
+            name: name.as_str().to_string(),
+        };
+        if !self.shared(pass, question.clone(), |p| &mut p.access, self.allowed(&question)).await? {
+            return Err(Error::Denied(question.denial()));
+        }
+        self.providers.files(provider, request).await
     }
 
     /// The files of share `share` of `kind` for `pod`, once its service account is allowed to
@@ -230,8 +263,8 @@ impl KubernetesSource {
         let question = AccessQuestion {
             namespace: pod.namespace.clone(),
             service_account: pod.service_account.clone(),
-            kind,
-            share: share.as_str().to_string(),
+            kind: Guarded::Share(kind),
+            name: share.as_str().to_string(),
         };
         // The share and the access check do not depend on each other: asked at once, one round
         // trip to the apiserver instead of two (a missing share still answers NOT_FOUND first).
@@ -400,14 +433,17 @@ enum Volume {
     Share(ShareKind, ObjectName),
     /// A `SharedProjection` in the pod's namespace, by name.
     Projection(ObjectName),
+    /// A provider of the node's configuration, by name.
+    Provider(ObjectName),
 }
 
 /// What a request names: exactly one of the three attributes, with a valid object name.
 fn volume_of(request: &VolumeAsk) -> Result<Volume> {
-    let named: Vec<(&str, &String)> = [SHARED_SECRET_ATTRIBUTE, SHARED_CONFIG_MAP_ATTRIBUTE, PROJECTION_ATTRIBUTE]
-        .into_iter()
-        .filter_map(|key| request.attributes.get(key).map(|value| (key, value)))
-        .collect();
+    let named: Vec<(&str, &String)> =
+        [SHARED_SECRET_ATTRIBUTE, SHARED_CONFIG_MAP_ATTRIBUTE, PROJECTION_ATTRIBUTE, PROVIDER_ATTRIBUTE]
+            .into_iter()
+            .filter_map(|key| request.attributes.get(key).map(|value| (key, value)))
+            .collect();
     let (attribute, name) = match named.as_slice() {
         [one] => *one,
         [] => {
@@ -423,11 +459,16 @@ fn volume_of(request: &VolumeAsk) -> Result<Volume> {
     };
     let kind = ShareKind::of_attribute(attribute);
     let name = ObjectName::parse(name).map_err(|error| {
-        let what = kind.map_or("SharedProjection", ShareKind::kind);
+        let what = match kind {
+            Some(kind) => kind.kind(),
+            None if attribute == PROVIDER_ATTRIBUTE => "provider",
+            None => "SharedProjection",
+        };
         Error::Invalid(format!("{what} name {error}"))
     })?;
     Ok(match kind {
         Some(kind) => Volume::Share(kind, name),
+        None if attribute == PROVIDER_ATTRIBUTE => Volume::Provider(name),
         None => Volume::Projection(name),
     })
 }
@@ -473,6 +514,8 @@ mod attribute_tests {
     fn request(attributes: &[(&str, &str)]) -> VolumeAsk {
         VolumeAsk {
             volume_id: "csi-1".into(),
+            volume_name: "shared".into(),
+            mount_point: "/var/lib/kubelet/pods/u/volumes/kubernetes.io~csi/shared/mount".into(),
             pod: PodInfo { name: "p".into(), namespace: "n".into(), uid: "u".into(), service_account: "s".into() },
             attributes: attributes.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             tokens: Default::default(),

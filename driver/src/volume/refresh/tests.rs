@@ -94,15 +94,18 @@ impl Drop for ReleaseOnDrop {
 fn publish(root: &Path, pod: &str) -> Publish {
     let pod_info =
         PodInfo { name: pod.into(), namespace: "apps".into(), uid: pod.into(), service_account: "web".into() };
+    let target = TargetPath::parse(&target(root, pod).to_string_lossy(), root).unwrap();
     Publish {
-        target: TargetPath::parse(&target(root, pod).to_string_lossy(), root).unwrap(),
         mount_flags: Vec::new(),
         ask: VolumeAsk {
             volume_id: format!("csi-{pod}"),
+            volume_name: target.volume_name().to_string(),
+            mount_point: target.as_path().to_path_buf(),
             pod: pod_info,
             attributes: [("share".to_string(), pod.to_string())].into(),
             tokens: Default::default(),
         },
+        target,
     }
 }
 

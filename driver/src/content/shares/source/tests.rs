@@ -111,6 +111,8 @@ fn share_list() -> Response<Full<Bytes>> {
 fn request(service_account: &str) -> VolumeAsk {
     VolumeAsk {
         volume_id: "csi-1".into(),
+        volume_name: "shared".into(),
+        mount_point: "/var/lib/kubelet/pods/u/volumes/kubernetes.io~csi/shared/mount".into(),
         pod: PodInfo {
             name: "web".into(),
             namespace: "team-a".into(),

@@ -1,0 +1,93 @@
+//! Providers of kind `exec` in eager mode: at publish and at each refresh, the helper is asked
+//! with `mount` which files it serves, then every listed file is fetched with `get` (the calls
+//! run in parallel, at most `helperConcurrency` helpers at once on the whole node) and the volume
+//! shows them all. A helper that fails, times out or says too much keeps what the volume shows
+//! (UNAVAILABLE: not now); a helper that lists nothing to fetch, or a file it may not name,
+//! withdraws it.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::sync::Arc;
+
+use tokio::sync::Semaphore;
+
+use super::helper_protocol::{MountReply, mount_arguments, mount_options};
+use super::helper_run::{self, HelperFailure};
+use super::provider::ExecProvider;
+use crate::content::ask::VolumeAsk;
+use crate::content::error::{Error, Result};
+use crate::content::payload::{FileContent, Payload};
+use crate::quote::quote;
+
+/// The `exec` providers of a node, and the node's bound on helpers running at once.
+pub struct ExecProviders {
+    providers: BTreeMap<String, ExecProvider>,
+    permits: Arc<Semaphore>,
+}
+
+impl Default for ExecProviders {
+    fn default() -> Self {
+        ExecProviders::new(BTreeMap::new(), 1)
+    }
+}
+
+impl ExecProviders {
+    /// `providers` by name, running at most `concurrency` helpers at once.
+    pub fn new(providers: BTreeMap<String, ExecProvider>, concurrency: usize) -> ExecProviders {
+        ExecProviders { providers, permits: Arc::new(Semaphore::new(concurrency.max(1))) }
+    }
+
+    /// The provider named `name`, if the node has it.
+    pub fn get(&self, name: &str) -> Option<&ExecProvider> {
+        self.providers.get(name)
+    }
+
+    /// The files `provider` serves for `ask`'s volume: `mount`, then a `get` per listed file.
+    pub async fn files(&self, provider: &ExecProvider, ask: &VolumeAsk) -> Result<Payload> {
+        let name = quote(provider.name.as_str());
+        let name = name.as_str();
+        let options = mount_options(ask).map_err(Error::Invalid)?;
+        let failed = |call: &str, failure: HelperFailure| {
+            Error::Unavailable(format!("provider {name}: the helper's {call} {failure}"))
+        };
+        let answer =
+            self.call(provider, mount_arguments(&ask.mount_point, &options)).await.map_err(|f| failed("mount", f))?;
+        let reply = MountReply::parse(&answer)
+            .map_err(|why| Error::Unservable(format!("provider {name}: the helper's mount: {why}")))?;
+        let paths = reply.listed_paths();
+        if paths.is_empty() {
+            return Err(Error::Unservable(format!(
+                "provider {name}: the helper lists no files (\"files\" in its answer to mount); eager mode fetches the files a helper lists"
+            )));
+        }
+        let (reply, options, failed) = (&reply, &options, &failed);
+        let gets = paths.iter().map(|path| async move {
+            let arguments = reply
+                .get_arguments(path, options)
+                .map_err(|why| Error::Unservable(format!("provider {name}: the helper's mount: {why}")))?;
+            let arguments: Vec<OsString> = arguments.into_iter().map(OsString::from).collect();
+            let content =
+                self.call(provider, arguments).await.map_err(|f| failed(&format!("get {}", quote(path)), f))?;
+            Ok::<_, Error>((path.clone(), FileContent::new(content)))
+        });
+        futures_util::future::try_join_all(gets).await.map(|files| files.into_iter().collect())
+    }
+
+    /// One helper call, once the node's bound lets it run.
+    async fn call(
+        &self,
+        provider: &ExecProvider,
+        arguments: Vec<OsString>,
+    ) -> std::result::Result<Vec<u8>, HelperFailure> {
+        // The semaphore is never closed: acquiring fails only if it were.
+        let _permit = self
+            .permits
+            .acquire()
+            .await
+            .map_err(|_| HelperFailure::Read(std::io::Error::other("the helper bound is closed")))?;
+        helper_run::run(&provider.helper, &arguments, provider.timeout, provider.max_file_bytes).await
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,169 @@
+//! The eager `exec` provider with the shipped example helper (config/examples/exec-helper.sh),
+//! run as a real process over a directory standing in for a vault.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::*;
+use crate::content::ask::PodInfo;
+use crate::content::object_name::ObjectName;
+use crate::content::projection::tokens::Tokens;
+
+/// A vault directory and the example helper reading it, wrapped to log each call (and how many
+/// `get`s run at that moment) before running it.
+struct Vault {
+    dir: tempfile::TempDir,
+}
+
+impl Vault {
+    fn new() -> Vault {
+        let vault = Vault { dir: tempfile::tempdir().unwrap() };
+        let example = include_str!("../../../../../config/examples/exec-helper.sh");
+        let root = vault.path("root");
+        let helper = example.replace("ROOT=/var/lib/inline-guard/example-vault", &format!("ROOT={}", root.display()));
+        assert_ne!(helper, example, "the example names its ROOT");
+        std::fs::write(vault.path("example"), helper).unwrap();
+        std::fs::create_dir_all(vault.path("running")).unwrap();
+        let wrapper = format!(
+            "#!/bin/sh\n\
+             echo \"$1 $2\" >> {log}\n\
+             if [ \"$1\" = get ]; then\n\
+               mkdir {running}/$$; ls {running} | wc -l >> {concurrent}; sleep 0.2; rmdir {running}/$$\n\
+             fi\n\
+             exec /bin/sh {example} \"$@\"\n",
+            log = vault.path("calls").display(),
+            running = vault.path("running").display(),
+            concurrent = vault.path("concurrent").display(),
+            example = vault.path("example").display(),
+        );
+        std::fs::write(vault.path("helper"), wrapper).unwrap();
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(vault.path("helper"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        vault
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn keep(&self, namespace: &str, pod: &str, file: &str, content: &str) {
+        let dir = self.path("root").join(namespace).join(pod);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(file), content).unwrap();
+    }
+
+    fn provider(&self) -> ExecProvider {
+        ExecProvider {
+            name: ObjectName::parse("example").unwrap(),
+            helper: self.path("helper"),
+            timeout: Duration::from_secs(30),
+            max_file_bytes: 1 << 20,
+        }
+    }
+
+    fn calls(&self) -> Vec<String> {
+        std::fs::read_to_string(self.path("calls")).unwrap_or_default().lines().map(String::from).collect()
+    }
+
+    fn most_concurrent(&self) -> usize {
+        let text = std::fs::read_to_string(self.path("concurrent")).unwrap_or_default();
+        text.lines().map(|line| line.trim().parse::<usize>().unwrap()).max().unwrap_or(0)
+    }
+}
+
+fn ask(namespace: &str, pod: &str) -> VolumeAsk {
+    VolumeAsk {
+        volume_id: format!("csi-{pod}"),
+        volume_name: "secrets".into(),
+        mount_point: format!("/var/lib/kubelet/pods/{pod}/volumes/kubernetes.io~csi/secrets/mount").into(),
+        pod: PodInfo {
+            name: pod.into(),
+            namespace: namespace.into(),
+            uid: pod.into(),
+            service_account: "reader".into(),
+        },
+        attributes: [("provider".to_string(), "example".to_string())].into(),
+        tokens: Tokens::default(),
+    }
+}
+
+fn text(payload: &Payload) -> Vec<(String, String)> {
+    payload.iter().map(|(path, file)| (path.clone(), String::from_utf8(file.data.clone()).unwrap())).collect()
+}
+
+fn providers(vault: &Vault, concurrency: usize) -> ExecProviders {
+    ExecProviders::new([("example".to_string(), vault.provider())].into(), concurrency)
+}
+
+#[tokio::test]
+async fn each_pod_is_served_its_own_files_with_one_mount_and_one_get_per_file() {
+    let vault = Vault::new();
+    vault.keep("team-a", "web", "db-password", "s3cret");
+    vault.keep("team-a", "web", "api-key", "k3y");
+    vault.keep("team-b", "web", "db-password", "other");
+    let providers = providers(&vault, 4);
+    let files = providers.files(&vault.provider(), &ask("team-a", "web")).await.unwrap();
+    assert_eq!(
+        text(&files),
+        [("secrets/api-key".into(), "k3y".into()), ("secrets/db-password".into(), "s3cret".into())]
+    );
+    let mut calls = vault.calls();
+    calls.sort();
+    let mount_point = "/var/lib/kubelet/pods/web/volumes/kubernetes.io~csi/secrets/mount";
+    assert_eq!(calls, ["get secrets/api-key", "get secrets/db-password", &format!("mount {mount_point}")]);
+    let other = providers.files(&vault.provider(), &ask("team-b", "web")).await.unwrap();
+    assert_eq!(text(&other), [("secrets/db-password".into(), "other".into())], "the identity picks the files");
+}
+
+#[tokio::test]
+async fn a_failing_helper_is_unavailable_with_its_own_words_and_never_file_content() {
+    let vault = Vault::new();
+    let error = providers(&vault, 4).files(&vault.provider(), &ask("team-a", "nobody")).await.unwrap_err();
+    assert_eq!(
+        error,
+        Error::Unavailable(
+            "provider \"example\": the helper's mount exit status: 1; it said: nothing is kept for pod team-a/nobody"
+                .into()
+        )
+    );
+    vault.keep("team-a", "web", "db-password", "s3cret");
+    let mut provider = vault.provider();
+    provider.max_file_bytes = 3;
+    let error = providers(&vault, 4).files(&provider, &ask("team-a", "web")).await.unwrap_err();
+    let Error::Unavailable(message) = error else { panic!("{error:?}") };
+    assert!(message.starts_with("provider \"example\": the helper's "), "{message}");
+    assert!(message.contains("printed more than 3 bytes"), "{message}");
+    assert!(!message.contains("s3cret"));
+}
+
+#[tokio::test]
+async fn helpers_run_at_most_the_nodes_bound_at_once() {
+    let vault = Vault::new();
+    for index in 0..6 {
+        vault.keep("team-a", "web", &format!("file-{index}"), "x");
+    }
+    let files = providers(&vault, 1).files(&vault.provider(), &ask("team-a", "web")).await.unwrap();
+    assert_eq!(files.len(), 6);
+    assert_eq!(vault.most_concurrent(), 1, "one helper at a time");
+    std::fs::remove_file(vault.path("concurrent")).unwrap();
+    providers(&vault, 3).files(&vault.provider(), &ask("team-a", "web")).await.unwrap();
+    let most = vault.most_concurrent();
+    assert!((1..=3).contains(&most), "at most three at once: {most}");
+}
+
+#[tokio::test]
+async fn a_helper_that_lists_nothing_withdraws_the_volume() {
+    let vault = Vault::new();
+    std::fs::create_dir_all(vault.path("root/team-a/web")).unwrap();
+    let error = providers(&vault, 4).files(&vault.provider(), &ask("team-a", "web")).await.unwrap_err();
+    assert!(matches!(&error, Error::Unservable(m) if m.contains("lists no files")), "{error:?}");
+    assert!(error.withdraws_content());
+}
+
+#[test]
+fn the_example_helper_is_the_one_shipped() {
+    // The test above runs the shipped file, changed only in its ROOT line.
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/examples/exec-helper.sh");
+    let text = std::fs::read_to_string(example).unwrap();
+    assert!(text.contains("ROOT=/var/lib/inline-guard/example-vault\n"));
+}

@@ -1,0 +1,205 @@
+//! Running a helper program: no shell, an empty environment but `PATH`, standard input closed,
+//! its own process group (so that whatever it starts is killed with it), a time limit, and a
+//! limit on what it may print. A failure carries the helper's standard error, cut to 4 KiB,
+//! never what it printed on standard output (that is file content).
+
+use std::ffi::OsString;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use tokio::io::{AsyncRead, AsyncReadExt as _};
+
+/// The `PATH` a helper runs with.
+const HELPER_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+/// How much of a helper's standard error a failure carries.
+pub const MAX_STDERR_BYTES: usize = 4096;
+
+/// Why a helper call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum HelperFailure {
+    /// The program could not be started.
+    #[error("could not be started: {0}")]
+    Start(#[source] std::io::Error),
+    /// It exited with a failure.
+    #[error("{status}{}", said(stderr))]
+    Exit {
+        /// How it exited.
+        status: std::process::ExitStatus,
+        /// The start of its standard error.
+        stderr: String,
+    },
+    /// It did not finish in time; its process group was killed.
+    #[error("did not finish within {} s and was killed{}", timeout.as_secs_f64(), said(stderr))]
+    Timeout {
+        /// The limit.
+        timeout: Duration,
+        /// The start of its standard error.
+        stderr: String,
+    },
+    /// It printed more than allowed; its process group was killed.
+    #[error("printed more than {limit} bytes and was killed{}", said(stderr))]
+    TooLarge {
+        /// The limit.
+        limit: u64,
+        /// The start of its standard error.
+        stderr: String,
+    },
+    /// Reading its output failed.
+    #[error("its output could not be read: {0}")]
+    Read(#[source] std::io::Error),
+}
+
+fn said(stderr: &str) -> String {
+    if stderr.trim().is_empty() { String::new() } else { format!("; it said: {}", stderr.trim_end()) }
+}
+
+/// Runs `helper` with `arguments`; its standard output when it exits 0 within `timeout` having
+/// printed at most `max_output` bytes.
+pub async fn run(
+    helper: &Path,
+    arguments: &[OsString],
+    timeout: Duration,
+    max_output: u64,
+) -> Result<Vec<u8>, HelperFailure> {
+    let mut child = tokio::process::Command::new(helper)
+        .args(arguments)
+        .env_clear()
+        .env("PATH", HELPER_PATH)
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(HelperFailure::Start)?;
+    let group = child.id().and_then(|id| i32::try_from(id).ok()).map(Pid::from_raw);
+    let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+        return Err(HelperFailure::Read(std::io::Error::other("no pipes to the helper")));
+    };
+    let finished = tokio::time::timeout(timeout, async {
+        let (output, errors, status) =
+            tokio::join!(read_at_most(stdout, max_output), read_at_most(stderr, MAX_STDERR_BYTES as u64), child.wait());
+        (output, errors, status)
+    })
+    .await;
+    // Whatever it left running in its group goes with it, in every case.
+    if let Some(group) = group {
+        let _ = killpg(group, Signal::SIGKILL);
+    }
+    let Ok((output, errors, status)) = finished else {
+        let _ = child.wait().await;
+        return Err(HelperFailure::Timeout { timeout, stderr: String::new() });
+    };
+    let stderr = errors.map(|(bytes, _)| text_of(&bytes)).unwrap_or_default();
+    let (output, overflowed) = output.map_err(HelperFailure::Read)?;
+    if overflowed {
+        return Err(HelperFailure::TooLarge { limit: max_output, stderr });
+    }
+    let status = status.map_err(HelperFailure::Read)?;
+    if !status.success() {
+        return Err(HelperFailure::Exit { status, stderr });
+    }
+    Ok(output)
+}
+
+/// Reads `reader` to its end, keeping at most `limit` bytes; whether there was more. Stops
+/// reading at the first byte over the limit (the helper then meets a closed pipe).
+async fn read_at_most(reader: impl AsyncRead + Unpin, limit: u64) -> std::io::Result<(Vec<u8>, bool)> {
+    let mut kept = Vec::new();
+    let read = reader.take(limit + 1).read_to_end(&mut kept).await?;
+    let over = read as u64 > limit;
+    kept.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+    Ok((kept, over))
+}
+
+/// A helper's standard error as text for a message: lossy UTF-8, escaped so that a control
+/// character cannot forge a log line.
+fn text_of(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).trim_end().escape_debug().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sh(script: &str) -> Vec<OsString> {
+        vec!["-c".into(), script.into()]
+    }
+
+    async fn run_sh(script: &str, timeout: Duration, max: u64) -> Result<Vec<u8>, HelperFailure> {
+        run(Path::new("/bin/sh"), &sh(script), timeout, max).await
+    }
+
+    #[tokio::test]
+    async fn output_of_a_helper_that_succeeds() {
+        let output = run_sh("printf 'a file'", Duration::from_secs(30), 100).await.unwrap();
+        assert_eq!(output, b"a file");
+    }
+
+    #[tokio::test]
+    async fn the_environment_is_empty_but_path() {
+        // A variable the driver has (HOME, KUBECONFIG, ...) is not the helper's.
+        let output = run_sh("env | sort", Duration::from_secs(30), 10_000).await.unwrap();
+        let text = String::from_utf8(output).unwrap();
+        let names: Vec<&str> = text
+            .lines()
+            .map(|line| line.split('=').next().unwrap())
+            .filter(|n| *n != "PWD" && *n != "SHLVL" && *n != "_")
+            .collect();
+        assert_eq!(names, ["PATH"], "{text}");
+    }
+
+    #[tokio::test]
+    async fn a_failure_carries_the_start_of_stderr_and_never_stdout() {
+        let error = run_sh("echo s3cret-content; echo 'no such secret' >&2; exit 3", Duration::from_secs(30), 100)
+            .await
+            .unwrap_err();
+        assert_eq!(error.to_string(), "exit status: 3; it said: no such secret");
+        let error =
+            run_sh("head -c 10000 /dev/zero | tr '\\0' x >&2; exit 1", Duration::from_secs(30), 100).await.unwrap_err();
+        let HelperFailure::Exit { stderr, .. } = error else { panic!("{error:?}") };
+        assert_eq!(stderr.len(), MAX_STDERR_BYTES);
+    }
+
+    #[tokio::test]
+    async fn output_over_the_limit_is_refused() {
+        let error = run_sh("head -c 5000 /dev/zero", Duration::from_secs(30), 4096).await.unwrap_err();
+        assert!(matches!(error, HelperFailure::TooLarge { limit: 4096, .. }), "{error:?}");
+        let exact = run_sh("head -c 4096 /dev/zero", Duration::from_secs(30), 4096).await.unwrap();
+        assert_eq!(exact.len(), 4096, "the limit itself is allowed");
+    }
+
+    #[tokio::test]
+    async fn a_helper_past_its_time_is_killed_with_what_it_started() {
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("child.pid");
+        // The helper starts a child in its group, says which, and waits for it for ever.
+        let script = format!("sleep 600 & echo $! > {}; wait", pid_file.display());
+        let error = run_sh(&script, Duration::from_secs(5), 100).await.unwrap_err();
+        assert!(matches!(error, HelperFailure::Timeout { .. }), "{error:?}");
+        let pid = std::fs::read_to_string(&pid_file).expect("the helper started its child").trim().to_string();
+        // Killed with the group: gone, or a zombie waiting for init, within moments.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok();
+            let dead = state
+                .as_deref()
+                .is_none_or(|stat| stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')));
+            if dead {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "the helper's child {pid} outlived it: {state:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_missing_helper_is_named_as_not_started() {
+        let error = run(Path::new("/nonexistent/helper"), &[], Duration::from_secs(1), 10).await.unwrap_err();
+        assert!(error.to_string().starts_with("could not be started: "), "{error}");
+    }
+}

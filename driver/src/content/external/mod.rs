@@ -1,0 +1,14 @@
+//! Secrets kept outside Kubernetes (a vault, a KMS, a file server), fetched on the node by a
+//! provider the node's configuration names, with the pod's identity passed along for the
+//! provider's own auditing and authorization. Which service accounts may use a provider is RBAC
+//! (verb `use` on `providers`, asked as for shares, in `shares::source`).
+//!
+//! Built so far: providers of kind `exec`, helper programs speaking the FUSE flexVolume
+//! design's protocol (`helper_protocol`), run bounded and isolated (`helper_run`), in `eager`
+//! mode (`exec`: every listed file fetched at publish and at each refresh). Refused at start,
+//! naming what is missing: `lazy` mode (FUSE) and kind `secrets-store`.
+
+pub mod exec;
+pub mod helper_protocol;
+pub mod helper_run;
+pub mod provider;

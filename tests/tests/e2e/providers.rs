@@ -1,0 +1,142 @@
+//! A provider of secrets kept outside Kubernetes, on the real apiserver: the shipped example
+//! helper (config/examples/exec-helper.sh) over a directory standing in for a vault, served by
+//! the driver running as its ServiceAccount with real tmpfs mounts. Access is RBAC, asked as for
+//! shares: granted, the pod reads the files its own identity picks; not granted, PERMISSION_DENIED
+//! naming the provider; the grant deleted, the volume is emptied through the driver's watches.
+
+use std::path::{Path, PathBuf};
+
+use inline_guard_proto::csi::v1::node_client::NodeClient;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::rbac::v1::RoleBinding;
+use kube::api::{Api, DeleteParams};
+use serde_json::{Value, json};
+use sharedresource_csi_driver::content::external::exec::ExecProviders;
+use sharedresource_csi_driver::content::external::provider::{ProviderConfig, check_providers};
+use tonic::Code;
+
+use crate::kubelet_publish::{channel, kubelet_request, publish_as_kubelet};
+use crate::shares::{InProcessDriver, create_object, files, unpublish_as_kubelet, wait_for_view};
+use crate::support::{
+    Outcome, SHARED_RESOURCE_DRIVER, Suite, create, create_namespace, create_service_account, pods_path,
+};
+
+const NAMESPACE: &str = "providers-e2e";
+
+/// The shipped example helper, reading `root` instead of its own ROOT.
+fn example_helper(dir: &Path, root: &Path) -> Result<PathBuf, String> {
+    let example = std::fs::read_to_string(inline_guard_tests::repo_root().join("config/examples/exec-helper.sh"))
+        .map_err(|e| e.to_string())?;
+    let helper = example.replace("ROOT=/var/lib/inline-guard/example-vault", &format!("ROOT={}", root.display()));
+    if helper == example {
+        return Err("the example helper no longer names its ROOT".into());
+    }
+    let path = dir.join("exec-helper.sh");
+    std::fs::write(&path, helper).map_err(|e| e.to_string())?;
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).map_err(|e| e.to_string())?;
+    Ok(path)
+}
+
+fn provider_pod(name: &str, service_account: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {
+            "serviceAccountName": service_account,
+            "containers": [{"name": "app", "image": "registry.invalid/app:1", "volumeMounts": [{"name": "vault", "mountPath": "/vault"}]}],
+            "volumes": [{"name": "vault", "csi": {"driver": SHARED_RESOURCE_DRIVER, "readOnly": true, "volumeAttributes": {"provider": "example"}}}]
+        }
+    })
+}
+
+/// The files under the volume's `secrets` directory, as a container would read them.
+fn secrets(target: &Path) -> Vec<(String, String)> {
+    files(&target.join("secrets"))
+}
+
+pub async fn an_exec_provider_serves_the_pods_own_files_to_whom_rbac_grants_use(suite: &Suite) -> Outcome {
+    let admin = &suite.admin;
+    crate::shares::apply_file(suite, "config/deploy/driver/rbac.yaml").await?;
+    create_namespace(admin, NAMESPACE, "none", &[]).await?;
+    for account in ["reader", "stranger"] {
+        create_service_account(admin, NAMESPACE, account).await?;
+    }
+    let role = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "use-example", "namespace": NAMESPACE},
+        "rules": [{"apiGroups": ["sharedresource.inlineguard.dev"], "resources": ["providers"], "resourceNames": ["example"], "verbs": ["use"]}]
+    });
+    let binding = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "reader-uses-example", "namespace": NAMESPACE},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "use-example"},
+        "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": NAMESPACE}]
+    });
+    create_object(suite, &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{NAMESPACE}/roles"), role).await?;
+    create_object(suite, &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{NAMESPACE}/rolebindings"), binding)
+        .await?;
+    let mut stored = Vec::new();
+    for (name, account) in [("web", "reader"), ("intruder", "stranger")] {
+        let answer = create(admin, &pods_path(NAMESPACE), &provider_pod(name, account), false).await?;
+        if answer.status != 201 {
+            return Err(format!("creating pod {name}: {} {}", answer.status, answer.message()));
+        }
+        stored.push(serde_json::from_value::<Pod>(answer.body).map_err(|e| e.to_string())?);
+    }
+
+    let vault = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let root = vault.path().join("root");
+    for (pod, content) in [("web", "s3cret-of-web"), ("intruder", "s3cret-of-intruder")] {
+        std::fs::create_dir_all(root.join(NAMESPACE).join(pod)).map_err(|e| e.to_string())?;
+        std::fs::write(root.join(NAMESPACE).join(pod).join("db-password"), content).map_err(|e| e.to_string())?;
+    }
+    let helper = example_helper(vault.path(), &root)?;
+    let configured: ProviderConfig =
+        serde_json::from_value(json!({"name": "example", "kind": "exec", "helper": helper}))
+            .map_err(|e| e.to_string())?;
+    let providers = ExecProviders::new(check_providers(&[configured])?, 4);
+    let driver = InProcessDriver::start_with(suite, providers).await?;
+    let mut node = NodeClient::new(channel(driver.socket.clone()).await?);
+
+    let result = async {
+        let target = driver.dir.path().join("pods/web/volumes/kubernetes.io~csi/vault/mount");
+        let request = kubelet_request(&stored[0], "vault", &target)?;
+        publish_as_kubelet(&mut node, &request).await.map_err(|e| format!("publish allowed by the RoleBinding: {e}"))?;
+        let expected = vec![("db-password".to_string(), "s3cret-of-web".to_string())];
+        wait_for_view(&target, "published", secrets, &expected, |files| format!("{files:?}")).await?;
+
+        // No grant: PERMISSION_DENIED naming the provider, and nothing left behind.
+        let elsewhere = driver.dir.path().join("pods/intruder/volumes/kubernetes.io~csi/vault/mount");
+        let denied = node
+            .node_publish_volume(kubelet_request(&stored[1], "vault", &elsewhere)?)
+            .await
+            .err()
+            .ok_or("a pod whose service account may not use the provider was published")?;
+        let message = format!(
+            "service account {NAMESPACE}/stranger may not use provider \"example\": grant it the verb \"use\" on providers.sharedresource.inlineguard.dev \"example\" (a Role and RoleBinding in namespace {NAMESPACE})"
+        );
+        if denied.code() != Code::PermissionDenied || denied.message() != message {
+            return Err(format!("expected PERMISSION_DENIED {message:?}, got {denied:?}"));
+        }
+        if elsewhere.exists() {
+            return Err("a refused publish left its target".into());
+        }
+
+        // The grant deleted: the driver's watch of bindings empties the volume (its periodic
+        // refresh is an hour away).
+        Api::<RoleBinding>::namespaced(suite.admin.clone(), NAMESPACE)
+            .delete("reader-uses-example", &DeleteParams::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        let took = wait_for_view(&target, "revoked", secrets, &Vec::new(), |files| format!("{files:?}")).await?;
+        println!("provider use revoked: the volume was emptied after {took:?}");
+        unpublish_as_kubelet(&mut node, request.volume_id.clone(), request.target_path.clone()).await?;
+        if target.exists() {
+            return Err("the unpublished target is still there".into());
+        }
+        Ok(())
+    }
+    .await;
+    driver.stop().await?;
+    result
+}
