@@ -30,6 +30,10 @@ pub const FS_TYPE: &str = "kubernetes.io/fsType";
 /// The attribute selecting the provider; not passed on.
 pub const PROVIDER_ATTRIBUTE: &str = "provider";
 
+/// The most files one answer to `mount` may list: each is one helper call per publish and
+/// refresh, so an answer listing a million cannot turn one volume into a million calls.
+pub const MAX_LISTED_FILES: usize = 1024;
+
 /// The key prefixes that carry the pod's identity: the driver's to set, never a volume
 /// attribute's (a pod naming another namespace there would speak for a pod it is not).
 const RESERVED_PREFIXES: [&str; 2] = ["kubernetes.io/", "csi.storage.k8s.io/"];
@@ -117,6 +121,10 @@ impl MountReply {
         })?;
         for dir in &reply.enable_dirs {
             check_key(dir).map_err(|error| format!("enable-dirs: {error}"))?;
+        }
+        let listed: usize = reply.files.values().map(Vec::len).sum();
+        if listed > MAX_LISTED_FILES {
+            return Err(format!("files: {listed} files listed, more than the {MAX_LISTED_FILES} a volume may hold"));
         }
         for (dir, files) in &reply.files {
             if !reply.enable_dirs.contains(dir) {
@@ -262,6 +270,18 @@ mod tests {
             assert!(error.starts_with(message), "{error}");
             assert!(!error.contains("s3cret"));
         }
+    }
+
+    #[test]
+    fn an_answer_listing_more_files_than_a_volume_may_hold_is_refused() {
+        let names = |count: usize| (0..count).map(|i| format!("\"f{i}\"")).collect::<Vec<_>>().join(",");
+        let answer = |count| format!(r#"{{"enable-dirs": ["a"], "files": {{"a": [{}]}}}}"#, names(count));
+        assert_eq!(
+            MountReply::parse(answer(MAX_LISTED_FILES).as_bytes()).unwrap().listed_paths().len(),
+            MAX_LISTED_FILES
+        );
+        let error = MountReply::parse(answer(MAX_LISTED_FILES + 1).as_bytes()).unwrap_err();
+        assert_eq!(error, "files: 1025 files listed, more than the 1024 a volume may hold");
     }
 
     #[test]
