@@ -82,7 +82,7 @@ pub async fn run(
     };
     let finished = tokio::time::timeout(timeout, async {
         let (output, errors, status) =
-            tokio::join!(read_at_most(stdout, max_output), read_at_most(stderr, MAX_STDERR_BYTES as u64), child.wait());
+            tokio::join!(read_at_most(stdout, max_output), drain_keeping(stderr, MAX_STDERR_BYTES), child.wait());
         (output, errors, status)
     })
     .await;
@@ -114,6 +114,21 @@ async fn read_at_most(reader: impl AsyncRead + Unpin, limit: u64) -> std::io::Re
     let over = read as u64 > limit;
     kept.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
     Ok((kept, over))
+}
+
+/// Reads `reader` to its end, keeping its first `limit` bytes: standard error is drained whole,
+/// so that a helper saying much there never blocks on a full pipe.
+async fn drain_keeping(mut reader: impl AsyncRead + Unpin, limit: usize) -> std::io::Result<(Vec<u8>, bool)> {
+    let mut kept = Vec::new();
+    let mut buffer = [0u8; 8192];
+    loop {
+        let read = reader.read(&mut buffer).await?;
+        if read == 0 {
+            return Ok((kept, false));
+        }
+        let room = limit.saturating_sub(kept.len());
+        kept.extend_from_slice(&buffer[..read.min(room)]);
+    }
 }
 
 /// A helper's standard error as text for a message: lossy UTF-8, escaped so that a control
@@ -163,6 +178,11 @@ mod tests {
             run_sh("head -c 10000 /dev/zero | tr '\\0' x >&2; exit 1", Duration::from_secs(30), 100).await.unwrap_err();
         let HelperFailure::Exit { stderr, .. } = error else { panic!("{error:?}") };
         assert_eq!(stderr.len(), MAX_STDERR_BYTES);
+        // Far more than a pipe holds: drained, so the helper exits and its failure is its own.
+        let error = run_sh("head -c 1000000 /dev/zero | tr '\\0' y >&2; exit 2", Duration::from_secs(60), 100)
+            .await
+            .unwrap_err();
+        assert!(matches!(&error, HelperFailure::Exit { stderr, .. } if stderr.len() == MAX_STDERR_BYTES), "{error:?}");
     }
 
     #[tokio::test]
