@@ -16,7 +16,7 @@ use sharedresource_csi_driver::content::external::provider::{ProviderConfig, che
 use tonic::Code;
 
 use crate::kubelet_publish::{channel, kubelet_request, publish_as_kubelet};
-use crate::shares::{InProcessDriver, create_object, files, unpublish_as_kubelet, wait_for_view};
+use crate::shares::{InProcessDriver, create_object, files, unpublish_as_kubelet, use_grant, wait_for_view};
 use crate::support::{
     Outcome, SHARED_RESOURCE_DRIVER, Suite, create, create_namespace, create_service_account, pods_path,
 };
@@ -61,17 +61,7 @@ pub async fn an_exec_provider_serves_the_pods_own_files_to_whom_rbac_grants_use(
     for account in ["reader", "stranger"] {
         create_service_account(admin, NAMESPACE, account).await?;
     }
-    let role = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-        "metadata": {"name": "use-example", "namespace": NAMESPACE},
-        "rules": [{"apiGroups": ["sharedresource.inlineguard.dev"], "resources": ["providers"], "resourceNames": ["example"], "verbs": ["use"]}]
-    });
-    let binding = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": {"name": "reader-uses-example", "namespace": NAMESPACE},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "use-example"},
-        "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": NAMESPACE}]
-    });
+    let (role, binding) = use_grant(NAMESPACE, "providers", "example", ("use-example", "reader-uses-example"));
     create_object(suite, &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{NAMESPACE}/roles"), role).await?;
     create_object(suite, &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{NAMESPACE}/rolebindings"), binding)
         .await?;

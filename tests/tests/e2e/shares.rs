@@ -55,18 +55,24 @@ pub async fn create_object(suite: &Suite, path: &str, object: Value) -> Outcome 
 }
 
 fn grant(namespace: &str) -> (Value, Value) {
-    let role = json!({
+    use_grant(namespace, "sharedsecrets", "db", ("use-db", "reader-uses-db"))
+}
+
+/// A Role granting `use` of `resource` named `name` in `namespace`, and its binding to the
+/// namespace's `reader` account; `(role, binding)` name the two objects.
+pub fn use_grant(namespace: &str, resource: &str, name: &str, (role, binding): (&str, &str)) -> (Value, Value) {
+    let role_object = json!({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-        "metadata": {"name": "use-db", "namespace": namespace},
-        "rules": [{"apiGroups": ["sharedresource.inlineguard.dev"], "resources": ["sharedsecrets"], "resourceNames": ["db"], "verbs": ["use"]}]
+        "metadata": {"name": role, "namespace": namespace},
+        "rules": [{"apiGroups": ["sharedresource.inlineguard.dev"], "resources": [resource], "resourceNames": [name], "verbs": ["use"]}]
     });
-    let binding = json!({
+    let binding_object = json!({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": {"name": "reader-uses-db", "namespace": namespace},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "use-db"},
+        "metadata": {"name": binding, "namespace": namespace},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
         "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": namespace}]
     });
-    (role, binding)
+    (role_object, binding_object)
 }
 
 fn share(name: &str) -> Value {

@@ -94,7 +94,7 @@ pub async fn run(
         let _ = child.wait().await;
         return Err(HelperFailure::Timeout { timeout, stderr: String::new() });
     };
-    let stderr = errors.map(|(bytes, _)| text_of(&bytes)).unwrap_or_default();
+    let stderr = errors.map(|bytes| text_of(&bytes)).unwrap_or_default();
     let (output, overflowed) = output.map_err(HelperFailure::Read)?;
     if overflowed {
         return Err(HelperFailure::TooLarge { limit: max_output, stderr });
@@ -118,13 +118,13 @@ async fn read_at_most(reader: impl AsyncRead + Unpin, limit: u64) -> std::io::Re
 
 /// Reads `reader` to its end, keeping its first `limit` bytes: standard error is drained whole,
 /// so that a helper saying much there never blocks on a full pipe.
-async fn drain_keeping(mut reader: impl AsyncRead + Unpin, limit: usize) -> std::io::Result<(Vec<u8>, bool)> {
+async fn drain_keeping(mut reader: impl AsyncRead + Unpin, limit: usize) -> std::io::Result<Vec<u8>> {
     let mut kept = Vec::new();
     let mut buffer = [0u8; 8192];
     loop {
         let read = reader.read(&mut buffer).await?;
         if read == 0 {
-            return Ok((kept, false));
+            return Ok(kept);
         }
         let room = limit.saturating_sub(kept.len());
         kept.extend_from_slice(&buffer[..read.min(room)]);
