@@ -2,7 +2,8 @@
 //! prost messages and tonic clients and servers.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let files = ["proto/csi/v1/csi.proto", "proto/pluginregistration/api.proto"];
+    let files =
+        ["proto/csi/v1/csi.proto", "proto/pluginregistration/api.proto", "proto/secretsstore/v1alpha1/service.proto"];
     for file in files {
         println!("cargo:rerun-if-changed={file}");
     }

@@ -10,8 +10,8 @@ use clap::Parser;
 
 use crate::apiserver_client::ApiserverClients;
 use crate::config::{DriverConfig, SourceKind};
-use crate::content::external::exec::ExecProviders;
 use crate::content::external::provider::check_providers;
+use crate::content::external::providers::Providers;
 use crate::content::shares::source::KubernetesSource;
 use crate::content::{ContentSource, StaticDirSource};
 use crate::csi::socket::socket_path;
@@ -155,7 +155,7 @@ fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
                     .with_request_timeout(timeout)
                     .with_access_recheck(std::time::Duration::from_secs(config.access_recheck_seconds))
                     .with_pod_metadata(config.pod_metadata)
-                    .with_providers(ExecProviders::new(providers, config.helper_concurrency)),
+                    .with_providers(Providers::new(providers, config.helper_concurrency)),
             )
         }
     };

@@ -8,6 +8,7 @@ use inline_guard_proto::csi::v1::{
     NodePublishVolumeRequest, ProbeResponse, VolumeCapability, identity_server, node_server, volume_capability,
 };
 use inline_guard_proto::pluginregistration::{PluginInfo, registration_server};
+use inline_guard_proto::secretsstore::{self, File, MountRequest, MountResponse, ObjectVersion};
 use prost::Message;
 
 #[test]
@@ -81,4 +82,36 @@ fn service_names_are_the_ones_clients_call() {
     assert_eq!(name::<identity_server::IdentityServer<()>>(), "csi.v1.Identity");
     assert_eq!(name::<node_server::NodeServer<()>>(), "csi.v1.Node");
     assert_eq!(name::<registration_server::RegistrationServer<()>>(), "pluginregistration.Registration");
+    assert_eq!(
+        name::<secretsstore::csi_driver_provider_server::CsiDriverProviderServer<()>>(),
+        "v1alpha1.CSIDriverProvider"
+    );
+}
+
+#[test]
+fn secrets_store_messages_have_upstreams_numbers() {
+    // target_path = 3 (0x1a), permission = 4 (0x22), current_object_version = 5 (0x2a) whose
+    // id = 1 (0x0a) and version = 2 (0x12).
+    let request = MountRequest {
+        target_path: "/t".into(),
+        permission: "420".into(),
+        current_object_version: vec![ObjectVersion { id: "a".into(), version: "1".into() }],
+        ..Default::default()
+    };
+    let expected =
+        [0x1a, 0x02, b'/', b't', 0x22, 0x03, b'4', b'2', b'0', 0x2a, 0x06, 0x0a, 0x01, b'a', 0x12, 0x01, b'1'];
+    assert_eq!(request.encode_to_vec(), expected);
+    // attributes = 1 (0x0a), secrets = 2 (0x12).
+    let request = MountRequest { attributes: "{}".into(), secrets: "{}".into(), ..Default::default() };
+    assert_eq!(request.encode_to_vec(), [0x0a, 0x02, b'{', b'}', 0x12, 0x02, b'{', b'}']);
+
+    // files = 3 (0x1a) whose path = 1, mode = 2 (varint 0x10), contents = 3 (0x1a); error = 2
+    // (0x12) whose code = 1.
+    let response = MountResponse {
+        object_version: vec![],
+        error: Some(secretsstore::Error { code: "E".into() }),
+        files: vec![File { path: "f".into(), mode: 420, contents: b"x".to_vec() }],
+    };
+    let expected = [0x12, 0x03, 0x0a, 0x01, b'E', 0x1a, 0x09, 0x0a, 0x01, b'f', 0x10, 0xa4, 0x03, 0x1a, 0x01, b'x'];
+    assert_eq!(response.encode_to_vec(), expected);
 }

@@ -1,7 +1,7 @@
 //! The real Kubernetes components the suites run against (kube-apiserver, etcd, csi-sanity, for
 //! the node kubelet, for the control plane kube-controller-manager and kube-scheduler, kubectl,
 //! and for the benchmarks Pod Security Admission's webhook), and small Go programs of this
-//! repository (a registration probe, a pause process), built from the Go module proxy with the
+//! repository (a registration probe, a pause process, a Secrets Store CSI provider), built from the Go module proxy with the
 //! machine's Go toolchain at the versions the modules under `tests/peers/` pin, and cached outside
 //! the checkout so that a fresh clone pays for the build once per machine.
 //!
@@ -45,6 +45,9 @@ pub struct Peers {
     pub kube_scheduler: PathBuf,
     /// `kubectl`, from the same release.
     pub kubectl: PathBuf,
+    /// `e2e-provider` (`tests/peers/secretsstore/cmd/e2e-provider`): a Secrets Store CSI
+    /// provider built on the upstream driver's own provider API module, served by grpc-go.
+    pub secrets_store_provider: PathBuf,
     /// The Kubernetes release the apiserver was built from, e.g. `v1.35.4`.
     pub kubernetes_version: String,
 }
@@ -64,7 +67,7 @@ struct PeerSet {
     sources: &'static [&'static str],
 }
 
-const SETS: [PeerSet; 2] = [
+const SETS: [PeerSet; 3] = [
     PeerSet {
         targets: &[
             Target { file: "kube-apiserver", package: "k8s.io/kubernetes/cmd/kube-apiserver", module: "." },
@@ -103,6 +106,10 @@ const SETS: [PeerSet; 2] = [
         ],
         sources: &["control/go.mod", "control/go.sum", "control/tools.go"],
     },
+    PeerSet {
+        targets: &[Target { file: "e2e-provider", package: "./cmd/e2e-provider", module: "secretsstore" }],
+        sources: &["secretsstore/go.mod", "secretsstore/go.sum", "secretsstore/cmd/e2e-provider/main.go"],
+    },
 ];
 
 /// Builds the peers on first use (minutes, cold) and returns them (milliseconds, cached).
@@ -111,8 +118,9 @@ pub fn peers() -> Result<Peers, String> {
     let go_version = go(&module, &["env", "GOVERSION"])?;
     let go_mod = read(&module.join("go.mod"))?;
     let kubernetes_version = required_version(&go_mod, "k8s.io/kubernetes")?;
-    let [main, control] = SETS.each_ref().map(|set| build_set(&module, set, &go_version, &kubernetes_version));
-    let (main, control) = (main?, control?);
+    let [main, control, secrets_store] =
+        SETS.each_ref().map(|set| build_set(&module, set, &go_version, &kubernetes_version));
+    let (main, control, secrets_store) = (main?, control?, secrets_store?);
     Ok(Peers {
         kube_apiserver: main.join("kube-apiserver"),
         etcd: main.join("etcd"),
@@ -125,6 +133,7 @@ pub fn peers() -> Result<Peers, String> {
         kube_controller_manager: control.join("kube-controller-manager"),
         kube_scheduler: control.join("kube-scheduler"),
         kubectl: control.join("kubectl"),
+        secrets_store_provider: secrets_store.join("e2e-provider"),
         kubernetes_version,
     })
 }

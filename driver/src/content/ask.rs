@@ -51,3 +51,24 @@ impl fmt::Debug for VolumeAsk {
             .finish()
     }
 }
+
+#[cfg(test)]
+impl VolumeAsk {
+    /// The ask of volume `secrets` of pod `team-a/web` (uid `u1`, service account `reader`)
+    /// with `attributes`, for tests.
+    pub(crate) fn example(attributes: &[(&str, &str)]) -> VolumeAsk {
+        VolumeAsk {
+            volume_id: "csi-1".into(),
+            volume_name: "secrets".into(),
+            mount_point: "/var/lib/kubelet/pods/u1/volumes/kubernetes.io~csi/secrets/mount".into(),
+            pod: PodInfo {
+                name: "web".into(),
+                namespace: "team-a".into(),
+                uid: "u1".into(),
+                service_account: "reader".into(),
+            },
+            attributes: attributes.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            tokens: crate::content::projection::tokens::Tokens::default(),
+        }
+    }
+}

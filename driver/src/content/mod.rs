@@ -54,4 +54,8 @@ pub trait ContentSource: Send + Sync {
     fn end_pass(&self, pass: PassId) {
         let _ = pass;
     }
+    /// Volume `volume_id` was unpublished: whatever the source kept for it alone may go.
+    fn released(&self, volume_id: &str) {
+        let _ = volume_id;
+    }
 }

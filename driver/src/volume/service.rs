@@ -569,6 +569,7 @@ impl NodeService {
         self.volumes.lock().unwrap_or_else(|p| p.into_inner()).remove(volume_id);
         self.note_refresh(volume_id, &Ok(false));
         self.keep_tokens(volume_id, None);
+        self.content.released(volume_id);
         self.count_volumes();
         Ok(())
     }

@@ -23,6 +23,7 @@ mod rbac;
 mod read_grants;
 mod read_only;
 mod relabel;
+mod secrets_store;
 mod shares;
 mod support;
 mod webhook_restart;
@@ -157,6 +158,12 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
         (
             "providers::an_exec_provider_serves_the_pods_own_files_to_whom_rbac_grants_use",
             Box::new(|s| Box::pin(providers::an_exec_provider_serves_the_pods_own_files_to_whom_rbac_grants_use(s))),
+        ),
+        (
+            "providers::a_secrets_store_provider_serves_its_objects_to_whom_rbac_grants_use",
+            Box::new(|s| {
+                Box::pin(secrets_store::a_secrets_store_provider_serves_its_objects_to_whom_rbac_grants_use(s))
+            }),
         ),
         ("driver::csi_sanity", Box::new(|s| Box::pin(csi_sanity::passes_its_node_and_identity_specs(s)))),
     ]

@@ -11,8 +11,8 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::api::{Api, DeleteParams};
 use serde_json::{Value, json};
-use sharedresource_csi_driver::content::external::exec::ExecProviders;
 use sharedresource_csi_driver::content::external::provider::{ProviderConfig, check_providers};
+use sharedresource_csi_driver::content::external::providers::Providers;
 use tonic::Code;
 
 use crate::kubelet_publish::{channel, kubelet_request, publish_as_kubelet};
@@ -49,31 +49,44 @@ fn provider_pod(name: &str, service_account: &str) -> Value {
     })
 }
 
+/// The scene of a provider scenario: namespace `namespace` with service accounts `reader`
+/// (granted `use` of provider `provider`) and `stranger` (not), and the pods `web` of `reader`
+/// and `intruder` of `stranger` made by `pod(name, service_account)`, as the apiserver stored them.
+pub async fn provider_scene(
+    suite: &Suite,
+    namespace: &str,
+    provider: &str,
+    pod: fn(&str, &str) -> Value,
+) -> Result<Vec<Pod>, String> {
+    let admin = &suite.admin;
+    crate::shares::apply_file(suite, "config/deploy/driver/rbac.yaml").await?;
+    create_namespace(admin, namespace, "none", &[]).await?;
+    for account in ["reader", "stranger"] {
+        create_service_account(admin, namespace, account).await?;
+    }
+    let names = (format!("use-{provider}"), format!("reader-uses-{provider}"));
+    let (role, binding) = use_grant(namespace, "providers", provider, (&names.0, &names.1));
+    create_object(suite, &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/roles"), role).await?;
+    create_object(suite, &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings"), binding)
+        .await?;
+    let mut stored = Vec::new();
+    for (name, account) in [("web", "reader"), ("intruder", "stranger")] {
+        let answer = create(admin, &pods_path(namespace), &pod(name, account), false).await?;
+        if answer.status != 201 {
+            return Err(format!("creating pod {name}: {} {}", answer.status, answer.message()));
+        }
+        stored.push(serde_json::from_value::<Pod>(answer.body).map_err(|e| e.to_string())?);
+    }
+    Ok(stored)
+}
+
 /// The files under the volume's `secrets` directory, as a container would read them.
 fn secrets(target: &Path) -> Vec<(String, String)> {
     files(&target.join("secrets"))
 }
 
 pub async fn an_exec_provider_serves_the_pods_own_files_to_whom_rbac_grants_use(suite: &Suite) -> Outcome {
-    let admin = &suite.admin;
-    crate::shares::apply_file(suite, "config/deploy/driver/rbac.yaml").await?;
-    create_namespace(admin, NAMESPACE, "none", &[]).await?;
-    for account in ["reader", "stranger"] {
-        create_service_account(admin, NAMESPACE, account).await?;
-    }
-    let (role, binding) = use_grant(NAMESPACE, "providers", "example", ("use-example", "reader-uses-example"));
-    create_object(suite, &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{NAMESPACE}/roles"), role).await?;
-    create_object(suite, &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{NAMESPACE}/rolebindings"), binding)
-        .await?;
-    let mut stored = Vec::new();
-    for (name, account) in [("web", "reader"), ("intruder", "stranger")] {
-        let answer = create(admin, &pods_path(NAMESPACE), &provider_pod(name, account), false).await?;
-        if answer.status != 201 {
-            return Err(format!("creating pod {name}: {} {}", answer.status, answer.message()));
-        }
-        stored.push(serde_json::from_value::<Pod>(answer.body).map_err(|e| e.to_string())?);
-    }
-
+    let stored = provider_scene(suite, NAMESPACE, "example", provider_pod).await?;
     let vault = tempfile::tempdir().map_err(|e| e.to_string())?;
     let root = vault.path().join("root");
     for (pod, content) in [("web", "s3cret-of-web"), ("intruder", "s3cret-of-intruder")] {
@@ -84,7 +97,7 @@ pub async fn an_exec_provider_serves_the_pods_own_files_to_whom_rbac_grants_use(
     let configured: ProviderConfig =
         serde_json::from_value(json!({"name": "example", "kind": "exec", "helper": helper}))
             .map_err(|e| e.to_string())?;
-    let providers = ExecProviders::new(check_providers(&[configured])?, 4);
+    let providers = Providers::new(check_providers(&[configured])?, 4);
     let driver = InProcessDriver::start_with(suite, providers).await?;
     let mut node = NodeClient::new(channel(driver.socket.clone()).await?);
 

@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use sharedresource_csi_driver::content::external::exec::ExecProviders;
+use sharedresource_csi_driver::content::external::providers::Providers;
 use sharedresource_csi_driver::content::shares::source::KubernetesSource;
 use sharedresource_csi_driver::plugin::Plugin;
 use tonic::Code;
@@ -110,17 +110,26 @@ pub struct InProcessDriver {
 
 impl InProcessDriver {
     pub async fn start(suite: &Suite) -> Result<InProcessDriver, String> {
-        InProcessDriver::start_with(suite, ExecProviders::default()).await
+        InProcessDriver::start_with(suite, Providers::default()).await
     }
 
     /// [`InProcessDriver::start`], serving volumes that name one of `providers` too.
-    pub async fn start_with(suite: &Suite, providers: ExecProviders) -> Result<InProcessDriver, String> {
+    pub async fn start_with(suite: &Suite, providers: Providers) -> Result<InProcessDriver, String> {
+        InProcessDriver::start_refreshing(suite, providers, 3600).await
+    }
+
+    /// [`InProcessDriver::start_with`], refreshing every volume every `refresh_seconds`.
+    pub async fn start_refreshing(
+        suite: &Suite,
+        providers: Providers,
+        refresh_seconds: u64,
+    ) -> Result<InProcessDriver, String> {
         let groups = ["system:serviceaccounts", "system:serviceaccounts:inline-guard-driver", "system:authenticated"];
         let client = suite.cluster.client_as(DRIVER_USER, &groups).await?;
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let socket = dir.path().join("csi.sock");
         let mut plugin = Plugin::in_directory(dir.path(), socket.clone());
-        plugin.config.refresh_seconds = 3600;
+        plugin.config.refresh_seconds = refresh_seconds;
         let metrics = plugin.metrics.clone();
         // It reads pods, as the suite's node does: the projection scenarios show pod labels.
         let source = KubernetesSource::new(client, tokio::runtime::Handle::current(), metrics.clone());

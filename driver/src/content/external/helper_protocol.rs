@@ -186,23 +186,10 @@ fn without_trailing_commas(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::content::ask::PodInfo;
     use crate::content::projection::tokens::Tokens;
 
     fn ask(attributes: &[(&str, &str)]) -> VolumeAsk {
-        VolumeAsk {
-            volume_id: "csi-1".into(),
-            volume_name: "secrets".into(),
-            mount_point: "/var/lib/kubelet/pods/u1/volumes/kubernetes.io~csi/secrets/mount".into(),
-            pod: PodInfo {
-                name: "web".into(),
-                namespace: "team-a".into(),
-                uid: "u1".into(),
-                service_account: "reader".into(),
-            },
-            attributes: attributes.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-            tokens: Tokens::default(),
-        }
+        VolumeAsk::example(attributes)
     }
 
     #[test]

@@ -3,12 +3,16 @@
 //! provider's own auditing and authorization. Which service accounts may use a provider is RBAC
 //! (verb `use` on `providers`, asked as for shares, in `shares::source`).
 //!
-//! Built so far: providers of kind `exec`, helper programs speaking the FUSE flexVolume
-//! design's protocol (`helper_protocol`), run bounded and isolated (`helper_run`), in `eager`
-//! mode (`exec`: every listed file fetched at publish and at each refresh). Refused at start,
-//! naming what is missing: `lazy` mode (FUSE) and kind `secrets-store`.
+//! The configuration checked into typed providers (`provider`), the node's providers by name
+//! (`providers`), and the two kinds: helper programs speaking the FUSE flexVolume design's
+//! protocol (`helper_protocol`), run bounded and isolated (`helper_run`), in `eager` mode
+//! (`exec`: every listed file fetched at publish and at each refresh); and the Secrets Store
+//! CSI Driver's providers over their gRPC API (`secrets_store`). Refused at start, naming what
+//! is missing: `lazy` mode (FUSE).
 
 pub mod exec;
 pub mod helper_protocol;
 pub mod helper_run;
 pub mod provider;
+pub mod providers;
+pub mod secrets_store;

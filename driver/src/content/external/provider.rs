@@ -1,6 +1,7 @@
 //! The providers a node's configuration names (`providers:` in `config/driver.yaml`), read as
 //! written and then checked into typed values once, at start: a provider the driver cannot run
-//! stops it there, naming the provider and what is wrong.
+//! stops it there, naming the provider and what is wrong. A provider is a helper program
+//! (`exec`) or a Secrets Store CSI provider on its socket (`secrets-store`).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -33,10 +34,26 @@ pub struct ProviderConfig {
     /// `exec`: the largest file (or `mount` reply) a helper may print, e.g. `1Mi`.
     #[serde(default = "default_max_file_bytes", deserialize_with = "crate::config::quantity")]
     pub max_file_bytes: u64,
-    /// `secrets-store`: the provider's unix socket.
+    /// `secrets-store`: the provider's unix socket (default
+    /// `/var/run/secrets-store-csi-providers/NAME.sock`, upstream's directory).
     #[serde(default)]
     pub socket: Option<PathBuf>,
+    /// `secrets-store`: the largest answer to `Mount` accepted, e.g. `16Mi` (gRPC's default of
+    /// 4 MiB is too small for some providers' certificate bundles).
+    #[serde(default = "default_max_message_bytes", deserialize_with = "crate::config::quantity")]
+    pub max_message_bytes: u64,
 }
+
+/// Where Secrets Store CSI providers listen unless a socket is named: upstream's directory.
+pub const SECRETS_STORE_SOCKET_DIR: &str = "/var/run/secrets-store-csi-providers";
+
+fn default_max_message_bytes() -> u64 {
+    16 << 20
+}
+
+/// The bounds a provider's `maxMessageBytes` must lie within: below 4 KiB no answer fits, and
+/// above 256 MiB one answer would hold a node's memory hostage.
+const MESSAGE_BYTES_BOUNDS: std::ops::RangeInclusive<u64> = 4 << 10..=256 << 20;
 
 fn default_timeout() -> Duration {
     Duration::from_secs(10)
@@ -84,34 +101,78 @@ pub struct ExecProvider {
     pub max_file_bytes: u64,
 }
 
+/// A Secrets Store CSI provider the driver can ask.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretsStoreProvider {
+    /// Its name.
+    pub name: ObjectName,
+    /// Its unix socket.
+    pub socket: PathBuf,
+    /// How long one `Mount` may take.
+    pub timeout: Duration,
+    /// The largest answer accepted.
+    pub max_message_bytes: usize,
+}
+
+/// A provider of the node, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Provider {
+    /// A helper program.
+    Exec(ExecProvider),
+    /// A Secrets Store CSI provider.
+    SecretsStore(SecretsStoreProvider),
+}
+
 /// The providers of a configuration, checked: by name.
-pub fn check_providers(configured: &[ProviderConfig]) -> Result<BTreeMap<String, ExecProvider>, String> {
+pub fn check_providers(configured: &[ProviderConfig]) -> Result<BTreeMap<String, Provider>, String> {
     let mut providers = BTreeMap::new();
     for (index, config) in configured.iter().enumerate() {
-        let at = format!("providers[{index}]");
-        let name = ObjectName::parse(&config.name).map_err(|error| format!("{at}.name: {error}"))?;
+        let name = ObjectName::parse(&config.name).map_err(|error| format!("providers[{index}].name: {error}"))?;
         let at = format!("provider {}", crate::quote::quote(name.as_str()));
-        if config.kind == ProviderKind::SecretsStore {
-            return Err(format!(
-                "{at}: kind secrets-store is not built yet (the Secrets Store CSI provider API); use kind exec"
-            ));
-        }
-        if config.mode == FetchMode::Lazy {
-            return Err(format!("{at}: mode lazy (FUSE) is not built yet; use mode eager"));
-        }
-        let Some(helper) = config.helper.clone() else {
-            return Err(format!("{at}: kind exec needs helper, the program's absolute path"));
+        let provider = match config.kind {
+            ProviderKind::Exec => Provider::Exec(check_exec(config, name.clone(), &at)?),
+            ProviderKind::SecretsStore => Provider::SecretsStore(check_secrets_store(config, name.clone(), &at)?),
         };
-        if !helper.is_absolute() {
-            return Err(format!("{at}: helper {} is not an absolute path", crate::quote::quote_path(&helper)));
-        }
-        let provider =
-            ExecProvider { name: name.clone(), helper, timeout: config.timeout, max_file_bytes: config.max_file_bytes };
         if providers.insert(name.as_str().to_string(), provider).is_some() {
             return Err(format!("{at} is named twice"));
         }
     }
     Ok(providers)
+}
+
+fn check_exec(config: &ProviderConfig, name: ObjectName, at: &str) -> Result<ExecProvider, String> {
+    if config.mode == FetchMode::Lazy {
+        return Err(format!("{at}: mode lazy (FUSE) is not built yet; use mode eager"));
+    }
+    if config.socket.is_some() {
+        return Err(format!("{at}: socket is for kind secrets-store; kind exec runs helper"));
+    }
+    let Some(helper) = config.helper.clone() else {
+        return Err(format!("{at}: kind exec needs helper, the program's absolute path"));
+    };
+    if !helper.is_absolute() {
+        return Err(format!("{at}: helper {} is not an absolute path", crate::quote::quote_path(&helper)));
+    }
+    Ok(ExecProvider { name, helper, timeout: config.timeout, max_file_bytes: config.max_file_bytes })
+}
+
+fn check_secrets_store(config: &ProviderConfig, name: ObjectName, at: &str) -> Result<SecretsStoreProvider, String> {
+    if config.helper.is_some() || config.mode != FetchMode::Eager {
+        return Err(format!("{at}: helper and mode are for kind exec; kind secrets-store asks the provider's socket"));
+    }
+    let socket = match &config.socket {
+        Some(socket) if !socket.is_absolute() => {
+            return Err(format!("{at}: socket {} is not an absolute path", crate::quote::quote_path(socket)));
+        }
+        Some(socket) => socket.clone(),
+        None => PathBuf::from(SECRETS_STORE_SOCKET_DIR).join(format!("{}.sock", name.as_str())),
+    };
+    if !MESSAGE_BYTES_BOUNDS.contains(&config.max_message_bytes) {
+        return Err(format!("{at}: maxMessageBytes {} is outside 4Ki..256Mi", config.max_message_bytes));
+    }
+    // Within the bounds just checked, so it fits any usize of a 32- or 64-bit node.
+    let max_message_bytes = usize::try_from(config.max_message_bytes).unwrap_or(usize::MAX);
+    Ok(SecretsStoreProvider { name, socket, timeout: config.timeout, max_message_bytes })
 }
 
 #[cfg(test)]
@@ -128,15 +189,57 @@ mod tests {
             cache_ttl: default_cache_ttl(),
             max_file_bytes: default_max_file_bytes(),
             socket: None,
+            max_message_bytes: default_max_message_bytes(),
         }
+    }
+
+    fn secrets_store(name: &str) -> ProviderConfig {
+        ProviderConfig { kind: ProviderKind::SecretsStore, helper: None, ..exec(name) }
     }
 
     #[test]
     fn an_eager_exec_provider_is_checked_into_what_the_driver_runs() {
         let providers = check_providers(&[exec("vault-cli")]).unwrap();
-        let provider = &providers["vault-cli"];
+        let Provider::Exec(provider) = &providers["vault-cli"] else { panic!("{providers:?}") };
         assert_eq!(provider.helper, PathBuf::from("/usr/libexec/inline-guard/vault-cli"));
         assert_eq!((provider.timeout, provider.max_file_bytes), (Duration::from_secs(10), 1 << 20));
+    }
+
+    #[test]
+    fn a_secrets_store_provider_listens_in_upstreams_directory_unless_a_socket_is_named() {
+        let providers = check_providers(&[secrets_store("vault")]).unwrap();
+        let Provider::SecretsStore(provider) = &providers["vault"] else { panic!("{providers:?}") };
+        assert_eq!(provider.socket, PathBuf::from("/var/run/secrets-store-csi-providers/vault.sock"));
+        assert_eq!(provider.max_message_bytes, 16 << 20);
+        let named = ProviderConfig {
+            socket: Some("/etc/kubernetes/secrets-store-csi-providers/v.sock".into()),
+            ..secrets_store("vault")
+        };
+        let Provider::SecretsStore(provider) = &check_providers(&[named]).unwrap()["vault"] else { panic!() };
+        assert_eq!(provider.socket, PathBuf::from("/etc/kubernetes/secrets-store-csi-providers/v.sock"));
+    }
+
+    #[test]
+    fn a_secrets_store_provider_is_refused_what_only_helpers_have() {
+        type Change = fn(&mut ProviderConfig);
+        let cases: [(Change, &str); 4] = [
+            (|p| p.helper = Some("/h".into()), "provider \"vault\": helper and mode are for kind exec"),
+            (|p| p.mode = FetchMode::Lazy, "provider \"vault\": helper and mode are for kind exec"),
+            (
+                |p| p.socket = Some("vault.sock".into()),
+                "provider \"vault\": socket \"vault.sock\" is not an absolute path",
+            ),
+            (
+                |p| p.max_message_bytes = 1 << 40,
+                "provider \"vault\": maxMessageBytes 1099511627776 is outside 4Ki..256Mi",
+            ),
+        ];
+        for (change, message) in cases {
+            let mut config = secrets_store("vault");
+            change(&mut config);
+            let error = check_providers(&[config]).unwrap_err();
+            assert!(error.starts_with(message), "{error}");
+        }
     }
 
     #[test]
@@ -158,9 +261,9 @@ mod tests {
                 message: "provider \"vault-cli\": mode lazy (FUSE) is not built yet; use mode eager",
             },
             Case {
-                name: "secrets-store",
-                change: |p| p.kind = ProviderKind::SecretsStore,
-                message: "provider \"vault-cli\": kind secrets-store is not built yet",
+                name: "a socket",
+                change: |p| p.socket = Some("/run/p.sock".into()),
+                message: "provider \"vault-cli\": socket is for kind secrets-store",
             },
             Case {
                 name: "no helper",

@@ -32,8 +32,8 @@ use crate::apiserver_client::ApiserverClients;
 use crate::content::ask::{PodInfo, VolumeAsk};
 use crate::content::changes::Changes;
 use crate::content::error::{Error, Result};
-use crate::content::external::exec::ExecProviders;
 use crate::content::external::helper_protocol::PROVIDER_ATTRIBUTE;
+use crate::content::external::providers::Providers;
 use crate::content::object_name::{NamespaceName, ObjectName};
 use crate::content::payload::Payload;
 use crate::content::projection::api::{PROJECTION_ATTRIBUTE, ProjectionSpec};
@@ -100,7 +100,7 @@ pub struct KubernetesSource {
     /// Whether pods may be read for their labels and annotations (`podMetadata`).
     pub(crate) pod_metadata: bool,
     /// The providers of secrets kept outside Kubernetes this node runs.
-    providers: ExecProviders,
+    providers: Providers,
     watches: tokio::task::JoinHandle<()>,
 }
 
@@ -146,7 +146,7 @@ impl KubernetesSource {
             metrics,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             pod_metadata: false,
-            providers: ExecProviders::default(),
+            providers: Providers::default(),
             watches,
         }
     }
@@ -172,7 +172,7 @@ impl KubernetesSource {
     }
 
     /// The same source, serving volumes that name one of `providers`.
-    pub fn with_providers(mut self, providers: ExecProviders) -> KubernetesSource {
+    pub fn with_providers(mut self, providers: Providers) -> KubernetesSource {
         self.providers = providers;
         self
     }
@@ -233,12 +233,7 @@ impl KubernetesSource {
     /// The files of `request`'s volume from provider `name`, once the pod's service account is
     /// allowed to use it (the same check as a share's, for resource `providers`).
     async fn provider_payload(&self, request: &VolumeAsk, name: &ObjectName, pass: Option<PassId>) -> Result<Payload> {
-        let Some(provider) = self.providers.get(name.as_str()) else {
-            return Err(Error::Missing(format!(
-                "provider {} is not configured on this node (providers in the driver's configuration)",
-                quote(name.as_str())
-            )));
-        };
+        self.providers.known(name.as_str())?;
         let question = AccessQuestion {
             namespace: request.pod.namespace.clone(),
             service_account: request.pod.service_account.clone(),
@@ -248,7 +243,7 @@ impl KubernetesSource {
         if !self.shared(pass, question.clone(), |p| &mut p.access, self.allowed(&question)).await? {
             return Err(Error::Denied(question.denial()));
         }
-        self.providers.files(provider, request).await
+        self.providers.files(name.as_str(), request).await
     }
 
     /// The files of share `share` of `kind` for `pod`, once its service account is allowed to
@@ -488,6 +483,10 @@ impl ContentSource for KubernetesSource {
 
     fn changes(&self) -> Option<Arc<Changes>> {
         Some(self.changes.clone())
+    }
+
+    fn released(&self, volume_id: &str) {
+        self.providers.release(volume_id);
     }
 
     fn start_pass(&self, pass: PassId) {

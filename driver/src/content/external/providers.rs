@@ -1,0 +1,69 @@
+//! The providers a node runs, by name, whatever their kind: what a volume's `provider`
+//! attribute is looked up in, and the one place a provider's kind picks how its files are had.
+
+use std::collections::BTreeMap;
+
+use super::exec::ExecProviders;
+use super::provider::Provider;
+use super::secrets_store::SecretsStoreClient;
+use crate::content::ask::VolumeAsk;
+use crate::content::error::{Error, Result};
+use crate::content::payload::Payload;
+use crate::quote::quote;
+
+/// The node's providers.
+#[derive(Default)]
+pub struct Providers {
+    exec: ExecProviders,
+    secrets_store: BTreeMap<String, SecretsStoreClient>,
+}
+
+impl Providers {
+    /// `providers` by name, running at most `helper_concurrency` helper programs at once.
+    pub fn new(providers: BTreeMap<String, Provider>, helper_concurrency: usize) -> Providers {
+        let (mut exec, mut secrets_store) = (BTreeMap::new(), BTreeMap::new());
+        for (name, provider) in providers {
+            match provider {
+                Provider::Exec(provider) => exec.insert(name, provider).map(drop),
+                Provider::SecretsStore(provider) => {
+                    secrets_store.insert(name, SecretsStoreClient::new(provider)).map(drop)
+                }
+            };
+        }
+        Providers { exec: ExecProviders::new(exec, helper_concurrency), secrets_store }
+    }
+
+    /// Nothing when the node has a provider named `name`; otherwise why a volume naming it
+    /// cannot be served.
+    pub fn known(&self, name: &str) -> Result<()> {
+        if self.exec.get(name).is_some() || self.secrets_store.contains_key(name) {
+            return Ok(());
+        }
+        Err(unknown(name))
+    }
+
+    /// The files provider `name` serves for `ask`'s volume.
+    pub async fn files(&self, name: &str, ask: &VolumeAsk) -> Result<Payload> {
+        if let Some(provider) = self.exec.get(name) {
+            return self.exec.files(provider, ask).await;
+        }
+        match self.secrets_store.get(name) {
+            Some(client) => client.files(ask).await,
+            None => Err(unknown(name)),
+        }
+    }
+
+    /// Forgets what the providers answered for `volume_id` (it was unpublished).
+    pub fn release(&self, volume_id: &str) {
+        for client in self.secrets_store.values() {
+            client.release(volume_id);
+        }
+    }
+}
+
+fn unknown(name: &str) -> Error {
+    Error::Missing(format!(
+        "provider {} is not configured on this node (providers in the driver's configuration)",
+        quote(name)
+    ))
+}

@@ -1,0 +1,168 @@
+//! A Secrets Store CSI provider behind the driver, on the real apiserver: the e2e provider built
+//! from the upstream driver's own provider API module (tests/peers/secretsstore), served by
+//! grpc-go on its unix socket as Vault's or AWS's provider is. Access is RBAC, as for every
+//! provider; the provider is sent upstream's Mount (the pod's keys, permission 420, the target)
+//! and gets back, at each refresh, the object versions it answered last; the volume follows the
+//! provider's content; a provider that goes away leaves the volume as it was.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use inline_guard_proto::csi::v1::node_client::NodeClient;
+use inline_guard_tests::cluster::ChildProcess;
+use serde_json::{Value, json};
+use sharedresource_csi_driver::content::external::provider::{ProviderConfig, check_providers};
+use sharedresource_csi_driver::content::external::providers::Providers;
+use tonic::Code;
+
+use crate::kubelet_publish::{channel, kubelet_request, publish_as_kubelet};
+use crate::shares::{InProcessDriver, files, unpublish_as_kubelet, wait_for_view};
+use crate::support::{Outcome, SHARED_RESOURCE_DRIVER, Suite};
+
+const NAMESPACE: &str = "secrets-store-e2e";
+
+/// What the pod asks of the provider: its SecretProviderClass-style `objects` parameter.
+const OBJECTS: &str =
+    "array:\n  - |\n    objectName: db-password\n  - |\n    objectName: api-key\n    objectAlias: keys/api\n";
+
+fn pod(name: &str, service_account: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {
+            "serviceAccountName": service_account,
+            "containers": [{"name": "app", "image": "registry.invalid/app:1", "volumeMounts": [{"name": "store", "mountPath": "/store"}]}],
+            "volumes": [{"name": "store", "csi": {"driver": SHARED_RESOURCE_DRIVER, "readOnly": true,
+                "volumeAttributes": {"provider": "e2e", "objects": OBJECTS}}}]
+        }
+    })
+}
+
+/// The volume's files, its `keys/` directory's included, as a container would read them.
+fn shown(target: &Path) -> Vec<(String, String)> {
+    let mut shown: Vec<(String, String)> = files(target).into_iter().filter(|(name, _)| name != "keys").collect();
+    shown.extend(files(&target.join("keys")).into_iter().map(|(name, content)| (format!("keys/{name}"), content)));
+    shown
+}
+
+/// The Mount calls the provider logged, one JSON object each.
+fn mounts_logged(log: &Path) -> Vec<Value> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect()
+}
+
+fn write(path: &Path, content: &str) -> Outcome {
+    std::fs::write(path, content).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+pub async fn a_secrets_store_provider_serves_its_objects_to_whom_rbac_grants_use(suite: &Suite) -> Outcome {
+    let stored = crate::providers::provider_scene(suite, NAMESPACE, "e2e", pod).await?;
+    let work = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let (objects, socket, log) =
+        (work.path().join("objects"), work.path().join("e2e.sock"), work.path().join("mounts.log"));
+    std::fs::create_dir_all(&objects).map_err(|e| e.to_string())?;
+    write(&objects.join("db-password"), "v1-pass")?;
+    write(&objects.join("api-key"), "key-1")?;
+    let arguments = [("--socket", &socket), ("--objects", &objects), ("--log", &log)]
+        .map(|(flag, path)| format!("{flag}={}", path.display()));
+    let mut provider =
+        ChildProcess::spawn("e2e-provider", &suite.peers.secrets_store_provider, &arguments, &[], work.path())?;
+
+    let configured: ProviderConfig =
+        serde_json::from_value(json!({"name": "e2e", "kind": "secrets-store", "socket": socket, "timeout": "5s"}))
+            .map_err(|e| e.to_string())?;
+    let providers = Providers::new(check_providers(&[configured])?, 4);
+    // Refreshed every 2 s, so the provider's new content (and the versions sent back) arrive.
+    let driver = InProcessDriver::start_refreshing(suite, providers, 2).await?;
+    let mut node = NodeClient::new(channel(driver.socket.clone()).await?);
+
+    let result = async {
+        let target = driver.dir.path().join("pods/web/volumes/kubernetes.io~csi/store/mount");
+        let request = kubelet_request(&stored[0], "store", &target)?;
+        publish_as_kubelet(&mut node, &request)
+            .await
+            .map_err(|e| format!("publish allowed by the RoleBinding: {e}"))?;
+        let view =
+            |v1: &str| vec![("db-password".to_string(), v1.to_string()), ("keys/api".to_string(), "key-1".to_string())];
+        wait_for_view(&target, "published", shown, &view("v1-pass"), |f| format!("{f:?}")).await?;
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(target.join("keys/api")).map_err(|e| e.to_string())?.permissions().mode() & 0o777;
+        if mode != 0o644 {
+            return Err(format!("the provider's file has mode {mode:o}, not the 644 it was given"));
+        }
+        let first = mounts_logged(&log).first().cloned().ok_or("the provider logged no Mount")?;
+        let expected = json!({
+            "pod": format!("{NAMESPACE}/web"), "serviceAccount": "reader", "permission": "420",
+            "targetPath": target.display().to_string(), "currentObjectVersion": {}, "secretKeys": [],
+            "tokenAudiences": [],
+            "attributeKeys": ["csi.storage.k8s.io/ephemeral", "csi.storage.k8s.io/pod.name",
+                "csi.storage.k8s.io/pod.namespace", "csi.storage.k8s.io/pod.uid",
+                "csi.storage.k8s.io/serviceAccount.name", "objects"],
+        });
+        if first != expected {
+            return Err(format!("the provider was sent {first}, expected {expected}"));
+        }
+
+        // The provider's content changes: a refresh brings it, and each refresh sends back the
+        // versions the provider answered the time before.
+        write(&objects.join("db-password"), "v2-pass")?;
+        wait_for_view(&target, "rotated", shown, &view("v2-pass"), |f| format!("{f:?}")).await?;
+        let sent_back = mounts_logged(&log)
+            .iter()
+            .skip(1)
+            .any(|mount| mount["currentObjectVersion"].get("secret/db-password").is_some_and(Value::is_string));
+        if !sent_back {
+            return Err(format!("no refresh sent the object versions back: {:?}", mounts_logged(&log)));
+        }
+
+        // No grant: PERMISSION_DENIED naming the provider, and the provider never asked.
+        let asked = mounts_logged(&log).len();
+        let elsewhere = driver.dir.path().join("pods/intruder/volumes/kubernetes.io~csi/store/mount");
+        let denied = node
+            .node_publish_volume(kubelet_request(&stored[1], "store", &elsewhere)?)
+            .await
+            .err()
+            .ok_or("a pod whose service account may not use the provider was published")?;
+        if denied.code() != Code::PermissionDenied || !denied.message().contains("may not use provider \"e2e\"") {
+            return Err(format!("expected PERMISSION_DENIED naming provider \"e2e\", got {denied:?}"));
+        }
+        if mounts_logged(&log).iter().skip(asked).any(|mount| mount["pod"] == format!("{NAMESPACE}/intruder")) {
+            return Err("the provider was asked for a pod that may not use it".into());
+        }
+
+        // The provider goes away: refreshes fail, and the volume keeps what it showed.
+        provider.kill();
+        let failed_before = failed_refreshes(&driver);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while failed_refreshes(&driver) == failed_before {
+            if Instant::now() > deadline {
+                return Err("no refresh failed within 60 s of the provider's death".into());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        if shown(&target) != view("v2-pass") {
+            return Err(format!("the provider's death changed the volume: {:?}", shown(&target)));
+        }
+        unpublish_as_kubelet(&mut node, request.volume_id.clone(), request.target_path.clone()).await?;
+        if target.exists() {
+            return Err("the unpublished target is still there".into());
+        }
+        Ok(())
+    }
+    .await;
+    driver.stop().await?;
+    result.map_err(|e| format!("{e}\n{}", provider.log_tail(20)))
+}
+
+/// `sharedresource_csi_driver_refreshes_total{result="failed"}` as the driver counts it now.
+fn failed_refreshes(driver: &InProcessDriver) -> u64 {
+    driver
+        .metrics
+        .encode()
+        .lines()
+        .find(|line| line.starts_with("sharedresource_csi_driver_refreshes_total{result=\"failed\"}"))
+        .and_then(|line| line.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0)
+}
