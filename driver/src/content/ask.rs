@@ -37,6 +37,33 @@ pub struct VolumeAsk {
     /// The pod's service-account tokens kubelet passed (the CSIDriver's `tokenRequests`). Held in
     /// memory only: never in a record, a log line or a message.
     pub tokens: Tokens,
+    /// The keys of the Secret the pod's `nodePublishSecretRef` names, as kubelet passed them.
+    /// Held in memory only, like the tokens.
+    pub secrets: PublishSecrets,
+}
+
+/// The Secret data kubelet passes with a publish (`NodePublishVolumeRequest.secrets`, from the
+/// volume's `nodePublishSecretRef`): handed to providers that take it, never printed.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct PublishSecrets(BTreeMap<String, String>);
+
+impl PublishSecrets {
+    /// The secrets of one publish.
+    pub fn new(secrets: impl IntoIterator<Item = (String, String)>) -> PublishSecrets {
+        PublishSecrets(secrets.into_iter().collect())
+    }
+
+    /// The secrets by key.
+    pub fn by_key(&self) -> &BTreeMap<String, String> {
+        &self.0
+    }
+}
+
+// Keys are not secret; values are.
+impl fmt::Debug for PublishSecrets {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PublishSecrets").field("keys", &self.0.keys().collect::<Vec<_>>()).finish()
+    }
 }
 
 // Written by hand so that nothing but identifiers ever reaches a log line.
@@ -48,6 +75,7 @@ impl fmt::Debug for VolumeAsk {
             .field("pod", &self.pod)
             .field("attribute_keys", &self.attributes.keys().collect::<Vec<_>>())
             .field("tokens", &self.tokens)
+            .field("secrets", &self.secrets)
             .finish()
     }
 }
@@ -69,6 +97,7 @@ impl VolumeAsk {
             },
             attributes: attributes.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             tokens: crate::content::projection::tokens::Tokens::default(),
+            secrets: PublishSecrets::default(),
         }
     }
 }

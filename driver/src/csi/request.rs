@@ -8,6 +8,7 @@ use std::path::Path;
 use inline_guard_proto::csi::v1::NodePublishVolumeRequest;
 use inline_guard_proto::csi::v1::volume_capability::AccessType;
 
+use crate::content::ask::PublishSecrets;
 use crate::content::ask::{PodInfo, VolumeAsk};
 use crate::content::projection::tokens::Tokens;
 use crate::csi::error::{Error, Result};
@@ -77,6 +78,7 @@ pub fn check(request: &NodePublishVolumeRequest, kubelet_dir: &Path) -> Result<P
             .map(|(key, value)| (key.clone(), value.clone()))
             .collect(),
         tokens,
+        secrets: PublishSecrets::new(request.secrets.clone()),
     };
     Ok(Publish { target, mount_flags, ask })
 }

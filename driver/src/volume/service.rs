@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 
 use tracing::{info, warn};
 
-use crate::content::ask::VolumeAsk;
+use crate::content::ask::{PublishSecrets, VolumeAsk};
 use crate::content::projection::api::PROJECTION_ATTRIBUTE;
 use crate::content::projection::tokens::Tokens;
 use crate::content::{ContentSource, PassId};
@@ -76,6 +76,8 @@ pub struct NodeService {
     // The tokens kubelet passed at each volume's last publish: in memory only, never in a
     // record (a restart loses them until kubelet's next republish).
     tokens: Mutex<HashMap<String, Tokens>>,
+    // The nodePublishSecretRef data of each volume's last publish: in memory only, as tokens.
+    secrets: Mutex<HashMap<String, PublishSecrets>>,
     // Volume ids and targets with an operation under way: a second one on either is told to
     // retry (ABORTED), as the specification asks, instead of racing the first.
     busy: Mutex<HashSet<Busy>>,
@@ -107,6 +109,7 @@ impl NodeService {
             metrics,
             volumes: Mutex::new(volumes),
             tokens: Mutex::default(),
+            secrets: Mutex::default(),
             busy: Mutex::default(),
             stale: Mutex::default(),
             passes: AtomicU64::new(0),
@@ -169,6 +172,15 @@ impl NodeService {
         };
     }
 
+    /// Holds `secrets` for `volume_id` (`None`: forgets them).
+    fn keep_secrets(&self, volume_id: &str, secrets: Option<&PublishSecrets>) {
+        let mut held = self.secrets.lock().unwrap_or_else(|p| p.into_inner());
+        match secrets {
+            Some(secrets) => held.insert(volume_id.to_string(), secrets.clone()),
+            None => held.remove(volume_id),
+        };
+    }
+
     fn published(&self, volume_id: &str) -> Option<PublishedVolume> {
         self.volumes.lock().unwrap_or_else(|p| p.into_inner()).get(volume_id).cloned()
     }
@@ -200,6 +212,7 @@ impl NodeService {
             if held.is_lost() { request.ask.tokens.audiences().next().is_some() } else { held != request.ask.tokens };
         let shows_tokens = existing.record.attributes.contains_key(PROJECTION_ATTRIBUTE);
         self.keep_tokens(&request.ask.volume_id, Some(&request.ask.tokens));
+        self.keep_secrets(&request.ask.volume_id, Some(&request.ask.secrets));
         let rewrite_tokens = new_tokens && shows_tokens;
         // A volume whose last refresh failed is refreshed again now, and a failure is
         // kubelet's to report: it records it as the pod's event.
@@ -275,6 +288,7 @@ impl NodeService {
         match result {
             Ok(()) => {
                 self.keep_tokens(&record.volume_id, Some(&request.ask.tokens));
+                self.keep_secrets(&record.volume_id, Some(&request.ask.secrets));
                 let volume = PublishedVolume { record, target: target.clone() };
                 self.volumes.lock().unwrap_or_else(|p| p.into_inner()).insert(volume.record.volume_id.clone(), volume);
                 self.count_volumes();
@@ -494,6 +508,14 @@ impl NodeService {
             pod: record.pod.clone(),
             attributes: record.attributes.clone(),
             tokens: self.tokens_of(&record.volume_id),
+            // After a restart, none until kubelet's next republish brings them.
+            secrets: self
+                .secrets
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&record.volume_id)
+                .cloned()
+                .unwrap_or_default(),
         };
         let answer = match pass {
             Some(pass) => self.content.content_in_pass(&ask, pass),
@@ -569,6 +591,7 @@ impl NodeService {
         self.volumes.lock().unwrap_or_else(|p| p.into_inner()).remove(volume_id);
         self.note_refresh(volume_id, &Ok(false));
         self.keep_tokens(volume_id, None);
+        self.keep_secrets(volume_id, None);
         self.content.released(volume_id);
         self.count_volumes();
         Ok(())

@@ -17,6 +17,7 @@ mod manifests;
 mod match_conditions;
 mod node;
 mod node_projection;
+mod node_secrets_store;
 mod projections;
 mod providers;
 mod rbac;
@@ -164,6 +165,10 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
             Box::new(|s| {
                 Box::pin(secrets_store::a_secrets_store_provider_serves_its_objects_to_whom_rbac_grants_use(s))
             }),
+        ),
+        (
+            "node::a_pod_on_the_node_reads_a_secrets_store_providers_object",
+            Box::new(|s| Box::pin(node_secrets_store::a_pod_on_the_node_reads_a_secrets_store_providers_object(s))),
         ),
         ("driver::csi_sanity", Box::new(|s| Box::pin(csi_sanity::passes_its_node_and_identity_specs(s)))),
     ]

@@ -325,7 +325,7 @@ async fn first_content_and_refused_writes(
 
 /// Puts the node's driver back on its own configuration when dropped, even when the scenario
 /// that changed it failed.
-struct DriverConfigured<'a>(&'a Node);
+pub struct DriverConfigured<'a>(pub &'a Node);
 
 impl Drop for DriverConfigured<'_> {
     fn drop(&mut self) {

@@ -80,7 +80,9 @@ pub async fn a_secrets_store_provider_serves_its_objects_to_whom_rbac_grants_use
 
     let result = async {
         let target = driver.dir.path().join("pods/web/volumes/kubernetes.io~csi/store/mount");
-        let request = kubelet_request(&stored[0], "store", &target)?;
+        let mut request = kubelet_request(&stored[0], "store", &target)?;
+        // As kubelet passes a volume's nodePublishSecretRef.
+        request.secrets = [("clientSecret".to_string(), "from-a-secret".to_string())].into();
         publish_as_kubelet(&mut node, &request)
             .await
             .map_err(|e| format!("publish allowed by the RoleBinding: {e}"))?;
@@ -95,7 +97,7 @@ pub async fn a_secrets_store_provider_serves_its_objects_to_whom_rbac_grants_use
         let first = mounts_logged(&log).first().cloned().ok_or("the provider logged no Mount")?;
         let expected = json!({
             "pod": format!("{NAMESPACE}/web"), "serviceAccount": "reader", "permission": "420",
-            "targetPath": target.display().to_string(), "currentObjectVersion": {}, "secretKeys": [],
+            "targetPath": target.display().to_string(), "currentObjectVersion": {}, "secretKeys": ["clientSecret"],
             "tokenAudiences": [],
             "attributeKeys": ["csi.storage.k8s.io/ephemeral", "csi.storage.k8s.io/pod.name",
                 "csi.storage.k8s.io/pod.namespace", "csi.storage.k8s.io/pod.uid",

@@ -48,9 +48,11 @@ impl SecretsStoreClient {
         let name = quote(self.provider.name.as_str());
         let request = MountRequest {
             attributes: Value::Object(mount_attributes(ask).map_err(Error::Invalid)?).to_string(),
-            // nodePublishSecretRef is not carried to providers yet: an empty object, as upstream
-            // sends for a volume without one.
-            secrets: "{}".into(),
+            // The nodePublishSecretRef's keys (`{}` without one).
+            secrets: Value::Object(
+                ask.secrets.by_key().iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect(),
+            )
+            .to_string(),
             target_path: ask.mount_point.to_string_lossy().into_owned(),
             permission: PERMISSION.into(),
             current_object_version: self.versions_of(&ask.volume_id),

@@ -518,6 +518,7 @@ mod attribute_tests {
             pod: PodInfo { name: "p".into(), namespace: "n".into(), uid: "u".into(), service_account: "s".into() },
             attributes: attributes.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             tokens: Default::default(),
+            secrets: Default::default(),
         }
     }
 

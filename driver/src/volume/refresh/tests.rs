@@ -104,6 +104,7 @@ fn publish(root: &Path, pod: &str) -> Publish {
             pod: pod_info,
             attributes: [("share".to_string(), pod.to_string())].into(),
             tokens: Default::default(),
+            secrets: Default::default(),
         },
         target,
     }

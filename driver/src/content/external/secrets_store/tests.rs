@@ -107,6 +107,20 @@ async fn mount_is_sent_what_upstreams_driver_sends_and_its_files_are_served_with
 }
 
 #[tokio::test]
+async fn the_node_publish_secrets_are_sent_and_never_printed() {
+    let served = serve(Ok(answer(&[("a", 0, "x")], &[])), Duration::ZERO).await;
+    let ask = VolumeAsk {
+        secrets: crate::content::ask::PublishSecrets::new([("clientSecret".to_string(), "hunter2".to_string())]),
+        ..ask()
+    };
+    served.client.files(&ask).await.unwrap();
+    let sent = served.provider.requests.lock().unwrap()[0].secrets.clone();
+    assert_eq!(serde_json::from_str::<Value>(&sent).unwrap(), serde_json::json!({"clientSecret": "hunter2"}));
+    let printed = format!("{ask:?}");
+    assert!(printed.contains("clientSecret") && !printed.contains("hunter2"), "{printed}");
+}
+
+#[tokio::test]
 async fn the_versions_answered_are_sent_back_for_the_same_volume_until_it_is_released() {
     let served = serve(Ok(answer(&[("a", 0, "x")], &[("secret/a", "v1")])), Duration::ZERO).await;
     served.client.files(&ask()).await.unwrap();
