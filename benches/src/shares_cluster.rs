@@ -99,7 +99,7 @@ pub fn pin(programs: &[&Path]) -> String {
     let me =
         std::process::Command::new("taskset").args(["-a", "-p", "-c", "1", &std::process::id().to_string()]).output();
     let me = if me.is_ok_and(|o| o.status.success()) { "this process on CPU 1" } else { "this process not pinned" };
-    format!("{pinned} apiserver/etcd processes on CPU 0, {me}")
+    format!("{pinned} server processes (apiserver, etcd, peers) on CPU 0, {me}")
 }
 
 /// The processes running one of `programs`.
