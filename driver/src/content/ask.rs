@@ -40,6 +40,9 @@ pub struct VolumeAsk {
     /// The keys of the Secret the pod's `nodePublishSecretRef` names, as kubelet passed them.
     /// Held in memory only, like the tokens.
     pub secrets: PublishSecrets,
+    /// What the volume's provider answered last, by object (recorded with the volume): a
+    /// Secrets Store provider is sent them back. Empty at a first publish.
+    pub object_versions: BTreeMap<String, String>,
 }
 
 /// The Secret data kubelet passes with a publish (`NodePublishVolumeRequest.secrets`, from the
@@ -98,6 +101,7 @@ impl VolumeAsk {
             attributes: attributes.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             tokens: crate::content::projection::tokens::Tokens::default(),
             secrets: PublishSecrets::default(),
+            object_versions: BTreeMap::new(),
         }
     }
 }

@@ -54,6 +54,12 @@ pub trait ContentSource: Send + Sync {
     fn end_pass(&self, pass: PassId) {
         let _ = pass;
     }
+    /// What the volume's provider answered last, by object (recorded with the volume and
+    /// passed back in its ask); empty for sources without such versions.
+    fn object_versions(&self, volume_id: &str) -> std::collections::BTreeMap<String, String> {
+        let _ = volume_id;
+        Default::default()
+    }
     /// Volume `volume_id` was unpublished: whatever the source kept for it alone may go.
     fn released(&self, volume_id: &str) {
         let _ = volume_id;

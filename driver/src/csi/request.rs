@@ -79,6 +79,7 @@ pub fn check(request: &NodePublishVolumeRequest, kubelet_dir: &Path) -> Result<P
             .collect(),
         tokens,
         secrets: PublishSecrets::new(request.secrets.clone()),
+        object_versions: Default::default(),
     };
     Ok(Publish { target, mount_flags, ask })
 }

@@ -100,6 +100,7 @@ mod tests {
             created_dirs: created.iter().map(|p| p.to_path_buf()).collect(),
             device: None,
             complete: true,
+            object_versions: Default::default(),
         }
     }
 

@@ -252,6 +252,7 @@ impl NodeService {
             created_dirs: Vec::new(),
             device: None,
             complete: true,
+            object_versions: Default::default(),
         };
         let existing = self.published(&request.ask.volume_id);
         if let Some(existing) = &existing
@@ -282,6 +283,7 @@ impl NodeService {
             record.created_dirs = made.dirs.clone();
             record.device = made.device;
             record.complete = true;
+            record.object_versions = self.content.object_versions(&record.volume_id);
             // Durable before answering: kubelet treats the volume as published from here on.
             self.store.put(&record, true)
         });
@@ -516,6 +518,7 @@ impl NodeService {
                 .get(&record.volume_id)
                 .cloned()
                 .unwrap_or_default(),
+            object_versions: record.object_versions.clone(),
         };
         let answer = match pass {
             Some(pass) => self.content.content_in_pass(&ask, pass),
@@ -555,7 +558,26 @@ impl NodeService {
             self.metrics.revocation();
             info!(volume = %quote(&record.volume_id), reason = %Logged(reason), "content withdrawn; the volume was emptied");
         }
+        self.note_object_versions(&record.volume_id);
         Ok(changed)
+    }
+
+    /// Records what the volume's provider answered last, when it changed, so that a restarted
+    /// driver sends it back too. Not worth failing a refresh over: a record not rewritten costs
+    /// the provider one full answer after a restart.
+    fn note_object_versions(&self, volume_id: &str) {
+        let versions = self.content.object_versions(volume_id);
+        let record = {
+            let mut volumes = self.volumes.lock().unwrap_or_else(|p| p.into_inner());
+            let Some(volume) = volumes.get_mut(volume_id).filter(|v| v.record.object_versions != versions) else {
+                return;
+            };
+            volume.record.object_versions = versions;
+            volume.record.clone()
+        };
+        if let Err(error) = self.store.put(&record, false) {
+            warn!(volume = %quote(volume_id), problem = %Logged(&error), "the provider's object versions were not recorded");
+        }
     }
 
     /// Unpublishes. A volume the driver does not hold at `target` is already done; a mount the

@@ -41,6 +41,10 @@ pub struct VolumeRecord {
     /// at start-up marks a publish the driver was killed in, to be undone.
     #[serde(default = "complete_by_default")]
     pub complete: bool,
+    /// What the volume's provider answered last, by object (a Secrets Store provider's object
+    /// versions): sent back at each refresh, by a restarted driver too.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub object_versions: BTreeMap<String, String>,
 }
 
 fn complete_by_default() -> bool {
@@ -217,6 +221,7 @@ mod tests {
             created_dirs: Vec::new(),
             device: None,
             complete: true,
+            object_versions: BTreeMap::new(),
         }
     }
 

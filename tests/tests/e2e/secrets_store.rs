@@ -118,6 +118,16 @@ pub async fn a_secrets_store_provider_serves_its_objects_to_whom_rbac_grants_use
         if !sent_back {
             return Err(format!("no refresh sent the object versions back: {:?}", mounts_logged(&log)));
         }
+        // Recorded with the volume, so a restarted driver sends them back too.
+        let recorded = std::fs::read_dir(driver.dir.path().join("state"))
+            .map_err(|e| e.to_string())?
+            .flatten()
+            .filter_map(|entry| std::fs::read_to_string(entry.path()).ok())
+            .filter_map(|text| serde_json::from_str::<Value>(&text).ok())
+            .any(|record| record["object_versions"]["secret/db-password"].is_string());
+        if !recorded {
+            return Err("the volume's record does not hold the provider's object versions".into());
+        }
 
         // No grant: PERMISSION_DENIED naming the provider, and the provider never asked.
         let asked = mounts_logged(&log).len();

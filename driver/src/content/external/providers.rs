@@ -53,6 +53,11 @@ impl Providers {
         }
     }
 
+    /// What the volume's provider answered last, by object.
+    pub fn object_versions(&self, volume_id: &str) -> BTreeMap<String, String> {
+        self.secrets_store.values().find_map(|client| client.object_versions(volume_id)).unwrap_or_default()
+    }
+
     /// Forgets what the providers answered for `volume_id` (it was unpublished).
     pub fn release(&self, volume_id: &str) {
         for client in self.secrets_store.values() {

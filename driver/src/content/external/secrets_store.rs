@@ -2,8 +2,7 @@
 //! (`v1alpha1.CSIDriverProvider`), so the providers written for that driver (Vault, AWS, Azure,
 //! GCP) serve our volumes unchanged. `Mount` is sent what upstream's driver sends (the provider
 //! parameters from the volume's attributes with the pod's keys and tokens, the secrets, the
-//! target path, the permission `420`, the versions the provider answered last time for the
-//! volume); the answer's files are checked (paths inside the volume, permission bits only, at
+//! target path, the permission `420`, the versions of what the volume shows, from its record); the answer's files are checked (paths inside the volume, permission bits only, at
 //! most 1024 files, the message within `maxMessageBytes`) and handed to the atomic writer like
 //! any source's, so the provider never writes on the node itself.
 //!
@@ -30,7 +29,7 @@ use crate::quote::{quote, quote_path};
 const PERMISSION: &str = "420";
 
 /// One `secrets-store` provider: its connection, made at first use, and the object versions it
-/// answered last for each volume this process served.
+/// answered last for each volume this process served (until the volume layer records them).
 pub struct SecretsStoreClient {
     provider: SecretsStoreProvider,
     channel: OnceLock<Channel>,
@@ -55,7 +54,13 @@ impl SecretsStoreClient {
             .to_string(),
             target_path: ask.mount_point.to_string_lossy().into_owned(),
             permission: PERMISSION.into(),
-            current_object_version: self.versions_of(&ask.volume_id),
+            // What the volume shows, as its record says: a volume that kept older content
+            // (`refreshResource: "false"`) does not claim the newer versions.
+            current_object_version: ask
+                .object_versions
+                .iter()
+                .map(|(id, version)| ObjectVersion { id: id.clone(), version: version.clone() })
+                .collect(),
         };
         let mut client = CsiDriverProviderClient::new(self.channel())
             .max_decoding_message_size(self.provider.max_message_bytes)
@@ -92,8 +97,10 @@ impl SecretsStoreClient {
         self.versions.lock().unwrap_or_else(|p| p.into_inner()).remove(volume_id);
     }
 
-    fn versions_of(&self, volume_id: &str) -> Vec<ObjectVersion> {
-        self.versions.lock().unwrap_or_else(|p| p.into_inner()).get(volume_id).cloned().unwrap_or_default()
+    /// What the provider answered last for `volume_id`, if it served the volume.
+    pub fn object_versions(&self, volume_id: &str) -> Option<BTreeMap<String, String>> {
+        let versions = self.versions.lock().unwrap_or_else(|p| p.into_inner());
+        versions.get(volume_id).map(|v| v.iter().map(|v| (v.id.clone(), v.version.clone())).collect())
     }
 
     /// The provider's channel: dialled lazily, so a provider that starts after the driver (or
@@ -147,6 +154,13 @@ fn checked_files(answer: MountResponse) -> std::result::Result<(Payload, Vec<Obj
         return Err(Refusal::Unservable(format!(
             "its answer to Mount holds {} files, more than the {MAX_LISTED_FILES} a volume may hold",
             answer.files.len()
+        )));
+    }
+    // Recorded with the volume and sent back at each refresh: bounded like the files.
+    if answer.object_version.len() > MAX_LISTED_FILES {
+        return Err(Refusal::Unservable(format!(
+            "its answer to Mount holds {} object versions, more than {MAX_LISTED_FILES}",
+            answer.object_version.len()
         )));
     }
     let mut payload = BTreeMap::new();

@@ -489,6 +489,10 @@ impl ContentSource for KubernetesSource {
         self.providers.release(volume_id);
     }
 
+    fn object_versions(&self, volume_id: &str) -> std::collections::BTreeMap<String, String> {
+        self.providers.object_versions(volume_id)
+    }
+
     fn start_pass(&self, pass: PassId) {
         self.passes.lock().unwrap_or_else(|p| p.into_inner()).insert(pass, Pass::default());
     }
@@ -519,6 +523,7 @@ mod attribute_tests {
             attributes: attributes.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             tokens: Default::default(),
             secrets: Default::default(),
+            object_versions: Default::default(),
         }
     }
 

@@ -105,6 +105,7 @@ fn publish(root: &Path, pod: &str) -> Publish {
             attributes: [("share".to_string(), pod.to_string())].into(),
             tokens: Default::default(),
             secrets: Default::default(),
+            object_versions: Default::default(),
         },
         target,
     }

@@ -85,6 +85,7 @@ fn ask(namespace: &str, pod: &str) -> VolumeAsk {
         attributes: [("provider".to_string(), "example".to_string())].into(),
         tokens: Tokens::default(),
         secrets: Default::default(),
+        object_versions: Default::default(),
     }
 }
 

@@ -121,14 +121,16 @@ async fn the_node_publish_secrets_are_sent_and_never_printed() {
 }
 
 #[tokio::test]
-async fn the_versions_answered_are_sent_back_for_the_same_volume_until_it_is_released() {
+async fn the_versions_answered_are_kept_for_the_volume_and_the_recorded_ones_sent_back() {
     let served = serve(Ok(answer(&[("a", 0, "x")], &[("secret/a", "v1")])), Duration::ZERO).await;
     served.client.files(&ask()).await.unwrap();
-    served.client.files(&ask()).await.unwrap();
-    let other = VolumeAsk { volume_id: "csi-2".into(), ..ask() };
-    served.client.files(&other).await.unwrap();
+    let v1: BTreeMap<String, String> = [("secret/a".to_string(), "v1".to_string())].into();
+    assert_eq!(served.client.object_versions("csi-1"), Some(v1.clone()));
+    assert_eq!(served.client.object_versions("csi-2"), None);
+    // A refresh of the volume whose record holds them.
+    served.client.files(&VolumeAsk { object_versions: v1, ..ask() }).await.unwrap();
     served.client.release("csi-1");
-    served.client.files(&ask()).await.unwrap();
+    assert_eq!(served.client.object_versions("csi-1"), None);
 
     let sent: Vec<Vec<(String, String)>> = served
         .provider
@@ -138,8 +140,7 @@ async fn the_versions_answered_are_sent_back_for_the_same_volume_until_it_is_rel
         .iter()
         .map(|r| r.current_object_version.iter().map(|v| (v.id.clone(), v.version.clone())).collect())
         .collect();
-    let v1 = vec![("secret/a".to_string(), "v1".to_string())];
-    assert_eq!(sent, [vec![], v1, vec![], vec![]]);
+    assert_eq!(sent, [vec![], vec![("secret/a".to_string(), "v1".to_string())]]);
 }
 
 #[tokio::test]
@@ -226,6 +227,13 @@ async fn an_answer_that_cannot_be_laid_out_is_refused_naming_why() {
         Error::Unservable(
             "provider \"vault\": its answer to Mount holds 1025 files, more than the 1024 a volume may hold".into()
         )
+    );
+    let ids: Vec<(String, &str)> = (0..=MAX_LISTED_FILES).map(|i| (format!("o{i}"), "1")).collect();
+    let ids: Vec<(&str, &str)> = ids.iter().map(|(id, v)| (id.as_str(), *v)).collect();
+    let error = serve(Ok(answer(&[("a", 0, "x")], &ids)), Duration::ZERO).await.client.files(&ask()).await.unwrap_err();
+    assert_eq!(
+        error,
+        Error::Unservable("provider \"vault\": its answer to Mount holds 1025 object versions, more than 1024".into())
     );
 }
 

@@ -122,6 +122,7 @@ fn request(service_account: &str) -> VolumeAsk {
         attributes: [("sharedSecret".to_string(), "db".to_string())].into(),
         tokens: Default::default(),
         secrets: Default::default(),
+        object_versions: Default::default(),
     }
 }
 
