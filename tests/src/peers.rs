@@ -1,9 +1,10 @@
 //! The real Kubernetes components the suites run against (kube-apiserver, etcd, csi-sanity, for
 //! the node kubelet, for the control plane kube-controller-manager and kube-scheduler, kubectl,
 //! and for the benchmarks Pod Security Admission's webhook), and small Go programs of this
-//! repository (a registration probe, a pause process, a Secrets Store CSI provider), built from the Go module proxy with the
-//! machine's Go toolchain at the versions the modules under `tests/peers/` pin, and cached outside
-//! the checkout so that a fresh clone pays for the build once per machine.
+//! repository (a registration probe, a pause process, a Secrets Store CSI provider), built from
+//! the Go module proxy with the machine's Go toolchain at the versions the modules under
+//! `tests/peers/` pin, and cached outside the checkout so that a fresh clone pays for the build
+//! once per machine.
 //!
 //! Each set of modules has a cache directory keyed by a hash of its files and the Go version: a
 //! version bump builds into a new directory instead of reusing a stale binary, and a change to
