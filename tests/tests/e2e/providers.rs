@@ -80,6 +80,49 @@ pub async fn provider_scene(
     Ok(stored)
 }
 
+/// Publishes volume `volume` of `pod`, whose service account `stranger` may not use
+/// `provider`, as kubelet would: PERMISSION_DENIED with the driver's exact message, and nothing
+/// left at the target.
+pub async fn refused_use(
+    node: &mut NodeClient<tonic::transport::Channel>,
+    driver: &InProcessDriver,
+    pod: &Pod,
+    volume: &str,
+    provider: &str,
+) -> Outcome {
+    let name = pod.metadata.name.as_deref().unwrap_or_default();
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+    let target = driver.dir.path().join(format!("pods/{name}/volumes/kubernetes.io~csi/{volume}/mount"));
+    let denied = node
+        .node_publish_volume(kubelet_request(pod, volume, &target)?)
+        .await
+        .err()
+        .ok_or("a pod whose service account may not use the provider was published")?;
+    let message = format!(
+        "service account {namespace}/stranger may not use provider \"{provider}\": grant it the verb \"use\" on providers.sharedresource.inlineguard.dev \"{provider}\" (a Role and RoleBinding in namespace {namespace})"
+    );
+    if denied.code() != Code::PermissionDenied || denied.message() != message {
+        return Err(format!("expected PERMISSION_DENIED {message:?}, got {denied:?}"));
+    }
+    if target.exists() {
+        return Err("a refused publish left its target".into());
+    }
+    Ok(())
+}
+
+/// Unpublishes `request`'s volume as kubelet would, and sees its target gone.
+pub async fn unpublished(
+    node: &mut NodeClient<tonic::transport::Channel>,
+    request: &inline_guard_proto::csi::v1::NodePublishVolumeRequest,
+    target: &Path,
+) -> Outcome {
+    unpublish_as_kubelet(node, request.volume_id.clone(), request.target_path.clone()).await?;
+    if target.exists() {
+        return Err("the unpublished target is still there".into());
+    }
+    Ok(())
+}
+
 /// The files under the volume's `secrets` directory, as a container would read them.
 fn secrets(target: &Path) -> Vec<(String, String)> {
     files(&target.join("secrets"))
@@ -104,26 +147,14 @@ pub async fn an_exec_provider_serves_the_pods_own_files_to_whom_rbac_grants_use(
     let result = async {
         let target = driver.dir.path().join("pods/web/volumes/kubernetes.io~csi/vault/mount");
         let request = kubelet_request(&stored[0], "vault", &target)?;
-        publish_as_kubelet(&mut node, &request).await.map_err(|e| format!("publish allowed by the RoleBinding: {e}"))?;
+        publish_as_kubelet(&mut node, &request)
+            .await
+            .map_err(|e| format!("publish allowed by the RoleBinding: {e}"))?;
         let expected = vec![("db-password".to_string(), "s3cret-of-web".to_string())];
         wait_for_view(&target, "published", secrets, &expected, |files| format!("{files:?}")).await?;
 
         // No grant: PERMISSION_DENIED naming the provider, and nothing left behind.
-        let elsewhere = driver.dir.path().join("pods/intruder/volumes/kubernetes.io~csi/vault/mount");
-        let denied = node
-            .node_publish_volume(kubelet_request(&stored[1], "vault", &elsewhere)?)
-            .await
-            .err()
-            .ok_or("a pod whose service account may not use the provider was published")?;
-        let message = format!(
-            "service account {NAMESPACE}/stranger may not use provider \"example\": grant it the verb \"use\" on providers.sharedresource.inlineguard.dev \"example\" (a Role and RoleBinding in namespace {NAMESPACE})"
-        );
-        if denied.code() != Code::PermissionDenied || denied.message() != message {
-            return Err(format!("expected PERMISSION_DENIED {message:?}, got {denied:?}"));
-        }
-        if elsewhere.exists() {
-            return Err("a refused publish left its target".into());
-        }
+        refused_use(&mut node, &driver, &stored[1], "vault", "example").await?;
 
         // The grant deleted: the driver's watch of bindings empties the volume (its periodic
         // refresh is an hour away).
@@ -133,11 +164,7 @@ pub async fn an_exec_provider_serves_the_pods_own_files_to_whom_rbac_grants_use(
             .map_err(|e| e.to_string())?;
         let took = wait_for_view(&target, "revoked", secrets, &Vec::new(), |files| format!("{files:?}")).await?;
         println!("provider use revoked: the volume was emptied after {took:?}");
-        unpublish_as_kubelet(&mut node, request.volume_id.clone(), request.target_path.clone()).await?;
-        if target.exists() {
-            return Err("the unpublished target is still there".into());
-        }
-        Ok(())
+        unpublished(&mut node, &request, &target).await
     }
     .await;
     driver.stop().await?;

@@ -13,10 +13,9 @@ use inline_guard_tests::cluster::ChildProcess;
 use serde_json::{Value, json};
 use sharedresource_csi_driver::content::external::provider::{ProviderConfig, check_providers};
 use sharedresource_csi_driver::content::external::providers::Providers;
-use tonic::Code;
 
 use crate::kubelet_publish::{channel, kubelet_request, publish_as_kubelet};
-use crate::shares::{InProcessDriver, files, unpublish_as_kubelet, wait_for_view};
+use crate::shares::{InProcessDriver, files, wait_for_view};
 use crate::support::{Outcome, SHARED_RESOURCE_DRIVER, Suite};
 
 const NAMESPACE: &str = "secrets-store-e2e";
@@ -131,15 +130,7 @@ pub async fn a_secrets_store_provider_serves_its_objects_to_whom_rbac_grants_use
 
         // No grant: PERMISSION_DENIED naming the provider, and the provider never asked.
         let asked = mounts_logged(&log).len();
-        let elsewhere = driver.dir.path().join("pods/intruder/volumes/kubernetes.io~csi/store/mount");
-        let denied = node
-            .node_publish_volume(kubelet_request(&stored[1], "store", &elsewhere)?)
-            .await
-            .err()
-            .ok_or("a pod whose service account may not use the provider was published")?;
-        if denied.code() != Code::PermissionDenied || !denied.message().contains("may not use provider \"e2e\"") {
-            return Err(format!("expected PERMISSION_DENIED naming provider \"e2e\", got {denied:?}"));
-        }
+        crate::providers::refused_use(&mut node, &driver, &stored[1], "store", "e2e").await?;
         if mounts_logged(&log).iter().skip(asked).any(|mount| mount["pod"] == format!("{NAMESPACE}/intruder")) {
             return Err("the provider was asked for a pod that may not use it".into());
         }
@@ -157,11 +148,7 @@ pub async fn a_secrets_store_provider_serves_its_objects_to_whom_rbac_grants_use
         if shown(&target) != view("v2-pass") {
             return Err(format!("the provider's death changed the volume: {:?}", shown(&target)));
         }
-        unpublish_as_kubelet(&mut node, request.volume_id.clone(), request.target_path.clone()).await?;
-        if target.exists() {
-            return Err("the unpublished target is still there".into());
-        }
-        Ok(())
+        crate::providers::unpublished(&mut node, &request, &target).await
     }
     .await;
     driver.stop().await?;

@@ -24,11 +24,13 @@ impl Providers {
         let (mut exec, mut secrets_store) = (BTreeMap::new(), BTreeMap::new());
         for (name, provider) in providers {
             match provider {
-                Provider::Exec(provider) => exec.insert(name, provider).map(drop),
-                Provider::SecretsStore(provider) => {
-                    secrets_store.insert(name, SecretsStoreClient::new(provider)).map(drop)
+                Provider::Exec(provider) => {
+                    exec.insert(name, provider);
                 }
-            };
+                Provider::SecretsStore(provider) => {
+                    secrets_store.insert(name, SecretsStoreClient::new(provider));
+                }
+            }
         }
         Providers { exec: ExecProviders::new(exec, helper_concurrency), secrets_store }
     }
