@@ -54,6 +54,13 @@ pub trait ContentSource: Send + Sync {
     fn end_pass(&self, pass: PassId) {
         let _ = pass;
     }
+    /// For a volume whose files are fetched only when opened (a lazy provider's), those files
+    /// once the pod may have them; `None` for a volume whose content is laid out in full
+    /// ([`ContentSource::content`]).
+    fn lazy(&self, ask: &VolumeAsk) -> Result<Option<std::sync::Arc<external::lazy_files::LazyFiles>>> {
+        let _ = ask;
+        Ok(None)
+    }
     /// What the volume's provider answered last, by object (recorded with the volume and
     /// passed back in its ask); empty for sources without such versions.
     fn object_versions(&self, volume_id: &str) -> std::collections::BTreeMap<String, String> {

@@ -4,6 +4,7 @@
 
 pub mod atomic_writer;
 pub mod error;
+pub mod lazy_filesystem;
 pub mod lock;
 pub mod mounter;
 pub mod ownership;

@@ -2,15 +2,18 @@
 //! was asked to do; the Linux implementation uses the kernel's mount(2) through nix, always on a
 //! directory already opened without following symlinks (through its `/proc/self/fd` path).
 //!
-//! Every tmpfs the driver makes carries a source name derived from its volume id (its tag), so
+//! Every tmpfs (and FUSE filesystem, for lazy volumes) the driver makes carries a source name derived from its volume id (its tag), so
 //! the driver can tell its own mount from anything else mounted on a target and never unmounts
 //! what it did not make.
 
 use std::collections::HashMap;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use nix::fcntl::OFlag;
 use nix::mount::{MntFlags, MsFlags, mount, umount2};
+use nix::sys::stat::Mode;
 
 use crate::quote::quote_path;
 use crate::volume::error::{Error, Result};
@@ -26,9 +29,9 @@ pub struct MountSource {
 }
 
 impl MountSource {
-    /// True for the driver's own tmpfs tagged `tag`.
+    /// True for the driver's own tmpfs or FUSE filesystem tagged `tag`.
     pub fn is(&self, tag: &str) -> bool {
-        self.fs_type == "tmpfs" && self.source == tag
+        (self.fs_type == "tmpfs" || self.fs_type == "fuse") && self.source == tag
     }
 }
 
@@ -37,6 +40,10 @@ pub trait Mounter: Send + Sync {
     /// Mounts a fresh tmpfs of at most `size_bytes`, with source name `tag`, on the directory
     /// `at`.
     fn mount_tmpfs(&self, at: &OpenDir, size_bytes: u64, tag: &str) -> Result<()>;
+    /// Mounts a FUSE filesystem with source name `tag` on the directory `at`, read-only, for
+    /// any user (`allow_other`) with the kernel checking permissions (`default_permissions`);
+    /// returns the `/dev/fuse` descriptor its requests are read from.
+    fn mount_fuse(&self, at: &OpenDir, tag: &str) -> Result<OwnedFd>;
     /// Switches the tmpfs whose root is `root` between read-only and read-write (content refresh
     /// on a read-only host mount).
     fn remount(&self, root: &OpenDir, read_only: bool) -> Result<()>;
@@ -68,6 +75,19 @@ impl Mounter for LinuxMounter {
         let options = format!("size={size_bytes},mode=0755");
         mount(Some(tag), &at.proc_path(), Some("tmpfs"), DATA_ONLY, Some(options.as_str()))
             .map_err(|error| mount_error("mounting a tmpfs at", at.path(), error))
+    }
+
+    fn mount_fuse(&self, at: &OpenDir, tag: &str) -> Result<OwnedFd> {
+        use std::os::fd::AsRawFd as _;
+        let device = nix::fcntl::open("/dev/fuse", OFlag::O_RDWR | OFlag::O_CLOEXEC, Mode::empty())
+            .map_err(|error| Error::local("opening /dev/fuse", error))?;
+        // rootmode: the root is a directory; user_id/group_id: the mount's owner, root, whom
+        // the kernel lets past allow_other's restriction anyway.
+        let options =
+            format!("fd={},rootmode=40000,user_id=0,group_id=0,allow_other,default_permissions", device.as_raw_fd());
+        mount(Some(tag), &at.proc_path(), Some("fuse"), DATA_ONLY | MsFlags::MS_RDONLY, Some(options.as_str()))
+            .map_err(|error| mount_error("mounting FUSE at", at.path(), error))?;
+        Ok(device)
     }
 
     fn remount(&self, root: &OpenDir, read_only: bool) -> Result<()> {
@@ -259,6 +279,10 @@ impl Mounter for FakeMounter {
         }
         self.insert(at.path(), MountSource { fs_type: "tmpfs".into(), source: tag.into() });
         Ok(())
+    }
+
+    fn mount_fuse(&self, at: &OpenDir, _tag: &str) -> Result<OwnedFd> {
+        Err(Error::Fault(format!("the fake mounter serves no FUSE filesystem (asked at {})", quote_path(at.path()))))
     }
 
     fn remount(&self, root: &OpenDir, read_only: bool) -> Result<()> {

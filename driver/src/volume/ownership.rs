@@ -1,5 +1,5 @@
 //! "Is this my mount?", asked in one place by publish, unpublish and recovery: the driver owns
-//! only the tmpfs it mounted for a volume, recognised by the device number its record keeps
+//! only the tmpfs (or, for a lazy volume, the FUSE filesystem) it mounted for a volume, recognised by the device number its record keeps
 //! (without reading the mount table) or else by the tag derived from the volume id.
 
 use crate::volume::error::Result;
@@ -7,7 +7,7 @@ use crate::volume::mounter::{MountSource, Mounter};
 use crate::volume::store::volume_digest;
 use crate::volume::target_dir::OpenTarget;
 
-/// The source name of the tmpfs the driver mounts for `volume_id`: how it recognises its own
+/// The source name of the tmpfs or FUSE filesystem the driver mounts for `volume_id`: how it recognises its own
 /// mount at a target.
 pub fn mount_tag(volume_id: &str) -> String {
     format!("inline-guard:{}", &volume_digest(volume_id)[..32])
@@ -16,7 +16,7 @@ pub fn mount_tag(volume_id: &str) -> String {
 /// Whose mount is at a target.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ownership {
-    /// The tmpfs the driver mounted for this volume.
+    /// The tmpfs or FUSE filesystem the driver mounted for this volume.
     Own,
     /// A mount the driver did not make (never taken down).
     Foreign(MountSource),
@@ -31,8 +31,10 @@ pub fn ownership(
     volume_id: &str,
     device: Option<u64>,
 ) -> Result<Ownership> {
+    // A device that cannot be read (a FUSE mount whose server is gone answers no stat) leaves
+    // the question to the mount table.
     if let Some(device) = device
-        && mounter.mount_device(&opened.parent, &opened.target)? == Some(device)
+        && matches!(mounter.mount_device(&opened.parent, &opened.target), Ok(Some(seen)) if seen == device)
     {
         return Ok(Ownership::Own);
     }

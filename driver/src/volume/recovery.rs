@@ -5,6 +5,11 @@
 //! empty; a publish the driver was killed in (its record still incomplete) has its own tmpfs
 //! unmounted too. A mount the driver did not make, a directory it did not create or one that is
 //! not empty is left exactly as it is. kubelet publishes again whatever it still wants.
+//!
+//! A lazy volume is never kept: the FUSE session that served it ended with the previous
+//! process, so its mount is detached and its record dropped. A container that already had it
+//! keeps a dead mount (reads fail with ENOTCONN) until its pod is restarted; kubelet's next
+//! publish of the volume (a new pod, or the CSIDriver's republish) serves it again.
 
 use std::path::Path;
 
@@ -40,11 +45,20 @@ pub fn recover(
             })
         });
         let state = match own_mount {
-            Ok(Some((true, opened, target))) if record.complete => {
+            Ok(Some((true, opened, target))) if record.complete && !record.lazy => {
                 drop(opened);
                 kept.push(PublishedVolume { record, target });
                 continue;
             }
+            // Its FUSE filesystem was served by the previous run and ended with it: nothing in
+            // it opens any more (ENOTCONN), and no process can take the session over.
+            Ok(Some((true, opened, _))) if record.lazy => match mounter.unmount(&opened.target) {
+                Ok(()) => "was served lazily by the driver's previous run, whose FUSE session ended with it; unmounted",
+                Err(error) => {
+                    lines.push(error.to_string());
+                    "was served lazily by the driver's previous run; its dead FUSE mount could not be unmounted"
+                }
+            },
             Ok(Some((true, opened, _))) => match mounter.unmount(&opened.target) {
                 Ok(()) => "was interrupted; its tmpfs is unmounted",
                 Err(error) => {
@@ -101,6 +115,7 @@ mod tests {
             device: None,
             complete: true,
             object_versions: Default::default(),
+            lazy: false,
         }
     }
 

@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 use tracing::{info, warn};
 
 use crate::content::ask::{PublishSecrets, VolumeAsk};
+use crate::content::external::lazy_files::LazyFiles;
 use crate::content::projection::api::PROJECTION_ATTRIBUTE;
 use crate::content::projection::tokens::Tokens;
 use crate::content::{ContentSource, PassId};
@@ -22,6 +23,7 @@ use crate::metrics::{Metrics, RefreshResult};
 use crate::quote::{Logged, quote, quote_path};
 use crate::volume::atomic_writer::{AtomicWriter, check_key};
 use crate::volume::error::{Error, Result};
+use crate::volume::lazy_filesystem::LazyMount;
 use crate::volume::mounter::Mounter;
 use crate::volume::ownership::{Ownership, mount_tag, ownership};
 use crate::volume::publish::{Publish, check_volume_id};
@@ -78,6 +80,8 @@ pub struct NodeService {
     tokens: Mutex<HashMap<String, Tokens>>,
     // The nodePublishSecretRef data of each volume's last publish: in memory only, as tokens.
     secrets: Mutex<HashMap<String, PublishSecrets>>,
+    // The lazy volumes this process serves through FUSE (none survives it: see recovery).
+    lazy_mounts: Mutex<HashMap<String, LazyMount>>,
     // Volume ids and targets with an operation under way: a second one on either is told to
     // retry (ABORTED), as the specification asks, instead of racing the first.
     busy: Mutex<HashSet<Busy>>,
@@ -110,6 +114,7 @@ impl NodeService {
             volumes: Mutex::new(volumes),
             tokens: Mutex::default(),
             secrets: Mutex::default(),
+            lazy_mounts: Mutex::default(),
             busy: Mutex::default(),
             stale: Mutex::default(),
             passes: AtomicU64::new(0),
@@ -253,6 +258,7 @@ impl NodeService {
             device: None,
             complete: true,
             object_versions: Default::default(),
+            lazy: false,
         };
         let existing = self.published(&request.ask.volume_id);
         if let Some(existing) = &existing
@@ -264,13 +270,20 @@ impl NodeService {
             return Err(Error::Conflict(format!("{} already holds another volume", quote_path(target.as_path()))));
         }
 
-        let payload = self.content.content(&request.ask)?;
-        // A hostile key is refused before anything is created or mounted.
-        for key in payload.keys() {
-            check_key(key)?;
-        }
+        let shown = match self.content.lazy(&request.ask)? {
+            Some(files) => Shown::Lazy(files),
+            None => {
+                let payload = self.content.content(&request.ask)?;
+                // A hostile key is refused before anything is created or mounted.
+                for key in payload.keys() {
+                    check_key(key)?;
+                }
+                Shown::Files(payload)
+            }
+        };
         let made_before = existing.map(|volume| volume.record.created_dirs).unwrap_or_default();
-        let mut record = VolumeRecord { complete: false, created_dirs: made_before.clone(), ..wanted };
+        let lazy = matches!(shown, Shown::Lazy(_));
+        let mut record = VolumeRecord { complete: false, created_dirs: made_before.clone(), lazy, ..wanted };
         record.created_dirs.extend(target_dir::missing(root, target)?);
         // In place before anything is made: should the driver die from here on, the next start
         // finds this record and takes back exactly what it names. Renamed into place but not
@@ -278,8 +291,8 @@ impl NodeService {
         // power loss takes every tmpfs with it, so the most it could leave is an empty directory.
         self.store.put(&record, false)?;
 
-        let mut made = Made { dirs: made_before, mounted: false, device: None };
-        let result = self.build(target, &request.ask.volume_id, &payload, &mut made).and_then(|()| {
+        let mut made = Made { dirs: made_before, mounted: false, device: None, serving: None };
+        let result = self.build(target, &request.ask.volume_id, &shown, &mut made).and_then(|()| {
             record.created_dirs = made.dirs.clone();
             record.device = made.device;
             record.complete = true;
@@ -289,6 +302,12 @@ impl NodeService {
         });
         match result {
             Ok(()) => {
+                if let Some(serving) = made.serving {
+                    self.lazy_mounts
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(record.volume_id.clone(), serving);
+                }
                 self.keep_tokens(&record.volume_id, Some(&request.ask.tokens));
                 self.keep_secrets(&record.volume_id, Some(&request.ask.secrets));
                 let volume = PublishedVolume { record, target: target.clone() };
@@ -331,21 +350,34 @@ impl NodeService {
     }
 
     /// The steps of a publish that make something, each noted in `made` as soon as it is done.
-    fn build(
-        &self,
-        target: &TargetPath,
-        volume_id: &str,
-        payload: &crate::volume::atomic_writer::Payload,
-        made: &mut Made,
-    ) -> Result<()> {
+    fn build(&self, target: &TargetPath, volume_id: &str, shown: &Shown, made: &mut Made) -> Result<()> {
         let mut created = Vec::new();
         let opened = target_dir::create(self.kubelet_dir(), target, &mut created);
         made.dirs.extend(created);
         let opened = opened?;
         // Its own tag can already be there only when a publish of this volume lost its mount's
-        // record; its content is rewritten below.
-        if !self.holds_own_mount(&opened, volume_id, None)? {
-            self.mounter.mount_tmpfs(&opened.target, self.settings.tmpfs_bytes, &mount_tag(volume_id))?;
+        // record; a tmpfs's content is rewritten below.
+        let own_already = self.holds_own_mount(&opened, volume_id, None)?;
+        match shown {
+            Shown::Files(_) if own_already => {}
+            Shown::Files(_) => {
+                self.mounter.mount_tmpfs(&opened.target, self.settings.tmpfs_bytes, &mount_tag(volume_id))?;
+            }
+            Shown::Lazy(files) => {
+                // A FUSE mount of its own found here was served by a process that is gone: it
+                // answers nothing, so it is replaced.
+                let replaced = match own_already {
+                    true => {
+                        self.mounter.unmount(&opened.target)?;
+                        Some(opened.reopen()?)
+                    }
+                    false => None,
+                };
+                let at = replaced.as_ref().unwrap_or(&opened.target);
+                let device = self.mounter.mount_fuse(at, &mount_tag(volume_id))?;
+                made.mounted = true;
+                made.serving = Some(LazyMount::serve(volume_id, device, files.clone())?);
+            }
         }
         made.mounted = true;
         // The descriptor opened before the mount is the directory under it; the volume's root
@@ -354,12 +386,15 @@ impl NodeService {
         let volume = OpenTarget { target: opened.reopen()?, parent: opened.parent };
         let Some(device) = self.mounter.mount_device(&volume.parent, &volume.target)? else {
             return Err(Error::Fault(format!(
-                "the tmpfs mounted at {} is not there any more",
+                "the volume mounted at {} is not there any more",
                 quote_path(target.as_path())
             )));
         };
         made.device = Some(device);
-        self.write(&volume.target, payload, false).map(drop)
+        match shown {
+            Shown::Files(payload) => self.write(&volume.target, payload, false).map(drop),
+            Shown::Lazy(_) => Ok(()),
+        }
     }
 
     /// Writes `payload` into the volume whose root is `volume`; on a read-only host mount the
@@ -537,6 +572,9 @@ impl NodeService {
     /// with; whether it changed.
     fn apply(&self, volume: &PublishedVolume, fetched: Fetched, forced: bool) -> Result<bool> {
         let record = &volume.record;
+        if record.lazy {
+            return Ok(self.apply_lazy(record, fetched));
+        }
         // `refreshResource: "false"`: the volume keeps what it was published with; a revocation
         // still empties it (access is never kept by a setting of the pod's own).
         let kept = !self.settings.refresh_content
@@ -560,6 +598,23 @@ impl NodeService {
         }
         self.note_object_versions(&record.volume_id);
         Ok(changed)
+    }
+
+    /// A lazy volume's refresh: its files are fetched when opened, so only access is at stake:
+    /// withdrawn, every open fails and nothing stays cached; back, they open again. Whether
+    /// that changed. A lazy volume this process does not serve (one of a previous run, before
+    /// kubelet republishes it) has nothing to change.
+    fn apply_lazy(&self, record: &VolumeRecord, fetched: Fetched) -> bool {
+        let mounts = self.lazy_mounts.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(mount) = mounts.get(&record.volume_id) else {
+            return false;
+        };
+        let changed = mount.files().set_withdrawn(fetched.withdrawn.is_some());
+        if changed && let Some(reason) = &fetched.withdrawn {
+            self.metrics.revocation();
+            info!(volume = %quote(&record.volume_id), reason = %Logged(reason), "access withdrawn; the lazy volume's files no longer open");
+        }
+        changed
     }
 
     /// Records what the volume's provider answered last, when it changed, so that a restarted
@@ -611,6 +666,8 @@ impl NodeService {
             warn!(volume = %quote(volume_id), problem = %Logged(&problem), "unpublish left something");
         }
         self.volumes.lock().unwrap_or_else(|p| p.into_inner()).remove(volume_id);
+        // Unmounted above: the session ends as soon as the kernel lets go of the filesystem.
+        self.lazy_mounts.lock().unwrap_or_else(|p| p.into_inner()).remove(volume_id);
         self.note_refresh(volume_id, &Ok(false));
         self.keep_tokens(volume_id, None);
         self.keep_secrets(volume_id, None);
@@ -627,11 +684,20 @@ struct Fetched {
     withdrawn: Option<crate::content::error::Error>,
 }
 
-/// What a publish has made so far: directories, its mount, and that mount's device once seen.
+/// What a volume shows: files laid out in a tmpfs, or a lazy provider's files served through
+/// FUSE as they are opened.
+enum Shown {
+    Files(crate::volume::atomic_writer::Payload),
+    Lazy(Arc<LazyFiles>),
+}
+
+/// What a publish has made so far: directories, its mount, that mount's device once seen, and
+/// the FUSE session serving a lazy volume.
 struct Made {
     dirs: Vec<PathBuf>,
     mounted: bool,
     device: Option<u64>,
+    serving: Option<LazyMount>,
 }
 
 /// Marks a volume id and a target busy for the life of an operation.

@@ -45,6 +45,10 @@ pub struct VolumeRecord {
     /// versions): sent back at each refresh, by a restarted driver too.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub object_versions: BTreeMap<String, String>,
+    /// Whether the volume is served through FUSE by the driver itself (a lazy provider's),
+    /// rather than laid out in a tmpfs: such a mount ends with the process that served it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub lazy: bool,
 }
 
 fn complete_by_default() -> bool {
@@ -222,6 +226,7 @@ mod tests {
             device: None,
             complete: true,
             object_versions: BTreeMap::new(),
+            lazy: false,
         }
     }
 

@@ -70,8 +70,14 @@ fn open_root(root: &Path) -> Result<OpenDir> {
 }
 
 fn child(parent: &OpenDir, name: &Path) -> std::result::Result<OpenDir, Errno> {
-    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-    let fd = openat(parent.fd(), name, flags, Mode::empty())?;
+    let flags = OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let fd = match openat(parent.fd(), name, flags | OFlag::O_RDONLY, Mode::empty()) {
+        // A FUSE mount whose server is gone (a lazy volume of the driver's previous run)
+        // answers nothing, not even an open; a path descriptor still reaches its root without
+        // asking it, so that it can be recognised as the driver's and unmounted.
+        Err(Errno::ENOTCONN) => openat(parent.fd(), name, flags | OFlag::O_PATH, Mode::empty())?,
+        opened => opened?,
+    };
     Ok(OpenDir { fd, path: parent.path.join(name) })
 }
 

@@ -1,9 +1,10 @@
-//! Providers of kind `exec` in eager mode: at publish and at each refresh, the helper is asked
+//! Providers of kind `exec`. In eager mode: at publish and at each refresh, the helper is asked
 //! with `mount` which files it serves, then every listed file is fetched with `get` (the calls
 //! run in parallel, at most `helperConcurrency` helpers at once on the whole node) and the volume
 //! shows them all. A helper that fails, times out or says too much keeps what the volume shows
 //! (UNAVAILABLE: not now); a helper that lists nothing to fetch, or a file it may not name,
-//! withdraws it.
+//! withdraws it. In lazy mode, the answer to `mount` lays the volume out and each file is
+//! fetched when opened ([`LazyFiles`]).
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -13,7 +14,10 @@ use tokio::sync::Semaphore;
 
 use super::helper_protocol::{MountReply, mount_arguments, mount_options};
 use super::helper_run::{self, HelperFailure};
-use super::provider::ExecProvider;
+use serde_json::{Map, Value};
+
+use super::lazy_files::LazyFiles;
+use super::provider::{ExecProvider, FetchMode};
 use crate::content::ask::VolumeAsk;
 use crate::content::error::{Error, Result};
 use crate::content::payload::{FileContent, Payload};
@@ -43,17 +47,19 @@ impl ExecProviders {
     }
 
     /// The files `provider` serves for `ask`'s volume: `mount`, then a `get` per listed file.
+    /// A lazy provider's volume is laid out by [`ExecProviders::lazy_files`] and fetches its
+    /// files when they are opened: it has nothing to lay out here (a refresh of it asks only
+    /// whether access still holds).
     pub async fn files(&self, provider: &ExecProvider, ask: &VolumeAsk) -> Result<Payload> {
+        if provider.mode == FetchMode::Lazy {
+            return Ok(Payload::new());
+        }
         let name = quote(provider.name.as_str());
         let name = name.as_str();
-        let options = mount_options(ask).map_err(Error::Invalid)?;
         let failed = |call: &str, failure: HelperFailure| {
             Error::Unavailable(format!("provider {name}: the helper's {call} {failure}"))
         };
-        let answer =
-            self.call(provider, mount_arguments(&ask.mount_point, &options)).await.map_err(|f| failed("mount", f))?;
-        let reply = MountReply::parse(&answer)
-            .map_err(|why| Error::Unservable(format!("provider {name}: the helper's mount: {why}")))?;
+        let (reply, options) = self.mount(provider, ask).await?;
         let paths = reply.listed_paths();
         if paths.is_empty() {
             return Err(Error::Unservable(format!(
@@ -71,6 +77,26 @@ impl ExecProviders {
             Ok::<_, Error>((path.clone(), FileContent::new(content)))
         });
         futures_util::future::try_join_all(gets).await.map(|files| files.into_iter().collect())
+    }
+
+    /// The files of a lazy provider's volume: the helper's answer to `mount`, each file fetched
+    /// when first opened.
+    pub async fn lazy_files(&self, provider: &ExecProvider, ask: &VolumeAsk) -> Result<LazyFiles> {
+        let (reply, options) = self.mount(provider, ask).await?;
+        LazyFiles::new(provider.clone(), self.permits.clone(), reply, options, tokio::runtime::Handle::current())
+    }
+
+    /// The helper's answer to `mount` for `ask`'s volume, and the options it was given.
+    async fn mount(&self, provider: &ExecProvider, ask: &VolumeAsk) -> Result<(MountReply, Map<String, Value>)> {
+        let name = quote(provider.name.as_str());
+        let options = mount_options(ask).map_err(Error::Invalid)?;
+        let answer = self
+            .call(provider, mount_arguments(&ask.mount_point, &options))
+            .await
+            .map_err(|failure| Error::Unavailable(format!("provider {name}: the helper's mount {failure}")))?;
+        let reply = MountReply::parse(&answer)
+            .map_err(|why| Error::Unservable(format!("provider {name}: the helper's mount: {why}")))?;
+        Ok((reply, options))
     }
 
     /// One helper call, once the node's bound lets it run.

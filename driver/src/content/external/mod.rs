@@ -13,6 +13,7 @@
 pub mod exec;
 pub mod helper_protocol;
 pub mod helper_run;
+pub mod lazy_files;
 pub mod provider;
 pub mod providers;
 pub mod secrets_store;

@@ -88,6 +88,11 @@ pub enum FetchMode {
     Lazy,
 }
 
+/// The bounds of a lazy provider's `cacheTTL`: under a second every read of a busy file would be
+/// a helper call, and over an hour a rotated secret would stay unseen for longer than any vault's
+/// lease.
+const CACHE_TTL_BOUNDS: std::ops::RangeInclusive<Duration> = Duration::from_secs(1)..=Duration::from_secs(3600);
+
 /// An `exec` provider the driver can run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExecProvider {
@@ -95,8 +100,12 @@ pub struct ExecProvider {
     pub name: ObjectName,
     /// The helper program.
     pub helper: PathBuf,
+    /// When its files are fetched.
+    pub mode: FetchMode,
     /// How long one call may take.
     pub timeout: Duration,
+    /// Lazy mode: how long a file's content is served before the helper is asked again.
+    pub cache_ttl: Duration,
     /// The largest output of one call.
     pub max_file_bytes: u64,
 }
@@ -141,9 +150,6 @@ pub fn check_providers(configured: &[ProviderConfig]) -> Result<BTreeMap<String,
 }
 
 fn check_exec(config: &ProviderConfig, name: ObjectName, at: &str) -> Result<ExecProvider, String> {
-    if config.mode == FetchMode::Lazy {
-        return Err(format!("{at}: mode lazy (FUSE) is not built yet; use mode eager"));
-    }
     if config.socket.is_some() {
         return Err(format!("{at}: socket is for kind secrets-store; kind exec runs helper"));
     }
@@ -153,7 +159,17 @@ fn check_exec(config: &ProviderConfig, name: ObjectName, at: &str) -> Result<Exe
     if !helper.is_absolute() {
         return Err(format!("{at}: helper {} is not an absolute path", crate::quote::quote_path(&helper)));
     }
-    Ok(ExecProvider { name, helper, timeout: config.timeout, max_file_bytes: config.max_file_bytes })
+    if config.mode == FetchMode::Lazy && !CACHE_TTL_BOUNDS.contains(&config.cache_ttl) {
+        return Err(format!("{at}: cacheTTL {} s is outside 1s..1h", config.cache_ttl.as_secs_f64()));
+    }
+    Ok(ExecProvider {
+        name,
+        helper,
+        mode: config.mode,
+        timeout: config.timeout,
+        cache_ttl: config.cache_ttl,
+        max_file_bytes: config.max_file_bytes,
+    })
 }
 
 fn check_secrets_store(config: &ProviderConfig, name: ObjectName, at: &str) -> Result<SecretsStoreProvider, String> {
@@ -203,6 +219,15 @@ mod tests {
         let Provider::Exec(provider) = &providers["vault-cli"] else { panic!("{providers:?}") };
         assert_eq!(provider.helper, PathBuf::from("/usr/libexec/inline-guard/vault-cli"));
         assert_eq!((provider.timeout, provider.max_file_bytes), (Duration::from_secs(10), 1 << 20));
+        assert_eq!(provider.mode, FetchMode::Eager);
+    }
+
+    #[test]
+    fn a_lazy_exec_provider_keeps_its_cache_ttl() {
+        let config = ProviderConfig { mode: FetchMode::Lazy, cache_ttl: Duration::from_secs(30), ..exec("vault-cli") };
+        let providers = check_providers(&[config]).unwrap();
+        let Provider::Exec(provider) = &providers["vault-cli"] else { panic!("{providers:?}") };
+        assert_eq!((provider.mode, provider.cache_ttl), (FetchMode::Lazy, Duration::from_secs(30)));
     }
 
     #[test]
@@ -256,9 +281,14 @@ mod tests {
                 message: "providers[0].name: \"Vault_CLI\" is not a valid",
             },
             Case {
-                name: "lazy",
-                change: |p| p.mode = FetchMode::Lazy,
-                message: "provider \"vault-cli\": mode lazy (FUSE) is not built yet; use mode eager",
+                name: "a lazy cache kept under a second",
+                change: |p| (p.mode, p.cache_ttl) = (FetchMode::Lazy, Duration::from_millis(500)),
+                message: "provider \"vault-cli\": cacheTTL 0.5 s is outside 1s..1h",
+            },
+            Case {
+                name: "a lazy cache kept over an hour",
+                change: |p| (p.mode, p.cache_ttl) = (FetchMode::Lazy, Duration::from_secs(7200)),
+                message: "provider \"vault-cli\": cacheTTL 7200 s is outside 1s..1h",
             },
             Case {
                 name: "a socket",

@@ -4,7 +4,8 @@
 use std::collections::BTreeMap;
 
 use super::exec::ExecProviders;
-use super::provider::Provider;
+use super::lazy_files::LazyFiles;
+use super::provider::{FetchMode, Provider};
 use super::secrets_store::SecretsStoreClient;
 use crate::content::ask::VolumeAsk;
 use crate::content::error::{Error, Result};
@@ -52,6 +53,20 @@ impl Providers {
         match self.secrets_store.get(name) {
             Some(client) => client.files(ask).await,
             None => Err(unknown(name)),
+        }
+    }
+
+    /// Whether provider `name` fetches files when they are opened (an `exec` provider in
+    /// lazy mode), so that its volumes are laid out by [`Providers::lazy_files`].
+    pub fn is_lazy(&self, name: &str) -> bool {
+        self.exec.get(name).is_some_and(|provider| provider.mode == FetchMode::Lazy)
+    }
+
+    /// The files of `ask`'s volume of lazy provider `name`, fetched when opened.
+    pub async fn lazy_files(&self, name: &str, ask: &VolumeAsk) -> Result<LazyFiles> {
+        match self.exec.get(name).filter(|provider| provider.mode == FetchMode::Lazy) {
+            Some(provider) => self.exec.lazy_files(provider, ask).await,
+            None => Err(Error::Internal(format!("provider {} does not fetch files when opened", quote(name)))),
         }
     }
 

@@ -33,6 +33,7 @@ use crate::content::ask::{PodInfo, VolumeAsk};
 use crate::content::changes::Changes;
 use crate::content::error::{Error, Result};
 use crate::content::external::helper_protocol::PROVIDER_ATTRIBUTE;
+use crate::content::external::lazy_files::LazyFiles;
 use crate::content::external::providers::Providers;
 use crate::content::object_name::{NamespaceName, ObjectName};
 use crate::content::payload::Payload;
@@ -233,6 +234,12 @@ impl KubernetesSource {
     /// The files of `request`'s volume from provider `name`, once the pod's service account is
     /// allowed to use it (the same check as a share's, for resource `providers`).
     async fn provider_payload(&self, request: &VolumeAsk, name: &ObjectName, pass: Option<PassId>) -> Result<Payload> {
+        self.may_use_provider(request, name, pass).await?;
+        self.providers.files(name.as_str(), request).await
+    }
+
+    /// Nothing when `request`'s pod may use provider `name`, a node's provider; otherwise why not.
+    async fn may_use_provider(&self, request: &VolumeAsk, name: &ObjectName, pass: Option<PassId>) -> Result<()> {
         self.providers.known(name.as_str())?;
         let question = AccessQuestion {
             namespace: request.pod.namespace.clone(),
@@ -243,7 +250,21 @@ impl KubernetesSource {
         if !self.shared(pass, question.clone(), |p| &mut p.access, self.allowed(&question)).await? {
             return Err(Error::Denied(question.denial()));
         }
-        self.providers.files(name.as_str(), request).await
+        Ok(())
+    }
+
+    /// The files of `request`'s volume when its provider fetches them only when opened.
+    async fn lazy_files(&self, request: &VolumeAsk) -> Result<Option<Arc<LazyFiles>>> {
+        let Some(name) = request.attributes.get(PROVIDER_ATTRIBUTE).filter(|name| self.providers.is_lazy(name)) else {
+            return Ok(None);
+        };
+        // The whole attribute check, as for any volume: a lazy volume naming a share too is
+        // refused alike.
+        let Volume::Provider(name) = volume_of(request)? else {
+            return Err(Error::Internal(format!("volume of provider {} read as another kind", quote(name))));
+        };
+        self.may_use_provider(request, &name, None).await?;
+        self.providers.lazy_files(name.as_str(), request).await.map(|files| Some(Arc::new(files)))
     }
 
     /// The files of share `share` of `kind` for `pod`, once its service account is allowed to
@@ -479,6 +500,10 @@ impl ContentSource for KubernetesSource {
 
     fn content_in_pass(&self, request: &VolumeAsk, pass: PassId) -> Result<Payload> {
         self.runtime.block_on(self.payload(request, Some(pass)))
+    }
+
+    fn lazy(&self, request: &VolumeAsk) -> Result<Option<Arc<LazyFiles>>> {
+        self.runtime.block_on(self.lazy_files(request))
     }
 
     fn changes(&self) -> Option<Arc<Changes>> {

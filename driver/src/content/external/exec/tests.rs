@@ -56,7 +56,9 @@ impl Vault {
         ExecProvider {
             name: ObjectName::parse("example").unwrap(),
             helper: self.path("helper"),
+            mode: crate::content::external::provider::FetchMode::Eager,
             timeout: Duration::from_secs(30),
+            cache_ttl: Duration::from_secs(60),
             max_file_bytes: 1 << 20,
         }
     }

@@ -1,0 +1,292 @@
+//! The files of one volume of a lazy `exec` provider: laid out from the helper's answer to
+//! `mount` (its enabled directories, and the files it lists, if any), and each fetched with `get`
+//! only when software in the container first opens it, then served from memory for the
+//! provider's `cacheTTL`, so that reads, opens and stats within it never run the helper. An
+//! enabled directory whose files the helper does not list shows a file for any name looked up in
+//! it, as the FUSE flexVolume design does: the helper decides, at `get`, whether it exists.
+//!
+//! What the volume layer serves through FUSE asks here, by path; nothing here knows FUSE. Access
+//! withdrawn (the refresher's access check) makes every open fail and drops what was cached.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::OsString;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Map, Value};
+use tokio::sync::Semaphore;
+
+use super::helper_protocol::MountReply;
+use super::helper_run;
+use super::provider::ExecProvider;
+use crate::content::error::{Error, Result};
+use crate::content::payload::check_key;
+use crate::quote::quote;
+
+/// The most files one lazy volume keeps in memory at once: as many as a helper may list, so a
+/// container looking up ever new names in an open directory cannot grow the driver without end.
+pub const MAX_CACHED_FILES: usize = super::helper_protocol::MAX_LISTED_FILES;
+
+/// What a path of the volume is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryKind {
+    /// A directory (the root, an enabled directory, or one on the way to either).
+    Directory,
+    /// A file the helper serves.
+    File,
+}
+
+/// A directory of the volume.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+struct Directory {
+    /// What it lists, by name.
+    children: BTreeMap<String, EntryKind>,
+    /// An enabled directory whose files the helper does not list: any name looked up is a file.
+    open: bool,
+}
+
+/// The tree the helper's answer to `mount` describes: directories by path (`""` is the root).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LazyLayout {
+    directories: BTreeMap<String, Directory>,
+}
+
+impl LazyLayout {
+    /// The tree of `reply`. A path that is both a listed file and a directory is refused.
+    pub fn of(reply: &MountReply) -> std::result::Result<LazyLayout, String> {
+        let mut layout = LazyLayout { directories: BTreeMap::from([(String::new(), Directory::default())]) };
+        for dir in &reply.enable_dirs {
+            layout.add(dir, EntryKind::Directory)?;
+            let listed = reply.files.contains_key(dir);
+            if let Some(directory) = layout.directories.get_mut(dir.as_str()) {
+                directory.open |= !listed;
+            }
+        }
+        for path in reply.listed_paths() {
+            layout.add(&path, EntryKind::File)?;
+        }
+        Ok(layout)
+    }
+
+    /// Adds `path` as `kind`, with every directory on the way to it.
+    fn add(&mut self, path: &str, kind: EntryKind) -> std::result::Result<(), String> {
+        let mut parent = String::new();
+        let components: Vec<&str> = path.split('/').collect();
+        for (index, name) in components.iter().enumerate() {
+            let here = if parent.is_empty() { name.to_string() } else { format!("{parent}/{name}") };
+            let wanted = if index + 1 == components.len() { kind } else { EntryKind::Directory };
+            let siblings = &mut self.directories.entry(parent.clone()).or_default().children;
+            match siblings.insert(name.to_string(), wanted) {
+                Some(was) if was != wanted => {
+                    return Err(format!("{} is both a file and a directory", quote(&here)));
+                }
+                _ => {}
+            }
+            if wanted == EntryKind::Directory {
+                self.directories.entry(here.clone()).or_default();
+            }
+            parent = here;
+        }
+        Ok(())
+    }
+
+    /// What `path` is (`""`: the root), or `None` when the volume has nothing there.
+    pub fn kind(&self, path: &str) -> Option<EntryKind> {
+        if self.directories.contains_key(path) {
+            return Some(EntryKind::Directory);
+        }
+        let (parent, name) = path.rsplit_once('/').unwrap_or(("", path));
+        let directory = self.directories.get(parent)?;
+        match directory.children.get(name) {
+            Some(kind) => Some(*kind),
+            None if directory.open && check_key(path).is_ok() => Some(EntryKind::File),
+            None => None,
+        }
+    }
+
+    /// What directory `path` lists, by name; `None` when it is no directory. An open
+    /// directory lists nothing of its own: its files appear when looked up by name.
+    pub fn listing(&self, path: &str) -> Option<impl Iterator<Item = (&str, EntryKind)>> {
+        let directory = self.directories.get(path)?;
+        Some(directory.children.iter().map(|(name, kind)| (name.as_str(), *kind)))
+    }
+}
+
+/// A file's content, as fetched at one moment.
+struct Cached {
+    content: Arc<[u8]>,
+    fetched: Instant,
+}
+
+/// One path's cache entry: locked while its `get` runs, so that opens of one file at once run
+/// the helper once.
+type Slot = Arc<tokio::sync::Mutex<Option<Cached>>>;
+
+/// The files of one lazy volume.
+pub struct LazyFiles {
+    provider: ExecProvider,
+    permits: Arc<Semaphore>,
+    reply: MountReply,
+    options: Map<String, Value>,
+    layout: LazyLayout,
+    runtime: tokio::runtime::Handle,
+    cache: Mutex<HashMap<String, Slot>>,
+    withdrawn: AtomicBool,
+    gets: AtomicU64,
+}
+
+// The options carry the pod's tokens: never printed.
+impl std::fmt::Debug for LazyFiles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "LazyFiles(provider {}, {:?})", self.provider.name.as_str(), self.layout)
+    }
+}
+
+impl LazyFiles {
+    /// The files `reply` describes, fetched from `provider` with `options`' values for its
+    /// `mount-param` keys, at most `permits` helpers at once on the node, on `runtime`.
+    pub fn new(
+        provider: ExecProvider,
+        permits: Arc<Semaphore>,
+        reply: MountReply,
+        options: Map<String, Value>,
+        runtime: tokio::runtime::Handle,
+    ) -> Result<LazyFiles> {
+        let name = quote(provider.name.as_str());
+        let unservable = |why: String| Error::Unservable(format!("provider {name}: the helper's mount: {why}"));
+        let layout = LazyLayout::of(&reply).map_err(unservable)?;
+        // Every `get` needs the values of `mount-param`: a key the options lack fails here,
+        // at publish, not at each open.
+        reply.get_arguments("", &options).map_err(unservable)?;
+        Ok(LazyFiles {
+            provider,
+            permits,
+            reply,
+            options,
+            layout,
+            runtime,
+            cache: Mutex::default(),
+            withdrawn: AtomicBool::new(false),
+            gets: AtomicU64::new(0),
+        })
+    }
+
+    /// The tree of the volume.
+    pub fn layout(&self) -> &LazyLayout {
+        &self.layout
+    }
+
+    /// How long content is served before the helper is asked again (and how long the kernel
+    /// may keep what it was told of names and sizes).
+    pub fn cache_ttl(&self) -> Duration {
+        self.provider.cache_ttl
+    }
+
+    /// Where reads run their helper calls.
+    pub fn runtime(&self) -> &tokio::runtime::Handle {
+        &self.runtime
+    }
+
+    /// How many `get`s this volume has run.
+    pub fn gets(&self) -> u64 {
+        self.gets.load(Ordering::Relaxed)
+    }
+
+    /// The size of `path` and how long it stays fresh, when its content is cached and fresh.
+    pub fn cached(&self, path: &str) -> Option<(u64, Duration)> {
+        let slot = self.cache.lock().unwrap_or_else(|p| p.into_inner()).get(path).cloned()?;
+        let cached = slot.try_lock().ok()?;
+        let cached = cached.as_ref()?;
+        let fresh_for = self.cache_ttl().checked_sub(cached.fetched.elapsed()).filter(|left| !left.is_zero())?;
+        Some((cached.content.len() as u64, fresh_for))
+    }
+
+    /// Withdraws the volume's files (`true`: access was lost) or gives them back; whether that
+    /// changed anything. Withdrawn, every open fails and nothing stays cached.
+    pub fn set_withdrawn(&self, withdrawn: bool) -> bool {
+        let was = self.withdrawn.swap(withdrawn, Ordering::SeqCst);
+        if withdrawn {
+            self.cache.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        }
+        was != withdrawn
+    }
+
+    /// Whether the volume's files are withdrawn.
+    pub fn withdrawn(&self) -> bool {
+        self.withdrawn.load(Ordering::SeqCst)
+    }
+
+    /// The content of the file at `path`: from the cache within the TTL, otherwise from the
+    /// helper's `get`. Withdrawn: [`Error::Denied`]; no such file: [`Error::Missing`]; the
+    /// helper failing: [`Error::Unavailable`], for this file only.
+    pub async fn read(&self, path: &str) -> Result<Arc<[u8]>> {
+        let name = quote(self.provider.name.as_str());
+        if self.withdrawn() {
+            return Err(Error::Denied(format!("provider {name}: access to the volume's files was withdrawn")));
+        }
+        if self.layout.kind(path) != Some(EntryKind::File) {
+            return Err(Error::Missing(format!("provider {name}: no file {}", quote(path))));
+        }
+        let Some(slot) = self.slot(path) else {
+            return self.get(path).await;
+        };
+        let mut cached = slot.lock().await;
+        if let Some(fresh) = cached.as_ref().filter(|c| c.fetched.elapsed() < self.cache_ttl()) {
+            return Ok(fresh.content.clone());
+        }
+        let content = self.get(path).await?;
+        // A revocation while the helper ran: its answer is not kept, nor served.
+        if self.withdrawn() {
+            return Err(Error::Denied(format!("provider {name}: access to the volume's files was withdrawn")));
+        }
+        *cached = Some(Cached { content: content.clone(), fetched: Instant::now() });
+        Ok(content)
+    }
+
+    /// The cache entry of `path`, made if missing; `None` when the cache is full of fresh
+    /// entries (the file is then fetched without being kept).
+    fn slot(&self, path: &str) -> Option<Slot> {
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(slot) = cache.get(path) {
+            return Some(slot.clone());
+        }
+        if cache.len() >= MAX_CACHED_FILES {
+            let ttl = self.cache_ttl();
+            // An entry being fetched is locked and kept; an expired one costs a `get` either way.
+            cache.retain(|_, slot| {
+                slot.try_lock().map_or(true, |c| c.as_ref().is_some_and(|c| c.fetched.elapsed() < ttl))
+            });
+            if cache.len() >= MAX_CACHED_FILES {
+                return None;
+            }
+        }
+        Some(cache.entry(path.to_string()).or_default().clone())
+    }
+
+    /// One `get` of `path`, once the node's bound lets it run.
+    async fn get(&self, path: &str) -> Result<Arc<[u8]>> {
+        let name = quote(self.provider.name.as_str());
+        let arguments = self
+            .reply
+            .get_arguments(path, &self.options)
+            .map_err(|why| Error::Unservable(format!("provider {name}: the helper's mount: {why}")))?;
+        let arguments: Vec<OsString> = arguments.into_iter().map(OsString::from).collect();
+        let _permit = self
+            .permits
+            .acquire()
+            .await
+            .map_err(|_| Error::Internal("the bound on helpers running at once is closed".into()))?;
+        self.gets.fetch_add(1, Ordering::Relaxed);
+        let provider = &self.provider;
+        helper_run::run(&provider.helper, &arguments, provider.timeout, provider.max_file_bytes)
+            .await
+            .map(Arc::from)
+            .map_err(|failure| {
+                Error::Unavailable(format!("provider {name}: the helper's get {} {failure}", quote(path)))
+            })
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

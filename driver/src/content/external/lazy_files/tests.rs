@@ -1,0 +1,218 @@
+//! A lazy volume's layout from the helper's answer, and its reads against a real helper
+//! process that logs each call: one `get` per file within the cache's TTL, however many opens
+//! at once; a failing file fails alone; withdrawn access fails every read and keeps nothing.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::*;
+use crate::content::external::helper_protocol::mount_options;
+use crate::content::object_name::ObjectName;
+
+fn reply(text: &str) -> MountReply {
+    MountReply::parse(text.as_bytes()).unwrap()
+}
+
+#[test]
+fn the_layout_has_the_enabled_directories_the_listed_files_and_the_way_to_them() {
+    let layout =
+        LazyLayout::of(&reply(r#"{"enable-dirs": ["a/b", "open"], "files": {"a/b": ["x", "sub/y"]}}"#)).unwrap();
+    for (path, kind) in [
+        ("", Some(EntryKind::Directory)),
+        ("a", Some(EntryKind::Directory)),
+        ("a/b", Some(EntryKind::Directory)),
+        ("a/b/x", Some(EntryKind::File)),
+        ("a/b/sub", Some(EntryKind::Directory)),
+        ("a/b/sub/y", Some(EntryKind::File)),
+        ("a/b/unlisted", None),
+        ("a/c", None),
+        ("open", Some(EntryKind::Directory)),
+        ("open/any-name", Some(EntryKind::File)),
+        ("open/..hidden", Some(EntryKind::File)),
+        ("open/nested/name", None),
+        ("elsewhere", None),
+    ] {
+        assert_eq!(layout.kind(path), kind, "{path:?}");
+    }
+    let listed = |path: &str| layout.listing(path).map(|l| l.map(|(n, k)| (n.to_string(), k)).collect::<Vec<_>>());
+    assert_eq!(
+        listed(""),
+        Some(vec![("a".to_string(), EntryKind::Directory), ("open".to_string(), EntryKind::Directory)])
+    );
+    assert_eq!(
+        listed("a/b"),
+        Some(vec![("sub".to_string(), EntryKind::Directory), ("x".to_string(), EntryKind::File)])
+    );
+    assert_eq!(listed("open"), Some(vec![]), "an open directory lists nothing of its own");
+    assert_eq!(listed("a/b/x"), None, "a file is no directory");
+}
+
+#[test]
+fn a_path_that_is_both_a_file_and_a_directory_is_refused() {
+    let error =
+        LazyLayout::of(&reply(r#"{"enable-dirs": ["a", "a/x"], "files": {"a": ["x"], "a/x": ["y"]}}"#)).unwrap_err();
+    assert_eq!(error, "\"a/x\" is both a file and a directory");
+}
+
+/// A helper serving the files of a directory, logging each call; a file named `broken` fails.
+pub(crate) struct Helper {
+    dir: tempfile::TempDir,
+}
+
+impl Helper {
+    pub(crate) fn new(files: &[(&str, &str)]) -> Helper {
+        let helper = Helper { dir: tempfile::tempdir().unwrap() };
+        std::fs::create_dir_all(helper.path("files")).unwrap();
+        for (name, content) in files {
+            std::fs::write(helper.path("files").join(name), content).unwrap();
+        }
+        let script = format!(
+            "#!/bin/sh\n\
+             echo \"$*\" >> {calls}\n\
+             case \"$1\" in\n\
+             mount) printf '{{\"enable-dirs\": [\"secrets\"], \"mount-param\": [\"kubernetes.io/pod.name\"],}}' ;;\n\
+             get) name=${{2#secrets/}}; [ \"$name\" = broken ] && {{ echo \"the vault refused $name\" >&2; exit 3; }}\n\
+                  sleep 0.1; cat {files}/\"$name\" ;;\n\
+             esac\n",
+            calls = helper.path("calls").display(),
+            files = helper.path("files").display(),
+        );
+        std::fs::write(helper.path("helper"), script).unwrap();
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(helper.path("helper"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        helper
+    }
+
+    pub(crate) fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    pub(crate) fn gets(&self) -> Vec<String> {
+        let calls = std::fs::read_to_string(self.path("calls")).unwrap_or_default();
+        calls.lines().filter(|line| line.starts_with("get ")).map(String::from).collect()
+    }
+
+    /// The volume's files, fetched through this helper on the current runtime.
+    pub(crate) fn files(&self, cache_ttl: Duration) -> LazyFiles {
+        let provider = ExecProvider {
+            name: ObjectName::parse("vault-cli").unwrap(),
+            helper: self.path("helper"),
+            mode: super::super::provider::FetchMode::Lazy,
+            timeout: Duration::from_secs(60),
+            cache_ttl,
+            max_file_bytes: 1 << 20,
+        };
+        let options = mount_options(&crate::content::ask::VolumeAsk::example(&[("provider", "vault-cli")])).unwrap();
+        let reply = reply(r#"{"enable-dirs": ["secrets"], "mount-param": ["kubernetes.io/pod.name"],}"#);
+        LazyFiles::new(provider, Arc::new(Semaphore::new(4)), reply, options, tokio::runtime::Handle::current())
+            .unwrap()
+    }
+}
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+#[tokio::test]
+async fn a_file_is_fetched_once_when_first_read_and_served_from_memory_within_the_ttl() {
+    let helper = Helper::new(&[("db-password", "s3cret")]);
+    let files = helper.files(HOUR);
+    assert!(helper.gets().is_empty(), "nothing is fetched before a read");
+    assert_eq!(files.cached("secrets/db-password"), None);
+    for _ in 0..3 {
+        assert_eq!(&*files.read("secrets/db-password").await.unwrap(), b"s3cret");
+    }
+    assert_eq!(helper.gets(), ["get secrets/db-password web"], "the mount-param value follows the path");
+    assert_eq!(files.cached("secrets/db-password").map(|(size, _)| size), Some(6));
+    assert_eq!(files.gets(), 1);
+}
+
+#[tokio::test]
+async fn after_the_ttl_the_helper_is_asked_again() {
+    let helper = Helper::new(&[("db-password", "first")]);
+    let files = helper.files(Duration::from_secs(1));
+    assert_eq!(&*files.read("secrets/db-password").await.unwrap(), b"first");
+    std::fs::write(helper.path("files/db-password"), "second").unwrap();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(files.cached("secrets/db-password"), None, "expired");
+    assert_eq!(&*files.read("secrets/db-password").await.unwrap(), b"second");
+    assert_eq!(helper.gets().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opens_of_one_file_at_once_run_the_helper_once() {
+    let helper = Helper::new(&[("db-password", "s3cret")]);
+    let files = Arc::new(helper.files(HOUR));
+    let reads = (0..8).map(|_| {
+        let files = files.clone();
+        tokio::spawn(async move { files.read("secrets/db-password").await })
+    });
+    for read in futures_util::future::join_all(reads).await {
+        assert_eq!(&*read.unwrap().unwrap(), b"s3cret");
+    }
+    assert_eq!(helper.gets().len(), 1);
+}
+
+#[tokio::test]
+async fn a_failing_file_fails_alone_naming_the_helpers_words() {
+    let helper = Helper::new(&[("db-password", "s3cret")]);
+    let files = helper.files(HOUR);
+    let error = files.read("secrets/broken").await.unwrap_err();
+    assert_eq!(
+        error,
+        Error::Unavailable(
+            "provider \"vault-cli\": the helper's get \"secrets/broken\" exit status: 3; it said: the vault refused broken"
+                .into()
+        )
+    );
+    assert_eq!(&*files.read("secrets/db-password").await.unwrap(), b"s3cret");
+    // A failure is not cached: the next open asks again.
+    assert!(files.read("secrets/broken").await.is_err());
+    assert_eq!(helper.gets().len(), 3);
+}
+
+#[tokio::test]
+async fn a_path_outside_the_layout_is_missing_without_asking_the_helper() {
+    let helper = Helper::new(&[]);
+    let files = helper.files(HOUR);
+    for path in ["elsewhere/x", "secrets", "secrets/a/b", ""] {
+        assert!(matches!(files.read(path).await, Err(Error::Missing(_))), "{path:?}");
+    }
+    assert!(helper.gets().is_empty());
+}
+
+#[tokio::test]
+async fn withdrawn_access_fails_every_read_and_keeps_nothing() {
+    let helper = Helper::new(&[("db-password", "s3cret")]);
+    let files = helper.files(HOUR);
+    files.read("secrets/db-password").await.unwrap();
+    assert!(files.set_withdrawn(true), "a change");
+    assert!(!files.set_withdrawn(true), "no change the second time");
+    assert_eq!(
+        files.read("secrets/db-password").await.unwrap_err(),
+        Error::Denied("provider \"vault-cli\": access to the volume's files was withdrawn".into())
+    );
+    assert_eq!(files.cached("secrets/db-password"), None, "the cache was dropped");
+    assert!(files.set_withdrawn(false));
+    assert_eq!(&*files.read("secrets/db-password").await.unwrap(), b"s3cret");
+    assert_eq!(helper.gets().len(), 2, "given back, the file is fetched anew");
+}
+
+#[tokio::test]
+async fn a_mount_param_the_options_lack_is_refused_at_publish() {
+    let helper = Helper::new(&[]);
+    let provider = helper.files(HOUR).provider.clone();
+    let error = LazyFiles::new(
+        provider,
+        Arc::new(Semaphore::new(1)),
+        reply(r#"{"enable-dirs": ["secrets"], "mount-param": ["vault-role"]}"#),
+        Map::new(),
+        tokio::runtime::Handle::current(),
+    )
+    .unwrap_err();
+    assert_eq!(
+        error,
+        Error::Unservable(
+            "provider \"vault-cli\": the helper's mount: mount-param names \"vault-role\", which the mount options do not hold"
+                .into()
+        )
+    );
+}

@@ -1,0 +1,137 @@
+//! Real FUSE mounts (as root): a lazy volume read through the kernel by root and by another
+//! user, each file fetched at its first open and not before; a failing file is EIO alone; the
+//! volume refuses writes; and a mount whose server is gone (what a driver restart leaves) is
+//! recognised as the driver's, unmounted at recovery and its record dropped.
+
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::*;
+use crate::content::external::lazy_files::tests::Helper;
+use crate::volume::mounter::{LinuxMounter, Mounter, listed_in_mountinfo};
+use crate::volume::ownership::mount_tag;
+use crate::volume::target_dir::{self, OpenTarget};
+use crate::volume::target_path::TargetPath;
+
+const HOUR: Duration = Duration::from_secs(3600);
+const NOBODY: u32 = 65534;
+
+/// A kubelet target below a fresh root that any user may walk to.
+fn created_target() -> (tempfile::TempDir, PathBuf, OpenTarget, Vec<PathBuf>) {
+    assert!(nix::unistd::geteuid().is_root(), "mounting needs root: run the test command as root");
+    let dir = tempfile::tempdir().unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let text = dir.path().join("pods/u/volumes/kubernetes.io~csi/v/mount");
+    let target = TargetPath::parse(text.to_str().unwrap(), dir.path()).unwrap();
+    let mut created = Vec::new();
+    let opened = target_dir::create(dir.path(), &target, &mut created).unwrap();
+    for made in &created {
+        std::fs::set_permissions(made, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    (dir, text, opened, created)
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
+}
+
+/// `cat PATH` as user `uid`: its output, or its standard error.
+fn cat_as(uid: u32, path: &Path) -> Result<String, String> {
+    let output = Command::new("cat").arg(path).uid(uid).gid(uid).output().unwrap();
+    match output.status.success() {
+        true => Ok(String::from_utf8(output.stdout).unwrap()),
+        false => Err(String::from_utf8(output.stderr).unwrap()),
+    }
+}
+
+#[test]
+fn a_lazy_volume_is_read_by_any_user_each_file_fetched_at_its_first_open() {
+    let runtime = runtime();
+    let helper = Helper::new(&[("db-password", "s3cret"), ("api-key", "k3y")]);
+    let files = Arc::new(runtime.block_on(async { helper.files(HOUR) }));
+    let (_dir, text, opened, _) = created_target();
+    let device = LinuxMounter.mount_fuse(&opened.target, "inline-guard:lazy-test").unwrap();
+    let mount = LazyMount::serve("csi-lazy", device, files.clone()).unwrap();
+    let root = opened.reopen().unwrap();
+    let source = LinuxMounter.mount_source(&opened.parent, &root).unwrap().unwrap();
+    assert!(source.is("inline-guard:lazy-test"), "the driver's own, by its tag: {source:?}");
+
+    let names: Vec<String> =
+        std::fs::read_dir(&text).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    assert_eq!(names, ["secrets"]);
+    let file = text.join("secrets/db-password");
+    let before = std::fs::metadata(&file).unwrap();
+    use std::os::unix::fs::MetadataExt as _;
+    assert_eq!((before.mode() & 0o7777, before.uid(), before.len()), (0o444, 0, 0), "not fetched yet");
+    assert!(helper.gets().is_empty(), "a listing and a stat fetch nothing: {:?}", helper.gets());
+
+    assert_eq!(cat_as(NOBODY, &file), Ok("s3cret".into()), "another user reads it (allow_other)");
+    assert_eq!(helper.gets(), ["get secrets/db-password web"]);
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "s3cret");
+    assert_eq!(std::fs::metadata(&file).unwrap().len(), 6, "its size once fetched");
+    assert_eq!(helper.gets().len(), 1, "read again within the TTL: no call");
+    assert_eq!(cat_as(NOBODY, &text.join("secrets/api-key")), Ok("k3y".into()));
+    assert_eq!(helper.gets().len(), 2);
+
+    let error = cat_as(NOBODY, &text.join("secrets/broken")).unwrap_err();
+    assert!(error.contains("Input/output error"), "{error}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "s3cret", "the other files still read");
+    let error = std::fs::OpenOptions::new().write(true).open(&file).unwrap_err();
+    assert_eq!(error.raw_os_error(), Some(nix::libc::EROFS));
+    let error = std::fs::write(text.join("secrets/new"), "x").unwrap_err();
+    assert_eq!(error.raw_os_error(), Some(nix::libc::EROFS));
+
+    files.set_withdrawn(true);
+    let error = std::fs::read(&file).unwrap_err();
+    assert_eq!(error.raw_os_error(), Some(nix::libc::EACCES), "withdrawn access");
+
+    LinuxMounter.unmount(&root).unwrap();
+    drop((root, mount));
+    assert!(!listed_in_mountinfo(&text).unwrap());
+    assert_eq!(std::fs::read_dir(&text).unwrap().count(), 0, "the directory under it is empty");
+}
+
+#[test]
+fn a_lazy_volume_whose_server_is_gone_is_unmounted_at_recovery_and_its_record_dropped() {
+    use crate::content::ask::PodInfo;
+    use crate::volume::recovery::recover;
+    use crate::volume::store::{FileVolumeStore, VolumeRecord, VolumeStore};
+
+    let (dir, text, opened, created) = created_target();
+    let volume_id = "csi-lazy-gone";
+    // Mounted, then its descriptor closed without serving: what a killed driver leaves.
+    drop(LinuxMounter.mount_fuse(&opened.target, &mount_tag(volume_id)).unwrap());
+    drop(opened);
+    let error = std::fs::read_dir(&text).unwrap_err();
+    assert_eq!(error.raw_os_error(), Some(nix::libc::ENOTCONN), "a dead FUSE mount answers nothing");
+
+    let store = FileVolumeStore::open(dir.path().join("state")).unwrap();
+    let record = VolumeRecord {
+        volume_id: volume_id.into(),
+        target_path: text.clone(),
+        pod: PodInfo { name: "p".into(), namespace: "n".into(), uid: "u".into(), service_account: "s".into() },
+        attributes: Default::default(),
+        host_read_only: false,
+        created_dirs: created,
+        device: Some(1),
+        complete: true,
+        object_versions: Default::default(),
+        lazy: true,
+    };
+    store.put(&record, true).unwrap();
+    let (kept, dropped) = recover(store.load_all().unwrap().0, &LinuxMounter, &store, dir.path());
+    assert!(kept.is_empty(), "{kept:?}");
+    assert_eq!(dropped.len(), 1);
+    assert!(
+        dropped[0].contains("was served lazily by the driver's previous run, whose FUSE session ended with it; unmounted; record dropped"),
+        "{}",
+        dropped[0]
+    );
+    assert!(!listed_in_mountinfo(&text).unwrap());
+    assert!(!dir.path().join("pods").exists(), "the directories it made are gone");
+    assert!(store.load_all().unwrap().0.is_empty());
+}
