@@ -182,7 +182,7 @@ fn count<'de, D: Deserializer<'de>>(deserializer: D) -> Result<usize, D::Error> 
     usize::try_from(value).map_err(|_| serde::de::Error::custom("too large"))
 }
 
-/// A duration: `500ms`, `10s`, `2m`, or a plain number of seconds; greater than zero.
+/// A duration: `500ms`, `10s`, `2m`, `1h`, or a plain number of seconds; greater than zero.
 pub(crate) fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<std::time::Duration, D::Error> {
     #[derive(Deserialize)]
     #[serde(untagged)]
@@ -192,7 +192,7 @@ pub(crate) fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<std
     }
     let invalid = |text: &str| {
         serde::de::Error::custom(format!(
-            "invalid duration {}: use a number with ms, s or m (500ms, 10s, 2m)",
+            "invalid duration {}: use a number with ms, s, m or h (500ms, 10s, 2m, 1h)",
             crate::quote::quote(text)
         ))
     };
@@ -205,6 +205,7 @@ pub(crate) fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<std
                 "ms" => 1,
                 "s" => 1000,
                 "m" => 60_000,
+                "h" => 3_600_000,
                 _ => return Err(invalid(&text)),
             };
             Some(number.parse::<u64>().ok().and_then(|n| n.checked_mul(per_unit)).ok_or_else(|| invalid(&text))?)

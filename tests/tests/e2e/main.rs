@@ -13,6 +13,7 @@ mod csi_sanity;
 mod hostile_projections;
 mod kubelet_publish;
 mod kubelet_registration;
+mod lazy_provider;
 mod manifests;
 mod match_conditions;
 mod node;
@@ -159,6 +160,10 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
         (
             "providers::an_exec_provider_serves_the_pods_own_files_to_whom_rbac_grants_use",
             Box::new(|s| Box::pin(providers::an_exec_provider_serves_the_pods_own_files_to_whom_rbac_grants_use(s))),
+        ),
+        (
+            "providers::a_lazy_exec_provider_fetches_each_file_when_first_opened",
+            Box::new(|s| Box::pin(lazy_provider::a_lazy_exec_provider_fetches_each_file_when_first_opened(s))),
         ),
         (
             "providers::a_secrets_store_provider_serves_its_objects_to_whom_rbac_grants_use",

@@ -24,7 +24,7 @@ use crate::support::{
 const NAMESPACE: &str = "providers-e2e";
 
 /// The shipped example helper, reading `root` instead of its own ROOT.
-fn example_helper(dir: &Path, root: &Path) -> Result<PathBuf, String> {
+pub fn example_helper(dir: &Path, root: &Path) -> Result<PathBuf, String> {
     let example = std::fs::read_to_string(inline_guard_tests::repo_root().join("config/examples/exec-helper.sh"))
         .map_err(|e| e.to_string())?;
     let helper = example.replace("ROOT=/var/lib/inline-guard/example-vault", &format!("ROOT={}", root.display()));
