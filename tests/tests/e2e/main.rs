@@ -17,6 +17,7 @@ mod lazy_provider;
 mod manifests;
 mod match_conditions;
 mod node;
+mod node_lazy_provider;
 mod node_projection;
 mod node_secrets_store;
 mod projections;
@@ -174,6 +175,12 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
         (
             "node::a_pod_on_the_node_reads_a_secrets_store_providers_object",
             Box::new(|s| Box::pin(node_secrets_store::a_pod_on_the_node_reads_a_secrets_store_providers_object(s))),
+        ),
+        (
+            "node::a_pod_on_the_node_reads_a_lazy_providers_file_when_it_first_opens_it",
+            Box::new(|s| {
+                Box::pin(node_lazy_provider::a_pod_on_the_node_reads_a_lazy_providers_file_when_it_first_opens_it(s))
+            }),
         ),
         ("driver::csi_sanity", Box::new(|s| Box::pin(csi_sanity::passes_its_node_and_identity_specs(s)))),
     ]

@@ -1,0 +1,105 @@
+//! A lazy `exec` provider on the real node: the node's driver configured with the shipped
+//! example helper (wrapped to log its calls) in mode lazy. The pod's container, running as a user
+//! other than root, starts with the volume mounted and the helper asked only `mount`; once the
+//! test lets it read, the helper's `get` runs, once for many reads within the TTL. Then the
+//! behaviour the documentation promises for a driver restart: the FUSE session ends with the
+//! old process, so the running container's reads fail with "Transport endpoint is not
+//! connected" (a pod using a lazy volume must be restarted), and deleting the pod still leaves
+//! nothing on the node.
+
+use std::path::Path;
+
+use serde_json::json;
+
+use crate::node::{
+    DriverConfigured, ONE_AT_A_TIME, create_pod, delete_and_wait, node, nothing_left, pod_on_node, uid, wait_for_log,
+};
+use crate::providers::example_helper;
+use crate::shares::{create_object, use_grant};
+use crate::support::{Outcome, SHARED_RESOURCE_DRIVER, Suite, create_namespace};
+
+const NAMESPACE: &str = "node-lazy-provider";
+const POD: &str = "lazy-reader";
+/// Says it started, waits for the test's go, then reads the helper's file every second.
+const READER: &str = r#"echo started; until [ -e /trigger/go ]; do sleep 0.2; done
+n=0; while true; do n=$((n+1)); echo "read $n: $(cat /vault/secrets/db-password 2>&1)"; sleep 1; done"#;
+
+/// The helper's calls so far (`mount TARGET` or `get PATH`).
+fn calls(log: &Path) -> Vec<String> {
+    std::fs::read_to_string(log).unwrap_or_default().lines().map(String::from).collect()
+}
+
+pub async fn a_pod_on_the_node_reads_a_lazy_providers_file_when_it_first_opens_it(suite: &Suite) -> Outcome {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let node = node(suite)?;
+    let work = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let (root, trigger, log) = (work.path().join("root"), work.path().join("trigger"), work.path().join("calls"));
+    std::fs::create_dir_all(root.join(NAMESPACE).join(POD)).map_err(|e| e.to_string())?;
+    std::fs::write(root.join(NAMESPACE).join(POD).join("db-password"), "from-the-helper").map_err(|e| e.to_string())?;
+    std::fs::create_dir_all(&trigger).map_err(|e| e.to_string())?;
+    use std::os::unix::fs::PermissionsExt as _;
+    for open in [work.path(), trigger.as_path()] {
+        std::fs::set_permissions(open, std::fs::Permissions::from_mode(0o755)).map_err(|e| e.to_string())?;
+    }
+    let example = example_helper(work.path(), &root)?;
+    let wrapper = work.path().join("logging-helper");
+    std::fs::write(
+        &wrapper,
+        format!("#!/bin/sh\necho \"$1 $2\" >> {}\nexec {} \"$@\"\n", log.display(), example.display()),
+    )
+    .map_err(|e| e.to_string())?;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).map_err(|e| e.to_string())?;
+    let config = format!(
+        "providers:\n- {{name: vault-lazy, kind: exec, helper: {}, mode: lazy, cacheTTL: 1h}}\n",
+        wrapper.display()
+    );
+    node.restart_driver_with(&config)?;
+    let _restore = DriverConfigured(node);
+
+    create_namespace(&suite.admin, NAMESPACE, "none", &[]).await?;
+    let (role, binding) = use_grant(NAMESPACE, "providers", "vault-lazy", ("use-vault-lazy", "reader-uses-vault-lazy"));
+    create_object(suite, &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{NAMESPACE}/roles"), role).await?;
+    create_object(suite, &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{NAMESPACE}/rolebindings"), binding)
+        .await?;
+    let csi =
+        json!({"driver": SHARED_RESOURCE_DRIVER, "readOnly": true, "volumeAttributes": {"provider": "vault-lazy"}});
+    let mut spec = pod_on_node(node, POD, READER, csi, "/vault");
+    spec["spec"]["volumes"]
+        .as_array_mut()
+        .ok_or("the reader pod has no volumes")?
+        .push(json!({"name": "trigger", "hostPath": {"path": trigger, "type": "Directory"}}));
+    spec["spec"]["containers"][0]["volumeMounts"]
+        .as_array_mut()
+        .ok_or("the reader container has no volume mounts")?
+        .push(json!({"name": "trigger", "mountPath": "/trigger", "readOnly": true}));
+    let pod = create_pod(suite, NAMESPACE, &spec).await?;
+
+    // The container runs, so the volume is published: the helper was asked `mount` only.
+    wait_for_log(node, NAMESPACE, POD, "the container's start", |line| line == "started").await?;
+    let before = calls(&log);
+    if before.len() != 1 || !before[0].starts_with("mount ") {
+        return Err(format!("before the container read anything the helper was called {before:?}; expected one mount"));
+    }
+
+    std::fs::write(trigger.join("go"), "").map_err(|e| e.to_string())?;
+    wait_for_log(node, NAMESPACE, POD, "three reads of the lazy file", |line| line == "read 3: from-the-helper")
+        .await?;
+    let after = calls(&log);
+    if after[1..] != ["get secrets/db-password".to_string()] {
+        return Err(format!("three reads within the TTL made the helper calls {after:?}; expected one get"));
+    }
+
+    // The driver restarted: the FUSE session ended with the old process, as documented.
+    node.restart_driver_with(&config)?;
+    let broken = "Transport endpoint is not connected";
+    wait_for_log(node, NAMESPACE, POD, "the running container's reads after a driver restart", |line| {
+        line.starts_with("read ") && line.ends_with(broken)
+    })
+    .await?;
+    delete_and_wait(suite, NAMESPACE, POD).await?;
+    nothing_left(node, &uid(&pod))?;
+    println!(
+        "the container read lazily with helper calls {after:?}; after a driver restart its reads failed: {broken}"
+    );
+    Ok(())
+}
