@@ -28,6 +28,10 @@ use crate::quote::quote;
 /// container looking up ever new names in an open directory cannot grow the driver without end.
 pub const MAX_CACHED_FILES: usize = super::helper_protocol::MAX_LISTED_FILES;
 
+/// The most `get`s one lazy volume runs at once: a container opening ever new names cannot take
+/// the node's whole bound on helpers (`helperConcurrency`) from the other volumes.
+pub const GETS_PER_VOLUME: usize = 2;
+
 /// What a path of the volume is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EntryKind {
@@ -127,6 +131,7 @@ type Slot = Arc<tokio::sync::Mutex<Option<Cached>>>;
 pub struct LazyFiles {
     provider: ExecProvider,
     permits: Arc<Semaphore>,
+    own_permits: Semaphore,
     reply: MountReply,
     options: Map<String, Value>,
     layout: LazyLayout,
@@ -162,6 +167,7 @@ impl LazyFiles {
         Ok(LazyFiles {
             provider,
             permits,
+            own_permits: Semaphore::new(GETS_PER_VOLUME),
             reply,
             options,
             layout,
@@ -272,11 +278,10 @@ impl LazyFiles {
             .get_arguments(path, &self.options)
             .map_err(|why| Error::Unservable(format!("provider {name}: the helper's mount: {why}")))?;
         let arguments: Vec<OsString> = arguments.into_iter().map(OsString::from).collect();
-        let _permit = self
-            .permits
-            .acquire()
-            .await
-            .map_err(|_| Error::Internal("the bound on helpers running at once is closed".into()))?;
+        let closed = |_| Error::Internal("a bound on helpers running at once is closed".into());
+        // The volume's own bound first: waiting for the node's, it holds none of the node's.
+        let _own = self.own_permits.acquire().await.map_err(closed)?;
+        let _permit = self.permits.acquire().await.map_err(closed)?;
         self.gets.fetch_add(1, Ordering::Relaxed);
         let provider = &self.provider;
         helper_run::run(&provider.helper, &arguments, provider.timeout, provider.max_file_bytes)

@@ -63,6 +63,7 @@ impl Helper {
     pub(crate) fn new(files: &[(&str, &str)]) -> Helper {
         let helper = Helper { dir: tempfile::tempdir().unwrap() };
         std::fs::create_dir_all(helper.path("files")).unwrap();
+        std::fs::create_dir_all(helper.path("running")).unwrap();
         for (name, content) in files {
             std::fs::write(helper.path("files").join(name), content).unwrap();
         }
@@ -72,9 +73,12 @@ impl Helper {
              case \"$1\" in\n\
              mount) printf '{{\"enable-dirs\": [\"secrets\"], \"mount-param\": [\"kubernetes.io/pod.name\"],}}' ;;\n\
              get) name=${{2#secrets/}}; [ \"$name\" = broken ] && {{ echo \"the vault refused $name\" >&2; exit 3; }}\n\
-                  sleep 0.1; cat {files}/\"$name\" ;;\n\
+                  mkdir {running}/$$; ls {running} | wc -l >> {concurrent}; sleep 0.1; rmdir {running}/$$\n\
+                  cat {files}/\"$name\" ;;\n\
              esac\n",
             calls = helper.path("calls").display(),
+            running = helper.path("running").display(),
+            concurrent = helper.path("concurrent").display(),
             files = helper.path("files").display(),
         );
         std::fs::write(helper.path("helper"), script).unwrap();
@@ -149,6 +153,28 @@ async fn opens_of_one_file_at_once_run_the_helper_once() {
         assert_eq!(&*read.unwrap().unwrap(), b"s3cret");
     }
     assert_eq!(helper.gets().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_volume_runs_at_most_its_own_share_of_the_nodes_helpers() {
+    let names: Vec<String> = (0..6).map(|i| format!("file-{i}")).collect();
+    let kept: Vec<(&str, &str)> = names.iter().map(|name| (name.as_str(), "x")).collect();
+    let helper = Helper::new(&kept);
+    let files = Arc::new(helper.files(HOUR));
+    let reads = names.iter().map(|name| {
+        let (files, path) = (files.clone(), format!("secrets/{name}"));
+        tokio::spawn(async move { files.read(&path).await })
+    });
+    for read in futures_util::future::join_all(reads).await {
+        assert_eq!(&*read.unwrap().unwrap(), b"x");
+    }
+    assert_eq!(helper.gets().len(), 6);
+    let most = std::fs::read_to_string(helper.path("concurrent")).unwrap();
+    let most = most.lines().map(|line| line.trim().parse::<usize>().unwrap()).max().unwrap();
+    assert!(
+        (1..=GETS_PER_VOLUME).contains(&most),
+        "{most} gets at once; the node allows 4, the volume {GETS_PER_VOLUME}"
+    );
 }
 
 #[tokio::test]
