@@ -195,15 +195,20 @@ impl Filesystem for LazyFilesystem {
         if flags.acc_mode() != OpenAccMode::O_RDONLY {
             return reply.error(Errno::EROFS);
         }
-        let (files, handles, next) = (self.files.clone(), self.handles.clone(), self.next_handle.clone());
-        let volume = self.volume.clone();
+        let (handles, next) = (self.handles.clone(), self.next_handle.clone());
+        let opened = move |content: Arc<[u8]>, reply: ReplyOpen| {
+            let handle = next.fetch_add(1, Ordering::Relaxed);
+            handles.lock().unwrap_or_else(|p| p.into_inner()).insert(handle, content);
+            reply.opened(FileHandle(handle), FopenFlags::FOPEN_DIRECT_IO);
+        };
+        // Within the cache's TTL the answer is at hand: no helper, no trip through the runtime.
+        if let Some(content) = self.files.cached_content(&path) {
+            return opened(content, reply);
+        }
+        let (files, volume) = (self.files.clone(), self.volume.clone());
         self.files.runtime().spawn(async move {
             match files.read(&path).await {
-                Ok(content) => {
-                    let handle = next.fetch_add(1, Ordering::Relaxed);
-                    handles.lock().unwrap_or_else(|p| p.into_inner()).insert(handle, content);
-                    reply.opened(FileHandle(handle), FopenFlags::FOPEN_DIRECT_IO);
-                }
+                Ok(content) => opened(content, reply),
                 Err(error) => {
                     warn!(volume = %volume, file = %quote(&path), problem = %Logged(&error), "a lazy file could not be opened");
                     reply.error(errno_of(&error));

@@ -201,11 +201,26 @@ impl LazyFiles {
 
     /// The size of `path` and how long it stays fresh, when its content is cached and fresh.
     pub fn cached(&self, path: &str) -> Option<(u64, Duration)> {
+        self.fresh(path).map(|(content, fresh_for)| (content.len() as u64, fresh_for))
+    }
+
+    /// The content of `path` when it is cached, fresh and not withdrawn, without waiting: what
+    /// an open answers at once, without a trip through the runtime; `None` otherwise (then
+    /// [`LazyFiles::read`]).
+    pub fn cached_content(&self, path: &str) -> Option<Arc<[u8]>> {
+        if self.withdrawn() {
+            return None;
+        }
+        self.fresh(path).map(|(content, _)| content)
+    }
+
+    /// The cached content of `path` and how long it stays fresh, unless a fetch of it is under way.
+    fn fresh(&self, path: &str) -> Option<(Arc<[u8]>, Duration)> {
         let slot = self.cache.lock().unwrap_or_else(|p| p.into_inner()).get(path).cloned()?;
         let cached = slot.try_lock().ok()?;
         let cached = cached.as_ref()?;
         let fresh_for = self.cache_ttl().checked_sub(cached.fetched.elapsed()).filter(|left| !left.is_zero())?;
-        Some((cached.content.len() as u64, fresh_for))
+        Some((cached.content.clone(), fresh_for))
     }
 
     /// Withdraws the volume's files (`true`: access was lost) or gives them back; whether that
