@@ -6,9 +6,9 @@
 //! The configuration checked into typed providers (`provider`), the node's providers by name
 //! (`providers`), and the two kinds: helper programs speaking the FUSE flexVolume design's
 //! protocol (`helper_protocol`), run bounded and isolated (`helper_run`), in `eager` mode
-//! (`exec`: every listed file fetched at publish and at each refresh); and the Secrets Store
-//! CSI Driver's providers over their gRPC API (`secrets_store`). Refused at start, naming what
-//! is missing: `lazy` mode (FUSE).
+//! (`exec`: every listed file fetched at publish and at each refresh) or `lazy` mode
+//! (`lazy_files`: each file fetched when first opened, which the volume layer serves through
+//! FUSE); and the Secrets Store CSI Driver's providers over their gRPC API (`secrets_store`).
 
 pub mod exec;
 pub mod helper_protocol;
