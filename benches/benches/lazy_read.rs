@@ -115,7 +115,7 @@ fn main() -> Result<(), String> {
         LazyFiles::new(provider, permits, reply, options, runtime.handle().clone()).map_err(|e| e.to_string())?,
     );
     let device = LinuxMounter.mount_fuse(&opened.target, "inline-guard:bench-lazy").map_err(|e| e.to_string())?;
-    let mount = LazyMount::serve("bench-lazy", device, files.clone()).map_err(|e| e.to_string())?;
+    let mount = LazyMount::serve("bench-lazy", device, files.clone(), None).map_err(|e| e.to_string())?;
 
     let floor_text = dir.path().join("pods/u/volumes/kubernetes.io~csi/eager/mount");
     let floor = TargetPath::parse(floor_text.to_str().unwrap_or_default(), dir.path()).map_err(|e| e.to_string())?;

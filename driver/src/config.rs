@@ -283,7 +283,7 @@ mod tests {
         assert_eq!((first.timeout, first.max_file_bytes), (std::time::Duration::from_millis(500), 4096));
         assert_eq!((second.timeout, second.max_file_bytes), (std::time::Duration::from_secs(120), 1 << 20));
         assert_eq!(second.cache_ttl, std::time::Duration::from_secs(60));
-        for bad in ["10 s", "10h", "s", "0s"] {
+        for bad in ["10 s", "10d", "s", "0s"] {
             let error =
                 parse(&format!("providers:\n- {{name: a, kind: exec, helper: /h, timeout: {bad}}}")).unwrap_err();
             assert!(error.contains("duration") || error.contains("greater than zero"), "{bad}: {error}");

@@ -49,6 +49,9 @@ pub struct Peers {
     /// `e2e-provider` (`tests/peers/secretsstore/cmd/e2e-provider`): a Secrets Store CSI
     /// provider built on the upstream driver's own provider API module, served by grpc-go.
     pub secrets_store_provider: PathBuf,
+    /// The `SecretProviderClass` CRD as the same upstream module ships it (in the Go module
+    /// cache, which building the provider filled).
+    pub secret_provider_class_crd: PathBuf,
     /// The Kubernetes release the apiserver was built from, e.g. `v1.35.4`.
     pub kubernetes_version: String,
 }
@@ -122,6 +125,8 @@ pub fn peers() -> Result<Peers, String> {
     let [main, control, secrets_store] =
         SETS.each_ref().map(|set| build_set(&module, set, &go_version, &kubernetes_version));
     let (main, control, secrets_store) = (main?, control?, secrets_store?);
+    let upstream =
+        go(&module.join("secretsstore"), &["list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/secrets-store-csi-driver"])?;
     Ok(Peers {
         kube_apiserver: main.join("kube-apiserver"),
         etcd: main.join("etcd"),
@@ -135,6 +140,8 @@ pub fn peers() -> Result<Peers, String> {
         kube_scheduler: control.join("kube-scheduler"),
         kubectl: control.join("kubectl"),
         secrets_store_provider: secrets_store.join("e2e-provider"),
+        secret_provider_class_crd: PathBuf::from(upstream)
+            .join("config/crd/bases/secrets-store.csi.x-k8s.io_secretproviderclasses.yaml"),
         kubernetes_version,
     })
 }

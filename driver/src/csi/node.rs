@@ -67,12 +67,17 @@ impl Node for NodeGrpc {
         Ok(Response::new(NodeUnpublishVolumeResponse {}))
     }
 
-    /// No staging, no stats, no expansion: publish and unpublish only.
+    /// No staging, no stats, no expansion: publish and unpublish only. VOLUME_MOUNT_GROUP makes
+    /// kubelet pass the pod's fsGroup with each publish, for the driver to give the files to.
     async fn node_get_capabilities(
         &self,
         _: Request<NodeGetCapabilitiesRequest>,
     ) -> std::result::Result<Response<NodeGetCapabilitiesResponse>, Status> {
-        Ok(Response::new(NodeGetCapabilitiesResponse { capabilities: Vec::new() }))
+        use inline_guard_proto::csi::v1::NodeServiceCapability;
+        use inline_guard_proto::csi::v1::node_service_capability::{Rpc, Type, rpc};
+        let mount_group =
+            NodeServiceCapability { r#type: Some(Type::Rpc(Rpc { r#type: rpc::Type::VolumeMountGroup as i32 })) };
+        Ok(Response::new(NodeGetCapabilitiesResponse { capabilities: vec![mount_group] }))
     }
 
     async fn node_get_info(

@@ -41,8 +41,8 @@ pub fn check(request: &NodePublishVolumeRequest, kubelet_dir: &Path) -> Result<P
     let Some(capability) = &request.volume_capability else {
         return invalid("volume_capability is required".into());
     };
-    let mount_flags = match &capability.access_type {
-        Some(AccessType::Mount(mount)) => mount.mount_flags.clone(),
+    let (mount_flags, mount_group) = match &capability.access_type {
+        Some(AccessType::Mount(mount)) => (mount.mount_flags.clone(), mount_group(&mount.volume_mount_group)?),
         Some(AccessType::Block(_)) => {
             return invalid("block access is not supported: this driver serves files, use a filesystem volume".into());
         }
@@ -81,7 +81,21 @@ pub fn check(request: &NodePublishVolumeRequest, kubelet_dir: &Path) -> Result<P
         secrets: PublishSecrets::new(request.secrets.clone()),
         object_versions: Default::default(),
     };
-    Ok(Publish { target, mount_flags, ask })
+    Ok(Publish { target, mount_flags, mount_group, ask })
+}
+
+/// The volume capability's `volume_mount_group` (kubelet passes the pod's `fsGroup` there,
+/// since the driver has the VOLUME_MOUNT_GROUP capability): empty for none, else a group id.
+fn mount_group(text: &str) -> Result<Option<u32>> {
+    if text.is_empty() {
+        return Ok(None);
+    }
+    text.parse::<u32>().map(Some).map_err(|_| {
+        Error::Request(format!(
+            "volume_capability.mount.volume_mount_group {} is not a group id (a number, the pod's fsGroup)",
+            crate::quote::quote(text)
+        ))
+    })
 }
 
 /// kubelet's pod information is in `context` (the CSIDriver's `podInfoOnMount: true`), the
@@ -138,6 +152,25 @@ mod tests {
             .collect(),
             ..Default::default()
         }
+    }
+
+    fn with_mount_group(group: &str) -> NodePublishVolumeRequest {
+        let mut request = valid();
+        let mount = MountVolume { volume_mount_group: group.into(), ..MountVolume::default() };
+        request.volume_capability.as_mut().unwrap().access_type = Some(AccessType::Mount(mount));
+        request
+    }
+
+    #[test]
+    fn the_pods_fs_group_is_the_volume_mount_group_kubelet_passes() {
+        let root = Path::new("/var/lib/kubelet");
+        assert_eq!(check(&with_mount_group("2000"), root).unwrap().mount_group, Some(2000));
+        assert_eq!(check(&with_mount_group(""), root).unwrap().mount_group, None, "no fsGroup");
+        assert_eq!(
+            message(&with_mount_group("wheel")),
+            "volume_capability.mount.volume_mount_group \"wheel\" is not a group id (a number, the pod's fsGroup)"
+        );
+        assert!(message(&with_mount_group("-1")).contains("is not a group id"));
     }
 
     fn message(request: &NodePublishVolumeRequest) -> String {

@@ -16,6 +16,13 @@ use crate::dir_tree::{create_dirs, non_directories_below, remove_tree};
 use crate::quote::quote_path;
 use crate::volume::error::{Error, Result};
 
+/// What fsGroup adds to a file's mode: read for the group.
+const GROUP_READ: u32 = 0o040;
+/// What fsGroup adds to a directory's mode besides: search for the group.
+const GROUP_SEARCH: u32 = 0o050;
+/// New entries of a set-group-id directory belong to its group.
+const SET_GROUP_ID: u32 = 0o2000;
+
 /// The symlink to the current version.
 pub const DATA_LINK: &str = "..data";
 const DATA_LINK_TMP: &str = "..data_tmp";
@@ -23,12 +30,21 @@ const DATA_LINK_TMP: &str = "..data_tmp";
 #[derive(Debug, Clone)]
 pub struct AtomicWriter {
     dir: PathBuf,
+    group: Option<u32>,
 }
 
 impl AtomicWriter {
     /// A writer for the volume rooted at `dir` (which must exist).
     pub fn new(dir: impl Into<PathBuf>) -> AtomicWriter {
-        AtomicWriter { dir: dir.into() }
+        AtomicWriter { dir: dir.into(), group: None }
+    }
+
+    /// The same writer, making the files it writes belong to group `group` (the pod's
+    /// `fsGroup`) as kubelet does for a read-only volume: each file group-owned and readable by
+    /// the group, each directory group-owned, searchable by the group and set-group-id.
+    pub fn with_group(mut self, group: Option<u32>) -> AtomicWriter {
+        self.group = group;
+        self
     }
 
     /// Makes `payload` the volume's content. Every key is checked before anything is written;
@@ -123,8 +139,35 @@ impl AtomicWriter {
             // reader's consistency comes from the rename of ..data, not from durability.
             file.write_all(&content.data).map_err(|e| io_error("writing a file", &path, e))?;
             // The mode given to open() is filtered by the umask; set it exactly.
-            fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(content.mode))
+            let mode = content.mode | self.group.map_or(0, |_| GROUP_READ);
+            if let Some(group) = self.group {
+                std::os::unix::fs::fchown(&file, None, Some(group))
+                    .map_err(|e| io_error("giving a file to the pod's fsGroup", &path, e))?;
+            }
+            file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(mode))
                 .map_err(|e| io_error("setting a file's mode", &path, e))?;
+        }
+        if let Some(group) = self.group {
+            self.give_dirs(&root, payload, group)?;
+        }
+        Ok(())
+    }
+
+    /// Gives the directories of version `root` (itself included) to `group`: group-owned,
+    /// searchable by it, set-group-id (kubelet's rule for fsGroup).
+    fn give_dirs(&self, root: &Path, payload: &Payload, group: u32) -> Result<()> {
+        let mut dirs = BTreeSet::from([root.to_path_buf()]);
+        for key in payload.keys() {
+            let mut path = root.join(key);
+            while path.pop() && path.starts_with(root) && dirs.insert(path.clone()) {}
+        }
+        for dir in dirs {
+            std::os::unix::fs::chown(&dir, None, Some(group))
+                .map_err(|e| io_error("giving a directory to the pod's fsGroup", &dir, e))?;
+            let mode = fs::metadata(&dir).map_err(|e| io_error("reading a directory's mode", &dir, e))?.permissions();
+            let mode = std::os::unix::fs::PermissionsExt::mode(&mode) | GROUP_SEARCH | SET_GROUP_ID;
+            fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(mode))
+                .map_err(|e| io_error("setting a directory's mode", &dir, e))?;
         }
         Ok(())
     }

@@ -43,8 +43,9 @@ pub struct LazyMount {
 
 impl LazyMount {
     /// Serves `files` for volume `volume_id` on `device`, the descriptor of a FUSE mount just
-    /// made: answers the kernel's first request (the protocol's handshake) before returning.
-    pub fn serve(volume_id: &str, device: OwnedFd, files: Arc<LazyFiles>) -> Result<LazyMount> {
+    /// made, its entries belonging to `group` (the pod's fsGroup) when given: answers the
+    /// kernel's first request (the protocol's handshake) before returning.
+    pub fn serve(volume_id: &str, device: OwnedFd, files: Arc<LazyFiles>, group: Option<u32>) -> Result<LazyMount> {
         let filesystem = LazyFilesystem {
             volume: quote(volume_id),
             files: files.clone(),
@@ -52,6 +53,7 @@ impl LazyMount {
             handles: Arc::default(),
             next_handle: Arc::new(AtomicU64::new(1)),
             mounted: SystemTime::now(),
+            group: group.unwrap_or(0),
         };
         let mut config = Config::default();
         config.n_threads = Some(1);
@@ -108,6 +110,7 @@ struct LazyFilesystem {
     handles: Arc<Mutex<HashMap<u64, Arc<[u8]>>>>,
     next_handle: Arc<AtomicU64>,
     mounted: SystemTime,
+    group: u32,
 }
 
 impl LazyFilesystem {
@@ -135,7 +138,7 @@ impl LazyFilesystem {
             perm,
             nlink,
             uid: 0,
-            gid: 0,
+            gid: self.group,
             rdev: 0,
             blksize: 4096,
             flags: 0,

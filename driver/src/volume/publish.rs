@@ -15,6 +15,9 @@ pub struct Publish {
     pub target: TargetPath,
     /// Mount flags from the volume capability.
     pub mount_flags: Vec<String>,
+    /// The group the volume's files belong to (the pod's `fsGroup`, which kubelet passes as
+    /// the volume capability's `volume_mount_group`), if any.
+    pub mount_group: Option<u32>,
     /// The volume, its pod, attributes and tokens.
     pub ask: VolumeAsk,
 }
@@ -29,7 +32,11 @@ impl Publish {
 // Written by hand so that nothing from the request but identifiers ever reaches a log line.
 impl fmt::Debug for Publish {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Publish").field("target_path", &self.target.as_path()).field("ask", &self.ask).finish()
+        f.debug_struct("Publish")
+            .field("target_path", &self.target.as_path())
+            .field("mount_group", &self.mount_group)
+            .field("ask", &self.ask)
+            .finish()
     }
 }
 

@@ -116,6 +116,7 @@ mod tests {
             complete: true,
             object_versions: Default::default(),
             lazy: false,
+            mount_group: None,
         }
     }
 

@@ -259,6 +259,7 @@ impl NodeService {
             complete: true,
             object_versions: Default::default(),
             lazy: false,
+            mount_group: request.mount_group,
         };
         let existing = self.published(&request.ask.volume_id);
         if let Some(existing) = &existing
@@ -292,7 +293,7 @@ impl NodeService {
         self.store.put(&record, false)?;
 
         let mut made = Made { dirs: made_before, mounted: false, device: None, serving: None };
-        let result = self.build(target, &request.ask.volume_id, &shown, &mut made).and_then(|()| {
+        let result = self.build(target, &record, &shown, &mut made).and_then(|()| {
             record.created_dirs = made.dirs.clone();
             record.device = made.device;
             record.complete = true;
@@ -350,7 +351,8 @@ impl NodeService {
     }
 
     /// The steps of a publish that make something, each noted in `made` as soon as it is done.
-    fn build(&self, target: &TargetPath, volume_id: &str, shown: &Shown, made: &mut Made) -> Result<()> {
+    fn build(&self, target: &TargetPath, record: &VolumeRecord, shown: &Shown, made: &mut Made) -> Result<()> {
+        let volume_id = record.volume_id.as_str();
         let mut created = Vec::new();
         let opened = target_dir::create(self.kubelet_dir(), target, &mut created);
         made.dirs.extend(created);
@@ -376,7 +378,7 @@ impl NodeService {
                 let at = replaced.as_ref().unwrap_or(&opened.target);
                 let device = self.mounter.mount_fuse(at, &mount_tag(volume_id))?;
                 made.mounted = true;
-                made.serving = Some(LazyMount::serve(volume_id, device, files.clone())?);
+                made.serving = Some(LazyMount::serve(volume_id, device, files.clone(), record.mount_group)?);
             }
         }
         made.mounted = true;
@@ -392,15 +394,22 @@ impl NodeService {
         };
         made.device = Some(device);
         match shown {
-            Shown::Files(payload) => self.write(&volume.target, payload, false).map(drop),
+            Shown::Files(payload) => self.write(&volume.target, record.mount_group, payload, false).map(drop),
             Shown::Lazy(_) => Ok(()),
         }
     }
 
-    /// Writes `payload` into the volume whose root is `volume`; on a read-only host mount the
-    /// tmpfs is opened for writing only for the write (`reopen` for a refresh of a finished one).
-    fn write(&self, volume: &OpenDir, payload: &crate::volume::atomic_writer::Payload, reopen: bool) -> Result<bool> {
-        let writer = AtomicWriter::new(volume.proc_path());
+    /// Writes `payload` into the volume whose root is `volume`, its files belonging to group
+    /// `group` when given; on a read-only host mount the tmpfs is opened for writing only for
+    /// the write (`reopen` for a refresh of a finished one).
+    fn write(
+        &self,
+        volume: &OpenDir,
+        group: Option<u32>,
+        payload: &crate::volume::atomic_writer::Payload,
+        reopen: bool,
+    ) -> Result<bool> {
+        let writer = AtomicWriter::new(volume.proc_path()).with_group(group);
         if !self.settings.host_read_only {
             return writer.write(payload);
         }
@@ -591,7 +600,7 @@ impl NodeService {
                 quote_path(volume.target.as_path())
             )));
         };
-        let changed = self.write(&opened.target, &fetched.payload, true)?;
+        let changed = self.write(&opened.target, record.mount_group, &fetched.payload, true)?;
         if changed && let Some(reason) = &fetched.withdrawn {
             self.metrics.revocation();
             info!(volume = %quote(&record.volume_id), reason = %Logged(reason), "content withdrawn; the volume was emptied");

@@ -49,6 +49,9 @@ pub struct VolumeRecord {
     /// rather than laid out in a tmpfs: such a mount ends with the process that served it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub lazy: bool,
+    /// The group the volume's files belong to (the pod's `fsGroup`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mount_group: Option<u32>,
 }
 
 fn complete_by_default() -> bool {
@@ -65,6 +68,7 @@ impl VolumeRecord {
             && self.pod == other.pod
             && self.attributes == other.attributes
             && self.host_read_only == other.host_read_only
+            && self.mount_group == other.mount_group
     }
 }
 
@@ -227,6 +231,7 @@ mod tests {
             complete: true,
             object_versions: BTreeMap::new(),
             lazy: false,
+            mount_group: None,
         }
     }
 

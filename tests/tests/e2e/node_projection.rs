@@ -21,12 +21,16 @@ const NAMESPACE: &str = "node-projection";
 const AUDIENCE: &str = "sharedresource.inlineguard.dev";
 
 /// Prints, every second, what the projection shows.
-const VIEWER: &str = r#"while true; do echo "name: $(cat /view/pod/name)"; echo "labels: $(cat /view/pod/labels | tr '\n' ' ')"; echo "ca: $(cat /view/ca.crt)"; echo "token: $(cat /view/token)"; sleep 1; done"#;
+const VIEWER: &str = r#"while true; do echo "name: $(cat /view/pod/name)"; echo "labels: $(cat /view/pod/labels | tr '\n' ' ')"; echo "ca: $(cat /view/ca.crt)"; echo "private: $(cat /view/private/ca.crt 2>&1)"; echo "token: $(cat /view/token)"; sleep 1; done"#;
+/// The pod's fsGroup: kubelet passes it with each publish (the driver has VOLUME_MOUNT_GROUP),
+/// and a file only its owner (root) could read becomes readable by the pod's group.
+const FS_GROUP: u32 = 3000;
 
 fn viewer_pod(node: &Node) -> Value {
     let csi = json!({"driver": SHARED_RESOURCE_DRIVER, "readOnly": true, "volumeAttributes": {"projection": "view"}});
     let mut pod = pod_on_node(node, "viewer", VIEWER, csi, "/view");
     pod["metadata"]["labels"] = json!({"app": "viewer"});
+    pod["spec"]["securityContext"]["fsGroup"] = json!(FS_GROUP);
     pod
 }
 
@@ -40,7 +44,10 @@ pub async fn kubelet_passes_the_token_and_the_container_reads_the_composed_volum
     let projection = json!({
         "apiVersion": "sharedresource.inlineguard.dev/v1alpha1", "kind": "SharedProjection", "metadata": {"name": "view"},
         "spec": {"sources": [
-            {"sharedSecret": {"name": "node-projection", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+            {"sharedSecret": {"name": "node-projection", "items": [
+                {"key": "ca.crt", "path": "ca.crt"},
+                {"key": "ca.crt", "path": "private/ca.crt", "mode": 0o400}
+            ]}},
             {"podInfo": {"items": [{"path": "pod/name", "fieldPath": "metadata.name"}, {"path": "pod/labels", "fieldPath": "metadata.labels"}]}},
             {"serviceAccountToken": {"audience": AUDIENCE, "path": "token"}}
         ]}
@@ -53,7 +60,7 @@ pub async fn kubelet_passes_the_token_and_the_container_reads_the_composed_volum
 
     let pod = create_pod(suite, NAMESPACE, &viewer_pod(node)).await?;
     let log = wait_for_log(node, NAMESPACE, "viewer", "the token", |l| l.starts_with("token: ey")).await?;
-    for wanted in ["name: viewer", "labels: app=\"viewer\"", "ca: projected ca"] {
+    for wanted in ["name: viewer", "labels: app=\"viewer\"", "ca: projected ca", "private: projected ca"] {
         if !log.iter().any(|line| line.trim_end() == wanted) {
             return Err(format!("the container never read {wanted:?}: {log:?}"));
         }

@@ -128,6 +128,8 @@ pub async fn a_secrets_store_provider_serves_its_objects_to_whom_rbac_grants_use
             return Err("the volume's record does not hold the provider's object versions".into());
         }
 
+        by_class(suite, &mut node, &driver, &stored[0], &log).await?;
+
         // No grant: PERMISSION_DENIED naming the provider, and the provider never asked.
         let asked = mounts_logged(&log).len();
         crate::providers::refused_use(&mut node, &driver, &stored[1], "store", "e2e").await?;
@@ -153,6 +155,72 @@ pub async fn a_secrets_store_provider_serves_its_objects_to_whom_rbac_grants_use
     .await;
     driver.stop().await?;
     result.map_err(|e| format!("{e}\n{}", provider.log_tail(20)))
+}
+
+/// A volume naming a SecretProviderClass (upstream's CRD, installed from the upstream module;
+/// the driver's opt-in RBAC to read classes applied): the provider is sent the class's
+/// parameters, not the volume's; a class for another provider is INVALID_ARGUMENT and a class
+/// that does not exist NOT_FOUND, each naming it.
+async fn by_class(
+    suite: &Suite,
+    node: &mut NodeClient<tonic::transport::Channel>,
+    driver: &InProcessDriver,
+    pod: &k8s_openapi::api::core::v1::Pod,
+    log: &Path,
+) -> Outcome {
+    let crd = inline_guard_tests::apply::objects(&suite.peers.secret_provider_class_crd)?;
+    inline_guard_tests::apply::apply(&suite.admin, &crd, false).await?;
+    crate::support::wait_established(&suite.admin, "secretproviderclasses.secrets-store.csi.x-k8s.io").await?;
+    crate::shares::apply_file(suite, "config/deploy/driver/secret-provider-classes.yaml").await?;
+    let classes = format!("/apis/secrets-store.csi.x-k8s.io/v1/namespaces/{NAMESPACE}/secretproviderclasses");
+    for (name, provider) in [("api-key-only", "e2e"), ("for-vault", "vault")] {
+        let class = json!({"apiVersion": "secrets-store.csi.x-k8s.io/v1", "kind": "SecretProviderClass",
+            "metadata": {"name": name},
+            "spec": {"provider": provider, "parameters": {"objects": "array:\n  - |\n    objectName: api-key\n"}}});
+        crate::shares::create_object(suite, &classes, class).await?;
+    }
+    let target = driver.dir.path().join("pods/web/volumes/kubernetes.io~csi/by-class/mount");
+    let with_class = |class: &str| -> Result<inline_guard_proto::csi::v1::NodePublishVolumeRequest, String> {
+        let mut request = kubelet_request(pod, "store", &target)?;
+        request.volume_id = format!("{}-{class}", request.volume_id);
+        request.volume_context.remove("objects");
+        request.volume_context.insert("secretProviderClass".into(), class.into());
+        Ok(request)
+    };
+    let request = with_class("api-key-only")?;
+    publish_as_kubelet(node, &request).await.map_err(|e| format!("publish naming a SecretProviderClass: {e}"))?;
+    let expected = vec![("api-key".to_string(), "key-1".to_string())];
+    wait_for_view(&target, "published by class", shown, &expected, |f| format!("{f:?}")).await?;
+    let sent = mounts_logged(log).last().cloned().ok_or("the provider logged no Mount")?;
+    let keys = &sent["attributeKeys"];
+    if !keys.as_array().is_some_and(|k| k.contains(&json!("objects")) && !k.contains(&json!("secretProviderClass"))) {
+        return Err(format!("with a class the provider was sent {sent}: expected the class's objects parameter"));
+    }
+    crate::providers::unpublished(node, &request, &target).await?;
+
+    for (class, code, message) in [
+        (
+            "for-vault",
+            tonic::Code::InvalidArgument,
+            format!(
+                "SecretProviderClass {NAMESPACE}/\"for-vault\" is for provider \"vault\", not the volume's provider \"e2e\""
+            ),
+        ),
+        (
+            "absent",
+            tonic::Code::NotFound,
+            format!(
+                "SecretProviderClass {NAMESPACE}/\"absent\" does not exist (or the Secrets Store CSI Driver's CRD is not installed)"
+            ),
+        ),
+    ] {
+        let refused =
+            node.node_publish_volume(with_class(class)?).await.err().ok_or(format!("class {class} was published"))?;
+        if refused.code() != code || refused.message() != message {
+            return Err(format!("class {class}: expected {code:?} {message:?}, got {refused:?}"));
+        }
+    }
+    Ok(())
 }
 
 /// `sharedresource_csi_driver_refreshes_total{result="failed"}` as the driver counts it now.

@@ -15,5 +15,6 @@ pub mod helper_protocol;
 pub mod helper_run;
 pub mod lazy_files;
 pub mod provider;
+pub mod provider_class;
 pub mod providers;
 pub mod secrets_store;

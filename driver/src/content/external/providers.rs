@@ -56,6 +56,11 @@ impl Providers {
         }
     }
 
+    /// Whether provider `name` is a Secrets Store CSI provider.
+    pub fn is_secrets_store(&self, name: &str) -> bool {
+        self.secrets_store.contains_key(name)
+    }
+
     /// Whether provider `name` fetches files when they are opened (an `exec` provider in
     /// lazy mode), so that its volumes are laid out by [`Providers::lazy_files`].
     pub fn is_lazy(&self, name: &str) -> bool {

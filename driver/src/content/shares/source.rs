@@ -10,6 +10,7 @@
 //! account and share, one read per share and backing object. Watches wake the refresher when
 //! any of them changes.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -34,6 +35,7 @@ use crate::content::changes::Changes;
 use crate::content::error::{Error, Result};
 use crate::content::external::helper_protocol::PROVIDER_ATTRIBUTE;
 use crate::content::external::lazy_files::LazyFiles;
+use crate::content::external::provider_class;
 use crate::content::external::providers::Providers;
 use crate::content::object_name::{NamespaceName, ObjectName};
 use crate::content::payload::Payload;
@@ -235,7 +237,28 @@ impl KubernetesSource {
     /// allowed to use it (the same check as a share's, for resource `providers`).
     async fn provider_payload(&self, request: &VolumeAsk, name: &ObjectName, pass: Option<PassId>) -> Result<Payload> {
         self.may_use_provider(request, name, pass).await?;
-        self.providers.files(name.as_str(), request).await
+        let request = self.provider_ask(request, name).await?;
+        self.providers.files(name.as_str(), &request).await
+    }
+
+    /// What provider `name` is asked for `request`'s volume: its own attributes, or those of
+    /// the SecretProviderClass it names (read now, so a change to the class reaches the next
+    /// refresh).
+    async fn provider_ask<'a>(&self, request: &'a VolumeAsk, name: &ObjectName) -> Result<Cow<'a, VolumeAsk>> {
+        let Some(class) = provider_class::named_class(request)? else {
+            return Ok(Cow::Borrowed(request));
+        };
+        if !self.providers.is_secrets_store(name.as_str()) {
+            return Err(Error::Invalid(format!(
+                "volumeAttributes[{:?}] is for providers of kind secrets-store; provider {} is not one",
+                provider_class::CLASS_ATTRIBUTE,
+                quote(name.as_str())
+            )));
+        }
+        let spec = provider_class::read_class(&self.client, self.request_timeout, request, &class).await?;
+        let shown = format!("{}/{}", request.pod.namespace, quote(class.as_str()));
+        let parameters = provider_class::parameters(&spec, &shown, name.as_str())?;
+        Ok(Cow::Owned(provider_class::with_parameters(request, name.as_str(), parameters)))
     }
 
     /// Nothing when `request`'s pod may use provider `name`, a node's provider; otherwise why not.
@@ -264,7 +287,8 @@ impl KubernetesSource {
             return Err(Error::Internal(format!("volume of provider {} read as another kind", quote(name))));
         };
         self.may_use_provider(request, &name, None).await?;
-        self.providers.lazy_files(name.as_str(), request).await.map(|files| Some(Arc::new(files)))
+        let request = self.provider_ask(request, &name).await?;
+        self.providers.lazy_files(name.as_str(), &request).await.map(|files| Some(Arc::new(files)))
     }
 
     /// The files of share `share` of `kind` for `pod`, once its service account is allowed to

@@ -290,7 +290,13 @@ async fn node_info_and_capabilities() {
     assert!(info.accessible_topology.is_none());
     let capabilities =
         fixture.node.node_get_capabilities(Request::new(NodeGetCapabilitiesRequest {})).await.unwrap().into_inner();
-    assert!(capabilities.capabilities.is_empty());
+    use inline_guard_proto::csi::v1::node_service_capability::{Rpc, Type, rpc};
+    let kinds: Vec<_> = capabilities.capabilities.iter().map(|c| c.r#type).collect();
+    assert_eq!(
+        kinds,
+        [Some(Type::Rpc(Rpc { r#type: rpc::Type::VolumeMountGroup as i32 }))],
+        "only VOLUME_MOUNT_GROUP: kubelet then passes the pod's fsGroup"
+    );
 }
 
 #[tokio::test]

@@ -28,6 +28,30 @@ fn content_is_visible_through_links_into_the_current_version() {
 }
 
 #[test]
+fn with_the_pods_fs_group_files_and_directories_belong_to_it_and_it_may_read_them() {
+    use std::os::unix::fs::MetadataExt as _;
+    assert!(nix::unistd::geteuid().is_root(), "giving files to another group needs root: run the test command as root");
+    let dir = tempfile::tempdir().unwrap();
+    let writer = AtomicWriter::new(dir.path()).with_group(Some(2000));
+    let mut content = payload(&[("nested/dir/key", "two")]);
+    content.insert("private".into(), FileContent { data: b"one".to_vec(), mode: 0o400 });
+    assert!(writer.write(&content).unwrap());
+    let of = |path: &Path| {
+        let meta = fs::metadata(path).unwrap();
+        (meta.gid(), meta.mode() & 0o7777)
+    };
+    assert_eq!(of(&dir.path().join("private")), (2000, 0o440), "the group may read a file only its owner could");
+    assert_eq!(of(&dir.path().join("nested/dir/key")), (2000, 0o644));
+    for directory in ["nested", "nested/dir", "..data"] {
+        let (gid, mode) = of(&dir.path().join(directory));
+        assert_eq!((gid, mode & 0o2050), (2000, 0o2050), "{directory}: group-owned, searchable, set-group-id");
+    }
+    let plain = tempfile::tempdir().unwrap();
+    AtomicWriter::new(plain.path()).write(&content).unwrap();
+    assert_eq!(of(&plain.path().join("private")), (0, 0o400), "without fsGroup nothing is added");
+}
+
+#[test]
 fn an_update_swaps_versions_and_removes_what_is_gone() {
     let dir = tempfile::tempdir().unwrap();
     let writer = AtomicWriter::new(dir.path());

@@ -55,7 +55,7 @@ fn a_lazy_volume_is_read_by_any_user_each_file_fetched_at_its_first_open() {
     let files = Arc::new(runtime.block_on(async { helper.files(HOUR) }));
     let (_dir, text, opened, _) = created_target();
     let device = LinuxMounter.mount_fuse(&opened.target, "inline-guard:lazy-test").unwrap();
-    let mount = LazyMount::serve("csi-lazy", device, files.clone()).unwrap();
+    let mount = LazyMount::serve("csi-lazy", device, files.clone(), Some(2000)).unwrap();
     let root = opened.reopen().unwrap();
     let source = LinuxMounter.mount_source(&opened.parent, &root).unwrap().unwrap();
     assert!(source.is("inline-guard:lazy-test"), "the driver's own, by its tag: {source:?}");
@@ -67,6 +67,7 @@ fn a_lazy_volume_is_read_by_any_user_each_file_fetched_at_its_first_open() {
     let before = std::fs::metadata(&file).unwrap();
     use std::os::unix::fs::MetadataExt as _;
     assert_eq!((before.mode() & 0o7777, before.uid(), before.len()), (0o444, 0, 0), "not fetched yet");
+    assert_eq!(before.gid(), 2000, "the pod's fsGroup");
     assert!(helper.gets().is_empty(), "a listing and a stat fetch nothing: {:?}", helper.gets());
 
     assert_eq!(cat_as(NOBODY, &file), Ok("s3cret".into()), "another user reads it (allow_other)");
@@ -121,6 +122,7 @@ fn a_lazy_volume_whose_server_is_gone_is_unmounted_at_recovery_and_its_record_dr
         complete: true,
         object_versions: Default::default(),
         lazy: true,
+        mount_group: None,
     };
     store.put(&record, true).unwrap();
     let (kept, dropped) = recover(store.load_all().unwrap().0, &LinuxMounter, &store, dir.path());

@@ -96,6 +96,7 @@ fn publish(root: &Path, pod: &str) -> Publish {
         PodInfo { name: pod.into(), namespace: "apps".into(), uid: pod.into(), service_account: "web".into() };
     let target = TargetPath::parse(&target(root, pod).to_string_lossy(), root).unwrap();
     Publish {
+        mount_group: None,
         mount_flags: Vec::new(),
         ask: VolumeAsk {
             volume_id: format!("csi-{pod}"),
