@@ -125,8 +125,13 @@ pub fn peers() -> Result<Peers, String> {
     let [main, control, secrets_store] =
         SETS.each_ref().map(|set| build_set(&module, set, &go_version, &kubernetes_version));
     let (main, control, secrets_store) = (main?, control?, secrets_store?);
+    // Downloaded if the module cache lost it since the provider was built (`go list -m` would
+    // then name no directory).
     let upstream =
-        go(&module.join("secretsstore"), &["list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/secrets-store-csi-driver"])?;
+        go(&module.join("secretsstore"), &["mod", "download", "-json", "sigs.k8s.io/secrets-store-csi-driver"])?;
+    let upstream: serde_json::Value =
+        serde_json::from_str(&upstream).map_err(|e| format!("`go mod download -json`: {e}"))?;
+    let upstream = upstream["Dir"].as_str().ok_or("`go mod download -json` named no directory")?.to_string();
     Ok(Peers {
         kube_apiserver: main.join("kube-apiserver"),
         etcd: main.join("etcd"),
