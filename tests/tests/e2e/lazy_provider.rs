@@ -18,23 +18,18 @@ use sharedresource_csi_driver::content::external::providers::Providers;
 use sharedresource_csi_driver::volume::mounter::listed_in_mountinfo;
 
 use crate::kubelet_publish::{channel, kubelet_request, publish_as_kubelet};
-use crate::providers::{example_helper, provider_scene, refused_use, unpublished};
+use crate::providers::{
+    helper_calls, logging_example_helper, pod_of_provider, provider_scene, refused_use, unpublished,
+};
 use crate::shares::{InProcessDriver, wait_for_view};
-use crate::support::{Outcome, SHARED_RESOURCE_DRIVER, Suite};
+use crate::support::{Outcome, Suite};
 
 const NAMESPACE: &str = "providers-lazy-e2e";
 const PROVIDER: &str = "example-lazy";
 const NOBODY: u32 = 65534;
 
 fn lazy_pod(name: &str, service_account: &str) -> Value {
-    json!({
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-        "spec": {
-            "serviceAccountName": service_account,
-            "containers": [{"name": "app", "image": "registry.invalid/app:1", "volumeMounts": [{"name": "vault", "mountPath": "/vault"}]}],
-            "volumes": [{"name": "vault", "csi": {"driver": SHARED_RESOURCE_DRIVER, "readOnly": true, "volumeAttributes": {"provider": PROVIDER}}}]
-        }
-    })
+    pod_of_provider(PROVIDER, name, service_account)
 }
 
 /// `cat PATH` as nobody: what it printed, or the start of its complaint.
@@ -44,11 +39,6 @@ fn read_as_nobody(path: &Path) -> Result<String, String> {
         true => Ok(String::from_utf8_lossy(&output.stdout).into_owned()),
         false => Err(String::from_utf8_lossy(&output.stderr).trim().to_string()),
     }
-}
-
-/// The helper's calls so far (`mount TARGET` or `get PATH`).
-fn calls(log: &Path) -> Vec<String> {
-    std::fs::read_to_string(log).unwrap_or_default().lines().map(String::from).collect()
 }
 
 /// Lets any user walk from the driver's root to the target, as a container's bind mount would
@@ -71,16 +61,8 @@ pub async fn a_lazy_exec_provider_fetches_each_file_when_first_opened(suite: &Su
     std::fs::create_dir_all(&kept).map_err(|e| e.to_string())?;
     std::fs::write(kept.join("db-password"), "s3cret-of-web").map_err(|e| e.to_string())?;
     std::fs::write(kept.join("api-key"), "k3y-of-web").map_err(|e| e.to_string())?;
-    let example = example_helper(vault.path(), &root)?;
-    let log = vault.path().join("calls");
-    let wrapper = vault.path().join("logging-helper");
-    std::fs::write(
-        &wrapper,
-        format!("#!/bin/sh\necho \"$1 $2\" >> {}\nexec {} \"$@\"\n", log.display(), example.display()),
-    )
-    .map_err(|e| e.to_string())?;
-    use std::os::unix::fs::PermissionsExt as _;
-    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).map_err(|e| e.to_string())?;
+    let wrapper = logging_example_helper(vault.path(), &root)?;
+    let calls = || helper_calls(vault.path());
     let configured: ProviderConfig = serde_json::from_value(
         json!({"name": PROVIDER, "kind": "exec", "helper": wrapper, "mode": "lazy", "cacheTTL": "1h"}),
     )
@@ -104,11 +86,8 @@ pub async fn a_lazy_exec_provider_fetches_each_file_when_first_opened(suite: &Su
             .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
             .collect();
         let mount_call = format!("mount {}", target.display());
-        if calls(&log) != [mount_call.clone()] {
-            return Err(format!(
-                "before any read the helper was called {:?}; expected only {mount_call:?}",
-                calls(&log)
-            ));
+        if calls() != [mount_call.clone()] {
+            return Err(format!("before any read the helper was called {:?}; expected only {mount_call:?}", calls()));
         }
         let mut sorted = listed.clone();
         sorted.sort();
@@ -124,8 +103,8 @@ pub async fn a_lazy_exec_provider_fetches_each_file_when_first_opened(suite: &Su
             }
         }
         let expected = [mount_call.clone(), "get secrets/db-password".to_string()];
-        if calls(&log) != expected {
-            return Err(format!("three reads made the helper calls {:?}; expected {expected:?}", calls(&log)));
+        if calls() != expected {
+            return Err(format!("three reads made the helper calls {:?}; expected {expected:?}", calls()));
         }
 
         refused_use(&mut node, &driver, &stored[1], "vault", PROVIDER).await?;

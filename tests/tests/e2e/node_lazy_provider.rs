@@ -7,14 +7,12 @@
 //! connected" (a pod using a lazy volume must be restarted), and deleting the pod still leaves
 //! nothing on the node.
 
-use std::path::Path;
-
 use serde_json::json;
 
 use crate::node::{
     DriverConfigured, ONE_AT_A_TIME, create_pod, delete_and_wait, node, nothing_left, pod_on_node, uid, wait_for_log,
 };
-use crate::providers::example_helper;
+use crate::providers::{helper_calls, logging_example_helper};
 use crate::shares::{create_object, use_grant};
 use crate::support::{Outcome, SHARED_RESOURCE_DRIVER, Suite, create_namespace};
 
@@ -24,16 +22,11 @@ const POD: &str = "lazy-reader";
 const READER: &str = r#"echo started; until [ -e /trigger/go ]; do sleep 0.2; done
 n=0; while true; do n=$((n+1)); echo "read $n: $(cat /vault/secrets/db-password 2>&1)"; sleep 1; done"#;
 
-/// The helper's calls so far (`mount TARGET` or `get PATH`).
-fn calls(log: &Path) -> Vec<String> {
-    std::fs::read_to_string(log).unwrap_or_default().lines().map(String::from).collect()
-}
-
 pub async fn a_pod_on_the_node_reads_a_lazy_providers_file_when_it_first_opens_it(suite: &Suite) -> Outcome {
     let _turn = ONE_AT_A_TIME.lock().await;
     let node = node(suite)?;
     let work = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let (root, trigger, log) = (work.path().join("root"), work.path().join("trigger"), work.path().join("calls"));
+    let (root, trigger) = (work.path().join("root"), work.path().join("trigger"));
     std::fs::create_dir_all(root.join(NAMESPACE).join(POD)).map_err(|e| e.to_string())?;
     std::fs::write(root.join(NAMESPACE).join(POD).join("db-password"), "from-the-helper").map_err(|e| e.to_string())?;
     std::fs::create_dir_all(&trigger).map_err(|e| e.to_string())?;
@@ -41,14 +34,7 @@ pub async fn a_pod_on_the_node_reads_a_lazy_providers_file_when_it_first_opens_i
     for open in [work.path(), trigger.as_path()] {
         std::fs::set_permissions(open, std::fs::Permissions::from_mode(0o755)).map_err(|e| e.to_string())?;
     }
-    let example = example_helper(work.path(), &root)?;
-    let wrapper = work.path().join("logging-helper");
-    std::fs::write(
-        &wrapper,
-        format!("#!/bin/sh\necho \"$1 $2\" >> {}\nexec {} \"$@\"\n", log.display(), example.display()),
-    )
-    .map_err(|e| e.to_string())?;
-    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).map_err(|e| e.to_string())?;
+    let wrapper = logging_example_helper(work.path(), &root)?;
     let config = format!(
         "providers:\n- {{name: vault-lazy, kind: exec, helper: {}, mode: lazy, cacheTTL: 1h}}\n",
         wrapper.display()
@@ -76,7 +62,7 @@ pub async fn a_pod_on_the_node_reads_a_lazy_providers_file_when_it_first_opens_i
 
     // The container runs, so the volume is published: the helper was asked `mount` only.
     wait_for_log(node, NAMESPACE, POD, "the container's start", |line| line == "started").await?;
-    let before = calls(&log);
+    let before = helper_calls(work.path());
     if before.len() != 1 || !before[0].starts_with("mount ") {
         return Err(format!("before the container read anything the helper was called {before:?}; expected one mount"));
     }
@@ -84,7 +70,7 @@ pub async fn a_pod_on_the_node_reads_a_lazy_providers_file_when_it_first_opens_i
     std::fs::write(trigger.join("go"), "").map_err(|e| e.to_string())?;
     wait_for_log(node, NAMESPACE, POD, "three reads of the lazy file", |line| line == "read 3: from-the-helper")
         .await?;
-    let after = calls(&log);
+    let after = helper_calls(work.path());
     if after[1..] != ["get secrets/db-password".to_string()] {
         return Err(format!("three reads within the TTL made the helper calls {after:?}; expected one get"));
     }

@@ -24,7 +24,7 @@ use crate::support::{
 const NAMESPACE: &str = "providers-e2e";
 
 /// The shipped example helper, reading `root` instead of its own ROOT.
-pub fn example_helper(dir: &Path, root: &Path) -> Result<PathBuf, String> {
+fn example_helper(dir: &Path, root: &Path) -> Result<PathBuf, String> {
     let example = std::fs::read_to_string(inline_guard_tests::repo_root().join("config/examples/exec-helper.sh"))
         .map_err(|e| e.to_string())?;
     let helper = example.replace("ROOT=/var/lib/inline-guard/example-vault", &format!("ROOT={}", root.display()));
@@ -38,15 +38,38 @@ pub fn example_helper(dir: &Path, root: &Path) -> Result<PathBuf, String> {
     Ok(path)
 }
 
-fn provider_pod(name: &str, service_account: &str) -> Value {
+/// The shipped example helper reading `root`, wrapped to log each call's first two arguments
+/// (`mount TARGET`, `get PATH`) to `dir/calls`: the wrapper's path.
+pub fn logging_example_helper(dir: &Path, root: &Path) -> Result<PathBuf, String> {
+    let example = example_helper(dir, root)?;
+    let wrapper = dir.join("logging-helper");
+    let script =
+        format!("#!/bin/sh\necho \"$1 $2\" >> {}\nexec {} \"$@\"\n", dir.join("calls").display(), example.display());
+    std::fs::write(&wrapper, script).map_err(|e| e.to_string())?;
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).map_err(|e| e.to_string())?;
+    Ok(wrapper)
+}
+
+/// The calls [`logging_example_helper`] logged in `dir` so far.
+pub fn helper_calls(dir: &Path) -> Vec<String> {
+    std::fs::read_to_string(dir.join("calls")).unwrap_or_default().lines().map(String::from).collect()
+}
+
+/// A pod of `service_account` with volume `vault` of provider `provider`.
+pub fn pod_of_provider(provider: &str, name: &str, service_account: &str) -> Value {
     json!({
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
         "spec": {
             "serviceAccountName": service_account,
             "containers": [{"name": "app", "image": "registry.invalid/app:1", "volumeMounts": [{"name": "vault", "mountPath": "/vault"}]}],
-            "volumes": [{"name": "vault", "csi": {"driver": SHARED_RESOURCE_DRIVER, "readOnly": true, "volumeAttributes": {"provider": "example"}}}]
+            "volumes": [{"name": "vault", "csi": {"driver": SHARED_RESOURCE_DRIVER, "readOnly": true, "volumeAttributes": {"provider": provider}}}]
         }
     })
+}
+
+fn provider_pod(name: &str, service_account: &str) -> Value {
+    pod_of_provider("example", name, service_account)
 }
 
 /// The scene of a provider scenario: namespace `namespace` with service accounts `reader`

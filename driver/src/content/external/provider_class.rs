@@ -79,13 +79,15 @@ pub fn with_parameters(ask: &VolumeAsk, provider: &str, parameters: BTreeMap<Str
     VolumeAsk { attributes, ..ask.clone() }
 }
 
-/// Reads class `class` in the pod's namespace, within `timeout`: its spec.
-pub async fn read_class(
+/// The parameters of class `class` in the volume's pod's namespace, read within `timeout` and
+/// checked to be for `provider`.
+pub async fn class_parameters(
     client: &kube::Client,
     timeout: Duration,
     volume: &VolumeAsk,
     class: &ObjectName,
-) -> Result<Value> {
+    provider: &str,
+) -> Result<BTreeMap<String, String>> {
     let namespace = NamespaceName::parse(&volume.pod.namespace)
         .map_err(|error| Error::Invalid(format!("the pod's namespace {error}")))?;
     let kind = GroupVersionKind::gvk("secrets-store.csi.x-k8s.io", "v1", "SecretProviderClass");
@@ -94,7 +96,7 @@ pub async fn read_class(
     let shown = format!("{}/{}", namespace.as_str(), quote(class.as_str()));
     let what = || format!("reading SecretProviderClass {shown}");
     match ask(timeout, what, api.get_opt(class.as_str())).await? {
-        Some(object) => Ok(object.data.get("spec").cloned().unwrap_or(Value::Null)),
+        Some(object) => parameters(object.data.get("spec").unwrap_or(&Value::Null), &shown, provider),
         None => Err(Error::Missing(format!(
             "SecretProviderClass {shown} does not exist (or the Secrets Store CSI Driver's CRD is not installed)"
         ))),

@@ -255,9 +255,9 @@ impl KubernetesSource {
                 quote(name.as_str())
             )));
         }
-        let spec = provider_class::read_class(&self.client, self.request_timeout, request, &class).await?;
-        let shown = format!("{}/{}", request.pod.namespace, quote(class.as_str()));
-        let parameters = provider_class::parameters(&spec, &shown, name.as_str())?;
+        let parameters =
+            provider_class::class_parameters(&self.client, self.request_timeout, request, &class, name.as_str())
+                .await?;
         Ok(Cow::Owned(provider_class::with_parameters(request, name.as_str(), parameters)))
     }
 

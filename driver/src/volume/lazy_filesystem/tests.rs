@@ -137,3 +137,36 @@ fn a_lazy_volume_whose_server_is_gone_is_unmounted_at_recovery_and_its_record_dr
     assert!(!dir.path().join("pods").exists(), "the directories it made are gone");
     assert!(store.load_all().unwrap().0.is_empty());
 }
+
+#[test]
+fn a_dead_fuse_mount_the_driver_did_not_make_is_left_alone_at_recovery() {
+    use crate::content::ask::PodInfo;
+    use crate::volume::recovery::recover;
+    use crate::volume::store::{FileVolumeStore, VolumeRecord, VolumeStore};
+
+    let (dir, text, opened, created) = created_target();
+    // Someone else's FUSE mount at the target, its server gone: it answers nothing either.
+    drop(LinuxMounter.mount_fuse(&opened.target, "someone-else").unwrap());
+    drop(opened);
+    let store = FileVolumeStore::open(dir.path().join("state")).unwrap();
+    let record = VolumeRecord {
+        volume_id: "csi-lazy-mine".into(),
+        target_path: text.clone(),
+        pod: PodInfo { name: "p".into(), namespace: "n".into(), uid: "u".into(), service_account: "s".into() },
+        attributes: Default::default(),
+        host_read_only: false,
+        created_dirs: created,
+        device: None,
+        complete: true,
+        object_versions: Default::default(),
+        lazy: true,
+        mount_group: None,
+    };
+    store.put(&record, true).unwrap();
+    let (kept, dropped) = recover(store.load_all().unwrap().0, &LinuxMounter, &store, dir.path());
+    let still_mounted = listed_in_mountinfo(&text).unwrap();
+    nix::mount::umount2(&text, nix::mount::MntFlags::MNT_DETACH).unwrap();
+    assert!(kept.is_empty(), "{kept:?}");
+    assert!(dropped[0].contains("holds a mount the driver did not make, left alone"), "{}", dropped[0]);
+    assert!(still_mounted, "another's mount is never unmounted");
+}
