@@ -96,11 +96,37 @@ fn a_lazy_volume_is_read_by_any_user_each_file_fetched_at_its_first_open() {
     assert_eq!(std::fs::read_dir(&text).unwrap().count(), 0, "the directory under it is empty");
 }
 
+/// The complete record of lazy volume `volume_id` at `target`, which made `created`.
+fn lazy_record(
+    volume_id: &str,
+    target: &Path,
+    created: Vec<PathBuf>,
+    device: Option<u64>,
+) -> crate::volume::store::VolumeRecord {
+    crate::volume::store::VolumeRecord {
+        volume_id: volume_id.into(),
+        target_path: target.to_path_buf(),
+        pod: crate::content::ask::PodInfo {
+            name: "p".into(),
+            namespace: "n".into(),
+            uid: "u".into(),
+            service_account: "s".into(),
+        },
+        attributes: Default::default(),
+        host_read_only: false,
+        created_dirs: created,
+        device,
+        complete: true,
+        object_versions: Default::default(),
+        lazy: true,
+        mount_group: None,
+    }
+}
+
 #[test]
 fn a_lazy_volume_whose_server_is_gone_is_unmounted_at_recovery_and_its_record_dropped() {
-    use crate::content::ask::PodInfo;
     use crate::volume::recovery::recover;
-    use crate::volume::store::{FileVolumeStore, VolumeRecord, VolumeStore};
+    use crate::volume::store::{FileVolumeStore, VolumeStore};
 
     let (dir, text, opened, created) = created_target();
     let volume_id = "csi-lazy-gone";
@@ -111,20 +137,7 @@ fn a_lazy_volume_whose_server_is_gone_is_unmounted_at_recovery_and_its_record_dr
     assert_eq!(error.raw_os_error(), Some(nix::libc::ENOTCONN), "a dead FUSE mount answers nothing");
 
     let store = FileVolumeStore::open(dir.path().join("state")).unwrap();
-    let record = VolumeRecord {
-        volume_id: volume_id.into(),
-        target_path: text.clone(),
-        pod: PodInfo { name: "p".into(), namespace: "n".into(), uid: "u".into(), service_account: "s".into() },
-        attributes: Default::default(),
-        host_read_only: false,
-        created_dirs: created,
-        device: Some(1),
-        complete: true,
-        object_versions: Default::default(),
-        lazy: true,
-        mount_group: None,
-    };
-    store.put(&record, true).unwrap();
+    store.put(&lazy_record(volume_id, &text, created, Some(1)), true).unwrap();
     let (kept, dropped) = recover(store.load_all().unwrap().0, &LinuxMounter, &store, dir.path());
     assert!(kept.is_empty(), "{kept:?}");
     assert_eq!(dropped.len(), 1);
@@ -140,29 +153,15 @@ fn a_lazy_volume_whose_server_is_gone_is_unmounted_at_recovery_and_its_record_dr
 
 #[test]
 fn a_dead_fuse_mount_the_driver_did_not_make_is_left_alone_at_recovery() {
-    use crate::content::ask::PodInfo;
     use crate::volume::recovery::recover;
-    use crate::volume::store::{FileVolumeStore, VolumeRecord, VolumeStore};
+    use crate::volume::store::{FileVolumeStore, VolumeStore};
 
     let (dir, text, opened, created) = created_target();
     // Someone else's FUSE mount at the target, its server gone: it answers nothing either.
     drop(LinuxMounter.mount_fuse(&opened.target, "someone-else").unwrap());
     drop(opened);
     let store = FileVolumeStore::open(dir.path().join("state")).unwrap();
-    let record = VolumeRecord {
-        volume_id: "csi-lazy-mine".into(),
-        target_path: text.clone(),
-        pod: PodInfo { name: "p".into(), namespace: "n".into(), uid: "u".into(), service_account: "s".into() },
-        attributes: Default::default(),
-        host_read_only: false,
-        created_dirs: created,
-        device: None,
-        complete: true,
-        object_versions: Default::default(),
-        lazy: true,
-        mount_group: None,
-    };
-    store.put(&record, true).unwrap();
+    store.put(&lazy_record("csi-lazy-mine", &text, created, None), true).unwrap();
     let (kept, dropped) = recover(store.load_all().unwrap().0, &LinuxMounter, &store, dir.path());
     let still_mounted = listed_in_mountinfo(&text).unwrap();
     nix::mount::umount2(&text, nix::mount::MntFlags::MNT_DETACH).unwrap();
