@@ -1,7 +1,9 @@
 //! A lazy provider's file read through the driver's FUSE server once it is cached, beside the
 //! same 4 KiB read from a tmpfs (the floor: what an eager volume serves), in the same run,
 //! alternating rounds. One read is what a program does to read a small file: open, read to the
-//! end, close. Target: < 50 µs per read through FUSE.
+//! end, close. Target: < 50 µs per read through FUSE. A second floor is measured with them: one
+//! byte sent to a thread pinned where the FUSE session is and back, the one round trip between
+//! the cores that no FUSE open can do without (the kernel asks the server at every open).
 //!
 //! The FUSE session and the runtime its opens run on are pinned to CPU 0, the reader to CPU 1.
 //! `SAME_CORE=1` keeps the reader on CPU 0 with them: a diagnosis, not the measure (it shows
@@ -10,7 +12,8 @@
 //!
 //! `cargo bench -p inline-guard-benches --bench lazy_read [-- --json FILE]`
 
-use std::io::Read as _;
+use std::io::{Read as _, Write as _};
+use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -57,6 +60,29 @@ fn reads(path: &Path) -> Result<Vec<Duration>, String> {
         if buffer.len() != FILE_BYTES {
             return Err(format!("read {} bytes of {}, expected {FILE_BYTES}", buffer.len(), path.display()));
         }
+    }
+    Ok(took)
+}
+
+/// A thread, on the calling thread's CPUs, that sends back each byte it is sent.
+fn echo_thread() -> Result<UnixStream, String> {
+    let (ours, theirs) = UnixStream::pair().map_err(|e| e.to_string())?;
+    std::thread::spawn(move || {
+        let mut theirs = theirs;
+        let mut byte = [0u8];
+        while theirs.read_exact(&mut byte).is_ok() && theirs.write_all(&byte).is_ok() {}
+    });
+    Ok(ours)
+}
+
+/// One byte to the echo thread and back: `READS` times; each one's duration.
+fn round_trips(echo: &mut UnixStream) -> Result<Vec<Duration>, String> {
+    let mut took = Vec::with_capacity(READS);
+    let mut byte = [7u8];
+    for _ in 0..READS {
+        let started = Instant::now();
+        echo.write_all(&byte).and_then(|()| echo.read_exact(&mut byte)).map_err(|e| e.to_string())?;
+        took.push(started.elapsed());
     }
     Ok(took)
 }
@@ -123,6 +149,7 @@ fn main() -> Result<(), String> {
     LinuxMounter.mount_tmpfs(&floor_opened.target, 1 << 20, "inline-guard:bench-eager").map_err(|e| e.to_string())?;
     std::fs::write(floor_text.join("f"), vec![b'x'; FILE_BYTES]).map_err(|e| e.to_string())?;
 
+    let mut echo = echo_thread()?;
     if pinned && !same_core {
         pin_to(1)?;
     }
@@ -130,10 +157,11 @@ fn main() -> Result<(), String> {
     let first = Instant::now();
     std::fs::read(&lazy_file).map_err(|e| e.to_string())?;
     let first = first.elapsed();
-    let (mut lazy, mut tmpfs) = (Vec::new(), Vec::new());
+    let (mut lazy, mut tmpfs, mut trips) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..ROUNDS {
         lazy.extend(reads(&lazy_file)?);
         tmpfs.extend(reads(&floor_text.join("f"))?);
+        trips.extend(round_trips(&mut echo)?);
     }
     let gets = files.gets();
 
@@ -146,6 +174,7 @@ fn main() -> Result<(), String> {
 
     lazy.sort();
     tmpfs.sort();
+    trips.sort();
     let us = |d: Duration| d.as_secs_f64() * 1e6;
     let (lazy_p50, lazy_p99, floor_p50, floor_p99) =
         (percentile(&lazy, 0.5), percentile(&lazy, 0.99), percentile(&tmpfs, 0.5), percentile(&tmpfs, 0.99));
@@ -163,13 +192,21 @@ fn main() -> Result<(), String> {
     );
     println!("  through FUSE: p50 {:.1} µs, p99 {:.1} µs (target: < 50 µs)", us(lazy_p50), us(lazy_p99));
     println!("  from tmpfs:   p50 {:.1} µs, p99 {:.1} µs", us(floor_p50), us(floor_p99));
+    let (trip_p50, trip_p99) = (percentile(&trips, 0.5), percentile(&trips, 0.99));
+    println!(
+        "  one round trip to the session's CPU (a socket echo): p50 {:.1} µs, p99 {:.1} µs",
+        us(trip_p50),
+        us(trip_p99)
+    );
     println!("  ratio FUSE/tmpfs at p50: {:.1}x", us(lazy_p50) / us(floor_p50));
+    println!("  ratio FUSE/round trip at p50: {:.2}x", us(lazy_p50) / us(trip_p50));
     println!("  the first read (the helper's get): {:.1} ms; gets in all: {gets}", first.as_secs_f64() * 1e3);
     if let Some(path) = json {
         let result = serde_json::json!({
             "machine": machine, "file_bytes": FILE_BYTES, "reads": READS * ROUNDS,
             "fuse_p50_us": us(lazy_p50), "fuse_p99_us": us(lazy_p99),
             "tmpfs_p50_us": us(floor_p50), "tmpfs_p99_us": us(floor_p99), "gets": gets,
+            "round_trip_p50_us": us(trip_p50), "round_trip_p99_us": us(trip_p99),
         });
         std::fs::write(&path, result.to_string()).map_err(|e| e.to_string())?;
     }

@@ -3,25 +3,30 @@
 //! owned by root, which the kernel enforces (`default_permissions`) for any user of the
 //! container (`allow_other`). A file's content is had when it is opened (the helper's `get`, or
 //! the cache within its TTL) and that open file reads that content to its end, whatever comes
-//! after: files are opened for direct I/O, so a size the kernel was told before the content was
-//! fetched never cuts a read short. The kernel may keep names and attributes for the cache's TTL,
-//! never longer.
+//! after. A file opened again with the content it was last opened with is read through the
+//! kernel's page cache, which keeps its pages: one trip to the driver per open, the open itself.
+//! When its content changes, [`OpenFiles`] decides how the kernel's one page cache and one size
+//! per file stay true to every open handle (opens of new content are served by direct I/O while
+//! handles of the old one read through the page cache; with none left, the kernel's pages and
+//! attributes of the file are dropped before the new content is paged). The kernel may keep
+//! names and attributes for the cache's TTL, never longer, and keeps no size of a file whose
+//! content is not paged.
 //!
-//! The session reads requests on a thread of its own; an open that needs the helper runs on the
-//! content source's runtime and answers when it is done, so a slow helper delays only the opens
-//! waiting on it, never another volume's.
+//! The session reads requests on a thread of its own; an open that needs the helper, or a change
+//! of the paged content, runs on the content source's runtime and answers when it is done, so a
+//! slow helper delays only the opens waiting on it, never another volume's.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use fuser::{
     BackgroundSession, Config, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
-    LockOwner, OpenAccMode, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen,
-    Request, SessionACL,
+    LockOwner, Notifier, OpenAccMode, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
+    ReplyOpen, Request, SessionACL,
 };
 use tracing::warn;
 
@@ -29,6 +34,7 @@ use crate::content::error::Error as ContentError;
 use crate::content::external::lazy_files::{EntryKind, LazyFiles};
 use crate::quote::{Logged, quote};
 use crate::volume::error::{Error, Result};
+use crate::volume::lazy_open_files::{OpenFiles, OpenMode};
 
 /// The most inodes one lazy volume hands out: its layout's, and a name looked up in an open
 /// directory each; past it, new names are refused (ENFILE) rather than grow the driver.
@@ -38,6 +44,7 @@ const MAX_INODES: usize = 8192;
 /// mount (its unmount).
 pub struct LazyMount {
     files: Arc<LazyFiles>,
+    reads_served: Arc<AtomicU64>,
     _session: BackgroundSession,
 }
 
@@ -50,22 +57,31 @@ impl LazyMount {
             volume: quote(volume_id),
             files: files.clone(),
             inodes: Mutex::new(Inodes::default()),
-            handles: Arc::default(),
-            next_handle: Arc::new(AtomicU64::new(1)),
+            open_files: Arc::default(),
+            notifier: Arc::default(),
+            reads_served: Arc::default(),
             mounted: SystemTime::now(),
             group: group.unwrap_or(0),
         };
+        let (notifier, reads_served) = (filesystem.notifier.clone(), filesystem.reads_served.clone());
         let mut config = Config::default();
         config.n_threads = Some(1);
-        let session = fuser::Session::from_fd(filesystem, device, SessionACL::All, config)
-            .and_then(fuser::Session::spawn)
-            .map_err(|error| Error::local("serving the volume through FUSE", error))?;
-        Ok(LazyMount { files, _session: session })
+        let serving = |error| Error::local("serving the volume through FUSE", error);
+        let session = fuser::Session::from_fd(filesystem, device, SessionACL::All, config).map_err(serving)?;
+        // Set before the session serves anything: no open can need it earlier.
+        let _ = notifier.set(session.notifier());
+        let session = session.spawn().map_err(serving)?;
+        Ok(LazyMount { files, reads_served, _session: session })
     }
 
     /// What the volume serves.
     pub fn files(&self) -> &Arc<LazyFiles> {
         &self.files
+    }
+
+    /// How many reads the kernel asked of the driver: none for what its page cache holds.
+    pub fn reads_served(&self) -> u64 {
+        self.reads_served.load(Ordering::Relaxed)
     }
 }
 
@@ -106,9 +122,10 @@ struct LazyFilesystem {
     volume: String,
     files: Arc<LazyFiles>,
     inodes: Mutex<Inodes>,
-    // Each open file's content, as had at its open.
-    handles: Arc<Mutex<HashMap<u64, Arc<[u8]>>>>,
-    next_handle: Arc<AtomicU64>,
+    open_files: Arc<Mutex<OpenFiles>>,
+    /// Tells the kernel to drop what it keeps of a file whose paged content changes.
+    notifier: Arc<OnceLock<Notifier>>,
+    reads_served: Arc<AtomicU64>,
     mounted: SystemTime,
     group: u32,
 }
@@ -118,13 +135,21 @@ impl LazyFilesystem {
         self.inodes.lock().unwrap_or_else(|p| p.into_inner()).path(ino).map(String::from)
     }
 
-    /// The attributes of `path`, and how long the kernel may keep them: a directory's and a
-    /// fetched file's for what is left of the cache's TTL; a file not fetched yet, whose size is
-    /// unknown (0), not at all, so that a stat after its first open shows its size.
+    /// The attributes of `path`, and how long the kernel may keep them: a directory's for the
+    /// cache's TTL; a file's size is its paged content's, kept for the cache's TTL (a change of
+    /// it drops the kernel's copy first); a file with no paged content shows its cached size, or
+    /// 0 before it is fetched, and the kernel keeps neither.
     fn attributes(&self, ino: INodeNo, path: &str, kind: EntryKind) -> (FileAttr, Duration) {
+        let file = || {
+            let paged = self.open_files.lock().unwrap_or_else(|p| p.into_inner()).paged_size(ino.0);
+            match paged {
+                Some(size) => (size, self.ttl()),
+                None => (self.files.cached(path).map_or(0, |(size, _)| size), Duration::ZERO),
+            }
+        };
         let (kind, perm, nlink, (size, ttl)) = match kind {
             EntryKind::Directory => (FileType::Directory, 0o555, 2, (0, self.ttl())),
-            EntryKind::File => (FileType::RegularFile, 0o444, 1, self.files.cached(path).unwrap_or_default()),
+            EntryKind::File => (FileType::RegularFile, 0o444, 1, file()),
         };
         let attributes = FileAttr {
             ino,
@@ -148,6 +173,52 @@ impl LazyFilesystem {
 
     fn ttl(&self) -> Duration {
         self.files.cache_ttl()
+    }
+}
+
+/// How an open file is read: through the page cache, kept from earlier opens of the same
+/// content; or by direct I/O, past any size the kernel holds. Never flushed: nothing is written.
+fn fopen_flags(paged: bool) -> FopenFlags {
+    let mode = if paged { FopenFlags::FOPEN_KEEP_CACHE } else { FopenFlags::FOPEN_DIRECT_IO };
+    mode | FopenFlags::FOPEN_NOFLUSH
+}
+
+/// Opens `ino` with `content` as [`OpenFiles`] says, switching its paged content when asked:
+/// the kernel's pages and attributes of the file are dropped between the switch's two steps.
+/// A switch that cannot be made (a paged handle open, no notifier, the kernel refusing) opens
+/// direct. Whether the handle is paged, and the handle.
+async fn open_with(
+    open_files: &Arc<Mutex<OpenFiles>>,
+    notifier: &Arc<OnceLock<Notifier>>,
+    ino: INodeNo,
+    content: Arc<[u8]>,
+    volume: &str,
+) -> (bool, u64) {
+    let lock = || open_files.lock().unwrap_or_else(|p| p.into_inner());
+    let switch = {
+        let mut open_files = lock();
+        match open_files.mode(ino.0, &content) {
+            OpenMode::Switch => match open_files.begin_switch(ino.0) {
+                Some(switch) => switch,
+                None => return open_files.open(ino.0, content, OpenMode::Direct),
+            },
+            mode => return open_files.open(ino.0, content, mode),
+        }
+    };
+    let notifier = notifier.get().cloned();
+    // Dropping pages may wait on reads of them that the session's thread answers: not here.
+    let dropped = tokio::task::spawn_blocking(move || match notifier {
+        Some(notifier) => notifier.inval_inode(ino, 0, 0),
+        None => Err(std::io::Error::other("no notifier yet")),
+    })
+    .await
+    .unwrap_or_else(|joined| Err(std::io::Error::other(joined.to_string())));
+    match dropped {
+        Ok(()) => lock().finish_switch(ino.0, switch, content),
+        Err(error) => {
+            warn!(volume = %volume, problem = %error, "the kernel's copy of a lazy file could not be dropped; it is read by direct I/O");
+            lock().open(ino.0, content, OpenMode::Direct)
+        }
     }
 }
 
@@ -198,20 +269,25 @@ impl Filesystem for LazyFilesystem {
         if flags.acc_mode() != OpenAccMode::O_RDONLY {
             return reply.error(Errno::EROFS);
         }
-        let (handles, next) = (self.handles.clone(), self.next_handle.clone());
-        let opened = move |content: Arc<[u8]>, reply: ReplyOpen| {
-            let handle = next.fetch_add(1, Ordering::Relaxed);
-            handles.lock().unwrap_or_else(|p| p.into_inner()).insert(handle, content);
-            reply.opened(FileHandle(handle), FopenFlags::FOPEN_DIRECT_IO);
-        };
-        // Within the cache's TTL the answer is at hand: no helper, no trip through the runtime.
+        // Within the cache's TTL the answer is at hand: no helper, no trip through the runtime,
+        // unless the paged content changes (dropping the kernel's pages may wait on reads this
+        // thread serves).
         if let Some(content) = self.files.cached_content(&path) {
-            return opened(content, reply);
+            let mut open_files = self.open_files.lock().unwrap_or_else(|p| p.into_inner());
+            let mode = open_files.mode(ino.0, &content);
+            if mode != OpenMode::Switch {
+                let (paged, handle) = open_files.open(ino.0, content, mode);
+                return reply.opened(FileHandle(handle), fopen_flags(paged));
+            }
         }
         let (files, volume) = (self.files.clone(), self.volume.clone());
+        let (open_files, notifier) = (self.open_files.clone(), self.notifier.clone());
         self.files.runtime().spawn(async move {
             match files.read(&path).await {
-                Ok(content) => opened(content, reply),
+                Ok(content) => {
+                    let (paged, handle) = open_with(&open_files, &notifier, ino, content, &volume).await;
+                    reply.opened(FileHandle(handle), fopen_flags(paged));
+                }
                 Err(error) => {
                     warn!(volume = %volume, file = %quote(&path), problem = %Logged(&error), "a lazy file could not be opened");
                     reply.error(errno_of(&error));
@@ -231,8 +307,9 @@ impl Filesystem for LazyFilesystem {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let handles = self.handles.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(content) = handles.get(&fh.0) else {
+        self.reads_served.fetch_add(1, Ordering::Relaxed);
+        let open_files = self.open_files.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(content) = open_files.content(fh.0) else {
             return reply.error(Errno::EBADF);
         };
         let start = usize::try_from(offset).unwrap_or(usize::MAX).min(content.len());
@@ -250,7 +327,7 @@ impl Filesystem for LazyFilesystem {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.handles.lock().unwrap_or_else(|p| p.into_inner()).remove(&fh.0);
+        self.open_files.lock().unwrap_or_else(|p| p.into_inner()).release(fh.0);
         reply.ok();
     }
 

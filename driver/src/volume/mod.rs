@@ -5,6 +5,7 @@
 pub mod atomic_writer;
 pub mod error;
 pub mod lazy_filesystem;
+pub mod lazy_open_files;
 pub mod lock;
 pub mod mounter;
 pub mod ownership;

@@ -96,6 +96,84 @@ fn a_lazy_volume_is_read_by_any_user_each_file_fetched_at_its_first_open() {
     assert_eq!(std::fs::read_dir(&text).unwrap().count(), 0, "the directory under it is empty");
 }
 
+/// Reads all of the open file `file` from its start.
+fn read_from_start(file: &std::fs::File) -> Vec<u8> {
+    use std::os::unix::fs::FileExt as _;
+    let mut content = Vec::new();
+    let mut buffer = [0u8; 3000];
+    loop {
+        let read = file.read_at(&mut buffer, content.len() as u64).unwrap();
+        if read == 0 {
+            return content;
+        }
+        content.extend_from_slice(&buffer[..read]);
+    }
+}
+
+/// Checks that opening `file` anew reads `expected`, quoting at most its start when not.
+fn assert_reads(file: &Path, expected: &[u8], why: &str) {
+    let read = std::fs::read(file).unwrap();
+    let start = |bytes: &[u8]| String::from_utf8_lossy(&bytes[..bytes.len().min(40)]).into_owned();
+    assert!(
+        read == expected,
+        "{why}: read {} bytes starting {:?}, expected {} starting {:?}",
+        read.len(),
+        start(&read),
+        expected.len(),
+        start(expected)
+    );
+}
+
+#[test]
+fn reopening_unchanged_content_reads_from_the_page_cache_and_a_change_is_never_torn_or_cut() {
+    const TTL: Duration = Duration::from_secs(1);
+    let past_ttl = || std::thread::sleep(TTL + Duration::from_millis(100));
+    let runtime = runtime();
+    let helper = Helper::new(&[("key", "short")]);
+    let files = Arc::new(runtime.block_on(async { helper.files(TTL) }));
+    let (_dir, text, opened, _) = created_target();
+    let device = LinuxMounter.mount_fuse(&opened.target, "inline-guard:lazy-pages").unwrap();
+    let mount = LazyMount::serve("csi-lazy-pages", device, files.clone(), None).unwrap();
+    let file = text.join("secrets/key");
+    let long: String = (0..10_000).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+
+    // Held open across the change: it reads what it opened, through the page cache.
+    let held = std::fs::File::open(&file).unwrap();
+    assert_eq!(read_from_start(&held), b"short");
+    let reads = mount.reads_served();
+    assert!(reads > 0, "the first read of the content is asked of the driver");
+    assert_reads(&file, b"short", "opened again");
+    assert_eq!(mount.reads_served(), reads, "opened again with the same content: read from the page cache");
+
+    // Grown past two pages while `held` is open: a new open reads all of it (direct I/O, past
+    // the size the kernel keeps for `held`), and `held` still reads its own content.
+    std::fs::write(helper.path("files/key"), &long).unwrap();
+    past_ttl();
+    assert_reads(&file, long.as_bytes(), "never cut to the old size");
+    assert_eq!(read_from_start(&held), b"short", "never torn by the new content");
+    drop(held);
+
+    // Nothing paged is open: the next open pages the new content, its size is the new size.
+    assert_reads(&file, long.as_bytes(), "the new content paged");
+    assert_eq!(std::fs::metadata(&file).unwrap().len(), 10_000);
+    let reads = mount.reads_served();
+    assert_reads(&file, long.as_bytes(), "read again");
+    assert_eq!(mount.reads_served(), reads, "the new content is kept in the page cache too");
+
+    // Shrunk: no stale page, no tail of the old content.
+    std::fs::write(helper.path("files/key"), "tiny").unwrap();
+    past_ttl();
+    assert_reads(&file, b"tiny", "shrunk");
+    assert_eq!(std::fs::metadata(&file).unwrap().len(), 4);
+    let gets = helper.gets().len();
+    assert!(gets >= 3, "one get per content at least: {:?}", helper.gets());
+
+    let root = opened.reopen().unwrap();
+    LinuxMounter.unmount(&root).unwrap();
+    drop((root, mount));
+    assert!(!listed_in_mountinfo(&text).unwrap());
+}
+
 /// The complete record of lazy volume `volume_id` at `target`, which made `created`.
 fn lazy_record(
     volume_id: &str,

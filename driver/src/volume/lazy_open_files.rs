@@ -1,0 +1,237 @@
+//! The open files of a lazy volume, and which content the kernel's page cache of each file may
+//! hold. A read through the page cache costs no trip to the driver, so a file opened again with
+//! the content it was last opened with is served from it; but the kernel keeps one page cache
+//! and one size per file, while each open of a lazy file reads the content had at that open. The
+//! rule kept here makes both true at once:
+//!
+//! - a file has at most one *paged* content; every handle reading through the page cache (a
+//!   paged handle) reads exactly that content, and the size the kernel is told is its size;
+//! - an open whose content differs from the paged one, while paged handles of it are still open,
+//!   is served by direct I/O (its own content, to its end, past any size the kernel holds);
+//! - with no paged handle open, the paged content is changed by a *switch*: it is first cleared
+//!   (no open becomes paged meanwhile), the caller drops the kernel's pages and attributes of the
+//!   file, and only then is the new content made paged.
+//!
+//! Nothing here knows FUSE: the filesystem asks, and does what the answers say.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// How an open is to be answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenMode {
+    /// Through the page cache, whose pages may be kept: the content is the paged one.
+    Paged,
+    /// By direct I/O: paged handles of other content are open.
+    Direct,
+    /// After a switch (see [`OpenFiles::begin_switch`]): the paged content is another, or none,
+    /// and no paged handle is open.
+    Switch,
+}
+
+/// One open file.
+struct Handle {
+    inode: u64,
+    content: Arc<[u8]>,
+    paged: bool,
+}
+
+/// What the page cache of one file may hold.
+#[derive(Default)]
+struct Pages {
+    content: Option<Arc<[u8]>>,
+    paged_handles: usize,
+    /// Counts switches begun: a switch finishes only if no other began after it.
+    switches: u64,
+}
+
+/// The open files of one lazy volume.
+#[derive(Default)]
+pub struct OpenFiles {
+    handles: HashMap<u64, Handle>,
+    pages: HashMap<u64, Pages>,
+    next_handle: u64,
+}
+
+fn same(a: &Arc<[u8]>, b: &Arc<[u8]>) -> bool {
+    // A content fetched again is a new allocation; equal bytes are the same content.
+    Arc::ptr_eq(a, b) || **a == **b
+}
+
+impl OpenFiles {
+    /// How an open of `inode` that had `content` is to be answered.
+    pub fn mode(&self, inode: u64, content: &Arc<[u8]>) -> OpenMode {
+        let Some(pages) = self.pages.get(&inode) else {
+            return OpenMode::Switch;
+        };
+        match &pages.content {
+            Some(paged) if same(paged, content) => OpenMode::Paged,
+            _ if pages.paged_handles > 0 => OpenMode::Direct,
+            _ => OpenMode::Switch,
+        }
+    }
+
+    /// Opens `inode` with `content` in `mode` (`Paged` or `Direct`; anything else is opened
+    /// `Direct`). `Paged` is honoured only while `content` is still the paged one, else the
+    /// handle is direct: whether it is paged, and the handle.
+    pub fn open(&mut self, inode: u64, content: Arc<[u8]>, mode: OpenMode) -> (bool, u64) {
+        let pages = self.pages.entry(inode).or_default();
+        let paged = mode == OpenMode::Paged && pages.content.as_ref().is_some_and(|p| same(p, &content));
+        if paged {
+            pages.paged_handles += 1;
+        }
+        self.next_handle += 1;
+        self.handles.insert(self.next_handle, Handle { inode, content, paged });
+        (paged, self.next_handle)
+    }
+
+    /// Begins changing the paged content of `inode`: `None` when a paged handle is open (the
+    /// open is then direct); otherwise the paged content is cleared and the switch's number is
+    /// returned, to be given to [`OpenFiles::finish_switch`] once the kernel dropped the file's
+    /// pages and attributes.
+    pub fn begin_switch(&mut self, inode: u64) -> Option<u64> {
+        let pages = self.pages.entry(inode).or_default();
+        if pages.paged_handles > 0 {
+            return None;
+        }
+        pages.content = None;
+        pages.switches += 1;
+        Some(pages.switches)
+    }
+
+    /// Makes `content` the paged content of `inode` and opens it paged, if switch `switch` is
+    /// the last begun and no paged handle was opened meanwhile; otherwise opens it direct.
+    /// Whether it is paged, and the handle.
+    pub fn finish_switch(&mut self, inode: u64, switch: u64, content: Arc<[u8]>) -> (bool, u64) {
+        let pages = self.pages.entry(inode).or_default();
+        if pages.switches == switch && pages.content.is_none() && pages.paged_handles == 0 {
+            pages.content = Some(content.clone());
+            return self.open(inode, content, OpenMode::Paged);
+        }
+        self.open(inode, content, OpenMode::Direct)
+    }
+
+    /// The content handle `handle` reads.
+    pub fn content(&self, handle: u64) -> Option<&Arc<[u8]>> {
+        self.handles.get(&handle).map(|h| &h.content)
+    }
+
+    /// Closes `handle`.
+    pub fn release(&mut self, handle: u64) {
+        let Some(closed) = self.handles.remove(&handle) else {
+            return;
+        };
+        if closed.paged
+            && let Some(pages) = self.pages.get_mut(&closed.inode)
+        {
+            pages.paged_handles -= 1;
+        }
+    }
+
+    /// The size of `inode`'s paged content, which is the only size the kernel may keep for it;
+    /// `None` when it has none (then any size told must not be kept).
+    pub fn paged_size(&self, inode: u64) -> Option<u64> {
+        self.pages.get(&inode)?.content.as_ref().map(|content| content.len() as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn content(text: &str) -> Arc<[u8]> {
+        Arc::from(text.as_bytes())
+    }
+
+    /// Opens as the filesystem does: a switch first when asked for.
+    fn open(files: &mut OpenFiles, inode: u64, text: &str) -> (bool, u64) {
+        let content = content(text);
+        match files.mode(inode, &content) {
+            OpenMode::Switch => match files.begin_switch(inode) {
+                Some(switch) => files.finish_switch(inode, switch, content),
+                None => files.open(inode, content, OpenMode::Direct),
+            },
+            mode => files.open(inode, content, mode),
+        }
+    }
+
+    #[test]
+    fn a_first_open_switches_and_the_next_opens_of_the_same_content_are_paged() {
+        let mut files = OpenFiles::default();
+        assert_eq!(files.mode(2, &content("a")), OpenMode::Switch);
+        let (paged, first) = open(&mut files, 2, "a");
+        assert!(paged);
+        assert_eq!(files.paged_size(2), Some(1));
+        files.release(first);
+        // Fetched again: another allocation, the same bytes.
+        assert_eq!(files.mode(2, &content("a")), OpenMode::Paged);
+        let (paged, second) = open(&mut files, 2, "a");
+        assert!(paged);
+        assert_eq!(files.content(second).map(|c| &c[..]), Some(&b"a"[..]));
+    }
+
+    #[test]
+    fn new_content_is_direct_while_a_paged_handle_of_the_old_is_open_and_switches_after() {
+        let mut files = OpenFiles::default();
+        let (_, old) = open(&mut files, 2, "old");
+        assert_eq!(files.mode(2, &content("newer")), OpenMode::Direct);
+        let (paged, new) = open(&mut files, 2, "newer");
+        assert!(!paged);
+        // The kernel is still told the old content's size: the paged handle reads by it.
+        assert_eq!(files.paged_size(2), Some(3));
+        assert_eq!(files.content(new).map(|c| &c[..]), Some(&b"newer"[..]));
+        files.release(old);
+        files.release(new);
+        assert_eq!(files.mode(2, &content("newer")), OpenMode::Switch);
+        assert!(open(&mut files, 2, "newer").0);
+        assert_eq!(files.paged_size(2), Some(5));
+    }
+
+    #[test]
+    fn a_switch_clears_the_paged_content_until_it_finishes() {
+        let mut files = OpenFiles::default();
+        let (_, first) = open(&mut files, 2, "a");
+        files.release(first);
+        let switch = files.begin_switch(2).expect("no paged handle is open");
+        assert_eq!(files.paged_size(2), None);
+        // Meanwhile an open of the old content is not paged: its pages are being dropped.
+        assert_eq!(files.mode(2, &content("a")), OpenMode::Switch);
+        assert!(files.finish_switch(2, switch, content("b")).0);
+        assert_eq!(files.paged_size(2), Some(1));
+    }
+
+    #[test]
+    fn a_switch_overtaken_by_another_opens_direct() {
+        let mut files = OpenFiles::default();
+        let first = files.begin_switch(2).expect("nothing open");
+        let second = files.begin_switch(2).expect("nothing open");
+        assert!(files.finish_switch(2, second, content("b")).0);
+        let (paged, handle) = files.finish_switch(2, first, content("a"));
+        assert!(!paged, "the older switch must not replace the content paged handles read");
+        assert_eq!(files.content(handle).map(|c| &c[..]), Some(&b"a"[..]));
+        assert_eq!(files.paged_size(2), Some(1));
+        assert_eq!(files.mode(2, &content("b")), OpenMode::Paged);
+    }
+
+    #[test]
+    fn a_switch_is_refused_while_a_paged_handle_is_open() {
+        let mut files = OpenFiles::default();
+        let (_, open_handle) = open(&mut files, 2, "a");
+        assert_eq!(files.begin_switch(2), None);
+        files.release(open_handle);
+        assert!(files.begin_switch(2).is_some());
+    }
+
+    #[test]
+    fn files_are_kept_apart_and_released_handles_forgotten() {
+        let mut files = OpenFiles::default();
+        let (_, a) = open(&mut files, 2, "a");
+        let (_, b) = open(&mut files, 3, "bb");
+        assert_eq!((files.paged_size(2), files.paged_size(3)), (Some(1), Some(2)));
+        files.release(a);
+        files.release(a);
+        assert!(files.content(a).is_none());
+        assert_eq!(files.content(b).map(|c| &c[..]), Some(&b"bb"[..]));
+        assert_eq!(files.begin_switch(3), None, "b is still open paged");
+    }
+}
