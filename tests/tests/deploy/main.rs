@@ -3,7 +3,9 @@
 //! overlay (`overlay.rs` writes what it changes and why into the overlay itself), on a control
 //! plane with production authorization (Node and RBAC; NodeRestriction and ServiceAccount
 //! admission) and a real node (kubelet and containerd). The serving certificate comes from
-//! `csi-volume-admission certificate`, the README's path without cert-manager.
+//! `csi-volume-admission certificate`, the README's path without cert-manager. A Secrets Store
+//! CSI provider (the suite's, on upstream's provider API) runs on the node, its socket in the
+//! shipped DaemonSet's providers directory.
 //!
 //! One scenario in steps that build on each other, in a binary of its own: its driver (the
 //! DaemonSet) and the end-to-end suite's (a host process) would claim one driver name on a node.
@@ -16,7 +18,7 @@ mod workload;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use inline_guard_tests::cluster::{Cluster, POD_NETWORK_GATEWAY};
+use inline_guard_tests::cluster::{ChildProcess, Cluster, POD_NETWORK_GATEWAY};
 use inline_guard_tests::images::build_images;
 use inline_guard_tests::node::{Node, delete_and_wait};
 use inline_guard_tests::peers::peers;
@@ -60,6 +62,8 @@ struct Installation {
     admin: kube::Client,
     kubectl: Kubectl,
     dir: PathBuf,
+    /// The Secrets Store provider on the node, its socket in `dir/providers`.
+    provider: ChildProcess,
 }
 
 async fn run() -> Outcome {
@@ -70,7 +74,8 @@ async fn run() -> Outcome {
     let kubectl = Kubectl { binary: peers.kubectl.clone(), kubeconfig: cluster.kubeconfig().to_path_buf() };
     let dir = cluster.run_dir().join("deploy");
     std::fs::create_dir_all(dir.join("overlay")).map_err(|e| e.to_string())?;
-    let installation = Installation { node, cluster, admin, kubectl, dir };
+    let provider = workload::start_provider(&peers.secrets_store_provider, &dir)?;
+    let installation = Installation { node, cluster, admin, kubectl, dir, provider };
     let outcome = steps(&installation).await;
     if outcome.is_err() {
         eprintln!("{}", installation.diagnostics().await);
@@ -114,6 +119,10 @@ async fn steps(this: &Installation) -> Outcome {
 
     // Denied through the Service with the exact message.
     this.denied_with_the_exact_message().await?;
+
+    // A Secrets Store provider's object read by a pod granted `use` of it: the driver dials the
+    // provider's socket through the shipped providers directory.
+    this.provider_served().await?;
 
     // The driver pod deleted: recreated by the DaemonSet; the workload keeps reading and
     // refresh resumes; the workload deleted afterwards leaves nothing.
@@ -196,11 +205,29 @@ impl Installation {
         Ok(())
     }
 
+    /// A pod of `reader`, granted `use` of the provider, reads its object; deleted, it leaves
+    /// nothing.
+    async fn provider_served(&self) -> Outcome {
+        workload::grant_provider(&self.admin).await?;
+        let pods = Api::<Pod>::namespaced(self.admin.clone(), CONSUMER);
+        let name = "store-reader";
+        let pod: Pod = serde_json::from_value(workload::provider_reader_pod(name)).map_err(|e| e.to_string())?;
+        let created = pods.create(&Default::default(), &pod).await.map_err(|e| format!("creating {name}: {e}"))?;
+        let uid = created.metadata.uid.unwrap_or_default();
+        wait_for_content(&self.node, name, workload::PROVIDER_OBJECT, 0)
+            .await
+            .map_err(|e| format!("{e}\n{}", self.provider.log_tail(20)))?;
+        self.node.volume_present(&uid)?;
+        delete_and_wait(&self.admin, CONSUMER, name).await?;
+        self.node.nothing_left(&uid)
+    }
+
     fn write_overlay(&self, image_tag: Option<&str>) -> Outcome {
         let port = self.cluster.url().rsplit(':').next().and_then(|p| p.parse().ok()).ok_or("the apiserver's port")?;
         let overlay = Overlay {
             kubelet_root: &self.node.kubelet_dirs.root,
             state_dir: &self.node.plugin.state,
+            providers_dir: &self.dir.join("providers"),
             apiserver: (POD_NETWORK_GATEWAY, port),
             image_tag,
         };
@@ -433,7 +460,7 @@ impl Installation {
             text += &format!("--- driver pod {name} ---\n");
             text += &self.node.container_log(DRIVER_NAMESPACE, &name, "driver").join("\n");
         }
-        text + "\n" + &self.node.log_tails()
+        text + "\n" + &self.provider.log_tail(20) + "\n" + &self.node.log_tails()
     }
 }
 

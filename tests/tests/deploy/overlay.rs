@@ -13,6 +13,8 @@ pub struct Overlay<'a> {
     pub kubelet_root: &'a Path,
     /// Where the driver keeps its records on the host.
     pub state_dir: &'a Path,
+    /// The host's directory of Secrets Store CSI provider sockets.
+    pub providers_dir: &'a Path,
     /// The apiserver's address on the pod network (`HOST:PORT`).
     pub apiserver: (&'a str, u16),
     /// A tag for both images other than the shipped one (an upgrade).
@@ -24,6 +26,12 @@ pub struct Overlay<'a> {
 const KUBELET: &str = "/var/lib/kubelet";
 const STATE: &str = "/var/lib/inline-guard/sharedresource";
 const SOCKET_DIR: &str = "plugins/sharedresource.csi.inlineguard.dev";
+const PROVIDERS: &str = "/var/run/secrets-store-csi-providers";
+/// The DaemonSet's volume (and volumeMount) of the providers' directory.
+const PROVIDERS_INDEX: usize = 5;
+/// The provider the scenario runs on the node, as an operator names one in `driver.yaml`: its
+/// socket is the default, `PROVIDERS/e2e.sock`, inside the driver's container.
+pub const PROVIDER_CONFIG: &str = "providers:\n- {name: e2e, kind: secrets-store, timeout: 10s}\n";
 
 /// Writes `dir/kustomization.yaml`; the certificate Component must be in `dir/tls`.
 pub fn write(dir: &Path, overlay: &Overlay) -> Result<(), String> {
@@ -58,7 +66,14 @@ pub fn write(dir: &Path, overlay: &Overlay) -> Result<(), String> {
             operations.push(json_op("replace", &path, here));
         }
     }
-    let config = shipped_config(&root, &state)?;
+    // The providers' directory: the container's path stays (the driver dials the default
+    // socket there), the host's moves to the run's directory.
+    let providers = format!("/spec/template/spec/containers/0/volumeMounts/{PROVIDERS_INDEX}/mountPath");
+    operations.push(json_op("test", &providers, PROVIDERS));
+    let providers = format!("/spec/template/spec/volumes/{PROVIDERS_INDEX}/hostPath/path");
+    operations.push(json_op("test", &providers, PROVIDERS));
+    operations.push(json_op("replace", &providers, &overlay.providers_dir.display().to_string()));
+    let config = shipped_config(&root, &state)? + PROVIDER_CONFIG;
     let environment = |kind: &str, namespace: &str, name: &str, container: &str| {
         format!(
             "  - patch: |\n      apiVersion: apps/v1\n      kind: {kind}\n      metadata: {{name: {name}, namespace: {namespace}}}\n      spec:\n        template:\n          spec:\n            containers:\n              - name: {container}\n                env:\n                  - {{name: KUBERNETES_SERVICE_HOST, value: \"{host}\"}}\n                  - {{name: KUBERNETES_SERVICE_PORT, value: \"{port}\"}}\n"
@@ -74,7 +89,10 @@ pub fn write(dir: &Path, overlay: &Overlay) -> Result<(), String> {
         "# The suite's overlay: the shipped manifests, changed only where this node differs.
 # - kubelet's root directory: the suite's kubelet keeps it under the run's own directory, never
 #   the machine's /var/lib/kubelet (a real node's kubelet may be using it), so the driver's host
-#   paths follow it, and its records go to the run's directory as well.
+#   paths follow it, and its records go to the run's directory as well; so does the host's
+#   directory of Secrets Store provider sockets.
+# - driver.yaml names the suite's Secrets Store provider (upstream's provider API), as an
+#   operator configures one.
 # - the apiserver's address: no kube-proxy runs here, so the `kubernetes` Service's ClusterIP,
 #   which in-cluster clients dial, leads nowhere; they dial its endpoint instead.
 # - the serving certificate: `csi-volume-admission certificate` (no cert-manager runs here).

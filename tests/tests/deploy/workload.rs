@@ -2,9 +2,10 @@
 //! grant its use to a namespace's service account, and run a pod that reads it; and how the
 //! scenario reads what that pod sees.
 
+use std::path::Path;
 use std::time::Duration;
 
-use inline_guard_tests::cluster::namespace_defaults;
+use inline_guard_tests::cluster::{ChildProcess, namespace_defaults};
 use inline_guard_tests::node::Node;
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
@@ -18,6 +19,13 @@ pub const CONSUMER: &str = "deploy-consumer";
 pub const SHARE: &str = "deploy-ca";
 /// The driver.
 pub const DRIVER: &str = "sharedresource.csi.inlineguard.dev";
+
+/// The object the node's Secrets Store provider serves, and its content.
+const PROVIDER_OBJECT_NAME: &str = "db-password";
+pub const PROVIDER_OBJECT: &str = "from-the-provider";
+
+/// Every second: the provider's object, and a write that must fail.
+const PROVIDER_READER: &str = r#"while true; do echo "content: $(cat /store/db-password)"; (echo x > /store/probe) 2>/dev/null && echo "write: succeeded"; sleep 1; done"#;
 
 /// Every second: the share's file (empty when the volume is emptied), and a write that must fail.
 const READER: &str = r#"while true; do echo "content: $(cat /shared/ca.crt)"; (echo x > /shared/probe) 2>/dev/null && echo "write: succeeded"; sleep 1; done"#;
@@ -131,4 +139,48 @@ pub async fn wait_for_content(node: &Node, pod: &str, wanted: &str, after: usize
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+}
+
+/// Starts the suite's Secrets Store provider on `dir/providers/e2e.sock`, serving
+/// [`PROVIDER_OBJECT`] as its one object.
+pub fn start_provider(program: &Path, dir: &Path) -> Result<ChildProcess, String> {
+    let (providers, objects) = (dir.join("providers"), dir.join("provider-objects"));
+    for made in [&providers, &objects] {
+        std::fs::create_dir_all(made).map_err(|e| format!("{}: {e}", made.display()))?;
+    }
+    std::fs::write(objects.join(PROVIDER_OBJECT_NAME), PROVIDER_OBJECT).map_err(|e| e.to_string())?;
+    let arguments = [
+        format!("--socket={}", providers.join("e2e.sock").display()),
+        format!("--objects={}", objects.display()),
+        format!("--log={}", dir.join("provider-mounts.log").display()),
+    ];
+    ChildProcess::spawn("e2e-provider", program, &arguments, &[], dir)
+}
+
+/// A Role and RoleBinding that let `reader` use the provider `e2e`.
+pub async fn grant_provider(admin: &kube::Client) -> Result<(), String> {
+    apply(
+        admin,
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "use-e2e", "namespace": CONSUMER},
+            "rules": [{"apiGroups": ["sharedresource.inlineguard.dev"], "resources": ["providers"], "resourceNames": ["e2e"], "verbs": ["use"]}]
+        }),
+    )
+    .await?;
+    apply(
+        admin,
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "reader-uses-e2e", "namespace": CONSUMER},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "use-e2e"},
+            "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": CONSUMER}]
+        }),
+    )
+    .await
+}
+
+/// A pod reading the provider's object, written like [`reader_pod`]'s (no `readOnly`, no node).
+pub fn provider_reader_pod(name: &str) -> Value {
+    let objects = format!("array:\n  - |\n    objectName: {PROVIDER_OBJECT_NAME}\n");
+    let csi = json!({"driver": DRIVER, "volumeAttributes": {"provider": "e2e", "objects": objects}});
+    inline_guard_tests::node::reader_pod(name, PROVIDER_READER, csi, "/store")
 }
