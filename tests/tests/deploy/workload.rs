@@ -81,11 +81,16 @@ pub async fn share_and_grant(admin: &kube::Client, content: &str) -> Result<(), 
 
 /// The RoleBinding that lets `reader` use the share.
 pub async fn grant(admin: &kube::Client) -> Result<(), String> {
+    bind_reader(admin, "reader-uses-ca", "use-ca").await
+}
+
+/// RoleBinding `name` of `reader` to Role `role`, in the consumer's namespace.
+async fn bind_reader(admin: &kube::Client, name: &str, role: &str) -> Result<(), String> {
     apply(
         admin,
         json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "reader-uses-ca", "namespace": CONSUMER},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "use-ca"},
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": name, "namespace": CONSUMER},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
             "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": CONSUMER}]
         }),
     )
@@ -167,15 +172,7 @@ pub async fn grant_provider(admin: &kube::Client) -> Result<(), String> {
         }),
     )
     .await?;
-    apply(
-        admin,
-        json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "reader-uses-e2e", "namespace": CONSUMER},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "use-e2e"},
-            "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": CONSUMER}]
-        }),
-    )
-    .await
+    bind_reader(admin, "reader-uses-e2e", "use-e2e").await
 }
 
 /// A pod reading the provider's object, written like [`reader_pod`]'s (no `readOnly`, no node).
