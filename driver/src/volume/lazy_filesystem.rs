@@ -31,7 +31,7 @@ use fuser::{
 use tracing::warn;
 
 use crate::content::error::Error as ContentError;
-use crate::content::external::lazy_files::{EntryKind, LazyFiles};
+use crate::content::external::lazy_files::{EntryKind, Fetched, LazyFiles};
 use crate::quote::{Logged, quote};
 use crate::volume::error::{Error, Result};
 use crate::volume::lazy_open_files::{OpenFiles, OpenMode};
@@ -191,7 +191,7 @@ async fn open_with(
     open_files: &Arc<Mutex<OpenFiles>>,
     notifier: &Arc<OnceLock<Notifier>>,
     ino: INodeNo,
-    content: Arc<[u8]>,
+    content: Fetched,
     volume: &str,
 ) -> (bool, u64) {
     let lock = || open_files.lock().unwrap_or_else(|p| p.into_inner());

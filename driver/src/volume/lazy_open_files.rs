@@ -12,10 +12,14 @@
 //!   (no open becomes paged meanwhile), the caller drops the kernel's pages and attributes of the
 //!   file, and only then is the new content made paged.
 //!
-//! Nothing here knows FUSE: the filesystem asks, and does what the answers say.
+//! The paged content is known by its id (see [`Fetched`]) and size only; its bytes are kept by
+//! the handles open on it, so what a volume holds is bounded by its cache and its open files,
+//! never by every file once opened. Nothing here knows FUSE: the filesystem asks, and does what
+//! the answers say.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+
+use crate::content::external::lazy_files::Fetched;
 
 /// How an open is to be answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,14 +36,15 @@ pub enum OpenMode {
 /// One open file.
 struct Handle {
     inode: u64,
-    content: Arc<[u8]>,
+    content: Fetched,
     paged: bool,
 }
 
 /// What the page cache of one file may hold.
 #[derive(Default)]
 struct Pages {
-    content: Option<Arc<[u8]>>,
+    /// The paged content's id and size: not the content, which only open handles keep.
+    content: Option<(u64, u64)>,
     paged_handles: usize,
     /// Counts switches begun: a switch finishes only if no other began after it.
     switches: u64,
@@ -53,30 +58,32 @@ pub struct OpenFiles {
     next_handle: u64,
 }
 
-fn same(a: &Arc<[u8]>, b: &Arc<[u8]>) -> bool {
-    // A content fetched again is a new allocation; equal bytes are the same content.
-    Arc::ptr_eq(a, b) || **a == **b
+/// Whether `content` is the paged content `paged`.
+fn is(paged: &Option<(u64, u64)>, content: &Fetched) -> bool {
+    paged.is_some_and(|(id, _)| id == content.id)
 }
 
 impl OpenFiles {
     /// How an open of `inode` that had `content` is to be answered.
-    pub fn mode(&self, inode: u64, content: &Arc<[u8]>) -> OpenMode {
+    pub fn mode(&self, inode: u64, content: &Fetched) -> OpenMode {
         let Some(pages) = self.pages.get(&inode) else {
             return OpenMode::Switch;
         };
-        match &pages.content {
-            Some(paged) if same(paged, content) => OpenMode::Paged,
-            _ if pages.paged_handles > 0 => OpenMode::Direct,
-            _ => OpenMode::Switch,
+        if is(&pages.content, content) {
+            OpenMode::Paged
+        } else if pages.paged_handles > 0 {
+            OpenMode::Direct
+        } else {
+            OpenMode::Switch
         }
     }
 
     /// Opens `inode` with `content` in `mode` (`Paged` or `Direct`; anything else is opened
     /// `Direct`). `Paged` is honoured only while `content` is still the paged one, else the
     /// handle is direct: whether it is paged, and the handle.
-    pub fn open(&mut self, inode: u64, content: Arc<[u8]>, mode: OpenMode) -> (bool, u64) {
+    pub fn open(&mut self, inode: u64, content: Fetched, mode: OpenMode) -> (bool, u64) {
         let pages = self.pages.entry(inode).or_default();
-        let paged = mode == OpenMode::Paged && pages.content.as_ref().is_some_and(|p| same(p, &content));
+        let paged = mode == OpenMode::Paged && is(&pages.content, &content);
         if paged {
             pages.paged_handles += 1;
         }
@@ -102,18 +109,18 @@ impl OpenFiles {
     /// Makes `content` the paged content of `inode` and opens it paged, if switch `switch` is
     /// the last begun and no paged handle was opened meanwhile; otherwise opens it direct.
     /// Whether it is paged, and the handle.
-    pub fn finish_switch(&mut self, inode: u64, switch: u64, content: Arc<[u8]>) -> (bool, u64) {
+    pub fn finish_switch(&mut self, inode: u64, switch: u64, content: Fetched) -> (bool, u64) {
         let pages = self.pages.entry(inode).or_default();
         if pages.switches == switch && pages.content.is_none() && pages.paged_handles == 0 {
-            pages.content = Some(content.clone());
+            pages.content = Some((content.id, content.len() as u64));
             return self.open(inode, content, OpenMode::Paged);
         }
         self.open(inode, content, OpenMode::Direct)
     }
 
     /// The content handle `handle` reads.
-    pub fn content(&self, handle: u64) -> Option<&Arc<[u8]>> {
-        self.handles.get(&handle).map(|h| &h.content)
+    pub fn content(&self, handle: u64) -> Option<&[u8]> {
+        self.handles.get(&handle).map(|h| &h.content[..])
     }
 
     /// Closes `handle`.
@@ -131,7 +138,7 @@ impl OpenFiles {
     /// The size of `inode`'s paged content, which is the only size the kernel may keep for it;
     /// `None` when it has none (then any size told must not be kept).
     pub fn paged_size(&self, inode: u64) -> Option<u64> {
-        self.pages.get(&inode)?.content.as_ref().map(|content| content.len() as u64)
+        self.pages.get(&inode)?.content.map(|(_, size)| size)
     }
 }
 
@@ -139,8 +146,10 @@ impl OpenFiles {
 mod tests {
     use super::*;
 
-    fn content(text: &str) -> Arc<[u8]> {
-        Arc::from(text.as_bytes())
+    /// Content `text`, its id the text's first byte: the same text, the same id, as the lazy
+    /// files give a content fetched again unchanged.
+    fn content(text: &str) -> Fetched {
+        Fetched { id: u64::from(text.as_bytes()[0]), bytes: std::sync::Arc::from(text.as_bytes()) }
     }
 
     /// Opens as the filesystem does: a switch first when asked for.
@@ -163,11 +172,11 @@ mod tests {
         assert!(paged);
         assert_eq!(files.paged_size(2), Some(1));
         files.release(first);
-        // Fetched again: another allocation, the same bytes.
+        // Fetched again unchanged: the same id.
         assert_eq!(files.mode(2, &content("a")), OpenMode::Paged);
         let (paged, second) = open(&mut files, 2, "a");
         assert!(paged);
-        assert_eq!(files.content(second).map(|c| &c[..]), Some(&b"a"[..]));
+        assert_eq!(files.content(second), Some(&b"a"[..]));
     }
 
     #[test]
@@ -179,7 +188,7 @@ mod tests {
         assert!(!paged);
         // The kernel is still told the old content's size: the paged handle reads by it.
         assert_eq!(files.paged_size(2), Some(3));
-        assert_eq!(files.content(new).map(|c| &c[..]), Some(&b"newer"[..]));
+        assert_eq!(files.content(new), Some(&b"newer"[..]));
         files.release(old);
         files.release(new);
         assert_eq!(files.mode(2, &content("newer")), OpenMode::Switch);
@@ -208,7 +217,7 @@ mod tests {
         assert!(files.finish_switch(2, second, content("b")).0);
         let (paged, handle) = files.finish_switch(2, first, content("a"));
         assert!(!paged, "the older switch must not replace the content paged handles read");
-        assert_eq!(files.content(handle).map(|c| &c[..]), Some(&b"a"[..]));
+        assert_eq!(files.content(handle), Some(&b"a"[..]));
         assert_eq!(files.paged_size(2), Some(1));
         assert_eq!(files.mode(2, &content("b")), OpenMode::Paged);
     }
@@ -231,7 +240,7 @@ mod tests {
         files.release(a);
         files.release(a);
         assert!(files.content(a).is_none());
-        assert_eq!(files.content(b).map(|c| &c[..]), Some(&b"bb"[..]));
+        assert_eq!(files.content(b), Some(&b"bb"[..]));
         assert_eq!(files.begin_switch(3), None, "b is still open paged");
     }
 }

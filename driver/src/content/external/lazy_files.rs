@@ -117,9 +117,28 @@ impl LazyLayout {
     }
 }
 
+/// A file's content as a `get` had it. Its `id` names the content: a later `get` that brings
+/// the same bytes keeps the id, so whoever keeps an id (the kernel's page cache of the file)
+/// knows whether content is unchanged without keeping the content itself.
+#[derive(Debug, Clone)]
+pub struct Fetched {
+    /// Unique in its volume per distinct content had.
+    pub id: u64,
+    /// The file's bytes.
+    pub bytes: Arc<[u8]>,
+}
+
+impl std::ops::Deref for Fetched {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
 /// A file's content, as fetched at one moment.
 struct Cached {
-    content: Arc<[u8]>,
+    content: Fetched,
     fetched: Instant,
 }
 
@@ -139,6 +158,7 @@ pub struct LazyFiles {
     cache: Mutex<HashMap<String, Slot>>,
     withdrawn: AtomicBool,
     gets: AtomicU64,
+    contents: AtomicU64,
 }
 
 // The options carry the pod's tokens: never printed.
@@ -175,6 +195,7 @@ impl LazyFiles {
             cache: Mutex::default(),
             withdrawn: AtomicBool::new(false),
             gets: AtomicU64::new(0),
+            contents: AtomicU64::new(0),
         })
     }
 
@@ -207,7 +228,7 @@ impl LazyFiles {
     /// The content of `path` when it is cached, fresh and not withdrawn, without waiting: what
     /// an open answers at once, without a trip through the runtime; `None` otherwise (then
     /// [`LazyFiles::read`]).
-    pub fn cached_content(&self, path: &str) -> Option<Arc<[u8]>> {
+    pub fn cached_content(&self, path: &str) -> Option<Fetched> {
         if self.withdrawn() {
             return None;
         }
@@ -215,7 +236,7 @@ impl LazyFiles {
     }
 
     /// The cached content of `path` and how long it stays fresh, unless a fetch of it is under way.
-    fn fresh(&self, path: &str) -> Option<(Arc<[u8]>, Duration)> {
+    fn fresh(&self, path: &str) -> Option<(Fetched, Duration)> {
         let slot = self.cache.lock().unwrap_or_else(|p| p.into_inner()).get(path).cloned()?;
         let cached = slot.try_lock().ok()?;
         let cached = cached.as_ref()?;
@@ -241,7 +262,7 @@ impl LazyFiles {
     /// The content of the file at `path`: from the cache within the TTL, otherwise from the
     /// helper's `get`. Withdrawn: [`Error::Denied`]; no such file: [`Error::Missing`]; the
     /// helper failing: [`Error::Unavailable`], for this file only.
-    pub async fn read(&self, path: &str) -> Result<Arc<[u8]>> {
+    pub async fn read(&self, path: &str) -> Result<Fetched> {
         let name = quote(self.provider.name.as_str());
         if self.withdrawn() {
             return Err(Error::Denied(format!("provider {name}: access to the volume's files was withdrawn")));
@@ -250,19 +271,28 @@ impl LazyFiles {
             return Err(Error::Missing(format!("provider {name}: no file {}", quote(path))));
         }
         let Some(slot) = self.slot(path) else {
-            return self.get(path).await;
+            return Ok(self.new_content(self.get(path).await?));
         };
         let mut cached = slot.lock().await;
         if let Some(fresh) = cached.as_ref().filter(|c| c.fetched.elapsed() < self.cache_ttl()) {
             return Ok(fresh.content.clone());
         }
-        let content = self.get(path).await?;
+        let bytes = self.get(path).await?;
         // A revocation while the helper ran: its answer is not kept, nor served.
         if self.withdrawn() {
             return Err(Error::Denied(format!("provider {name}: access to the volume's files was withdrawn")));
         }
+        let content = match cached.take() {
+            Some(before) if *before.content.bytes == *bytes => before.content,
+            _ => self.new_content(bytes),
+        };
         *cached = Some(Cached { content: content.clone(), fetched: Instant::now() });
         Ok(content)
+    }
+
+    /// `bytes` under an id of its own.
+    fn new_content(&self, bytes: Arc<[u8]>) -> Fetched {
+        Fetched { id: self.contents.fetch_add(1, Ordering::Relaxed) + 1, bytes }
     }
 
     /// The cache entry of `path`, made if missing; `None` when the cache is full of fresh

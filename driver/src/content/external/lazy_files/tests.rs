@@ -141,6 +141,24 @@ async fn after_the_ttl_the_helper_is_asked_again() {
     assert_eq!(helper.gets().len(), 2);
 }
 
+#[tokio::test]
+async fn content_fetched_again_unchanged_keeps_its_id_and_changed_content_gets_a_new_one() {
+    let helper = Helper::new(&[("db-password", "first"), ("api-key", "first")]);
+    let files = helper.files(Duration::from_secs(1));
+    let first = files.read("secrets/db-password").await.unwrap();
+    let other = files.read("secrets/api-key").await.unwrap();
+    assert_ne!(first.id, other.id, "ids are per content had, not per bytes across files");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let again = files.read("secrets/db-password").await.unwrap();
+    assert_eq!(helper.gets().len(), 3, "fetched again after the TTL");
+    assert_eq!(again.id, first.id, "the same bytes: the same content");
+    std::fs::write(helper.path("files/db-password"), "second").unwrap();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let changed = files.read("secrets/db-password").await.unwrap();
+    assert_eq!(&*changed, b"second");
+    assert_ne!(changed.id, first.id);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn opens_of_one_file_at_once_run_the_helper_once() {
     let helper = Helper::new(&[("db-password", "s3cret")]);
