@@ -13,13 +13,11 @@ use inline_guard_proto::csi::v1::node_client::NodeClient;
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::api::{Api, DeleteParams};
 use serde_json::{Value, json};
-use sharedresource_csi_driver::content::external::provider::{ProviderConfig, check_providers};
-use sharedresource_csi_driver::content::external::providers::Providers;
 use sharedresource_csi_driver::volume::mounter::listed_in_mountinfo;
 
 use crate::kubelet_publish::{channel, kubelet_request, publish_as_kubelet};
 use crate::providers::{
-    helper_calls, logging_example_helper, pod_of_provider, provider_scene, refused_use, unpublished,
+    helper_calls, logging_example_helper, one_provider, pod_of_provider, provider_scene, refused_use, unpublished,
 };
 use crate::shares::{InProcessDriver, wait_for_view};
 use crate::support::{Outcome, Suite};
@@ -63,11 +61,8 @@ pub async fn a_lazy_exec_provider_fetches_each_file_when_first_opened(suite: &Su
     std::fs::write(kept.join("api-key"), "k3y-of-web").map_err(|e| e.to_string())?;
     let wrapper = logging_example_helper(vault.path(), &root)?;
     let calls = || helper_calls(vault.path());
-    let configured: ProviderConfig = serde_json::from_value(
-        json!({"name": PROVIDER, "kind": "exec", "helper": wrapper, "mode": "lazy", "cacheTTL": "1h"}),
-    )
-    .map_err(|e| e.to_string())?;
-    let providers = Providers::new(check_providers(&[configured])?, 4);
+    let providers =
+        one_provider(json!({"name": PROVIDER, "kind": "exec", "helper": wrapper, "mode": "lazy", "cacheTTL": "1h"}))?;
     let driver = InProcessDriver::start_with(suite, providers).await?;
     let mut node = NodeClient::new(channel(driver.socket.clone()).await?);
 

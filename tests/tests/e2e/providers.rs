@@ -23,6 +23,13 @@ use crate::support::{
 
 const NAMESPACE: &str = "providers-e2e";
 
+/// The node's providers when `config` (one entry of `driver.yaml`'s `providers:`) is the only
+/// one, at most 4 helpers at once.
+pub fn one_provider(config: Value) -> Result<Providers, String> {
+    let configured: ProviderConfig = serde_json::from_value(config).map_err(|e| e.to_string())?;
+    Ok(Providers::new(check_providers(&[configured])?, 4))
+}
+
 /// The shipped example helper, reading `root` instead of its own ROOT.
 fn example_helper(dir: &Path, root: &Path) -> Result<PathBuf, String> {
     let example = std::fs::read_to_string(inline_guard_tests::repo_root().join("config/examples/exec-helper.sh"))
@@ -160,10 +167,7 @@ pub async fn an_exec_provider_serves_the_pods_own_files_to_whom_rbac_grants_use(
         std::fs::write(root.join(NAMESPACE).join(pod).join("db-password"), content).map_err(|e| e.to_string())?;
     }
     let helper = example_helper(vault.path(), &root)?;
-    let configured: ProviderConfig =
-        serde_json::from_value(json!({"name": "example", "kind": "exec", "helper": helper}))
-            .map_err(|e| e.to_string())?;
-    let providers = Providers::new(check_providers(&[configured])?, 4);
+    let providers = one_provider(json!({"name": "example", "kind": "exec", "helper": helper}))?;
     let driver = InProcessDriver::start_with(suite, providers).await?;
     let mut node = NodeClient::new(channel(driver.socket.clone()).await?);
 

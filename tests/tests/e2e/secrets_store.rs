@@ -11,10 +11,9 @@ use std::time::{Duration, Instant};
 use inline_guard_proto::csi::v1::node_client::NodeClient;
 use inline_guard_tests::cluster::ChildProcess;
 use serde_json::{Value, json};
-use sharedresource_csi_driver::content::external::provider::{ProviderConfig, check_providers};
-use sharedresource_csi_driver::content::external::providers::Providers;
 
 use crate::kubelet_publish::{channel, kubelet_request, publish_as_kubelet};
+use crate::providers::one_provider;
 use crate::shares::{InProcessDriver, files, wait_for_view};
 use crate::support::{Outcome, SHARED_RESOURCE_DRIVER, Suite};
 
@@ -69,10 +68,7 @@ pub async fn a_secrets_store_provider_serves_its_objects_to_whom_rbac_grants_use
     let mut provider =
         ChildProcess::spawn("e2e-provider", &suite.peers.secrets_store_provider, &arguments, &[], work.path())?;
 
-    let configured: ProviderConfig =
-        serde_json::from_value(json!({"name": "e2e", "kind": "secrets-store", "socket": socket, "timeout": "5s"}))
-            .map_err(|e| e.to_string())?;
-    let providers = Providers::new(check_providers(&[configured])?, 4);
+    let providers = one_provider(json!({"name": "e2e", "kind": "secrets-store", "socket": socket, "timeout": "5s"}))?;
     // Refreshed every 2 s, so the provider's new content (and the versions sent back) arrive.
     let driver = InProcessDriver::start_refreshing(suite, providers, 2).await?;
     let mut node = NodeClient::new(channel(driver.socket.clone()).await?);
