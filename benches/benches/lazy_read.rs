@@ -19,11 +19,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use inline_guard_benches::percentile;
+use sharedresource_api::ObjectName;
 use sharedresource_csi_driver::content::ask::{PodInfo, VolumeAsk};
 use sharedresource_csi_driver::content::external::helper_protocol::{MountReply, mount_options};
 use sharedresource_csi_driver::content::external::lazy_files::LazyFiles;
 use sharedresource_csi_driver::content::external::provider::{ExecProvider, FetchMode};
-use sharedresource_csi_driver::content::object_name::ObjectName;
 use sharedresource_csi_driver::volume::lazy_filesystem::LazyMount;
 use sharedresource_csi_driver::volume::mounter::{LinuxMounter, Mounter};
 use sharedresource_csi_driver::volume::target_dir;

@@ -26,7 +26,7 @@ pub const GRANT_LOOKS: [Duration; 3] = [Duration::ZERO, Duration::from_millis(50
 pub const WINDOW: Duration = Duration::from_millis(250);
 
 /// The volume attribute naming a projection (kept here so this module needs no other).
-const PROJECTION: &str = crate::content::projection::api::PROJECTION_ATTRIBUTE;
+const PROJECTION: &str = sharedresource_api::volume_attributes::PROJECTION_ATTRIBUTE;
 
 /// A volume attribute and its value, such as (`sharedSecret`, `db`).
 type Named = (String, String);

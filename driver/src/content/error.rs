@@ -28,6 +28,14 @@ pub enum Error {
     Internal(String),
 }
 
+// The vocabulary crate's refusal (attributes, a projection's spec, a key) is this layer's
+// `Invalid`: the words stay, the code is decided at the wire.
+impl From<sharedresource_api::Invalid> for Error {
+    fn from(invalid: sharedresource_api::Invalid) -> Error {
+        Error::Invalid(invalid.0)
+    }
+}
+
 /// Result with a content error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 

@@ -10,7 +10,6 @@ pub mod ask;
 pub mod changes;
 pub mod error;
 pub mod external;
-pub mod object_name;
 pub mod payload;
 pub mod projection;
 pub mod shares;

@@ -16,7 +16,6 @@ use tracing::{info, warn};
 
 use crate::content::ask::{PublishSecrets, VolumeAsk};
 use crate::content::external::lazy_files::LazyFiles;
-use crate::content::projection::api::PROJECTION_ATTRIBUTE;
 use crate::content::projection::tokens::Tokens;
 use crate::content::{ContentSource, PassId};
 use crate::metrics::{Metrics, RefreshResult};
@@ -31,6 +30,7 @@ use crate::volume::published::PublishedVolume;
 use crate::volume::store::{VolumeRecord, VolumeStore};
 use crate::volume::target_dir::{self, OpenDir, OpenTarget};
 use crate::volume::target_path::TargetPath;
+use sharedresource_api::volume_attributes::PROJECTION_ATTRIBUTE;
 
 /// How volumes are built.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,7 +57,7 @@ impl VolumeSettings {
 /// The volume attribute that turns refreshing off for one volume (`"false"`; default on): its
 /// content stays as published, as with the OpenShift driver, except that losing access (or the
 /// share) still empties it.
-pub const REFRESH_ATTRIBUTE: &str = "refreshResource";
+pub use sharedresource_api::volume_attributes::REFRESH_ATTRIBUTE;
 
 /// What an operation holds exclusively.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 use serde_json::{Map, Value};
+use sharedresource_api::volume_attributes::check_parameter;
 
 use crate::content::ask::VolumeAsk;
 use crate::content::payload::check_key;
@@ -27,16 +28,11 @@ pub const VOLUME_NAME: &str = "kubernetes.io/pvOrVolumeName";
 pub const READ_WRITE: &str = "kubernetes.io/readwrite";
 /// Always empty: there is no block device.
 pub const FS_TYPE: &str = "kubernetes.io/fsType";
-/// The attribute selecting the provider; not passed on.
-pub const PROVIDER_ATTRIBUTE: &str = "provider";
+pub use sharedresource_api::volume_attributes::PROVIDER_ATTRIBUTE;
 
 /// The most files one answer to `mount` may list: each is one helper call per publish and
 /// refresh, so an answer listing a million cannot turn one volume into a million calls.
 pub const MAX_LISTED_FILES: usize = 1024;
-
-/// The key prefixes that carry the pod's identity: the driver's to set, never a volume
-/// attribute's (a pod naming another namespace there would speak for a pod it is not).
-const RESERVED_PREFIXES: [&str; 2] = ["kubernetes.io/", "csi.storage.k8s.io/"];
 
 /// The JSON options of `HELPER mount`: the design's keys, kubelet's CSI keys (with the
 /// service-account tokens when the CSIDriver requests them), and the volume's other attributes.
@@ -47,12 +43,8 @@ pub fn mount_options(ask: &VolumeAsk) -> Result<Map<String, Value>, String> {
         if key == PROVIDER_ATTRIBUTE {
             continue;
         }
-        if RESERVED_PREFIXES.iter().any(|prefix| key.starts_with(prefix)) {
-            return Err(format!(
-                "volumeAttributes[{}]: keys under kubernetes.io/ and csi.storage.k8s.io/ are the driver's to set (the pod's identity)",
-                quote(key)
-            ));
-        }
+        // Checked again here: a SecretProviderClass's parameters take the attributes' place.
+        check_parameter(key).map_err(|refused| refused.0)?;
         options.insert(key.clone(), Value::String(value.clone()));
     }
     let pod = &ask.pod;

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::content::object_name::ObjectName;
+use sharedresource_api::object_name::ObjectName;
 
 /// What `config/driver.yaml` says of one provider.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]

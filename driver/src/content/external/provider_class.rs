@@ -13,27 +13,21 @@ use serde_json::Value;
 use super::helper_protocol::PROVIDER_ATTRIBUTE;
 use crate::content::ask::VolumeAsk;
 use crate::content::error::{Error, Result};
-use crate::content::object_name::{NamespaceName, ObjectName};
 use crate::content::shares::apiserver::ask;
 use crate::quote::quote;
+use sharedresource_api::object_name::{NamespaceName, ObjectName};
 
-/// The volume attribute naming the class (upstream's key).
-pub const CLASS_ATTRIBUTE: &str = "secretProviderClass";
+pub use sharedresource_api::volume_attributes::CLASS_ATTRIBUTE;
 
 /// The most parameters one class may give: more would be a class no provider reads.
 const MAX_PARAMETERS: usize = 256;
 
-/// The class `ask` names, if any, once the volume names nothing else for the provider.
+/// The class `ask` names, if any. That it names nothing else for the provider is the
+/// vocabulary's rule, checked with the other attributes before a provider is chosen.
 pub fn named_class(ask: &VolumeAsk) -> Result<Option<ObjectName>> {
     let Some(name) = ask.attributes.get(CLASS_ATTRIBUTE) else {
         return Ok(None);
     };
-    if let Some(other) = ask.attributes.keys().find(|key| *key != CLASS_ATTRIBUTE && *key != PROVIDER_ATTRIBUTE) {
-        return Err(Error::Invalid(format!(
-            "volumeAttributes[{}]: with {CLASS_ATTRIBUTE:?}, the provider's parameters come from the SecretProviderClass; set it there",
-            quote(other)
-        )));
-    }
     ObjectName::parse(name).map(Some).map_err(|error| Error::Invalid(format!("SecretProviderClass name {error}")))
 }
 
@@ -128,15 +122,10 @@ mod tests {
     }
 
     #[test]
-    fn a_volume_naming_a_class_names_nothing_else_for_the_provider() {
+    fn a_volume_names_its_class_by_an_object_name() {
         let ask = VolumeAsk::example(&[("provider", "vault"), (CLASS_ATTRIBUTE, "db")]);
         assert_eq!(named_class(&ask).unwrap().map(|n| n.as_str().to_string()), Some("db".into()));
         assert_eq!(named_class(&VolumeAsk::example(&[("provider", "vault")])).unwrap(), None);
-        let both = VolumeAsk::example(&[("provider", "vault"), (CLASS_ATTRIBUTE, "db"), ("roleName", "x")]);
-        assert_eq!(
-            named_class(&both).unwrap_err(),
-            Error::Invalid("volumeAttributes[\"roleName\"]: with \"secretProviderClass\", the provider's parameters come from the SecretProviderClass; set it there".into())
-        );
         let bad = VolumeAsk::example(&[("provider", "vault"), (CLASS_ATTRIBUTE, "Not_A_Name")]);
         assert!(
             matches!(named_class(&bad), Err(Error::Invalid(m)) if m.starts_with("SecretProviderClass name \"Not_A_Name\""))

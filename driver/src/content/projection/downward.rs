@@ -1,13 +1,13 @@
-//! Pod facts as the downward API shows them: the fields a projection may name, and their
-//! rendering, byte for byte what kubelet writes (a map is `key="value"` lines sorted by key,
+//! Pod facts as the downward API shows them: the rendering of the fields a projection may name
+//! ([`PodField`], the vocabulary crate's), byte for byte what kubelet writes (a map is `key="value"` lines sorted by key,
 //! the value quoted as Go's `%q` quotes it), so a program reading kubelet's files reads ours.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+pub use sharedresource_api::projection::pod_field::PodField;
+
 use super::go_printable::go_printable;
-use crate::content::error::{Error, Result};
-use crate::quote::quote;
 
 /// What the driver knows of the pod a volume is for: names from kubelet's publish request,
 /// labels and annotations from the apiserver.
@@ -27,80 +27,18 @@ pub struct PodFacts {
     pub annotations: BTreeMap<String, String>,
 }
 
-/// A pod field a projection may show.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PodField {
-    /// `metadata.name`.
-    Name,
-    /// `metadata.namespace`.
-    Namespace,
-    /// `metadata.uid`.
-    Uid,
-    /// `spec.serviceAccountName`.
-    ServiceAccountName,
-    /// `metadata.labels`: every label.
-    Labels,
-    /// `metadata.annotations`: every annotation.
-    Annotations,
-    /// `metadata.labels['key']`: one label's value, empty when absent.
-    Label(String),
-    /// `metadata.annotations['key']`: one annotation's value, empty when absent.
-    Annotation(String),
-}
-
-impl PodField {
-    /// Parses a downward API field path; names what is supported when it is not.
-    pub fn parse(field_path: &str) -> Result<PodField> {
-        let field = match field_path {
-            "metadata.name" => PodField::Name,
-            "metadata.namespace" => PodField::Namespace,
-            "metadata.uid" => PodField::Uid,
-            "spec.serviceAccountName" => PodField::ServiceAccountName,
-            "metadata.labels" => PodField::Labels,
-            "metadata.annotations" => PodField::Annotations,
-            other => {
-                if let Some(key) = subscript(other, "metadata.labels") {
-                    PodField::Label(key.to_string())
-                } else if let Some(key) = subscript(other, "metadata.annotations") {
-                    PodField::Annotation(key.to_string())
-                } else {
-                    return Err(Error::Invalid(format!(
-                        "fieldPath {} is not supported: use metadata.name, metadata.namespace, metadata.uid, \
-                         spec.serviceAccountName, metadata.labels, metadata.annotations, \
-                         metadata.labels['<key>'] or metadata.annotations['<key>']",
-                        quote(other)
-                    )));
-                }
-            }
-        };
-        Ok(field)
+/// The file content kubelet would write for `field` of `pod`.
+pub fn render(field: &PodField, pod: &PodFacts) -> String {
+    match field {
+        PodField::Name => pod.name.clone(),
+        PodField::Namespace => pod.namespace.clone(),
+        PodField::Uid => pod.uid.clone(),
+        PodField::ServiceAccountName => pod.service_account_name.clone(),
+        PodField::Labels => format_map(&pod.labels),
+        PodField::Annotations => format_map(&pod.annotations),
+        PodField::Label(key) => pod.labels.get(key).cloned().unwrap_or_default(),
+        PodField::Annotation(key) => pod.annotations.get(key).cloned().unwrap_or_default(),
     }
-
-    /// Whether showing this field needs the pod object (labels and annotations are not in
-    /// kubelet's publish request).
-    pub fn needs_pod_object(&self) -> bool {
-        matches!(self, PodField::Labels | PodField::Annotations | PodField::Label(_) | PodField::Annotation(_))
-    }
-
-    /// The file content kubelet would write for this field of `pod`.
-    pub fn render(&self, pod: &PodFacts) -> String {
-        match self {
-            PodField::Name => pod.name.clone(),
-            PodField::Namespace => pod.namespace.clone(),
-            PodField::Uid => pod.uid.clone(),
-            PodField::ServiceAccountName => pod.service_account_name.clone(),
-            PodField::Labels => format_map(&pod.labels),
-            PodField::Annotations => format_map(&pod.annotations),
-            PodField::Label(key) => pod.labels.get(key).cloned().unwrap_or_default(),
-            PodField::Annotation(key) => pod.annotations.get(key).cloned().unwrap_or_default(),
-        }
-    }
-}
-
-/// `metadata.labels['key']` → `key`; the key must be non-empty and free of quotes.
-fn subscript<'a>(field_path: &'a str, map: &str) -> Option<&'a str> {
-    let key = field_path.strip_prefix(map)?.strip_prefix("['")?.strip_suffix("']")?;
-    (!key.is_empty() && !key.contains('\'')).then_some(key)
 }
 
 /// A map as the downward API writes it: `key="value"` lines in key order, no final newline.
@@ -177,7 +115,7 @@ mod tests {
         ];
         for case in cases {
             let field = PodField::parse(case.field_path).unwrap();
-            assert_eq!(field.render(&pod()), case.rendered, "{}", case.field_path);
+            assert_eq!(render(&field, &pod()), case.rendered, "{}", case.field_path);
         }
     }
 

@@ -9,17 +9,17 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 
-use super::api::{ProjectionSpec, SharedProjection, SourceKind};
 use super::compose::{SourceData, check_spec, compose};
 use super::downward::{PodFacts, PodField};
 use crate::content::PassId;
 use crate::content::ask::VolumeAsk;
 use crate::content::error::{Error, Result};
-use crate::content::object_name::{NamespaceName, ObjectName};
 use crate::content::payload::Payload;
 use crate::content::shares::kind::ShareKind;
 use crate::content::shares::source::KubernetesSource;
 use crate::quote::quote;
+use sharedresource_api::object_name::{NamespaceName, ObjectName};
+use sharedresource_api::projection::spec::{ProjectionSpec, SharedProjection, SourceKind};
 
 impl KubernetesSource {
     /// The files of projection `name` for the pod of `request`.
@@ -39,7 +39,7 @@ impl KubernetesSource {
         // refused here, never spelled into a request, and before any access check.
         if let Err(error) = check_spec(&spec) {
             self.change_log().projection_uses(namespace.as_str(), name.as_str(), std::iter::empty());
-            return Err(in_projection(&namespace, name, error));
+            return Err(in_projection(&namespace, name, error.into()));
         }
         let shares = shares_of(&spec)?;
         // Noted before anything is fetched: a share that fails now must still wake this

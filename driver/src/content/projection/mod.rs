@@ -5,7 +5,6 @@
 //! in `go_printable`), the tokens kubelet passes (`tokens`), and the fetching of a projection's
 //! sources from the cluster, each share access-checked (`fetch`).
 
-pub mod api;
 pub mod compose;
 pub mod downward;
 pub mod fetch;

@@ -77,7 +77,9 @@ pub fn crds_yaml() -> Result<String, String> {
     let mut text = String::from(
         "# Generated from driver/src/shares/api.rs; `UPDATE_CRDS=1 cargo test -p sharedresource-csi-driver crds` rewrites it.\n",
     );
-    for crd in [SharedSecret::crd(), SharedConfigMap::crd(), crate::content::projection::api::SharedProjection::crd()] {
+    for crd in
+        [SharedSecret::crd(), SharedConfigMap::crd(), sharedresource_api::projection::spec::SharedProjection::crd()]
+    {
         text.push_str("---\n");
         text.push_str(&serde_saphyr::to_string(&crd).map_err(|e| e.to_string())?);
     }

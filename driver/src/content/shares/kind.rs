@@ -1,6 +1,6 @@
-//! The two kinds of share, SharedSecret and SharedConfigMap, and everything that differs between
-//! them said once: the names messages and RBAC use ([`ShareKind`]), and, for code generic over
-//! the kind, the object a share names and the files that object holds ([`Share`]).
+//! The two kinds of share, SharedSecret and SharedConfigMap, as types: for code generic over the
+//! kind, the object a share names and the files that object holds ([`Share`]). Their names in
+//! attributes, RBAC and messages are the vocabulary crate's [`ShareKind`].
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -11,62 +11,8 @@ use serde::de::DeserializeOwned;
 use super::api::{ObjectRef, SharedConfigMap, SharedSecret};
 use crate::content::payload::{FileContent, Payload};
 
-/// The volume attribute naming a SharedSecret.
-pub const SHARED_SECRET_ATTRIBUTE: &str = "sharedSecret";
-/// The volume attribute naming a SharedConfigMap.
-pub const SHARED_CONFIG_MAP_ATTRIBUTE: &str = "sharedConfigMap";
-
-/// Which kind of share.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum ShareKind {
-    /// `SharedSecret`.
-    Secret,
-    /// `SharedConfigMap`.
-    ConfigMap,
-}
-
-impl ShareKind {
-    /// The resource name RBAC rules use.
-    pub fn resource(self) -> &'static str {
-        match self {
-            ShareKind::Secret => "sharedsecrets",
-            ShareKind::ConfigMap => "sharedconfigmaps",
-        }
-    }
-
-    /// The kind, for messages.
-    pub fn kind(self) -> &'static str {
-        match self {
-            ShareKind::Secret => "SharedSecret",
-            ShareKind::ConfigMap => "SharedConfigMap",
-        }
-    }
-
-    /// The kind of the backing object, for messages.
-    pub fn backing_kind(self) -> &'static str {
-        match self {
-            ShareKind::Secret => "Secret",
-            ShareKind::ConfigMap => "ConfigMap",
-        }
-    }
-
-    /// The volume attribute naming shares of this kind.
-    pub fn attribute(self) -> &'static str {
-        match self {
-            ShareKind::Secret => SHARED_SECRET_ATTRIBUTE,
-            ShareKind::ConfigMap => SHARED_CONFIG_MAP_ATTRIBUTE,
-        }
-    }
-
-    /// The kind a volume attribute names, `None` for any other attribute.
-    pub fn of_attribute(attribute: &str) -> Option<ShareKind> {
-        match attribute {
-            SHARED_SECRET_ATTRIBUTE => Some(ShareKind::Secret),
-            SHARED_CONFIG_MAP_ATTRIBUTE => Some(ShareKind::ConfigMap),
-            _ => None,
-        }
-    }
-}
+pub use sharedresource_api::ShareKind;
+pub use sharedresource_api::share_kind::{SHARED_CONFIG_MAP_ATTRIBUTE, SHARED_SECRET_ATTRIBUTE};
 
 /// A kind of share as a type, for code that reads, watches or writes shares and their objects
 /// without caring which kind: [`SharedSecret`] and [`SharedConfigMap`].
@@ -142,11 +88,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn each_kind_is_found_again_from_its_attribute() {
-        for kind in [ShareKind::Secret, ShareKind::ConfigMap] {
-            assert_eq!(ShareKind::of_attribute(kind.attribute()), Some(kind));
-        }
-        assert_eq!(ShareKind::of_attribute("projection"), None);
+    fn each_kinds_names_are_those_of_its_type() {
         assert_eq!(<SharedSecret as Share>::KIND.kind(), SharedSecret::kind(&()));
         assert_eq!(<SharedConfigMap as Share>::KIND.kind(), SharedConfigMap::kind(&()));
         assert_eq!(ShareKind::Secret.resource(), SharedSecret::plural(&()));

@@ -33,16 +33,17 @@ use crate::apiserver_client::ApiserverClients;
 use crate::content::ask::{PodInfo, VolumeAsk};
 use crate::content::changes::Changes;
 use crate::content::error::{Error, Result};
-use crate::content::external::helper_protocol::PROVIDER_ATTRIBUTE;
 use crate::content::external::lazy_files::LazyFiles;
 use crate::content::external::provider_class;
 use crate::content::external::providers::Providers;
-use crate::content::object_name::{NamespaceName, ObjectName};
 use crate::content::payload::Payload;
-use crate::content::projection::api::{PROJECTION_ATTRIBUTE, ProjectionSpec};
 use crate::content::{ContentSource, PassId};
 use crate::metrics::{AccessResult, Metrics};
 use crate::quote::{Logged, quote};
+use sharedresource_api::object_name::{NamespaceName, ObjectName};
+use sharedresource_api::projection::spec::ProjectionSpec;
+use sharedresource_api::volume_attributes::PROVIDER_ATTRIBUTE;
+use sharedresource_api::{Selection, VolumeAttributes};
 
 pub use super::kind::{SHARED_CONFIG_MAP_ATTRIBUTE, SHARED_SECRET_ATTRIBUTE};
 
@@ -62,7 +63,7 @@ impl Backing {
     /// The object `share` of `kind` names, when both its names are valid; otherwise the share is
     /// broken (FAILED_PRECONDITION), which empties its volumes as a deleted share would.
     fn of(kind: ShareKind, share: &ObjectName, named: &ObjectRef) -> Result<Backing> {
-        let broken = |error: crate::content::object_name::InvalidName| {
+        let broken = |error: sharedresource_api::object_name::InvalidName| {
             Error::Unservable(format!(
                 "{} {share} names a {} that cannot exist: {error}",
                 kind.kind(),
@@ -227,9 +228,9 @@ impl KubernetesSource {
 
     async fn payload(&self, request: &VolumeAsk, pass: Option<PassId>) -> Result<Payload> {
         match volume_of(request)? {
-            Volume::Share(kind, share) => self.share_payload(&request.pod, kind, &share, pass).await,
-            Volume::Projection(name) => self.projection_payload(request, &name, pass).await,
-            Volume::Provider(name) => self.provider_payload(request, &name, pass).await,
+            Selection::Share(kind, share) => self.share_payload(&request.pod, kind, &share, pass).await,
+            Selection::Projection(name) => self.projection_payload(request, &name, pass).await,
+            Selection::Provider(name) => self.provider_payload(request, &name, pass).await,
         }
     }
 
@@ -283,7 +284,7 @@ impl KubernetesSource {
         };
         // The whole attribute check, as for any volume: a lazy volume naming a share too is
         // refused alike.
-        let Volume::Provider(name) = volume_of(request)? else {
+        let Selection::Provider(name) = volume_of(request)? else {
             return Err(Error::Internal(format!("volume of provider {} read as another kind", quote(name))));
         };
         self.may_use_provider(request, &name, None).await?;
@@ -466,51 +467,9 @@ async fn write_status<S: Share>(
     ask(timeout, what, api.patch_status(name.as_str(), &PatchParams::default(), patch)).await.map(drop)
 }
 
-/// What a volume shows: one share, or a projection of several sources.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Volume {
-    /// A share of a kind, by name.
-    Share(ShareKind, ObjectName),
-    /// A `SharedProjection` in the pod's namespace, by name.
-    Projection(ObjectName),
-    /// A provider of the node's configuration, by name.
-    Provider(ObjectName),
-}
-
-/// What a request names: exactly one of the three attributes, with a valid object name.
-fn volume_of(request: &VolumeAsk) -> Result<Volume> {
-    let named: Vec<(&str, &String)> =
-        [SHARED_SECRET_ATTRIBUTE, SHARED_CONFIG_MAP_ATTRIBUTE, PROJECTION_ATTRIBUTE, PROVIDER_ATTRIBUTE]
-            .into_iter()
-            .filter_map(|key| request.attributes.get(key).map(|value| (key, value)))
-            .collect();
-    let (attribute, name) = match named.as_slice() {
-        [one] => *one,
-        [] => {
-            return Err(Error::Invalid(format!(
-                "volumeAttributes lacks {SHARED_SECRET_ATTRIBUTE:?}, {SHARED_CONFIG_MAP_ATTRIBUTE:?} or {PROJECTION_ATTRIBUTE:?}: name what to mount"
-            )));
-        }
-        [(first, _), (second, _), ..] => {
-            return Err(Error::Invalid(format!(
-                "volumeAttributes names both {first:?} and {second:?}: name one share, or one projection"
-            )));
-        }
-    };
-    let kind = ShareKind::of_attribute(attribute);
-    let name = ObjectName::parse(name).map_err(|error| {
-        let what = match kind {
-            Some(kind) => kind.kind(),
-            None if attribute == PROVIDER_ATTRIBUTE => "provider",
-            None => "SharedProjection",
-        };
-        Error::Invalid(format!("{what} name {error}"))
-    })?;
-    Ok(match kind {
-        Some(kind) => Volume::Share(kind, name),
-        None if attribute == PROVIDER_ATTRIBUTE => Volume::Provider(name),
-        None => Volume::Projection(name),
-    })
+/// What a request's volume mounts, by the vocabulary's rules (the admission plugin's too).
+fn volume_of(request: &VolumeAsk) -> Result<Selection> {
+    Ok(VolumeAttributes::parse(&request.attributes)?.selection)
 }
 
 impl ContentSource for KubernetesSource {
@@ -558,61 +517,3 @@ impl ContentSource for KubernetesSource {
 
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod attribute_tests {
-    use super::*;
-    use crate::content::ask::PodInfo;
-
-    fn request(attributes: &[(&str, &str)]) -> VolumeAsk {
-        VolumeAsk {
-            volume_id: "csi-1".into(),
-            volume_name: "shared".into(),
-            mount_point: "/var/lib/kubelet/pods/u/volumes/kubernetes.io~csi/shared/mount".into(),
-            pod: PodInfo { name: "p".into(), namespace: "n".into(), uid: "u".into(), service_account: "s".into() },
-            attributes: attributes.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-            tokens: Default::default(),
-            secrets: Default::default(),
-            object_versions: Default::default(),
-        }
-    }
-
-    #[test]
-    fn a_volume_names_exactly_one_valid_share_or_projection() {
-        let share = |kind, name: &str| Volume::Share(kind, ObjectName::parse(name).unwrap());
-        assert_eq!(volume_of(&request(&[("sharedSecret", "db")])).unwrap(), share(ShareKind::Secret, "db"));
-        assert_eq!(
-            volume_of(&request(&[("sharedConfigMap", "ca.bundle")])).unwrap(),
-            share(ShareKind::ConfigMap, "ca.bundle")
-        );
-        assert_eq!(
-            volume_of(&request(&[("projection", "app")])).unwrap(),
-            Volume::Projection(ObjectName::parse("app").unwrap())
-        );
-        for (attributes, message) in [
-            (
-                vec![],
-                "volumeAttributes lacks \"sharedSecret\", \"sharedConfigMap\" or \"projection\": name what to mount",
-            ),
-            (
-                vec![("sharedSecret", "a"), ("sharedConfigMap", "b")],
-                "volumeAttributes names both \"sharedSecret\" and \"sharedConfigMap\": name one share, or one projection",
-            ),
-            (
-                vec![("projection", "a"), ("sharedConfigMap", "b")],
-                "volumeAttributes names both \"sharedConfigMap\" and \"projection\": name one share, or one projection",
-            ),
-            (vec![("sharedSecret", "../x")], "SharedSecret name \"../x\" is not a valid object name: RULE"),
-            (vec![("sharedConfigMap", "")], "SharedConfigMap name \"\" is not a valid object name: RULE"),
-            (vec![("projection", "A")], "SharedProjection name \"A\" is not a valid object name: RULE"),
-            (
-                vec![("sharedSecret", "?watch=true")],
-                "SharedSecret name \"?watch=true\" is not a valid object name: RULE",
-            ),
-            (vec![("projection", "..")], "SharedProjection name \"..\" is not a valid object name: RULE"),
-        ] {
-            let rule = "an object name is at most 253 characters of lowercase letters, digits, '-' and '.', \
-                        each '.'-separated part starting and ending with a letter or digit";
-            assert_eq!(volume_of(&request(&attributes)), Err(Error::Invalid(message.replace("RULE", rule))));
-        }
-    }
-}

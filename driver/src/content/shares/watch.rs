@@ -24,9 +24,9 @@ use super::cache::{CachedShare, ShareCache};
 use super::kind::{Share, ShareKind};
 use crate::apiserver_client::WatchConnections;
 use crate::content::changes::Changes;
-use crate::content::object_name::{NamespaceName, ObjectName};
-use crate::content::projection::api::SharedProjection;
 use crate::metrics::Metrics;
+use sharedresource_api::object_name::{NamespaceName, ObjectName};
+use sharedresource_api::projection::spec::SharedProjection;
 
 /// The backing objects volumes were served from, and the shares that named them: only their
 /// changes matter, and only those shares' volumes are refreshed. They are the only Secrets and

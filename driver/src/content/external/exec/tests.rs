@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use super::*;
 use crate::content::ask::PodInfo;
-use crate::content::object_name::ObjectName;
 use crate::content::projection::tokens::Tokens;
+use sharedresource_api::object_name::ObjectName;
 
 /// A vault directory and the example helper reading it, wrapped to log each call (and how many
 /// `get`s run at that moment) before running it.

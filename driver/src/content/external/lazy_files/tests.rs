@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::content::external::helper_protocol::mount_options;
-use crate::content::object_name::ObjectName;
+use sharedresource_api::object_name::ObjectName;
 
 fn reply(text: &str) -> MountReply {
     MountReply::parse(text.as_bytes()).unwrap()

@@ -11,7 +11,7 @@ use tokio_stream::wrappers::UnixListenerStream;
 use tonic::{Request, Response, Status};
 
 use super::*;
-use crate::content::object_name::ObjectName;
+use sharedresource_api::object_name::ObjectName;
 
 /// A provider answering every `Mount` with `answer` after `delay`, keeping the requests.
 #[derive(Clone)]

@@ -2,8 +2,8 @@
 //! meet (the design's collision cases).
 
 use super::*;
-use crate::content::projection::api::{FieldItem, PodInfoProjection, TokenProjection};
 use crate::content::projection::tokens::TOKENS_KEY;
+use sharedresource_api::projection::spec::{FieldItem, PodInfoProjection, TokenProjection};
 
 fn secret(name: &str, items: Option<Vec<KeyItem>>) -> ProjectionSource {
     ProjectionSource { shared_secret: Some(ShareProjection { name: name.into(), items }), ..Default::default() }
@@ -343,7 +343,9 @@ fn a_share_name_that_is_not_an_object_name_is_refused_naming_its_source() {
     let long = "x".repeat(30_003);
     for hostile in ["?watch=true", "s1/status", "..", ".", "a%2fb", "a#b", long.as_str()] {
         let projection = spec(vec![secret("db", None), config_map(hostile, None)]);
-        let Err(Error::Invalid(message)) = check_spec(&projection) else { panic!("{hostile:?} was accepted") };
+        let Err(sharedresource_api::Invalid(message)) = check_spec(&projection) else {
+            panic!("{hostile:?} was accepted")
+        };
         assert!(message.starts_with("sources[1] (sharedConfigMap \""), "{message}");
         assert!(message.contains("is not a valid object name: an object name is at most 253 characters"), "{message}");
         assert!(message.len() < 800 && !message.contains('%'), "{message}");

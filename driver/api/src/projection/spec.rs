@@ -4,13 +4,11 @@
 //! API reads this one without a manual. The CRD (`config/deploy/driver/crds.yaml`) is generated
 //! from these types; its schema refuses what can be judged without data (a source of no kind or
 //! of two, a mode out of range, an empty path), and publish checks the rest
-//! ([`crate::content::projection::compose::check_spec`]).
+//! ([`crate::projection::check::check_spec`], at creation by the admission plugin as well).
 
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
-/// The volume attribute naming a `SharedProjection` in the pod's namespace.
-pub const PROJECTION_ATTRIBUTE: &str = "projection";
 /// The largest mode: 0777.
 const MAX_MODE: i64 = 0o777;
 

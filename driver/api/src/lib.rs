@@ -1,0 +1,24 @@
+//! The shared-resource driver's public vocabulary, in one crate so that the driver (at mount) and
+//! the admission plugin (at creation) refuse the same things with the same words: the volume
+//! attributes a pod may give ([`volume_attributes`]), object names as typed values
+//! ([`object_name`]), the two kinds of share ([`share_kind`]), the file-name rule every key
+//! follows ([`key`]), and the `SharedProjection` API with the check that needs no data
+//! ([`projection`]). Pure: no I/O, no clock, no client.
+
+pub mod invalid;
+pub mod key;
+pub mod object_name;
+pub mod projection;
+pub mod quote;
+pub mod share_kind;
+pub mod volume_attributes;
+
+pub use invalid::{Invalid, Result};
+pub use object_name::{InvalidName, NamespaceName, ObjectName};
+pub use share_kind::ShareKind;
+pub use volume_attributes::{Selection, VolumeAttributes};
+
+/// The CSI driver's name, as pods name it in `spec.volumes[].csi.driver`.
+pub const DRIVER_NAME: &str = "sharedresource.csi.inlineguard.dev";
+/// The API group of the shares and projections.
+pub const API_GROUP: &str = "sharedresource.inlineguard.dev";

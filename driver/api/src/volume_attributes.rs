@@ -1,0 +1,160 @@
+//! The attributes a pod gives a volume of this driver (`spec.volumes[].csi.volumeAttributes`),
+//! parsed once into what the volume selects. The driver parses them at publish (kubelet's own
+//! `csi.storage.k8s.io/` keys set aside first) and the admission plugin at creation, with the
+//! same function, so a pod refused at mount is refused at creation with the same words.
+//!
+//! A volume names exactly one thing to mount: a share (`sharedSecret`, `sharedConfigMap`), a
+//! projection in the pod's namespace (`projection`) or a provider of the node (`provider`). A
+//! share's or a projection's volume takes `refreshResource` besides, and nothing else: an
+//! unknown key is a typo the user wants to hear about, not a setting silently ignored. A
+//! provider's volume passes its other attributes to the provider as parameters, except keys
+//! under the prefixes that carry a pod's identity.
+
+use std::collections::BTreeMap;
+
+use crate::invalid::{Invalid, Result};
+use crate::object_name::ObjectName;
+use crate::quote::quote;
+use crate::share_kind::{SHARED_CONFIG_MAP_ATTRIBUTE, SHARED_SECRET_ATTRIBUTE, ShareKind};
+
+/// The attribute naming a `SharedProjection` in the pod's namespace.
+pub const PROJECTION_ATTRIBUTE: &str = "projection";
+/// The attribute naming a provider of the node's configuration; not passed to it.
+pub const PROVIDER_ATTRIBUTE: &str = "provider";
+/// The attribute naming a `SecretProviderClass` (upstream's key), with a provider only.
+pub const CLASS_ATTRIBUTE: &str = "secretProviderClass";
+/// The attribute that turns refreshing off for one volume (`"false"`; default `"true"`).
+pub const REFRESH_ATTRIBUTE: &str = "refreshResource";
+/// The key prefixes that carry a pod's identity: the driver's (and kubelet's) to set, never a
+/// volume attribute's (a pod naming another namespace there would speak for a pod it is not).
+pub const RESERVED_PREFIXES: [&str; 2] = ["kubernetes.io/", "csi.storage.k8s.io/"];
+
+/// The attributes that select what a volume mounts, in the order messages name them.
+const SELECTING: [&str; 4] =
+    [SHARED_SECRET_ATTRIBUTE, SHARED_CONFIG_MAP_ATTRIBUTE, PROJECTION_ATTRIBUTE, PROVIDER_ATTRIBUTE];
+
+/// What a volume mounts.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Selection {
+    /// A cluster-scoped share of this kind.
+    Share(ShareKind, ObjectName),
+    /// A `SharedProjection` in the pod's namespace.
+    Projection(ObjectName),
+    /// A provider of the node's configuration.
+    Provider(ObjectName),
+}
+
+/// A volume's attributes, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeAttributes {
+    /// What the volume mounts.
+    pub selection: Selection,
+    /// Whether content changes reach the volume after publish (`refreshResource`, default true).
+    pub refresh: bool,
+}
+
+impl VolumeAttributes {
+    /// Checks `attributes` (without kubelet's `csi.storage.k8s.io/` keys, which kubelet adds at
+    /// mount) by the rules above; the first rule broken is the one named.
+    pub fn parse(attributes: &BTreeMap<String, String>) -> Result<VolumeAttributes> {
+        let selection = selection(attributes)?;
+        let refresh = match attributes.get(REFRESH_ATTRIBUTE).map(String::as_str) {
+            None | Some("true") => true,
+            Some("false") => false,
+            Some(other) => {
+                return Err(Invalid(format!(
+                    "volumeAttributes[{REFRESH_ATTRIBUTE:?}] is {}: it is \"true\" (the default) or \"false\"",
+                    quote(other)
+                )));
+            }
+        };
+        match &selection {
+            Selection::Share(..) | Selection::Projection(_) => {
+                let selecting = selecting_attribute(&selection);
+                if let Some(other) = attributes.keys().find(|key| *key != selecting && *key != REFRESH_ATTRIBUTE) {
+                    return Err(Invalid(format!(
+                        "volumeAttributes[{}] is not an attribute of this driver: a {selecting} volume takes {selecting:?} and {REFRESH_ATTRIBUTE:?} only",
+                        quote(other)
+                    )));
+                }
+            }
+            Selection::Provider(_) => {
+                for key in attributes.keys() {
+                    check_parameter(key)?;
+                }
+                if attributes.contains_key(CLASS_ATTRIBUTE) {
+                    check_class_alone(attributes)?;
+                }
+            }
+        }
+        Ok(VolumeAttributes { selection, refresh })
+    }
+}
+
+/// A provider parameter's key may not be under a [`RESERVED_PREFIXES`] prefix.
+pub fn check_parameter(key: &str) -> Result<()> {
+    if RESERVED_PREFIXES.iter().any(|prefix| key.starts_with(prefix)) {
+        return Err(Invalid(format!(
+            "volumeAttributes[{}]: keys under kubernetes.io/ and csi.storage.k8s.io/ are the driver's to set (the pod's identity)",
+            quote(key)
+        )));
+    }
+    Ok(())
+}
+
+/// With a `secretProviderClass`, the provider's parameters come from the class: no attribute
+/// but the provider, the class and `refreshResource` (the driver's own) may be given.
+fn check_class_alone(attributes: &BTreeMap<String, String>) -> Result<()> {
+    let own = [CLASS_ATTRIBUTE, PROVIDER_ATTRIBUTE, REFRESH_ATTRIBUTE];
+    if let Some(other) = attributes.keys().find(|key| !own.contains(&key.as_str())) {
+        return Err(Invalid(format!(
+            "volumeAttributes[{}]: with {CLASS_ATTRIBUTE:?}, the provider's parameters come from the SecretProviderClass; set it there",
+            quote(other)
+        )));
+    }
+    let name = &attributes[CLASS_ATTRIBUTE];
+    ObjectName::parse(name).map_err(|error| Invalid(format!("SecretProviderClass name {error}")))?;
+    Ok(())
+}
+
+fn selecting_attribute(selection: &Selection) -> &'static str {
+    match selection {
+        Selection::Share(kind, _) => kind.attribute(),
+        Selection::Projection(_) => PROJECTION_ATTRIBUTE,
+        Selection::Provider(_) => PROVIDER_ATTRIBUTE,
+    }
+}
+
+/// The one thing the volume names, and its name checked.
+fn selection(attributes: &BTreeMap<String, String>) -> Result<Selection> {
+    let named: Vec<(&str, &String)> =
+        SELECTING.into_iter().filter_map(|key| attributes.get(key).map(|value| (key, value))).collect();
+    let (attribute, name) = match named.as_slice() {
+        [one] => *one,
+        [] => {
+            return Err(Invalid(format!(
+                "volumeAttributes lacks {SHARED_SECRET_ATTRIBUTE:?}, {SHARED_CONFIG_MAP_ATTRIBUTE:?} or {PROJECTION_ATTRIBUTE:?}: name what to mount"
+            )));
+        }
+        [(first, _), (second, _), ..] => {
+            return Err(Invalid(format!(
+                "volumeAttributes names both {first:?} and {second:?}: name one share, or one projection"
+            )));
+        }
+    };
+    let kind = ShareKind::of_attribute(attribute);
+    let what = match kind {
+        Some(kind) => kind.kind(),
+        None if attribute == PROVIDER_ATTRIBUTE => "provider",
+        None => "SharedProjection",
+    };
+    let name = ObjectName::parse(name).map_err(|error| Invalid(format!("{what} name {error}")))?;
+    Ok(match kind {
+        Some(kind) => Selection::Share(kind, name),
+        None if attribute == PROVIDER_ATTRIBUTE => Selection::Provider(name),
+        None => Selection::Projection(name),
+    })
+}
+
+#[cfg(test)]
+mod tests;

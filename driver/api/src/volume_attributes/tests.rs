@@ -1,0 +1,93 @@
+//! Every rule of the attributes, with the exact message a user reads (at mount and at creation).
+
+use super::*;
+
+const RULE: &str = "an object name is at most 253 characters of lowercase letters, digits, '-' and '.', \
+                    each '.'-separated part starting and ending with a letter or digit";
+
+fn parse(pairs: &[(&str, &str)]) -> Result<VolumeAttributes> {
+    VolumeAttributes::parse(&pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())
+}
+
+fn name(text: &str) -> ObjectName {
+    ObjectName::parse(text).unwrap()
+}
+
+#[test]
+fn a_volume_names_exactly_one_valid_share_projection_or_provider() {
+    let selected = |pairs: &[(&str, &str)]| parse(pairs).map(|attributes| attributes.selection);
+    assert_eq!(selected(&[("sharedSecret", "db")]), Ok(Selection::Share(ShareKind::Secret, name("db"))));
+    assert_eq!(
+        selected(&[("sharedConfigMap", "ca.bundle")]),
+        Ok(Selection::Share(ShareKind::ConfigMap, name("ca.bundle")))
+    );
+    assert_eq!(selected(&[("projection", "app")]), Ok(Selection::Projection(name("app"))));
+    assert_eq!(selected(&[("provider", "vault"), ("objects", "x")]), Ok(Selection::Provider(name("vault"))));
+}
+
+#[test]
+fn each_refusal_names_what_is_wrong() {
+    let cases: &[(&[(&str, &str)], &str)] = &[
+        (&[], "volumeAttributes lacks \"sharedSecret\", \"sharedConfigMap\" or \"projection\": name what to mount"),
+        (
+            &[("sharedSecret", "a"), ("sharedConfigMap", "b")],
+            "volumeAttributes names both \"sharedSecret\" and \"sharedConfigMap\": name one share, or one projection",
+        ),
+        (
+            &[("projection", "a"), ("sharedConfigMap", "b")],
+            "volumeAttributes names both \"sharedConfigMap\" and \"projection\": name one share, or one projection",
+        ),
+        (&[("sharedSecret", "../x")], "SharedSecret name \"../x\" is not a valid object name: RULE"),
+        (&[("sharedConfigMap", "")], "SharedConfigMap name \"\" is not a valid object name: RULE"),
+        (&[("projection", "A")], "SharedProjection name \"A\" is not a valid object name: RULE"),
+        (&[("sharedSecret", "?watch=true")], "SharedSecret name \"?watch=true\" is not a valid object name: RULE"),
+        (&[("projection", "..")], "SharedProjection name \"..\" is not a valid object name: RULE"),
+        (&[("provider", "Vault")], "provider name \"Vault\" is not a valid object name: RULE"),
+        (
+            &[("sharedSecret", "db"), ("refreshResource", "no")],
+            "volumeAttributes[\"refreshResource\"] is \"no\": it is \"true\" (the default) or \"false\"",
+        ),
+        (
+            &[("sharedSecret", "db"), ("refreshResouce", "false")],
+            "volumeAttributes[\"refreshResouce\"] is not an attribute of this driver: a sharedSecret volume takes \"sharedSecret\" and \"refreshResource\" only",
+        ),
+        (
+            &[("projection", "app"), ("csi.storage.k8s.io/pod.namespace", "kube-system")],
+            "volumeAttributes[\"csi.storage.k8s.io/pod.namespace\"] is not an attribute of this driver: a projection volume takes \"projection\" and \"refreshResource\" only",
+        ),
+        (
+            &[("provider", "vault"), ("kubernetes.io/pod.namespace", "kube-system")],
+            "volumeAttributes[\"kubernetes.io/pod.namespace\"]: keys under kubernetes.io/ and csi.storage.k8s.io/ are the driver's to set (the pod's identity)",
+        ),
+        (
+            &[("provider", "vault"), ("secretProviderClass", "db"), ("roleName", "x")],
+            "volumeAttributes[\"roleName\"]: with \"secretProviderClass\", the provider's parameters come from the SecretProviderClass; set it there",
+        ),
+        (
+            &[("provider", "vault"), ("secretProviderClass", "Not_A_Name")],
+            "SecretProviderClass name \"Not_A_Name\" is not a valid object name: RULE",
+        ),
+    ];
+    for (pairs, message) in cases {
+        assert_eq!(parse(pairs), Err(Invalid(message.replace("RULE", RULE))), "{pairs:?}");
+    }
+}
+
+#[test]
+fn refresh_is_on_unless_the_volume_says_false() {
+    assert!(parse(&[("sharedSecret", "db")]).unwrap().refresh);
+    assert!(parse(&[("sharedSecret", "db"), ("refreshResource", "true")]).unwrap().refresh);
+    assert!(!parse(&[("projection", "app"), ("refreshResource", "false")]).unwrap().refresh);
+    let with_class = [("provider", "vault"), ("secretProviderClass", "db"), ("refreshResource", "false")];
+    assert!(!parse(&with_class).unwrap().refresh, "the driver's own attribute is allowed beside a class");
+}
+
+#[test]
+fn a_hostile_key_is_quoted_bounded() {
+    let key = format!("x{}", "%".repeat(100_000));
+    let refused = parse(&[("sharedSecret", "db"), (&key, "v")]).unwrap_err().0;
+    // 256 bytes of the key are quoted, each `%` escaped (kubelet's event formatter reads `%`).
+    assert!(refused.len() < 256 * 6 + 200, "{} bytes", refused.len());
+    assert!(refused.contains("(100001 bytes)"), "{refused}");
+    assert!(!refused.contains('%'), "{refused}");
+}
