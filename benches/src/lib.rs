@@ -74,7 +74,7 @@ pub fn pod_spec(csi_volumes: usize) -> PodSpecView<'static> {
         volumes: (0..csi_volumes)
             .map(|index| VolumeView {
                 name: format!("v{index}").into(),
-                csi: Some(CsiVolumeView { driver: driver_name(index).into(), read_only: None }),
+                csi: Some(CsiVolumeView { driver: driver_name(index).into(), read_only: None, ..Default::default() }),
             })
             .collect(),
         ..Default::default()

@@ -40,7 +40,11 @@ fn spec(drivers: &[usize]) -> PodSpecView<'static> {
             .enumerate()
             .map(|(i, d)| VolumeView {
                 name: format!("v{i}").into(),
-                csi: Some(CsiVolumeView { driver: format!("d{d}.example.com").into(), read_only: None }),
+                csi: Some(CsiVolumeView {
+                    driver: format!("d{d}.example.com").into(),
+                    read_only: None,
+                    ..Default::default()
+                }),
             })
             .collect(),
         ..Default::default()
@@ -116,7 +120,7 @@ proptest! {
             runtime_class_name: runtime_class.map(Into::into),
             volumes: driver_names
                 .iter()
-                .map(|d| VolumeView { name: d.into(), csi: Some(CsiVolumeView { driver: d.into(), read_only: None }) })
+                .map(|d| VolumeView { name: d.into(), csi: Some(CsiVolumeView { driver: d.into(), read_only: None, ..Default::default() }) })
                 .collect(),
             ..Default::default()
         };

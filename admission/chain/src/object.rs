@@ -10,6 +10,7 @@ use inline_guard_policy::PodSpecView;
 use inline_guard_policy::pod_spec::{ContainerView, VolumeView, nullable, owned};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer};
+use sharedresource_api::projection::ProjectionSpec;
 
 use crate::attributes::GroupVersionResource;
 
@@ -88,6 +89,8 @@ pub struct AdmissionObject<'a> {
     pub names: ObjectNames<'a>,
     /// Its pod spec; `None` when the object has none (an empty template, another resource).
     pub spec: Option<PodSpecView<'a>>,
+    /// A `SharedProjection`'s spec; `None` for every other resource.
+    pub projection: Option<Box<ProjectionSpec>>,
 }
 
 /// The object did not decode as the resource's kind.
@@ -149,6 +152,26 @@ struct JobSpecShape<'a> {
     template: Option<Box<TemplateShape<'a>>>,
 }
 
+/// A `SharedProjection`: its names and its spec, whole (the spec is small and rare).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct ProjectionObject<'a> {
+    #[serde(deserialize_with = "nullable")]
+    metadata: ObjectNames<'a>,
+    spec: Option<ProjectionSpec>,
+}
+
+impl<'a> From<ProjectionObject<'a>> for AdmissionObject<'a> {
+    fn from(object: ProjectionObject<'a>) -> AdmissionObject<'a> {
+        AdmissionObject { kind: None, names: object.metadata, spec: None, projection: object.spec.map(Box::new) }
+    }
+}
+
+/// True for the resource of `SharedProjection` objects, whose spec the review decodes whole.
+pub fn is_shared_projection(resource: &GroupVersionResource<'_>) -> bool {
+    resource.group == sharedresource_api::API_GROUP && resource.resource == "sharedprojections"
+}
+
 /// Only the names, for resources admission does not evaluate: their spec may hold anything.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
@@ -176,7 +199,7 @@ impl<'a> AdmissionObject<'a> {
             }
             Some(_) => template_spec(shape.spec.and_then(|s| s.template)),
         };
-        AdmissionObject { kind, names: shape.metadata, spec }
+        AdmissionObject { kind, names: shape.metadata, spec, projection: None }
     }
 
     /// Decodes JSON text as the object of `resource`.
@@ -190,10 +213,15 @@ impl<'a> AdmissionObject<'a> {
                 let shape = decode(kind, || serde_json::from_str(json), &mut serde_json::Deserializer::from_str(json))?;
                 Ok(AdmissionObject::from_shape(kind, shape))
             }
+            None if is_shared_projection(resource) => {
+                let object: ProjectionObject<'a> =
+                    decode(None, || serde_json::from_str(json), &mut serde_json::Deserializer::from_str(json))?;
+                Ok(object.into())
+            }
             None => {
                 let names: NamesOnly<'a> =
                     decode(None, || serde_json::from_str(json), &mut serde_json::Deserializer::from_str(json))?;
-                Ok(AdmissionObject { kind: None, names: names.metadata, spec: None })
+                Ok(AdmissionObject { kind: None, names: names.metadata, spec: None, projection: None })
             }
         }
     }
@@ -206,9 +234,13 @@ impl<'a> AdmissionObject<'a> {
         let kind = PodSpecKind::of(resource);
         match kind {
             Some(_) => Ok(AdmissionObject::from_shape(kind, decode(kind, || ObjectShape::deserialize(value), value)?)),
+            None if is_shared_projection(resource) => {
+                let object: ProjectionObject<'a> = decode(None, || ProjectionObject::deserialize(value), value)?;
+                Ok(object.into())
+            }
             None => {
                 let names: NamesOnly<'a> = decode(None, || NamesOnly::deserialize(value), value)?;
-                Ok(AdmissionObject { kind: None, names: names.metadata, spec: None })
+                Ok(AdmissionObject { kind: None, names: names.metadata, spec: None, projection: None })
             }
         }
     }
@@ -225,6 +257,7 @@ impl<'a> AdmissionObject<'a> {
                 namespace: names.namespace.map(owned),
             },
             spec: self.spec.map(PodSpecView::into_owned),
+            projection: self.projection,
         }
     }
 

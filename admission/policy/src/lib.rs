@@ -1,5 +1,6 @@
 //! The CSIVolumeAdmission decision core: plain data in (namespace labels, CSIDriver labels, a pod
-//! spec), a verdict and a read-only patch out. No I/O, no async, no logging.
+//! spec), a verdict and a read-only patch out; and the shared-resource driver's volume rules on a
+//! pod spec (`shared_volumes`). No I/O, no async, no logging.
 //!
 //! The hosts (the in-process chain, the webhook, `check`) look facts up and pass them in; this crate
 //! only decides.
@@ -15,6 +16,7 @@ pub mod pod_spec;
 pub mod read_only;
 pub mod read_only_check;
 pub mod settings;
+pub mod shared_volumes;
 pub mod verdict;
 
 pub use driver_profile::{DriverLabelSource, DriverProfile};
@@ -26,6 +28,7 @@ pub use pod_spec::{ContainerView, CsiVolumeView, PodSpecView, VolumeMountView, V
 pub use read_only::{ContainerList, MountScope, WritablePlace, force_read_only, writable_places};
 pub use read_only_check::{not_forced_message, writable_read_only_volumes};
 pub use settings::{Defaults, Exemptions, PolicySettings, ReadOnlyDrivers};
+pub use shared_volumes::{SharedVolume, refused_volumes_message, shared_volumes};
 pub use verdict::{Subject, SubjectKind, Verdict, evaluate};
 
 /// Labels as Kubernetes object metadata carries them.

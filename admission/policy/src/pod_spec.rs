@@ -1,10 +1,11 @@
-//! The parts of a pod spec that inline-volume admission reads (volumes, their CSI sources, the
-//! runtime class) and read-only forcing writes (`readOnly` on volumes and mounts). Decoding only
+//! The parts of a pod spec that inline-volume admission reads (volumes, their CSI sources and
+//! attributes, the runtime class) and read-only forcing writes (`readOnly` on volumes and mounts). Decoding only
 //! these parts, skipping the rest without allocating, is what keeps a webhook answer within a few
 //! microseconds; kube-apiserver has already validated the whole object before it calls a webhook.
 //! Field names and JSON spellings are those of `core/v1` PodSpec.
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Deserializer};
 
@@ -46,6 +47,10 @@ pub struct CsiVolumeView<'a> {
     pub driver: Cow<'a, str>,
     /// `readOnly`.
     pub read_only: Option<bool>,
+    /// `volumeAttributes`: what the driver is asked for. Only the shared-resource plugin reads
+    /// them; another driver's are decoded but never looked at.
+    #[serde(deserialize_with = "nullable")]
+    pub volume_attributes: BTreeMap<String, String>,
 }
 
 /// A container, init container or ephemeral container, reduced to its mounts.
@@ -96,7 +101,11 @@ impl VolumeView<'_> {
     pub fn into_owned(self) -> VolumeView<'static> {
         VolumeView {
             name: owned(self.name),
-            csi: self.csi.map(|csi| CsiVolumeView { driver: owned(csi.driver), read_only: csi.read_only }),
+            csi: self.csi.map(|csi| CsiVolumeView {
+                driver: owned(csi.driver),
+                read_only: csi.read_only,
+                volume_attributes: csi.volume_attributes,
+            }),
         }
     }
 }
@@ -140,7 +149,14 @@ mod tests {
             spec,
             PodSpecView {
                 volumes: vec![
-                    VolumeView { name: "v".into(), csi: Some(CsiVolumeView { driver: "d".into(), read_only: None }) },
+                    VolumeView {
+                        name: "v".into(),
+                        csi: Some(CsiVolumeView {
+                            driver: "d".into(),
+                            read_only: None,
+                            volume_attributes: [("a".to_string(), "b".to_string())].into(),
+                        }),
+                    },
                     VolumeView { name: "p".into(), csi: None },
                 ],
                 containers: vec![ContainerView {
@@ -181,7 +197,7 @@ mod tests {
             PodSpecView {
                 volumes: vec![VolumeView {
                     name: "v".into(),
-                    csi: Some(CsiVolumeView { driver: "d".into(), read_only: Some(true) }),
+                    csi: Some(CsiVolumeView { driver: "d".into(), read_only: Some(true), ..Default::default() }),
                 }],
                 containers: vec![ContainerView { name: "app".into(), volume_mounts: vec![mount("v", Some(false))] }],
                 init_containers: vec![ContainerView { name: "init".into(), volume_mounts: vec![mount("v", None)] }],

@@ -160,7 +160,10 @@ mod tests {
     use crate::settings::SHARED_RESOURCE_DRIVER;
 
     fn csi<'a>(name: &'a str, driver: &'a str, read_only: Option<bool>) -> VolumeView<'a> {
-        VolumeView { name: name.into(), csi: Some(CsiVolumeView { driver: driver.into(), read_only }) }
+        VolumeView {
+            name: name.into(),
+            csi: Some(CsiVolumeView { driver: driver.into(), read_only, ..Default::default() }),
+        }
     }
 
     fn mount(name: &str, read_only: Option<bool>) -> VolumeMountView<'_> {

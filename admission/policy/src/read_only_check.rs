@@ -56,7 +56,10 @@ mod tests {
     use crate::settings::SHARED_RESOURCE_DRIVER;
 
     fn csi<'a>(name: &'a str, driver: &'a str, read_only: Option<bool>) -> VolumeView<'a> {
-        VolumeView { name: name.into(), csi: Some(CsiVolumeView { driver: driver.into(), read_only }) }
+        VolumeView {
+            name: name.into(),
+            csi: Some(CsiVolumeView { driver: driver.into(), read_only, ..Default::default() }),
+        }
     }
 
     fn container<'a>(name: &'a str, mounts: &[(&'a str, Option<bool>)]) -> ContainerView<'a> {

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use crate::level::Level;
 
 /// This project's driver, whose mounts are forced read-only unless configured otherwise.
-pub const SHARED_RESOURCE_DRIVER: &str = "sharedresource.csi.inlineguard.dev";
+pub const SHARED_RESOURCE_DRIVER: &str = sharedresource_api::DRIVER_NAME;
 
 /// Levels assumed when a label is missing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

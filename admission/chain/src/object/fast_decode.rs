@@ -3,6 +3,7 @@
 //! serde's per-field dispatch. Anything else is declined and left to serde.
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 
 use inline_guard_policy::pod_spec::{ContainerView, CsiVolumeView, PodSpecView, VolumeMountView, VolumeView};
 
@@ -151,8 +152,28 @@ fn volume<'a>(cursor: &mut JsonCursor<'a>) -> Step<VolumeView<'a>> {
 }
 
 fn csi_source<'a>(cursor: &mut JsonCursor<'a>) -> Step<CsiVolumeView<'a>> {
-    let (driver, read_only) = text_and_read_only(cursor, "driver")?;
-    Ok(CsiVolumeView { driver, read_only })
+    let (mut driver, mut read_only, mut volume_attributes) = (None, None, None);
+    cursor.object(|cursor, key| match key {
+        "driver" => once(&mut driver, cursor.string()?),
+        "readOnly" => once(&mut read_only, cursor.optional(JsonCursor::bool)?),
+        "volumeAttributes" => once(&mut volume_attributes, cursor.optional(string_map)?),
+        _ => cursor.skip(),
+    })?;
+    Ok(CsiVolumeView {
+        driver: driver.unwrap_or_default(),
+        read_only: read_only.flatten(),
+        volume_attributes: volume_attributes.flatten().unwrap_or_default(),
+    })
+}
+
+/// A JSON object of strings, as serde reads it into a map: a repeated key keeps its last value.
+fn string_map(cursor: &mut JsonCursor<'_>) -> Step<BTreeMap<String, String>> {
+    let mut map = BTreeMap::new();
+    cursor.object(|cursor, key| {
+        map.insert(key.to_string(), cursor.string()?.into_owned());
+        Ok(())
+    })?;
+    Ok(map)
 }
 
 fn container<'a>(cursor: &mut JsonCursor<'a>) -> Step<ContainerView<'a>> {
@@ -166,18 +187,11 @@ fn container<'a>(cursor: &mut JsonCursor<'a>) -> Step<ContainerView<'a>> {
 }
 
 fn volume_mount<'a>(cursor: &mut JsonCursor<'a>) -> Step<VolumeMountView<'a>> {
-    let (name, read_only) = text_and_read_only(cursor, "name")?;
-    Ok(VolumeMountView { name, read_only })
-}
-
-/// An object of one string member `text_key` and an optional `readOnly`, the shape a CSI source
-/// (`driver`) and a volume mount (`name`) share; both default when absent, as the derive does.
-fn text_and_read_only<'a>(cursor: &mut JsonCursor<'a>, text_key: &str) -> Step<(Cow<'a, str>, Option<bool>)> {
-    let (mut text, mut read_only) = (None, None);
+    let (mut name, mut read_only) = (None, None);
     cursor.object(|cursor, key| match key {
+        "name" => once(&mut name, cursor.string()?),
         "readOnly" => once(&mut read_only, cursor.optional(JsonCursor::bool)?),
-        _ if key == text_key => once(&mut text, cursor.string()?),
         _ => cursor.skip(),
     })?;
-    Ok((text.unwrap_or_default(), read_only.flatten()))
+    Ok(VolumeMountView { name: name.unwrap_or_default(), read_only: read_only.flatten() })
 }

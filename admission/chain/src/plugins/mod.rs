@@ -3,6 +3,7 @@
 pub mod csi_volume_admission;
 pub mod read_only_check;
 pub mod read_only_forcing;
+pub mod shared_resource_admission;
 
 use std::sync::Arc;
 
@@ -11,6 +12,7 @@ use inline_guard_policy::PolicySettings;
 pub use csi_volume_admission::CsiVolumeAdmission;
 pub use read_only_check::ReadOnlyCheck;
 pub use read_only_forcing::ReadOnlyForcing;
+pub use shared_resource_admission::SharedResourceAdmission;
 
 use crate::chain::Chain;
 use crate::facts::ClusterFacts;

@@ -17,7 +17,10 @@ fn labels(pairs: &[(&str, &str)]) -> Labels {
 }
 
 fn csi_volume<'a>(name: &'a str, driver: &'a str) -> VolumeView<'a> {
-    VolumeView { name: name.into(), csi: Some(CsiVolumeView { driver: driver.into(), read_only: None }) }
+    VolumeView {
+        name: name.into(),
+        csi: Some(CsiVolumeView { driver: driver.into(), read_only: None, ..Default::default() }),
+    }
 }
 
 fn spec(volumes: Vec<VolumeView>) -> PodSpecView {
