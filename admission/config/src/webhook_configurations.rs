@@ -25,6 +25,8 @@ pub const SERVICE_NAME: &str = "csi-volume-admission";
 pub const CONFIGURATION_NAME: &str = "csi-volume-admission";
 /// The mutating webhook's name.
 pub const READ_ONLY_WEBHOOK: &str = "read-only.csi-volume-admission.inlineguard.dev";
+/// The SharedProjection webhook's name.
+pub const PROJECTIONS_WEBHOOK: &str = "sharedprojections.csi-volume-admission.inlineguard.dev";
 
 /// What the YAML stream says about itself, above the two documents.
 const HEADER: &str = "\
@@ -36,7 +38,9 @@ const HEADER: &str = "\
 # Only objects with inline CSI volumes are sent, so the webhooks are off the path of every other
 # pod; /mutate is called only for pods with a volume of a read-only driver that is not read-only
 # yet. failurePolicy Fail: when the webhook cannot answer, nothing that might be denied is
-# admitted. caBundle is injected by cert-manager (or set to the base64 CA by hand).
+# admitted. The one exception is SharedProjections (failurePolicy Ignore): the driver checks
+# their spec again at every mount. caBundle is injected by cert-manager (or set to the base64 CA
+# by hand).
 ";
 
 #[derive(Serialize)]
@@ -73,6 +77,7 @@ struct Webhook {
     timeout_seconds: u8,
     client_config: ClientConfig,
     rules: Vec<Rule>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     match_conditions: Vec<MatchCondition>,
 }
 
@@ -111,6 +116,22 @@ const CREATE_UPDATE: &[&str] = &["CREATE", "UPDATE"];
 
 fn rule(group: &'static str, operations: &'static [&'static str], resources: &'static [&'static str]) -> Rule {
     Rule { api_groups: [group], api_versions: ["v1"], operations, resources }
+}
+
+/// The SharedProjection webhook: every create and update of a projection, checked by the
+/// driver's own `check_spec`. failurePolicy Ignore, unlike the others: the driver checks the
+/// same spec at every mount, so a webhook that cannot answer only moves the refusal from
+/// creation to the pod's start, and creating projections does not depend on the webhook.
+fn projections_webhook() -> Webhook {
+    let projections = Rule {
+        api_groups: [sharedresource_api::API_GROUP],
+        api_versions: ["v1alpha1"],
+        operations: CREATE_UPDATE,
+        resources: &["sharedprojections"],
+    };
+    let mut webhook = webhook(PROJECTIONS_WEBHOOK, "/validate", vec![projections], Vec::new());
+    webhook.failure_policy = "Ignore";
+    webhook
 }
 
 fn webhook(name: &'static str, path: &'static str, rules: Vec<Rule>, conditions: Vec<MatchCondition>) -> Webhook {
@@ -220,6 +241,7 @@ fn validating() -> Configuration {
             vec![rule("", CREATE_UPDATE, &["podtemplates"])],
             vec![has_csi_volumes(&["template", "spec"])],
         ),
+        projections_webhook(),
     ];
     configuration("ValidatingWebhookConfiguration", webhooks)
 }

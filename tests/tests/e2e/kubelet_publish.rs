@@ -77,7 +77,7 @@ pub async fn channel(socket: PathBuf) -> Result<Channel, String> {
 fn user_pod(name: &str) -> serde_json::Value {
     let mut object = pod(name, &[("ca", SHARED_RESOURCE_DRIVER)]);
     object["spec"]["serviceAccountName"] = json!("reader");
-    object["spec"]["volumes"][0]["csi"]["volumeAttributes"] = json!({"share": "cluster-ca"});
+    object["spec"]["volumes"][0]["csi"]["volumeAttributes"] = json!({"sharedConfigMap": "cluster-ca"});
     object["spec"]["containers"][0]["volumeMounts"][0]["readOnly"] = json!(true);
     object
 }

@@ -27,6 +27,7 @@ mod read_grants;
 mod read_only;
 mod relabel;
 mod secrets_store;
+mod shared_admission;
 mod shares;
 mod support;
 mod webhook_restart;
@@ -78,6 +79,10 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
         (
             "admission::webhook_killed_and_restarted_admits_nothing_forbidden",
             Box::new(|s| Box::pin(webhook_restart::no_forbidden_pod_admitted(s))),
+        ),
+        (
+            "admission::shared_resource_refusals_come_at_creation",
+            Box::new(|s| Box::pin(shared_admission::the_drivers_refusals_come_at_creation(s))),
         ),
         (
             "admission::audit_command_reports_what_tightening_would_deny",

@@ -218,11 +218,17 @@ pub async fn create(client: &kube::Client, path: &str, object: &Value, dry_run: 
         .header("content-type", "application/json")
         .body(kube::client::Body::from(serde_json::to_vec(object).map_err(|e| e.to_string())?))
         .map_err(|e| e.to_string())?;
-    let response = client.send(request).await.map_err(|e| format!("POST {path}: {e}"))?;
+    send(client, request).await
+}
+
+/// Sends `request`, keeping status, warnings and body.
+pub async fn send(client: &kube::Client, request: http::Request<kube::client::Body>) -> Result<Answer, String> {
+    let what = format!("{} {}", request.method(), request.uri());
+    let response = client.send(request).await.map_err(|e| format!("{what}: {e}"))?;
     let status = response.status().as_u16();
     let warnings =
         response.headers().get_all("warning").iter().filter_map(|v| warning_text(v.to_str().ok()?)).collect();
-    let bytes = response.into_body().collect_bytes().await.map_err(|e| format!("POST {path}: {e}"))?;
+    let bytes = response.into_body().collect_bytes().await.map_err(|e| format!("{what}: {e}"))?;
     let body = serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()));
     Ok(Answer { status, warnings, body })
 }
@@ -337,9 +343,19 @@ pub fn container(name: &str, mounts: &[(&str, &str)]) -> Value {
 }
 
 /// A pod spec with one inline CSI volume per `(volume, driver)`, each mounted by the container.
+/// A volume of the shared-resource driver names a share, as the driver and its admission
+/// plugin require of every such volume.
 pub fn pod_spec(volumes: &[(&str, &str)]) -> Value {
-    let csi: Vec<Value> =
-        volumes.iter().map(|(volume, driver)| json!({"name": volume, "csi": {"driver": driver}})).collect();
+    let csi: Vec<Value> = volumes
+        .iter()
+        .map(|(volume, driver)| {
+            let mut csi = json!({"driver": driver});
+            if *driver == SHARED_RESOURCE_DRIVER {
+                csi["volumeAttributes"] = json!({"sharedConfigMap": "cluster-ca"});
+            }
+            json!({"name": volume, "csi": csi})
+        })
+        .collect();
     json!({"containers": [container("app", volumes)], "volumes": csi})
 }
 

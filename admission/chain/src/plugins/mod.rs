@@ -18,13 +18,15 @@ use crate::chain::Chain;
 use crate::facts::ClusterFacts;
 
 /// The chain the webhook server and `check` both run: read-only forcing (mutating), then
-/// CSIVolumeAdmission and the read-only check (validating), so a pod forcing missed is refused
-/// after the policy's own verdict.
+/// CSIVolumeAdmission, the read-only check and SharedResourceAdmission (validating), so a pod
+/// forcing missed is refused after the policy's own verdict, and the driver's own rules come
+/// last.
 pub fn standard_chain(settings: Arc<PolicySettings>, facts: Arc<dyn ClusterFacts>) -> Chain {
     Chain::new()
         .with_mutating(Arc::new(ReadOnlyForcing::new(settings.clone())))
         .with_validating(Arc::new(CsiVolumeAdmission::new(settings.clone(), facts)))
         .with_validating(Arc::new(ReadOnlyCheck::new(settings)))
+        .with_validating(Arc::new(SharedResourceAdmission::new()))
 }
 
 #[cfg(test)]
@@ -39,7 +41,7 @@ mod tests {
     #[test]
     fn each_plugin_has_its_registered_name_and_sees_only_its_operations() {
         let settings = Arc::new(PolicySettings::default());
-        let plugins: [(&dyn Handler, &str, [bool; 4]); 3] = [
+        let plugins: [(&dyn Handler, &str, [bool; 4]); 4] = [
             (&ReadOnlyForcing::new(settings.clone()), "inlineguard.dev/ReadOnlyForcing", [true, true, false, false]),
             (
                 &CsiVolumeAdmission::new(settings.clone(), Arc::new(StaticClusterFacts::new())),
@@ -47,6 +49,7 @@ mod tests {
                 [true, true, false, false],
             ),
             (&ReadOnlyCheck::new(settings), "inlineguard.dev/ReadOnlyCheck", [true, false, false, false]),
+            (&SharedResourceAdmission::new(), "inlineguard.dev/SharedResourceAdmission", [true, true, false, false]),
         ];
         let operations = [Operation::Create, Operation::Update, Operation::Delete, Operation::Connect];
         for (plugin, name, handled) in plugins {

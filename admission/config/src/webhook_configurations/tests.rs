@@ -55,9 +55,24 @@ fn a_name_cannot_break_out_of_its_literal() {
 #[test]
 fn with_no_read_only_driver_the_mutating_configuration_holds_no_webhook() {
     let [validating, mutating] = webhook_configurations(&ReadOnlyDrivers(Default::default()));
-    assert_eq!(validating["webhooks"].as_array().unwrap().len(), 4);
+    assert_eq!(validating["webhooks"].as_array().unwrap().len(), 5);
     assert_eq!(mutating["kind"], "MutatingWebhookConfiguration");
     assert_eq!(mutating["webhooks"], serde_json::json!([]));
+}
+
+#[test]
+fn every_projection_write_is_sent_and_a_silent_webhook_does_not_block_it() {
+    let [validating, _] = webhook_configurations(&ReadOnlyDrivers::default());
+    let projections = &validating["webhooks"][4];
+    assert_eq!(projections["name"], PROJECTIONS_WEBHOOK);
+    assert_eq!(
+        projections["rules"],
+        serde_json::json!([{"apiGroups": ["sharedresource.inlineguard.dev"], "apiVersions": ["v1alpha1"],
+                            "operations": ["CREATE", "UPDATE"], "resources": ["sharedprojections"]}])
+    );
+    assert_eq!(projections["failurePolicy"], "Ignore", "the driver checks the spec again at every mount");
+    assert!(projections.get("matchConditions").is_none(), "every projection is sent");
+    assert_eq!(projections["clientConfig"]["service"]["path"], "/validate");
 }
 
 #[test]
