@@ -2,9 +2,11 @@
 //! the admission plugin (at creation) refuse the same things with the same words: the volume
 //! attributes a pod may give ([`volume_attributes`]), object names as typed values
 //! ([`object_name`]), the two kinds of share ([`share_kind`]), the file-name rule every key
-//! follows ([`key`]), and the `SharedProjection` API with the check that needs no data
-//! ([`projection`]). Pure: no I/O, no clock, no client.
+//! follows ([`key`]), the `SharedProjection` API with the check that needs no data
+//! ([`projection`]), and the access question with its refusal ([`access`]). Pure: no I/O, no
+//! clock, no client.
 
+pub mod access;
 pub mod invalid;
 pub mod key;
 pub mod object_name;

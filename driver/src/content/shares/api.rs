@@ -7,10 +7,8 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// The API group.
-pub const GROUP: &str = "sharedresource.inlineguard.dev";
-/// The verb a pod's service account needs on a share.
-pub const USE_VERB: &str = "use";
+pub use sharedresource_api::API_GROUP as GROUP;
+pub use sharedresource_api::access::USE_VERB;
 
 /// A namespaced object named by a share.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::access::AccessQuestion;
+use sharedresource_api::access::AccessQuestion;
 use crate::content::changes::{Accounts, GrantLook};
 
 /// How long an answer serves unless a grant's change concerns it, by default.
@@ -166,7 +166,7 @@ impl HeldAnswers {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::content::shares::access::Guarded;
+    use sharedresource_api::access::Guarded;
     use crate::content::shares::kind::ShareKind;
 
     fn question(namespace: &str, account: &str, share: &str) -> AccessQuestion {

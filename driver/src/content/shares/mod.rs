@@ -2,7 +2,6 @@
 //! pass, the content source that reads a share's backing Secret or ConfigMap, and the watches
 //! that make a change apply at once.
 
-pub mod access;
 pub mod api;
 pub mod apiserver;
 pub mod cache;

@@ -21,7 +21,7 @@ use kube::Resource as _;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use tracing::warn;
 
-use super::access::{AccessQuestion, Guarded};
+use sharedresource_api::access::{AccessQuestion, Guarded};
 use super::api::{ObjectRef, SharedConfigMap, SharedSecret};
 use super::apiserver::{DEFAULT_REQUEST_TIMEOUT, ask};
 use super::cache::ShareCache;

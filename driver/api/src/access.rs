@@ -1,13 +1,16 @@
-//! The access check: may a pod's service account `use` a share (or an external provider)? Asked
-//! of the apiserver as a
-//! SubjectAccessReview for the service account's user and groups, so that RBAC (a RoleBinding in
-//! the pod's namespace, or a ClusterRoleBinding) decides, and revoking the binding revokes the
-//! volume.
+//! The access question: may a pod's service account `use` a share (or an external provider)?
+//! Asked of the apiserver as a SubjectAccessReview for the service account's user and groups, so
+//! that RBAC (a RoleBinding in the pod's namespace, or a ClusterRoleBinding) decides, and
+//! revoking the binding revokes the volume. The driver asks it at every mount and refresh, the
+//! admission plugin at creation: one review, one refusal message.
 
 use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
 
-use super::api::{GROUP, USE_VERB};
-use super::kind::ShareKind;
+use crate::API_GROUP as GROUP;
+use crate::share_kind::ShareKind;
+
+/// The verb a service account must be granted on a share or provider to mount it.
+pub const USE_VERB: &str = "use";
 
 /// What the verb `use` is asked about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
