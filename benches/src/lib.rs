@@ -93,7 +93,11 @@ pub fn facts() -> StaticClusterFacts {
 
 /// The standard chain over the fixture cluster, with default settings.
 pub fn chain() -> Chain {
-    standard_chain(Arc::new(PolicySettings::default()), Arc::new(facts()))
+    standard_chain(
+        Arc::new(PolicySettings::default()),
+        Arc::new(facts()),
+        Arc::new(inline_guard_admission::NothingChecked),
+    )
 }
 
 /// This process's resident set, in MB (from /proc).

@@ -223,6 +223,7 @@ fn duplicate_json_keys_are_answered_as_the_webhook_answers_them() {
     let chain = inline_guard_admission::plugins::standard_chain(
         std::sync::Arc::new(inline_guard_policy::PolicySettings::default()),
         std::sync::Arc::new(facts),
+        std::sync::Arc::new(inline_guard_admission::NothingChecked),
     );
     let webhook = futures_executor::block_on(inline_guard_admission::review::answer(
         &chain,

@@ -168,7 +168,7 @@ proptest! {
 
     #[test]
     fn arbitrary_review_bodies_never_panic(body in prop::collection::vec(any::<u8>(), 0..512)) {
-        let chain = standard_chain(Arc::new(PolicySettings::default()), Arc::new(StaticClusterFacts::new()));
+        let chain = standard_chain(Arc::new(PolicySettings::default()), Arc::new(StaticClusterFacts::new()), Arc::new(inline_guard_admission::NothingChecked));
         let _ = block_on(answer(&chain, Phase::Both, &body));
     }
 
@@ -192,7 +192,7 @@ proptest! {
                         "resource": {"group": group, "version": "v1", "resource": resource},
                         "operation": "CREATE", "namespace": "ns", "object": object}
         })).unwrap();
-        let chain = standard_chain(Arc::new(PolicySettings::default()), Arc::new(StaticClusterFacts::new()));
+        let chain = standard_chain(Arc::new(PolicySettings::default()), Arc::new(StaticClusterFacts::new()), Arc::new(inline_guard_admission::NothingChecked));
         let response = block_on(answer(&chain, Phase::Both, &body)).unwrap();
         prop_assert_eq!(response.response.uid, "u");
     }

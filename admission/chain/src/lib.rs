@@ -16,6 +16,7 @@ pub mod plugin;
 pub mod plugins;
 pub mod recorder;
 pub mod review;
+pub mod share_facts;
 pub mod static_facts;
 
 pub use attributes::{Attributes, GroupVersionKind, GroupVersionResource, Operation, UserInfo};
@@ -25,4 +26,5 @@ pub use facts::{ClusterFacts, FactsError};
 pub use object::{AdmissionObject, ObjectDecodeError};
 pub use plugin::{Handler, MutationInterface, ValidationInterface};
 pub use recorder::Recorder;
+pub use share_facts::{Known, NothingChecked, ShareFacts};
 pub use static_facts::{ClusterStateError, StaticClusterFacts};

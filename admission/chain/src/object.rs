@@ -130,6 +130,7 @@ struct SpecShape<'a> {
     #[serde(deserialize_with = "nullable")]
     ephemeral_containers: Vec<ContainerView<'a>>,
     runtime_class_name: Option<Cow<'a, str>>,
+    service_account_name: Option<Cow<'a, str>>,
     template: Option<Box<TemplateShape<'a>>>,
     job_template: Option<Box<JobTemplateShape<'a>>>,
 }
@@ -192,6 +193,7 @@ impl<'a> AdmissionObject<'a> {
                 init_containers: s.init_containers,
                 ephemeral_containers: s.ephemeral_containers,
                 runtime_class_name: s.runtime_class_name,
+                service_account_name: s.service_account_name,
             }),
             Some(PodSpecKind::PodTemplate) => template_spec(shape.template),
             Some(PodSpecKind::CronJob) => {

@@ -1,7 +1,7 @@
 //! A fixed snapshot of Namespaces and CSIDrivers: what `check` decides against, and what the
 //! server serves from in standalone mode. Read from a cluster-state file, or filled by tests.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -13,7 +13,15 @@ use inline_guard_policy::Labels;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 
+use sharedresource_api::access::AccessQuestion;
+use sharedresource_api::projection::ProjectionSpec;
+use sharedresource_api::{ObjectName, ShareKind};
+
 use crate::facts::{ClusterFacts, FactsError};
+use crate::share_facts::{Known, ShareFacts};
+
+/// The apiVersion of shares and projections.
+const SHARED_RESOURCE_VERSION: &str = "sharedresource.inlineguard.dev/v1alpha1";
 
 /// A cluster-state file that cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -43,11 +51,16 @@ pub enum ClusterStateError {
     },
 }
 
-/// A fixed snapshot of Namespaces and CSIDrivers, from a file or a test.
+/// A fixed snapshot of Namespaces and CSIDrivers, and of shares and projections when the file
+/// holds any, from a file or a test.
 #[derive(Debug, Clone, Default)]
 pub struct StaticClusterFacts {
     namespaces: HashMap<String, Arc<Labels>>,
     csi_drivers: HashMap<String, Arc<Labels>>,
+    // `None` until the file holds one share: a file without shares says nothing about them, so
+    // their existence is not checked rather than refused.
+    shares: Option<HashSet<(ShareKind, String)>>,
+    projections: Option<HashMap<(String, String), Arc<ProjectionSpec>>>,
 }
 
 impl StaticClusterFacts {
@@ -85,16 +98,30 @@ impl StaticClusterFacts {
         self.csi_drivers.insert(name.to_string(), Arc::new(labels));
     }
 
-    /// Adds a `v1` Namespace or a `storage.k8s.io/v1` CSIDriver given as JSON; anything else is
-    /// refused with a message saying what was found.
+    /// Adds a share of `kind`.
+    pub fn insert_share(&mut self, kind: ShareKind, name: &str) {
+        self.shares.get_or_insert_default().insert((kind, name.to_string()));
+    }
+
+    /// Adds a SharedProjection.
+    pub fn insert_projection(&mut self, namespace: &str, name: &str, spec: ProjectionSpec) {
+        self.projections.get_or_insert_default().insert((namespace.to_string(), name.to_string()), Arc::new(spec));
+    }
+
+    /// Adds a `v1` Namespace, a `storage.k8s.io/v1` CSIDriver, or a SharedSecret, SharedConfigMap
+    /// or SharedProjection of `sharedresource.inlineguard.dev/v1alpha1`, given as JSON; anything
+    /// else is refused with a message saying what was found.
     pub fn insert_object(&mut self, object: &Value) -> Result<(), FactsError> {
         let text = |key: &str| object.get(key).and_then(Value::as_str).unwrap_or_default();
         let (api_version, kind) = (text("apiVersion"), text("kind"));
         let is_namespace = api_version == "v1" && kind == "Namespace";
         let is_csi_driver = api_version == "storage.k8s.io/v1" && kind == "CSIDriver";
-        if !is_namespace && !is_csi_driver {
+        let ours = api_version == SHARED_RESOURCE_VERSION;
+        let share_kind = [ShareKind::Secret, ShareKind::ConfigMap].into_iter().find(|k| ours && k.kind() == kind);
+        let is_projection = ours && kind == "SharedProjection";
+        if !is_namespace && !is_csi_driver && share_kind.is_none() && !is_projection {
             return Err(FactsError::UnsupportedObject(format!(
-                "expected a v1 Namespace or a storage.k8s.io/v1 CSIDriver, found {api_version} {kind}"
+                "expected a v1 Namespace, a storage.k8s.io/v1 CSIDriver, or a {SHARED_RESOURCE_VERSION} SharedSecret, SharedConfigMap or SharedProjection, found {api_version} {kind}"
             )));
         }
         let metadata: ObjectMeta = match object.get("metadata") {
@@ -106,6 +133,23 @@ impl StaticClusterFacts {
         let Some(name) = metadata.name.filter(|name| !name.is_empty()) else {
             return Err(FactsError::UnsupportedObject(format!("{kind} has no metadata.name")));
         };
+        if let Some(share_kind) = share_kind {
+            self.insert_share(share_kind, &name);
+            return Ok(());
+        }
+        if is_projection {
+            let spec = object.get("spec").cloned().unwrap_or_default();
+            let spec: ProjectionSpec = serde_path_to_error::deserialize(spec).map_err(|error| {
+                FactsError::UnsupportedObject(format!(
+                    "SharedProjection {name} spec.{}: {}",
+                    error.path(),
+                    error.inner()
+                ))
+            })?;
+            let namespace = metadata.namespace.filter(|n| !n.is_empty()).unwrap_or_else(|| "default".into());
+            self.insert_projection(&namespace, &name, spec);
+            return Ok(());
+        }
         let labels = metadata.labels.unwrap_or_default();
         if is_namespace {
             self.insert_namespace(&name, labels);
@@ -137,6 +181,35 @@ impl ClusterFacts for StaticClusterFacts {
     }
 }
 
+/// The shares and projections the file holds, when it holds any; access is never checked
+/// offline.
+#[async_trait]
+impl ShareFacts for StaticClusterFacts {
+    async fn share_exists(&self, kind: ShareKind, name: &ObjectName) -> Result<Known<bool>, FactsError> {
+        Ok(match &self.shares {
+            Some(shares) => Known::Answer(shares.contains(&(kind, name.as_str().to_string()))),
+            None => Known::NotChecked,
+        })
+    }
+
+    async fn projection(
+        &self,
+        namespace: &str,
+        name: &ObjectName,
+    ) -> Result<Known<Option<Arc<ProjectionSpec>>>, FactsError> {
+        Ok(match &self.projections {
+            Some(projections) => {
+                Known::Answer(projections.get(&(namespace.to_string(), name.as_str().to_string())).cloned())
+            }
+            None => Known::NotChecked,
+        })
+    }
+
+    async fn may_use(&self, _question: &AccessQuestion) -> Result<Known<bool>, FactsError> {
+        Ok(Known::NotChecked)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use futures_executor::block_on;
@@ -165,7 +238,10 @@ mod tests {
     fn other_objects_are_refused_by_kind() {
         let mut facts = StaticClusterFacts::new();
         let error = facts.insert_object(&json!({"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"}})).unwrap_err();
-        assert_eq!(error.to_string(), "expected a v1 Namespace or a storage.k8s.io/v1 CSIDriver, found v1 Pod");
+        assert_eq!(
+            error.to_string(),
+            "expected a v1 Namespace, a storage.k8s.io/v1 CSIDriver, or a sharedresource.inlineguard.dev/v1alpha1 SharedSecret, SharedConfigMap or SharedProjection, found v1 Pod"
+        );
     }
 
     #[test]

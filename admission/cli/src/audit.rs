@@ -25,6 +25,8 @@ use serde::de::DeserializeOwned;
 use crate::check::{Evaluation, Prepared, anonymous_create, evaluate_all, table};
 use crate::cli::Output;
 use crate::serve::{FactsSource, ServeError, kube_client};
+use inline_guard_server::metrics::Metrics;
+use inline_guard_server::share_lookup::{LiveShareFacts, LookupSettings};
 
 /// The arguments of `audit`.
 #[derive(Debug, Clone)]
@@ -77,13 +79,15 @@ pub fn run(args: &AuditArgs, stdout: &mut dyn std::io::Write) -> Result<AuditSum
         None => AdmissionConfig::embedded_default(),
     };
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let (facts, objects) = runtime.block_on(async {
+    let settings = Arc::new(config.settings);
+    let (scanned, findings) = runtime.block_on(async {
         let client = kube_client(&args.source).await?;
-        Ok::<_, AuditError>((fetch_facts(&client).await?, fetch_objects(&client).await?))
+        let (facts, objects) = (fetch_facts(&client).await?, fetch_objects(&client).await?);
+        // Access and shares are asked live, each (service account, share) once.
+        let shares = LiveShareFacts::new(client, LookupSettings::default(), Arc::new(Metrics::new()));
+        let chain = standard_chain(settings, Arc::new(facts), Arc::new(shares));
+        Ok::<_, AuditError>((objects.len(), findings(&chain, objects).await))
     })?;
-    let chain = standard_chain(Arc::new(config.settings), Arc::new(facts));
-    let scanned = objects.len();
-    let findings = findings(&chain, objects);
     write_report(stdout, args.output, &findings)?;
     let summary = AuditSummary {
         scanned,
@@ -103,8 +107,9 @@ pub fn run(args: &AuditArgs, stdout: &mut dyn std::io::Write) -> Result<AuditSum
 /// Evaluates every object as a CREATE through the whole chain, forcing first as the apiserver
 /// would (an existing pod made before forcing was deployed is not a denial: it would be forced
 /// today), and keeps those with something to report: a denial, a warning or an audit annotation.
-pub fn findings(chain: &Chain, objects: Vec<(String, Prepared)>) -> Vec<Evaluation> {
+pub async fn findings(chain: &Chain, objects: Vec<(String, Prepared)>) -> Vec<Evaluation> {
     evaluate_all(chain, Phase::Both, objects)
+        .await
         .into_iter()
         .filter(|evaluation| {
             let outcome = &evaluation.outcome;
@@ -249,7 +254,8 @@ mod tests {
             "csi.example.com",
             [("security.openshift.io/csi-ephemeral-volume-profile".into(), "privileged".into())].into(),
         );
-        let chain = standard_chain(Arc::new(inline_guard_policy::PolicySettings::default()), Arc::new(facts));
+        let facts = Arc::new(facts);
+        let chain = standard_chain(Arc::new(inline_guard_policy::PolicySettings::default()), facts.clone(), facts);
         let created = |object: AdmissionObject<'static>, ordinal| {
             let namespace = object.names.namespace.as_deref().unwrap_or_default().to_string();
             let kind = GroupVersionKind { group: "".into(), version: "v1".into(), kind: "Pod".into() };
@@ -261,7 +267,7 @@ mod tests {
             ("pods".to_string(), created(pod("locked", "plain", None), 3)),
             ("pods".to_string(), created(pod("open", "fine", Some("csi.example.com")), 4)),
         ];
-        let found = findings(&chain, objects);
+        let found = futures_executor::block_on(findings(&chain, objects));
         assert_eq!(
             found.iter().map(|f| f.label.as_str()).collect::<Vec<_>>(),
             ["Pod locked/denied", "Pod watched/warned"]

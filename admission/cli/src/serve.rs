@@ -9,6 +9,7 @@ use inline_guard_config::AdmissionConfig;
 use inline_guard_server::cache::{CacheSettings, watch_cluster};
 use inline_guard_server::metrics::Metrics;
 use inline_guard_server::server::{Parts, Server, ServerOptions};
+use inline_guard_server::share_lookup::{LiveShareFacts, LookupSettings};
 use inline_guard_server::standalone::FileFacts;
 use inline_guard_server::tls::{ReloadingCertificate, TlsFiles, generate_pair};
 use tracing::info;
@@ -99,7 +100,7 @@ pub fn run(args: ServeArgs, stdout: &mut dyn std::io::Write) -> Result<(), Serve
             FactsSource::ClusterState(path) => {
                 let facts = Arc::new(FileFacts::load(path, metrics.clone())?);
                 Parts {
-                    chain: standard_chain(settings, facts.clone()),
+                    chain: standard_chain(settings, facts.clone(), facts.clone()),
                     readiness: facts.clone(),
                     file_facts: Some(facts),
                     certificate,
@@ -108,10 +109,11 @@ pub fn run(args: ServeArgs, stdout: &mut dyn std::io::Write) -> Result<(), Serve
             }
             source => {
                 let client = kube_client(source).await?;
+                let shares = LiveShareFacts::new(client.clone(), LookupSettings::default(), metrics.clone());
                 let (facts, watches) = watch_cluster(client, CacheSettings::default(), metrics.clone());
                 tokio::spawn(watches);
                 Parts {
-                    chain: standard_chain(settings, facts.clone()),
+                    chain: standard_chain(settings, facts.clone(), Arc::new(shares)),
                     readiness: facts,
                     file_facts: None,
                     certificate,

@@ -28,7 +28,7 @@ pub use pod_spec::{ContainerView, CsiVolumeView, PodSpecView, VolumeMountView, V
 pub use read_only::{ContainerList, MountScope, WritablePlace, force_read_only, writable_places};
 pub use read_only_check::{not_forced_message, writable_read_only_volumes};
 pub use settings::{Defaults, Exemptions, PolicySettings, ReadOnlyDrivers};
-pub use shared_volumes::{SharedVolume, refused_volumes_message, shared_volumes};
+pub use shared_volumes::{SharedVolume, refusal_message, shared_volumes};
 pub use verdict::{Subject, SubjectKind, Verdict, evaluate};
 
 /// Labels as Kubernetes object metadata carries them.

@@ -27,6 +27,9 @@ pub struct PodSpecView<'a> {
     pub ephemeral_containers: Vec<ContainerView<'a>>,
     /// `spec.runtimeClassName`.
     pub runtime_class_name: Option<Cow<'a, str>>,
+    /// `spec.serviceAccountName`: whose access to a share is checked (`default` when absent, as
+    /// the ServiceAccount admission plugin sets it).
+    pub service_account_name: Option<Cow<'a, str>>,
 }
 
 /// One entry of `spec.volumes`.
@@ -92,6 +95,7 @@ impl PodSpecView<'_> {
             init_containers: owned_containers(self.init_containers),
             ephemeral_containers: owned_containers(self.ephemeral_containers),
             runtime_class_name: self.runtime_class_name.map(owned),
+            service_account_name: self.service_account_name.map(owned),
         }
     }
 }
@@ -166,6 +170,7 @@ mod tests {
                 init_containers: vec![],
                 ephemeral_containers: vec![],
                 runtime_class_name: Some("kata".into()),
+                service_account_name: None,
             }
         );
     }
@@ -206,6 +211,7 @@ mod tests {
                     volume_mounts: vec![mount("v", Some(true))],
                 }],
                 runtime_class_name: Some("kata".into()),
+                service_account_name: None,
             }
         }
     }

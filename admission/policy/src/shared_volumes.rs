@@ -28,19 +28,13 @@ pub fn shared_volumes<'s>(spec: &'s PodSpecView<'_>) -> Vec<SharedVolume<'s>> {
 }
 
 /// `<object> has volumes the shared-resource driver would refuse at mount: volume "v": <why>;
-/// ...`, for the volumes whose attributes are refused; `None` when none is.
-pub fn refused_volumes_message(object: &str, volumes: &[SharedVolume<'_>]) -> Option<String> {
-    let refused: Vec<String> = volumes
-        .iter()
-        .filter_map(|volume| {
-            let why = volume.attributes.as_ref().err()?;
-            Some(format!("volume {:?}: {why}", volume.name))
-        })
-        .collect();
+/// ...`, for each `(volume, why)` in `refused`; `None` when there is none.
+pub fn refusal_message(object: &str, refused: &[(&str, String)]) -> Option<String> {
     if refused.is_empty() {
         return None;
     }
-    Some(format!("{object} has volumes the shared-resource driver would refuse at mount: {}", refused.join("; ")))
+    let each: Vec<String> = refused.iter().map(|(volume, why)| format!("volume {volume:?}: {why}")).collect();
+    Some(format!("{object} has volumes the shared-resource driver would refuse at mount: {}", each.join("; ")))
 }
 
 #[cfg(test)]
@@ -74,8 +68,10 @@ mod tests {
         assert_eq!(volumes.iter().map(|v| v.name).collect::<Vec<_>>(), ["db", "typo", "none"]);
         let db = ObjectName::parse("db").unwrap();
         assert_eq!(volumes[0].attributes.as_ref().map(|a| &a.selection), Ok(&Selection::Share(ShareKind::Secret, db)));
+        let refused: Vec<(&str, String)> =
+            volumes.iter().filter_map(|v| Some((v.name, v.attributes.as_ref().err()?.0.clone()))).collect();
         assert_eq!(
-            refused_volumes_message("web", &volumes).as_deref(),
+            refusal_message("web", &refused).as_deref(),
             Some(
                 "web has volumes the shared-resource driver would refuse at mount: \
                  volume \"typo\": volumeAttributes[\"refreshResouce\"] is not an attribute of this driver: a sharedSecret volume takes \"sharedSecret\" and \"refreshResource\" only; \
@@ -89,6 +85,6 @@ mod tests {
         let spec = PodSpecView { volumes: vec![volume("v", "csi.example.com", &[])], ..Default::default() };
         let volumes = shared_volumes(&spec);
         assert!(volumes.is_empty());
-        assert_eq!(refused_volumes_message("web", &volumes), None);
+        assert_eq!(refusal_message("web", &[]), None);
     }
 }

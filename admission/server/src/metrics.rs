@@ -10,6 +10,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::held_answers::Served;
+
 /// Which admission endpoint answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Endpoint {
@@ -68,6 +70,24 @@ pub enum ReloadResult {
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct ReloadLabels {
+    result: &'static str,
+}
+
+/// What SharedResourceAdmission asked the cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ShareQuestion {
+    /// Whether a share exists.
+    Share,
+    /// A projection's spec.
+    Projection,
+    /// A SubjectAccessReview.
+    Access,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ShareLookupLabels {
+    question: &'static str,
+    served: &'static str,
     result: &'static str,
 }
 
@@ -157,6 +177,7 @@ pub struct Metrics {
     watch_errors: Family<CacheLabels, Counter>,
     tls_reloads: Family<ReloadLabels, Counter>,
     unanswered: Family<StatusLabels, Counter>,
+    share_lookups: Family<ShareLookupLabels, Counter>,
     in_flight: Gauge,
     // Handles on the series every request touches, resolved on first use: a family lookup
     // takes a lock and hashes the labels, on the hot path twice per request. Lazily, so a
@@ -204,6 +225,12 @@ impl Metrics {
             "Requests answered with an HTTP error instead of an AdmissionReview, by status (their log lines are rate-limited)",
             unanswered.clone(),
         );
+        let share_lookups = Family::<ShareLookupLabels, Counter>::default();
+        registry.register(
+            "share_lookups",
+            "SharedResourceAdmission's lookups by question (share, projection, access), how each was served (held: a held answer; joined: waited for another request's question; asked: asked the apiserver) and result (ok, failed)",
+            share_lookups.clone(),
+        );
         let in_flight = Gauge::default();
         registry.register(
             "requests_in_flight",
@@ -221,6 +248,7 @@ impl Metrics {
             watch_errors,
             tls_reloads,
             unanswered,
+            share_lookups,
             in_flight,
             request_series: Default::default(),
             latency_series: Default::default(),
@@ -231,6 +259,22 @@ impl Metrics {
     pub fn in_flight(&self) -> InFlight {
         self.in_flight.inc();
         InFlight(self.in_flight.clone())
+    }
+
+    /// Counts one lookup of SharedResourceAdmission.
+    pub fn share_lookup(&self, question: ShareQuestion, served: Served, ok: bool) {
+        let question = match question {
+            ShareQuestion::Share => "share",
+            ShareQuestion::Projection => "projection",
+            ShareQuestion::Access => "access",
+        };
+        let served = match served {
+            Served::Held => "held",
+            Served::Joined => "joined",
+            Served::Asked => "asked",
+        };
+        let result = if ok { "ok" } else { "failed" };
+        self.share_lookups.get_or_create(&ShareLookupLabels { question, served, result }).inc();
     }
 
     /// Counts a request answered with an HTTP error status.

@@ -9,8 +9,11 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
-use inline_guard_admission::{ClusterFacts, ClusterStateError, FactsError, StaticClusterFacts};
+use inline_guard_admission::{ClusterFacts, ClusterStateError, FactsError, Known, ShareFacts, StaticClusterFacts};
 use inline_guard_policy::Labels;
+use sharedresource_api::access::AccessQuestion;
+use sharedresource_api::projection::ProjectionSpec;
+use sharedresource_api::{ObjectName, ShareKind};
 
 use crate::health::Readiness;
 use crate::metrics::{CacheKind, Metrics};
@@ -105,6 +108,27 @@ impl ClusterFacts for FileFacts {
 
     async fn csi_driver_labels(&self, name: &str) -> Result<Option<Arc<Labels>>, FactsError> {
         self.snapshot().csi_driver_labels(name).await
+    }
+}
+
+/// The shares and projections the file holds, when it holds any; access is not checked without
+/// an apiserver.
+#[async_trait]
+impl ShareFacts for FileFacts {
+    async fn share_exists(&self, kind: ShareKind, name: &ObjectName) -> Result<Known<bool>, FactsError> {
+        self.snapshot().share_exists(kind, name).await
+    }
+
+    async fn projection(
+        &self,
+        namespace: &str,
+        name: &ObjectName,
+    ) -> Result<Known<Option<Arc<ProjectionSpec>>>, FactsError> {
+        self.snapshot().projection(namespace, name).await
+    }
+
+    async fn may_use(&self, question: &AccessQuestion) -> Result<Known<bool>, FactsError> {
+        self.snapshot().may_use(question).await
     }
 }
 

@@ -60,7 +60,11 @@ async fn start_with(options: ServerOptions) -> Harness {
     let facts = Arc::new(FileFacts::load(&dir.path().join("cluster.yaml"), metrics.clone()).unwrap());
     let ready = Arc::new(Flag(AtomicBool::new(true)));
     let parts = Parts {
-        chain: standard_chain(Arc::new(PolicySettings::default()), facts.clone()),
+        chain: standard_chain(
+            Arc::new(PolicySettings::default()),
+            facts.clone(),
+            Arc::new(inline_guard_admission::NothingChecked),
+        ),
         readiness: ready.clone(),
         file_facts: Some(facts),
         certificate: Arc::new(ReloadingCertificate::load(pair.files.clone()).unwrap()),

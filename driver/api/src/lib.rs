@@ -9,6 +9,7 @@
 pub mod access;
 pub mod invalid;
 pub mod key;
+pub mod missing;
 pub mod object_name;
 pub mod projection;
 pub mod quote;

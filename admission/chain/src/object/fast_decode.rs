@@ -46,7 +46,7 @@ fn object_names<'a>(cursor: &mut JsonCursor<'a>) -> Step<ObjectNames<'a>> {
     Ok(ObjectNames { name: name.flatten(), generate_name: generate_name.flatten(), namespace: namespace.flatten() })
 }
 
-/// The five fields a Pod's `spec` and a template's `spec` share.
+/// The six fields a Pod's `spec` and a template's `spec` share.
 #[derive(Default)]
 struct PodSpecFields<'a> {
     volumes: Option<Vec<VolumeView<'a>>>,
@@ -54,10 +54,11 @@ struct PodSpecFields<'a> {
     init_containers: Option<Vec<ContainerView<'a>>>,
     ephemeral_containers: Option<Vec<ContainerView<'a>>>,
     runtime_class_name: Option<Option<Cow<'a, str>>>,
+    service_account_name: Option<Option<Cow<'a, str>>>,
 }
 
 impl<'a> PodSpecFields<'a> {
-    /// Reads the member `key` when it is one of the five; `None` leaves it to the caller.
+    /// Reads the member `key` when it is one of the six; `None` leaves it to the caller.
     fn read(&mut self, cursor: &mut JsonCursor<'a>, key: &str) -> Option<Step<()>> {
         let containers = |cursor: &mut JsonCursor<'a>| nullable_list(cursor, container);
         Some(match key {
@@ -67,6 +68,9 @@ impl<'a> PodSpecFields<'a> {
             "ephemeralContainers" => containers(cursor).and_then(|list| once(&mut self.ephemeral_containers, list)),
             "runtimeClassName" => {
                 cursor.optional(JsonCursor::string).and_then(|name| once(&mut self.runtime_class_name, name))
+            }
+            "serviceAccountName" => {
+                cursor.optional(JsonCursor::string).and_then(|name| once(&mut self.service_account_name, name))
             }
             _ => return None,
         })
@@ -79,6 +83,7 @@ impl<'a> PodSpecFields<'a> {
             init_containers: self.init_containers.unwrap_or_default(),
             ephemeral_containers: self.ephemeral_containers.unwrap_or_default(),
             runtime_class_name: self.runtime_class_name.flatten(),
+            service_account_name: self.service_account_name.flatten(),
         }
     }
 }
@@ -100,6 +105,7 @@ fn spec_shape<'a>(cursor: &mut JsonCursor<'a>) -> Step<SpecShape<'a>> {
         init_containers: pod.init_containers,
         ephemeral_containers: pod.ephemeral_containers,
         runtime_class_name: pod.runtime_class_name,
+        service_account_name: pod.service_account_name,
         template: template.flatten(),
         job_template: job_template.flatten(),
     })

@@ -16,17 +16,22 @@ pub use shared_resource_admission::SharedResourceAdmission;
 
 use crate::chain::Chain;
 use crate::facts::ClusterFacts;
+use crate::share_facts::ShareFacts;
 
 /// The chain the webhook server and `check` both run: read-only forcing (mutating), then
 /// CSIVolumeAdmission, the read-only check and SharedResourceAdmission (validating), so a pod
 /// forcing missed is refused after the policy's own verdict, and the driver's own rules come
 /// last.
-pub fn standard_chain(settings: Arc<PolicySettings>, facts: Arc<dyn ClusterFacts>) -> Chain {
+pub fn standard_chain(
+    settings: Arc<PolicySettings>,
+    facts: Arc<dyn ClusterFacts>,
+    share_facts: Arc<dyn ShareFacts>,
+) -> Chain {
     Chain::new()
         .with_mutating(Arc::new(ReadOnlyForcing::new(settings.clone())))
         .with_validating(Arc::new(CsiVolumeAdmission::new(settings.clone(), facts)))
         .with_validating(Arc::new(ReadOnlyCheck::new(settings)))
-        .with_validating(Arc::new(SharedResourceAdmission::new()))
+        .with_validating(Arc::new(SharedResourceAdmission::new(share_facts)))
 }
 
 #[cfg(test)]
@@ -49,7 +54,11 @@ mod tests {
                 [true, true, false, false],
             ),
             (&ReadOnlyCheck::new(settings), "inlineguard.dev/ReadOnlyCheck", [true, false, false, false]),
-            (&SharedResourceAdmission::new(), "inlineguard.dev/SharedResourceAdmission", [true, true, false, false]),
+            (
+                &SharedResourceAdmission::new(Arc::new(crate::NothingChecked)),
+                "inlineguard.dev/SharedResourceAdmission",
+                [true, true, false, false],
+            ),
         ];
         let operations = [Operation::Create, Operation::Update, Operation::Delete, Operation::Connect];
         for (plugin, name, handled) in plugins {

@@ -22,7 +22,7 @@ fn chain() -> Chain {
         "csi.example.com",
         labels(&[("security.openshift.io/csi-ephemeral-volume-profile", "privileged")]),
     );
-    standard_chain(Arc::new(PolicySettings::default()), Arc::new(facts))
+    standard_chain(Arc::new(PolicySettings::default()), Arc::new(facts), Arc::new(crate::NothingChecked))
 }
 
 fn review(namespace: &str, operation: &str, sub_resource: Option<&str>, pod: Value) -> Vec<u8> {

@@ -125,8 +125,10 @@ pub fn run(args: &CheckArgs, stdin: &mut dyn Read, stdout: &mut dyn Write) -> Re
         }
     }
 
-    let chain = standard_chain(Arc::new(config.settings), Arc::new(facts));
-    let evaluations = evaluate_all(&chain, Phase::Both, prepared);
+    let facts = Arc::new(facts);
+    let chain = standard_chain(Arc::new(config.settings), facts.clone(), facts);
+    // A file's facts never wait on I/O, so a plain executor suffices.
+    let evaluations = block_on(evaluate_all(&chain, Phase::Both, prepared));
 
     match args.output {
         Output::Json => {
@@ -150,23 +152,18 @@ pub fn run(args: &CheckArgs, stdin: &mut dyn Read, stdout: &mut dyn Write) -> Re
 }
 
 /// Runs `phase` of `chain` on every prepared request, in order. `sources` say where each came from.
-pub fn evaluate_all(chain: &Chain, phase: Phase, prepared: Vec<(String, Prepared)>) -> Vec<Evaluation> {
-    prepared
-        .into_iter()
-        .map(|(source, request)| {
-            let (uid, label, outcome) = match request {
-                Prepared::Ready { uid, label, mut attributes } => {
-                    // Static facts never wait on I/O, so a plain executor suffices.
-                    let outcome = block_on(chain.run(phase, &mut attributes));
-                    (uid, label, outcome)
-                }
-                Prepared::Undecodable { uid, label, error } => {
-                    (uid, label, Outcome::rejected(AdmissionError::BadRequest(error.to_string())))
-                }
-            };
-            Evaluation { source, label, uid, outcome }
-        })
-        .collect()
+pub async fn evaluate_all(chain: &Chain, phase: Phase, prepared: Vec<(String, Prepared)>) -> Vec<Evaluation> {
+    let mut evaluations = Vec::with_capacity(prepared.len());
+    for (source, request) in prepared {
+        let (uid, label, outcome) = match request {
+            Prepared::Ready { uid, label, mut attributes } => (uid, label, chain.run(phase, &mut attributes).await),
+            Prepared::Undecodable { uid, label, error } => {
+                (uid, label, Outcome::rejected(AdmissionError::BadRequest(error.to_string())))
+            }
+        };
+        evaluations.push(Evaluation { source, label, uid, outcome });
+    }
+    evaluations
 }
 
 /// Replaces each directory by its `.yaml`, `.yml` and `.json` files in name order (not

@@ -27,7 +27,8 @@ fn facts() -> StaticClusterFacts {
 
 fn webhook_with(facts: Arc<dyn ClusterFacts>) -> (Webhook, Arc<Metrics>) {
     let metrics = Arc::new(Metrics::new());
-    let chain = standard_chain(Arc::new(PolicySettings::default()), facts);
+    let chain =
+        standard_chain(Arc::new(PolicySettings::default()), facts, Arc::new(inline_guard_admission::NothingChecked));
     let limits = Limits { body_timeout: Duration::from_millis(200), body_budget: BodyBudget::new(8 << 20) };
     (Webhook::new(chain, metrics.clone(), limits, Arc::new(Drain::new())), metrics)
 }

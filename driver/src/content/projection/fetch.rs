@@ -18,6 +18,7 @@ use crate::content::payload::Payload;
 use crate::content::shares::kind::ShareKind;
 use crate::content::shares::source::KubernetesSource;
 use crate::quote::quote;
+use sharedresource_api::missing::projection_not_found;
 use sharedresource_api::object_name::{NamespaceName, ObjectName};
 use sharedresource_api::projection::spec::{ProjectionSpec, SharedProjection, SourceKind};
 
@@ -33,7 +34,7 @@ impl KubernetesSource {
         let key = (namespace.clone(), name.clone());
         let spec = self.shared(pass, key, |pass| &mut pass.projections, self.projection(&namespace, name)).await?;
         let Some(spec) = spec else {
-            return Err(Error::Missing(format!("SharedProjection {namespace}/{} not found", quote(name.as_str()))));
+            return Err(Error::Missing(projection_not_found(namespace.as_str(), name)));
         };
         // Checked before anything else is asked: a share name that is not an object name is
         // refused here, never spelled into a request, and before any access check.

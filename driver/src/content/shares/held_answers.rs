@@ -24,8 +24,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use sharedresource_api::access::AccessQuestion;
 use crate::content::changes::{Accounts, GrantLook};
+use sharedresource_api::access::AccessQuestion;
 
 /// How long an answer serves unless a grant's change concerns it, by default.
 pub const DEFAULT_ACCESS_RECHECK: Duration = Duration::from_secs(600);
@@ -166,8 +166,8 @@ impl HeldAnswers {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sharedresource_api::access::Guarded;
     use crate::content::shares::kind::ShareKind;
+    use sharedresource_api::access::Guarded;
 
     fn question(namespace: &str, account: &str, share: &str) -> AccessQuestion {
         AccessQuestion {

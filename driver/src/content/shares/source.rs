@@ -21,7 +21,6 @@ use kube::Resource as _;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use tracing::warn;
 
-use sharedresource_api::access::{AccessQuestion, Guarded};
 use super::api::{ObjectRef, SharedConfigMap, SharedSecret};
 use super::apiserver::{DEFAULT_REQUEST_TIMEOUT, ask};
 use super::cache::ShareCache;
@@ -40,6 +39,8 @@ use crate::content::payload::Payload;
 use crate::content::{ContentSource, PassId};
 use crate::metrics::{AccessResult, Metrics};
 use crate::quote::{Logged, quote};
+use sharedresource_api::access::{AccessQuestion, Guarded};
+use sharedresource_api::missing::share_not_found;
 use sharedresource_api::object_name::{NamespaceName, ObjectName};
 use sharedresource_api::projection::spec::ProjectionSpec;
 use sharedresource_api::volume_attributes::PROVIDER_ATTRIBUTE;
@@ -313,8 +314,7 @@ impl KubernetesSource {
             self.shared(pass, (kind, share.clone()), |p| &mut p.shares, self.share(kind, share)),
             self.shared(pass, question.clone(), |p| &mut p.access, self.allowed(&question)),
         );
-        let (named, conditions) =
-            found?.ok_or_else(|| Error::Missing(format!("{} {} not found", kind.kind(), quote(share.as_str()))))?;
+        let (named, conditions) = found?.ok_or_else(|| Error::Missing(share_not_found(kind, share)))?;
         if !allowed? {
             return Err(Error::Denied(question.denial()));
         }

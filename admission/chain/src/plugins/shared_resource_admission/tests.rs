@@ -1,13 +1,70 @@
 //! The plugin on pods, workloads and SharedProjections, with the messages users read.
 
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+
 use futures_executor::block_on;
 use serde_json::{Value, json};
 use sharedresource_api::DRIVER_NAME;
+use sharedresource_api::projection::ProjectionSpec;
 
 use super::*;
 use crate::attributes::{GroupVersionResource, UserInfo};
+use crate::facts::FactsError;
 use crate::object::AdmissionObject;
 use crate::review::parse_request;
+use crate::share_facts::NothingChecked;
+
+/// Shares, projections and grants as a table; `failing` makes every lookup fail. Counts lookups.
+#[derive(Default)]
+struct Table {
+    shares: BTreeSet<(ShareKind, String)>,
+    projections: BTreeMap<String, Arc<ProjectionSpec>>,
+    /// `(namespace/service account, share name)` pairs RBAC allows.
+    allowed: BTreeSet<(String, String)>,
+    failing: bool,
+    lookups: Mutex<usize>,
+}
+
+impl Table {
+    fn looked_up(&self) -> Result<(), FactsError> {
+        *self.lookups.lock().unwrap() += 1;
+        if self.failing { Err(FactsError::Unavailable("no answer within 2s".into())) } else { Ok(()) }
+    }
+}
+
+#[async_trait]
+impl ShareFacts for Table {
+    async fn share_exists(&self, kind: ShareKind, name: &ObjectName) -> std::result::Result<Known<bool>, FactsError> {
+        self.looked_up()?;
+        Ok(Known::Answer(self.shares.contains(&(kind, name.as_str().to_string()))))
+    }
+
+    async fn projection(
+        &self,
+        _namespace: &str,
+        name: &ObjectName,
+    ) -> std::result::Result<Known<Option<Arc<ProjectionSpec>>>, FactsError> {
+        self.looked_up()?;
+        Ok(Known::Answer(self.projections.get(name.as_str()).cloned()))
+    }
+
+    async fn may_use(&self, question: &AccessQuestion) -> std::result::Result<Known<bool>, FactsError> {
+        self.looked_up()?;
+        let who = format!("{}/{}", question.namespace, question.service_account);
+        Ok(Known::Answer(self.allowed.contains(&(who, question.name.clone()))))
+    }
+}
+
+/// A cluster with SharedSecret `db` that `team-a/web` may use, and SharedConfigMap `cfg` that
+/// nobody may.
+fn cluster() -> Table {
+    let mut table = Table::default();
+    table.shares.insert((ShareKind::Secret, "db".into()));
+    table.shares.insert((ShareKind::ConfigMap, "cfg".into()));
+    table.allowed.insert(("team-a/web".into(), "db".into()));
+    table
+}
 
 fn request(operation: Operation, resource: GroupVersionResource<'static>, object: Value) -> Attributes<'static> {
     Attributes {
@@ -25,7 +82,7 @@ fn request(operation: Operation, resource: GroupVersionResource<'static>, object
 }
 
 fn pod(attributes: Value) -> Value {
-    json!({"metadata": {"name": "web"}, "spec": {"containers": [], "volumes": [
+    json!({"metadata": {"name": "web"}, "spec": {"serviceAccountName": "web", "containers": [], "volumes": [
         {"name": "shared", "csi": {"driver": DRIVER_NAME, "readOnly": true, "volumeAttributes": attributes}},
         {"name": "other", "csi": {"driver": "csi.example.com", "volumeAttributes": {"whatever": "x"}}}]}})
 }
@@ -48,9 +105,130 @@ fn projections() -> GroupVersionResource<'static> {
 }
 
 fn run(attributes: &Attributes<'_>) -> (Result<()>, Vec<String>) {
+    run_with(Arc::new(cluster()), attributes)
+}
+
+fn run_with(facts: Arc<dyn ShareFacts>, attributes: &Attributes<'_>) -> (Result<()>, Vec<String>) {
     let mut recorder = Recorder::default();
-    let result = block_on(SharedResourceAdmission::new().validate(attributes, &mut recorder));
+    let result = block_on(SharedResourceAdmission::new(facts).validate(attributes, &mut recorder));
     (result, recorder.into_parts().0)
+}
+
+fn pod_create(attributes: Value) -> Attributes<'static> {
+    request(Operation::Create, GroupVersionResource::v1("", "pods"), pod(attributes))
+}
+
+const DENIED: &str = "service account team-a/web may not use SharedConfigMap \"cfg\": grant it the verb \"use\" on sharedconfigmaps.sharedresource.inlineguard.dev \"cfg\" (a Role and RoleBinding in namespace team-a)";
+
+#[test]
+fn a_pod_whose_account_may_not_use_the_share_is_forbidden_in_the_drivers_words() {
+    assert_eq!(
+        run(&pod_create(json!({"sharedConfigMap": "cfg"}))).0,
+        Err(AdmissionError::Forbidden(format!(
+            "web has volumes the shared-resource driver would refuse at mount: volume \"shared\": {DENIED}"
+        )))
+    );
+    assert_eq!(run(&pod_create(json!({"sharedSecret": "db"}))), (Ok(()), vec![]), "granted");
+}
+
+#[test]
+fn a_missing_share_or_projection_is_refused_naming_it() {
+    let refused = |attributes: Value| match run(&pod_create(attributes)).0 {
+        Err(AdmissionError::Invalid(message)) => message,
+        other => panic!("{other:?}"),
+    };
+    assert!(refused(json!({"sharedSecret": "gone"})).ends_with("volume \"shared\": SharedSecret \"gone\" not found"));
+    assert!(
+        refused(json!({"projection": "gone"}))
+            .ends_with("volume \"shared\": SharedProjection team-a/\"gone\" not found")
+    );
+}
+
+#[test]
+fn a_projection_needs_every_share_it_shows_and_access_to_each() {
+    let spec = |sources: Value| -> Arc<ProjectionSpec> {
+        Arc::new(serde_json::from_value(json!({"sources": sources})).unwrap())
+    };
+    let mut table = cluster();
+    table
+        .projections
+        .insert("fine".into(), spec(json!([{"sharedSecret": {"name": "db"}}, {"podInfo": {"items": []}}])));
+    table
+        .projections
+        .insert("mixed".into(), spec(json!([{"sharedSecret": {"name": "db"}}, {"sharedConfigMap": {"name": "cfg"}}])));
+    table.projections.insert("dangling".into(), spec(json!([{"sharedSecret": {"name": "gone"}}])));
+    let facts: Arc<dyn ShareFacts> = Arc::new(table);
+    assert_eq!(run_with(facts.clone(), &pod_create(json!({"projection": "fine"}))), (Ok(()), vec![]));
+    let (Err(AdmissionError::Forbidden(message)), _) =
+        run_with(facts.clone(), &pod_create(json!({"projection": "mixed"})))
+    else {
+        panic!()
+    };
+    assert!(message.ends_with(DENIED), "{message}");
+    let (Err(AdmissionError::Invalid(message)), _) = run_with(facts, &pod_create(json!({"projection": "dangling"})))
+    else {
+        panic!()
+    };
+    assert!(message.ends_with("SharedSecret \"gone\" not found"), "{message}");
+}
+
+#[test]
+fn a_workload_before_its_rolebinding_is_warned_and_kept() {
+    let create = request(
+        Operation::Create,
+        GroupVersionResource::v1("apps", "deployments"),
+        deployment(json!({"sharedConfigMap": "cfg"})),
+    );
+    let (result, warnings) = run(&create);
+    assert_eq!(result, Ok(()));
+    assert_eq!(
+        warnings,
+        [format!("api has volumes the shared-resource driver would refuse at mount: volume \"shared\": {DENIED}")]
+    );
+}
+
+#[test]
+fn an_unchanged_workload_update_asks_nothing() {
+    let deployments = GroupVersionResource::v1("apps", "deployments");
+    let mut update = request(Operation::Update, deployments.clone(), deployment(json!({"sharedConfigMap": "cfg"})));
+    update.old_object =
+        Some(AdmissionObject::from_value(&deployments, &deployment(json!({"sharedConfigMap": "cfg"}))).unwrap());
+    let table = Arc::new(cluster());
+    assert_eq!(run_with(table.clone(), &update), (Ok(()), vec![]));
+    assert_eq!(*table.lookups.lock().unwrap(), 0);
+    update.old_object =
+        Some(AdmissionObject::from_value(&deployments, &deployment(json!({"sharedSecret": "db"}))).unwrap());
+    assert_eq!(run_with(table.clone(), &update).1.len(), 1, "a changed volume is judged again");
+    assert_eq!(*table.lookups.lock().unwrap(), 2);
+}
+
+#[test]
+fn when_lookups_fail_the_pod_is_admitted_with_a_warning_and_an_audit_annotation() {
+    let table = Table { failing: true, ..cluster() };
+    let mut recorder = Recorder::default();
+    let attributes = pod_create(json!({"sharedSecret": "db"}));
+    let result = block_on(SharedResourceAdmission::new(Arc::new(table)).validate(&attributes, &mut recorder));
+    assert_eq!(result, Ok(()));
+    let (warnings, annotations) = recorder.into_parts();
+    assert_eq!(
+        warnings,
+        [
+            "volume \"shared\": SharedSecret \"db\": cluster facts unavailable: no answer within 2s: not checked at creation; the driver checks it at mount",
+            "volume \"shared\": access to SharedSecret \"db\": cluster facts unavailable: no answer within 2s: not checked at creation; the driver checks it at mount",
+        ]
+    );
+    assert!(annotations[UNCHECKED_ANNOTATION].contains("access to SharedSecret \"db\""), "{annotations:?}");
+}
+
+#[test]
+fn offline_access_is_reported_not_checked_and_the_default_account_is_named() {
+    let mut anonymous = pod(json!({"sharedSecret": "db"}));
+    anonymous["spec"].as_object_mut().unwrap().remove("serviceAccountName");
+    let attributes = request(Operation::Create, GroupVersionResource::v1("", "pods"), anonymous);
+    assert_eq!(
+        run_with(Arc::new(NothingChecked), &attributes),
+        (Ok(()), vec!["volume \"shared\": access of service account team-a/default to SharedSecret \"db\" is not checked offline".to_string()])
+    );
 }
 
 const TYPO: &str = "volumeAttributes[\"refreshResouce\"] is not an attribute of this driver: a sharedSecret volume takes \"sharedSecret\" and \"refreshResource\" only";

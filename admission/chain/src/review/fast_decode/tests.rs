@@ -63,11 +63,12 @@ fn pod_spec() -> Value {
         "initContainers": null,
         "ephemeralContainers": [{"name": "debug", "volumeMounts": [{"name": "shared", "readOnly": true}]}],
         "volumes": [
-            {"name": "shared", "csi": {"driver": "csi.example.com", "readOnly": null, "volumeAttributes": {"a": "b"}}},
+            {"name": "shared", "csi": {"driver": "csi.example.com", "readOnly": null, "volumeAttributes": {"a": "b", "c": "d\u{e9}"}}},
             {"name": "t", "projected": {"defaultMode": 420, "sources": [{"serviceAccountToken": {"expirationSeconds": 3607}}]}},
             {"name": "e", "emptyDir": {}}
         ],
         "runtimeClassName": "kata",
+        "serviceAccountName": "web",
         "securityContext": {"runAsUser": 1000, "fsGroup": 2.5e3},
         "tolerations": [{"key": "k", "operator": "Exists", "tolerationSeconds": -300}]
     })
