@@ -119,7 +119,7 @@ fn a_cluster_state_with_another_kind_names_the_document() {
     assert_eq!(
         stderr,
         format!(
-            "csi-volume-admission check: {state}: document 3: expected a v1 Namespace or a storage.k8s.io/v1 CSIDriver, found v1 Pod\n"
+            "csi-volume-admission check: {state}: document 3: expected a v1 Namespace, a storage.k8s.io/v1 CSIDriver, or a sharedresource.inlineguard.dev/v1alpha1 SharedSecret, SharedConfigMap or SharedProjection, found v1 Pod\n"
         )
     );
 }

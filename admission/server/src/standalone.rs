@@ -163,7 +163,7 @@ mod tests {
         std::fs::write(&path, "apiVersion: v1\nkind: Secret\nmetadata: {name: s}\n").unwrap();
         let Reload::Rejected(message) = facts.reload_if_changed() else { panic!("a Secret was accepted") };
         assert!(
-            message.ends_with("document 1: expected a v1 Namespace or a storage.k8s.io/v1 CSIDriver, found v1 Secret"),
+            message.ends_with("document 1: expected a v1 Namespace, a storage.k8s.io/v1 CSIDriver, or a sharedresource.inlineguard.dev/v1alpha1 SharedSecret, SharedConfigMap or SharedProjection, found v1 Secret"),
             "{message}"
         );
         assert!(facts.namespace_labels("b").await.unwrap().is_some(), "the last good state is kept");

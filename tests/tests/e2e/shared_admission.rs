@@ -1,8 +1,10 @@
 //! SharedResourceAdmission through the real apiserver and the generated webhook entries: what the
 //! driver would refuse at mount is refused at creation, with the driver's words: a
 //! SharedProjection whose paths collide (on create and on update), a pod whose volume attributes
-//! the driver refuses; a workload with such a template is admitted with the same words as a
-//! warning, and well-formed objects pass.
+//! the driver refuses, a pod naming a share that does not exist, a pod whose service account RBAC
+//! does not let `use` its share; a workload with such a template is admitted with the same words
+//! as a warning, and admitted pods follow once the RoleBinding exists. A burst of 100 pods asks
+//! RBAC a handful of times, counted at the webhook.
 
 use serde_json::{Value, json};
 

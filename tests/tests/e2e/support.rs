@@ -98,6 +98,11 @@ impl Suite {
         let registrations = runtime.block_on(async {
             // The driver's CSIDriver as shipped (labelled restricted, asking kubelet for tokens).
             apply(&admin, &objects(&repo_root().join("config/deploy/driver/csidriver.yaml"))?, false).await?;
+            // The driver's CRDs and the share every pod of the scenarios names, before the
+            // webhooks are asked anything.
+            apply(&admin, &objects(&repo_root().join("config/deploy/driver/crds.yaml"))?, false).await?;
+            wait_established(&admin, "sharedconfigmaps.sharedresource.inlineguard.dev").await?;
+            apply(&admin, &everyone_may_use_cluster_ca(), false).await?;
             let mut registrations = Vec::new();
             for (server, name) in [(&shared, "shared"), (&openshift, "openshift")] {
                 registrations
@@ -340,6 +345,24 @@ pub fn container(name: &str, mounts: &[(&str, &str)]) -> Value {
             "seccompProfile": {"type": "RuntimeDefault"}
         }
     })
+}
+
+/// SharedConfigMap `cluster-ca` (of ConfigMap `default/cluster-ca`), which every service account
+/// may use: what [`pod_spec`]'s volumes of the driver name, so that SharedResourceAdmission
+/// admits them wherever a scenario is about something else.
+fn everyone_may_use_cluster_ca() -> Vec<Value> {
+    vec![
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cluster-ca", "namespace": "default"},
+               "data": {"ca.crt": "pem"}}),
+        json!({"apiVersion": "sharedresource.inlineguard.dev/v1alpha1", "kind": "SharedConfigMap",
+               "metadata": {"name": "cluster-ca"}, "spec": {"configMapRef": {"namespace": "default", "name": "cluster-ca"}}}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "e2e-use-cluster-ca"},
+               "rules": [{"apiGroups": ["sharedresource.inlineguard.dev"], "resources": ["sharedconfigmaps"],
+                          "resourceNames": ["cluster-ca"], "verbs": ["use"]}]}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "e2e-use-cluster-ca"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "e2e-use-cluster-ca"},
+               "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:serviceaccounts"}]}),
+    ]
 }
 
 /// A pod spec with one inline CSI volume per `(volume, driver)`, each mounted by the container.

@@ -51,7 +51,7 @@ async fn a_burst_for_one_key_asks_once_and_every_request_gets_the_answer() {
 async fn another_key_does_not_wait_for_a_slow_one() {
     let held = answers(Duration::from_secs(60));
     let slow = held.clone();
-    let _stuck = tokio::spawn(async move { slow.answer(&"slow", || std::future::pending()).await });
+    let _stuck = tokio::spawn(async move { slow.answer(&"slow", std::future::pending).await });
     tokio::task::yield_now().await;
     assert_eq!(held.answer(&"fast", || async { Ok(1) }).await, (Ok(1), Served::Asked));
 }
@@ -80,7 +80,7 @@ async fn an_answer_is_held_within_its_ttl_and_a_zero_ttl_holds_nothing() {
 async fn a_request_dropped_while_asking_leaves_the_key_to_be_asked_again() {
     let held = answers(Duration::from_secs(60));
     let dropped = held.clone();
-    let asking = tokio::spawn(async move { dropped.answer(&"k", || std::future::pending()).await });
+    let asking = tokio::spawn(async move { dropped.answer(&"k", std::future::pending).await });
     tokio::task::yield_now().await;
     asking.abort();
     let _ = asking.await;
