@@ -125,8 +125,9 @@ fn selecting_attribute(selection: &Selection) -> &'static str {
     }
 }
 
-/// The one thing the volume names, and its name checked.
-fn selection(attributes: &BTreeMap<String, String>) -> Result<Selection> {
+/// The one thing the volume names, and its name checked; the other attributes are not looked at
+/// ([`VolumeAttributes::parse`] checks them too).
+pub fn selection(attributes: &BTreeMap<String, String>) -> Result<Selection> {
     let named: Vec<(&str, &String)> =
         SELECTING.into_iter().filter_map(|key| attributes.get(key).map(|value| (key, value))).collect();
     let (attribute, name) = match named.as_slice() {

@@ -33,6 +33,13 @@ pub trait ContentSource: Send + Sync {
     fn ready(&self) -> bool;
     /// The files for `ask` as they are now, or why it may not have them.
     fn content(&self, ask: &VolumeAsk) -> Result<Payload>;
+    /// At a new publish only: whether the volume's attributes are all ones this source takes.
+    /// Refreshes do not ask it again, so a volume published before a rule was added keeps its
+    /// content (only what it names decides that).
+    fn check_attributes(&self, ask: &VolumeAsk) -> Result<()> {
+        let _ = ask;
+        Ok(())
+    }
     /// [`ContentSource::content`] within refresh pass `pass`: answers may be shared with the
     /// other volumes of the pass (one access check per service account and share, not per
     /// volume).

@@ -271,6 +271,7 @@ impl NodeService {
             return Err(Error::Conflict(format!("{} already holds another volume", quote_path(target.as_path()))));
         }
 
+        self.content.check_attributes(&request.ask)?;
         let shown = match self.content.lazy(&request.ask)? {
             Some(files) => Shown::Lazy(files),
             None => {

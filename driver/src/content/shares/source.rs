@@ -44,6 +44,7 @@ use sharedresource_api::missing::share_not_found;
 use sharedresource_api::object_name::{NamespaceName, ObjectName};
 use sharedresource_api::projection::spec::ProjectionSpec;
 use sharedresource_api::volume_attributes::PROVIDER_ATTRIBUTE;
+use sharedresource_api::volume_attributes::selection;
 use sharedresource_api::{Selection, VolumeAttributes};
 
 pub use super::kind::{SHARED_CONFIG_MAP_ATTRIBUTE, SHARED_SECRET_ATTRIBUTE};
@@ -467,9 +468,10 @@ async fn write_status<S: Share>(
     ask(timeout, what, api.patch_status(name.as_str(), &PatchParams::default(), patch)).await.map(drop)
 }
 
-/// What a request's volume mounts, by the vocabulary's rules (the admission plugin's too).
+/// What a request's volume mounts: the one thing it names, by the vocabulary's rules. The other
+/// attributes are checked at publish ([`ContentSource::check_attributes`]), not at each refresh.
 fn volume_of(request: &VolumeAsk) -> Result<Selection> {
-    Ok(VolumeAttributes::parse(&request.attributes)?.selection)
+    Ok(selection(&request.attributes)?)
 }
 
 impl ContentSource for KubernetesSource {
@@ -479,6 +481,11 @@ impl ContentSource for KubernetesSource {
 
     fn content(&self, request: &VolumeAsk) -> Result<Payload> {
         self.runtime.block_on(self.payload(request, None))
+    }
+
+    fn check_attributes(&self, request: &VolumeAsk) -> Result<()> {
+        VolumeAttributes::parse(&request.attributes)?;
+        Ok(())
     }
 
     fn content_in_pass(&self, request: &VolumeAsk, pass: PassId) -> Result<Payload> {

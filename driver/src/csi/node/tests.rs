@@ -557,3 +557,60 @@ async fn a_republish_with_new_tokens_rewrites_the_volume_and_a_restart_waits_for
     restarted.node_publish_volume(Request::new(with_token(share, Some("T2")))).await.unwrap();
     assert_eq!(fs::read_to_string(&share_file).unwrap(), "T1", "kept as published");
 }
+
+/// [`Scripted`], refusing the attributes of a new publish while `picky` is set.
+#[derive(Default)]
+struct Picky {
+    scripted: Scripted,
+    picky: std::sync::atomic::AtomicBool,
+}
+
+impl ContentSource for Picky {
+    fn ready(&self) -> bool {
+        true
+    }
+
+    fn content(&self, ask: &VolumeAsk) -> Result<crate::volume::atomic_writer::Payload> {
+        self.scripted.content(ask)
+    }
+
+    fn check_attributes(&self, _: &VolumeAsk) -> Result<()> {
+        if self.picky.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(Error::Invalid(
+                "volumeAttributes[\"refreshResouce\"] is not an attribute of this driver".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn attributes_are_judged_at_a_new_publish_and_never_empty_a_published_volume() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = Arc::new(Picky::default());
+    source.scripted.set(Ok(password("s3cret")));
+    source.picky.store(true, std::sync::atomic::Ordering::SeqCst);
+    let service = Arc::new(NodeService::new(
+        "node-1".into(),
+        VolumeSettings::for_tests(dir.path().to_path_buf(), false),
+        Arc::new(FakeMounter::default()),
+        Arc::new(FileVolumeStore::open(dir.path().join("state")).unwrap()),
+        source.clone(),
+        Vec::new(),
+    ));
+    let node = NodeGrpc::new(service.clone());
+    let request = request_at(dir.path(), "csi-1", "unused");
+    let target = PathBuf::from(&request.target_path);
+    let refused = node.node_publish_volume(Request::new(request.clone())).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    assert!(refused.message().contains("refreshResouce"), "{}", refused.message());
+    assert!(!target.join("password").exists(), "nothing published");
+
+    // Published while the rule did not apply (an older driver): refreshes keep it.
+    source.picky.store(false, std::sync::atomic::Ordering::SeqCst);
+    node.node_publish_volume(Request::new(request)).await.unwrap();
+    source.picky.store(true, std::sync::atomic::Ordering::SeqCst);
+    source.scripted.set(Ok(password("rotated")));
+    service.refresh_all();
+    assert_eq!(fs::read_to_string(target.join("password")).unwrap(), "rotated");
+}
