@@ -11,6 +11,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use futures_util::future::{join, join_all};
 use inline_guard_policy::{refusal_message, shared_volumes};
 use sharedresource_api::access::{AccessQuestion, Guarded};
 use sharedresource_api::missing::{projection_not_found, share_not_found};
@@ -92,19 +93,19 @@ impl ValidationInterface for SharedResourceAdmission {
         }
         let service_account =
             spec.service_account_name.as_deref().filter(|name| !name.is_empty()).unwrap_or(DEFAULT_SERVICE_ACCOUNT);
-        let mut judged = Judged::default();
-        for volume in &volumes {
-            let mut judge = Judge {
-                facts: &*self.facts,
-                namespace: &attributes.namespace,
-                service_account,
-                judged: &mut judged,
-                volume: volume.name,
-            };
+        let judge = Judge { facts: &*self.facts, namespace: &attributes.namespace, service_account };
+        // Every volume, and both lookups of each share, at once: the worst case is one projection
+        // lookup then its shares' (2 × the facts' timeout), within the webhook's 5 s.
+        let judgements = join_all(volumes.iter().map(|volume| async move {
             match &volume.attributes {
-                Err(invalid) => judge.refuse(invalid.0.clone(), false),
-                Ok(checked) => judge.selection(&checked.selection).await,
+                Err(invalid) => Judged::refusal(volume.name, invalid.0.clone(), false),
+                Ok(checked) => judge.selection(volume.name, &checked.selection).await,
             }
+        }))
+        .await;
+        let mut judged = Judged::default();
+        for judgement in judgements {
+            judged.merge(judgement);
         }
         judged.into_answer(attributes.display_name(), kind.is_workload(), recorder)
     }
@@ -123,7 +124,22 @@ struct Judged<'s> {
     not_checked: Vec<String>,
 }
 
-impl Judged<'_> {
+impl<'s> Judged<'s> {
+    fn refusal(volume: &'s str, why: String, denied: bool) -> Judged<'s> {
+        Judged { refused: vec![(volume, why)], denied, ..Judged::default() }
+    }
+
+    fn unchecked(volume: &str, what: String, error: impl std::fmt::Display) -> Judged<'s> {
+        Judged { unchecked: vec![format!("volume {volume:?}: {what}: {error}")], ..Judged::default() }
+    }
+
+    fn merge(&mut self, other: Judged<'s>) {
+        self.refused.extend(other.refused);
+        self.denied |= other.denied;
+        self.unchecked.extend(other.unchecked);
+        self.not_checked.extend(other.not_checked);
+    }
+
     fn into_answer(self, object: &str, is_workload: bool, recorder: &mut Recorder) -> Result<()> {
         for item in &self.not_checked {
             recorder.warn(item.clone());
@@ -147,88 +163,89 @@ impl Judged<'_> {
     }
 }
 
-/// One volume being judged, with what it is judged by.
-struct Judge<'j, 's> {
+/// What a pod's volumes are judged by.
+#[derive(Clone, Copy)]
+struct Judge<'j> {
     facts: &'j dyn ShareFacts,
     namespace: &'j str,
     service_account: &'j str,
-    judged: &'j mut Judged<'s>,
-    volume: &'s str,
 }
 
-impl Judge<'_, '_> {
-    fn refuse(&mut self, why: String, denied: bool) {
-        self.judged.refused.push((self.volume, why));
-        self.judged.denied |= denied;
-    }
-
-    fn unchecked(&mut self, what: String, error: impl std::fmt::Display) {
-        self.judged.unchecked.push(format!("volume {:?}: {what}: {error}", self.volume));
-    }
-
-    async fn selection(&mut self, selection: &Selection) {
+impl Judge<'_> {
+    async fn selection<'s>(self, volume: &'s str, selection: &Selection) -> Judged<'s> {
         match selection {
-            Selection::Share(kind, name) => self.share(*kind, name).await,
-            Selection::Projection(name) => self.projection(name).await,
+            Selection::Share(kind, name) => self.share(volume, *kind, name).await,
+            Selection::Projection(name) => self.projection(volume, name).await,
             // A provider is the node's configuration, which admission does not see.
-            Selection::Provider(_) => {}
+            Selection::Provider(_) => Judged::default(),
         }
     }
 
-    /// The share exists and the pod's service account may use it.
-    async fn share(&mut self, kind: ShareKind, name: &ObjectName) {
-        match self.facts.share_exists(kind, name).await {
-            Ok(Known::Answer(false)) => return self.refuse(share_not_found(kind, name), false),
-            Ok(Known::Answer(true) | Known::NotChecked) => {}
-            Err(error) => self.unchecked(format!("{} {}", kind.kind(), quote(name.as_str())), error),
-        }
+    /// The share exists and the pod's service account may use it; both asked at once, a
+    /// missing share named first, as the driver does.
+    async fn share<'s>(self, volume: &'s str, kind: ShareKind, name: &ObjectName) -> Judged<'s> {
         let question = AccessQuestion {
             namespace: self.namespace.to_string(),
             service_account: self.service_account.to_string(),
             kind: Guarded::Share(kind),
             name: name.as_str().to_string(),
         };
-        match self.facts.may_use(&question).await {
-            Ok(Known::Answer(true)) => {}
-            Ok(Known::Answer(false)) => self.refuse(question.denial(), true),
-            Ok(Known::NotChecked) => self.judged.not_checked.push(format!(
-                "volume {:?}: access of service account {}/{} to {} {} is not checked offline",
-                self.volume,
-                self.namespace,
-                self.service_account,
-                kind.kind(),
-                quote(name.as_str())
-            )),
-            Err(error) => self.unchecked(format!("access to {} {}", kind.kind(), quote(name.as_str())), error),
-        }
+        let (exists, allowed) = join(self.facts.share_exists(kind, name), self.facts.may_use(&question)).await;
+        let share = || format!("{} {}", kind.kind(), quote(name.as_str()));
+        let mut judged = match exists {
+            Ok(Known::Answer(false)) => return Judged::refusal(volume, share_not_found(kind, name), false),
+            Ok(Known::Answer(true) | Known::NotChecked) => Judged::default(),
+            Err(error) => Judged::unchecked(volume, share(), error),
+        };
+        judged.merge(match allowed {
+            Ok(Known::Answer(true)) => Judged::default(),
+            Ok(Known::Answer(false)) => Judged::refusal(volume, question.denial(), true),
+            Ok(Known::NotChecked) => Judged {
+                not_checked: vec![format!(
+                    "volume {volume:?}: access of service account {}/{} to {} is not checked offline",
+                    self.namespace,
+                    self.service_account,
+                    share()
+                )],
+                ..Judged::default()
+            },
+            Err(error) => Judged::unchecked(volume, format!("access to {}", share()), error),
+        });
+        judged
     }
 
     /// The projection exists, its spec is one the driver serves, and each share it shows passes
-    /// [`Judge::share`].
-    async fn projection(&mut self, name: &ObjectName) {
+    /// [`Judge::share`] (all at once).
+    async fn projection<'s>(self, volume: &'s str, name: &ObjectName) -> Judged<'s> {
+        let projection = || format!("SharedProjection {}/{}", self.namespace, quote(name.as_str()));
         let spec = match self.facts.projection(self.namespace, name).await {
             Ok(Known::Answer(Some(spec))) => spec,
-            Ok(Known::Answer(None)) => return self.refuse(projection_not_found(self.namespace, name), false),
-            Ok(Known::NotChecked) => return,
-            Err(error) => {
-                return self.unchecked(format!("SharedProjection {}/{}", self.namespace, quote(name.as_str())), error);
+            Ok(Known::Answer(None)) => {
+                return Judged::refusal(volume, projection_not_found(self.namespace, name), false);
             }
+            Ok(Known::NotChecked) => return Judged::default(),
+            Err(error) => return Judged::unchecked(volume, projection(), error),
         };
         if let Err(invalid) = check_spec(&spec) {
-            let why = format!("SharedProjection {}/{}: {invalid}", self.namespace, quote(name.as_str()));
-            return self.refuse(why, false);
+            return Judged::refusal(volume, format!("{}: {invalid}", projection()), false);
         }
-        for source in &spec.sources {
-            let (kind, share) = match source.kind() {
-                Some(SourceKind::SharedSecret(share)) => (ShareKind::Secret, share),
-                Some(SourceKind::SharedConfigMap(share)) => (ShareKind::ConfigMap, share),
-                _ => continue,
-            };
-            // check_spec has checked every share name.
-            if let Ok(share) = ObjectName::parse(&share.name) {
-                self.share(kind, &share).await;
-            }
+        // check_spec has checked every share name.
+        let shares: Vec<(ShareKind, ObjectName)> = spec
+            .sources
+            .iter()
+            .filter_map(|source| match source.kind()? {
+                SourceKind::SharedSecret(share) => Some((ShareKind::Secret, ObjectName::parse(&share.name).ok()?)),
+                SourceKind::SharedConfigMap(share) => {
+                    Some((ShareKind::ConfigMap, ObjectName::parse(&share.name).ok()?))
+                }
+                _ => None,
+            })
+            .collect();
+        let mut judged = Judged::default();
+        for judgement in join_all(shares.iter().map(|(kind, share)| self.share(volume, *kind, share))).await {
+            judged.merge(judgement);
         }
+        judged
     }
 }
 
