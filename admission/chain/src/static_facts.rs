@@ -254,4 +254,43 @@ mod tests {
         let error = facts.insert_object(&json!({"apiVersion":"v1","kind":"Namespace"})).unwrap_err();
         assert_eq!(error.to_string(), "Namespace has no metadata.name");
     }
+
+    #[test]
+    fn shares_and_projections_are_checked_only_when_the_file_holds_some() {
+        let db = ObjectName::parse("db").unwrap();
+        let mut facts = StaticClusterFacts::new();
+        assert_eq!(block_on(facts.share_exists(ShareKind::Secret, &db)), Ok(Known::NotChecked));
+        assert_eq!(block_on(facts.projection("team-a", &db)), Ok(Known::NotChecked));
+        let version = "sharedresource.inlineguard.dev/v1alpha1";
+        facts
+            .insert_object(&json!({"apiVersion": version, "kind": "SharedSecret", "metadata": {"name": "db"},
+                                   "spec": {"secretRef": {"namespace": "owner", "name": "db"}}}))
+            .unwrap();
+        facts
+            .insert_object(&json!({"apiVersion": version, "kind": "SharedProjection",
+                                   "metadata": {"name": "app", "namespace": "team-a"},
+                                   "spec": {"sources": [{"sharedSecret": {"name": "db"}}]}}))
+            .unwrap();
+        assert_eq!(block_on(facts.share_exists(ShareKind::Secret, &db)), Ok(Known::Answer(true)));
+        assert_eq!(block_on(facts.share_exists(ShareKind::ConfigMap, &db)), Ok(Known::Answer(false)));
+        let app = ObjectName::parse("app").unwrap();
+        let Ok(Known::Answer(Some(spec))) = block_on(facts.projection("team-a", &app)) else { panic!("not found") };
+        assert_eq!(spec.sources.len(), 1);
+        assert_eq!(block_on(facts.projection("team-b", &app)), Ok(Known::Answer(None)));
+        let question = AccessQuestion {
+            namespace: "team-a".into(),
+            service_account: "web".into(),
+            kind: sharedresource_api::access::Guarded::Share(ShareKind::Secret),
+            name: "db".into(),
+        };
+        assert_eq!(block_on(facts.may_use(&question)), Ok(Known::NotChecked), "never offline");
+        let bad = json!({"apiVersion": version, "kind": "SharedProjection", "metadata": {"name": "x"}, "spec": {"sources": 3}});
+        assert!(
+            facts
+                .insert_object(&bad)
+                .unwrap_err()
+                .to_string()
+                .starts_with("SharedProjection x spec.sources: invalid type")
+        );
+    }
 }
