@@ -1,62 +1,44 @@
 //! SharedResourceAdmission's cost in process. Targets: a pod with no volume of the driver costs
 //! under 100 ns more in the chain (the plugin alone, and the chain with and without it, same
 //! run); a pod with one share costs one held lookup when warm, under 2 µs. The warm facts are the
-//! webhook's own held answers (`HeldAnswers`) and lookup counter, with every answer held: what
-//! `LiveShareFacts` does when a burst has already asked.
+//! webhook's own `HeldShareFacts` (held answers and lookup counter) with every answer held: what
+//! `LiveShareFacts` does once a burst has asked.
 
 use std::hint::black_box;
-use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use criterion::{Criterion, criterion_group, criterion_main};
 use futures_executor::block_on;
-use inline_guard_admission::attributes::{Attributes, GroupVersionResource, Operation, UserInfo};
+use inline_guard_admission::attributes::{Attributes, GroupVersionResource};
 use inline_guard_admission::object::AdmissionObject;
 use inline_guard_admission::plugins::{CsiVolumeAdmission, ReadOnlyCheck, ReadOnlyForcing, SharedResourceAdmission};
-use inline_guard_admission::{Chain, FactsError, Known, Phase, Recorder, ShareFacts, ValidationInterface};
+use inline_guard_admission::{Chain, Phase, Recorder, ValidationInterface};
 use inline_guard_benches::facts;
 use inline_guard_policy::PolicySettings;
-use inline_guard_server::held_answers::{HeldAnswers, Served};
-use inline_guard_server::metrics::{Metrics, ShareQuestion};
+use inline_guard_server::metrics::Metrics;
+use inline_guard_server::share_lookup::{HeldShareFacts, LookupSettings, Projection, ShareQuestions};
 use serde_json::{Value, json};
 use sharedresource_api::access::AccessQuestion;
-use sharedresource_api::projection::ProjectionSpec;
 use sharedresource_api::{DRIVER_NAME, ObjectName, ShareKind};
 
-/// Every answer held (asked once, before measuring), counted as the live facts count.
-struct WarmFacts {
-    shares: HeldAnswers<(ShareKind, ObjectName), bool>,
-    access: HeldAnswers<AccessQuestion, bool>,
-    metrics: Metrics,
-}
-
-impl WarmFacts {
-    fn counted<T>(
-        &self,
-        question: ShareQuestion,
-        (answer, served): (Result<T, String>, Served),
-    ) -> Result<Known<T>, FactsError> {
-        self.metrics.share_lookup(question, served, answer.is_ok());
-        answer.map(Known::Answer).map_err(FactsError::Unavailable)
-    }
-}
+/// Every question answered yes at once: the benchmark holds the answers before it measures, so
+/// these are asked only while warming.
+struct AlwaysYes;
 
 #[async_trait]
-impl ShareFacts for WarmFacts {
-    async fn share_exists(&self, kind: ShareKind, name: &ObjectName) -> Result<Known<bool>, FactsError> {
-        let answer = self.shares.answer(&(kind, name.clone()), || async { Ok(true) }).await;
-        self.counted(ShareQuestion::Share, answer)
+impl ShareQuestions for AlwaysYes {
+    async fn share_exists(&self, _: ShareKind, _: &ObjectName) -> Result<bool, String> {
+        Ok(true)
     }
 
-    async fn projection(&self, _: &str, _: &ObjectName) -> Result<Known<Option<Arc<ProjectionSpec>>>, FactsError> {
-        Ok(Known::NotChecked)
+    async fn projection(&self, _: &str, _: &ObjectName) -> Result<Projection, String> {
+        Ok(None)
     }
 
-    async fn may_use(&self, question: &AccessQuestion) -> Result<Known<bool>, FactsError> {
-        let answer = self.access.answer(question, || async { Ok(true) }).await;
-        self.counted(ShareQuestion::Access, answer)
+    async fn may_use(&self, _: &AccessQuestion) -> Result<bool, String> {
+        Ok(true)
     }
 }
 
@@ -64,28 +46,14 @@ fn pod_create(volumes: Value) -> Attributes<'static> {
     let resource = GroupVersionResource::v1("", "pods");
     let pod = json!({"metadata": {"name": "web"}, "spec": {"serviceAccountName": "web", "containers": [{"name": "app",
         "volumeMounts": [{"name": "v", "mountPath": "/v", "readOnly": true}]}], "volumes": volumes}});
-    Attributes {
-        operation: Operation::Create,
-        kind: Default::default(),
-        object: Some(AdmissionObject::from_value(&resource, &pod).expect("a pod")),
-        resource,
-        subresource: "".into(),
-        namespace: "team-a".into(),
-        name: "".into(),
-        old_object: None,
-        user_info: UserInfo::anonymous(),
-        dry_run: false,
-    }
+    let object = AdmissionObject::from_value(&resource, &pod).expect("a pod");
+    Attributes::anonymous_create(resource, "team-a", object)
 }
 
 fn shared_admission(c: &mut Criterion) {
-    let hold = Duration::from_secs(24 * 3600);
-    let capacity = NonZeroUsize::new(1024).expect("not zero");
-    let warm = Arc::new(WarmFacts {
-        shares: HeldAnswers::new(capacity, hold),
-        access: HeldAnswers::new(capacity, hold),
-        metrics: Metrics::new(),
-    });
+    // The webhook's own holding, answers held for the whole run.
+    let settings = LookupSettings { ttl: Duration::from_secs(24 * 3600), ..LookupSettings::default() };
+    let warm = Arc::new(HeldShareFacts::holding(AlwaysYes, settings, Arc::new(Metrics::new())));
     let plugin = SharedResourceAdmission::new(warm.clone());
     let other_driver = pod_create(json!([{"name": "v", "csi": {"driver": "d0.example.com", "readOnly": true}}]));
     let one_share = pod_create(json!([{"name": "v", "csi": {"driver": DRIVER_NAME, "readOnly": true,

@@ -136,6 +136,30 @@ pub struct Attributes<'a> {
     pub dry_run: bool,
 }
 
+impl<'a> Attributes<'a> {
+    /// A CREATE of `object` by `system:anonymous` in `namespace`, under no request name: what a
+    /// host evaluates for an object that came without a request (`check`, `audit`, tests and
+    /// benchmarks set the kind or name they know on top).
+    pub fn anonymous_create(
+        resource: GroupVersionResource<'a>,
+        namespace: impl Into<Cow<'a, str>>,
+        object: AdmissionObject<'a>,
+    ) -> Attributes<'a> {
+        Attributes {
+            operation: Operation::Create,
+            kind: GroupVersionKind::default(),
+            resource,
+            subresource: "".into(),
+            namespace: namespace.into(),
+            name: "".into(),
+            object: Some(object),
+            old_object: None,
+            user_info: UserInfo::anonymous(),
+            dry_run: false,
+        }
+    }
+}
+
 impl Attributes<'_> {
     /// The same request, owning its text: for a caller that keeps it past the body it was read
     /// from (`check` keeps every input until it prints the table).

@@ -51,9 +51,10 @@ pub struct CsiVolumeView<'a> {
     /// `readOnly`.
     pub read_only: Option<bool>,
     /// `volumeAttributes`: what the driver is asked for. Only the shared-resource plugin reads
-    /// them; another driver's are decoded but never looked at.
+    /// them; another driver's are decoded (borrowed from the body, without copying) but never
+    /// looked at.
     #[serde(deserialize_with = "nullable")]
-    pub volume_attributes: BTreeMap<String, String>,
+    pub volume_attributes: BTreeMap<Cow<'a, str>, Cow<'a, str>>,
 }
 
 /// A container, init container or ephemeral container, reduced to its mounts.
@@ -108,7 +109,7 @@ impl VolumeView<'_> {
             csi: self.csi.map(|csi| CsiVolumeView {
                 driver: owned(csi.driver),
                 read_only: csi.read_only,
-                volume_attributes: csi.volume_attributes,
+                volume_attributes: csi.volume_attributes.into_iter().map(|(k, v)| (owned(k), owned(v))).collect(),
             }),
         }
     }
@@ -158,7 +159,7 @@ mod tests {
                         csi: Some(CsiVolumeView {
                             driver: "d".into(),
                             read_only: None,
-                            volume_attributes: [("a".to_string(), "b".to_string())].into(),
+                            volume_attributes: [("a".into(), "b".into())].into(),
                         }),
                     },
                     VolumeView { name: "p".into(), csi: None },

@@ -45,7 +45,7 @@ mod tests {
     use crate::pod_spec::{CsiVolumeView, VolumeView};
 
     fn volume(name: &str, driver: &str, attributes: &[(&str, &str)]) -> VolumeView<'static> {
-        let volume_attributes = attributes.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let volume_attributes = attributes.iter().map(|(k, v)| (k.to_string().into(), v.to_string().into())).collect();
         VolumeView {
             name: name.to_string().into(),
             csi: Some(CsiVolumeView { driver: driver.to_string().into(), read_only: Some(true), volume_attributes }),

@@ -1,7 +1,9 @@
 //! The live cluster's answers to SharedResourceAdmission: a share's existence (a metadata-only
 //! GET), a projection's spec (a GET in the pod's namespace) and access (the SubjectAccessReview
-//! the driver asks), each bounded by a timeout and held for a few seconds, asked once per key
-//! however many pods ask at once ([`HeldAnswers`]).
+//! the driver asks), each bounded by a timeout ([`ApiserverQuestions`]), and held for a few
+//! seconds, asked once per key however many pods ask at once, and counted ([`HeldShareFacts`]).
+//! The holding does not depend on who answers, so the benchmarks measure it with answers that
+//! need no apiserver.
 
 use std::num::NonZeroUsize;
 use std::sync::Arc;
@@ -40,16 +42,24 @@ impl Default for LookupSettings {
     }
 }
 
-type Projection = Option<Arc<ProjectionSpec>>;
+/// A projection's spec, `None` when it does not exist.
+pub type Projection = Option<Arc<ProjectionSpec>>;
 
-/// Shares, projections and access, looked up in the live cluster.
-pub struct LiveShareFacts {
+/// Whoever answers the three questions, each failure in words.
+#[async_trait]
+pub trait ShareQuestions: Send + Sync {
+    /// Whether the share exists.
+    async fn share_exists(&self, kind: ShareKind, name: &ObjectName) -> Result<bool, String>;
+    /// The projection `namespace/name`.
+    async fn projection(&self, namespace: &str, name: &ObjectName) -> Result<Projection, String>;
+    /// Whether RBAC allows `question`.
+    async fn may_use(&self, question: &AccessQuestion) -> Result<bool, String>;
+}
+
+/// The questions asked of the apiserver, each bounded by a timeout.
+pub struct ApiserverQuestions {
     client: Client,
-    settings: LookupSettings,
-    metrics: Arc<Metrics>,
-    shares: HeldAnswers<(ShareKind, ObjectName), bool>,
-    projections: HeldAnswers<(String, ObjectName), Projection>,
-    access: HeldAnswers<AccessQuestion, bool>,
+    timeout: Duration,
 }
 
 fn resource(kind: &str, plural: &str) -> ApiResource {
@@ -62,25 +72,71 @@ fn resource(kind: &str, plural: &str) -> ApiResource {
     }
 }
 
+impl ApiserverQuestions {
+    /// `lookup`, bounded by the timeout, its failure in words.
+    async fn bounded<T>(&self, lookup: impl Future<Output = Result<T, kube::Error>>) -> Result<T, String> {
+        match tokio::time::timeout(self.timeout, lookup).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(error)) => Err(error.to_string()),
+            Err(_) => Err(format!("no answer within {:?}", self.timeout)),
+        }
+    }
+}
+
+#[async_trait]
+impl ShareQuestions for ApiserverQuestions {
+    async fn share_exists(&self, kind: ShareKind, name: &ObjectName) -> Result<bool, String> {
+        let api = Api::<DynamicObject>::all_with(self.client.clone(), &resource(kind.kind(), kind.resource()));
+        self.bounded(api.get_metadata_opt(name.as_str())).await.map(|found| found.is_some())
+    }
+
+    async fn projection(&self, namespace: &str, name: &ObjectName) -> Result<Projection, String> {
+        let projections = resource("SharedProjection", "sharedprojections");
+        let api = Api::<DynamicObject>::namespaced_with(self.client.clone(), namespace, &projections);
+        let Some(object) = self.bounded(api.get_opt(name.as_str())).await? else {
+            return Ok(None);
+        };
+        let spec = object.data.get("spec").cloned().unwrap_or_default();
+        let spec: ProjectionSpec = serde_json::from_value(spec)
+            .map_err(|error| format!("SharedProjection {namespace}/{name} does not decode: {error}"))?;
+        Ok(Some(Arc::new(spec)))
+    }
+
+    async fn may_use(&self, question: &AccessQuestion) -> Result<bool, String> {
+        let api = Api::<SubjectAccessReview>::all(self.client.clone());
+        let review = self.bounded(api.create(&PostParams::default(), &question.review())).await?;
+        Ok(review.status.is_some_and(|status| status.allowed))
+    }
+}
+
+/// Answers of `Q`, held and asked once per key, counted in the metrics.
+pub struct HeldShareFacts<Q> {
+    questions: Q,
+    metrics: Arc<Metrics>,
+    shares: HeldAnswers<(ShareKind, ObjectName), bool>,
+    projections: HeldAnswers<(String, ObjectName), Projection>,
+    access: HeldAnswers<AccessQuestion, bool>,
+}
+
+/// Shares, projections and access, looked up in the live cluster.
+pub type LiveShareFacts = HeldShareFacts<ApiserverQuestions>;
+
 impl LiveShareFacts {
     /// Lookups with `client`, counted in `metrics`.
     pub fn new(client: Client, settings: LookupSettings, metrics: Arc<Metrics>) -> LiveShareFacts {
-        LiveShareFacts {
-            client,
-            settings,
+        HeldShareFacts::holding(ApiserverQuestions { client, timeout: settings.timeout }, settings, metrics)
+    }
+}
+
+impl<Q: ShareQuestions> HeldShareFacts<Q> {
+    /// The answers of `questions`, held as `settings` say.
+    pub fn holding(questions: Q, settings: LookupSettings, metrics: Arc<Metrics>) -> HeldShareFacts<Q> {
+        HeldShareFacts {
+            questions,
             metrics,
             shares: HeldAnswers::new(settings.capacity, settings.ttl),
             projections: HeldAnswers::new(settings.capacity, settings.ttl),
             access: HeldAnswers::new(settings.capacity, settings.ttl),
-        }
-    }
-
-    /// `lookup`, bounded by the timeout, its failure in words.
-    async fn bounded<T>(&self, lookup: impl Future<Output = Result<T, kube::Error>>) -> Result<T, String> {
-        match tokio::time::timeout(self.settings.timeout, lookup).await {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(error)) => Err(error.to_string()),
-            Err(_) => Err(format!("no answer within {:?}", self.settings.timeout)),
         }
     }
 
@@ -95,48 +151,20 @@ impl LiveShareFacts {
 }
 
 #[async_trait]
-impl ShareFacts for LiveShareFacts {
+impl<Q: ShareQuestions> ShareFacts for HeldShareFacts<Q> {
     async fn share_exists(&self, kind: ShareKind, name: &ObjectName) -> Result<Known<bool>, FactsError> {
-        let api = Api::<DynamicObject>::all_with(self.client.clone(), &resource(kind.kind(), kind.resource()));
-        let answer = self
-            .shares
-            .answer(&(kind, name.clone()), || async {
-                self.bounded(api.get_metadata_opt(name.as_str())).await.map(|found| found.is_some())
-            })
-            .await;
+        let answer = self.shares.answer(&(kind, name.clone()), || self.questions.share_exists(kind, name)).await;
         self.counted(ShareQuestion::Share, answer)
     }
 
     async fn projection(&self, namespace: &str, name: &ObjectName) -> Result<Known<Projection>, FactsError> {
-        let api = Api::<DynamicObject>::namespaced_with(
-            self.client.clone(),
-            namespace,
-            &resource("SharedProjection", "sharedprojections"),
-        );
-        let answer = self
-            .projections
-            .answer(&(namespace.to_string(), name.clone()), || async {
-                let Some(object) = self.bounded(api.get_opt(name.as_str())).await? else {
-                    return Ok(None);
-                };
-                let spec = object.data.get("spec").cloned().unwrap_or_default();
-                let spec: ProjectionSpec = serde_json::from_value(spec)
-                    .map_err(|error| format!("SharedProjection {namespace}/{name} does not decode: {error}"))?;
-                Ok(Some(Arc::new(spec)))
-            })
-            .await;
+        let key = (namespace.to_string(), name.clone());
+        let answer = self.projections.answer(&key, || self.questions.projection(namespace, name)).await;
         self.counted(ShareQuestion::Projection, answer)
     }
 
     async fn may_use(&self, question: &AccessQuestion) -> Result<Known<bool>, FactsError> {
-        let api = Api::<SubjectAccessReview>::all(self.client.clone());
-        let answer = self
-            .access
-            .answer(question, || async {
-                let review = self.bounded(api.create(&PostParams::default(), &question.review())).await?;
-                Ok(review.status.is_some_and(|status| status.allowed))
-            })
-            .await;
+        let answer = self.access.answer(question, || self.questions.may_use(question)).await;
         self.counted(ShareQuestion::Access, answer)
     }
 }

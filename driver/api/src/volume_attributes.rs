@@ -10,6 +10,7 @@
 //! provider's volume passes its other attributes to the provider as parameters, except keys
 //! under the prefixes that carry a pod's identity.
 
+use std::borrow::Borrow;
 use std::collections::BTreeMap;
 
 use crate::invalid::{Invalid, Result};
@@ -56,9 +57,13 @@ pub struct VolumeAttributes {
 impl VolumeAttributes {
     /// Checks `attributes` (without kubelet's `csi.storage.k8s.io/` keys, which kubelet adds at
     /// mount) by the rules above; the first rule broken is the one named.
-    pub fn parse(attributes: &BTreeMap<String, String>) -> Result<VolumeAttributes> {
+    pub fn parse<K, V>(attributes: &BTreeMap<K, V>) -> Result<VolumeAttributes>
+    where
+        K: Borrow<str> + Ord,
+        V: AsRef<str>,
+    {
         let selection = selection(attributes)?;
-        let refresh = match attributes.get(REFRESH_ATTRIBUTE).map(String::as_str) {
+        let refresh = match attributes.get(REFRESH_ATTRIBUTE).map(AsRef::as_ref) {
             None | Some("true") => true,
             Some("false") => false,
             Some(other) => {
@@ -71,7 +76,8 @@ impl VolumeAttributes {
         match &selection {
             Selection::Share(..) | Selection::Projection(_) => {
                 let selecting = selecting_attribute(&selection);
-                if let Some(other) = attributes.keys().find(|key| *key != selecting && *key != REFRESH_ATTRIBUTE) {
+                let mut keys = attributes.keys().map(Borrow::borrow);
+                if let Some(other) = keys.find(|key: &&str| *key != selecting && *key != REFRESH_ATTRIBUTE) {
                     return Err(Invalid(format!(
                         "volumeAttributes[{}] is not an attribute of this driver: a {selecting} volume takes {selecting:?} and {REFRESH_ATTRIBUTE:?} only",
                         quote(other)
@@ -80,7 +86,7 @@ impl VolumeAttributes {
             }
             Selection::Provider(_) => {
                 for key in attributes.keys() {
-                    check_parameter(key)?;
+                    check_parameter(key.borrow())?;
                 }
                 if attributes.contains_key(CLASS_ATTRIBUTE) {
                     check_class_alone(attributes)?;
@@ -104,15 +110,15 @@ pub fn check_parameter(key: &str) -> Result<()> {
 
 /// With a `secretProviderClass`, the provider's parameters come from the class: no attribute
 /// but the provider, the class and `refreshResource` (the driver's own) may be given.
-fn check_class_alone(attributes: &BTreeMap<String, String>) -> Result<()> {
+fn check_class_alone<K: Borrow<str> + Ord, V: AsRef<str>>(attributes: &BTreeMap<K, V>) -> Result<()> {
     let own = [CLASS_ATTRIBUTE, PROVIDER_ATTRIBUTE, REFRESH_ATTRIBUTE];
-    if let Some(other) = attributes.keys().find(|key| !own.contains(&key.as_str())) {
+    if let Some(other) = attributes.keys().map(Borrow::borrow).find(|key: &&str| !own.contains(key)) {
         return Err(Invalid(format!(
             "volumeAttributes[{}]: with {CLASS_ATTRIBUTE:?}, the provider's parameters come from the SecretProviderClass; set it there",
             quote(other)
         )));
     }
-    let name = &attributes[CLASS_ATTRIBUTE];
+    let name = attributes.get(CLASS_ATTRIBUTE).map(AsRef::as_ref).unwrap_or_default();
     ObjectName::parse(name).map_err(|error| Invalid(format!("SecretProviderClass name {error}")))?;
     Ok(())
 }
@@ -127,9 +133,9 @@ fn selecting_attribute(selection: &Selection) -> &'static str {
 
 /// The one thing the volume names, and its name checked; the other attributes are not looked at
 /// ([`VolumeAttributes::parse`] checks them too).
-pub fn selection(attributes: &BTreeMap<String, String>) -> Result<Selection> {
-    let named: Vec<(&str, &String)> =
-        SELECTING.into_iter().filter_map(|key| attributes.get(key).map(|value| (key, value))).collect();
+pub fn selection<K: Borrow<str> + Ord, V: AsRef<str>>(attributes: &BTreeMap<K, V>) -> Result<Selection> {
+    let named: Vec<(&str, &str)> =
+        SELECTING.into_iter().filter_map(|key| attributes.get(key).map(|value| (key, value.as_ref()))).collect();
     let (attribute, name) = match named.as_slice() {
         [one] => *one,
         [] => {

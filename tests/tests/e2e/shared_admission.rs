@@ -6,6 +6,9 @@
 //! as a warning, and admitted pods follow once the RoleBinding exists. A burst of 100 pods asks
 //! RBAC a handful of times, counted at the webhook.
 
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
 use serde_json::{Value, json};
 
 use crate::support::{
@@ -77,5 +80,128 @@ pub async fn the_drivers_refusals_come_at_creation(suite: &Suite) -> Outcome {
 
     let answer =
         create(admin, &pods_path(NAMESPACE), &pod("good", &[("shared", SHARED_RESOURCE_DRIVER)]), true).await?;
-    expect("a pod naming a share", &answer, 201, "")
+    expect("a pod naming a share", &answer, 201, "")?;
+    access_is_checked_at_creation(suite).await
+}
+
+/// A pod of service account `app` reading SharedSecret `share`.
+fn reader(name: &str, share: &str) -> Value {
+    let mut object = pod(name, &[("shared", SHARED_RESOURCE_DRIVER)]);
+    object["spec"]["serviceAccountName"] = json!("app");
+    object["spec"]["volumes"][0]["csi"]["volumeAttributes"] = json!({"sharedSecret": share});
+    object
+}
+
+/// A pod of the burst: service account `burst`, never asked about before the burst.
+fn burst_pod(index: usize) -> Value {
+    let mut object = reader(&format!("burst-{index}"), "rules-db");
+    object["spec"]["serviceAccountName"] = json!("burst");
+    object
+}
+
+/// `share_lookups` of `question` on the suite's webhook, summed by how they were served.
+fn lookups(suite: &Suite, question: &str) -> BTreeMap<String, u64> {
+    let prefix = format!("csi_volume_admission_share_lookups_total{{question=\"{question}\",served=\"");
+    let mut counts = BTreeMap::new();
+    for line in suite.shared.metrics().lines().filter(|line| line.starts_with(&prefix)) {
+        let served = line[prefix.len()..].split('"').next().unwrap_or_default().to_string();
+        let count = line.rsplit(' ').next().and_then(|n| n.parse::<f64>().ok()).unwrap_or_default() as u64;
+        *counts.entry(served).or_default() += count;
+    }
+    counts
+}
+
+async fn access_is_checked_at_creation(suite: &Suite) -> Outcome {
+    let admin = &suite.admin;
+    let shares = "/apis/sharedresource.inlineguard.dev/v1alpha1/sharedsecrets";
+    let share = json!({"apiVersion": "sharedresource.inlineguard.dev/v1alpha1", "kind": "SharedSecret",
+                       "metadata": {"name": "rules-db"}, "spec": {"secretRef": {"namespace": NAMESPACE, "name": "db"}}});
+    expect("the share", &create(admin, shares, &share, false).await?, 201, "")?;
+    let accounts = format!("/api/v1/namespaces/{NAMESPACE}/serviceaccounts");
+    for name in ["app", "burst"] {
+        let account = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}});
+        expect("an account", &create(admin, &accounts, &account, false).await?, 201, "")?;
+    }
+
+    let missing = create(admin, &pods_path(NAMESPACE), &reader("absent", "rules-absent"), true).await?;
+    let message = "absent has volumes the shared-resource driver would refuse at mount: volume \"shared\": SharedSecret \"rules-absent\" not found";
+    expect("a pod naming a share that does not exist", &missing, 422, &denied_by(POD_WEBHOOK, message))?;
+
+    let denial = format!(
+        "service account {NAMESPACE}/app may not use SharedSecret \"rules-db\": grant it the verb \"use\" on sharedsecrets.sharedresource.inlineguard.dev \"rules-db\" (a Role and RoleBinding in namespace {NAMESPACE})"
+    );
+    let refusal = |name: &str| {
+        format!("{name} has volumes the shared-resource driver would refuse at mount: volume \"shared\": {denial}")
+    };
+    let refused = create(admin, &pods_path(NAMESPACE), &reader("early", "rules-db"), true).await?;
+    expect("a pod whose account may not use the share", &refused, 403, &denied_by(POD_WEBHOOK, &refusal("early")))?;
+
+    let mut early = deployment("early", &[]);
+    early["spec"]["template"]["spec"] = reader("early", "rules-db")["spec"].clone();
+    let answer = create(admin, &deployments_path(NAMESPACE), &early, false).await?;
+    expect("a deployment created before its RoleBinding", &answer, 201, "")?;
+    if !answer.warnings.contains(&refusal("early")) {
+        return Err(format!(
+            "{WORKLOAD_WEBHOOK}: expected the warning {:?}, got {:?}",
+            refusal("early"),
+            answer.warnings
+        ));
+    }
+
+    let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "use-rules-db"},
+        "rules": [{"apiGroups": ["sharedresource.inlineguard.dev"], "resources": ["sharedsecrets"],
+                   "resourceNames": ["rules-db"], "verbs": ["use"]}]});
+    let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "app-uses-rules-db"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "use-rules-db"},
+        "subjects": [{"kind": "ServiceAccount", "name": "app", "namespace": NAMESPACE},
+                     {"kind": "ServiceAccount", "name": "burst", "namespace": NAMESPACE}]});
+    let rbac = format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{NAMESPACE}");
+    expect("the role", &create(admin, &format!("{rbac}/roles"), &role, false).await?, 201, "")?;
+    expect("the binding", &create(admin, &format!("{rbac}/rolebindings"), &binding, false).await?, 201, "")?;
+    // The refusal is held for up to 5 s: the early Deployment's pod is admitted once it expires
+    // (waited for, bounded far above the hold).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let answer = create(admin, &pods_path(NAMESPACE), &reader("early-0", "rules-db"), true).await?;
+        if answer.status == 201 {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err(format!("still refused 60 s after the RoleBinding: {} {}", answer.status, answer.message()));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
+    let before = lookups(suite, "access");
+    let started = Instant::now();
+    let (path, pods): (String, Vec<Value>) = (pods_path(NAMESPACE), (0..100).map(burst_pod).collect());
+    let burst = pods.iter().map(|pod| create(admin, &path, pod, true));
+    let answers: Vec<Result<Answer, String>> = futures_util::future::join_all(burst).await;
+    let elapsed = started.elapsed();
+    for answer in answers {
+        expect("a pod of the burst", &answer?, 201, "")?;
+    }
+    let after = lookups(suite, "access");
+    let delta =
+        |served: &str| after.get(served).copied().unwrap_or_default() - before.get(served).copied().unwrap_or_default();
+    let (asked, held, joined) = (delta("asked"), delta("held"), delta("joined"));
+    println!(
+        "shared admission: 100 pods of one account and share over {elapsed:?}: {asked} SubjectAccessReviews, {held} held answers, {joined} joined"
+    );
+    // The burst's account had never been asked about: its first pod asks.
+    if asked == 0 {
+        return Err(format!("100 pods of a new account asked no SubjectAccessReview ({held} held, {joined} joined)"));
+    }
+    if asked + held + joined != 100 {
+        return Err(format!("100 pods, but {asked} asked + {held} held + {joined} joined access lookups"));
+    }
+    // An answer is held 5 s and asked once at a time: at most one review per 5 s the burst
+    // lasted, plus the first, however slow the machine (a slow burst only lasts longer).
+    let bound = elapsed.as_secs() / 5 + 1;
+    if asked > bound {
+        return Err(format!(
+            "a burst of 100 pods over {elapsed:?} asked {asked} SubjectAccessReviews (at most {bound})"
+        ));
+    }
+    Ok(())
 }

@@ -173,10 +173,11 @@ fn csi_source<'a>(cursor: &mut JsonCursor<'a>) -> Step<CsiVolumeView<'a>> {
 }
 
 /// A JSON object of strings, as serde reads it into a map: a repeated key keeps its last value.
-fn string_map(cursor: &mut JsonCursor<'_>) -> Step<BTreeMap<String, String>> {
+/// The text is borrowed from the body (a value with escapes is unescaped into its own string).
+fn string_map<'a>(cursor: &mut JsonCursor<'a>) -> Step<BTreeMap<Cow<'a, str>, Cow<'a, str>>> {
     let mut map = BTreeMap::new();
     cursor.object(|cursor, key| {
-        map.insert(key.to_string(), cursor.string()?.into_owned());
+        map.insert(Cow::Borrowed(key), cursor.string()?);
         Ok(())
     })?;
     Ok(map)

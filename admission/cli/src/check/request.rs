@@ -2,9 +2,7 @@
 //! plain object is a CREATE by an anonymous user.
 
 use inline_guard_admission::review::{self, KIND as REVIEW_KIND};
-use inline_guard_admission::{
-    AdmissionObject, Attributes, GroupVersionKind, GroupVersionResource, ObjectDecodeError, Operation, UserInfo,
-};
+use inline_guard_admission::{AdmissionObject, Attributes, GroupVersionKind, GroupVersionResource, ObjectDecodeError};
 use serde_json::Value;
 
 /// An input ready to evaluate.
@@ -75,18 +73,7 @@ pub fn anonymous_create(
 ) -> Prepared {
     let name = object.names.name.clone().unwrap_or_default();
     let label = label(&kind.kind, &namespace, &name, object.names.generate_name.as_deref().unwrap_or_default());
-    let attributes = Attributes {
-        operation: Operation::Create,
-        kind,
-        resource,
-        subresource: "".into(),
-        namespace: namespace.into(),
-        name,
-        object: Some(object),
-        old_object: None,
-        user_info: UserInfo::anonymous(),
-        dry_run,
-    };
+    let attributes = Attributes { kind, name, dry_run, ..Attributes::anonymous_create(resource, namespace, object) };
     Prepared::Ready { uid: format!("00000000-0000-0000-0000-{ordinal:012}"), label, attributes: Box::new(attributes) }
 }
 
@@ -126,6 +113,7 @@ fn label(kind: &str, namespace: &str, name: &str, generate_name: &str) -> String
 
 #[cfg(test)]
 mod tests {
+    use inline_guard_admission::Operation;
     use inline_guard_admission::object::PodSpecKind;
 
     use super::*;

@@ -9,7 +9,7 @@ use sharedresource_api::DRIVER_NAME;
 use sharedresource_api::projection::ProjectionSpec;
 
 use super::*;
-use crate::attributes::{GroupVersionResource, UserInfo};
+use crate::attributes::GroupVersionResource;
 use crate::facts::FactsError;
 use crate::object::AdmissionObject;
 use crate::review::parse_request;
@@ -67,18 +67,8 @@ fn cluster() -> Table {
 }
 
 fn request(operation: Operation, resource: GroupVersionResource<'static>, object: Value) -> Attributes<'static> {
-    Attributes {
-        operation,
-        kind: Default::default(),
-        object: Some(AdmissionObject::from_value(&resource, &object).unwrap()),
-        resource,
-        subresource: "".into(),
-        namespace: "team-a".into(),
-        name: "".into(),
-        old_object: None,
-        user_info: UserInfo::anonymous(),
-        dry_run: false,
-    }
+    let object = AdmissionObject::from_value(&resource, &object).unwrap();
+    Attributes { operation, ..Attributes::anonymous_create(resource, "team-a", object) }
 }
 
 fn pod(attributes: Value) -> Value {
