@@ -147,7 +147,7 @@ proptest! {
             name: "c".into(),
             volume_mounts: mounts
                 .iter()
-                .map(|(v, ro)| VolumeMountView { name: format!("v{v}").into(), read_only: *ro })
+                .map(|(v, ro)| VolumeMountView { name: format!("v{v}").into(), read_only: *ro, ..Default::default() })
                 .collect(),
         }];
         let listed = ReadOnlyDrivers(listed.iter().map(|d| format!("d{d}.example.com")).collect());

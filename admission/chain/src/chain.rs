@@ -116,7 +116,6 @@ impl Chain {
 mod tests {
     use async_trait::async_trait;
     use futures_executor::block_on;
-    use inline_guard_policy::patch::PatchOp;
 
     use super::*;
     use crate::attributes::{GroupVersionResource, Operation, UserInfo};
@@ -147,7 +146,7 @@ mod tests {
         ) -> Result<Vec<PatchOperation>, AdmissionError> {
             self.log.lock().unwrap().push(self.name);
             recorder.warn(format!("{} ran", self.name));
-            Ok(vec![PatchOperation { op: PatchOp::Add, path: format!("/{}", self.name), value: true }])
+            Ok(vec![PatchOperation::set_true(format!("/{}", self.name), false)])
         }
     }
 

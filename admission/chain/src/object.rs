@@ -6,9 +6,10 @@
 use std::borrow::Cow;
 use std::fmt;
 
+use inline_guard_policy::INJECT_ANNOTATION;
 use inline_guard_policy::PodSpecView;
 use inline_guard_policy::pod_spec::{ContainerView, VolumeView, nullable, owned};
-use serde::de::DeserializeOwned;
+use serde::de::{DeserializeOwned, IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use sharedresource_api::projection::ProjectionSpec;
 
@@ -68,7 +69,7 @@ impl fmt::Display for PodSpecKind {
     }
 }
 
-/// The names in an object's `metadata`.
+/// The names in an object's `metadata`, and the one annotation admission reads.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct ObjectNames<'a> {
@@ -78,6 +79,45 @@ pub struct ObjectNames<'a> {
     pub generate_name: Option<Cow<'a, str>>,
     /// `metadata.namespace`.
     pub namespace: Option<Cow<'a, str>>,
+    /// `metadata.annotations["sharedresource.inlineguard.dev/inject"]`: the shares the pod asks
+    /// to have injected. The other annotations are skipped unread.
+    #[serde(rename = "annotations", deserialize_with = "inject_annotation")]
+    pub inject: Option<Cow<'a, str>>,
+}
+
+/// Reads `metadata.annotations` (a map of strings, or `null`) keeping only the value of
+/// [`INJECT_ANNOTATION`]; a repeated key keeps its last value, as a map would.
+fn inject_annotation<'de, 'a, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Cow<'a, str>>, D::Error> {
+    struct Annotations;
+    impl<'de> Visitor<'de> for Annotations {
+        type Value = Option<String>;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a map of annotations")
+        }
+        fn visit_none<E>(self) -> Result<Option<String>, E> {
+            Ok(None)
+        }
+        fn visit_unit<E>(self) -> Result<Option<String>, E> {
+            Ok(None)
+        }
+        fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Option<String>, D::Error> {
+            deserializer.deserialize_map(self)
+        }
+        fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Option<String>, M::Error> {
+            #[derive(Deserialize)]
+            struct Key<'k>(#[serde(borrow)] Cow<'k, str>);
+            let mut found = None;
+            while let Some(Key(key)) = map.next_key()? {
+                if key == INJECT_ANNOTATION {
+                    found = Some(map.next_value::<String>()?);
+                } else {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+            Ok(found)
+        }
+    }
+    Ok(deserializer.deserialize_option(Annotations)?.map(Cow::Owned))
 }
 
 /// A request's object as admission sees it.
@@ -91,6 +131,9 @@ pub struct AdmissionObject<'a> {
     pub spec: Option<PodSpecView<'a>>,
     /// A `SharedProjection`'s spec; `None` for every other resource.
     pub projection: Option<Box<ProjectionSpec>>,
+    /// A workload's pod template's injection annotation (a Pod's own is in `names`): see
+    /// [`AdmissionObject::injection`].
+    pub template_inject: Option<Cow<'a, str>>,
 }
 
 /// The object did not decode as the resource's kind.
@@ -138,6 +181,8 @@ struct SpecShape<'a> {
 #[derive(Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(default)]
 struct TemplateShape<'a> {
+    #[serde(deserialize_with = "nullable")]
+    metadata: ObjectNames<'a>,
     spec: Option<PodSpecView<'a>>,
 }
 
@@ -164,7 +209,13 @@ struct ProjectionObject<'a> {
 
 impl<'a> From<ProjectionObject<'a>> for AdmissionObject<'a> {
     fn from(object: ProjectionObject<'a>) -> AdmissionObject<'a> {
-        AdmissionObject { kind: None, names: object.metadata, spec: None, projection: object.spec.map(Box::new) }
+        AdmissionObject {
+            kind: None,
+            names: object.metadata,
+            spec: None,
+            projection: object.spec.map(Box::new),
+            template_inject: None,
+        }
     }
 }
 
@@ -184,24 +235,28 @@ struct NamesOnly<'a> {
 impl<'a> AdmissionObject<'a> {
     /// The object `shape` as a `kind` (`None`: a resource without pod spec).
     pub fn from_shape(kind: Option<PodSpecKind>, shape: ObjectShape<'a>) -> AdmissionObject<'a> {
-        let template_spec = |template: Option<Box<TemplateShape<'a>>>| template.and_then(|t| t.spec);
-        let spec = match kind {
-            None => None,
-            Some(PodSpecKind::Pod) => shape.spec.map(|s| PodSpecView {
-                volumes: s.volumes,
-                containers: s.containers,
-                init_containers: s.init_containers,
-                ephemeral_containers: s.ephemeral_containers,
-                runtime_class_name: s.runtime_class_name,
-                service_account_name: s.service_account_name,
-            }),
-            Some(PodSpecKind::PodTemplate) => template_spec(shape.template),
-            Some(PodSpecKind::CronJob) => {
-                template_spec(shape.spec.and_then(|s| s.job_template).and_then(|j| j.spec).and_then(|j| j.template))
+        let names = shape.metadata;
+        let template = match kind {
+            None => return AdmissionObject { kind, names, ..AdmissionObject::default() },
+            Some(PodSpecKind::Pod) => {
+                let spec = shape.spec.map(|s| PodSpecView {
+                    volumes: s.volumes,
+                    containers: s.containers,
+                    init_containers: s.init_containers,
+                    ephemeral_containers: s.ephemeral_containers,
+                    runtime_class_name: s.runtime_class_name,
+                    service_account_name: s.service_account_name,
+                });
+                return AdmissionObject { kind, names, spec, ..AdmissionObject::default() };
             }
-            Some(_) => template_spec(shape.spec.and_then(|s| s.template)),
+            Some(PodSpecKind::PodTemplate) => shape.template,
+            Some(PodSpecKind::CronJob) => {
+                shape.spec.and_then(|s| s.job_template).and_then(|j| j.spec).and_then(|j| j.template)
+            }
+            Some(_) => shape.spec.and_then(|s| s.template),
         };
-        AdmissionObject { kind, names: shape.metadata, spec, projection: None }
+        let (template_inject, spec) = template.map(|t| (t.metadata.inject, t.spec)).unwrap_or_default();
+        AdmissionObject { kind, names, spec, projection: None, template_inject }
     }
 
     /// Decodes JSON text as the object of `resource`.
@@ -223,7 +278,7 @@ impl<'a> AdmissionObject<'a> {
             None => {
                 let names: NamesOnly<'a> =
                     decode(None, || serde_json::from_str(json), &mut serde_json::Deserializer::from_str(json))?;
-                Ok(AdmissionObject { kind: None, names: names.metadata, spec: None, projection: None })
+                Ok(AdmissionObject { kind: None, names: names.metadata, ..AdmissionObject::default() })
             }
         }
     }
@@ -242,7 +297,7 @@ impl<'a> AdmissionObject<'a> {
             }
             None => {
                 let names: NamesOnly<'a> = decode(None, || NamesOnly::deserialize(value), value)?;
-                Ok(AdmissionObject { kind: None, names: names.metadata, spec: None, projection: None })
+                Ok(AdmissionObject { kind: None, names: names.metadata, ..AdmissionObject::default() })
             }
         }
     }
@@ -257,9 +312,20 @@ impl<'a> AdmissionObject<'a> {
                 name: names.name.map(owned),
                 generate_name: names.generate_name.map(owned),
                 namespace: names.namespace.map(owned),
+                inject: names.inject.map(owned),
             },
             spec: self.spec.map(PodSpecView::into_owned),
             projection: self.projection,
+            template_inject: self.template_inject.map(owned),
+        }
+    }
+
+    /// The share injection annotation of the pod this object is, or makes: a Pod's own, a
+    /// workload's pod template's. `None` for every other resource.
+    pub fn injection(&self) -> Option<&str> {
+        match self.kind? {
+            PodSpecKind::Pod => self.names.inject.as_deref(),
+            _ => self.template_inject.as_deref(),
         }
     }
 
@@ -325,6 +391,37 @@ mod tests {
             let value: serde_json::Value = serde_json::from_str(&json).unwrap();
             assert_eq!(AdmissionObject::from_value(&resource, &value).unwrap(), object);
         }
+    }
+
+    #[test]
+    fn the_injection_annotation_is_the_pods_own_or_its_templates() {
+        let annotated = |value: &str| json!({"sharedresource.inlineguard.dev/inject": value, "other": "x"});
+        let pod = json!({"metadata": {"annotations": annotated("sharedsecret/a:/a")}, "spec": {}});
+        let deployment = json!({"metadata": {"annotations": annotated("sharedsecret/own:/own")}, "spec": {
+            "template": {"metadata": {"annotations": annotated("sharedsecret/b:/b")}, "spec": {}}}});
+        let cronjob = json!({"spec": {"jobTemplate": {"spec": {"template": {
+            "metadata": {"annotations": annotated("sharedsecret/c:/c")}, "spec": {}}}}}});
+        let plain = json!({"metadata": {"annotations": null}, "spec": {"template": {"metadata": null}}});
+        let cases = [
+            ("", "pods", pod, Some("sharedsecret/a:/a")),
+            ("apps", "deployments", deployment, Some("sharedsecret/b:/b")),
+            ("batch", "cronjobs", cronjob, Some("sharedsecret/c:/c")),
+            ("apps", "deployments", plain, None),
+        ];
+        for (group, resource, value, wanted) in cases {
+            let resource = GroupVersionResource::v1(group, resource);
+            let from_value = AdmissionObject::from_value(&resource, &value).unwrap();
+            let from_json = AdmissionObject::from_json(&resource, &value.to_string()).unwrap();
+            assert_eq!(from_value.injection(), wanted, "{value}");
+            assert_eq!(from_json, from_value);
+            assert_eq!(from_json.clone().into_owned(), from_json);
+        }
+        let error = AdmissionObject::from_value(
+            &GroupVersionResource::v1("", "pods"),
+            &json!({"metadata": {"annotations": {"sharedresource.inlineguard.dev/inject": 7}}}),
+        )
+        .unwrap_err();
+        assert!(error.field.starts_with("metadata.annotations"), "{error}");
     }
 
     #[test]

@@ -8,12 +8,15 @@
 //! validating chain's read-only check (`inline_guard_policy::read_only_check`) turns that into a
 //! denial naming this generator instead of a silent gap.
 //!
-//! The validating webhooks keep one static condition (the object has an inline CSI volume).
+//! The share injection webhook is called only for a pod carrying the injection annotation. The
+//! validating webhooks keep one static condition (the object has an inline CSI volume, or the
+//! annotation).
 //! Narrowing them to namespaces whose labels could be violated is not expressible: webhook
 //! `matchConditions` see no `namespaceObject`, and a `namespaceSelector` cannot say "any of six
 //! labels is set" without splitting each webhook in several, which would change the webhook name
 //! that prefixes every audit annotation users query.
 
+use inline_guard_policy::INJECT_ANNOTATION;
 use inline_guard_policy::settings::ReadOnlyDrivers;
 use serde::Serialize;
 
@@ -25,6 +28,8 @@ pub const SERVICE_NAME: &str = "csi-volume-admission";
 pub const CONFIGURATION_NAME: &str = "csi-volume-admission";
 /// The mutating webhook's name.
 pub const READ_ONLY_WEBHOOK: &str = "read-only.csi-volume-admission.inlineguard.dev";
+/// The share injection webhook's name.
+pub const INJECTION_WEBHOOK: &str = "inject.csi-volume-admission.inlineguard.dev";
 /// The SharedProjection webhook's name.
 pub const PROJECTIONS_WEBHOOK: &str = "sharedprojections.csi-volume-admission.inlineguard.dev";
 
@@ -35,9 +40,9 @@ const HEADER: &str = "\
 # it). Regenerate it whenever readOnlyDrivers changes: until then, pods of a newly listed driver
 # are refused by the validating webhook instead of being forced read-only.
 #
-# Only objects with inline CSI volumes are sent, so the webhooks are off the path of every other
-# pod; /mutate is called only for pods with a volume of a read-only driver that is not read-only
-# yet. failurePolicy Fail: when the webhook cannot answer, nothing that might be denied is
+# Only objects with inline CSI volumes, or the share injection annotation, are sent, so the
+# webhooks are off the path of every other pod; /mutate is called only for pods with that
+# annotation or a volume of a read-only driver that is not read-only yet. failurePolicy Fail: when the webhook cannot answer, nothing that might be denied is
 # admitted. The one exception is SharedProjections (failurePolicy Ignore): the driver checks
 # their spec again at every mount. caBundle is injected by cert-manager (or set to the base64 CA
 # by hand).
@@ -149,17 +154,48 @@ fn webhook(name: &'static str, path: &'static str, rules: Vec<Rule>, conditions:
     }
 }
 
-/// `has inline CSI volumes`, for a pod spec found at `spec` (a CEL path below `object`), each
-/// step guarded by `has()` because workloads may omit any level of their template.
-fn has_csi_volumes(spec_steps: &[&str]) -> MatchCondition {
+/// `object.<steps>`, each step guarded by `has()` because workloads may omit any level of their
+/// template: the guards, and the path they lead to.
+fn guarded(steps: &[&str]) -> (Vec<String>, String) {
     let mut path = String::from("object");
     let mut guards = Vec::new();
-    for step in spec_steps.iter().chain(&["volumes"]) {
+    for step in steps {
         path = format!("{path}.{step}");
         guards.push(format!("has({path})"));
     }
-    guards.push(format!("{path}.exists(v, has(v.csi))"));
-    MatchCondition { name: "has-inline-csi-volumes", expression: guards.join(" && ") }
+    (guards, path)
+}
+
+/// The pod's metadata is a sibling of its spec, at `spec_steps` with the last step `metadata`.
+fn metadata_steps<'s>(spec_steps: &[&'s str]) -> Vec<&'s str> {
+    let mut steps = spec_steps.to_vec();
+    steps.pop();
+    steps.push("metadata");
+    steps
+}
+
+/// The pod's metadata carries the share injection annotation.
+fn injection_expression(spec_steps: &[&str]) -> String {
+    let (mut guards, annotations) = guarded(&[metadata_steps(spec_steps), vec!["annotations"]].concat());
+    guards.push(format!("{} in {annotations}", cel_string(INJECT_ANNOTATION)));
+    guards.join(" && ")
+}
+
+/// `has inline CSI volumes, or asks for shares by annotation`, for a pod spec found at `spec`
+/// (a CEL path below `object`). The annotation matters on its own: a workload's template is
+/// judged as its pods will be injected, and a pod the injection webhook missed is refused.
+fn has_csi_volumes(spec_steps: &[&str]) -> MatchCondition {
+    let (mut guards, volumes) = guarded(&[spec_steps, &["volumes"]].concat());
+    guards.push(format!("{volumes}.exists(v, has(v.csi))"));
+    MatchCondition {
+        name: "has-inline-csi-volumes-or-share-injection",
+        expression: format!("({}) || ({})", guards.join(" && "), injection_expression(spec_steps)),
+    }
+}
+
+/// The share injection webhook's condition: the pod carries the annotation.
+pub fn injection_condition() -> MatchCondition {
+    MatchCondition { name: "has-share-injection-annotation", expression: injection_expression(&["spec"]) }
 }
 
 /// A CEL string literal for `text`: double-quoted, with quotes, backslashes and control
@@ -246,12 +282,15 @@ fn validating() -> Configuration {
     configuration("ValidatingWebhookConfiguration", webhooks)
 }
 
+/// Share injection first, then read-only forcing (the in-process chain's order), each
+/// reinvoked when a later webhook changes the pod: a sidecar added after injection gets its
+/// mounts too. With no driver to force, only injection remains.
 fn mutating(drivers: &ReadOnlyDrivers) -> Configuration {
-    // With no driver to force, no pod needs /mutate: the configuration stays (so applying it
-    // replaces an older one) but holds no webhook.
-    let webhooks = if drivers.0.is_empty() {
-        Vec::new()
-    } else {
+    let mut injection =
+        webhook(INJECTION_WEBHOOK, "/mutate", vec![rule("", CREATE, &["pods"])], vec![injection_condition()]);
+    injection.reinvocation_policy = Some("IfNeeded");
+    let mut webhooks = vec![injection];
+    if !drivers.0.is_empty() {
         let mut read_only = webhook(
             READ_ONLY_WEBHOOK,
             "/mutate",
@@ -259,8 +298,8 @@ fn mutating(drivers: &ReadOnlyDrivers) -> Configuration {
             vec![read_only_condition(drivers)],
         );
         read_only.reinvocation_policy = Some("IfNeeded");
-        vec![read_only]
-    };
+        webhooks.push(read_only);
+    }
     configuration("MutatingWebhookConfiguration", webhooks)
 }
 

@@ -1,6 +1,7 @@
 //! The CSIVolumeAdmission decision core: plain data in (namespace labels, CSIDriver labels, a pod
-//! spec), a verdict and a read-only patch out; and the shared-resource driver's volume rules on a
-//! pod spec (`shared_volumes`). No I/O, no async, no logging.
+//! spec), a verdict and a read-only patch out; the shared-resource driver's volume rules on a pod
+//! spec (`shared_volumes`); and the shares a pod asks for by annotation (`share_injection`). No
+//! I/O, no async, no logging.
 //!
 //! The hosts (the in-process chain, the webhook, `check`) look facts up and pass them in; this crate
 //! only decides.
@@ -16,6 +17,7 @@ pub mod pod_spec;
 pub mod read_only;
 pub mod read_only_check;
 pub mod settings;
+pub mod share_injection;
 pub mod shared_volumes;
 pub mod verdict;
 
@@ -28,6 +30,9 @@ pub use pod_spec::{ContainerView, CsiVolumeView, PodSpecView, VolumeMountView, V
 pub use read_only::{ContainerList, MountScope, WritablePlace, force_read_only, writable_places};
 pub use read_only_check::{not_forced_message, writable_read_only_volumes};
 pub use settings::{Defaults, Exemptions, PolicySettings, ReadOnlyDrivers};
+pub use share_injection::{
+    INJECT_ANNOTATION, InjectEntry, InjectSource, InjectionPlan, not_injected_message, parse_injection, plan_injection,
+};
 pub use shared_volumes::{SharedVolume, refusal_message, shared_volumes};
 pub use verdict::{Subject, SubjectKind, Verdict, evaluate};
 

@@ -1,5 +1,6 @@
 //! The parts of a pod spec that inline-volume admission reads (volumes, their CSI sources and
-//! attributes, the runtime class) and read-only forcing writes (`readOnly` on volumes and mounts). Decoding only
+//! attributes, the runtime class, mount paths) and the mutating plugins write (`readOnly` on volumes
+//! and mounts, injected volumes and mounts). Decoding only
 //! these parts, skipping the rest without allocating, is what keeps a webhook answer within a few
 //! microseconds; kube-apiserver has already validated the whole object before it calls a webhook.
 //! Field names and JSON spellings are those of `core/v1` PodSpec.
@@ -74,6 +75,8 @@ pub struct ContainerView<'a> {
 pub struct VolumeMountView<'a> {
     /// `name`: the volume mounted.
     pub name: Cow<'a, str>,
+    /// `mountPath`: where share injection looks for a path already taken.
+    pub mount_path: Cow<'a, str>,
     /// `readOnly`.
     pub read_only: Option<bool>,
 }
@@ -123,7 +126,11 @@ impl ContainerView<'_> {
             volume_mounts: self
                 .volume_mounts
                 .into_iter()
-                .map(|mount| VolumeMountView { name: owned(mount.name), read_only: mount.read_only })
+                .map(|mount| VolumeMountView {
+                    name: owned(mount.name),
+                    mount_path: owned(mount.mount_path),
+                    read_only: mount.read_only,
+                })
                 .collect(),
         }
     }
@@ -166,7 +173,11 @@ mod tests {
                 ],
                 containers: vec![ContainerView {
                     name: "app".into(),
-                    volume_mounts: vec![VolumeMountView { name: "v".into(), read_only: Some(false) }],
+                    volume_mounts: vec![VolumeMountView {
+                        name: "v".into(),
+                        mount_path: "/v".into(),
+                        read_only: Some(false),
+                    }],
                 }],
                 init_containers: vec![],
                 ephemeral_containers: vec![],
@@ -199,7 +210,8 @@ mod tests {
         assert!(matches!(owned.containers[0].volume_mounts[0].name, Cow::Owned(_)));
 
         fn borrowed_again() -> PodSpecView<'static> {
-            let mount = |name: &'static str, read_only| VolumeMountView { name: name.into(), read_only };
+            let mount =
+                |name: &'static str, read_only| VolumeMountView { name: name.into(), read_only, ..Default::default() };
             PodSpecView {
                 volumes: vec![VolumeView {
                     name: "v".into(),

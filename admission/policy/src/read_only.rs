@@ -52,7 +52,7 @@ impl ContainerList {
         }
     }
 
-    fn of_mut<'s, 'a>(self, spec: &'s mut PodSpecView<'a>) -> &'s mut [ContainerView<'a>] {
+    pub(crate) fn of_mut<'s, 'a>(self, spec: &'s mut PodSpecView<'a>) -> &'s mut [ContainerView<'a>] {
         match self {
             ContainerList::Containers => &mut spec.containers,
             ContainerList::InitContainers => &mut spec.init_containers,
@@ -167,7 +167,7 @@ mod tests {
     }
 
     fn mount(name: &str, read_only: Option<bool>) -> VolumeMountView<'_> {
-        VolumeMountView { name: name.into(), read_only }
+        VolumeMountView { name: name.into(), read_only, ..Default::default() }
     }
 
     fn container<'a>(name: &'a str, mounts: Vec<VolumeMountView<'a>>) -> ContainerView<'a> {
@@ -175,7 +175,7 @@ mod tests {
     }
 
     fn op(op: PatchOp, path: &str) -> PatchOperation {
-        PatchOperation { op, path: path.into(), value: true }
+        PatchOperation { op, path: path.into(), value: crate::patch::PatchValue::Bool(true) }
     }
 
     fn sample() -> PodSpecView<'static> {

@@ -67,7 +67,11 @@ mod tests {
             name: name.into(),
             volume_mounts: mounts
                 .iter()
-                .map(|(volume, read_only)| VolumeMountView { name: (*volume).into(), read_only: *read_only })
+                .map(|(volume, read_only)| VolumeMountView {
+                    name: (*volume).into(),
+                    read_only: *read_only,
+                    ..Default::default()
+                })
                 .collect(),
         }
     }

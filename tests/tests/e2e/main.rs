@@ -128,6 +128,10 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
             Box::new(|s| Box::pin(node::webhooks_refuse_one_pod_and_patch_another_that_runs(s))),
         ),
         (
+            "node::an_annotated_pod_gets_its_share_injected_and_reads_it",
+            Box::new(|s| Box::pin(node::an_annotated_pod_gets_its_share_injected_and_reads_it(s))),
+        ),
+        (
             "node::pod_without_access_waits_and_starts_once_granted",
             Box::new(|s| Box::pin(node::pod_without_access_waits_and_starts_once_granted(s))),
         ),

@@ -6,6 +6,8 @@
 
 use std::time::{Duration, Instant};
 
+use inline_guard_config::webhook_configurations::READ_ONLY_WEBHOOK;
+use inline_guard_policy::INJECT_ANNOTATION;
 use inline_guard_tests::repo_root;
 use inline_guard_tests::webhook::{WebhookServer, generated_configurations, register, register_configurations};
 use serde_json::{Value, json};
@@ -87,6 +89,11 @@ pub async fn only_objects_with_csi_volumes_are_sent(suite: &Suite) -> Outcome {
     let writable = calls_during(&server, created(admin, namespace, &writable)).await?;
     let read_only = pod_with_read_only("read-only", SHARED_RESOURCE_DRIVER, Some(true), Some(true));
     let read_only = calls_during(&server, created(admin, namespace, &read_only)).await?;
+    // No volume at all, one share asked for by annotation: injected (read-only already, so the
+    // read-only webhook is not called after it), then validated.
+    let mut annotated = pod("annotated", &[]);
+    annotated["metadata"]["annotations"] = json!({INJECT_ANNOTATION: "sharedconfigmap/cluster-ca:/etc/ca"});
+    let annotated = calls_during(&server, created(admin, namespace, &annotated)).await?;
     registration.remove().await?;
     drop(server);
 
@@ -95,6 +102,7 @@ pub async fn only_objects_with_csi_volumes_are_sent(suite: &Suite) -> Outcome {
         ("a pod with a volume of an unlisted driver", unlisted, (1, 0)),
         ("a pod with a writable volume of the read-only driver", writable, (1, 1)),
         ("a pod whose read-only driver volume and mount are read-only already", read_only, (1, 0)),
+        ("a pod without volumes asking for a share by annotation", annotated, (1, 1)),
     ];
     let mut wrong = Vec::new();
     for (what, (validate, mutate), expected) in counted {
@@ -261,7 +269,11 @@ pub async fn generated_conditions_change_no_answer(suite: &Suite) -> Outcome {
     let generated = generated_configurations(&server.config)?;
     let mut broad = generated.clone();
     let has_csi = broad[0]["webhooks"][0]["matchConditions"].clone();
-    broad[1]["webhooks"][0]["matchConditions"] = has_csi;
+    let read_only = broad[1]["webhooks"]
+        .as_array_mut()
+        .and_then(|webhooks| webhooks.iter_mut().find(|w| w["name"] == READ_ONLY_WEBHOOK))
+        .ok_or("no read-only webhook generated")?;
+    read_only["matchConditions"] = has_csi;
     let labels =
         [("pod-security.kubernetes.io/enforce", "baseline"), ("pod-security.kubernetes.io/warn", "restricted")];
     let mut registrations = Vec::new();

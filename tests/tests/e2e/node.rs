@@ -434,6 +434,47 @@ pub async fn webhooks_refuse_one_pod_and_patch_another_that_runs(suite: &Suite) 
     Ok(())
 }
 
+/// Share injection on the node: a pod with no volume at all, annotated
+/// `sharedresource.inlineguard.dev/inject: sharedsecret/<share>:/shared`, is admitted with the
+/// injected read-only volume and mount (its service account granted `use`), runs, reads the
+/// share's file and is refused its write; deleted, nothing is left. This is also the issue's
+/// "granted → admitted and Running": admission asked RBAC (SharedResourceAdmission) and the
+/// driver asked again at mount.
+pub async fn an_annotated_pod_gets_its_share_injected_and_reads_it(suite: &Suite) -> Outcome {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let node = node(suite)?;
+    let namespace = "node-injected";
+    create_namespace(&suite.admin, namespace, "shared", &[]).await?;
+    share(suite, namespace, "node-injected", "injected and read").await?;
+    let mut pod = reader_pod(node, "injected", "node-injected", Some(true));
+    pod["spec"].as_object_mut().map(|spec| spec.remove("volumes"));
+    pod["spec"]["containers"][0].as_object_mut().map(|container| container.remove("volumeMounts"));
+    pod["metadata"]["annotations"] =
+        json!({"sharedresource.inlineguard.dev/inject": "sharedsecret/node-injected:/shared"});
+    let pod = create_pod(suite, namespace, &pod).await?;
+    let spec = pod.spec.as_ref().ok_or("the stored pod has no spec")?;
+    let volume = spec.volumes.iter().flatten().find(|v| v.name == "inject-secret-node-injected");
+    let csi = volume.and_then(|v| v.csi.as_ref());
+    let mount =
+        spec.containers[0].volume_mounts.iter().flatten().find(|m| m.name == "inject-secret-node-injected").cloned();
+    let injected = csi.is_some_and(|csi| {
+        csi.driver == SHARED_RESOURCE_DRIVER
+            && csi.read_only == Some(true)
+            && csi.volume_attributes.as_ref().and_then(|a| a.get("sharedSecret")).map(String::as_str)
+                == Some("node-injected")
+    }) && mount.as_ref().is_some_and(|m| m.mount_path == "/shared" && m.read_only == Some(true));
+    if !injected {
+        return Err(format!("the stored pod lacks the injected volume or mount: volume {csi:?}, mount {mount:?}"));
+    }
+    let (write, _) =
+        first_content_and_refused_writes(node, namespace, "injected", "content: injected and read").await?;
+    volume_present(node, &uid(&pod))?;
+    delete_and_wait(suite, namespace, "injected").await?;
+    nothing_left(node, &uid(&pod))?;
+    println!("annotated pod: injected volume and mount stored, ran, read the share, write refused ({write})");
+    Ok(())
+}
+
 /// Scenario 6: the driver is SIGKILLed while a pod runs: the container keeps reading its files; the
 /// driver comes back, and the pod's deletion still unpublishes cleanly.
 pub async fn driver_killed_under_a_running_pod_which_still_reads_and_unpublishes(suite: &Suite) -> Outcome {

@@ -4,7 +4,8 @@
 //! the driver refuses, a pod naming a share that does not exist, a pod whose service account RBAC
 //! does not let `use` its share; a workload with such a template is admitted with the same words
 //! as a warning, and admitted pods follow once the RoleBinding exists. A burst of 100 pods asks
-//! RBAC a handful of times, counted at the webhook.
+//! RBAC a handful of times, counted at the webhook. Shares asked for by annotation are injected,
+//! and judged like written ones.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -203,5 +204,90 @@ async fn access_is_checked_at_creation(suite: &Suite) -> Outcome {
             "a burst of 100 pods over {elapsed:?} asked {asked} SubjectAccessReviews (at most {bound})"
         ));
     }
+    shares_are_injected_by_annotation(suite).await
+}
+
+const INJECTION_WEBHOOK: &str = "inject.csi-volume-admission.inlineguard.dev";
+
+/// A pod of service account `account` with one container mounting a scratch volume at `/data`,
+/// asking for `annotation` to be injected.
+fn annotated(name: &str, account: &str, annotation: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": name, "annotations": {"sharedresource.inlineguard.dev/inject": annotation}},
+           "spec": {"serviceAccountName": account, "containers": [{"name": "app", "image": "busybox",
+                    "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+                    "volumes": [{"name": "data", "emptyDir": {}}]}})
+}
+
+/// The injection webhook through the real apiserver (dry-run creates, the answers the client
+/// sees): an annotated pod is admitted with the volume and mount; a pod that already has them is
+/// admitted unchanged (one volume, one mount: injecting is idempotent); a malformed entry and a
+/// taken mount path are refused by the injection webhook naming them; the injected share is then
+/// judged like a written one (an account without `use` is refused by the pods webhook); a
+/// Deployment whose template asks for a missing share is warned.
+async fn shares_are_injected_by_annotation(suite: &Suite) -> Outcome {
+    let admin = &suite.admin;
+    let path = pods_path(NAMESPACE);
+    let answer = create(admin, &path, &annotated("injected", "app", "sharedsecret/rules-db:/etc/db"), true).await?;
+    expect("an annotated pod", &answer, 201, "")?;
+    let volume = json!({"name": "inject-secret-rules-db", "csi": {"driver": SHARED_RESOURCE_DRIVER, "readOnly": true,
+                        "volumeAttributes": {"sharedSecret": "rules-db"}}});
+    let mount = json!({"name": "inject-secret-rules-db", "mountPath": "/etc/db", "readOnly": true});
+    let has =
+        |list: &Value, wanted: &Value| list.as_array().into_iter().flatten().filter(|item| *item == wanted).count();
+    let (volumes, mounts) = (&answer.body["spec"]["volumes"], &answer.body["spec"]["containers"][0]["volumeMounts"]);
+    if has(volumes, &volume) != 1 || has(mounts, &mount) != 1 {
+        return Err(format!("the annotated pod was not injected once: volumes {volumes}, mounts {mounts}"));
+    }
+
+    let mut injected_already = annotated("again", "app", "sharedsecret/rules-db:/etc/db");
+    injected_already["spec"]["volumes"].as_array_mut().ok_or("no volumes")?.push(volume.clone());
+    injected_already["spec"]["containers"][0]["volumeMounts"].as_array_mut().ok_or("no mounts")?.push(mount.clone());
+    let answer = create(admin, &path, &injected_already, true).await?;
+    expect("a pod injected already", &answer, 201, "")?;
+    let (volumes, mounts) = (&answer.body["spec"]["volumes"], &answer.body["spec"]["containers"][0]["volumeMounts"]);
+    if has(volumes, &volume) != 1 || has(mounts, &mount) != 1 {
+        return Err(format!("injecting twice changed the pod: volumes {volumes}, mounts {mounts}"));
+    }
+
+    let prefix = "annotation \"sharedresource.inlineguard.dev/inject\": entry";
+    let malformed = create(admin, &path, &annotated("malformed", "app", "secret/rules-db:/etc/db"), true).await?;
+    let message = format!(
+        "malformed: {prefix} \"secret/rules-db:/etc/db\": kind \"secret\" is not one of \"sharedsecret\", \"sharedconfigmap\", \"projection\""
+    );
+    expect("a malformed annotation", &malformed, 422, &denied_by(INJECTION_WEBHOOK, &message))?;
+    let taken = create(admin, &path, &annotated("taken", "app", "sharedsecret/rules-db:/data"), true).await?;
+    let message = format!(
+        "taken: {prefix} \"sharedsecret/rules-db:/data\": container \"app\" already mounts volume \"data\" at \"/data\""
+    );
+    expect("a mount path already taken", &taken, 422, &denied_by(INJECTION_WEBHOOK, &message))?;
+
+    let stranger =
+        create(admin, &path, &annotated("stranger", "default", "sharedsecret/rules-db:/etc/db"), true).await?;
+    let message = format!(
+        "stranger has volumes the shared-resource driver would refuse at mount: volume \"inject-secret-rules-db\": \
+         service account {NAMESPACE}/default may not use SharedSecret \"rules-db\": grant it the verb \"use\" on \
+         sharedsecrets.sharedresource.inlineguard.dev \"rules-db\" (a Role and RoleBinding in namespace {NAMESPACE})"
+    );
+    expect("an injected share the account may not use", &stranger, 403, &denied_by(POD_WEBHOOK, &message))?;
+
+    let mut workload = deployment("asks", &[]);
+    workload["spec"]["template"] = json!({"metadata": {"labels": {"app": "asks"},
+        "annotations": {"sharedresource.inlineguard.dev/inject": "sharedsecret/rules-absent:/etc/absent"}},
+        "spec": annotated("asks", "app", "")["spec"].clone()});
+    let answer = create(admin, &deployments_path(NAMESPACE), &workload, true).await?;
+    expect("a deployment asking for a missing share", &answer, 201, "")?;
+    let warning = "asks has volumes the shared-resource driver would refuse at mount: volume \"inject-secret-rules-absent\": \
+                   SharedSecret \"rules-absent\" not found";
+    if !answer.warnings.iter().any(|w| w == warning) {
+        return Err(format!("{WORKLOAD_WEBHOOK}: expected the warning {warning:?}, got {:?}", answer.warnings));
+    }
+    let template = &answer.body["spec"]["template"]["spec"]["volumes"];
+    if template.as_array().is_none_or(|volumes| volumes.len() != 1) {
+        return Err(format!("the Deployment's template was changed: volumes {template}"));
+    }
+    println!(
+        "share injection: injected once, idempotent, malformed and taken refused, injected share judged, workload warned"
+    );
     Ok(())
 }

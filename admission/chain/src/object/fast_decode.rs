@@ -5,6 +5,7 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
+use inline_guard_policy::INJECT_ANNOTATION;
 use inline_guard_policy::pod_spec::{ContainerView, CsiVolumeView, PodSpecView, VolumeMountView, VolumeView};
 
 use super::{JobSpecShape, JobTemplateShape, ObjectNames, ObjectShape, SpecShape, TemplateShape};
@@ -36,14 +37,35 @@ fn boxed<'a, T>(read: impl Fn(&mut JsonCursor<'a>) -> Step<T>) -> impl Fn(&mut J
 }
 
 fn object_names<'a>(cursor: &mut JsonCursor<'a>) -> Step<ObjectNames<'a>> {
-    let (mut name, mut generate_name, mut namespace) = (None, None, None);
+    let (mut name, mut generate_name, mut namespace, mut inject) = (None, None, None, None);
     cursor.object(|cursor, key| match key {
         "name" => once(&mut name, cursor.optional(JsonCursor::string)?),
         "generateName" => once(&mut generate_name, cursor.optional(JsonCursor::string)?),
         "namespace" => once(&mut namespace, cursor.optional(JsonCursor::string)?),
+        "annotations" => once(&mut inject, cursor.optional(inject_annotation)?),
         _ => cursor.skip(),
     })?;
-    Ok(ObjectNames { name: name.flatten(), generate_name: generate_name.flatten(), namespace: namespace.flatten() })
+    Ok(ObjectNames {
+        name: name.flatten(),
+        generate_name: generate_name.flatten(),
+        namespace: namespace.flatten(),
+        inject: inject.flatten().flatten(),
+    })
+}
+
+/// The value of the injection annotation in `metadata.annotations`, the others skipped; a
+/// repeated key keeps its last value, as serde's map does.
+fn inject_annotation<'a>(cursor: &mut JsonCursor<'a>) -> Step<Option<Cow<'a, str>>> {
+    let mut found = None;
+    cursor.object(|cursor, key| {
+        if key == INJECT_ANNOTATION {
+            found = Some(cursor.string()?);
+            Ok(())
+        } else {
+            cursor.skip()
+        }
+    })?;
+    Ok(found)
 }
 
 /// The six fields a Pod's `spec` and a template's `spec` share.
@@ -112,7 +134,13 @@ fn spec_shape<'a>(cursor: &mut JsonCursor<'a>) -> Step<SpecShape<'a>> {
 }
 
 fn template_shape<'a>(cursor: &mut JsonCursor<'a>) -> Step<TemplateShape<'a>> {
-    Ok(TemplateShape { spec: sole_member(cursor, "spec", pod_spec)? })
+    let (mut metadata, mut spec) = (None, None);
+    cursor.object(|cursor, key| match key {
+        "metadata" => once(&mut metadata, cursor.optional(object_names)?.unwrap_or_default()),
+        "spec" => once(&mut spec, cursor.optional(pod_spec)?),
+        _ => cursor.skip(),
+    })?;
+    Ok(TemplateShape { metadata: metadata.unwrap_or_default(), spec: spec.flatten() })
 }
 
 fn job_template_shape<'a>(cursor: &mut JsonCursor<'a>) -> Step<JobTemplateShape<'a>> {
@@ -194,11 +222,16 @@ fn container<'a>(cursor: &mut JsonCursor<'a>) -> Step<ContainerView<'a>> {
 }
 
 fn volume_mount<'a>(cursor: &mut JsonCursor<'a>) -> Step<VolumeMountView<'a>> {
-    let (mut name, mut read_only) = (None, None);
+    let (mut name, mut mount_path, mut read_only) = (None, None, None);
     cursor.object(|cursor, key| match key {
         "name" => once(&mut name, cursor.string()?),
+        "mountPath" => once(&mut mount_path, cursor.string()?),
         "readOnly" => once(&mut read_only, cursor.optional(JsonCursor::bool)?),
         _ => cursor.skip(),
     })?;
-    Ok(VolumeMountView { name: name.unwrap_or_default(), read_only: read_only.flatten() })
+    Ok(VolumeMountView {
+        name: name.unwrap_or_default(),
+        mount_path: mount_path.unwrap_or_default(),
+        read_only: read_only.flatten(),
+    })
 }

@@ -3,6 +3,7 @@
 pub mod csi_volume_admission;
 pub mod read_only_check;
 pub mod read_only_forcing;
+pub mod share_injection;
 pub mod shared_resource_admission;
 
 use std::sync::Arc;
@@ -12,22 +13,24 @@ use inline_guard_policy::PolicySettings;
 pub use csi_volume_admission::CsiVolumeAdmission;
 pub use read_only_check::ReadOnlyCheck;
 pub use read_only_forcing::ReadOnlyForcing;
+pub use share_injection::ShareInjection;
 pub use shared_resource_admission::SharedResourceAdmission;
 
 use crate::chain::Chain;
 use crate::facts::ClusterFacts;
 use crate::share_facts::ShareFacts;
 
-/// The chain the webhook server and `check` both run: read-only forcing (mutating), then
-/// CSIVolumeAdmission, the read-only check and SharedResourceAdmission (validating), so a pod
-/// forcing missed is refused after the policy's own verdict, and the driver's own rules come
-/// last.
+/// The chain the webhook server and `check` both run: share injection and read-only forcing
+/// (mutating), then CSIVolumeAdmission, the read-only check and SharedResourceAdmission
+/// (validating), so injected volumes are judged like written ones, a pod forcing missed is
+/// refused after the policy's own verdict, and the driver's own rules come last.
 pub fn standard_chain(
     settings: Arc<PolicySettings>,
     facts: Arc<dyn ClusterFacts>,
     share_facts: Arc<dyn ShareFacts>,
 ) -> Chain {
     Chain::new()
+        .with_mutating(Arc::new(ShareInjection))
         .with_mutating(Arc::new(ReadOnlyForcing::new(settings.clone())))
         .with_validating(Arc::new(CsiVolumeAdmission::new(settings.clone(), facts)))
         .with_validating(Arc::new(ReadOnlyCheck::new(settings)))
@@ -46,7 +49,8 @@ mod tests {
     #[test]
     fn each_plugin_has_its_registered_name_and_sees_only_its_operations() {
         let settings = Arc::new(PolicySettings::default());
-        let plugins: [(&dyn Handler, &str, [bool; 4]); 4] = [
+        let plugins: [(&dyn Handler, &str, [bool; 4]); 5] = [
+            (&ShareInjection, "inlineguard.dev/ShareInjection", [true, false, false, false]),
             (&ReadOnlyForcing::new(settings.clone()), "inlineguard.dev/ReadOnlyForcing", [true, true, false, false]),
             (
                 &CsiVolumeAdmission::new(settings.clone(), Arc::new(StaticClusterFacts::new())),

@@ -73,7 +73,6 @@ impl MutationInterface for ReadOnlyForcing {
 #[cfg(test)]
 mod tests {
     use futures_executor::block_on;
-    use inline_guard_policy::patch::PatchOp;
     use inline_guard_policy::settings::SHARED_RESOURCE_DRIVER;
     use serde_json::{Value, json};
 
@@ -126,7 +125,7 @@ mod tests {
     }
 
     fn forced(path: &str) -> PatchOperation {
-        PatchOperation { op: PatchOp::Add, path: path.into(), value: true }
+        PatchOperation::set_true(path.into(), false)
     }
 
     #[test]

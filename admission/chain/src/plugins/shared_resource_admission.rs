@@ -6,13 +6,16 @@
 //! made, so a Deployment created before its RoleBinding is not lost. A lookup that fails (the
 //! apiserver down or slow) admits with a warning and an audit annotation: the driver checks
 //! again at every mount, so availability wins here. A `SharedProjection` that the driver's
-//! `check_spec` refuses is denied on create and update.
+//! `check_spec` refuses is denied on create and update. Shares asked for by annotation are judged
+//! as the injected volumes they become (see [`with_injection`]).
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use futures_util::future::{join, join_all};
-use inline_guard_policy::{refusal_message, shared_volumes};
+use inline_guard_policy::{
+    PodSpecView, not_injected_message, parse_injection, plan_injection, refusal_message, shared_volumes,
+};
 use sharedresource_api::access::{AccessQuestion, Guarded};
 use sharedresource_api::missing::{projection_not_found, share_not_found};
 use sharedresource_api::projection::check_spec;
@@ -75,19 +78,31 @@ impl ValidationInterface for SharedResourceAdmission {
         if attributes.operation != Operation::Create && !is_workload_update {
             return Ok(());
         }
-        let Some(spec) = attributes.object.as_ref().and_then(|object| object.pod_spec()) else {
+        let Some(object) = &attributes.object else {
             return Ok(());
         };
+        let Some(written) = object.pod_spec() else {
+            return Ok(());
+        };
+        let injected = match object.injection() {
+            Some(value) => with_injection(attributes.display_name(), kind, written, value, recorder)?,
+            None => None,
+        };
+        let spec = injected.as_ref().unwrap_or(written);
         let volumes = shared_volumes(spec);
         if volumes.is_empty() {
             return Ok(());
         }
         if is_workload_update {
             // A scale or a label change leaves the volumes and the account as they were judged.
-            let old = attributes.old_object.as_ref().and_then(|old| old.pod_spec());
-            if old
-                .is_some_and(|old| old.volumes == spec.volumes && old.service_account_name == spec.service_account_name)
-            {
+            let old = attributes.old_object.as_ref();
+            let unchanged =
+                old.and_then(|old| Some((old.pod_spec()?, old.injection()))).is_some_and(|(old, inject)| {
+                    old.volumes == written.volumes
+                        && old.service_account_name == written.service_account_name
+                        && inject == object.injection()
+                });
+            if unchanged {
                 return Ok(());
             }
         }
@@ -109,6 +124,37 @@ impl ValidationInterface for SharedResourceAdmission {
         }
         judged.into_answer(attributes.display_name(), kind.is_workload(), recorder)
     }
+}
+
+/// The spec as the annotation's injection makes it, for the validation that follows: a pod has
+/// been injected already (by the mutating webhook, or the chain's own mutating phase), so what
+/// it still lacks means the injection webhook did not run, and it is refused rather than started
+/// without its shares; a workload's template is injected here, on a copy, so its pods' volumes are
+/// judged now. A malformed annotation refuses a pod and warns on a workload. `None`: judge the
+/// spec as written.
+fn with_injection<'s>(
+    object: &str,
+    kind: PodSpecKind,
+    written: &PodSpecView<'s>,
+    value: &str,
+    recorder: &mut Recorder,
+) -> Result<Option<PodSpecView<'s>>> {
+    let plan = parse_injection(value).and_then(|entries| plan_injection(written, &entries));
+    let plan = match plan {
+        Ok(plan) if plan.is_empty() => return Ok(None),
+        Ok(plan) => plan,
+        Err(invalid) if kind.is_workload() => {
+            recorder.warn(format!("{object}: {}", invalid.0));
+            return Ok(None);
+        }
+        Err(invalid) => return Err(AdmissionError::Invalid(format!("{object}: {}", invalid.0))),
+    };
+    if !kind.is_workload() {
+        return Err(AdmissionError::Invalid(not_injected_message(object, &plan, written)));
+    }
+    let mut template = written.clone();
+    plan.apply(&mut template);
+    Ok(Some(template))
 }
 
 /// What the volumes of one object came to.

@@ -28,7 +28,9 @@ pub fn write(out: &mut dyn Write, evaluations: &[Evaluation]) -> io::Result<()> 
                 PatchOp::Add => "add",
                 PatchOp::Replace => "replace",
             };
-            writeln!(out, "    patch    {op} {} = {}", operation.path, operation.value)?;
+            // The values are plain structs of strings and booleans: serializing them cannot fail.
+            let value = serde_json::to_string(&operation.value).unwrap_or_default();
+            writeln!(out, "    patch    {op} {} = {value}", operation.path)?;
         }
     }
     Ok(())

@@ -53,11 +53,31 @@ fn a_name_cannot_break_out_of_its_literal() {
 }
 
 #[test]
-fn with_no_read_only_driver_the_mutating_configuration_holds_no_webhook() {
+fn with_no_read_only_driver_the_mutating_configuration_holds_only_share_injection() {
     let [validating, mutating] = webhook_configurations(&ReadOnlyDrivers(Default::default()));
     assert_eq!(validating["webhooks"].as_array().unwrap().len(), 5);
     assert_eq!(mutating["kind"], "MutatingWebhookConfiguration");
-    assert_eq!(mutating["webhooks"], serde_json::json!([]));
+    let names: Vec<&serde_json::Value> = mutating["webhooks"].as_array().unwrap().iter().map(|w| &w["name"]).collect();
+    assert_eq!(names, [INJECTION_WEBHOOK]);
+}
+
+#[test]
+fn share_injection_comes_first_is_reinvoked_and_sees_only_annotated_pod_creates() {
+    let [_, mutating] = webhook_configurations(&ReadOnlyDrivers::default());
+    let names: Vec<&serde_json::Value> = mutating["webhooks"].as_array().unwrap().iter().map(|w| &w["name"]).collect();
+    assert_eq!(names, [INJECTION_WEBHOOK, READ_ONLY_WEBHOOK]);
+    let injection = &mutating["webhooks"][0];
+    assert_eq!(
+        injection["rules"],
+        serde_json::json!([{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}])
+    );
+    assert_eq!(injection["reinvocationPolicy"], "IfNeeded", "a sidecar added after injection gets its mounts");
+    assert_eq!(injection["failurePolicy"], "Fail", "a pod is never started without the shares it asked for");
+    assert_eq!(
+        injection["matchConditions"],
+        serde_json::json!([{"name": "has-share-injection-annotation", "expression":
+            "has(object.metadata) && has(object.metadata.annotations) && \"sharedresource.inlineguard.dev/inject\" in object.metadata.annotations"}])
+    );
 }
 
 #[test]
@@ -82,8 +102,12 @@ fn workload_conditions_guard_every_level_of_the_template() {
     assert_eq!(cronjobs["name"], "cronjobs.csi-volume-admission.inlineguard.dev");
     assert_eq!(
         cronjobs["matchConditions"][0]["expression"],
-        "has(object.spec) && has(object.spec.jobTemplate) && has(object.spec.jobTemplate.spec) && \
+        "(has(object.spec) && has(object.spec.jobTemplate) && has(object.spec.jobTemplate.spec) && \
          has(object.spec.jobTemplate.spec.template) && has(object.spec.jobTemplate.spec.template.spec) && \
-         has(object.spec.jobTemplate.spec.template.spec.volumes) && object.spec.jobTemplate.spec.template.spec.volumes.exists(v, has(v.csi))"
+         has(object.spec.jobTemplate.spec.template.spec.volumes) && object.spec.jobTemplate.spec.template.spec.volumes.exists(v, has(v.csi))) || \
+         (has(object.spec) && has(object.spec.jobTemplate) && has(object.spec.jobTemplate.spec) && \
+         has(object.spec.jobTemplate.spec.template) && has(object.spec.jobTemplate.spec.template.metadata) && \
+         has(object.spec.jobTemplate.spec.template.metadata.annotations) && \
+         \"sharedresource.inlineguard.dev/inject\" in object.spec.jobTemplate.spec.template.metadata.annotations)"
     );
 }

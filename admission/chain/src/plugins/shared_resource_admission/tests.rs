@@ -315,3 +315,88 @@ fn a_projection_review_carries_the_spec_through_the_webhook_decoder() {
         ))
     );
 }
+
+/// A pod (or a Deployment's template) of service account `web` with one container and no
+/// volumes, asking for `annotation` to be injected.
+fn annotated_pod(annotation: &str) -> Value {
+    json!({"metadata": {"name": "web", "annotations": {"sharedresource.inlineguard.dev/inject": annotation}},
+           "spec": {"serviceAccountName": "web", "containers": [{"name": "app"}]}})
+}
+
+fn annotated(resource: &str, annotation: &str) -> Attributes<'static> {
+    match resource {
+        "deployments" => request(
+            Operation::Create,
+            GroupVersionResource::v1("apps", "deployments"),
+            json!({"metadata": {"name": "api"}, "spec": {"selector": {}, "template": annotated_pod(annotation)}}),
+        ),
+        _ => request(Operation::Create, GroupVersionResource::v1("", "pods"), annotated_pod(annotation)),
+    }
+}
+
+#[test]
+fn an_annotated_pod_the_injection_webhook_missed_is_refused_saying_what_it_lacks() {
+    let (result, _) = run(&annotated("pods", "sharedsecret/db:/etc/db"));
+    assert_eq!(
+        result,
+        Err(AdmissionError::Invalid(
+            "web asks for shares by annotation \"sharedresource.inlineguard.dev/inject\" but lacks volume \"inject-secret-db\", \
+             mount of \"inject-secret-db\" at \"/etc/db\" in container \"app\". The share injection webhook did not inject them; \
+             its MutatingWebhookConfiguration is missing or older than this server (regenerate it with `csi-volume-admission webhooks`)"
+                .into()
+        ))
+    );
+    let (result, _) = run(&annotated("pods", "sharedsecret/db"));
+    assert_eq!(
+        result,
+        Err(AdmissionError::Invalid(
+            "web: annotation \"sharedresource.inlineguard.dev/inject\": entry \"sharedsecret/db\": is not <kind>/<name>:<mountPath>"
+                .into()
+        ))
+    );
+}
+
+#[test]
+fn injected_shares_are_judged_like_written_ones_through_the_whole_chain() {
+    let chain = crate::plugins::standard_chain(
+        Arc::new(inline_guard_policy::PolicySettings::default()),
+        Arc::new(crate::static_facts::StaticClusterFacts::new()),
+        Arc::new(cluster()),
+    );
+    let mut granted = annotated("pods", "sharedsecret/db:/etc/db");
+    let outcome = block_on(chain.run(crate::chain::Phase::Both, &mut granted));
+    assert_eq!(outcome.result, Ok(()));
+    let paths: Vec<&str> = outcome.patch.iter().map(|op| op.path.as_str()).collect();
+    assert_eq!(paths, ["/spec/volumes", "/spec/containers/0/volumeMounts"], "injected, and nothing left to force");
+    let mut stranger = annotated("pods", "sharedconfigmap/cfg:/etc/cfg");
+    let outcome = block_on(chain.run(crate::chain::Phase::Both, &mut stranger));
+    assert_eq!(
+        outcome.result,
+        Err(AdmissionError::Forbidden(format!(
+            "web has volumes the shared-resource driver would refuse at mount: volume \"inject-configmap-cfg\": {DENIED}"
+        )))
+    );
+    assert_eq!(outcome.patch, [], "a refused pod carries no patch");
+}
+
+#[test]
+fn a_workloads_template_is_judged_as_its_pods_will_be_injected_and_warned() {
+    let (result, warnings) = run(&annotated("deployments", "sharedsecret/missing:/etc/m"));
+    assert_eq!(result, Ok(()));
+    assert_eq!(
+        warnings,
+        [
+            "api has volumes the shared-resource driver would refuse at mount: volume \"inject-secret-missing\": SharedSecret \"missing\" not found"
+        ]
+    );
+    let (result, warnings) = run(&annotated("deployments", "secret/db:/etc/db"));
+    assert_eq!(result, Ok(()));
+    assert_eq!(
+        warnings,
+        [
+            "api: annotation \"sharedresource.inlineguard.dev/inject\": entry \"secret/db:/etc/db\": kind \"secret\" is not one of \"sharedsecret\", \"sharedconfigmap\", \"projection\""
+        ]
+    );
+    let (result, warnings) = run(&annotated("deployments", "sharedsecret/db:/etc/db"));
+    assert_eq!((result, warnings), (Ok(()), vec![]), "a template whose injection would pass is silent");
+}

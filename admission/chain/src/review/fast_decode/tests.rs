@@ -77,8 +77,9 @@ fn pod_spec() -> Value {
 /// Reviews of every resource that carries a pod spec and one that does not, written compactly
 /// and pretty, beside the benchmarks' reviews and the README's example.
 fn corpus() -> Vec<String> {
-    let metadata = json!({"name": "web", "generateName": "web-", "namespace": "team-a", "labels": {"app": "web"}});
-    let template = json!({"metadata": metadata, "spec": pod_spec()});
+    let metadata = json!({"name": "web", "generateName": "web-", "namespace": "team-a", "labels": {"app": "web"},
+        "annotations": {"a": "b", "sharedresource.inlineguard.dev/inject": "sharedsecret/db:/etc/db", "c": {"not": "a string"}}});
+    let template = json!({"metadata": {"annotations": {"sharedresource.inlineguard.dev/inject": "projection/p:/p"}}, "spec": pod_spec()});
     let objects = [
         (("", "pods"), "Pod", json!({"metadata": metadata, "spec": pod_spec()})),
         (("", "podtemplates"), "PodTemplate", json!({"metadata": metadata, "template": template})),
