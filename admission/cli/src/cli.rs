@@ -129,6 +129,26 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
     },
+    /// Print this configuration's CSIVolumeAdmission decisions as ValidatingAdmissionPolicies and
+    /// their bindings, for clusters that want no webhook on the pod-create path (see
+    /// docs/native-policies.md for what they cannot say exactly as the webhook does).
+    Policy {
+        /// CSIVolumeAdmission configuration; the built-in default (config/admission.yaml) otherwise.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// Output: one YAML stream, or one JSON list.
+        #[arg(short = 'o', long = "output", value_enum, default_value_t = PolicyOutput::Yaml)]
+        output: PolicyOutput,
+    },
+}
+
+/// How `policy` prints its objects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PolicyOutput {
+    /// A commented YAML stream, ready for `kubectl apply -f -`.
+    Yaml,
+    /// A JSON `List`.
+    Json,
 }
 
 /// How `serve` writes its logs (to stderr).
@@ -238,6 +258,28 @@ where
                 Ok(_) => EXIT_BAD_INPUT,
                 Err(error) => {
                     let _ = writeln!(stderr, "csi-volume-admission webhooks: {error}");
+                    EXIT_BAD_INPUT
+                }
+            }
+        }
+        Command::Policy { config, output } => {
+            let loaded = match &config {
+                Some(path) => inline_guard_config::AdmissionConfig::load(path),
+                None => Ok(inline_guard_config::AdmissionConfig::embedded_default()),
+            };
+            let text = loaded.map_err(|error| error.to_string()).and_then(|config| match output {
+                PolicyOutput::Yaml => inline_guard_config::native_policies::native_policies_yaml(&config.settings),
+                PolicyOutput::Json => {
+                    let items = inline_guard_config::native_policies::native_policies(&config.settings);
+                    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items});
+                    serde_json::to_string_pretty(&list).map(|text| text + "\n").map_err(|error| error.to_string())
+                }
+            });
+            match text {
+                Ok(text) if stdout.write_all(text.as_bytes()).is_ok() => EXIT_ADMITTED,
+                Ok(_) => EXIT_BAD_INPUT,
+                Err(error) => {
+                    let _ = writeln!(stderr, "csi-volume-admission policy: {error}");
                     EXIT_BAD_INPUT
                 }
             }

@@ -1,6 +1,6 @@
 //! Reading files: the CSIVolumeAdmission configuration (with an optional Pod Security
 //! configuration it defers to) and multi-document Kubernetes manifests, YAML or JSON; and the
-//! webhook configurations generated from that configuration.
+//! webhook configurations, and the native admission policies, generated from that configuration.
 //!
 //! Everything is parsed and validated once, at start-up, into typed values; an error names the
 //! file, the field and the line.
@@ -9,6 +9,7 @@ pub mod admission_config;
 pub mod documents;
 pub mod error;
 pub mod format;
+pub mod native_policies;
 pub mod pod_security;
 pub mod webhook_configurations;
 

@@ -200,7 +200,7 @@ pub fn injection_condition() -> MatchCondition {
 
 /// A CEL string literal for `text`: double-quoted, with quotes, backslashes and control
 /// characters escaped, so no configured name can change the expression around it.
-fn cel_string(text: &str) -> String {
+pub(crate) fn cel_string(text: &str) -> String {
     let mut literal = String::with_capacity(text.len() + 2);
     literal.push('"');
     for c in text.chars() {

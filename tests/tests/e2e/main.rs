@@ -16,6 +16,7 @@ mod kubelet_registration;
 mod lazy_provider;
 mod manifests;
 mod match_conditions;
+mod native_policies;
 mod node;
 mod node_lazy_provider;
 mod node_projection;
@@ -126,6 +127,10 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
         (
             "node::webhooks_refuse_one_pod_and_patch_another_that_runs",
             Box::new(|s| Box::pin(node::webhooks_refuse_one_pod_and_patch_another_that_runs(s))),
+        ),
+        (
+            "admission::native_policies_decide_as_the_webhook",
+            Box::new(|s| Box::pin(native_policies::native_policies_decide_as_the_webhook(s))),
         ),
         (
             "node::an_annotated_pod_gets_its_share_injected_and_reads_it",

@@ -1,0 +1,279 @@
+//! The webhook's CSIVolumeAdmission decisions as in-apiserver ValidatingAdmissionPolicies, for
+//! operators who want no webhook on the pod-create path: `csi-volume-admission policy` prints
+//! them, generated from the same configuration the webhook runs with.
+//!
+//! **Where the drivers' profiles come from**: the CSIDriver objects themselves, as parameters
+//! (`paramKind` CSIDriver, a binding whose `paramRef.selector` selects every CSIDriver). The
+//! apiserver evaluates the policy once per CSIDriver and denies when any evaluation does, so a
+//! CSIDriver created or relabelled a moment ago counts as soon as the apiserver's informer has it,
+//! with nothing of ours to run or keep current. The price of one evaluation per driver is that an
+//! evaluation sees one driver: see the README's list of what the policies cannot say exactly as
+//! the webhook does.
+//!
+//! **How deny / warn / audit map**: per place a pod spec is carried (pods, pod-template
+//! workloads, CronJobs, PodTemplates), two policies. The first, named like the validating
+//! webhook entry (so its audit annotations carry the webhook's keys exactly, e.g.
+//! `pods.csi-volume-admission.inlineguard.dev/enforce-violations`), holds the enforce check and
+//! every audit annotation; its binding denies for pods and warns for workloads (denies when
+//! `enforceOnWorkloads`). The second, `<name>-warn`, holds the warn check, bound with `Warn`.
+
+use inline_guard_policy::labels::{self, DRIVER_PROFILE, audit};
+use inline_guard_policy::level::{Level, MUST_BE_A_LEVEL, Mode};
+use inline_guard_policy::namespace_policy::VERSION_EXPECTED;
+use inline_guard_policy::settings::PolicySettings;
+use serde_json::{Value, json};
+
+use crate::webhook_configurations::cel_string;
+
+/// One place a pod spec is carried, and the objects that carry it there.
+struct Carrier {
+    /// The webhook entry's name, which the enforce policy takes.
+    name: &'static str,
+    /// `matchConstraints.resourceRules`.
+    rules: Value,
+    /// The CEL path of the pod spec below `object`.
+    spec_steps: &'static [&'static str],
+    /// Whether enforce violations only warn (pod-template workloads, unless configured otherwise).
+    is_workload: bool,
+}
+
+fn carriers() -> [Carrier; 4] {
+    let rule = |group: &str, operations: &[&str], resources: &[&str]| json!({"apiGroups": [group], "apiVersions": ["v1"], "operations": operations, "resources": resources});
+    let create_update = ["CREATE", "UPDATE"];
+    [
+        Carrier {
+            name: "pods.csi-volume-admission.inlineguard.dev",
+            rules: json!([rule("", &["CREATE"], &["pods"])]),
+            spec_steps: &["spec"],
+            is_workload: false,
+        },
+        Carrier {
+            name: "workloads.csi-volume-admission.inlineguard.dev",
+            rules: json!([
+                rule("", &create_update, &["replicationcontrollers"]),
+                rule("apps", &create_update, &["replicasets", "deployments", "statefulsets", "daemonsets"]),
+                rule("batch", &create_update, &["jobs"]),
+            ]),
+            spec_steps: &["spec", "template", "spec"],
+            is_workload: true,
+        },
+        Carrier {
+            name: "cronjobs.csi-volume-admission.inlineguard.dev",
+            rules: json!([rule("batch", &create_update, &["cronjobs"])]),
+            spec_steps: &["spec", "jobTemplate", "spec", "template", "spec"],
+            is_workload: true,
+        },
+        Carrier {
+            name: "podtemplates.csi-volume-admission.inlineguard.dev",
+            rules: json!([rule("", &create_update, &["podtemplates"])]),
+            spec_steps: &["template", "spec"],
+            is_workload: true,
+        },
+    ]
+}
+
+/// A level's rank: a driver violates a mode when its rank is above the namespace's.
+fn rank(level: Level) -> u8 {
+    match level {
+        Level::Restricted => 0,
+        Level::Baseline => 1,
+        Level::Privileged => 2,
+    }
+}
+
+/// The CEL map from a level's name to its rank, and the list from a rank to the name.
+const RANKS: &str = "{'restricted': 0, 'baseline': 1, 'privileged': 2}";
+const LEVEL_NAMES: &str = "['restricted', 'baseline', 'privileged']";
+
+/// `<label> is set on the namespace`, and its value.
+fn namespace_label(key: &str) -> (String, String) {
+    let key = cel_string(key);
+    (
+        format!("(has(namespaceObject.metadata.labels) && {key} in namespaceObject.metadata.labels)"),
+        format!("namespaceObject.metadata.labels[{key}]"),
+    )
+}
+
+/// The variables every policy of a carrier shares: the spec, the name messages use, the
+/// namespace's level per mode (Pod Security's rules for invalid labels), the label errors, the
+/// exemption, and this evaluation's driver (the parameter) with its profile.
+fn variables(settings: &PolicySettings, carrier: &Carrier) -> Vec<Value> {
+    let mut variables = vec![
+        json!({"name": "spec", "expression": format!("object.{}", carrier.spec_steps.join("."))}),
+        json!({"name": "name", "expression":
+            "request.name != '' ? request.name : (has(object.metadata.name) && object.metadata.name != '' ? object.metadata.name : \
+             (has(object.metadata.generateName) ? object.metadata.generateName : ''))"}),
+    ];
+    let mut label_errors = Vec::new();
+    for mode in Mode::ALL {
+        let (level_key, version_key, default, fallback) = match mode {
+            Mode::Enforce => {
+                (labels::ENFORCE_LEVEL, labels::ENFORCE_VERSION, settings.defaults.enforce, Level::Restricted)
+            }
+            Mode::Warn => (labels::WARN_LEVEL, labels::WARN_VERSION, settings.defaults.warn, Level::Privileged),
+            Mode::Audit => (labels::AUDIT_LEVEL, labels::AUDIT_VERSION, settings.defaults.audit, Level::Privileged),
+        };
+        let m = mode.as_str();
+        let (level_set, level) = namespace_label(level_key);
+        let (version_set, version) = namespace_label(version_key);
+        variables.extend([
+            json!({"name": format!("{m}LevelBad"), "expression": format!("{level_set} && !({level} in {RANKS})")}),
+            json!({"name": format!("{m}VersionBad"), "expression": format!(
+                "{version_set} && !({version} == 'latest' || {version}.matches('^v1\\\\.(0|[1-9][0-9]{{0,8}})$'))"
+            )}),
+            json!({"name": format!("{m}Level"), "expression": format!(
+                "variables.{m}LevelBad || variables.{m}VersionBad ? {} : ({level_set} ? {RANKS}[{level}] : {})",
+                rank(fallback), rank(default)
+            )}),
+        ]);
+        for (bad, key, value, expected) in [
+            (format!("variables.{m}LevelBad"), level_key, &level, MUST_BE_A_LEVEL),
+            (format!("variables.{m}VersionBad"), version_key, &version, VERSION_EXPECTED),
+        ] {
+            // Label values are at most 63 characters of [A-Za-z0-9._-]: quoting needs no escapes.
+            let text = cel_string(&format!("metadata.labels[{key}]: Invalid value: \""));
+            let expected = cel_string(&format!("\": {expected}"));
+            label_errors.push(format!("({bad} ? [{text} + {value} + {expected}] : [])"));
+        }
+    }
+    variables.push(json!({"name": "labelErrors", "expression": format!("({}).join('; ')", label_errors.join(" + "))}));
+    let list = |names: &std::collections::BTreeSet<String>| {
+        format!("[{}]", names.iter().map(|name| cel_string(name)).collect::<Vec<_>>().join(", "))
+    };
+    let exemptions = &settings.exemptions;
+    variables.push(json!({"name": "exemption", "expression": format!(
+        "namespaceObject.metadata.name in {} ? 'namespace' : (request.userInfo.username in {} ? 'user' : \
+         (has(variables.spec.runtimeClassName) && variables.spec.runtimeClassName in {} ? 'runtimeClass' : ''))",
+        list(&exemptions.namespaces), list(&exemptions.usernames), list(&exemptions.runtime_classes)
+    )}));
+    let profile = cel_string(DRIVER_PROFILE);
+    variables.extend([
+        json!({"name": "usesDriver", "expression":
+            "variables.spec.volumes.exists(v, has(v.csi) && v.csi.driver == params.metadata.name)"}),
+        json!({"name": "profileSet", "expression":
+            format!("has(params.metadata.labels) && {profile} in params.metadata.labels")}),
+        json!({"name": "profileValid", "expression":
+            format!("variables.profileSet && params.metadata.labels[{profile}] in {RANKS}")}),
+        json!({"name": "driverLevel", "expression": format!(
+            "variables.profileValid ? {RANKS}[params.metadata.labels[{profile}]] : (variables.profileSet ? 2 : {})",
+            rank(settings.defaults.driver_profile)
+        )}),
+        json!({"name": "invalidProfile", "expression": format!(
+            "variables.profileSet && !variables.profileValid ? ' (CSIDriver ' + params.metadata.name + ' has an invalid ' + {profile} + \
+             ' label \"' + params.metadata.labels[{profile}] + '\": {MUST_BE_A_LEVEL})' : ''"
+        )}),
+        json!({"name": "judged", "expression": "variables.exemption == '' && variables.usesDriver"}),
+        json!({"name": "violatesEnforce", "expression": "variables.judged && variables.driverLevel > variables.enforceLevel"}),
+        json!({"name": "violatesWarn", "expression":
+            "variables.judged && !variables.violatesEnforce && variables.driverLevel > variables.warnLevel"}),
+        json!({"name": "violatesAudit", "expression": "variables.judged && variables.driverLevel > variables.auditLevel"}),
+    ]);
+    variables
+}
+
+/// The violation message of [`inline_guard_policy::message::violation`], in CEL.
+fn message(mode: Mode) -> String {
+    format!(
+        "variables.name + ' uses an inline volume provided by CSIDriver ' + params.metadata.name + ' and namespace ' + \
+         namespaceObject.metadata.name + ' has a pod security {} level that is lower than ' + {LEVEL_NAMES}[variables.driverLevel] + \
+         variables.invalidProfile",
+        mode.as_str()
+    )
+}
+
+/// `has inline CSI volumes`, each step of the path guarded.
+fn has_csi_volumes(spec_steps: &[&str]) -> Value {
+    let mut path = String::from("object");
+    let mut guards = Vec::new();
+    for step in spec_steps.iter().chain(&["volumes"]) {
+        path = format!("{path}.{step}");
+        guards.push(format!("has({path})"));
+    }
+    guards.push(format!("{path}.exists(v, has(v.csi))"));
+    json!([{"name": "has-inline-csi-volumes", "expression": guards.join(" && ")}])
+}
+
+fn policy(name: String, settings: &PolicySettings, carrier: &Carrier, validation: Value, annotations: Value) -> Value {
+    json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "paramKind": {"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver"},
+            "matchConstraints": {"resourceRules": carrier.rules},
+            "matchConditions": has_csi_volumes(carrier.spec_steps),
+            "variables": variables(settings, carrier),
+            "validations": [validation],
+            "auditAnnotations": annotations,
+        }
+    })
+}
+
+fn binding(name: &str, action: &str) -> Value {
+    json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name},
+        "spec": {
+            "policyName": name,
+            "validationActions": [action],
+            // Every CSIDriver is a parameter; a cluster without any has no profile to enforce.
+            "paramRef": {"selector": {}, "parameterNotFoundAction": "Allow"},
+        }
+    })
+}
+
+/// Every policy and binding, in apply order (a binding after its policy).
+pub fn native_policies(settings: &PolicySettings) -> Vec<Value> {
+    let mut objects = Vec::new();
+    for carrier in carriers() {
+        let enforce_denies = !carrier.is_workload || settings.enforce_on_workloads;
+        let annotation = |key: &str, value: String| json!({"key": key, "valueExpression": value});
+        let annotations = json!([
+            annotation(
+                audit::EXEMPT,
+                "variables.exemption != '' && variables.usesDriver ? variables.exemption : ''".into()
+            ),
+            annotation(
+                audit::NAMESPACE_LABEL_ERRORS,
+                "variables.exemption == '' && variables.labelErrors != '' ? variables.labelErrors : ''".into()
+            ),
+            annotation(
+                audit::ENFORCE_VIOLATIONS,
+                format!("variables.violatesEnforce ? {} : ''", message(Mode::Enforce))
+            ),
+            annotation(audit::AUDIT_VIOLATIONS, format!("variables.violatesAudit ? {} : ''", message(Mode::Audit))),
+        ]);
+        let enforce = json!({"expression": "!variables.violatesEnforce", "messageExpression": message(Mode::Enforce),
+                             "reason": "Forbidden"});
+        objects.push(policy(carrier.name.to_string(), settings, &carrier, enforce, annotations));
+        objects.push(binding(carrier.name, if enforce_denies { "Deny" } else { "Warn" }));
+        let warn_name = carrier.name.replacen('.', "-warn.", 1);
+        let warn = json!({"expression": "!variables.violatesWarn", "messageExpression": message(Mode::Warn)});
+        objects.push(policy(warn_name.clone(), settings, &carrier, warn, json!([])));
+        objects.push(binding(&warn_name, "Warn"));
+    }
+    objects
+}
+
+/// What the YAML stream says about itself.
+const HEADER: &str = "\
+# Generated by `csi-volume-admission policy --config FILE` from the admission.yaml the webhook
+# runs with (`UPDATE_POLICIES=1 cargo test -p inline-guard-config policies` rewrites it): the
+# webhook's CSIVolumeAdmission decisions as ValidatingAdmissionPolicies, for clusters that want
+# no webhook on the pod-create path. Apply these instead of the validating webhook's pod and
+# workload entries, not beside them. What they cannot say exactly as the webhook does is listed in
+# docs/native-policies.md.
+";
+
+/// Every object as one commented YAML stream: what `config/native/policies.yaml` holds.
+pub fn native_policies_yaml(settings: &PolicySettings) -> Result<String, String> {
+    let mut text = String::from(HEADER);
+    for object in native_policies(settings) {
+        text.push_str("---\n");
+        text.push_str(&serde_saphyr::to_string(&object).map_err(|e| e.to_string())?);
+    }
+    Ok(text)
+}
+
+#[cfg(test)]
+mod tests;

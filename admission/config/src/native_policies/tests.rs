@@ -1,0 +1,104 @@
+//! The generated policies' layout. What they decide is proven against the webhook on the real
+//! apiserver (the e2e scenario `admission::native_policies_decide_as_the_webhook`).
+
+use std::path::Path;
+
+use inline_guard_policy::level::Level;
+
+use super::*;
+use crate::{AdmissionConfig, read_documents};
+
+fn shipped_config() -> AdmissionConfig {
+    let config_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/deploy/config.yaml");
+    let text = std::fs::read_to_string(&config_path).unwrap();
+    let config_map = &read_documents(&config_path, &text).unwrap()[0].value;
+    let embedded = config_map["data"]["admission.yaml"].as_str().unwrap();
+    AdmissionConfig::parse(Path::new("config/deploy/config.yaml#admission.yaml"), embedded).unwrap()
+}
+
+#[test]
+fn the_shipped_policies_are_generated_from_the_shipped_configuration() {
+    let config = shipped_config();
+    let generated = native_policies_yaml(&config.settings).unwrap();
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/native/policies.yaml");
+    if std::env::var_os("UPDATE_POLICIES").is_some_and(|v| v == "1") {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, &generated).unwrap();
+    }
+    let shipped = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        shipped == generated,
+        "{} drifted from the configuration (UPDATE_POLICIES=1 regenerates it)",
+        path.display()
+    );
+    let values: Vec<Value> = read_documents(&path, &shipped).unwrap().into_iter().map(|d| d.value).collect();
+    assert_eq!(values, native_policies(&config.settings), "YAML and JSON forms agree");
+}
+
+fn actions(settings: &PolicySettings) -> Vec<(String, String)> {
+    native_policies(settings)
+        .iter()
+        .filter(|object| object["kind"] == "ValidatingAdmissionPolicyBinding")
+        .map(|binding| {
+            (
+                binding["metadata"]["name"].as_str().unwrap().to_string(),
+                binding["spec"]["validationActions"][0].to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn pods_are_denied_workloads_warned_and_the_warn_mode_always_warns() {
+    let expected = [
+        ("pods.csi-volume-admission.inlineguard.dev", "\"Deny\""),
+        ("pods-warn.csi-volume-admission.inlineguard.dev", "\"Warn\""),
+        ("workloads.csi-volume-admission.inlineguard.dev", "\"Warn\""),
+        ("workloads-warn.csi-volume-admission.inlineguard.dev", "\"Warn\""),
+        ("cronjobs.csi-volume-admission.inlineguard.dev", "\"Warn\""),
+        ("cronjobs-warn.csi-volume-admission.inlineguard.dev", "\"Warn\""),
+        ("podtemplates.csi-volume-admission.inlineguard.dev", "\"Warn\""),
+        ("podtemplates-warn.csi-volume-admission.inlineguard.dev", "\"Warn\""),
+    ]
+    .map(|(name, action)| (name.to_string(), action.to_string()));
+    assert_eq!(actions(&PolicySettings::default()), expected);
+    let enforcing = PolicySettings { enforce_on_workloads: true, ..PolicySettings::default() };
+    let denied: Vec<String> =
+        actions(&enforcing).into_iter().filter(|(_, action)| action == "\"Deny\"").map(|(name, _)| name).collect();
+    assert_eq!(
+        denied,
+        [
+            "pods.csi-volume-admission.inlineguard.dev",
+            "workloads.csi-volume-admission.inlineguard.dev",
+            "cronjobs.csi-volume-admission.inlineguard.dev",
+            "podtemplates.csi-volume-admission.inlineguard.dev",
+        ]
+    );
+}
+
+#[test]
+fn defaults_and_exemptions_are_written_into_the_expressions_as_quoted_literals() {
+    let mut settings = PolicySettings::default();
+    settings.defaults.enforce = Level::Baseline;
+    settings.defaults.driver_profile = Level::Privileged;
+    settings.exemptions.namespaces.insert("kube-system".into());
+    settings.exemptions.usernames.insert("ci\"bot".into());
+    let policy = &native_policies(&settings)[0];
+    let variable = |name: &str| {
+        policy["spec"]["variables"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == name)
+            .unwrap_or_else(|| panic!("no variable {name}"))["expression"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert!(variable("enforceLevel").ends_with(": 1)"), "an unlabeled namespace enforces baseline (1)");
+    assert!(variable("driverLevel").ends_with(": 2)"), "an unlabeled driver is privileged (2)");
+    let exemption = variable("exemption");
+    assert!(exemption.contains(r#"in ["kube-system"]"#), "{exemption}");
+    assert!(exemption.contains(r#"in ["ci\"bot"]"#), "{exemption}");
+    assert_eq!(policy["spec"]["paramKind"], json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver"}));
+}

@@ -1,0 +1,234 @@
+//! The generated ValidatingAdmissionPolicies (`csi-volume-admission policy`) against the webhook,
+//! on the real apiserver: every object of a table (pods, Deployments and CronJobs, one per driver
+//! profile: restricted, baseline, privileged, unlabeled, an invalid label) is created as a dry run
+//! in namespaces of every kind of valid Pod Security labels (defaults, each mode, versions), once
+//! where the webhook judges it and once where only the policies do, and every
+//! answer must agree: the status, the message and the warnings (each without the apiserver's own
+//! prefix, which names the webhook or the policy), and the audit annotations (whose keys are the
+//! same: each enforce policy is named like its webhook entry). A disagreement fails with both
+//! answers and the input.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use inline_guard_tests::webhook::run_cli;
+use serde_json::{Value, json};
+
+use crate::support::{
+    Answer, Outcome, Suite, WEBHOOK_LABEL, create, create_csi_driver, create_namespace, deployment, pod,
+};
+
+/// The label value selecting the namespaces only the policies judge.
+const POLICIES: &str = "native-policies";
+
+/// The drivers of the table, by profile label (`None`: no label).
+const DRIVERS: [(&str, Option<&str>); 5] = [
+    ("restricted.native.e2e.inlineguard.dev", Some("restricted")),
+    ("baseline.native.e2e.inlineguard.dev", Some("baseline")),
+    ("privileged.native.e2e.inlineguard.dev", Some("privileged")),
+    ("unlabeled.native.e2e.inlineguard.dev", None),
+    ("invalid.native.e2e.inlineguard.dev", Some("trusted")),
+];
+
+/// Namespaces' Pod Security labels, one set per row. Only valid ones: this apiserver runs Pod
+/// Security Admission, which refuses a namespace with an invalid level or version.
+fn namespace_labels() -> Vec<Vec<(&'static str, &'static str)>> {
+    let e = "pod-security.kubernetes.io/enforce";
+    let w = "pod-security.kubernetes.io/warn";
+    let a = "pod-security.kubernetes.io/audit";
+    vec![
+        vec![],
+        vec![(e, "restricted")],
+        vec![(e, "baseline"), (w, "restricted")],
+        vec![(w, "baseline"), (a, "restricted")],
+        vec![(a, "baseline"), (w, "restricted"), ("pod-security.kubernetes.io/audit-version", "latest")],
+        vec![(e, "baseline"), ("pod-security.kubernetes.io/enforce-version", "v1.35"), (a, "restricted")],
+        vec![(w, "baseline"), ("pod-security.kubernetes.io/warn-version", "v1.0"), (a, "privileged")],
+    ]
+}
+
+/// `(path below the namespace, resource, object)` for each object of the table.
+fn table() -> Vec<(&'static str, &'static str, Value)> {
+    let mut objects = Vec::new();
+    for (index, (driver, _)) in DRIVERS.iter().enumerate() {
+        objects.push(("pods", "pods", pod(&format!("pod-{index}"), &[("v", driver)])));
+        let name = format!("deploy-{index}");
+        objects.push(("deployments", "deployments", deployment(&name, &[("v", driver)])));
+        let template = deployment(&name, &[("v", driver)])["spec"]["template"].clone();
+        let cronjob = json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": format!("cron-{index}")},
+            "spec": {"schedule": "0 0 * * *", "jobTemplate": {"spec": {"template": template}}}});
+        objects.push(("cronjobs", "cronjobs", cronjob));
+    }
+    objects
+}
+
+fn collection(namespace: &str, plural: &str) -> String {
+    match plural {
+        "pods" => format!("/api/v1/namespaces/{namespace}/pods"),
+        "deployments" => format!("/apis/apps/v1/namespaces/{namespace}/deployments"),
+        _ => format!("/apis/batch/v1/namespaces/{namespace}/cronjobs"),
+    }
+}
+
+/// What `csi-volume-admission policy --config CONFIG -o json` prints, each binding limited to the
+/// namespaces labelled for the policies.
+fn generated_policies(config: &std::path::Path) -> Result<Vec<Value>, String> {
+    let config = config.display().to_string();
+    let (code, text, stderr) = run_cli(&["policy", "--config", &config, "-o", "json"])?;
+    if code != 0 {
+        return Err(format!("csi-volume-admission policy --config {config}: exit {code}: {stderr}"));
+    }
+    let list: Value = serde_json::from_str(&text).map_err(|e| format!("policy -o json: {e}"))?;
+    let mut items = list["items"].as_array().cloned().ok_or("policy -o json printed no items")?;
+    for item in &mut items {
+        if item["kind"] == "ValidatingAdmissionPolicyBinding" {
+            item["spec"]["matchResources"] = json!({"namespaceSelector": {"matchLabels": {WEBHOOK_LABEL: POLICIES}}});
+        }
+    }
+    Ok(items)
+}
+
+/// The inner message of a denial or a warning: the apiserver prefixes a webhook's and a policy's
+/// words with their names, differently.
+fn inner(text: &str) -> &str {
+    for marker in ["denied the request: ", "denied request: ", "': "] {
+        if let Some((_, rest)) = text.split_once(marker) {
+            return rest;
+        }
+    }
+    text
+}
+
+/// What a client sees of an answer, and the audit annotations of ours, the namespace made `NS`.
+fn observed(answer: &Answer, namespace: &str, annotations: &BTreeMap<String, String>) -> Value {
+    let mut warnings: Vec<String> = answer.warnings.iter().map(|w| inner(w).replace(namespace, "NS")).collect();
+    warnings.sort();
+    let ours: BTreeMap<&String, String> = annotations
+        .iter()
+        .filter(|(key, _)| key.contains(".csi-volume-admission.inlineguard.dev/"))
+        .map(|(key, value)| (key, value.replace(namespace, "NS")))
+        .collect();
+    json!({"status": answer.status, "message": inner(answer.message()).replace(namespace, "NS"),
+           "warnings": warnings, "auditAnnotations": ours})
+}
+
+/// Creates `object` as a dry run in the policies' namespace `namespace` until `wanted` holds of
+/// the answer (up to 60 s): a new policy takes the apiserver a moment to load.
+async fn until_active(admin: &kube::Client, path: &str, object: &Value, wanted: impl Fn(&Answer) -> bool) -> Outcome {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let answer = create(admin, path, object, true).await?;
+        if wanted(&answer) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "the policies were not active after 60 s: {} {:?} {:?}",
+                answer.status,
+                answer.message(),
+                answer.warnings
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+pub async fn native_policies_decide_as_the_webhook(suite: &Suite) -> Outcome {
+    let admin = &suite.admin;
+    for (driver, profile) in DRIVERS {
+        create_csi_driver(admin, driver, profile).await?;
+    }
+    let rows = namespace_labels();
+    for (index, labels) in rows.iter().enumerate() {
+        create_namespace(admin, &format!("native-webhook-{index}"), "shared", labels).await?;
+        create_namespace(admin, &format!("native-policy-{index}"), POLICIES, labels).await?;
+    }
+    let objects = generated_policies(&suite.shared.config)?;
+    for object in &objects {
+        let plural = match object["kind"].as_str() {
+            Some("ValidatingAdmissionPolicy") => "validatingadmissionpolicies",
+            _ => "validatingadmissionpolicybindings",
+        };
+        let answer = create(admin, &format!("/apis/admissionregistration.k8s.io/v1/{plural}"), object, false).await?;
+        if answer.status != 201 {
+            return Err(format!("{}: {} {}", object["metadata"]["name"], answer.status, answer.message()));
+        }
+    }
+    // Each policy answers for its own objects once loaded: row 1 (enforce restricted) has every
+    // enforce policy speak, row 2 (warn restricted) every warn policy.
+    let privileged = DRIVERS[2].0;
+    for (row, plural, object) in [
+        (1, "pods", pod("probe", &[("v", privileged)])),
+        (1, "deployments", deployment("probe", &[("v", privileged)])),
+        (3, "pods", pod("probe", &[("v", privileged)])),
+        (3, "deployments", deployment("probe", &[("v", privileged)])),
+    ] {
+        let path = collection(&format!("native-policy-{row}"), plural);
+        until_active(admin, &path, &object, |answer| answer.status == 403 || !answer.warnings.is_empty()).await?;
+    }
+
+    let table = table();
+    let mut answers = Vec::new();
+    for index in 0..rows.len() {
+        for (plural, _, object) in &table {
+            let webhook_namespace = format!("native-webhook-{index}");
+            let policy_namespace = format!("native-policy-{index}");
+            let by_webhook = create(admin, &collection(&webhook_namespace, plural), object, true).await?;
+            let by_policy = create(admin, &collection(&policy_namespace, plural), object, true).await?;
+            answers.push((index, object.clone(), by_webhook, by_policy));
+        }
+    }
+    // The audit log has every event within moments; read it once all are there.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let events = loop {
+        let events = suite.cluster.audit_events()?;
+        let count = events.iter().filter(|e| {
+            e.stage == "ResponseComplete"
+                && e.verb == "create"
+                && e.object_ref.as_ref().is_some_and(|o| o.namespace.starts_with("native-"))
+        });
+        if count.count() >= answers.len() * 2 {
+            break events;
+        }
+        if Instant::now() > deadline {
+            return Err("the audit log lacks events of the table after 30 s".into());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let annotations_of = |resource: &str, namespace: &str, name: &str| {
+        events
+            .iter()
+            .rev()
+            .find(|e| e.verb == "create" && e.is_about(resource, namespace, name))
+            .map(|e| e.annotations.clone())
+            .unwrap_or_default()
+    };
+    let mut disagreements = Vec::new();
+    let mut denied = 0;
+    let mut warned = 0;
+    let mut annotated = 0;
+    for ((index, object, by_webhook, by_policy), (_, resource, _)) in answers.iter().zip(table.iter().cycle()) {
+        let name = object["metadata"]["name"].as_str().unwrap_or_default();
+        let (webhook_namespace, policy_namespace) =
+            (format!("native-webhook-{index}"), format!("native-policy-{index}"));
+        let webhook = observed(by_webhook, &webhook_namespace, &annotations_of(resource, &webhook_namespace, name));
+        let policy = observed(by_policy, &policy_namespace, &annotations_of(resource, &policy_namespace, name));
+        denied += usize::from(by_webhook.status == 403);
+        annotated += usize::from(webhook["auditAnnotations"].as_object().is_some_and(|a| !a.is_empty()));
+        warned += usize::from(!by_webhook.warnings.is_empty());
+        if webhook != policy {
+            disagreements.push(format!(
+                "{resource} {name} in a namespace labelled {:?}:\n  webhook: {webhook}\n  policy:  {policy}",
+                rows[*index]
+            ));
+        }
+    }
+    println!(
+        "native policies: {} objects answered alike by the webhook and the policies ({denied} denied, {warned} warned, {annotated} with audit annotations)",
+        answers.len()
+    );
+    if denied == 0 || warned == 0 || annotated == 0 {
+        return Err(format!("the table proves nothing: {denied} denied, {warned} warned, {annotated} annotated"));
+    }
+    if disagreements.is_empty() { Ok(()) } else { Err(disagreements.join("\n")) }
+}
