@@ -265,7 +265,9 @@ fn policy_prints_the_native_policies_as_yaml_or_a_json_list_and_refuses_a_bad_co
     assert_eq!(json.code, 0);
     let list: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
     assert_eq!(list["kind"], "List");
-    assert_eq!(list["items"].as_array().map(Vec::len), Some(16));
+    // 8 validating policies and their bindings, the read-only policy and its binding.
+    assert_eq!(list["items"].as_array().map(Vec::len), Some(18));
+    assert_eq!(yaml.stdout.matches("\nkind: MutatingAdmissionPolicy\n").count(), 1);
 
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("admission.yaml");

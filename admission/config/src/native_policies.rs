@@ -23,7 +23,9 @@ use inline_guard_policy::namespace_policy::VERSION_EXPECTED;
 use inline_guard_policy::settings::PolicySettings;
 use serde_json::{Value, json};
 
-use crate::webhook_configurations::cel_string;
+use inline_guard_policy::settings::ReadOnlyDrivers;
+
+use crate::webhook_configurations::{READ_ONLY_WEBHOOK, cel_string, read_only_condition};
 
 /// One place a pod spec is carried, and the objects that carry it there.
 struct Carrier {
@@ -222,6 +224,75 @@ fn binding(name: &str, action: &str) -> Value {
     })
 }
 
+/// The name of the read-only policy, the mutating webhook entry's.
+pub const READ_ONLY_POLICY: &str = READ_ONLY_WEBHOOK;
+
+/// Read-only forcing as a MutatingAdmissionPolicy (`admissionregistration.k8s.io/v1beta1`,
+/// feature gate `MutatingAdmissionPolicy`): the same condition as the mutating webhook entry,
+/// and an apply configuration, merged as server-side apply merges, that sets `readOnly: true` on
+/// every volume of a listed driver and every mount of one (containers, init containers,
+/// ephemeral containers); on the ephemeral-containers subresource, on the new ephemeral
+/// containers' mounts only. Lists merge by their keys (volumes and containers by name, mounts by
+/// path), so nothing else in the pod changes.
+fn read_only_policy(drivers: &ReadOnlyDrivers) -> [Value; 2] {
+    let listed = drivers.0.iter().map(|driver| cel_string(driver)).collect::<Vec<_>>().join(", ");
+    let mounts = |list: &str| {
+        format!(
+            "c.volumeMounts.filter(m, m.name in variables.listed).map(m, \
+             Object.spec.{list}.volumeMounts{{name: m.name, mountPath: m.mountPath, readOnly: true}})"
+        )
+    };
+    let containers = |list: &str, extra: &str| {
+        format!(
+            "?{list}: has(object.spec.{list}) ? optional.of(object.spec.{list}.filter(c, {extra}has(c.volumeMounts) && \
+             c.volumeMounts.exists(m, m.name in variables.listed)).map(c, Object.spec.{list}{{name: c.name, volumeMounts: {}}})) : \
+             optional.none()",
+            mounts(list)
+        )
+    };
+    let volumes = "volumes: object.spec.volumes.filter(v, has(v.csi) && v.csi.driver in variables.drivers).map(v, \
+                   Object.spec.volumes{name: v.name, csi: Object.spec.volumes.csi{driver: v.csi.driver, readOnly: true}})";
+    let whole = format!(
+        "Object{{spec: Object.spec{{{volumes}, {}, {}, {}}}}}",
+        containers("containers", ""),
+        containers("initContainers", ""),
+        containers("ephemeralContainers", "")
+    );
+    let new_only = format!(
+        "Object{{spec: Object.spec{{{}}}}}",
+        containers("ephemeralContainers", "!(c.name in variables.existing) && ")
+    );
+    let policy = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1beta1", "kind": "MutatingAdmissionPolicy",
+        "metadata": {"name": READ_ONLY_POLICY},
+        "spec": {
+            "failurePolicy": "Fail",
+            "reinvocationPolicy": "IfNeeded",
+            "matchConstraints": {"resourceRules": [
+                {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]},
+                {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["pods/ephemeralcontainers"]},
+            ]},
+            "matchConditions": [read_only_condition(drivers)],
+            "variables": [
+                {"name": "drivers", "expression": format!("[{listed}]")},
+                {"name": "listed", "expression":
+                    "object.spec.volumes.filter(v, has(v.csi) && v.csi.driver in variables.drivers).map(v, v.name)"},
+                {"name": "existing", "expression":
+                    "oldObject != null && has(oldObject.spec.ephemeralContainers) ? oldObject.spec.ephemeralContainers.map(c, c.name) : []"},
+            ],
+            "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {"expression": format!(
+                "has(request.subResource) && request.subResource == 'ephemeralcontainers' ? {new_only} : {whole}"
+            )}}],
+        }
+    });
+    let binding = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1beta1", "kind": "MutatingAdmissionPolicyBinding",
+        "metadata": {"name": READ_ONLY_POLICY},
+        "spec": {"policyName": READ_ONLY_POLICY},
+    });
+    [policy, binding]
+}
+
 /// Every policy and binding, in apply order (a binding after its policy).
 pub fn native_policies(settings: &PolicySettings) -> Vec<Value> {
     let mut objects = Vec::new();
@@ -251,6 +322,9 @@ pub fn native_policies(settings: &PolicySettings) -> Vec<Value> {
         let warn = json!({"expression": "!variables.violatesWarn", "messageExpression": message(Mode::Warn)});
         objects.push(policy(warn_name.clone(), settings, &carrier, warn, json!([])));
         objects.push(binding(&warn_name, "Warn"));
+    }
+    if !settings.read_only_drivers.0.is_empty() {
+        objects.extend(read_only_policy(&settings.read_only_drivers));
     }
     objects
 }

@@ -155,6 +155,10 @@ impl Cluster {
                 // and pods.
                 "--authorization-mode=Node,RBAC".into(),
                 "--enable-admission-plugins=NodeRestriction".into(),
+                // MutatingAdmissionPolicy is beta and off by default in 1.35: on, so the generated
+                // read-only policy can be proven against the webhook.
+                "--feature-gates=MutatingAdmissionPolicy=true".into(),
+                "--runtime-config=admissionregistration.k8s.io/v1beta1=true".into(),
                 format!("--client-ca-file={}", path(&client_ca.cert)),
                 "--service-account-issuer=https://kubernetes.default.svc".into(),
                 format!("--service-account-key-file={}", path(&sa_pub)),

@@ -40,7 +40,7 @@ async fn calls_during<F: std::future::Future<Output = Result<(), String>>>(
 
 /// A pod with one volume of `driver` whose `csi.readOnly` and mount `readOnly` are as given
 /// (`None`: the field is left out).
-fn pod_with_read_only(name: &str, driver: &str, volume: Option<bool>, mount: Option<bool>) -> Value {
+pub(crate) fn pod_with_read_only(name: &str, driver: &str, volume: Option<bool>, mount: Option<bool>) -> Value {
     let mut object = pod(name, &[("v", driver)]);
     if let Some(read_only) = volume {
         object["spec"]["volumes"][0]["csi"]["readOnly"] = json!(read_only);
@@ -118,16 +118,16 @@ pub async fn only_objects_with_csi_volumes_are_sent(suite: &Suite) -> Outcome {
 }
 
 /// One pod of the equivalence table.
-struct Case {
-    name: String,
-    pod: Value,
+pub(crate) struct Case {
+    pub(crate) name: String,
+    pub(crate) pod: Value,
 }
 
 /// Every combination of: the read-only driver's volume `readOnly` (absent, false, true); the app
 /// container's mount of it (none, absent, false, true); an init container's mount of it (none,
 /// absent, true); and a second volume (none, a baseline driver, a privileged driver, a driver with
 /// no CSIDriver object).
-fn equivalence_cases(baseline: &str, privileged: &str) -> Vec<Case> {
+pub(crate) fn equivalence_cases(baseline: &str, privileged: &str) -> Vec<Case> {
     let volumes = [None, Some(false), Some(true)];
     let mounts = [None, Some(None), Some(Some(false)), Some(Some(true))];
     let init_mounts = [None, Some(None), Some(Some(true))];
@@ -189,7 +189,7 @@ fn table_pod(
 
 /// What a client can tell about one answer, with the namespace's name and the token volume's
 /// random suffix taken out.
-fn observed(answer: &Answer, namespace: &str) -> Value {
+pub(crate) fn observed(answer: &Answer, namespace: &str) -> Value {
     let observed = observed_as_sent(answer, namespace);
     serde_json::from_str(&without_token_suffix(&observed.to_string())).unwrap_or(observed)
 }
@@ -227,7 +227,7 @@ fn observed_as_sent(answer: &Answer, namespace: &str) -> Value {
 
 /// Adds an ephemeral container mounting `shared` without `readOnly` to the existing pod `name`,
 /// as a dry run, through the `ephemeralcontainers` subresource.
-async fn add_debug_container(admin: &kube::Client, namespace: &str, name: &str) -> Result<Answer, String> {
+pub(crate) async fn add_debug_container(admin: &kube::Client, namespace: &str, name: &str) -> Result<Answer, String> {
     // The scheduler binds the pod meanwhile: a conflict means "read it again".
     for _ in 0..10 {
         let answer = try_add_debug_container(admin, namespace, name).await?;

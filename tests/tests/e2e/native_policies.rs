@@ -14,8 +14,10 @@ use std::time::{Duration, Instant};
 use inline_guard_tests::webhook::run_cli;
 use serde_json::{Value, json};
 
+use crate::match_conditions::{self, add_debug_container, equivalence_cases, pod_with_read_only};
 use crate::support::{
-    Answer, Outcome, Suite, WEBHOOK_LABEL, create, create_csi_driver, create_namespace, deployment, pod,
+    Answer, Outcome, SHARED_RESOURCE_DRIVER, Suite, WEBHOOK_LABEL, create, create_csi_driver, create_namespace,
+    deployment, pod,
 };
 
 /// The label value selecting the namespaces only the policies judge.
@@ -85,7 +87,7 @@ fn generated_policies(config: &std::path::Path) -> Result<Vec<Value>, String> {
     let list: Value = serde_json::from_str(&text).map_err(|e| format!("policy -o json: {e}"))?;
     let mut items = list["items"].as_array().cloned().ok_or("policy -o json printed no items")?;
     for item in &mut items {
-        if item["kind"] == "ValidatingAdmissionPolicyBinding" {
+        if item["kind"].as_str().is_some_and(|kind| kind.ends_with("AdmissionPolicyBinding")) {
             item["spec"]["matchResources"] = json!({"namespaceSelector": {"matchLabels": {WEBHOOK_LABEL: POLICIES}}});
         }
     }
@@ -187,11 +189,13 @@ pub async fn native_policies_decide_as_the_webhook(suite: &Suite) -> Outcome {
     }
     let objects = generated_policies(&suite.shared.config)?;
     for object in &objects {
-        let plural = match object["kind"].as_str() {
-            Some("ValidatingAdmissionPolicy") => "validatingadmissionpolicies",
-            _ => "validatingadmissionpolicybindings",
+        let path = match object["kind"].as_str() {
+            Some("ValidatingAdmissionPolicy") => "v1/validatingadmissionpolicies",
+            Some("ValidatingAdmissionPolicyBinding") => "v1/validatingadmissionpolicybindings",
+            Some("MutatingAdmissionPolicy") => "v1beta1/mutatingadmissionpolicies",
+            _ => "v1beta1/mutatingadmissionpolicybindings",
         };
-        let answer = create(admin, &format!("/apis/admissionregistration.k8s.io/v1/{plural}"), object, false).await?;
+        let answer = create(admin, &format!("/apis/admissionregistration.k8s.io/{path}"), object, false).await?;
         if answer.status != 201 {
             return Err(format!("{}: {} {}", object["metadata"]["name"], answer.status, answer.message()));
         }
@@ -273,5 +277,79 @@ pub async fn native_policies_decide_as_the_webhook(suite: &Suite) -> Outcome {
     if denied == 0 || warned == 0 || annotated == 0 {
         return Err(format!("the table proves nothing: {denied} denied, {warned} warned, {annotated} annotated"));
     }
-    if disagreements.is_empty() { Ok(()) } else { Err(disagreements.join("\n")) }
+    if !disagreements.is_empty() {
+        return Err(disagreements.join("\n"));
+    }
+    forcing_agrees(admin).await
+}
+
+/// Read-only forcing: the generated MutatingAdmissionPolicy against the webhook, on the table of
+/// every combination of `readOnly` on the read-only driver's volume and its mounts (144 pods,
+/// `match_conditions::equivalence_cases`, their shared volume naming the suite's share so the
+/// webhook's other checks pass), and a new ephemeral container of a stored pod: the volumes and
+/// mounts stored must be the same.
+async fn forcing_agrees(admin: &kube::Client) -> Outcome {
+    let (webhook_namespace, policy_namespace) = ("native-force-webhook", "native-force-policy");
+    create_namespace(admin, webhook_namespace, "shared", &[]).await?;
+    create_namespace(admin, policy_namespace, POLICIES, &[]).await?;
+    let with_share = |mut pod: Value| {
+        pod["spec"]["volumes"][0]["csi"]["volumeAttributes"] = json!({"sharedConfigMap": "cluster-ca"});
+        pod
+    };
+    let probe = with_share(pod_with_read_only("probe", SHARED_RESOURCE_DRIVER, None, None));
+    until_active(admin, &collection(policy_namespace, "pods"), &probe, |answer| {
+        answer.body["spec"]["volumes"][0]["csi"]["readOnly"] == json!(true)
+    })
+    .await?;
+    let cases = equivalence_cases(DRIVERS[1].0, DRIVERS[2].0);
+    let mut answers: [Vec<Value>; 2] = [Vec::new(), Vec::new()];
+    for (index, namespace) in [webhook_namespace, policy_namespace].into_iter().enumerate() {
+        for case in &cases {
+            let answer = create(admin, &collection(namespace, "pods"), &with_share(case.pod.clone()), true).await?;
+            answers[index].push(observed_forcing(&answer, namespace));
+        }
+        let mut stored = with_share(pod_with_read_only("stored", SHARED_RESOURCE_DRIVER, Some(true), Some(true)));
+        stored["spec"]["volumes"][0]["name"] = json!("shared");
+        stored["spec"]["containers"][0]["volumeMounts"][0]["name"] = json!("shared");
+        stored["spec"]["nodeName"] = json!("no-such-node.e2e.inlineguard.dev");
+        let answer = create(admin, &collection(namespace, "pods"), &stored, false).await?;
+        if answer.status != 201 {
+            return Err(format!("{namespace}/stored: {} {}", answer.status, answer.message()));
+        }
+        answers[index].push(observed_forcing(&add_debug_container(admin, namespace, "stored").await?, namespace));
+    }
+    let [by_webhook, by_policy] = &answers;
+    let differing: Vec<String> = by_webhook
+        .iter()
+        .zip(by_policy)
+        .enumerate()
+        .filter(|(_, (w, p))| w != p)
+        .map(|(index, (w, p))| {
+            let name = cases.get(index).map_or("stored/ephemeralcontainers", |c| c.name.as_str());
+            format!("{name}:\n  webhook {w}\n  policy  {p}")
+        })
+        .collect();
+    let admitted = by_webhook.iter().filter(|a| a["status"] == 201).count();
+    let read_only = by_webhook.iter().filter(|a| a["volumes"][0]["csi"]["readOnly"] == json!(true)).count();
+    let forced_debug = by_webhook.last().is_some_and(|a| a["ephemeralContainers"][0][0]["readOnly"] == json!(true));
+    println!(
+        "native read-only forcing: {} answers alike ({admitted} admitted, {read_only} stored with a read-only volume)",
+        by_webhook.len()
+    );
+    if !differing.is_empty() {
+        return Err(format!("{} answers differ:\n{}", differing.len(), differing.join("\n")));
+    }
+    if admitted < cases.len() || read_only < cases.len() || !forced_debug {
+        return Err(format!(
+            "the table proved too little: {admitted} admitted, {read_only} read-only, debug container forced: {forced_debug}"
+        ));
+    }
+    Ok(())
+}
+
+/// The status, and the volumes and mounts as stored, of a forcing answer.
+fn observed_forcing(answer: &Answer, namespace: &str) -> Value {
+    let mut seen = match_conditions::observed(answer, namespace);
+    seen["warnings"] = Value::Null;
+    seen
 }
