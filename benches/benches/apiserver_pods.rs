@@ -1,4 +1,4 @@
-//! Pod creation through a real kube-apiserver 1.35 and etcd (built by `tests/peers`) under five
+//! Pod creation through a real kube-apiserver 1.35 and etcd (built by `tests/peers`) under six
 //! phases, in alternating rounds so that the machine's drift falls on all of them alike:
 //! - `none`: no admission policy beyond the apiserver's own plugins;
 //! - `cel`: a ValidatingAdmissionPolicy doing the enforce check in CEL (the namespace's label
@@ -10,7 +10,9 @@
 //!   `readOnly`, so /mutate patches them and /validate checks them: two calls;
 //! - `floor-webhook`: the pods' validating webhook (same rules and conditions) pointed at a
 //!   floor that allows everything with the request's uid, the least the apiserver accepts: what
-//!   calling any webhook costs, so the part of ours that is ours shows.
+//!   calling any webhook costs, so the part of ours that is ours shows;
+//! - `generated-policies`: what `csi-volume-admission policy` prints for the same configuration
+//!   (ValidatingAdmissionPolicies and the read-only MutatingAdmissionPolicy), no webhook.
 //!
 //! Every pod has one inline CSI volume of a driver the namespace allows, so each policy runs its
 //! whole check and admits it. Sequential creates from one client; everything shares the
@@ -30,7 +32,7 @@ use inline_guard_tests::cluster::{ChildProcess, Cluster, free_port, namespace_de
 use inline_guard_tests::peers::Peers;
 use inline_guard_tests::repo_root;
 use inline_guard_tests::webhook::{
-    Endpoint, WebhookServer, generated_configurations, register, register_configurations, run_cli_if_child,
+    Endpoint, WebhookServer, generated_configurations, register, register_configurations, run_cli, run_cli_if_child,
 };
 use serde_json::{Value, json};
 
@@ -93,7 +95,10 @@ fn pod(name: &str, driver: &str) -> Value {
 /// forcing patches it, so the apiserver calls both webhooks.
 fn writable_pod(name: &str) -> Value {
     let mut object = pod(name, SHARED_RESOURCE_DRIVER);
-    object["spec"]["volumes"][0]["csi"] = json!({"driver": SHARED_RESOURCE_DRIVER});
+    // A provider volume: SharedResourceAdmission judges its attributes only (a share would add
+    // a lookup to every create, which this phase does not measure).
+    object["spec"]["volumes"][0]["csi"] =
+        json!({"driver": SHARED_RESOURCE_DRIVER, "volumeAttributes": {"provider": "bench"}});
     object["spec"]["containers"][0]["volumeMounts"][0] = json!({"name": "shared", "mountPath": "/shared"});
     object
 }
@@ -173,12 +178,16 @@ enum Policy {
     /// The pods' validating webhook pointed at a floor that allows everything with the request's
     /// uid: what the apiserver spends calling any webhook at all.
     FloorWebhook,
+    /// What `csi-volume-admission policy` generates for the same configuration: the webhooks'
+    /// decisions as ValidatingAdmissionPolicies (and read-only forcing as a
+    /// MutatingAdmissionPolicy, which these pods do not need), no webhook.
+    Generated,
 }
 
 impl Policy {
     /// Every phase, in the order each round runs them.
-    const ALL: [Policy; 5] =
-        [Policy::None, Policy::Cel, Policy::Webhooks, Policy::WebhooksForcing, Policy::FloorWebhook];
+    const ALL: [Policy; 6] =
+        [Policy::None, Policy::Cel, Policy::Webhooks, Policy::WebhooksForcing, Policy::FloorWebhook, Policy::Generated];
 
     fn name(self) -> &'static str {
         match self {
@@ -187,6 +196,7 @@ impl Policy {
             Policy::Webhooks => "webhooks",
             Policy::WebhooksForcing => "webhooks-forcing",
             Policy::FloorWebhook => "floor-webhook",
+            Policy::Generated => "generated-policies",
         }
     }
 }
@@ -250,6 +260,7 @@ async fn run(peers: &Peers, pods: usize, json_out: Option<PathBuf>) -> Result<()
     let server = WebhookServer::start(&cluster, "webhook", &config, &identity)?;
     let floor = FloorProcess::start(&cluster.run_dir().join("floor"))?;
     let floor_configuration = floor_configuration(&config)?;
+    let generated = generated_policies(&config)?;
     let selector = json!({"matchLabels": {"bench.inlineguard.dev/webhook": "on"}});
 
     // Each phase's samples, round by round.
@@ -265,6 +276,11 @@ async fn run(peers: &Peers, pods: usize, json_out: Option<PathBuf>) -> Result<()
                 }
                 Policy::Cel => {
                     apply(&admin, &cel_policy(), false).await?;
+                    wait_for_policy(&admin, true).await?;
+                    None
+                }
+                Policy::Generated => {
+                    apply(&admin, &generated, false).await?;
                     wait_for_policy(&admin, true).await?;
                     None
                 }
@@ -304,6 +320,12 @@ async fn run(peers: &Peers, pods: usize, json_out: Option<PathBuf>) -> Result<()
                     .await?;
                 delete(&admin, "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/csi-enforce").await?;
             }
+            if *policy == Policy::Generated {
+                // Bindings first: a policy without its binding does nothing.
+                for object in generated.iter().rev() {
+                    delete(&admin, &admission_object_path(object)).await?;
+                }
+            }
             if let Some(registration) = registration {
                 registration.remove().await?;
             }
@@ -327,6 +349,11 @@ async fn run(peers: &Peers, pods: usize, json_out: Option<PathBuf>) -> Result<()
         of("webhooks", "p99_ms") - of("none", "p99_ms"),
         of("webhooks", "p99_added_paired_ms"),
         of("webhooks", "p50_ms") / of("cel", "p50_ms")
+    );
+    println!(
+        "generated policies / cel at p50: {:.2} (target ≤ 1.10); generated − none: p50 {:+.2} ms",
+        of("generated-policies", "p50_ms") / of("cel", "p50_ms"),
+        of("generated-policies", "p50_ms") - of("none", "p50_ms")
     );
     if let Some(path) = json_out {
         let report = json!({"pods_per_policy": pods, "rounds": ROUNDS, "policies": results, "calls": calls});
@@ -411,6 +438,37 @@ impl FloorProcess {
         }
         Ok(FloorProcess { _process: process, url: format!("https://127.0.0.1:{port}"), ca_pem: pair.ca_pem })
     }
+}
+
+/// What `csi-volume-admission policy --config CONFIG -o json` prints, each binding limited to the
+/// benchmark's namespace.
+fn generated_policies(config: &Path) -> Result<Vec<Value>, String> {
+    let config = config.display().to_string();
+    let (code, text, stderr) = run_cli(&["policy", "--config", &config, "-o", "json"])?;
+    if code != 0 {
+        return Err(format!("policy --config {config}: exit {code}: {stderr}"));
+    }
+    let list: Value = serde_json::from_str(&text).map_err(|e| format!("policy -o json: {e}"))?;
+    let mut items = list["items"].as_array().cloned().ok_or("policy -o json printed no items")?;
+    for item in &mut items {
+        if item["kind"].as_str().is_some_and(|kind| kind.ends_with("AdmissionPolicyBinding")) {
+            item["spec"]["matchResources"] =
+                json!({"namespaceSelector": {"matchLabels": {"bench.inlineguard.dev/webhook": "on"}}});
+        }
+    }
+    Ok(items)
+}
+
+/// The API path of one generated policy or binding.
+fn admission_object_path(object: &Value) -> String {
+    let (version, plural) = match object["kind"].as_str() {
+        Some("ValidatingAdmissionPolicy") => ("v1", "validatingadmissionpolicies"),
+        Some("ValidatingAdmissionPolicyBinding") => ("v1", "validatingadmissionpolicybindings"),
+        Some("MutatingAdmissionPolicy") => ("v1beta1", "mutatingadmissionpolicies"),
+        _ => ("v1beta1", "mutatingadmissionpolicybindings"),
+    };
+    let name = object["metadata"]["name"].as_str().unwrap_or_default();
+    format!("/apis/admissionregistration.k8s.io/{version}/{plural}/{name}")
 }
 
 /// The pods webhook generated for `config`, renamed, for the floor: same rules and conditions as ours.

@@ -150,8 +150,6 @@ fn variables(settings: &PolicySettings, carrier: &Carrier) -> Vec<Value> {
     )}));
     let profile = cel_string(DRIVER_PROFILE);
     variables.extend([
-        json!({"name": "usesDriver", "expression":
-            "variables.spec.volumes.exists(v, has(v.csi) && v.csi.driver == params.metadata.name)"}),
         json!({"name": "profileSet", "expression":
             format!("has(params.metadata.labels) && {profile} in params.metadata.labels")}),
         json!({"name": "profileValid", "expression":
@@ -164,7 +162,7 @@ fn variables(settings: &PolicySettings, carrier: &Carrier) -> Vec<Value> {
             "variables.profileSet && !variables.profileValid ? ' (CSIDriver ' + params.metadata.name + ' has an invalid ' + {profile} + \
              ' label \"' + params.metadata.labels[{profile}] + '\": {MUST_BE_A_LEVEL})' : ''"
         )}),
-        json!({"name": "judged", "expression": "variables.exemption == '' && variables.usesDriver"}),
+        json!({"name": "judged", "expression": "variables.exemption == ''"}),
         json!({"name": "violatesEnforce", "expression": "variables.judged && variables.driverLevel > variables.enforceLevel"}),
         json!({"name": "violatesWarn", "expression":
             "variables.judged && !variables.violatesEnforce && variables.driverLevel > variables.warnLevel"}),
@@ -183,16 +181,18 @@ fn message(mode: Mode) -> String {
     )
 }
 
-/// `has inline CSI volumes`, each step of the path guarded.
-fn has_csi_volumes(spec_steps: &[&str]) -> Value {
+/// `has an inline CSI volume of this evaluation's driver`, each step of the path guarded. The
+/// apiserver evaluates the policy once per CSIDriver; every evaluation but those of the pod's own
+/// drivers stops here, at the price of one look at the volumes.
+fn uses_this_driver(spec_steps: &[&str]) -> Value {
     let mut path = String::from("object");
     let mut guards = Vec::new();
     for step in spec_steps.iter().chain(&["volumes"]) {
         path = format!("{path}.{step}");
         guards.push(format!("has({path})"));
     }
-    guards.push(format!("{path}.exists(v, has(v.csi))"));
-    json!([{"name": "has-inline-csi-volumes", "expression": guards.join(" && ")}])
+    guards.push(format!("{path}.exists(v, has(v.csi) && v.csi.driver == params.metadata.name)"));
+    json!([{"name": "uses-this-driver", "expression": guards.join(" && ")}])
 }
 
 fn policy(name: String, settings: &PolicySettings, carrier: &Carrier, validation: Value, annotations: Value) -> Value {
@@ -203,7 +203,7 @@ fn policy(name: String, settings: &PolicySettings, carrier: &Carrier, validation
             "failurePolicy": "Fail",
             "paramKind": {"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver"},
             "matchConstraints": {"resourceRules": carrier.rules},
-            "matchConditions": has_csi_volumes(carrier.spec_steps),
+            "matchConditions": uses_this_driver(carrier.spec_steps),
             "variables": variables(settings, carrier),
             "validations": [validation],
             "auditAnnotations": annotations,
@@ -300,10 +300,7 @@ pub fn native_policies(settings: &PolicySettings) -> Vec<Value> {
         let enforce_denies = !carrier.is_workload || settings.enforce_on_workloads;
         let annotation = |key: &str, value: String| json!({"key": key, "valueExpression": value});
         let annotations = json!([
-            annotation(
-                audit::EXEMPT,
-                "variables.exemption != '' && variables.usesDriver ? variables.exemption : ''".into()
-            ),
+            annotation(audit::EXEMPT, "variables.exemption".into()),
             annotation(
                 audit::NAMESPACE_LABEL_ERRORS,
                 "variables.exemption == '' && variables.labelErrors != '' ? variables.labelErrors : ''".into()
