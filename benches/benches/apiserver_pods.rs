@@ -32,7 +32,8 @@ use inline_guard_tests::cluster::{ChildProcess, Cluster, free_port, namespace_de
 use inline_guard_tests::peers::Peers;
 use inline_guard_tests::repo_root;
 use inline_guard_tests::webhook::{
-    Endpoint, WebhookServer, generated_configurations, register, register_configurations, run_cli, run_cli_if_child,
+    Endpoint, WebhookServer, admission_policy_path, generated_configurations, generated_policies, register,
+    register_configurations, run_cli_if_child,
 };
 use serde_json::{Value, json};
 
@@ -260,7 +261,7 @@ async fn run(peers: &Peers, pods: usize, json_out: Option<PathBuf>) -> Result<()
     let server = WebhookServer::start(&cluster, "webhook", &config, &identity)?;
     let floor = FloorProcess::start(&cluster.run_dir().join("floor"))?;
     let floor_configuration = floor_configuration(&config)?;
-    let generated = generated_policies(&config)?;
+    let generated = generated_policies(&config, &json!({"matchLabels": {"bench.inlineguard.dev/webhook": "on"}}))?;
     let selector = json!({"matchLabels": {"bench.inlineguard.dev/webhook": "on"}});
 
     // Each phase's samples, round by round.
@@ -323,7 +324,7 @@ async fn run(peers: &Peers, pods: usize, json_out: Option<PathBuf>) -> Result<()
             if *policy == Policy::Generated {
                 // Bindings first: a policy without its binding does nothing.
                 for object in generated.iter().rev() {
-                    delete(&admin, &admission_object_path(object)).await?;
+                    delete(&admin, &admission_policy_path(object, true)).await?;
                 }
             }
             if let Some(registration) = registration {
@@ -438,37 +439,6 @@ impl FloorProcess {
         }
         Ok(FloorProcess { _process: process, url: format!("https://127.0.0.1:{port}"), ca_pem: pair.ca_pem })
     }
-}
-
-/// What `csi-volume-admission policy --config CONFIG -o json` prints, each binding limited to the
-/// benchmark's namespace.
-fn generated_policies(config: &Path) -> Result<Vec<Value>, String> {
-    let config = config.display().to_string();
-    let (code, text, stderr) = run_cli(&["policy", "--config", &config, "-o", "json"])?;
-    if code != 0 {
-        return Err(format!("policy --config {config}: exit {code}: {stderr}"));
-    }
-    let list: Value = serde_json::from_str(&text).map_err(|e| format!("policy -o json: {e}"))?;
-    let mut items = list["items"].as_array().cloned().ok_or("policy -o json printed no items")?;
-    for item in &mut items {
-        if item["kind"].as_str().is_some_and(|kind| kind.ends_with("AdmissionPolicyBinding")) {
-            item["spec"]["matchResources"] =
-                json!({"namespaceSelector": {"matchLabels": {"bench.inlineguard.dev/webhook": "on"}}});
-        }
-    }
-    Ok(items)
-}
-
-/// The API path of one generated policy or binding.
-fn admission_object_path(object: &Value) -> String {
-    let (version, plural) = match object["kind"].as_str() {
-        Some("ValidatingAdmissionPolicy") => ("v1", "validatingadmissionpolicies"),
-        Some("ValidatingAdmissionPolicyBinding") => ("v1", "validatingadmissionpolicybindings"),
-        Some("MutatingAdmissionPolicy") => ("v1beta1", "mutatingadmissionpolicies"),
-        _ => ("v1beta1", "mutatingadmissionpolicybindings"),
-    };
-    let name = object["metadata"]["name"].as_str().unwrap_or_default();
-    format!("/apis/admissionregistration.k8s.io/{version}/{plural}/{name}")
 }
 
 /// The pods webhook generated for `config`, renamed, for the floor: same rules and conditions as ours.

@@ -163,6 +163,36 @@ pub fn generated_configurations(config: &Path) -> Result<Vec<Value>, String> {
     Ok(documents.into_iter().map(|document| document.value).collect())
 }
 
+/// What `csi-volume-admission policy --config CONFIG -o json` prints, each binding limited to the
+/// namespaces matching `namespace_selector`.
+pub fn generated_policies(config: &Path, namespace_selector: &Value) -> Result<Vec<Value>, String> {
+    let config = config.display().to_string();
+    let (code, text, stderr) = run_cli(&["policy", "--config", &config, "-o", "json"])?;
+    if code != 0 {
+        return Err(format!("csi-volume-admission policy --config {config}: exit {code}: {stderr}"));
+    }
+    let list: Value = serde_json::from_str(&text).map_err(|e| format!("policy -o json: {e}"))?;
+    let mut items = list["items"].as_array().cloned().ok_or("policy -o json printed no items")?;
+    for item in &mut items {
+        if item["kind"].as_str().is_some_and(|kind| kind.ends_with("AdmissionPolicyBinding")) {
+            item["spec"]["matchResources"] = json!({"namespaceSelector": namespace_selector});
+        }
+    }
+    Ok(items)
+}
+
+/// The API path of a generated policy or binding (`name`: the object's own, else the collection).
+pub fn admission_policy_path(object: &Value, name: bool) -> String {
+    let (version, plural) = match object["kind"].as_str() {
+        Some("ValidatingAdmissionPolicy") => ("v1", "validatingadmissionpolicies"),
+        Some("ValidatingAdmissionPolicyBinding") => ("v1", "validatingadmissionpolicybindings"),
+        Some("MutatingAdmissionPolicy") => ("v1beta1", "mutatingadmissionpolicies"),
+        _ => ("v1beta1", "mutatingadmissionpolicybindings"),
+    };
+    let collection = format!("/apis/admissionregistration.k8s.io/{version}/{plural}");
+    if name { format!("{collection}/{}", object["metadata"]["name"].as_str().unwrap_or_default()) } else { collection }
+}
+
 /// The webhook configurations `csi-volume-admission webhooks` generates for `server`'s
 /// configuration, pointed at `server` and limited to namespaces matching `namespace_selector`,
 /// created under names ending in `-SUFFIX`.

@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use inline_guard_tests::webhook::run_cli;
+use inline_guard_tests::webhook::{admission_policy_path, generated_policies};
 use serde_json::{Value, json};
 
 use crate::match_conditions::{self, add_debug_container, equivalence_cases, pod_with_read_only};
@@ -74,24 +74,6 @@ fn collection(namespace: &str, plural: &str) -> String {
         "deployments" => format!("/apis/apps/v1/namespaces/{namespace}/deployments"),
         _ => format!("/apis/batch/v1/namespaces/{namespace}/cronjobs"),
     }
-}
-
-/// What `csi-volume-admission policy --config CONFIG -o json` prints, each binding limited to the
-/// namespaces labelled for the policies.
-fn generated_policies(config: &std::path::Path) -> Result<Vec<Value>, String> {
-    let config = config.display().to_string();
-    let (code, text, stderr) = run_cli(&["policy", "--config", &config, "-o", "json"])?;
-    if code != 0 {
-        return Err(format!("csi-volume-admission policy --config {config}: exit {code}: {stderr}"));
-    }
-    let list: Value = serde_json::from_str(&text).map_err(|e| format!("policy -o json: {e}"))?;
-    let mut items = list["items"].as_array().cloned().ok_or("policy -o json printed no items")?;
-    for item in &mut items {
-        if item["kind"].as_str().is_some_and(|kind| kind.ends_with("AdmissionPolicyBinding")) {
-            item["spec"]["matchResources"] = json!({"namespaceSelector": {"matchLabels": {WEBHOOK_LABEL: POLICIES}}});
-        }
-    }
-    Ok(items)
 }
 
 /// The inner message of a denial or a warning: the apiserver prefixes a webhook's and a policy's
@@ -187,15 +169,9 @@ pub async fn native_policies_decide_as_the_webhook(suite: &Suite) -> Outcome {
         create_namespace(admin, &format!("native-webhook-{index}"), "shared", labels).await?;
         create_namespace(admin, &format!("native-policy-{index}"), POLICIES, labels).await?;
     }
-    let objects = generated_policies(&suite.shared.config)?;
+    let objects = generated_policies(&suite.shared.config, &json!({"matchLabels": {WEBHOOK_LABEL: POLICIES}}))?;
     for object in &objects {
-        let path = match object["kind"].as_str() {
-            Some("ValidatingAdmissionPolicy") => "v1/validatingadmissionpolicies",
-            Some("ValidatingAdmissionPolicyBinding") => "v1/validatingadmissionpolicybindings",
-            Some("MutatingAdmissionPolicy") => "v1beta1/mutatingadmissionpolicies",
-            _ => "v1beta1/mutatingadmissionpolicybindings",
-        };
-        let answer = create(admin, &format!("/apis/admissionregistration.k8s.io/{path}"), object, false).await?;
+        let answer = create(admin, &admission_policy_path(object, false), object, false).await?;
         if answer.status != 201 {
             return Err(format!("{}: {} {}", object["metadata"]["name"], answer.status, answer.message()));
         }
