@@ -1,8 +1,9 @@
 //! The generated ValidatingAdmissionPolicies (`csi-volume-admission policy`) against the webhook,
 //! on the real apiserver: every object of a table (pods, Deployments and CronJobs, one per driver
-//! profile: restricted, baseline, privileged, unlabeled, an invalid label) is created as a dry run
-//! in namespaces of every kind of valid Pod Security labels (defaults, each mode, versions), once
-//! where the webhook judges it and once where only the policies do, and every
+//! profile: restricted, baseline, privileged, unlabeled, an invalid label), and generated ones, is
+//! created as a dry run in namespaces of every kind of valid Pod Security labels (defaults, each
+//! mode, versions; and generated ones), once where the webhook judges it and once where only the
+//! policies do, and every
 //! answer must agree: the status, the message and the warnings (each without the apiserver's own
 //! prefix, which names the webhook or the policy), and the audit annotations (whose keys are the
 //! same: each enforce policy is named like its webhook entry). A disagreement fails with both
@@ -47,6 +48,78 @@ fn namespace_labels() -> Vec<Vec<(&'static str, &'static str)>> {
         vec![(e, "baseline"), ("pod-security.kubernetes.io/enforce-version", "v1.35"), (a, "restricted")],
         vec![(w, "baseline"), ("pod-security.kubernetes.io/warn-version", "v1.0"), (a, "privileged")],
     ]
+}
+
+/// A small deterministic generator (xorshift64*): seeded from `NATIVE_POLICIES_SEED`, else the
+/// clock, and the seed printed, so that any disagreement it finds can be replayed.
+struct Generator(u64);
+
+impl Generator {
+    fn seeded() -> (Generator, u64) {
+        let seed = std::env::var("NATIVE_POLICIES_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
+        });
+        (Generator(seed | 1), seed)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % n
+    }
+
+    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.below(items.len())]
+    }
+}
+
+/// Generated namespaces: each mode's level set or not, and sometimes its version.
+fn generated_rows(generator: &mut Generator, count: usize) -> Vec<Vec<(&'static str, &'static str)>> {
+    let modes = [
+        ("pod-security.kubernetes.io/enforce", "pod-security.kubernetes.io/enforce-version"),
+        ("pod-security.kubernetes.io/warn", "pod-security.kubernetes.io/warn-version"),
+        ("pod-security.kubernetes.io/audit", "pod-security.kubernetes.io/audit-version"),
+    ];
+    (0..count)
+        .map(|_| {
+            let mut labels = Vec::new();
+            for (level, version) in modes {
+                if generator.below(3) > 0 {
+                    labels.push((level, *generator.pick(&["privileged", "baseline", "restricted"])));
+                }
+                if generator.below(3) == 0 {
+                    labels.push((version, *generator.pick(&["latest", "v1.0", "v1.28", "v1.35"])));
+                }
+            }
+            labels
+        })
+        .collect()
+}
+
+/// Generated objects: a pod, a Deployment or a CronJob with one to three inline volumes, each
+/// of a driver of the table or of one with no CSIDriver object.
+fn generated_objects(generator: &mut Generator, count: usize) -> Vec<(&'static str, &'static str, Value)> {
+    let mut drivers: Vec<&str> = DRIVERS.iter().map(|(driver, _)| *driver).collect();
+    drivers.push("missing.native.e2e.inlineguard.dev");
+    (0..count)
+        .map(|index| {
+            let volumes: Vec<(String, &str)> =
+                (0..=generator.below(3)).map(|v| (format!("v{v}"), *generator.pick(&drivers))).collect();
+            let volumes: Vec<(&str, &str)> = volumes.iter().map(|(name, driver)| (name.as_str(), *driver)).collect();
+            let name = format!("gen-{index}");
+            match generator.below(3) {
+                0 => ("pods", "pods", pod(&name, &volumes)),
+                1 => ("deployments", "deployments", deployment(&name, &volumes)),
+                _ => {
+                    let template = deployment(&name, &volumes)["spec"]["template"].clone();
+                    let cronjob = json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": name},
+                        "spec": {"schedule": "0 0 * * *", "jobTemplate": {"spec": {"template": template}}}});
+                    ("cronjobs", "cronjobs", cronjob)
+                }
+            }
+        })
+        .collect()
 }
 
 /// `(path below the namespace, resource, object)` for each object of the table.
@@ -164,7 +237,11 @@ pub async fn native_policies_decide_as_the_webhook(suite: &Suite) -> Outcome {
     for (driver, profile) in DRIVERS {
         create_csi_driver(admin, driver, profile).await?;
     }
-    let rows = namespace_labels();
+    // The table, and beside it generated namespaces and objects (every object in every namespace).
+    let (mut generator, seed) = Generator::seeded();
+    println!("native policies: generated cases from seed {seed} (NATIVE_POLICIES_SEED={seed} replays them)");
+    let mut rows = namespace_labels();
+    rows.extend(generated_rows(&mut generator, 4));
     for (index, labels) in rows.iter().enumerate() {
         create_namespace(admin, &format!("native-webhook-{index}"), "shared", labels).await?;
         create_namespace(admin, &format!("native-policy-{index}"), POLICIES, labels).await?;
@@ -189,7 +266,8 @@ pub async fn native_policies_decide_as_the_webhook(suite: &Suite) -> Outcome {
         until_active(admin, &path, &object, |answer| answer.status == 403 || !answer.warnings.is_empty()).await?;
     }
 
-    let table = table();
+    let mut table = table();
+    table.extend(generated_objects(&mut generator, 24));
     let mut answers = Vec::new();
     for index in 0..rows.len() {
         for (plural, _, object) in &table {
@@ -241,7 +319,7 @@ pub async fn native_policies_decide_as_the_webhook(suite: &Suite) -> Outcome {
         warned += usize::from(!by_webhook.warnings.is_empty());
         if !agree(&webhook, &policy) {
             disagreements.push(format!(
-                "{resource} {name} in a namespace labelled {:?}:\n  webhook: {webhook}\n  policy:  {policy}",
+                "{resource} {name} in a namespace labelled {:?} (seed {seed}):\n  object:  {object}\n  webhook: {webhook}\n  policy:  {policy}",
                 rows[*index]
             ));
         }

@@ -84,17 +84,9 @@ impl ValidationInterface for SharedResourceAdmission {
         let Some(written) = object.pod_spec() else {
             return Ok(());
         };
-        let injected = match object.injection() {
-            Some(value) => with_injection(attributes.display_name(), kind, written, value, recorder)?,
-            None => None,
-        };
-        let spec = injected.as_ref().unwrap_or(written);
-        let volumes = shared_volumes(spec);
-        if volumes.is_empty() {
-            return Ok(());
-        }
         if is_workload_update {
-            // A scale or a label change leaves the volumes and the account as they were judged.
+            // A scale or a label change leaves the volumes, the account and the injection as
+            // they were judged.
             let old = attributes.old_object.as_ref();
             let unchanged =
                 old.and_then(|old| Some((old.pod_spec()?, old.injection()))).is_some_and(|(old, inject)| {
@@ -105,6 +97,15 @@ impl ValidationInterface for SharedResourceAdmission {
             if unchanged {
                 return Ok(());
             }
+        }
+        let injected = match object.injection() {
+            Some(value) => with_injection(attributes.display_name(), kind, written, value, recorder)?,
+            None => None,
+        };
+        let spec = injected.as_ref().unwrap_or(written);
+        let volumes = shared_volumes(spec);
+        if volumes.is_empty() {
+            return Ok(());
         }
         let service_account =
             spec.service_account_name.as_deref().filter(|name| !name.is_empty()).unwrap_or(DEFAULT_SERVICE_ACCOUNT);

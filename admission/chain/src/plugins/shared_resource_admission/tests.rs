@@ -400,3 +400,25 @@ fn a_workloads_template_is_judged_as_its_pods_will_be_injected_and_warned() {
     let (result, warnings) = run(&annotated("deployments", "sharedsecret/db:/etc/db"));
     assert_eq!((result, warnings), (Ok(()), vec![]), "a template whose injection would pass is silent");
 }
+
+#[test]
+fn an_unchanged_workload_update_is_not_warned_again_and_a_changed_annotation_is_judged() {
+    let deployments = GroupVersionResource::v1("apps", "deployments");
+    let template = |annotation: &str| {
+        json!({"metadata": {"name": "api"}, "spec": {"selector": {}, "template": annotated_pod(annotation)}})
+    };
+    let old = |annotation: &str| Some(AdmissionObject::from_value(&deployments, &template(annotation)).unwrap());
+    let mut update = request(Operation::Update, deployments.clone(), template("secret/db:/etc/db"));
+    update.old_object = old("secret/db:/etc/db");
+    let table = Arc::new(cluster());
+    assert_eq!(run_with(table.clone(), &update), (Ok(()), vec![]), "a scale is not warned about again");
+    update.old_object = old("sharedsecret/db:/etc/db");
+    assert_eq!(run_with(table.clone(), &update).1.len(), 1, "a changed annotation is judged again");
+    update.object = Some(AdmissionObject::from_value(&deployments, &template("sharedsecret/missing:/m")).unwrap());
+    let (result, warnings) = run_with(table.clone(), &update);
+    assert_eq!(result, Ok(()));
+    assert_eq!(
+        warnings,
+        ["api has volumes the shared-resource driver would refuse at mount: volume \"inject-secret-missing\": SharedSecret \"missing\" not found"]
+    );
+}
