@@ -404,9 +404,7 @@ fn a_workloads_template_is_judged_as_its_pods_will_be_injected_and_warned() {
 #[test]
 fn an_unchanged_workload_update_is_not_warned_again_and_a_changed_annotation_is_judged() {
     let deployments = GroupVersionResource::v1("apps", "deployments");
-    let template = |annotation: &str| {
-        json!({"metadata": {"name": "api"}, "spec": {"selector": {}, "template": annotated_pod(annotation)}})
-    };
+    let template = |annotation: &str| json!({"metadata": {"name": "api"}, "spec": {"selector": {}, "template": annotated_pod(annotation)}});
     let old = |annotation: &str| Some(AdmissionObject::from_value(&deployments, &template(annotation)).unwrap());
     let mut update = request(Operation::Update, deployments.clone(), template("secret/db:/etc/db"));
     update.old_object = old("secret/db:/etc/db");
@@ -419,6 +417,8 @@ fn an_unchanged_workload_update_is_not_warned_again_and_a_changed_annotation_is_
     assert_eq!(result, Ok(()));
     assert_eq!(
         warnings,
-        ["api has volumes the shared-resource driver would refuse at mount: volume \"inject-secret-missing\": SharedSecret \"missing\" not found"]
+        [
+            "api has volumes the shared-resource driver would refuse at mount: volume \"inject-secret-missing\": SharedSecret \"missing\" not found"
+        ]
     );
 }
