@@ -74,10 +74,7 @@ pub struct AuditSummary {
 
 /// Lists the cluster, evaluates everything and writes the report.
 pub fn run(args: &AuditArgs, stdout: &mut dyn std::io::Write) -> Result<AuditSummary, AuditError> {
-    let config = match &args.config {
-        Some(path) => AdmissionConfig::load(path)?,
-        None => AdmissionConfig::embedded_default(),
-    };
+    let config = AdmissionConfig::load_or_default(args.config.as_deref())?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let settings = Arc::new(config.settings);
     let (scanned, findings) = runtime.block_on(async {

@@ -243,46 +243,18 @@ where
                 }
             }
         }
-        Command::Webhooks { config } => {
-            let loaded = match &config {
-                Some(path) => inline_guard_config::AdmissionConfig::load(path),
-                None => Ok(inline_guard_config::AdmissionConfig::embedded_default()),
-            };
-            let yaml = loaded.map_err(|error| error.to_string()).and_then(|config| {
-                inline_guard_config::webhook_configurations::webhook_configurations_yaml(
-                    &config.settings.read_only_drivers,
-                )
-            });
-            match yaml {
-                Ok(yaml) if stdout.write_all(yaml.as_bytes()).is_ok() => EXIT_ADMITTED,
-                Ok(_) => EXIT_BAD_INPUT,
-                Err(error) => {
-                    let _ = writeln!(stderr, "csi-volume-admission webhooks: {error}");
-                    EXIT_BAD_INPUT
-                }
-            }
-        }
+        Command::Webhooks { config } => print_generated("webhooks", config.as_deref(), stdout, stderr, |config| {
+            inline_guard_config::webhook_configurations::webhook_configurations_yaml(&config.settings.read_only_drivers)
+        }),
         Command::Policy { config, output } => {
-            let loaded = match &config {
-                Some(path) => inline_guard_config::AdmissionConfig::load(path),
-                None => Ok(inline_guard_config::AdmissionConfig::embedded_default()),
-            };
-            let text = loaded.map_err(|error| error.to_string()).and_then(|config| match output {
+            print_generated("policy", config.as_deref(), stdout, stderr, |config| match output {
                 PolicyOutput::Yaml => inline_guard_config::native_policies::native_policies_yaml(&config.settings),
                 PolicyOutput::Json => {
                     let items = inline_guard_config::native_policies::native_policies(&config.settings);
                     let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items});
                     serde_json::to_string_pretty(&list).map(|text| text + "\n").map_err(|error| error.to_string())
                 }
-            });
-            match text {
-                Ok(text) if stdout.write_all(text.as_bytes()).is_ok() => EXIT_ADMITTED,
-                Ok(_) => EXIT_BAD_INPUT,
-                Err(error) => {
-                    let _ = writeln!(stderr, "csi-volume-admission policy: {error}");
-                    EXIT_BAD_INPUT
-                }
-            }
+            })
         }
         Command::Check { cluster_state, config, output, inputs } => {
             let args = CheckArgs { cluster_state, config, output, inputs };
@@ -294,6 +266,27 @@ where
                     EXIT_BAD_INPUT
                 }
             }
+        }
+    }
+}
+
+/// `webhooks` and `policy`: objects generated from the configuration at `config` (the embedded
+/// default without one), printed whole or not at all.
+fn print_generated(
+    command: &str,
+    config: Option<&std::path::Path>,
+    stdout: &mut dyn Write,
+    stderr: &mut dyn Write,
+    generate: impl FnOnce(inline_guard_config::AdmissionConfig) -> Result<String, String>,
+) -> u8 {
+    let text =
+        inline_guard_config::AdmissionConfig::load_or_default(config).map_err(|e| e.to_string()).and_then(generate);
+    match text {
+        Ok(text) if stdout.write_all(text.as_bytes()).is_ok() => EXIT_ADMITTED,
+        Ok(_) => EXIT_BAD_INPUT,
+        Err(error) => {
+            let _ = writeln!(stderr, "csi-volume-admission {command}: {error}");
+            EXIT_BAD_INPUT
         }
     }
 }

@@ -63,10 +63,7 @@ pub enum ServeError {
 /// Runs the server until SIGTERM or SIGINT, then drains and returns.
 pub fn run(args: ServeArgs, stdout: &mut dyn std::io::Write) -> Result<(), ServeError> {
     init_logging(args.json_logs);
-    let config = match &args.config {
-        Some(path) => AdmissionConfig::load(path)?,
-        None => AdmissionConfig::embedded_default(),
-    };
+    let config = AdmissionConfig::load_or_default(args.config.as_deref())?;
     let metrics = Arc::new(Metrics::new());
     let mut _generated = None;
     let files = match args.tls.clone() {

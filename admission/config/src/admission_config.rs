@@ -117,6 +117,12 @@ impl AdmissionConfig {
         AdmissionConfig::parse(path, &read_text(path)?)
     }
 
+    /// The file at `path` when one is given, else the embedded default: what every command's
+    /// `--config` means.
+    pub fn load_or_default(path: Option<&Path>) -> Result<AdmissionConfig> {
+        path.map_or_else(|| Ok(AdmissionConfig::embedded_default()), AdmissionConfig::load)
+    }
+
     /// Validates configuration text; `path` names it in errors and anchors a relative
     /// `podSecurityConfiguration`.
     pub fn parse(path: &Path, text: &str) -> Result<AdmissionConfig> {

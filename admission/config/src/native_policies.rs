@@ -27,7 +27,7 @@ use serde_json::{Value, json};
 
 use inline_guard_policy::settings::ReadOnlyDrivers;
 
-use crate::webhook_configurations::{READ_ONLY_WEBHOOK, cel_string, read_only_condition};
+use crate::webhook_configurations::{READ_ONLY_WEBHOOK, cel_string, guarded, read_only_condition};
 
 /// One place a pod spec is carried, and the objects that carry it there.
 struct Carrier {
@@ -187,12 +187,7 @@ fn message(mode: Mode) -> String {
 /// apiserver evaluates the policy once per CSIDriver; every evaluation but those of the pod's own
 /// drivers stops here, at the price of one look at the volumes.
 fn uses_this_driver(spec_steps: &[&str]) -> Value {
-    let mut path = String::from("object");
-    let mut guards = Vec::new();
-    for step in spec_steps.iter().chain(&["volumes"]) {
-        path = format!("{path}.{step}");
-        guards.push(format!("has({path})"));
-    }
+    let (mut guards, path) = guarded(&[spec_steps, &["volumes"]].concat());
     guards.push(format!("{path}.exists(v, has(v.csi) && v.csi.driver == params.metadata.name)"));
     json!([{"name": "uses-this-driver", "expression": guards.join(" && ")}])
 }

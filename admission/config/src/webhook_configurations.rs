@@ -156,7 +156,7 @@ fn webhook(name: &'static str, path: &'static str, rules: Vec<Rule>, conditions:
 
 /// `object.<steps>`, each step guarded by `has()` because workloads may omit any level of their
 /// template: the guards, and the path they lead to.
-fn guarded(steps: &[&str]) -> (Vec<String>, String) {
+pub(crate) fn guarded(steps: &[&str]) -> (Vec<String>, String) {
     let mut path = String::from("object");
     let mut guards = Vec::new();
     for step in steps {

@@ -93,10 +93,7 @@ const STDIN_NAME: &str = "<stdin>";
 
 /// Runs `check` and writes its report to `stdout`.
 pub fn run(args: &CheckArgs, stdin: &mut dyn Read, stdout: &mut dyn Write) -> Result<Summary, CheckError> {
-    let config = match &args.config {
-        Some(path) => AdmissionConfig::load(path)?,
-        None => AdmissionConfig::embedded_default(),
-    };
+    let config = AdmissionConfig::load_or_default(args.config.as_deref())?;
     let facts = StaticClusterFacts::load(&args.cluster_state)?;
 
     let mut prepared = Vec::new();

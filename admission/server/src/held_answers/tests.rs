@@ -80,8 +80,17 @@ async fn an_answer_is_held_within_its_ttl_and_a_zero_ttl_holds_nothing() {
 async fn a_request_dropped_while_asking_leaves_the_key_to_be_asked_again() {
     let held = answers(Duration::from_secs(60));
     let dropped = held.clone();
-    let asking = tokio::spawn(async move { dropped.answer(&"k", std::future::pending).await });
-    tokio::task::yield_now().await;
+    let (started, asked) = tokio::sync::oneshot::channel();
+    let asking = tokio::spawn(async move {
+        dropped
+            .answer(&"k", move || {
+                let _ = started.send(());
+                std::future::pending()
+            })
+            .await
+    });
+    // The key is being asked about before the asker goes away, however busy the machine.
+    asked.await.expect("the first request asks");
     asking.abort();
     let _ = asking.await;
     let answer = tokio::time::timeout(Duration::from_secs(10), held.answer(&"k", || async { Ok(4) })).await;
