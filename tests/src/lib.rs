@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod images;
 pub mod node;
 pub mod peers;
+pub mod policy_equivalence;
 pub mod webhook;
 
 use std::path::{Path, PathBuf};

@@ -164,7 +164,7 @@ pub fn generated_configurations(config: &Path) -> Result<Vec<Value>, String> {
 }
 
 /// What `csi-volume-admission policy --config CONFIG -o json` prints, each binding limited to the
-/// namespaces matching `namespace_selector`.
+/// namespaces matching `namespace_selector` as well as to those its own selector matches.
 pub fn generated_policies(config: &Path, namespace_selector: &Value) -> Result<Vec<Value>, String> {
     let config = config.display().to_string();
     let (code, text, stderr) = run_cli(&["policy", "--config", &config, "-o", "json"])?;
@@ -175,10 +175,24 @@ pub fn generated_policies(config: &Path, namespace_selector: &Value) -> Result<V
     let mut items = list["items"].as_array().cloned().ok_or("policy -o json printed no items")?;
     for item in &mut items {
         if item["kind"].as_str().is_some_and(|kind| kind.ends_with("AdmissionPolicyBinding")) {
-            item["spec"]["matchResources"] = json!({"namespaceSelector": namespace_selector});
+            let own = item["spec"]["matchResources"]["namespaceSelector"].take();
+            item["spec"]["matchResources"] = json!({"namespaceSelector": both_selectors(own, namespace_selector)});
         }
     }
     Ok(items)
+}
+
+/// A label selector matching what both `a` and `b` match (their requirements ANDed).
+fn both_selectors(a: Value, b: &Value) -> Value {
+    let mut labels = serde_json::Map::new();
+    let mut expressions = Vec::new();
+    for selector in [&a, b] {
+        if let Some(own) = selector["matchLabels"].as_object() {
+            labels.extend(own.clone());
+        }
+        expressions.extend(selector["matchExpressions"].as_array().cloned().unwrap_or_default());
+    }
+    json!({"matchLabels": labels, "matchExpressions": expressions})
 }
 
 /// The API path of a generated policy or binding (`name`: the object's own, else the collection).

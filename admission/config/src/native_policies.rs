@@ -3,12 +3,13 @@
 //! them, generated from the same configuration the webhook runs with.
 //!
 //! **Where the drivers' profiles come from**: the CSIDriver objects themselves, as parameters
-//! (`paramKind` CSIDriver, a binding whose `paramRef.selector` selects every CSIDriver). The
-//! apiserver evaluates the policy once per CSIDriver and denies when any evaluation does, so a
-//! CSIDriver created or relabelled a moment ago counts as soon as the apiserver's informer has it,
-//! with nothing of ours to run or keep current. The price of one evaluation per driver is that an
-//! evaluation sees one driver: see the README's list of what the policies cannot say exactly as
-//! the webhook does.
+//! (`paramKind` CSIDriver, a binding whose `paramRef.selector` selects the CSIDrivers that can
+//! violate something: [`drivers_that_can_violate`]). The apiserver evaluates the policy once per
+//! selected CSIDriver and denies when any evaluation does, so a CSIDriver created or relabelled a
+//! moment ago counts as soon as the apiserver's informer has it, with nothing of ours to run or
+//! keep current. The price of one evaluation per driver is that an evaluation sees one driver,
+//! and a pod none of whose drivers is selected is not evaluated at all: see
+//! docs/native-policies.md for what the policies cannot say exactly as the webhook does.
 //!
 //! Read-only forcing is a MutatingAdmissionPolicy beside them (see [`read_only_policy`]).
 //!
@@ -17,7 +18,8 @@
 //! webhook entry (so its audit annotations carry the webhook's keys exactly, e.g.
 //! `pods.csi-volume-admission.inlineguard.dev/enforce-violations`), holds the enforce check and
 //! every audit annotation; its binding denies for pods and warns for workloads (denies when
-//! `enforceOnWorkloads`). The second, `<name>-warn`, holds the warn check, bound with `Warn`.
+//! `enforceOnWorkloads`). The second, `<name>-warn`, holds the warn check, bound with `Warn`
+//! and only in namespaces where a warning can be due ([`warn_namespaces`]).
 
 use inline_guard_policy::labels::{self, DRIVER_PROFILE, audit};
 use inline_guard_policy::level::{Level, MUST_BE_A_LEVEL, Mode};
@@ -208,17 +210,50 @@ fn policy(name: String, settings: &PolicySettings, carrier: &Carrier, validation
     })
 }
 
-fn binding(name: &str, action: &str) -> Value {
-    json!({
+/// The CSIDrivers that can violate a namespace's level, the only ones worth an evaluation: those
+/// whose profile label says anything but `restricted` (an invalid value counts as `privileged`),
+/// and, unless the default profile is `restricted`, those without the label. Each CSIDriver
+/// selected costs every pod the policy matches one more look at its volumes, pods without an
+/// inline volume too, so a cluster's many drivers that never serve inline volumes (or serve them
+/// as restricted) cost nothing.
+fn drivers_that_can_violate(settings: &PolicySettings) -> Value {
+    let mut requirements =
+        vec![json!({"key": DRIVER_PROFILE, "operator": "NotIn", "values": [Level::Restricted.as_str()]})];
+    if settings.defaults.driver_profile == Level::Restricted {
+        requirements.insert(0, json!({"key": DRIVER_PROFILE, "operator": "Exists"}));
+    }
+    json!({"matchExpressions": requirements})
+}
+
+fn binding(name: &str, action: &str, settings: &PolicySettings, namespace_selector: Option<Value>) -> Value {
+    let mut binding = json!({
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
         "metadata": {"name": name},
         "spec": {
             "policyName": name,
             "validationActions": [action],
-            // Every CSIDriver is a parameter; a cluster without any has no profile to enforce.
-            "paramRef": {"selector": {}, "parameterNotFoundAction": "Allow"},
+            // No such CSIDriver: nothing any pod uses can violate anything.
+            "paramRef": {"selector": drivers_that_can_violate(settings), "parameterNotFoundAction": "Allow"},
         }
-    })
+    });
+    if let Some(selector) = namespace_selector {
+        binding["spec"]["matchResources"] = json!({"namespaceSelector": selector});
+    }
+    binding
+}
+
+/// The namespaces where a warning can be due: those whose warn level can be below
+/// `privileged`. Every other namespace is left out by the binding, before any parameter is
+/// fetched or any expression evaluated, which halves what a pod costs there (the apiserver
+/// converts the pod once per policy, parameter and expression list). An invalid warn label
+/// falls open to `privileged`, so a superset is exact: the policy itself still decides.
+fn warn_namespaces(settings: &PolicySettings) -> Value {
+    let (operator, values) = match settings.defaults.warn {
+        // Unlabelled namespaces take the default: with `privileged` they never warn.
+        Level::Privileged => ("In", json!([Level::Restricted.as_str(), Level::Baseline.as_str()])),
+        _ => ("NotIn", json!([Level::Privileged.as_str()])),
+    };
+    json!({"matchExpressions": [{"key": labels::WARN_LEVEL, "operator": operator, "values": values}]})
 }
 
 /// The name of the read-only policy, the mutating webhook entry's.
@@ -311,11 +346,11 @@ pub fn native_policies(settings: &PolicySettings) -> Vec<Value> {
         let enforce = json!({"expression": "!variables.violatesEnforce", "messageExpression": message(Mode::Enforce),
                              "reason": "Forbidden"});
         objects.push(policy(carrier.name.to_string(), settings, &carrier, enforce, annotations));
-        objects.push(binding(carrier.name, if enforce_denies { "Deny" } else { "Warn" }));
+        objects.push(binding(carrier.name, if enforce_denies { "Deny" } else { "Warn" }, settings, None));
         let warn_name = carrier.name.replacen('.', "-warn.", 1);
         let warn = json!({"expression": "!variables.violatesWarn", "messageExpression": message(Mode::Warn)});
         objects.push(policy(warn_name.clone(), settings, &carrier, warn, json!([])));
-        objects.push(binding(&warn_name, "Warn"));
+        objects.push(binding(&warn_name, "Warn", settings, Some(warn_namespaces(settings))));
     }
     if !settings.read_only_drivers.0.is_empty() {
         objects.extend(read_only_policy(&settings.read_only_drivers));

@@ -222,6 +222,12 @@ pub(crate) fn cel_string(text: &str) -> String {
 /// superset of it, so skipping the call never changes an answer. `request.subResource` is absent
 /// (not empty) on a plain create, and reading an absent key is an error that failurePolicy Fail
 /// would turn into a refusal of every pod, hence the `has()`.
+///
+/// Whether a listed volume is mounted writable somewhere costs volumes × mounts steps, and the
+/// apiserver refuses a request whose condition runs over its CEL budget for conditions (2.5
+/// million), failurePolicy Fail or not. So a pod of more than [`PRECISE_CONDITION_LIMIT`]
+/// volumes × mounts (a few hundred of each, far past any real pod) that has a volume of a listed
+/// driver is sent to the webhook without asking: a superset again, and linear in its size.
 pub fn read_only_condition(drivers: &ReadOnlyDrivers) -> MatchCondition {
     let listed = drivers.0.iter().map(|driver| cel_string(driver)).collect::<Vec<_>>().join(", ");
     let writable = |field: &str| format!("!(has({field}.readOnly) && {field}.readOnly)");
@@ -236,15 +242,28 @@ pub fn read_only_condition(drivers: &ReadOnlyDrivers) -> MatchCondition {
         })
         .collect::<Vec<_>>()
         .join(" || ");
+    let mount_count = ["containers", "initContainers", "ephemeralContainers"]
+        .iter()
+        .map(|list| {
+            format!("(has(object.spec.{list}) ? object.spec.{list}.map(c, has(c.volumeMounts) ? c.volumeMounts.size() : 0).sum() : 0)")
+        })
+        .collect::<Vec<_>>()
+        .join(" + ");
     MatchCondition {
         name: "has-writable-read-only-driver-volumes",
         expression: format!(
-            "has(object.spec.volumes) && object.spec.volumes.exists(v, has(v.csi) && v.csi.driver in [{listed}] && \
-             ((has(request.subResource) && request.subResource == \"ephemeralcontainers\") || {} || {mounts}))",
+            "has(object.spec.volumes) && object.spec.volumes.exists(v, has(v.csi) && v.csi.driver in [{listed}]) && \
+             (object.spec.volumes.size() * ({mount_count}) > {PRECISE_CONDITION_LIMIT} || \
+             object.spec.volumes.exists(v, has(v.csi) && v.csi.driver in [{listed}] && \
+             ((has(request.subResource) && request.subResource == \"ephemeralcontainers\") || {} || {mounts})))",
             writable("v.csi")
         ),
     }
 }
+
+/// Volumes × mounts above which [`read_only_condition`] asks the webhook without looking
+/// further: about 10 cost units a step keeps the look at 200 000, a twelfth of the budget.
+pub const PRECISE_CONDITION_LIMIT: usize = 20_000;
 
 fn validating() -> Configuration {
     let template_spec = ["spec", "template", "spec"];

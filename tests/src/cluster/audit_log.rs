@@ -9,6 +9,9 @@ use serde::Deserialize;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AuditEvent {
+    /// The request's id: the `Audit-Id` header of its answer.
+    #[serde(default, rename = "auditID")]
+    pub audit_id: String,
     /// `ResponseComplete`, `Panic`, ...
     pub stage: String,
     /// `get`, `list`, `watch`, `create`, ...

@@ -255,7 +255,7 @@ async fn try_add_debug_container(admin: &kube::Client, namespace: &str, name: &s
     let status = response.status().as_u16();
     let bytes = response.into_body().collect_bytes().await.map_err(|e| e.to_string())?;
     let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-    Ok(Answer { status, warnings: Vec::new(), body })
+    Ok(Answer { status, warnings: Vec::new(), body, audit_id: None })
 }
 
 pub async fn generated_conditions_change_no_answer(suite: &Suite) -> Outcome {

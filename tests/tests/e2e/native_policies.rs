@@ -1,218 +1,49 @@
 //! The generated ValidatingAdmissionPolicies (`csi-volume-admission policy`) against the webhook,
-//! on the real apiserver: every object of a table (pods, Deployments and CronJobs, one per driver
-//! profile: restricted, baseline, privileged, unlabeled, an invalid label), and generated ones, is
-//! created as a dry run in namespaces of every kind of valid Pod Security labels (defaults, each
-//! mode, versions; and generated ones), once where the webhook judges it and once where only the
-//! policies do, and every
-//! answer must agree: the status, the message and the warnings (each without the apiserver's own
-//! prefix, which names the webhook or the policy), and the audit annotations (whose keys are the
-//! same: each enforce policy is named like its webhook entry). A disagreement fails with both
-//! answers and the input.
+//! on the real apiserver. Every object is created as a dry run twice, in namespaces of the same
+//! Pod Security labels: once where the webhook judges it and once where only the policies do,
+//! and every answer must agree ([`comparison`]). Two configurations, one after the other:
+//! - the shipped one (`config/admission.yaml`): the table (pods, Deployments and CronJobs, one
+//!   per driver profile: restricted, baseline, privileged, unlabeled, an invalid label; two
+//!   drivers) and generated objects in hand-picked and generated namespaces, and the golden
+//!   corpus (`config/examples/`) in its own namespaces; then read-only forcing;
+//! - the OpenShift-compatible one with an exemption of each kind (namespace, user, runtime
+//!   class): other defaults (a driver without a label is privileged, an unlabelled namespace
+//!   restricted), workloads denied, exempt objects annotated and let through.
 
-use std::collections::BTreeMap;
+mod cases;
+mod comparison;
+
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use inline_guard_tests::webhook::{admission_policy_path, generated_policies};
+use inline_guard_tests::repo_root;
+use inline_guard_tests::webhook::{WebhookServer, admission_policy_path, generated_policies, register};
 use serde_json::{Value, json};
 
 use crate::match_conditions::{self, add_debug_container, equivalence_cases, pod_with_read_only};
 use crate::support::{
-    Answer, Outcome, SHARED_RESOURCE_DRIVER, Suite, WEBHOOK_LABEL, create, create_csi_driver, create_namespace,
-    deployment, pod,
+    Answer, Outcome, PROFILE, SERVICE_ACCOUNT, SHARED_RESOURCE_DRIVER, Suite, WEBHOOK_LABEL, create, create_csi_driver,
+    create_namespace, deployment, pod,
 };
+use cases::{
+    AUDIT, DRIVERS, ENFORCE, Generator, Row, WARN, collection, cronjob, generated_objects, generated_rows,
+    golden_corpus, large_pod, namespace_labels, plural, table,
+};
+use comparison::{Case, Clients, Tally, all_agree};
 
 /// The label value selecting the namespaces only the policies judge.
 const POLICIES: &str = "native-policies";
 
-/// The drivers of the table, by profile label (`None`: no label).
-const DRIVERS: [(&str, Option<&str>); 5] = [
-    ("restricted.native.e2e.inlineguard.dev", Some("restricted")),
-    ("baseline.native.e2e.inlineguard.dev", Some("baseline")),
-    ("privileged.native.e2e.inlineguard.dev", Some("privileged")),
-    ("unlabeled.native.e2e.inlineguard.dev", None),
-    ("invalid.native.e2e.inlineguard.dev", Some("trusted")),
-];
+/// The second configuration's namespaces: judged by its webhook, and by its policies only.
+const EXEMPT_WEBHOOK: &str = "native-exempt";
+const EXEMPT_POLICIES: &str = "native-exempt-policies";
+/// The second configuration's exemptions: this user, this runtime class, and row 4's namespaces.
+const EXEMPT_USER: &str = "native-exempt-user";
+const EXEMPT_RUNTIME_CLASS: &str = "native-exempt";
+const EXEMPT_ROW: usize = 4;
 
-/// Namespaces' Pod Security labels, one set per row. Only valid ones: this apiserver runs Pod
-/// Security Admission, which refuses a namespace with an invalid level or version.
-fn namespace_labels() -> Vec<Vec<(&'static str, &'static str)>> {
-    let e = "pod-security.kubernetes.io/enforce";
-    let w = "pod-security.kubernetes.io/warn";
-    let a = "pod-security.kubernetes.io/audit";
-    vec![
-        vec![],
-        vec![(e, "restricted")],
-        vec![(e, "baseline"), (w, "restricted")],
-        vec![(w, "baseline"), (a, "restricted")],
-        vec![(a, "baseline"), (w, "restricted"), ("pod-security.kubernetes.io/audit-version", "latest")],
-        vec![(e, "baseline"), ("pod-security.kubernetes.io/enforce-version", "v1.35"), (a, "restricted")],
-        vec![(w, "baseline"), ("pod-security.kubernetes.io/warn-version", "v1.0"), (a, "privileged")],
-    ]
-}
-
-/// A small deterministic generator (xorshift64*): seeded from `NATIVE_POLICIES_SEED`, else the
-/// clock, and the seed printed, so that any disagreement it finds can be replayed.
-struct Generator(u64);
-
-impl Generator {
-    fn seeded() -> (Generator, u64) {
-        let seed = std::env::var("NATIVE_POLICIES_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
-        });
-        (Generator(seed | 1), seed)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % n
-    }
-
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len())]
-    }
-}
-
-/// Generated namespaces: each mode's level set or not, and sometimes its version.
-fn generated_rows(generator: &mut Generator, count: usize) -> Vec<Vec<(&'static str, &'static str)>> {
-    let modes = [
-        ("pod-security.kubernetes.io/enforce", "pod-security.kubernetes.io/enforce-version"),
-        ("pod-security.kubernetes.io/warn", "pod-security.kubernetes.io/warn-version"),
-        ("pod-security.kubernetes.io/audit", "pod-security.kubernetes.io/audit-version"),
-    ];
-    (0..count)
-        .map(|_| {
-            let mut labels = Vec::new();
-            for (level, version) in modes {
-                if generator.below(3) > 0 {
-                    labels.push((level, *generator.pick(&["privileged", "baseline", "restricted"])));
-                }
-                if generator.below(3) == 0 {
-                    labels.push((version, *generator.pick(&["latest", "v1.0", "v1.28", "v1.35"])));
-                }
-            }
-            labels
-        })
-        .collect()
-}
-
-/// Generated objects: a pod, a Deployment or a CronJob with one to three inline volumes, each
-/// of a driver of the table or of one with no CSIDriver object.
-fn generated_objects(generator: &mut Generator, count: usize) -> Vec<(&'static str, &'static str, Value)> {
-    let mut drivers: Vec<&str> = DRIVERS.iter().map(|(driver, _)| *driver).collect();
-    drivers.push("missing.native.e2e.inlineguard.dev");
-    (0..count)
-        .map(|index| {
-            let volumes: Vec<(String, &str)> =
-                (0..=generator.below(3)).map(|v| (format!("v{v}"), *generator.pick(&drivers))).collect();
-            let volumes: Vec<(&str, &str)> = volumes.iter().map(|(name, driver)| (name.as_str(), *driver)).collect();
-            let name = format!("gen-{index}");
-            match generator.below(3) {
-                0 => ("pods", "pods", pod(&name, &volumes)),
-                1 => ("deployments", "deployments", deployment(&name, &volumes)),
-                _ => {
-                    let template = deployment(&name, &volumes)["spec"]["template"].clone();
-                    let cronjob = json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": name},
-                        "spec": {"schedule": "0 0 * * *", "jobTemplate": {"spec": {"template": template}}}});
-                    ("cronjobs", "cronjobs", cronjob)
-                }
-            }
-        })
-        .collect()
-}
-
-/// `(path below the namespace, resource, object)` for each object of the table.
-fn table() -> Vec<(&'static str, &'static str, Value)> {
-    let mut objects = Vec::new();
-    for (index, (driver, _)) in DRIVERS.iter().enumerate() {
-        objects.push(("pods", "pods", pod(&format!("pod-{index}"), &[("v", driver)])));
-        let name = format!("deploy-{index}");
-        objects.push(("deployments", "deployments", deployment(&name, &[("v", driver)])));
-        let template = deployment(&name, &[("v", driver)])["spec"]["template"].clone();
-        let cronjob = json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": format!("cron-{index}")},
-            "spec": {"schedule": "0 0 * * *", "jobTemplate": {"spec": {"template": template}}}});
-        objects.push(("cronjobs", "cronjobs", cronjob));
-    }
-    // Two drivers: the policies see one per evaluation (see [`agree`] and [`violations`]).
-    let two = [("v", DRIVERS[1].0), ("w", DRIVERS[2].0)];
-    objects.push(("pods", "pods", pod("pod-two", &two)));
-    objects.push(("deployments", "deployments", deployment("deploy-two", &two)));
-    objects
-}
-
-fn collection(namespace: &str, plural: &str) -> String {
-    match plural {
-        "pods" => format!("/api/v1/namespaces/{namespace}/pods"),
-        "deployments" => format!("/apis/apps/v1/namespaces/{namespace}/deployments"),
-        _ => format!("/apis/batch/v1/namespaces/{namespace}/cronjobs"),
-    }
-}
-
-/// The inner message of a denial or a warning: the apiserver prefixes a webhook's and a policy's
-/// words with their names, differently.
-fn inner(text: &str) -> &str {
-    for marker in ["denied the request: ", "denied request: ", "': "] {
-        if let Some((_, rest)) = text.split_once(marker) {
-            return rest;
-        }
-    }
-    text
-}
-
-/// The violations a joined text names, sorted: the webhook joins one object's violations with
-/// `; `, the apiserver joins the policies' annotation values with `, ` (documented in
-/// docs/native-policies.md); a violation itself never holds `, <object> uses`.
-fn violations(text: &str, object: &str) -> Vec<String> {
-    let boundary = format!("{object} uses an inline volume");
-    let (semicolon, comma) = (format!("; {boundary}"), format!(", {boundary}"));
-    let mut parts: Vec<String> = Vec::new();
-    if text.is_empty() {
-        return parts;
-    }
-    for piece in text.split(semicolon.as_str()).flat_map(|p| p.split(comma.as_str())) {
-        // Every piece but the first lost the boundary it was split at.
-        if parts.is_empty() { parts.push(piece.to_string()) } else { parts.push(format!("{boundary}{piece}")) }
-    }
-    parts.sort();
-    parts
-}
-
-/// What a client sees of an answer, and the audit annotations of ours, the namespace made `NS`
-/// and each joined text taken apart into its violations.
-fn observed(answer: &Answer, namespace: &str, object: &str, annotations: &BTreeMap<String, String>) -> Value {
-    let mut warnings: Vec<String> = answer.warnings.iter().map(|w| inner(w).replace(namespace, "NS")).collect();
-    warnings.sort();
-    let ours: BTreeMap<&String, Vec<String>> = annotations
-        .iter()
-        .filter(|(key, _)| key.contains(".csi-volume-admission.inlineguard.dev/"))
-        .map(|(key, value)| (key, violations(&value.replace(namespace, "NS"), object)))
-        .collect();
-    json!({"status": answer.status, "warnings": warnings, "auditAnnotations": ours,
-           "denial": violations(&inner(answer.message()).replace(namespace, "NS"), object)})
-}
-
-/// Whether the policies answered as the webhook did: everything equal, except that a denial
-/// names one of the violations the webhook's names (the apiserver reports the first failing
-/// evaluation of a policy, one driver's).
-fn agree(webhook: &Value, policy: &Value) -> bool {
-    let without_denial = |value: &Value| {
-        let mut value = value.clone();
-        value["denial"] = Value::Null;
-        value
-    };
-    let denial = |value: &Value| value["denial"].as_array().cloned().unwrap_or_default();
-    let (all, one) = (denial(webhook), denial(policy));
-    let denial_agrees = match (all.as_slice(), one.as_slice()) {
-        ([], []) => true,
-        (all, [one]) => all.contains(one),
-        _ => false,
-    };
-    without_denial(webhook) == without_denial(policy) && denial_agrees
-}
-
-/// Creates `object` as a dry run in the policies' namespace `namespace` until `wanted` holds of
-/// the answer (up to 60 s): a new policy takes the apiserver a moment to load.
+/// Creates `object` as a dry run at `path` until `wanted` holds of the answer (up to 60 s): a
+/// new policy or webhook configuration takes the apiserver a moment to load.
 async fn until_active(admin: &kube::Client, path: &str, object: &Value, wanted: impl Fn(&Answer) -> bool) -> Outcome {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
@@ -222,7 +53,7 @@ async fn until_active(admin: &kube::Client, path: &str, object: &Value, wanted: 
         }
         if Instant::now() > deadline {
             return Err(format!(
-                "the policies were not active after 60 s: {} {:?} {:?}",
+                "{path}: not active after 60 s: {} {:?} {:?}",
                 answer.status,
                 answer.message(),
                 answer.warnings
@@ -232,109 +63,258 @@ async fn until_active(admin: &kube::Client, path: &str, object: &Value, wanted: 
     }
 }
 
-pub async fn native_policies_decide_as_the_webhook(suite: &Suite) -> Outcome {
-    let admin = &suite.admin;
-    for (driver, profile) in DRIVERS {
-        create_csi_driver(admin, driver, profile).await?;
-    }
-    // The table, and beside it generated namespaces and objects (every object in every namespace).
-    let (mut generator, seed) = Generator::seeded();
-    println!("native policies: generated cases from seed {seed} (NATIVE_POLICIES_SEED={seed} replays them)");
-    let mut rows = namespace_labels();
-    rows.extend(generated_rows(&mut generator, 4));
-    for (index, labels) in rows.iter().enumerate() {
-        create_namespace(admin, &format!("native-webhook-{index}"), "shared", labels).await?;
-        create_namespace(admin, &format!("native-policy-{index}"), POLICIES, labels).await?;
-    }
-    let objects = generated_policies(&suite.shared.config, &json!({"matchLabels": {WEBHOOK_LABEL: POLICIES}}))?;
+/// Creates the generated policies and bindings; returns them for [`remove_policies`].
+async fn create_policies(admin: &kube::Client, config: &std::path::Path, label: &str) -> Result<Vec<Value>, String> {
+    let objects = generated_policies(config, &json!({"matchLabels": {WEBHOOK_LABEL: label}}))?;
     for object in &objects {
         let answer = create(admin, &admission_policy_path(object, false), object, false).await?;
         if answer.status != 201 {
             return Err(format!("{}: {} {}", object["metadata"]["name"], answer.status, answer.message()));
         }
     }
+    Ok(objects)
+}
+
+/// Deletes what [`create_policies`] created, bindings first (a policy without one does nothing).
+async fn remove_policies(admin: &kube::Client, objects: &[Value]) -> Outcome {
+    for object in objects.iter().rev() {
+        let request = http::Request::delete(admission_policy_path(object, true))
+            .body(kube::client::Body::empty())
+            .map_err(|e| e.to_string())?;
+        let answer = crate::support::send(admin, request).await?;
+        if answer.status != 200 {
+            return Err(format!("deleting {}: {} {}", object["metadata"]["name"], answer.status, answer.message()));
+        }
+    }
+    Ok(())
+}
+
+/// One pair of namespaces per row, `<prefix>-w-<i>` for the webhook and `<prefix>-p-<i>` for the
+/// policies; returns their names.
+async fn namespace_pairs(
+    admin: &kube::Client,
+    prefix: &str,
+    (webhook, policies): (&str, &str),
+    rows: &[Row],
+) -> Result<Vec<(String, String)>, String> {
+    let mut pairs = Vec::new();
+    for (index, labels) in rows.iter().enumerate() {
+        let pair = (format!("{prefix}-w-{index}"), format!("{prefix}-p-{index}"));
+        create_namespace(admin, &pair.0, webhook, labels).await?;
+        create_namespace(admin, &pair.1, policies, labels).await?;
+        pairs.push(pair);
+    }
+    Ok(pairs)
+}
+
+/// Every object in every pair of namespaces.
+fn every_object_everywhere(objects: &[Value], pairs: &[(String, String)], rows: &[Row], what: &str) -> Vec<Case> {
+    let mut cases = Vec::new();
+    for ((webhook_namespace, policy_namespace), labels) in pairs.iter().zip(rows) {
+        for object in objects {
+            cases.push(Case {
+                plural: object["kind"].as_str().and_then(plural).unwrap_or("pods"),
+                object: object.clone(),
+                webhook_namespace: webhook_namespace.clone(),
+                policy_namespace: policy_namespace.clone(),
+                origin: format!("{what} in a namespace labelled {labels:?}"),
+                by_exempt_user: false,
+            });
+        }
+    }
+    cases
+}
+
+/// Fails unless the answers denied, warned and annotated at least once each (and, where
+/// something is exempt, reported an exemption): a table that never does cannot disagree.
+fn not_vacuous(tally: &Tally, exemptions: bool) -> Outcome {
+    if tally.denied == 0 || tally.warned == 0 || tally.annotated == 0 || (exemptions && tally.exempt == 0) {
+        return Err(format!("the table proves nothing: {tally:?}"));
+    }
+    Ok(())
+}
+
+pub async fn native_policies_decide_as_the_webhook(suite: &Suite) -> Outcome {
+    let admin = &suite.admin;
+    for (driver, profile) in DRIVERS {
+        create_csi_driver(admin, driver, profile).await?;
+    }
+    let (mut generator, seed) = Generator::seeded();
+    println!("native policies: generated cases from seed {seed} (NATIVE_POLICIES_SEED={seed} replays them)");
+    let policies = create_policies(admin, &suite.shared.config, POLICIES).await?;
+    shipped_configuration_agrees(suite, &mut generator, seed).await?;
+    forcing_agrees(admin).await?;
+    remove_policies(admin, &policies).await?;
+    exemptions_agree(suite, &mut generator, seed).await
+}
+
+/// The shipped configuration: the table and generated objects in the table's and generated
+/// namespaces, and the golden corpus in its own.
+async fn shipped_configuration_agrees(suite: &Suite, generator: &mut Generator, seed: u64) -> Outcome {
+    let admin = &suite.admin;
+    let mut rows = namespace_labels();
+    rows.extend(generated_rows(generator, 4));
+    let pairs = namespace_pairs(admin, "native", ("shared", POLICIES), &rows).await?;
     // Each policy answers for its own objects once loaded: row 1 (enforce restricted) has every
-    // enforce policy speak, row 2 (warn restricted) every warn policy.
+    // enforce policy speak, row 3 (warn baseline) every warn policy.
     let privileged = DRIVERS[2].0;
-    for (row, plural, object) in [
-        (1, "pods", pod("probe", &[("v", privileged)])),
-        (1, "deployments", deployment("probe", &[("v", privileged)])),
-        (3, "pods", pod("probe", &[("v", privileged)])),
-        (3, "deployments", deployment("probe", &[("v", privileged)])),
+    for (row, object) in [
+        (1, pod("probe", &[("v", privileged)])),
+        (1, deployment("probe", &[("v", privileged)])),
+        (1, cronjob("probe", &[("v", privileged)])),
+        (3, pod("probe", &[("v", privileged)])),
+        (3, deployment("probe", &[("v", privileged)])),
+        (3, cronjob("probe", &[("v", privileged)])),
     ] {
-        let path = collection(&format!("native-policy-{row}"), plural);
+        let path = collection(&pairs[row].1, object["kind"].as_str().and_then(plural).unwrap_or("pods"));
         until_active(admin, &path, &object, |answer| answer.status == 403 || !answer.warnings.is_empty()).await?;
     }
+    let mut objects = table();
+    objects.extend(generated_objects(generator, 24, true));
+    let mut cases = every_object_everywhere(&objects, &pairs, &rows, "the table");
 
-    let mut table = table();
-    table.extend(generated_objects(&mut generator, 24));
-    let mut answers = Vec::new();
-    for index in 0..rows.len() {
-        for (plural, _, object) in &table {
-            let webhook_namespace = format!("native-webhook-{index}");
-            let policy_namespace = format!("native-policy-{index}");
-            let by_webhook = create(admin, &collection(&webhook_namespace, plural), object, true).await?;
-            let by_policy = create(admin, &collection(&policy_namespace, plural), object, true).await?;
-            answers.push((index, object.clone(), by_webhook, by_policy));
-        }
-    }
-    // The audit log has every event within moments; read it once all are there.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let events = loop {
-        let events = suite.cluster.audit_events()?;
-        let count = events.iter().filter(|e| {
-            e.stage == "ResponseComplete"
-                && e.verb == "create"
-                && e.object_ref.as_ref().is_some_and(|o| o.namespace.starts_with("native-"))
-        });
-        if count.count() >= answers.len() * 2 {
-            break events;
-        }
-        if Instant::now() > deadline {
-            return Err("the audit log lacks events of the table after 30 s".into());
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
-    let annotations_of = |resource: &str, namespace: &str, name: &str| {
-        events
-            .iter()
-            .rev()
-            .find(|e| e.verb == "create" && e.is_about(resource, namespace, name))
-            .map(|e| e.annotations.clone())
-            .unwrap_or_default()
-    };
-    let mut disagreements = Vec::new();
-    let mut denied = 0;
-    let mut warned = 0;
-    let mut annotated = 0;
-    for ((index, object, by_webhook, by_policy), (_, resource, _)) in answers.iter().zip(table.iter().cycle()) {
-        let name = object["metadata"]["name"].as_str().unwrap_or_default();
-        let (webhook_namespace, policy_namespace) =
-            (format!("native-webhook-{index}"), format!("native-policy-{index}"));
-        let webhook =
-            observed(by_webhook, &webhook_namespace, name, &annotations_of(resource, &webhook_namespace, name));
-        let policy = observed(by_policy, &policy_namespace, name, &annotations_of(resource, &policy_namespace, name));
-        denied += usize::from(by_webhook.status == 403);
-        annotated += usize::from(webhook["auditAnnotations"].as_object().is_some_and(|a| !a.is_empty()));
-        warned += usize::from(!by_webhook.warnings.is_empty());
-        if !agree(&webhook, &policy) {
-            disagreements.push(format!(
-                "{resource} {name} in a namespace labelled {:?} (seed {seed}):\n  object:  {object}\n  webhook: {webhook}\n  policy:  {policy}",
-                rows[*index]
+    let corpus = golden_corpus()?;
+    for driver in &corpus.drivers {
+        let answer = create(admin, "/apis/storage.k8s.io/v1/csidrivers", driver, false).await?;
+        // The shared-resource driver's CSIDriver is the suite's, as shipped.
+        if answer.status != 201 && answer.status != 409 {
+            return Err(format!(
+                "the corpus's CSIDriver {}: {} {}",
+                driver["metadata"]["name"],
+                answer.status,
+                answer.message()
             ));
         }
     }
-    println!(
-        "native policies: {} objects answered alike by the webhook and the policies ({denied} denied, {warned} warned, {annotated} with audit annotations)",
-        answers.len()
+    for (name, labels) in &corpus.namespaces {
+        let labels: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        create_namespace(admin, &format!("native-golden-w-{name}"), "shared", &labels).await?;
+        create_namespace(admin, &format!("native-golden-p-{name}"), POLICIES, &labels).await?;
+    }
+    let golden = corpus.objects.len();
+    for (namespace, object) in corpus.objects {
+        cases.push(Case {
+            plural: object["kind"].as_str().and_then(plural).unwrap_or("pods"),
+            object,
+            webhook_namespace: format!("native-golden-w-{namespace}"),
+            policy_namespace: format!("native-golden-p-{namespace}"),
+            origin: format!("the golden corpus, namespace {namespace}"),
+            by_exempt_user: false,
+        });
+    }
+    // Default profile restricted: only drivers labelled otherwise can violate anything.
+    let mut evaluated_drivers: BTreeSet<String> = DRIVERS
+        .iter()
+        .filter(|(_, profile)| profile.is_some_and(|p| p != "restricted"))
+        .map(|(d, _)| d.to_string())
+        .collect();
+    evaluated_drivers.extend(
+        corpus
+            .drivers
+            .iter()
+            .filter(|driver| {
+                driver["metadata"]["labels"][PROFILE].as_str().is_some_and(|profile| profile != "restricted")
+            })
+            .filter_map(|driver| driver["metadata"]["name"].as_str().map(str::to_string)),
     );
-    if denied == 0 || warned == 0 || annotated == 0 {
-        return Err(format!("the table proves nothing: {denied} denied, {warned} warned, {annotated} annotated"));
+    let clients = Clients { admin, exempt_user: admin, evaluated_drivers: &evaluated_drivers };
+    let tally = all_agree(suite, &clients, &cases, seed).await?;
+    println!(
+        "native policies, shipped configuration: {} objects answered alike by the webhook and the policies, \
+         {golden} of them the golden corpus's ({tally:?}); left out of the corpus:\n  {}",
+        tally.answers,
+        corpus.left_out.join("\n  ")
+    );
+    if golden < 30 {
+        return Err(format!("only {golden} objects of the golden corpus were compared"));
     }
-    if !disagreements.is_empty() {
-        return Err(disagreements.join("\n"));
+    not_vacuous(&tally, false)
+}
+
+/// The OpenShift-compatible configuration with one exemption of each kind, under its own
+/// webhook server and its own generated policies.
+async fn exemptions_agree(suite: &Suite, generator: &mut Generator, seed: u64) -> Outcome {
+    let admin = &suite.admin;
+    let shipped = std::fs::read_to_string(repo_root().join("config/openshift-compatible.yaml"))
+        .map_err(|e| format!("config/openshift-compatible.yaml: {e}"))?;
+    let config = suite.cluster.run_dir().join("native-exempt.yaml");
+    let exemptions = format!(
+        "exemptions:\n  usernames: [{EXEMPT_USER}]\n  namespaces: [{EXEMPT_WEBHOOK}-w-{EXEMPT_ROW}, {EXEMPT_WEBHOOK}-p-{EXEMPT_ROW}]\n  runtimeClasses: [{EXEMPT_RUNTIME_CLASS}]\n"
+    );
+    std::fs::write(&config, format!("{shipped}\n{exemptions}")).map_err(|e| format!("{}: {e}", config.display()))?;
+    let identity = suite.cluster.kubeconfig_as(SERVICE_ACCOUNT)?;
+    let server = WebhookServer::start(&suite.cluster, "webhook-native-exempt", &config, &identity)?;
+    let registration =
+        register(admin, &server, EXEMPT_WEBHOOK, json!({"matchLabels": {WEBHOOK_LABEL: EXEMPT_WEBHOOK}})).await?;
+    let policies = create_policies(admin, &config, EXEMPT_POLICIES).await?;
+    let runtime_class = json!({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+        "metadata": {"name": EXEMPT_RUNTIME_CLASS}, "handler": "runc"});
+    let answer = create(admin, "/apis/node.k8s.io/v1/runtimeclasses", &runtime_class, false).await?;
+    if answer.status != 201 {
+        return Err(format!("RuntimeClass {EXEMPT_RUNTIME_CLASS}: {} {}", answer.status, answer.message()));
     }
-    forcing_agrees(admin).await
+
+    let mut rows: Vec<Row> = vec![
+        vec![],
+        vec![(ENFORCE, "privileged")],
+        vec![(ENFORCE, "baseline"), (WARN, "restricted")],
+        vec![(ENFORCE, "privileged"), (WARN, "baseline"), (AUDIT, "restricted")],
+        vec![(ENFORCE, "restricted")],
+    ];
+    rows.extend(generated_rows(generator, 2));
+    let pairs = namespace_pairs(admin, EXEMPT_WEBHOOK, (EXEMPT_WEBHOOK, EXEMPT_POLICIES), &rows).await?;
+    // Active once an unlabelled namespace (restricted by default here) denies a privileged
+    // driver's pod, Deployment and CronJob (workloads are denied here), on both sides, and an
+    // enforce-privileged one warns of a baseline driver (warn is restricted by default here).
+    let (privileged, baseline) = (DRIVERS[2].0, DRIVERS[1].0);
+    for namespace in [&pairs[0].0, &pairs[0].1] {
+        for object in [
+            pod("probe", &[("v", privileged)]),
+            deployment("probe", &[("v", privileged)]),
+            cronjob("probe", &[("v", privileged)]),
+        ] {
+            let path = collection(namespace, object["kind"].as_str().and_then(plural).unwrap_or("pods"));
+            until_active(admin, &path, &object, |answer| answer.status == 403).await?;
+        }
+    }
+    for object in [
+        pod("probe", &[("v", baseline)]),
+        deployment("probe", &[("v", baseline)]),
+        cronjob("probe", &[("v", baseline)]),
+    ] {
+        let path = collection(&pairs[1].1, object["kind"].as_str().and_then(plural).unwrap_or("pods"));
+        until_active(admin, &path, &object, |answer| !answer.warnings.is_empty()).await?;
+    }
+
+    let mut objects = table();
+    for object in [pod("exempt-class", &[("v", privileged)]), deployment("exempt-class", &[("v", privileged)])] {
+        let mut object = object;
+        let spec = if object["kind"] == "Pod" { &mut object["spec"] } else { &mut object["spec"]["template"]["spec"] };
+        spec["runtimeClassName"] = json!(EXEMPT_RUNTIME_CLASS);
+        objects.push(object);
+    }
+    // No driver without a CSIDriver object: here the webhook gives it the default profile
+    // `privileged`, which no policy evaluation sees (docs/native-policies.md).
+    objects.extend(generated_objects(generator, 8, false));
+    let mut cases = every_object_everywhere(&objects, &pairs, &rows, "the exemptions' table");
+    let by_user = [pod("by-exempt-user", &[("v", privileged)]), deployment("by-exempt-user", &[("v", privileged)])];
+    for mut case in every_object_everywhere(&by_user, &pairs[..3], &rows[..3], "the exempt user") {
+        case.by_exempt_user = true;
+        cases.push(case);
+    }
+    let exempt_user = suite.cluster.client_as(EXEMPT_USER, &["system:masters"]).await?;
+    // Default profile privileged: every driver not labelled restricted can violate something.
+    let evaluated_drivers: BTreeSet<String> =
+        DRIVERS.iter().filter(|(_, profile)| *profile != Some("restricted")).map(|(d, _)| d.to_string()).collect();
+    let clients = Clients { admin, exempt_user: &exempt_user, evaluated_drivers: &evaluated_drivers };
+    let tally = all_agree(suite, &clients, &cases, seed).await?;
+    println!(
+        "native policies, OpenShift-compatible configuration with exemptions: {} objects answered alike ({tally:?})",
+        tally.answers
+    );
+    not_vacuous(&tally, true)?;
+    remove_policies(admin, &policies).await?;
+    registration.remove().await
 }
 
 /// Read-only forcing: the generated MutatingAdmissionPolicy against the webhook, on the table of
@@ -356,6 +336,10 @@ async fn forcing_agrees(admin: &kube::Client) -> Outcome {
     })
     .await?;
     let cases = equivalence_cases(DRIVERS[1].0, DRIVERS[2].0);
+    // The CEL cost of forcing grows with containers × mounts × the driver's volumes: 100 of
+    // them and 100 of another driver, in 8 containers and 8 init containers (3 200 mounts).
+    let share = json!({"sharedConfigMap": "cluster-ca"});
+    let large = large_pod("large", &[SHARED_RESOURCE_DRIVER, DRIVERS[1].0], 100, 8, &share);
     let mut answers: [Vec<Value>; 2] = [Vec::new(), Vec::new()];
     for (index, namespace) in [webhook_namespace, policy_namespace].into_iter().enumerate() {
         for case in &cases {
@@ -371,6 +355,8 @@ async fn forcing_agrees(admin: &kube::Client) -> Outcome {
             return Err(format!("{namespace}/stored: {} {}", answer.status, answer.message()));
         }
         answers[index].push(observed_forcing(&add_debug_container(admin, namespace, "stored").await?, namespace));
+        let answer = create(admin, &collection(namespace, "pods"), &large, true).await?;
+        answers[index].push(observed_forcing(&answer, namespace));
     }
     let [by_webhook, by_policy] = &answers;
     let differing: Vec<String> = by_webhook
@@ -379,13 +365,23 @@ async fn forcing_agrees(admin: &kube::Client) -> Outcome {
         .enumerate()
         .filter(|(_, (w, p))| w != p)
         .map(|(index, (w, p))| {
-            let name = cases.get(index).map_or("stored/ephemeralcontainers", |c| c.name.as_str());
+            let name = match cases.get(index) {
+                Some(case) => case.name.as_str(),
+                None if index == cases.len() => "stored/ephemeralcontainers",
+                None => "large",
+            };
             format!("{name}:\n  webhook {w}\n  policy  {p}")
         })
         .collect();
     let admitted = by_webhook.iter().filter(|a| a["status"] == 201).count();
     let read_only = by_webhook.iter().filter(|a| a["volumes"][0]["csi"]["readOnly"] == json!(true)).count();
-    let forced_debug = by_webhook.last().is_some_and(|a| a["ephemeralContainers"][0][0]["readOnly"] == json!(true));
+    let forced_debug =
+        by_webhook.get(cases.len()).is_some_and(|a| a["ephemeralContainers"][0][0]["readOnly"] == json!(true));
+    let large_forced = by_webhook.last().is_some_and(|a| {
+        a["status"] == 201
+            && a["initContainers"][7][99]["readOnly"] == json!(true)
+            && a["volumes"][99]["csi"]["readOnly"] == json!(true)
+    });
     println!(
         "native read-only forcing: {} answers alike ({admitted} admitted, {read_only} stored with a read-only volume)",
         by_webhook.len()
@@ -393,9 +389,10 @@ async fn forcing_agrees(admin: &kube::Client) -> Outcome {
     if !differing.is_empty() {
         return Err(format!("{} answers differ:\n{}", differing.len(), differing.join("\n")));
     }
-    if admitted < cases.len() || read_only < cases.len() || !forced_debug {
+    if admitted < cases.len() || read_only < cases.len() || !forced_debug || !large_forced {
         return Err(format!(
-            "the table proved too little: {admitted} admitted, {read_only} read-only, debug container forced: {forced_debug}"
+            "the table proved too little: {admitted} admitted, {read_only} read-only, debug container forced: \
+             {forced_debug}, the large pod forced: {large_forced}"
         ));
     }
     Ok(())

@@ -207,6 +207,8 @@ pub struct Answer {
     pub warnings: Vec<String>,
     /// The body: the created object, or a Status.
     pub body: Value,
+    /// The `Audit-Id` the apiserver answered with: its audit events carry the same.
+    pub audit_id: Option<String>,
 }
 
 impl Answer {
@@ -233,9 +235,10 @@ pub async fn send(client: &kube::Client, request: http::Request<kube::client::Bo
     let status = response.status().as_u16();
     let warnings =
         response.headers().get_all("warning").iter().filter_map(|v| warning_text(v.to_str().ok()?)).collect();
+    let audit_id = response.headers().get("audit-id").and_then(|v| v.to_str().ok()).map(str::to_string);
     let bytes = response.into_body().collect_bytes().await.map_err(|e| format!("{what}: {e}"))?;
     let body = serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()));
-    Ok(Answer { status, warnings, body })
+    Ok(Answer { status, warnings, body, audit_id })
 }
 
 /// The text of `299 - "text"` (RFC 7234 warn-value, with `\"` and `\\` escaped).

@@ -102,3 +102,34 @@ fn defaults_and_exemptions_are_written_into_the_expressions_as_quoted_literals()
     assert!(exemption.contains(r#"in ["ci\"bot"]"#), "{exemption}");
     assert_eq!(policy["spec"]["paramKind"], json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver"}));
 }
+
+#[test]
+fn only_warn_bindings_leave_out_namespaces_and_only_those_that_can_never_be_warned() {
+    let selectors = |settings: &PolicySettings| -> Vec<(String, Value)> {
+        native_policies(settings)
+            .iter()
+            .filter(|object| object["kind"] == "ValidatingAdmissionPolicyBinding")
+            .map(|binding| {
+                (
+                    binding["metadata"]["name"].as_str().unwrap().to_string(),
+                    binding["spec"]["matchResources"]["namespaceSelector"].clone(),
+                )
+            })
+            .collect()
+    };
+    let requirement = |operator: &str, values: &[&str]| json!({"matchExpressions": [{"key": "pod-security.kubernetes.io/warn", "operator": operator, "values": values}]});
+    // Unlabelled namespaces warn at the default `privileged`: only a restricted or baseline
+    // label can warn (an invalid one falls open to privileged).
+    for (name, selector) in selectors(&PolicySettings::default()) {
+        let expected =
+            if name.contains("-warn.") { requirement("In", &["restricted", "baseline"]) } else { Value::Null };
+        assert_eq!(selector, expected, "{name}");
+    }
+    // With a lower default, unlabelled namespaces can warn too: only `privileged` is left out.
+    let mut settings = PolicySettings::default();
+    settings.defaults.warn = Level::Baseline;
+    for (name, selector) in selectors(&settings) {
+        let expected = if name.contains("-warn.") { requirement("NotIn", &["privileged"]) } else { Value::Null };
+        assert_eq!(selector, expected, "{name}");
+    }
+}

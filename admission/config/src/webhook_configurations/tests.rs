@@ -38,11 +38,17 @@ fn the_read_only_condition_names_each_listed_driver_as_a_quoted_literal() {
     assert_eq!(condition.name, "has-writable-read-only-driver-volumes");
     assert_eq!(
         condition.expression,
-        "has(object.spec.volumes) && object.spec.volumes.exists(v, has(v.csi) && v.csi.driver in [\"a.example.com\", \"b.example.com\"] && \
+        "has(object.spec.volumes) && object.spec.volumes.exists(v, has(v.csi) && v.csi.driver in [\"a.example.com\", \"b.example.com\"]) && \
+         (object.spec.volumes.size() * (\
+         (has(object.spec.containers) ? object.spec.containers.map(c, has(c.volumeMounts) ? c.volumeMounts.size() : 0).sum() : 0) + \
+         (has(object.spec.initContainers) ? object.spec.initContainers.map(c, has(c.volumeMounts) ? c.volumeMounts.size() : 0).sum() : 0) + \
+         (has(object.spec.ephemeralContainers) ? object.spec.ephemeralContainers.map(c, has(c.volumeMounts) ? c.volumeMounts.size() : 0).sum() : 0)\
+         ) > 20000 || \
+         object.spec.volumes.exists(v, has(v.csi) && v.csi.driver in [\"a.example.com\", \"b.example.com\"] && \
          ((has(request.subResource) && request.subResource == \"ephemeralcontainers\") || !(has(v.csi.readOnly) && v.csi.readOnly) || \
          (has(object.spec.containers) && object.spec.containers.exists(c, has(c.volumeMounts) && c.volumeMounts.exists(m, m.name == v.name && !(has(m.readOnly) && m.readOnly)))) || \
          (has(object.spec.initContainers) && object.spec.initContainers.exists(c, has(c.volumeMounts) && c.volumeMounts.exists(m, m.name == v.name && !(has(m.readOnly) && m.readOnly)))) || \
-         (has(object.spec.ephemeralContainers) && object.spec.ephemeralContainers.exists(c, has(c.volumeMounts) && c.volumeMounts.exists(m, m.name == v.name && !(has(m.readOnly) && m.readOnly))))))"
+         (has(object.spec.ephemeralContainers) && object.spec.ephemeralContainers.exists(c, has(c.volumeMounts) && c.volumeMounts.exists(m, m.name == v.name && !(has(m.readOnly) && m.readOnly)))))))"
     );
 }
 
