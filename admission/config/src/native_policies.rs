@@ -307,8 +307,11 @@ fn read_only_policy(drivers: &ReadOnlyDrivers) -> [Value; 2] {
             "matchConditions": [read_only_condition(drivers)],
             "variables": [
                 {"name": "drivers", "expression": format!("[{listed}]")},
+                // A map, not a list: `m.name in` it is one step whatever the number of volumes,
+                // so the mutation's cost grows with the mounts only (a list made it mounts ×
+                // volumes, over the apiserver's CEL budget for a large enough pod).
                 {"name": "listed", "expression":
-                    "object.spec.volumes.filter(v, has(v.csi) && v.csi.driver in variables.drivers).map(v, v.name)"},
+                    "object.spec.volumes.filter(v, has(v.csi) && v.csi.driver in variables.drivers).transformMapEntry(i, v, {v.name: true})"},
                 {"name": "existing", "expression":
                     "oldObject != null && has(oldObject.spec.ephemeralContainers) ? oldObject.spec.ephemeralContainers.map(c, c.name) : []"},
             ],
