@@ -133,3 +133,26 @@ fn only_warn_bindings_leave_out_namespaces_and_only_those_that_can_never_be_warn
         assert_eq!(selector, expected, "{name}");
     }
 }
+
+#[test]
+fn only_csidrivers_that_can_violate_something_are_parameters() {
+    let selector = |settings: &PolicySettings| {
+        let objects = native_policies(settings);
+        let bindings: Vec<&Value> =
+            objects.iter().filter(|object| object["kind"] == "ValidatingAdmissionPolicyBinding").collect();
+        assert_eq!(bindings.len(), 8);
+        assert!(bindings.iter().all(|b| b["spec"]["paramRef"] == bindings[0]["spec"]["paramRef"]));
+        assert_eq!(bindings[0]["spec"]["paramRef"]["parameterNotFoundAction"], "Allow");
+        bindings[0]["spec"]["paramRef"]["selector"].clone()
+    };
+    let not_restricted = json!({"key": DRIVER_PROFILE, "operator": "NotIn", "values": ["restricted"]});
+    // Unlabeled drivers are restricted by default, and a restricted driver violates nothing.
+    assert_eq!(
+        selector(&PolicySettings::default()),
+        json!({"matchExpressions": [{"key": DRIVER_PROFILE, "operator": "Exists"}, not_restricted]})
+    );
+    // With a more permissive default, an unlabeled driver can violate: NotIn selects it too.
+    let mut settings = PolicySettings::default();
+    settings.defaults.driver_profile = Level::Baseline;
+    assert_eq!(selector(&settings), json!({"matchExpressions": [not_restricted]}));
+}
