@@ -29,7 +29,7 @@ use cases::{
     AUDIT, DRIVERS, ENFORCE, Generator, Row, WARN, collection, cronjob, generated_objects, generated_rows,
     golden_corpus, large_pod, namespace_labels, plural, table,
 };
-use comparison::{Case, Clients, Tally, all_agree};
+use comparison::{Case, Pass, Tally, all_agree};
 
 /// The label value selecting the namespaces only the policies judge.
 const POLICIES: &str = "native-policies";
@@ -217,8 +217,8 @@ async fn shipped_configuration_agrees(suite: &Suite, generator: &mut Generator, 
             })
             .filter_map(|driver| driver["metadata"]["name"].as_str().map(str::to_string)),
     );
-    let clients = Clients { admin, exempt_user: admin, evaluated_drivers: &evaluated_drivers };
-    let tally = all_agree(suite, &clients, &cases, seed).await?;
+    let pass = Pass { admin, exempt_user: admin, evaluated_drivers: &evaluated_drivers };
+    let tally = all_agree(suite, &pass, &cases, seed).await?;
     println!(
         "native policies, shipped configuration: {} objects answered alike by the webhook and the policies, \
          {golden} of them the golden corpus's ({tally:?}); left out of the corpus:\n  {}",
@@ -306,8 +306,8 @@ async fn exemptions_agree(suite: &Suite, generator: &mut Generator, seed: u64) -
     // Default profile privileged: every driver not labelled restricted can violate something.
     let evaluated_drivers: BTreeSet<String> =
         DRIVERS.iter().filter(|(_, profile)| *profile != Some("restricted")).map(|(d, _)| d.to_string()).collect();
-    let clients = Clients { admin, exempt_user: &exempt_user, evaluated_drivers: &evaluated_drivers };
-    let tally = all_agree(suite, &clients, &cases, seed).await?;
+    let pass = Pass { admin, exempt_user: &exempt_user, evaluated_drivers: &evaluated_drivers };
+    let tally = all_agree(suite, &pass, &cases, seed).await?;
     println!(
         "native policies, OpenShift-compatible configuration with exemptions: {} objects answered alike ({tally:?})",
         tally.answers

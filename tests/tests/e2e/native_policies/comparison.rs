@@ -29,8 +29,8 @@ pub struct Case {
     pub by_exempt_user: bool,
 }
 
-/// Who creates the objects, and what the configuration's policies evaluate.
-pub struct Clients<'a> {
+/// One configuration's pass: who creates the objects, and what its policies evaluate.
+pub struct Pass<'a> {
     pub admin: &'a kube::Client,
     /// A user the configuration under test exempts (the admin where nothing is exempt).
     pub exempt_user: &'a kube::Client,
@@ -41,8 +41,8 @@ pub struct Clients<'a> {
 
 /// The webhook's answer as the policies can give it: without the annotations only an evaluation
 /// gives, for an object the policies do not evaluate.
-fn as_policies_can(clients: &Clients<'_>, object: &Value, webhook: &Value) -> Value {
-    if drivers_of(object).iter().any(|driver| clients.evaluated_drivers.contains(driver)) {
+fn as_policies_can(pass: &Pass<'_>, object: &Value, webhook: &Value) -> Value {
+    if drivers_of(object).iter().any(|driver| pass.evaluated_drivers.contains(driver)) {
         webhook.clone()
     } else {
         without_evaluation_only_annotations(webhook)
@@ -73,10 +73,10 @@ fn observed(answer: &Answer, namespace: &str, object: &Value, annotations: &BTre
 
 /// Creates every case both ways, then reads each answer's audit annotations (by its audit id)
 /// once the log has them all (up to 60 s). Returns `(webhook, policy)` per case, observed.
-async fn judge(suite: &Suite, clients: &Clients<'_>, cases: &[Case]) -> Result<Vec<(Value, Value)>, String> {
+async fn judge(suite: &Suite, pass: &Pass<'_>, cases: &[Case]) -> Result<Vec<(Value, Value)>, String> {
     let mut answers = Vec::with_capacity(cases.len());
     for case in cases {
-        let client = if case.by_exempt_user { clients.exempt_user } else { clients.admin };
+        let client = if case.by_exempt_user { pass.exempt_user } else { pass.admin };
         let by_webhook = create(client, &collection(&case.webhook_namespace, case.plural), &case.object, true).await?;
         let by_policy = create(client, &collection(&case.policy_namespace, case.plural), &case.object, true).await?;
         answers.push((by_webhook, by_policy));
@@ -119,14 +119,13 @@ async fn judge(suite: &Suite, clients: &Clients<'_>, cases: &[Case]) -> Result<V
 
 /// The disagreeing `case` with as few volumes as still disagree: each volume dropped in turn,
 /// a smaller object kept whenever it disagrees too.
-async fn shrunk(suite: &Suite, clients: &Clients<'_>, case: &Case) -> Result<Case, String> {
+async fn shrunk(suite: &Suite, pass: &Pass<'_>, case: &Case) -> Result<Case, String> {
     let mut smallest = case.clone();
     let mut index = 0;
     while let Some(object) = without_volume(&smallest.object, index) {
         let candidate = Case { object, ..smallest.clone() };
-        let answers = judge(suite, clients, std::slice::from_ref(&candidate)).await?;
-        if answers.iter().any(|(webhook, policy)| !agree(&as_policies_can(clients, &candidate.object, webhook), policy))
-        {
+        let answers = judge(suite, pass, std::slice::from_ref(&candidate)).await?;
+        if answers.iter().any(|(webhook, policy)| !agree(&as_policies_can(pass, &candidate.object, webhook), policy)) {
             smallest = candidate;
             index = 0;
         } else {
@@ -136,34 +135,53 @@ async fn shrunk(suite: &Suite, clients: &Clients<'_>, case: &Case) -> Result<Cas
     Ok(smallest)
 }
 
-/// Creates every case both ways and fails, naming each disagreement (input, both answers, the
-/// seed, the smallest disagreeing object), unless all agree.
-pub async fn all_agree(suite: &Suite, clients: &Clients<'_>, cases: &[Case], seed: u64) -> Result<Tally, String> {
-    let observed = judge(suite, clients, cases).await?;
+/// How many disagreements are reported in full, and shrunk: each shrinking step creates objects
+/// and waits for their audit events, and a broken generator makes every case disagree.
+const REPORTED: usize = 5;
+
+/// Creates every case both ways and fails unless all agree, reporting the disagreements with the
+/// fewest volumes first: [`REPORTED`] of them in full (input, both answers, the seed, the
+/// smallest object that still disagrees), and how many there are.
+pub async fn all_agree(suite: &Suite, pass: &Pass<'_>, cases: &[Case], seed: u64) -> Result<Tally, String> {
+    let observed = judge(suite, pass, cases).await?;
     let mut tally = Tally { answers: cases.len(), ..Tally::default() };
-    let mut disagreements = Vec::new();
+    let mut disagreeing = Vec::new();
     for (case, (webhook, policy)) in cases.iter().zip(&observed) {
-        let webhook = &as_policies_can(clients, &case.object, webhook);
+        let webhook = as_policies_can(pass, &case.object, webhook);
         tally.denied += usize::from(webhook["status"] == 403);
         tally.warned += usize::from(webhook["warnings"].as_array().is_some_and(|w| !w.is_empty()));
         let annotations = webhook["auditAnnotations"].as_object();
         tally.annotated += usize::from(annotations.is_some_and(|a| !a.is_empty()));
         tally.exempt += usize::from(annotations.is_some_and(|a| a.keys().any(|k| k.ends_with("/exempt"))));
-        if !agree(webhook, policy) {
-            let smallest = shrunk(suite, clients, case).await?;
-            let reduced = if smallest.object == case.object {
-                String::new()
-            } else {
-                format!("\n  smallest object still disagreeing: {}", smallest.object)
-            };
-            disagreements.push(format!(
-                "{} {} from {} (seed {seed}):\n  object:  {}\n  webhook: {webhook}\n  policy:  {policy}{reduced}",
-                case.plural,
-                shown_name(&case.object),
-                case.origin,
-                case.object
-            ));
+        if !agree(&webhook, policy) {
+            disagreeing.push((case, webhook, policy));
         }
     }
-    if disagreements.is_empty() { Ok(tally) } else { Err(disagreements.join("\n")) }
+    if disagreeing.is_empty() {
+        return Ok(tally);
+    }
+    disagreeing.sort_by_key(|(case, _, _)| drivers_of(&case.object).len());
+    let mut reports = Vec::new();
+    for (case, webhook, policy) in disagreeing.iter().take(REPORTED) {
+        let smallest = shrunk(suite, pass, case).await?;
+        let reduced = if smallest.object == case.object {
+            String::new()
+        } else {
+            format!("\n  smallest object still disagreeing: {}", smallest.object)
+        };
+        reports.push(format!(
+            "{} {} from {} (seed {seed}):\n  object:  {}\n  webhook: {webhook}\n  policy:  {policy}{reduced}",
+            case.plural,
+            shown_name(&case.object),
+            case.origin,
+            case.object
+        ));
+    }
+    Err(format!(
+        "{} of {} objects answered differently; the {} with the fewest volumes:\n{}",
+        disagreeing.len(),
+        cases.len(),
+        reports.len(),
+        reports.join("\n")
+    ))
 }
