@@ -11,6 +11,8 @@ pub mod error;
 pub mod format;
 pub mod native_policies;
 pub mod pod_security;
+#[cfg(test)]
+mod shipped_files;
 pub mod webhook_configurations;
 
 pub use admission_config::{AdmissionConfig, CONFIG_API_VERSION, CONFIG_KIND};

@@ -4,8 +4,6 @@
 //! side), and a mutating configuration that fell behind `readOnlyDrivers` is refused loudly by the
 //! validating read-only check instead of letting a writable volume through.
 
-use std::time::{Duration, Instant};
-
 use inline_guard_config::webhook_configurations::READ_ONLY_WEBHOOK;
 use inline_guard_policy::INJECT_ANNOTATION;
 use inline_guard_tests::repo_root;
@@ -14,7 +12,8 @@ use serde_json::{Value, json};
 
 use crate::support::{
     Answer, Outcome, SERVICE_ACCOUNT, SHARED_RESOURCE_DRIVER, Suite, WEBHOOK_LABEL, container, create,
-    create_csi_driver, create_namespace, denied_by, deployment, deployments_path, pod, pods_path, wait_until_called,
+    create_csi_driver, create_namespace, denied_by, deployment, deployments_path, dry_run_until, pod, pods_path,
+    wait_until_called,
 };
 
 /// Requests the server has answered on `path` (`/validate` or `/mutate`), summed over decisions.
@@ -407,18 +406,8 @@ pub async fn a_stale_mutating_configuration_is_refused_not_silently_admitted(sui
     Ok(())
 }
 
-/// Creates `object` as a dry run until the apiserver answers `status`, for up to 30 s (a new
-/// webhook configuration takes the apiserver a moment to load).
+/// Creates `object` as a dry run until the apiserver answers `status` (a new webhook
+/// configuration takes the apiserver a moment to load).
 async fn answered_with(admin: &kube::Client, namespace: &str, object: &Value, status: u16) -> Result<Answer, String> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let answer = create(admin, &pods_path(namespace), object, true).await?;
-        if answer.status == status {
-            return Ok(answer);
-        }
-        if Instant::now() > deadline {
-            return Err(format!("expected {status} within 30 s, still {} {}", answer.status, answer.message()));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    dry_run_until(admin, &pods_path(namespace), object, |answer| answer.status == status).await
 }

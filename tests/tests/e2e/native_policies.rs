@@ -14,7 +14,6 @@ mod cases;
 mod comparison;
 
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
 
 use inline_guard_tests::repo_root;
 use inline_guard_tests::webhook::{WebhookServer, admission_policy_path, generated_policies, register};
@@ -23,11 +22,11 @@ use serde_json::{Value, json};
 use crate::match_conditions::{self, add_debug_container, equivalence_cases, pod_with_read_only};
 use crate::support::{
     Answer, Outcome, PROFILE, SERVICE_ACCOUNT, SHARED_RESOURCE_DRIVER, Suite, WEBHOOK_LABEL, create, create_csi_driver,
-    create_namespace, deployment, pod,
+    create_namespace, deployment, dry_run_until, pod,
 };
 use cases::{
     AUDIT, DRIVERS, ENFORCE, Generator, Row, WARN, collection, cronjob, generated_objects, generated_rows,
-    golden_corpus, large_pod, namespace_labels, plural, table,
+    golden_corpus, large_pod, namespace_labels, plural_of, table,
 };
 use comparison::{Case, Pass, Tally, all_agree};
 
@@ -41,27 +40,6 @@ const EXEMPT_POLICIES: &str = "native-exempt-policies";
 const EXEMPT_USER: &str = "native-exempt-user";
 const EXEMPT_RUNTIME_CLASS: &str = "native-exempt";
 const EXEMPT_ROW: usize = 4;
-
-/// Creates `object` as a dry run at `path` until `wanted` holds of the answer (up to 60 s): a
-/// new policy or webhook configuration takes the apiserver a moment to load.
-async fn until_active(admin: &kube::Client, path: &str, object: &Value, wanted: impl Fn(&Answer) -> bool) -> Outcome {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let answer = create(admin, path, object, true).await?;
-        if wanted(&answer) {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            return Err(format!(
-                "{path}: not active after 60 s: {} {:?} {:?}",
-                answer.status,
-                answer.message(),
-                answer.warnings
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
 
 /// Creates the generated policies and bindings; returns them for [`remove_policies`].
 async fn create_policies(admin: &kube::Client, config: &std::path::Path, label: &str) -> Result<Vec<Value>, String> {
@@ -113,7 +91,7 @@ fn every_object_everywhere(objects: &[Value], pairs: &[(String, String)], rows: 
     for ((webhook_namespace, policy_namespace), labels) in pairs.iter().zip(rows) {
         for object in objects {
             cases.push(Case {
-                plural: object["kind"].as_str().and_then(plural).unwrap_or("pods"),
+                plural: plural_of(object),
                 object: object.clone(),
                 webhook_namespace: webhook_namespace.clone(),
                 policy_namespace: policy_namespace.clone(),
@@ -166,8 +144,8 @@ async fn shipped_configuration_agrees(suite: &Suite, generator: &mut Generator, 
         (3, deployment("probe", &[("v", privileged)])),
         (3, cronjob("probe", &[("v", privileged)])),
     ] {
-        let path = collection(&pairs[row].1, object["kind"].as_str().and_then(plural).unwrap_or("pods"));
-        until_active(admin, &path, &object, |answer| answer.status == 403 || !answer.warnings.is_empty()).await?;
+        let path = collection(&pairs[row].1, plural_of(&object));
+        dry_run_until(admin, &path, &object, |answer| answer.status == 403 || !answer.warnings.is_empty()).await?;
     }
     let mut objects = table();
     objects.extend(generated_objects(generator, 24, true));
@@ -194,7 +172,7 @@ async fn shipped_configuration_agrees(suite: &Suite, generator: &mut Generator, 
     let golden = corpus.objects.len();
     for (namespace, object) in corpus.objects {
         cases.push(Case {
-            plural: object["kind"].as_str().and_then(plural).unwrap_or("pods"),
+            plural: plural_of(&object),
             object,
             webhook_namespace: format!("native-golden-w-{namespace}"),
             policy_namespace: format!("native-golden-p-{namespace}"),
@@ -273,8 +251,8 @@ async fn exemptions_agree(suite: &Suite, generator: &mut Generator, seed: u64) -
             deployment("probe", &[("v", privileged)]),
             cronjob("probe", &[("v", privileged)]),
         ] {
-            let path = collection(namespace, object["kind"].as_str().and_then(plural).unwrap_or("pods"));
-            until_active(admin, &path, &object, |answer| answer.status == 403).await?;
+            let path = collection(namespace, plural_of(&object));
+            dry_run_until(admin, &path, &object, |answer| answer.status == 403).await?;
         }
     }
     for object in [
@@ -282,8 +260,8 @@ async fn exemptions_agree(suite: &Suite, generator: &mut Generator, seed: u64) -
         deployment("probe", &[("v", baseline)]),
         cronjob("probe", &[("v", baseline)]),
     ] {
-        let path = collection(&pairs[1].1, object["kind"].as_str().and_then(plural).unwrap_or("pods"));
-        until_active(admin, &path, &object, |answer| !answer.warnings.is_empty()).await?;
+        let path = collection(&pairs[1].1, plural_of(&object));
+        dry_run_until(admin, &path, &object, |answer| !answer.warnings.is_empty()).await?;
     }
 
     let mut objects = table();
@@ -331,7 +309,7 @@ async fn forcing_agrees(admin: &kube::Client) -> Outcome {
         pod
     };
     let probe = with_share(pod_with_read_only("probe", SHARED_RESOURCE_DRIVER, None, None));
-    until_active(admin, &collection(policy_namespace, "pods"), &probe, |answer| {
+    dry_run_until(admin, &collection(policy_namespace, "pods"), &probe, |answer| {
         answer.body["spec"]["volumes"][0]["csi"]["readOnly"] == json!(true)
     })
     .await?;

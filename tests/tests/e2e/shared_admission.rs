@@ -8,13 +8,13 @@
 //! and judged like written ones.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde_json::{Value, json};
 
 use crate::support::{
     Answer, Outcome, POD_WEBHOOK, SHARED_RESOURCE_DRIVER, Suite, WORKLOAD_WEBHOOK, create, create_namespace, denied_by,
-    deployment, deployments_path, pod, pods_path, send, wait_established,
+    deployment, deployments_path, dry_run_until, pod, pods_path, send, wait_established,
 };
 
 const NAMESPACE: &str = "shared-rules";
@@ -161,17 +161,7 @@ async fn access_is_checked_at_creation(suite: &Suite) -> Outcome {
     expect("the binding", &create(admin, &format!("{rbac}/rolebindings"), &binding, false).await?, 201, "")?;
     // The refusal is held for up to 5 s: the early Deployment's pod is admitted once it expires
     // (waited for, bounded far above the hold).
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let answer = create(admin, &pods_path(NAMESPACE), &reader("early-0", "rules-db"), true).await?;
-        if answer.status == 201 {
-            break;
-        }
-        if Instant::now() > deadline {
-            return Err(format!("still refused 60 s after the RoleBinding: {} {}", answer.status, answer.message()));
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    dry_run_until(admin, &pods_path(NAMESPACE), &reader("early-0", "rules-db"), |answer| answer.status == 201).await?;
 
     let before = lookups(suite, "access");
     let started = Instant::now();

@@ -178,23 +178,37 @@ pub async fn wait_until_called(admin: &kube::Client, webhook: &str) -> Outcome {
     create_csi_driver(admin, &driver, Some("privileged")).await?;
     let denied = pod("probe", &[("v", driver.as_str())]);
     let patched = pod("probe", &[("v", SHARED_RESOURCE_DRIVER)]);
-    let deadline = Instant::now() + Duration::from_secs(30);
+    dry_run_until(admin, &pods_path(&namespace), &denied, |answer| answer.status == 403).await?;
+    let patched_read_only = |answer: &Answer| answer.body["spec"]["volumes"][0]["csi"]["readOnly"] == json!(true);
+    dry_run_until(admin, &pods_path(&namespace), &patched, patched_read_only).await?;
+    Ok(())
+}
+
+/// Creates `object` as a dry run at `path` until `wanted` holds of the answer, and returns that
+/// answer: a new webhook configuration or admission policy, or a grant, takes the apiserver a
+/// moment to load. Bounded at 60 s, far above a cold start, so only a change that never takes
+/// effect fails.
+pub async fn dry_run_until(
+    admin: &kube::Client,
+    path: &str,
+    object: &Value,
+    wanted: impl Fn(&Answer) -> bool,
+) -> Result<Answer, String> {
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let denial = create(admin, &pods_path(&namespace), &denied, true).await?;
-        let patch = create(admin, &pods_path(&namespace), &patched, true).await?;
-        if denial.status == 403 && patch.body["spec"]["volumes"][0]["csi"]["readOnly"] == json!(true) {
-            return Ok(());
+        let answer = create(admin, path, object, true).await?;
+        if wanted(&answer) {
+            return Ok(answer);
         }
         if Instant::now() > deadline {
             return Err(format!(
-                "the apiserver did not call the {webhook} webhooks within 30 s; last answers: {} {:?}, and {} {:?}",
-                denial.status,
-                denial.message(),
-                patch.status,
-                patch.message()
+                "{path}: still answered {} {:?} {:?} after 60 s",
+                answer.status,
+                answer.message(),
+                answer.warnings
             ));
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 

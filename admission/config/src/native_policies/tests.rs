@@ -1,38 +1,17 @@
 //! The generated policies' layout. What they decide is proven against the webhook on the real
 //! apiserver (the e2e scenario `admission::native_policies_decide_as_the_webhook`).
 
-use std::path::Path;
-
 use inline_guard_policy::level::Level;
 
 use super::*;
-use crate::{AdmissionConfig, read_documents};
-
-fn shipped_config() -> AdmissionConfig {
-    let config_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/deploy/config.yaml");
-    let text = std::fs::read_to_string(&config_path).unwrap();
-    let config_map = &read_documents(&config_path, &text).unwrap()[0].value;
-    let embedded = config_map["data"]["admission.yaml"].as_str().unwrap();
-    AdmissionConfig::parse(Path::new("config/deploy/config.yaml#admission.yaml"), embedded).unwrap()
-}
+use crate::shipped_files::{assert_shipped, shipped_config};
 
 #[test]
 fn the_shipped_policies_are_generated_from_the_shipped_configuration() {
-    let config = shipped_config();
-    let generated = native_policies_yaml(&config.settings).unwrap();
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/native/policies.yaml");
-    if std::env::var_os("UPDATE_POLICIES").is_some_and(|v| v == "1") {
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, &generated).unwrap();
-    }
-    let shipped = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(
-        shipped == generated,
-        "{} drifted from the configuration (UPDATE_POLICIES=1 regenerates it)",
-        path.display()
-    );
-    let values: Vec<Value> = read_documents(&path, &shipped).unwrap().into_iter().map(|d| d.value).collect();
-    assert_eq!(values, native_policies(&config.settings), "YAML and JSON forms agree");
+    let settings = shipped_config().settings;
+    let shipped =
+        assert_shipped("config/native/policies.yaml", &native_policies_yaml(&settings).unwrap(), "UPDATE_POLICIES");
+    assert_eq!(shipped, native_policies(&settings), "YAML and JSON forms agree");
 }
 
 fn actions(settings: &PolicySettings) -> Vec<(String, String)> {

@@ -1,34 +1,15 @@
-use std::path::Path;
-
 use super::*;
-use crate::{AdmissionConfig, read_documents};
-
-fn deploy(file: &str) -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/deploy").join(file)
-}
+use crate::shipped_files::{assert_shipped, shipped_config};
 
 #[test]
 fn the_shipped_webhooks_are_generated_from_the_shipped_configuration() {
-    let config_path = deploy("config.yaml");
-    let text = std::fs::read_to_string(&config_path).unwrap();
-    let config_map = &read_documents(&config_path, &text).unwrap()[0].value;
-    let embedded = config_map["data"]["admission.yaml"].as_str().unwrap();
-    let config = AdmissionConfig::parse(Path::new("config/deploy/config.yaml#admission.yaml"), embedded).unwrap();
-    let generated = webhook_configurations_yaml(&config.settings.read_only_drivers).unwrap();
-
-    let path = deploy("webhooks.yaml");
-    if std::env::var_os("UPDATE_WEBHOOKS").is_some_and(|v| v == "1") {
-        std::fs::write(&path, &generated).unwrap();
-    }
-    let shipped = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(
-        shipped == generated,
-        "{} drifted from the configuration (UPDATE_WEBHOOKS=1 regenerates it)",
-        path.display()
+    let drivers = shipped_config().settings.read_only_drivers;
+    let shipped = assert_shipped(
+        "config/deploy/webhooks.yaml",
+        &webhook_configurations_yaml(&drivers).unwrap(),
+        "UPDATE_WEBHOOKS",
     );
-    let documents = read_documents(&path, &shipped).unwrap();
-    let values: Vec<serde_json::Value> = documents.into_iter().map(|d| d.value).collect();
-    assert_eq!(values, webhook_configurations(&config.settings.read_only_drivers), "YAML and JSON forms agree");
+    assert_eq!(shipped, webhook_configurations(&drivers), "YAML and JSON forms agree");
 }
 
 #[test]

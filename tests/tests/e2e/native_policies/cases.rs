@@ -2,10 +2,11 @@
 //! namespaces and objects, and the golden corpus (`config/examples/`) as a cluster would hold it.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
 
-use inline_guard_policy::Labels;
 use inline_guard_policy::namespace_policy::NamespacePolicy;
 use inline_guard_policy::settings::Defaults;
+use inline_guard_policy::{INJECT_ANNOTATION, Labels};
 use inline_guard_tests::apply::objects;
 use inline_guard_tests::repo_root;
 use serde_json::{Value, json};
@@ -182,6 +183,11 @@ pub fn plural(kind: &str) -> Option<&'static str> {
     })
 }
 
+/// The resource of `object`, whose kind the scenario only ever makes one that carries a pod spec.
+pub fn plural_of(object: &Value) -> &'static str {
+    object["kind"].as_str().and_then(plural).unwrap_or("pods")
+}
+
 /// The collection path of `plural` in `namespace`.
 pub fn collection(namespace: &str, plural: &str) -> String {
     let group = match plural {
@@ -206,16 +212,13 @@ pub struct Corpus {
     pub left_out: Vec<String>,
 }
 
-/// Reads the corpus. Left out, and said why: documents that carry no pod spec; objects naming
-/// the shared-resource driver or asking for share injection (share checks are the webhook's
-/// only, docs/native-policies.md); objects in a namespace with invalid Pod Security labels
-/// (this apiserver's Pod Security Admission refuses such a namespace).
-pub fn golden_corpus() -> Result<Corpus, String> {
-    let examples = repo_root().join("config/examples");
-    let mut namespaces = BTreeMap::new();
-    let mut invalid = BTreeSet::new();
-    let mut drivers = Vec::new();
-    for object in objects(&examples.join("cluster-state.yaml"))? {
+/// `cluster-state.yaml`'s namespaces whose Pod Security labels are valid, the names of those
+/// whose labels are not, and its CSIDrivers.
+type ClusterState = (BTreeMap<String, Labels>, BTreeSet<String>, Vec<Value>);
+
+fn cluster_state(path: &Path) -> Result<ClusterState, String> {
+    let (mut namespaces, mut invalid, mut drivers) = (BTreeMap::new(), BTreeSet::new(), Vec::new());
+    for object in objects(path)? {
         let name = object["metadata"]["name"].as_str().unwrap_or_default().to_string();
         match object["kind"].as_str() {
             Some("Namespace") => {
@@ -230,6 +233,33 @@ pub fn golden_corpus() -> Result<Corpus, String> {
             _ => {}
         }
     }
+    Ok((namespaces, invalid, drivers))
+}
+
+/// Why a corpus object in `namespace` is not compared, if it is not.
+fn why_left_out(object: &Value, namespace: &str, state: &ClusterState) -> Option<&'static str> {
+    let (namespaces, invalid, _) = state;
+    let text = object.to_string();
+    if object["kind"].as_str().and_then(plural).is_none() {
+        Some("carries no pod spec")
+    } else if text.contains(SHARED_RESOURCE_DRIVER) || text.contains(INJECT_ANNOTATION) {
+        Some("share checks are the webhook's only")
+    } else if invalid.contains(namespace) {
+        Some("its namespace's Pod Security labels are invalid")
+    } else if !namespaces.contains_key(namespace) {
+        Some("its namespace is not in cluster-state.yaml")
+    } else {
+        None
+    }
+}
+
+/// Reads the corpus. Left out, and said why: documents that carry no pod spec; objects naming
+/// the shared-resource driver or asking for share injection (share checks are the webhook's
+/// only, docs/native-policies.md); objects in a namespace with invalid Pod Security labels
+/// (this apiserver's Pod Security Admission refuses such a namespace).
+pub fn golden_corpus() -> Result<Corpus, String> {
+    let examples = repo_root().join("config/examples");
+    let state = cluster_state(&examples.join("cluster-state.yaml"))?;
     let mut files: Vec<_> = std::fs::read_dir(examples.join("manifests"))
         .map_err(|e| format!("config/examples/manifests: {e}"))?
         .filter_map(|entry| entry.ok().map(|e| e.path()))
@@ -246,30 +276,21 @@ pub fn golden_corpus() -> Result<Corpus, String> {
                 _ => (document["metadata"]["namespace"].clone(), document.clone()),
             };
             let namespace = namespace.as_str().unwrap_or("default").to_string();
-            let name = object["metadata"]["name"].as_str().or(object["metadata"]["generateName"].as_str());
-            let what = format!("{file_name}: {} {}", object["kind"].as_str().unwrap_or("?"), name.unwrap_or("?"));
-            let text = object.to_string();
-            let why = if object["kind"].as_str().and_then(plural).is_none() {
-                Some("carries no pod spec")
-            } else if text.contains(SHARED_RESOURCE_DRIVER) || text.contains("sharedresource.inlineguard.dev/inject") {
-                Some("share checks are the webhook's only")
-            } else if invalid.contains(&namespace) {
-                Some("its namespace's Pod Security labels are invalid")
-            } else if !namespaces.contains_key(&namespace) {
-                Some("its namespace is not in cluster-state.yaml")
-            } else {
-                None
-            };
-            match why {
-                Some(why) => left_out.push(format!("{what}: {why}")),
-                None => {
-                    if let Some(metadata) = object["metadata"].as_object_mut() {
-                        metadata.remove("namespace");
-                    }
-                    corpus_objects.push((namespace, object));
-                }
+            if let Some(why) = why_left_out(&object, &namespace, &state) {
+                let name = object["metadata"]["name"].as_str().or(object["metadata"]["generateName"].as_str());
+                left_out.push(format!(
+                    "{file_name}: {} {}: {why}",
+                    object["kind"].as_str().unwrap_or("?"),
+                    name.unwrap_or("?")
+                ));
+                continue;
             }
+            if let Some(metadata) = object["metadata"].as_object_mut() {
+                metadata.remove("namespace");
+            }
+            corpus_objects.push((namespace, object));
         }
     }
+    let (namespaces, _, drivers) = state;
     Ok(Corpus { namespaces, drivers, objects: corpus_objects, left_out })
 }
