@@ -26,9 +26,34 @@ pub struct Tally {
     pub refused_otherwise: Vec<String>,
     /// Creates the apiserver failed because the keep-alive connection it sent the webhook call
     /// on was being closed by an old pod as it drained (Go's transport does not retry a POST
-    /// then), each created again once as a client would, the second answer counted above.
+    /// then), each created again as a client would, the last answer counted above.
     pub retried: Vec<String>,
 }
+
+impl Tally {
+    /// The counts, and the first answers that were not the webhook's (each cut to 300 bytes).
+    pub fn summary(&self) -> String {
+        let unexpected: Vec<String> = [&self.lost, &self.wrongly_admitted, &self.refused_otherwise, &self.retried]
+            .into_iter()
+            .flatten()
+            .take(6)
+            .map(|answer| answer.chars().take(300).collect())
+            .collect();
+        format!(
+            "{} creates as the webhook answers, {} lost, {} wrongly admitted, {} refused otherwise, {} created again after meeting a closing connection; first answers not the webhook's: {unexpected:?}",
+            self.as_expected,
+            self.lost.len(),
+            self.wrongly_admitted.len(),
+            self.refused_otherwise.len(),
+            self.retried.len()
+        )
+    }
+}
+
+/// How many times one create is tried while it meets closing connections. An old pod closes all
+/// its idle connections at once at the end of its drain, and the apiserver may hold several of
+/// them: a retry at once can take the next one as it closes too, so a client waits a moment.
+const ATTEMPTS: u32 = 4;
 
 /// Whether a create failed on the apiserver's side of a webhook connection the old pod was
 /// closing: the request met the connection as it closed, the webhook never saw it.
@@ -36,24 +61,29 @@ fn met_a_closing_connection(status: u16, body: &Value) -> bool {
     let message = body["message"].as_str().unwrap_or_default();
     status == 500
         && message.contains("failed calling webhook")
-        && ["use of closed network connection", "connection reset by peer", ": EOF"]
+        && ["use of closed network connection", "connection reset by peer", "server closed idle connection", ": EOF"]
             .iter()
             .any(|error| message.contains(error))
 }
 
-/// [`create`], created again once when the first met a closing connection (noted in `tally`).
+/// [`create`], created again (up to [`ATTEMPTS`] in all, after a growing pause) while it meets a
+/// closing connection, each retry noted in `tally`.
 async fn create_as_a_client(
     client: &kube::Client,
     namespace: &str,
     pod: &Value,
     tally: &mut Tally,
 ) -> Result<(u16, Value), String> {
-    let (status, body) = create(client, namespace, pod).await?;
-    if !met_a_closing_connection(status, &body) {
-        return Ok((status, body));
+    let mut attempt = 1;
+    loop {
+        let (status, body) = create(client, namespace, pod).await?;
+        if attempt == ATTEMPTS || !met_a_closing_connection(status, &body) {
+            return Ok((status, body));
+        }
+        tally.retried.push(format!("{status} {}", body["message"]));
+        tokio::time::sleep(Duration::from_millis(100) * attempt).await;
+        attempt += 1;
     }
-    tally.retried.push(format!("{status} {}", body["message"]));
-    create(client, namespace, pod).await
 }
 
 /// Two pods to create over and over: one the webhook admits (patching it read-only), one it
