@@ -22,14 +22,15 @@
 //! and only in namespaces where a warning can be due ([`warn_namespaces`]).
 
 use inline_guard_policy::labels::{self, DRIVER_PROFILE, audit};
-use inline_guard_policy::level::{Level, MUST_BE_A_LEVEL, Mode};
-use inline_guard_policy::namespace_policy::VERSION_EXPECTED;
+use inline_guard_policy::level::{Level, Mode};
 use inline_guard_policy::settings::PolicySettings;
 use serde_json::{Value, json};
 
 use inline_guard_policy::settings::ReadOnlyDrivers;
 
 use crate::webhook_configurations::{READ_ONLY_WEBHOOK, cel_string, guarded, read_only_condition};
+
+mod expressions;
 
 /// One place a pod spec is carried, and the objects that carry it there.
 struct Carrier {
@@ -78,111 +79,25 @@ fn carriers() -> [Carrier; 4] {
     ]
 }
 
-/// A level's rank: a driver violates a mode when its rank is above the namespace's.
-fn rank(level: Level) -> u8 {
-    match level {
-        Level::Restricted => 0,
-        Level::Baseline => 1,
-        Level::Privileged => 2,
-    }
-}
-
-/// The CEL map from a level's name to its rank, and the list from a rank to the name.
-const RANKS: &str = "{'restricted': 0, 'baseline': 1, 'privileged': 2}";
-const LEVEL_NAMES: &str = "['restricted', 'baseline', 'privileged']";
-
-/// `<label> is set on the namespace`, and its value.
-fn namespace_label(key: &str) -> (String, String) {
-    let key = cel_string(key);
-    (
-        format!("(has(namespaceObject.metadata.labels) && {key} in namespaceObject.metadata.labels)"),
-        format!("namespaceObject.metadata.labels[{key}]"),
-    )
-}
-
-/// The variables every policy of a carrier shares: the spec, the name messages use, the
-/// namespace's level per mode (Pod Security's rules for invalid labels), the label errors, the
-/// exemption, and this evaluation's driver (the parameter) with its profile.
+/// The variables every policy of a carrier shares, each a whole expression of
+/// [`expressions`] (none reads another): the exemption, this evaluation's driver's profile
+/// (the parameter), and the namespace's level per mode.
 fn variables(settings: &PolicySettings, carrier: &Carrier) -> Vec<Value> {
+    let spec = format!("object.{}", carrier.spec_steps.join("."));
     let mut variables = vec![
-        json!({"name": "spec", "expression": format!("object.{}", carrier.spec_steps.join("."))}),
-        json!({"name": "name", "expression":
-            "request.name != '' ? request.name : (has(object.metadata.name) && object.metadata.name != '' ? object.metadata.name : \
-             (has(object.metadata.generateName) ? object.metadata.generateName : ''))"}),
+        json!({"name": "exemption", "expression": expressions::exemption(settings, &spec)}),
+        json!({"name": "driverLevel", "expression": expressions::driver_level(settings)}),
     ];
-    let mut label_errors = Vec::new();
     for mode in Mode::ALL {
-        let (level_key, version_key, default, fallback) = match mode {
-            Mode::Enforce => {
-                (labels::ENFORCE_LEVEL, labels::ENFORCE_VERSION, settings.defaults.enforce, Level::Restricted)
-            }
-            Mode::Warn => (labels::WARN_LEVEL, labels::WARN_VERSION, settings.defaults.warn, Level::Privileged),
-            Mode::Audit => (labels::AUDIT_LEVEL, labels::AUDIT_VERSION, settings.defaults.audit, Level::Privileged),
-        };
-        let m = mode.as_str();
-        let (level_set, level) = namespace_label(level_key);
-        let (version_set, version) = namespace_label(version_key);
-        variables.extend([
-            json!({"name": format!("{m}LevelBad"), "expression": format!("{level_set} && !({level} in {RANKS})")}),
-            json!({"name": format!("{m}VersionBad"), "expression": format!(
-                "{version_set} && !({version} == 'latest' || {version}.matches('^v1\\\\.(0|[1-9][0-9]{{0,8}})$'))"
-            )}),
-            json!({"name": format!("{m}Level"), "expression": format!(
-                "variables.{m}LevelBad || variables.{m}VersionBad ? {} : ({level_set} ? {RANKS}[{level}] : {})",
-                rank(fallback), rank(default)
-            )}),
-        ]);
-        for (bad, key, value, expected) in [
-            (format!("variables.{m}LevelBad"), level_key, &level, MUST_BE_A_LEVEL),
-            (format!("variables.{m}VersionBad"), version_key, &version, VERSION_EXPECTED),
-        ] {
-            // Label values are at most 63 characters of [A-Za-z0-9._-]: quoting needs no escapes.
-            let text = cel_string(&format!("metadata.labels[{key}]: Invalid value: \""));
-            let expected = cel_string(&format!("\": {expected}"));
-            label_errors.push(format!("({bad} ? [{text} + {value} + {expected}] : [])"));
-        }
+        variables.push(json!({"name": format!("{}Level", mode.as_str()), "expression": expressions::namespace_level(settings, mode)}));
     }
-    variables.push(json!({"name": "labelErrors", "expression": format!("({}).join('; ')", label_errors.join(" + "))}));
-    let list = |names: &std::collections::BTreeSet<String>| {
-        format!("[{}]", names.iter().map(|name| cel_string(name)).collect::<Vec<_>>().join(", "))
-    };
-    let exemptions = &settings.exemptions;
-    variables.push(json!({"name": "exemption", "expression": format!(
-        "namespaceObject.metadata.name in {} ? 'namespace' : (request.userInfo.username in {} ? 'user' : \
-         (has(variables.spec.runtimeClassName) && variables.spec.runtimeClassName in {} ? 'runtimeClass' : ''))",
-        list(&exemptions.namespaces), list(&exemptions.usernames), list(&exemptions.runtime_classes)
-    )}));
-    let profile = cel_string(DRIVER_PROFILE);
-    variables.extend([
-        json!({"name": "profileSet", "expression":
-            format!("has(params.metadata.labels) && {profile} in params.metadata.labels")}),
-        json!({"name": "profileValid", "expression":
-            format!("variables.profileSet && params.metadata.labels[{profile}] in {RANKS}")}),
-        json!({"name": "driverLevel", "expression": format!(
-            "variables.profileValid ? {RANKS}[params.metadata.labels[{profile}]] : (variables.profileSet ? 2 : {})",
-            rank(settings.defaults.driver_profile)
-        )}),
-        json!({"name": "invalidProfile", "expression": format!(
-            "variables.profileSet && !variables.profileValid ? ' (CSIDriver ' + params.metadata.name + ' has an invalid ' + {profile} + \
-             ' label \"' + params.metadata.labels[{profile}] + '\": {MUST_BE_A_LEVEL})' : ''"
-        )}),
-        json!({"name": "judged", "expression": "variables.exemption == ''"}),
-        json!({"name": "violatesEnforce", "expression": "variables.judged && variables.driverLevel > variables.enforceLevel"}),
-        json!({"name": "violatesWarn", "expression":
-            "variables.judged && !variables.violatesEnforce && variables.driverLevel > variables.warnLevel"}),
-        json!({"name": "violatesAudit", "expression": "variables.judged && variables.driverLevel > variables.auditLevel"}),
-    ]);
     variables
 }
 
-/// The violation message of [`inline_guard_policy::message::violation`], in CEL.
-fn message(mode: Mode) -> String {
-    format!(
-        "variables.name + ' uses an inline volume provided by CSIDriver ' + params.metadata.name + ' and namespace ' + \
-         namespaceObject.metadata.name + ' has a pod security {} level that is lower than ' + {LEVEL_NAMES}[variables.driverLevel] + \
-         variables.invalidProfile",
-        mode.as_str()
-    )
+/// `this evaluation's driver violates mode`: above the namespace's level, and not exempt. The
+/// cheaper comparison first: an evaluation that passes never reads the exemption.
+fn violates(mode: Mode) -> String {
+    format!("variables.driverLevel > variables.{}Level && variables.exemption == ''", mode.as_str())
 }
 
 /// `has an inline CSI volume of this evaluation's driver`, each step of the path guarded. The
@@ -334,24 +249,28 @@ pub fn native_policies(settings: &PolicySettings) -> Vec<Value> {
     for carrier in carriers() {
         let enforce_denies = !carrier.is_workload || settings.enforce_on_workloads;
         let annotation = |key: &str, value: String| json!({"key": key, "valueExpression": value});
+        let message = |mode| expressions::message(settings, mode);
+        // An annotation whose value is '' is left out.
         let annotations = json!([
             annotation(audit::EXEMPT, "variables.exemption".into()),
             annotation(
                 audit::NAMESPACE_LABEL_ERRORS,
-                "variables.exemption == '' && variables.labelErrors != '' ? variables.labelErrors : ''".into()
+                format!("variables.exemption == '' ? {} : ''", expressions::label_errors(settings))
             ),
             annotation(
                 audit::ENFORCE_VIOLATIONS,
-                format!("variables.violatesEnforce ? {} : ''", message(Mode::Enforce))
+                format!("{} ? {} : ''", violates(Mode::Enforce), message(Mode::Enforce))
             ),
-            annotation(audit::AUDIT_VIOLATIONS, format!("variables.violatesAudit ? {} : ''", message(Mode::Audit))),
+            annotation(audit::AUDIT_VIOLATIONS, format!("{} ? {} : ''", violates(Mode::Audit), message(Mode::Audit))),
         ]);
-        let enforce = json!({"expression": "!variables.violatesEnforce", "messageExpression": message(Mode::Enforce),
-                             "reason": "Forbidden"});
+        let enforce = json!({"expression": format!("!({})", violates(Mode::Enforce)),
+                             "messageExpression": message(Mode::Enforce), "reason": "Forbidden"});
         objects.push(policy(carrier.name.to_string(), settings, &carrier, enforce, annotations));
         objects.push(binding(carrier.name, if enforce_denies { "Deny" } else { "Warn" }, settings, None));
         let warn_name = carrier.name.replacen('.', "-warn.", 1);
-        let warn = json!({"expression": "!variables.violatesWarn", "messageExpression": message(Mode::Warn)});
+        // Warned only when enforce is not violated: a violation is reported once, at its highest mode.
+        let warn = json!({"expression": format!("!({}) || variables.driverLevel > variables.enforceLevel", violates(Mode::Warn)),
+                          "messageExpression": message(Mode::Warn)});
         objects.push(policy(warn_name.clone(), settings, &carrier, warn, json!([])));
         objects.push(binding(&warn_name, "Warn", settings, Some(warn_namespaces(settings))));
     }

@@ -75,7 +75,7 @@ fn defaults_and_exemptions_are_written_into_the_expressions_as_quoted_literals()
             .to_string()
     };
     assert!(variable("enforceLevel").ends_with(": 1)"), "an unlabeled namespace enforces baseline (1)");
-    assert!(variable("driverLevel").ends_with(": 2)"), "an unlabeled driver is privileged (2)");
+    assert!(variable("driverLevel").ends_with(": 2"), "an unlabeled driver is privileged (2)");
     let exemption = variable("exemption");
     assert!(exemption.contains(r#"in ["kube-system"]"#), "{exemption}");
     assert!(exemption.contains(r#"in ["ci\"bot"]"#), "{exemption}");
