@@ -79,25 +79,15 @@ fn carriers() -> [Carrier; 4] {
     ]
 }
 
-/// The variables every policy of a carrier shares, each a whole expression of
-/// [`expressions`] (none reads another): the exemption, this evaluation's driver's profile
-/// (the parameter), and the namespace's level per mode.
-fn variables(settings: &PolicySettings, carrier: &Carrier) -> Vec<Value> {
-    let spec = format!("object.{}", carrier.spec_steps.join("."));
-    let mut variables = vec![
-        json!({"name": "exemption", "expression": expressions::exemption(settings, &spec)}),
-        json!({"name": "driverLevel", "expression": expressions::driver_level(settings)}),
-    ];
-    for mode in Mode::ALL {
-        variables.push(json!({"name": format!("{}Level", mode.as_str()), "expression": expressions::namespace_level(settings, mode)}));
-    }
-    variables
-}
-
 /// `this evaluation's driver violates mode`: above the namespace's level, and not exempt. The
-/// cheaper comparison first: an evaluation that passes never reads the exemption.
-fn violates(mode: Mode) -> String {
-    format!("variables.driverLevel > variables.{}Level && variables.exemption == ''", mode.as_str())
+/// levels are compared first: an evaluation that passes never looks at the exemption.
+fn violates(settings: &PolicySettings, spec: &str, mode: Mode) -> String {
+    format!(
+        "({}) > ({}) && ({}) == ''",
+        expressions::driver_level(settings),
+        expressions::namespace_level(settings, mode),
+        expressions::exemption(settings, spec)
+    )
 }
 
 /// `has an inline CSI volume of this evaluation's driver`, each step of the path guarded. The
@@ -118,7 +108,6 @@ fn policy(name: String, settings: &PolicySettings, carrier: &Carrier, validation
             "paramKind": {"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver"},
             "matchConstraints": {"resourceRules": carrier.rules},
             "matchConditions": uses_this_driver(carrier.spec_steps),
-            "variables": variables(settings, carrier),
             "validations": [validation],
             "auditAnnotations": annotations,
         }
@@ -248,14 +237,17 @@ pub fn native_policies(settings: &PolicySettings) -> Vec<Value> {
     let mut objects = Vec::new();
     for carrier in carriers() {
         let enforce_denies = !carrier.is_workload || settings.enforce_on_workloads;
-        let annotation = |key: &str, value: String| json!({"key": key, "valueExpression": value});
+        let spec = format!("object.{}", carrier.spec_steps.join("."));
+        let exemption = expressions::exemption(settings, &spec);
+        let violates = |mode| violates(settings, &spec, mode);
         let message = |mode| expressions::message(settings, mode);
+        let annotation = |key: &str, value: String| json!({"key": key, "valueExpression": value});
         // An annotation whose value is '' is left out.
         let annotations = json!([
-            annotation(audit::EXEMPT, "variables.exemption".into()),
+            annotation(audit::EXEMPT, exemption.clone()),
             annotation(
                 audit::NAMESPACE_LABEL_ERRORS,
-                format!("variables.exemption == '' ? {} : ''", expressions::label_errors(settings))
+                format!("({exemption}) == '' ? {} : ''", expressions::label_errors(settings))
             ),
             annotation(
                 audit::ENFORCE_VIOLATIONS,
@@ -269,7 +261,12 @@ pub fn native_policies(settings: &PolicySettings) -> Vec<Value> {
         objects.push(binding(carrier.name, if enforce_denies { "Deny" } else { "Warn" }, settings, None));
         let warn_name = carrier.name.replacen('.', "-warn.", 1);
         // Warned only when enforce is not violated: a violation is reported once, at its highest mode.
-        let warn = json!({"expression": format!("!({}) || variables.driverLevel > variables.enforceLevel", violates(Mode::Warn)),
+        let warn = json!({"expression": format!(
+                              "!({}) || ({}) > ({})",
+                              violates(Mode::Warn),
+                              expressions::driver_level(settings),
+                              expressions::namespace_level(settings, Mode::Enforce)
+                          ),
                           "messageExpression": message(Mode::Warn)});
         objects.push(policy(warn_name.clone(), settings, &carrier, warn, json!([])));
         objects.push(binding(&warn_name, "Warn", settings, Some(warn_namespaces(settings))));

@@ -1,9 +1,9 @@
 //! The CEL text of one decision: the namespace's level per mode (with Pod Security's rules for
 //! invalid labels), the label errors, the exemption, the driver's profile, and the violation
-//! message. Each is written out whole where it is read rather than built from a chain of small
-//! variables: the apiserver evaluates every variable as a program of its own, once in each
-//! expression list that reads it, and that per-program price, not the arithmetic inside, is most
-//! of what these policies cost a pod (profiled: docs/native-policies.md).
+//! message. Each is written out whole where it is read, never as a policy variable: the
+//! apiserver evaluates every variable as a program of its own, once in each expression list that
+//! reads it, and that per-program price, not the arithmetic inside, was most of what these
+//! policies cost a pod (profiled: docs/native-policies.md).
 
 use inline_guard_policy::labels::{self, DRIVER_PROFILE};
 use inline_guard_policy::level::{Level, MUST_BE_A_LEVEL, Mode};
@@ -54,9 +54,16 @@ fn mode_labels(settings: &PolicySettings, mode: Mode) -> ([LabelCheck; 2], Level
     let (level_set, level) = namespace_label(level_key);
     let (version_set, version) = namespace_label(version_key);
     let checks = [
-        LabelCheck { bad: format!("({level_set} && !({level} in {RANKS}))"), key: level_key, value: level, expected: MUST_BE_A_LEVEL },
         LabelCheck {
-            bad: format!("({version_set} && !({version} == 'latest' || {version}.matches('^v1\\\\.(0|[1-9][0-9]{{0,8}})$')))"),
+            bad: format!("({level_set} && !({level} in {RANKS}))"),
+            key: level_key,
+            value: level,
+            expected: MUST_BE_A_LEVEL,
+        },
+        LabelCheck {
+            bad: format!(
+                "({version_set} && !({version} == 'latest' || {version}.matches('^v1\\\\.(0|[1-9][0-9]{{0,8}})$')))"
+            ),
             key: version_key,
             value: version,
             expected: VERSION_EXPECTED,

@@ -63,20 +63,19 @@ fn defaults_and_exemptions_are_written_into_the_expressions_as_quoted_literals()
     settings.exemptions.namespaces.insert("kube-system".into());
     settings.exemptions.usernames.insert("ci\"bot".into());
     let policy = &native_policies(&settings)[0];
-    let variable = |name: &str| {
-        policy["spec"]["variables"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|v| v["name"] == name)
-            .unwrap_or_else(|| panic!("no variable {name}"))["expression"]
-            .as_str()
-            .unwrap()
-            .to_string()
-    };
-    assert!(variable("enforceLevel").ends_with(": 1)"), "an unlabeled namespace enforces baseline (1)");
-    assert!(variable("driverLevel").ends_with(": 2"), "an unlabeled driver is privileged (2)");
-    let exemption = variable("exemption");
+    let enforce = policy["spec"]["validations"][0]["expression"].as_str().unwrap();
+    assert!(
+        enforce.contains(&format!("({})", expressions::namespace_level(&settings, Mode::Enforce))),
+        "the enforce check reads the namespace's enforce level: {enforce}"
+    );
+    assert!(
+        expressions::namespace_level(&settings, Mode::Enforce).ends_with(": 1)"),
+        "an unlabeled namespace enforces baseline (1)"
+    );
+    assert!(expressions::driver_level(&settings).ends_with(": 2"), "an unlabeled driver is privileged (2)");
+    let exempt = &policy["spec"]["auditAnnotations"][0];
+    assert_eq!(exempt["key"], "exempt");
+    let exemption = exempt["valueExpression"].as_str().unwrap();
     assert!(exemption.contains(r#"in ["kube-system"]"#), "{exemption}");
     assert!(exemption.contains(r#"in ["ci\"bot"]"#), "{exemption}");
     assert_eq!(policy["spec"]["paramKind"], json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver"}));
