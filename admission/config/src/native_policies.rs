@@ -82,12 +82,12 @@ fn carriers() -> [Carrier; 4] {
 /// `this evaluation's driver violates mode`: above the namespace's level, and not exempt. The
 /// levels are compared first: an evaluation that passes never looks at the exemption.
 fn violates(settings: &PolicySettings, spec: &str, mode: Mode) -> String {
-    format!(
-        "({}) > ({}) && ({}) == ''",
-        expressions::driver_level(settings),
-        expressions::namespace_level(settings, mode),
-        expressions::exemption(settings, spec)
-    )
+    let above =
+        format!("({}) > ({})", expressions::driver_level(settings), expressions::namespace_level(settings, mode));
+    match expressions::exemption(settings, spec) {
+        Some(exemption) => format!("{above} && ({exemption}) == ''"),
+        None => above,
+    }
 }
 
 /// `has an inline CSI volume of this evaluation's driver`, each step of the path guarded. The
@@ -99,7 +99,7 @@ fn uses_this_driver(spec_steps: &[&str]) -> Value {
     json!([{"name": "uses-this-driver", "expression": guards.join(" && ")}])
 }
 
-fn policy(name: String, settings: &PolicySettings, carrier: &Carrier, validation: Value, annotations: Value) -> Value {
+fn policy(name: String, carrier: &Carrier, validation: Value, annotations: Value) -> Value {
     json!({
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
         "metadata": {"name": name},
@@ -232,44 +232,53 @@ fn read_only_policy(drivers: &ReadOnlyDrivers) -> [Value; 2] {
     [policy, binding]
 }
 
+/// A carrier's two policies, each followed by its binding: the enforce check with every audit
+/// annotation, and the warn check.
+fn carrier_policies(settings: &PolicySettings, carrier: &Carrier) -> [Value; 4] {
+    let enforce_denies = !carrier.is_workload || settings.enforce_on_workloads;
+    let spec = format!("object.{}", carrier.spec_steps.join("."));
+    let violates = |mode| violates(settings, &spec, mode);
+    // A message is read only when its test fails but evaluated every time: testing again is
+    // cheaper than building a message nobody reads.
+    let reported = |test: &str, mode| format!("{test} ? {} : ''", expressions::message(settings, mode));
+    let annotation = |key: &str, value: String| json!({"key": key, "valueExpression": value});
+    // An annotation whose value is '' is left out.
+    let label_errors = expressions::label_errors(settings);
+    let mut annotations = match expressions::exemption(settings, &spec) {
+        Some(exemption) => vec![
+            annotation(audit::EXEMPT, exemption.clone()),
+            annotation(audit::NAMESPACE_LABEL_ERRORS, format!("({exemption}) == '' ? {label_errors} : ''")),
+        ],
+        None => vec![annotation(audit::NAMESPACE_LABEL_ERRORS, label_errors)],
+    };
+    for (key, mode) in [(audit::ENFORCE_VIOLATIONS, Mode::Enforce), (audit::AUDIT_VIOLATIONS, Mode::Audit)] {
+        annotations.push(annotation(key, reported(&violates(mode), mode)));
+    }
+    let enforced = violates(Mode::Enforce);
+    let enforce = json!({"expression": format!("!({enforced})"),
+                         "messageExpression": reported(&enforced, Mode::Enforce), "reason": "Forbidden"});
+    // Warned only when enforce is not violated: a violation is reported once, at its highest mode.
+    let warned = format!(
+        "{} && !(({}) > ({}))",
+        violates(Mode::Warn),
+        expressions::driver_level(settings),
+        expressions::namespace_level(settings, Mode::Enforce)
+    );
+    let warn = json!({"expression": format!("!({warned})"), "messageExpression": reported(&warned, Mode::Warn)});
+    let warn_name = carrier.name.replacen('.', "-warn.", 1);
+    [
+        policy(carrier.name.to_string(), carrier, enforce, json!(annotations)),
+        binding(carrier.name, if enforce_denies { "Deny" } else { "Warn" }, settings, None),
+        policy(warn_name.clone(), carrier, warn, json!([])),
+        binding(&warn_name, "Warn", settings, Some(warn_namespaces(settings))),
+    ]
+}
+
 /// Every policy and binding, in apply order (a binding after its policy).
 pub fn native_policies(settings: &PolicySettings) -> Vec<Value> {
     let mut objects = Vec::new();
     for carrier in carriers() {
-        let enforce_denies = !carrier.is_workload || settings.enforce_on_workloads;
-        let spec = format!("object.{}", carrier.spec_steps.join("."));
-        let exemption = expressions::exemption(settings, &spec);
-        let violates = |mode| violates(settings, &spec, mode);
-        let message = |mode| expressions::message(settings, mode);
-        let annotation = |key: &str, value: String| json!({"key": key, "valueExpression": value});
-        // An annotation whose value is '' is left out.
-        let annotations = json!([
-            annotation(audit::EXEMPT, exemption.clone()),
-            annotation(
-                audit::NAMESPACE_LABEL_ERRORS,
-                format!("({exemption}) == '' ? {} : ''", expressions::label_errors(settings))
-            ),
-            annotation(
-                audit::ENFORCE_VIOLATIONS,
-                format!("{} ? {} : ''", violates(Mode::Enforce), message(Mode::Enforce))
-            ),
-            annotation(audit::AUDIT_VIOLATIONS, format!("{} ? {} : ''", violates(Mode::Audit), message(Mode::Audit))),
-        ]);
-        let enforce = json!({"expression": format!("!({})", violates(Mode::Enforce)),
-                             "messageExpression": message(Mode::Enforce), "reason": "Forbidden"});
-        objects.push(policy(carrier.name.to_string(), settings, &carrier, enforce, annotations));
-        objects.push(binding(carrier.name, if enforce_denies { "Deny" } else { "Warn" }, settings, None));
-        let warn_name = carrier.name.replacen('.', "-warn.", 1);
-        // Warned only when enforce is not violated: a violation is reported once, at its highest mode.
-        let warn = json!({"expression": format!(
-                              "!({}) || ({}) > ({})",
-                              violates(Mode::Warn),
-                              expressions::driver_level(settings),
-                              expressions::namespace_level(settings, Mode::Enforce)
-                          ),
-                          "messageExpression": message(Mode::Warn)});
-        objects.push(policy(warn_name.clone(), settings, &carrier, warn, json!([])));
-        objects.push(binding(&warn_name, "Warn", settings, Some(warn_namespaces(settings))));
+        objects.extend(carrier_policies(settings, &carrier));
     }
     if !settings.read_only_drivers.0.is_empty() {
         objects.extend(read_only_policy(&settings.read_only_drivers));
