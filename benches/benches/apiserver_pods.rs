@@ -106,7 +106,8 @@ fn writable_pod(name: &str) -> Value {
     object
 }
 
-async fn post(admin: &kube::Client, path: &str, object: &Value, dry_run: bool) -> Result<u16, String> {
+/// The answer's status and, for a refusal, the apiserver's message.
+async fn post(admin: &kube::Client, path: &str, object: &Value, dry_run: bool) -> Result<(u16, String), String> {
     let query = if dry_run { "?dryRun=All" } else { "" };
     let body = serde_json::to_vec(object).map_err(|e| format!("encoding for {path}: {e}"))?;
     let request = hyper::Request::post(format!("{path}{query}"))
@@ -114,8 +115,8 @@ async fn post(admin: &kube::Client, path: &str, object: &Value, dry_run: bool) -
         .body(body)
         .map_err(|e| format!("POST {path}: {e}"))?;
     match admin.request_text(request).await {
-        Ok(_) => Ok(201),
-        Err(kube::Error::Api(status)) => Ok(status.code),
+        Ok(_) => Ok((201, String::new())),
+        Err(kube::Error::Api(status)) => Ok((status.code, status.message)),
         Err(error) => Err(format!("POST {path}: {error}")),
     }
 }
@@ -153,13 +154,31 @@ async fn delete(admin: &kube::Client, path: &str) -> Result<(), String> {
     }
 }
 
+/// Waits until a pod whose read-only driver's volume says nothing about `readOnly` is admitted:
+/// the mutating webhook is in force too (the validating one, in force first, refuses the pod
+/// until the mutating one patches it), so no round's first pods meet one without the other.
+async fn wait_for_forcing(admin: &kube::Client) -> Result<(), String> {
+    let path = format!("/api/v1/namespaces/{NAMESPACE}/pods");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, _) = post(admin, &path, &writable_pod("probe"), true).await?;
+        if status == 201 {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!("read-only forcing did not take effect within 30 s (status {status})"));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Waits until a pod using a driver the namespace forbids is refused (`true`) or admitted
 /// (`false`): the policy in force is the one the round measures.
 async fn wait_for_policy(admin: &kube::Client, refused: bool) -> Result<(), String> {
     let path = format!("/api/v1/namespaces/{NAMESPACE}/pods");
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let status = post(admin, &path, &pod("probe", "privileged.bench.inlineguard.dev"), true).await?;
+        let (status, _) = post(admin, &path, &pod("probe", "privileged.bench.inlineguard.dev"), true).await?;
         if (status != 201) == refused {
             return Ok(());
         }
@@ -315,6 +334,9 @@ async fn run(peers: &Peers, pods: usize, json_out: Option<PathBuf>) -> Result<()
                 Policy::Webhooks | Policy::WebhooksForcing => {
                     let registration = register(&admin, &server, "bench", selector.clone()).await?;
                     wait_for_policy(&admin, true).await?;
+                    if *policy == Policy::WebhooksForcing {
+                        wait_for_forcing(&admin).await?;
+                    }
                     Some(registration)
                 }
             };
@@ -324,12 +346,13 @@ async fn run(peers: &Peers, pods: usize, json_out: Option<PathBuf>) -> Result<()
                 let name = format!("pod-{created}");
                 let object = if *policy == Policy::WebhooksForcing { writable_pod(&name) } else { pod(&name, DRIVER) };
                 let started = Instant::now();
-                let status = post(&admin, &path, &object, false).await?;
+                let (status, message) = post(&admin, &path, &object, false).await?;
                 samples.push(started.elapsed());
                 if status != 201 {
                     return Err(format!(
-                        "{name}: the {} policy refused a pod it should admit ({status})",
-                        policy.name()
+                        "{name}: the {} policy refused a pod it should admit ({status}: {})",
+                        policy.name(),
+                        message.chars().take(300).collect::<String>()
                     ));
                 }
                 created += 1;
