@@ -12,6 +12,7 @@
 
 mod cases;
 mod comparison;
+mod invalid_labels;
 
 use std::collections::BTreeSet;
 
@@ -44,13 +45,18 @@ const EXEMPT_ROW: usize = 4;
 /// Creates the generated policies and bindings; returns them for [`remove_policies`].
 async fn create_policies(admin: &kube::Client, config: &std::path::Path, label: &str) -> Result<Vec<Value>, String> {
     let objects = generated_policies(config, &json!({"matchLabels": {WEBHOOK_LABEL: label}}))?;
-    for object in &objects {
+    create_policies_from(admin, &objects).await
+}
+
+/// Creates `objects` (policies and bindings, in order); returns them for [`remove_policies`].
+async fn create_policies_from(admin: &kube::Client, objects: &[Value]) -> Result<Vec<Value>, String> {
+    for object in objects {
         let answer = create(admin, &admission_policy_path(object, false), object, false).await?;
         if answer.status != 201 {
             return Err(format!("{}: {} {}", object["metadata"]["name"], answer.status, answer.message()));
         }
     }
-    Ok(objects)
+    Ok(objects.to_vec())
 }
 
 /// Deletes what [`create_policies`] created, bindings first (a policy without one does nothing).
@@ -121,6 +127,7 @@ pub async fn native_policies_decide_as_the_webhook(suite: &Suite) -> Outcome {
     println!("native policies: generated cases from seed {seed} (NATIVE_POLICIES_SEED={seed} replays them)");
     let policies = create_policies(admin, &suite.shared.config, POLICIES).await?;
     shipped_configuration_agrees(suite, &mut generator, seed).await?;
+    invalid_labels::invalid_labels_read_as_the_webhook_reads_them(admin).await?;
     forcing_agrees(admin).await?;
     remove_policies(admin, &policies).await?;
     exemptions_agree(suite, &mut generator, seed).await
