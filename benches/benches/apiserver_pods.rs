@@ -154,19 +154,18 @@ async fn delete(admin: &kube::Client, path: &str) -> Result<(), String> {
     }
 }
 
-/// Waits until a pod whose read-only driver's volume says nothing about `readOnly` is admitted:
-/// the mutating webhook is in force too (the validating one, in force first, refuses the pod
-/// until the mutating one patches it), so no round's first pods meet one without the other.
-async fn wait_for_forcing(admin: &kube::Client) -> Result<(), String> {
+/// Waits (up to 30 s) until a dry-run create of `probe` is admitted (`admitted`) or refused:
+/// the admission configuration the round measures is in force.
+async fn wait_for_answer(admin: &kube::Client, probe: &Value, admitted: bool, what: &str) -> Result<(), String> {
     let path = format!("/api/v1/namespaces/{NAMESPACE}/pods");
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let (status, _) = post(admin, &path, &writable_pod("probe"), true).await?;
-        if status == 201 {
+        let (status, _) = post(admin, &path, probe, true).await?;
+        if (status == 201) == admitted {
             return Ok(());
         }
         if Instant::now() > deadline {
-            return Err(format!("read-only forcing did not take effect within 30 s (status {status})"));
+            return Err(format!("{what} did not take effect within 30 s (status {status})"));
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -175,18 +174,14 @@ async fn wait_for_forcing(admin: &kube::Client) -> Result<(), String> {
 /// Waits until a pod using a driver the namespace forbids is refused (`true`) or admitted
 /// (`false`): the policy in force is the one the round measures.
 async fn wait_for_policy(admin: &kube::Client, refused: bool) -> Result<(), String> {
-    let path = format!("/api/v1/namespaces/{NAMESPACE}/pods");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let (status, _) = post(admin, &path, &pod("probe", "privileged.bench.inlineguard.dev"), true).await?;
-        if (status != 201) == refused {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            return Err(format!("the policy did not take effect within 30 s (status {status})"));
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_for_answer(admin, &pod("probe", "privileged.bench.inlineguard.dev"), !refused, "the policy").await
+}
+
+/// Waits until a pod whose read-only driver's volume says nothing about `readOnly` is admitted:
+/// the mutating webhook is in force too (the validating one, in force first, refuses the pod
+/// until the mutating one patches it), so no round's first pods meet one without the other.
+async fn wait_for_forcing(admin: &kube::Client) -> Result<(), String> {
+    wait_for_answer(admin, &writable_pod("probe"), true, "read-only forcing").await
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

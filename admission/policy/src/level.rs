@@ -31,6 +31,16 @@ impl Level {
         }
     }
 
+    /// The level's place in the order as a number, 0 (`restricted`) to 2 (`privileged`): how
+    /// the generated CEL policies compare levels.
+    pub fn rank(self) -> u8 {
+        match self {
+            Level::Restricted => 0,
+            Level::Baseline => 1,
+            Level::Privileged => 2,
+        }
+    }
+
     /// The label spelling.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -86,6 +96,16 @@ mod tests {
     fn order_runs_from_restricted_to_privileged() {
         assert!(Level::Restricted < Level::Baseline);
         assert!(Level::Baseline < Level::Privileged);
+    }
+
+    #[test]
+    fn ranks_follow_the_order() {
+        assert_eq!(Level::ALL.map(Level::rank), [2, 1, 0]);
+        for a in Level::ALL {
+            for b in Level::ALL {
+                assert_eq!(a.rank() < b.rank(), a < b, "{a} against {b}");
+            }
+        }
     }
 
     #[test]

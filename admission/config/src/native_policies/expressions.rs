@@ -19,22 +19,13 @@ const RANKS: &str = "{'restricted': 0, 'baseline': 1, 'privileged': 2}";
 /// `[A-Za-z0-9._-]`, so a space is no label's value, and "not set" stays apart from "invalid".
 const UNSET: &str = "' '";
 
-/// A level's rank: a driver violates a mode when its rank is above the namespace's.
-fn rank(level: Level) -> u8 {
-    match level {
-        Level::Restricted => 0,
-        Level::Baseline => 1,
-        Level::Privileged => 2,
-    }
-}
-
 /// The rank of an optional label value: `unset` when the label is not set, `invalid` when its
 /// value is no level. A constant map (the apiserver folds it) and one lookup.
 fn rank_of(label: &str, unset: Level, invalid: Level) -> String {
     format!(
         "{{'restricted': 0, 'baseline': 1, 'privileged': 2, {UNSET}: {}}}[?{label}.orValue({UNSET})].orValue({})",
-        rank(unset),
-        rank(invalid)
+        unset.rank(),
+        invalid.rank()
     )
 }
 
@@ -89,7 +80,7 @@ fn mode_labels(settings: &PolicySettings, mode: Mode) -> ([LabelCheck; 2], Strin
 /// The namespace's level of `mode` as a rank.
 pub(super) fn namespace_level(settings: &PolicySettings, mode: Mode) -> String {
     let ([_, version_check], level, default, fallback) = mode_labels(settings, mode);
-    format!("{} ? {} : {}", version_check.bad, rank(fallback), rank_of(&level, default, fallback))
+    format!("{} ? {} : {}", version_check.bad, fallback.rank(), rank_of(&level, default, fallback))
 }
 
 /// Every invalid namespace label, as Pod Security words it, joined by `; ` (empty when none).
