@@ -136,6 +136,8 @@ fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let metrics = Arc::new(Metrics::new());
     let providers = check_providers(&config.providers)?;
+    // Checked before anything starts: a budget that could not hold is a configuration error.
+    config.budget_limits()?;
     let content: Arc<dyn ContentSource> = match config.source()? {
         SourceKind::Static if !providers.is_empty() => {
             return Err(
@@ -155,6 +157,7 @@ fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
                     .with_request_timeout(timeout)
                     .with_access_recheck(std::time::Duration::from_secs(config.access_recheck_seconds))
                     .with_pod_metadata(config.pod_metadata)
+                    .with_content_limit(config.tmpfs_size)
                     .with_providers(Providers::new(providers, config.helper_concurrency)),
             )
         }

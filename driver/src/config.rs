@@ -23,6 +23,15 @@ pub struct DriverConfig {
     /// Size limit of each volume's tmpfs, e.g. `64Mi`.
     #[serde(deserialize_with = "quantity")]
     pub tmpfs_size: u64,
+    /// The most volume content all volumes of the node may hold together. The kernel charges
+    /// each tmpfs page the driver writes to the driver's own memory cgroup, so this must stay
+    /// below the DaemonSet's memory limit with room for the process itself.
+    #[serde(deserialize_with = "quantity")]
+    pub content_budget: u64,
+    /// The most volume content the volumes of one namespace's pods may hold on the node: what
+    /// one tenant can take of `contentBudget`.
+    #[serde(deserialize_with = "quantity")]
+    pub namespace_content_budget: u64,
     /// Mount each tmpfs read-only on the host too.
     pub host_read_only: bool,
     /// Where volume content comes from; when unset, `static` if `staticSharesDir` is given,
@@ -76,6 +85,8 @@ impl Default for DriverConfig {
             registry_dir: PathBuf::from("/var/lib/kubelet/plugins_registry"),
             kubelet_dir: PathBuf::from("/var/lib/kubelet"),
             tmpfs_size: 8 << 20,
+            content_budget: 320 << 20,
+            namespace_content_budget: 160 << 20,
             host_read_only: false,
             content_source: None,
             kubeconfig: None,
@@ -117,6 +128,20 @@ impl DriverConfig {
             return Err("contentSource: static needs staticSharesDir".into());
         }
         Ok(kind)
+    }
+
+    /// The content budget's bounds; an error when one namespace could hold more than the node.
+    pub fn budget_limits(&self) -> Result<crate::volume::content_budget::BudgetLimits, String> {
+        if self.namespace_content_budget > self.content_budget {
+            return Err(format!(
+                "namespaceContentBudget ({} bytes) is larger than contentBudget ({} bytes)",
+                self.namespace_content_budget, self.content_budget
+            ));
+        }
+        Ok(crate::volume::content_budget::BudgetLimits {
+            node_bytes: self.content_budget,
+            namespace_bytes: self.namespace_content_budget,
+        })
     }
 
     /// Reads and validates `path` (YAML or JSON).

@@ -27,6 +27,9 @@ pub enum RunError {
         #[source]
         source: volume::error::Cause,
     },
+    /// The configuration cannot be run as it stands (checked again where it is used).
+    #[error("{0}")]
+    Config(String),
     /// A step the code should never take (a socket served twice).
     #[error("{0}")]
     Fault(String),

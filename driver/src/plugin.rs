@@ -21,7 +21,7 @@ use crate::csi::identity::IdentityService;
 use crate::csi::node::NodeGrpc;
 use crate::csi::registration::RegistrationService;
 use crate::csi::socket::{self, Clients};
-use crate::error::Result;
+use crate::error::{Result, RunError};
 use crate::health::{self, Health};
 use crate::metrics::Metrics;
 use crate::volume::lock::StateLock;
@@ -102,6 +102,7 @@ impl Plugin {
             host_read_only: self.config.host_read_only,
             kubelet_dir,
             refresh_content: self.config.refresh,
+            content_budget: self.config.budget_limits().map_err(RunError::Config)?,
         };
         let store: Arc<dyn VolumeStore> = store;
         let service =

@@ -188,6 +188,7 @@ fn a_host_read_only_volume_is_refreshed_through_its_descriptor_and_stays_read_on
         host_read_only: true,
         kubelet_dir: dir.path().to_path_buf(),
         refresh_content: true,
+        content_budget: sharedresource_csi_driver::volume::content_budget::BudgetLimits::UNBOUNDED,
     };
     let service = NodeService::new(
         "n".into(),

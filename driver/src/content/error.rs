@@ -20,6 +20,10 @@ pub enum Error {
     /// node's driver does not read.
     #[error("{0}")]
     Unservable(String),
+    /// The content is larger than a volume may hold: refused before it is held in memory
+    /// (a refresh keeps the content the volume has).
+    #[error("{0}")]
+    TooLarge(String),
     /// The apiserver did not answer, or not in time: the content may be had later.
     #[error("{0}")]
     Unavailable(String),
@@ -56,6 +60,7 @@ impl Error {
             Error::Missing(message) => Error::Missing(context(message)),
             Error::Denied(message) => Error::Denied(context(message)),
             Error::Unservable(message) => Error::Unservable(context(message)),
+            Error::TooLarge(message) => Error::TooLarge(context(message)),
             Error::Unavailable(message) => Error::Unavailable(context(message)),
             Error::Internal(message) => Error::Internal(context(message)),
         }
@@ -76,7 +81,7 @@ mod tests {
         ] {
             assert!(withdrawn.withdraws_content(), "{withdrawn:?}");
         }
-        for kept in [Error::Unavailable("a".into()), Error::Internal("a".into())] {
+        for kept in [Error::TooLarge("a".into()), Error::Unavailable("a".into()), Error::Internal("a".into())] {
             assert!(!kept.withdraws_content(), "{kept:?}");
         }
     }

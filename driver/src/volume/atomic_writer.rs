@@ -14,6 +14,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 pub use crate::content::payload::{DEFAULT_MODE, FileContent, Payload, check_key};
 use crate::dir_tree::{create_dirs, non_directories_below, remove_tree};
 use crate::quote::quote_path;
+use crate::volume::content_budget::{ContentBudget, PAGE_BYTES, Payer, charge_of};
 use crate::volume::error::{Error, Result};
 
 /// What fsGroup adds to a file's mode: read for the group.
@@ -27,16 +28,17 @@ const SET_GROUP_ID: u32 = 0o2000;
 pub const DATA_LINK: &str = "..data";
 const DATA_LINK_TMP: &str = "..data_tmp";
 /// Writes payloads into one volume directory.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct AtomicWriter {
     dir: PathBuf,
     group: Option<u32>,
+    charged: Option<(ContentBudget, Payer)>,
 }
 
 impl AtomicWriter {
     /// A writer for the volume rooted at `dir` (which must exist).
     pub fn new(dir: impl Into<PathBuf>) -> AtomicWriter {
-        AtomicWriter { dir: dir.into(), group: None }
+        AtomicWriter { dir: dir.into(), group: None, charged: None }
     }
 
     /// The same writer, making the files it writes belong to group `group` (the pod's
@@ -44,6 +46,14 @@ impl AtomicWriter {
     /// the group, each directory group-owned, searchable by the group and set-group-id.
     pub fn with_group(mut self, group: Option<u32>) -> AtomicWriter {
         self.group = group;
+        self
+    }
+
+    /// The same writer, reserving each new version in `budget` for `payer` before writing it
+    /// (refused with [`Error::OverBudget`] when it does not fit) and making it what the volume
+    /// holds once swapped in.
+    pub fn charging(mut self, budget: &ContentBudget, payer: Payer) -> AtomicWriter {
+        self.charged = Some((budget.clone(), payer));
         self
     }
 
@@ -60,6 +70,10 @@ impl AtomicWriter {
             return Ok(false);
         }
         let room = Room::measure(&self.dir, payload, previous.is_some())?;
+        let reservation = match &self.charged {
+            Some((budget, payer)) => Some(budget.reserve(payer, charge_of(payload))?),
+            None => None,
+        };
 
         let version = self.new_version_dir()?;
         let cleanup = |error: Error| {
@@ -74,6 +88,10 @@ impl AtomicWriter {
         symlink(&version, &tmp_link).map_err(|e| cleanup(io_error("creating the data link", &tmp_link, e)))?;
         fs::rename(&tmp_link, self.dir.join(DATA_LINK))
             .map_err(|e| cleanup(io_error("swapping the data link", &tmp_link, e)))?;
+        // Swapped: the new version is what the volume holds, and the old one is on its way out.
+        if let Some(reservation) = reservation {
+            reservation.commit();
+        }
 
         self.update_visible_links(payload)?;
         if let Some(previous) = previous {
@@ -216,9 +234,6 @@ struct Room {
     size: u64,
     update: bool,
 }
-
-/// tmpfs charges whole pages.
-const PAGE_BYTES: u64 = 4096;
 
 impl Room {
     /// Measures `dir`'s filesystem for `payload` (`update`: an old version is still there

@@ -29,6 +29,9 @@ pub enum Error {
     /// The content does not fit the volume's tmpfs.
     #[error("{0}")]
     TooLarge(String),
+    /// The content would take the node's volumes, or its namespace's, beyond the content budget.
+    #[error("{0}")]
+    OverBudget(String),
     /// A local step (a mount, a file, the mount table) failed. The message says both what the
     /// driver was doing and how it failed, as the wire and the log show messages whole;
     /// `source` keeps the cause for code that inspects it.

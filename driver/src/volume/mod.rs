@@ -1,8 +1,9 @@
 //! A volume's life on the node: publish and unpublish (`service`), refresh, kubelet's target
-//! paths and their symlink-free walk, the mounter, the atomic writer, the volume records, recovery
-//! after a restart, and the state lock.
+//! paths and their symlink-free walk, the mounter, the atomic writer and the node's content
+//! budget it writes within, the volume records, recovery after a restart, and the state lock.
 
 pub mod atomic_writer;
+pub mod content_budget;
 pub mod error;
 pub mod lazy_filesystem;
 pub mod lazy_open_files;

@@ -21,6 +21,7 @@ use crate::content::{ContentSource, PassId};
 use crate::metrics::{Metrics, RefreshResult};
 use crate::quote::{Logged, quote, quote_path};
 use crate::volume::atomic_writer::{AtomicWriter, check_key};
+use crate::volume::content_budget::{BudgetLimits, ContentBudget, ENTRY_BYTES, Payer};
 use crate::volume::error::{Error, Result};
 use crate::volume::lazy_filesystem::LazyMount;
 use crate::volume::mounter::Mounter;
@@ -44,13 +45,21 @@ pub struct VolumeSettings {
     pub kubelet_dir: PathBuf,
     /// Whether content updates reach published volumes (revocations always do).
     pub refresh_content: bool,
+    /// How much content the node's volumes, and one namespace's, may hold.
+    pub content_budget: BudgetLimits,
 }
 
 #[cfg(test)]
 impl VolumeSettings {
     /// The settings unit tests build volumes with: 1 MiB tmpfs, content refreshed.
     pub(crate) fn for_tests(kubelet_dir: PathBuf, host_read_only: bool) -> VolumeSettings {
-        VolumeSettings { tmpfs_bytes: 1 << 20, host_read_only, kubelet_dir, refresh_content: true }
+        VolumeSettings {
+            tmpfs_bytes: 1 << 20,
+            host_read_only,
+            kubelet_dir,
+            refresh_content: true,
+            content_budget: BudgetLimits::UNBOUNDED,
+        }
     }
 }
 
@@ -87,6 +96,8 @@ pub struct NodeService {
     busy: Mutex<HashSet<Busy>>,
     // The volumes whose last refresh failed: their content is not current.
     stale: Mutex<HashSet<String>>,
+    // What the volumes' tmpfs pages cost the driver's memory, node-wide and per namespace.
+    budget: ContentBudget,
     passes: AtomicU64,
 }
 
@@ -104,6 +115,11 @@ impl NodeService {
             published.into_iter().map(|volume| (volume.record.volume_id.clone(), volume)).collect();
         let metrics = Arc::new(Metrics::new());
         metrics.set_volumes(volumes.len());
+        let budget = ContentBudget::new(settings.content_budget);
+        for volume in volumes.values().filter(|volume| !volume.record.lazy) {
+            let held = measured_content(&settings, volume).unwrap_or(settings.tmpfs_bytes);
+            budget.hold(&payer_of(&volume.record), held);
+        }
         NodeService {
             node_id,
             settings,
@@ -117,6 +133,7 @@ impl NodeService {
             lazy_mounts: Mutex::default(),
             busy: Mutex::default(),
             stale: Mutex::default(),
+            budget,
             passes: AtomicU64::new(0),
         }
     }
@@ -140,6 +157,11 @@ impl NodeService {
     /// What the service counts.
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
+    }
+
+    /// The node's content budget and what it holds.
+    pub fn budget(&self) -> &ContentBudget {
+        &self.budget
     }
 
     /// kubelet's root, as configured.
@@ -395,22 +417,25 @@ impl NodeService {
         };
         made.device = Some(device);
         match shown {
-            Shown::Files(payload) => self.write(&volume.target, record.mount_group, payload, false).map(drop),
+            Shown::Files(payload) => self.write(&volume.target, record, payload, false).map(drop),
             Shown::Lazy(_) => Ok(()),
         }
     }
 
-    /// Writes `payload` into the volume whose root is `volume`, its files belonging to group
-    /// `group` when given; on a read-only host mount the tmpfs is opened for writing only for
-    /// the write (`reopen` for a refresh of a finished one).
+    /// Writes `payload` into the volume whose root is `volume`, within the node's content
+    /// budget, its files belonging to the record's group when it names one; on a read-only
+    /// host mount the tmpfs is opened for writing only for the write (`reopen` for a refresh of
+    /// a finished one).
     fn write(
         &self,
         volume: &OpenDir,
-        group: Option<u32>,
+        record: &VolumeRecord,
         payload: &crate::volume::atomic_writer::Payload,
         reopen: bool,
     ) -> Result<bool> {
-        let writer = AtomicWriter::new(volume.proc_path()).with_group(group);
+        let writer = AtomicWriter::new(volume.proc_path())
+            .with_group(record.mount_group)
+            .charging(&self.budget, payer_of(record));
         if !self.settings.host_read_only {
             return writer.write(payload);
         }
@@ -443,6 +468,9 @@ impl NodeService {
             }
         }
         left.extend(target_dir::remove_created(root, volume.target.as_path(), &record.created_dirs));
+        if mounted {
+            self.budget.release(&record.volume_id);
+        }
         let _ = self.store.remove(&record.volume_id);
         left
     }
@@ -601,7 +629,7 @@ impl NodeService {
                 quote_path(volume.target.as_path())
             )));
         };
-        let changed = self.write(&opened.target, record.mount_group, &fetched.payload, true)?;
+        let changed = self.write(&opened.target, record, &fetched.payload, true)?;
         if changed && let Some(reason) = &fetched.withdrawn {
             self.metrics.revocation();
             info!(volume = %quote(&record.volume_id), reason = %Logged(reason), "content withdrawn; the volume was emptied");
@@ -672,6 +700,8 @@ impl NodeService {
                 self.mounter.unmount(&opened.target)?;
             }
         }
+        // Unmounted, or never the driver's mount: its pages are no longer the driver's.
+        self.budget.release(volume_id);
         for problem in self.take_down(&volume, false) {
             warn!(volume = %quote(volume_id), problem = %Logged(&problem), "unpublish left something");
         }
@@ -685,6 +715,22 @@ impl NodeService {
         self.count_volumes();
         Ok(())
     }
+}
+
+/// Who pays for `record`'s content: the namespace of its pod.
+fn payer_of(record: &VolumeRecord) -> Payer {
+    Payer { volume_id: record.volume_id.clone(), namespace: record.pod.namespace.clone() }
+}
+
+/// What the tmpfs of a volume a previous run published holds now, pages and entries, as its
+/// filesystem reports them; `None` when it cannot be measured.
+fn measured_content(settings: &VolumeSettings, volume: &PublishedVolume) -> Option<u64> {
+    let opened = target_dir::open(&settings.kubelet_dir, &volume.target).ok()??;
+    let stat = nix::sys::statvfs::statvfs(&opened.target.proc_path()).ok()?;
+    let unit = stat.fragment_size();
+    let data = (stat.blocks().saturating_sub(stat.blocks_free())).saturating_mul(unit);
+    let entries = stat.files().saturating_sub(stat.files_free());
+    Some(data.saturating_add(entries.saturating_mul(ENTRY_BYTES)))
 }
 
 /// A volume's content as fetched for a refresh.

@@ -17,6 +17,12 @@ use crate::quote::quote;
 /// The highest mode a file may have: permission bits only, as kubelet allows.
 const MAX_MODE: u32 = 0o777;
 
+/// The most files a projection may name (items of its shares, pod facts, tokens, over all its
+/// sources). Each is rendered in the driver's memory and becomes an inode in a tmpfs the driver
+/// pays for, and a pod fact costs nothing to ask for twice: without a bound, one namespace's
+/// projection of a few thousand `metadata.annotations` items would take the node's driver down.
+pub const MAX_PROJECTION_ITEMS: usize = 1000;
+
 /// Checks what needs no data: one kind per source, share names that are object names, valid
 /// paths, modes and field paths, and no two explicit paths that collide. The error names the
 /// sources and the path. The driver runs it before composing; the admission plugin at creation.
@@ -26,8 +32,16 @@ pub fn check_spec(spec: &ProjectionSpec) -> Result<()> {
     }
     check_mode(spec.default_mode, "defaultMode")?;
     let mut claimed = Claims::default();
+    let mut items = 0usize;
     for (index, source) in spec.sources.iter().enumerate() {
         let label = source_label(index, source)?;
+        items = items.saturating_add(explicit_paths(source).map_or(0, |paths| paths.len()));
+        if items > MAX_PROJECTION_ITEMS {
+            return Err(Invalid(format!(
+                "the projection names more than {MAX_PROJECTION_ITEMS} items (counted up to {label}); \
+                 a projection may name at most {MAX_PROJECTION_ITEMS} files"
+            )));
+        }
         if let Some(SourceKind::SharedSecret(share) | SourceKind::SharedConfigMap(share)) = source.kind() {
             ObjectName::parse(&share.name).map_err(|e| in_source(&label, Invalid(e.to_string())))?;
         }

@@ -45,15 +45,25 @@ impl std::fmt::Debug for SourceData {
 
 /// The projection's files from `data`. `spec` is checked first; a share the spec names must be
 /// in `data` (the caller fetched it) and a key an item names must be in its object unless the
-/// item is optional; a token's audience must be one kubelet passed.
-pub fn compose(spec: &ProjectionSpec, data: &SourceData) -> Result<Payload> {
+/// item is optional; a token's audience must be one kubelet passed. Composition stops as soon as
+/// the files hold more than `max_bytes` (the volume's tmpfsSize: what could never be written is
+/// never held in memory either).
+pub fn compose(spec: &ProjectionSpec, data: &SourceData, max_bytes: u64) -> Result<Payload> {
     check_spec(spec)?;
     let default_mode = spec.default_mode.unwrap_or(DEFAULT_MODE);
     let mut claims = Claims::default();
     let mut payload = Payload::new();
+    let mut bytes: u64 = 0;
     for (index, source) in spec.sources.iter().enumerate() {
         let label = source_label(index, source)?;
         for file in source_files(source, &label, data, default_mode)? {
+            bytes = bytes.saturating_add(file.data.len() as u64);
+            if bytes > max_bytes {
+                return Err(Error::TooLarge(format!(
+                    "{label}: the projection's files hold more than {max_bytes} bytes, the volume's size \
+                     (tmpfsSize); name fewer or smaller items"
+                )));
+            }
             claims.claim(&file.path, &label, file.explicit)?;
             payload.insert(file.path, FileContent { data: file.data, mode: file.mode });
         }

@@ -70,7 +70,7 @@ impl KubernetesSource {
             return Err(failures.swap_remove(error));
         }
         data.pod = self.pod_facts(request, &spec).await.map_err(|e| in_projection(&namespace, name, e))?;
-        compose(&spec, &data).map_err(|e| in_projection(&namespace, name, e))
+        compose(&spec, &data, self.content_limit).map_err(|e| in_projection(&namespace, name, e))
     }
 
     /// The spec of projection `name` in `namespace`, `None` when it does not exist.

@@ -105,6 +105,9 @@ pub struct KubernetesSource {
     request_timeout: Duration,
     /// Whether pods may be read for their labels and annotations (`podMetadata`).
     pub(crate) pod_metadata: bool,
+    /// The most bytes one volume's content may hold (`tmpfsSize`): a projection composing more
+    /// is refused before it is held.
+    pub(crate) content_limit: u64,
     /// The providers of secrets kept outside Kubernetes this node runs.
     providers: Providers,
     watches: tokio::task::JoinHandle<()>,
@@ -152,9 +155,17 @@ impl KubernetesSource {
             metrics,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             pod_metadata: false,
+            content_limit: u64::MAX,
             providers: Providers::default(),
             watches,
         }
+    }
+
+    /// The same source, refusing a projection whose files would hold more than `bytes` (the
+    /// volume's tmpfsSize) before composing further.
+    pub fn with_content_limit(mut self, bytes: u64) -> KubernetesSource {
+        self.content_limit = bytes;
+        self
     }
 
     /// The same source, giving up each request after `timeout`.

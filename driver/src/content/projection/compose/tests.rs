@@ -70,7 +70,7 @@ fn files(payload: &Payload) -> BTreeMap<&str, (String, u32)> {
 
 #[test]
 fn a_share_without_items_shows_every_key_under_its_name_with_the_default_mode() {
-    let payload = compose(&spec(vec![config_map("settings", None)]), &data()).unwrap();
+    let payload = compose(&spec(vec![config_map("settings", None)]), &data(), u64::MAX).unwrap();
     let expected = [("level", ("debug".to_string(), 0o644)), ("shared", ("from-config".to_string(), 0o644))];
     assert_eq!(files(&payload), expected.into());
 }
@@ -81,14 +81,14 @@ fn items_select_rename_and_set_modes_and_default_mode_covers_the_rest() {
     password.mode = Some(0o400);
     let mut projection = spec(vec![secret("db", Some(vec![password, item("user", "db/user")]))]);
     projection.default_mode = Some(0o440);
-    let payload = compose(&projection, &data()).unwrap();
+    let payload = compose(&projection, &data(), u64::MAX).unwrap();
     let expected = [("db/password", ("s3cret".to_string(), 0o400)), ("db/user", ("app".to_string(), 0o440))];
     assert_eq!(files(&payload), expected.into());
 }
 
 #[test]
 fn a_missing_key_fails_the_volume_unless_its_item_is_optional() {
-    let error = compose(&spec(vec![secret("db", Some(vec![item("absent", "x")]))]), &data()).unwrap_err();
+    let error = compose(&spec(vec![secret("db", Some(vec![item("absent", "x")]))]), &data(), u64::MAX).unwrap_err();
     assert!(matches!(error, Error::Unservable(_)));
     assert_eq!(
         error.to_string(),
@@ -97,7 +97,8 @@ fn a_missing_key_fails_the_volume_unless_its_item_is_optional() {
 
     let mut optional = item("absent", "x");
     optional.optional = true;
-    let payload = compose(&spec(vec![secret("db", Some(vec![optional, item("user", "u")]))]), &data()).unwrap();
+    let payload =
+        compose(&spec(vec![secret("db", Some(vec![optional, item("user", "u")]))]), &data(), u64::MAX).unwrap();
     assert_eq!(payload.keys().collect::<Vec<_>>(), ["u"]);
 }
 
@@ -107,7 +108,7 @@ fn pod_facts_and_the_token_are_laid_out_at_their_paths() {
         pod_info(&[("pod/name", "metadata.name"), ("pod/labels", "metadata.labels")]),
         token("vault", "token"),
     ]);
-    let payload = compose(&projection, &data()).unwrap();
+    let payload = compose(&projection, &data(), u64::MAX).unwrap();
     let expected = [
         ("pod/labels", ("app=\"web\"".to_string(), 0o644)),
         ("pod/name", ("web-0".to_string(), 0o644)),
@@ -118,7 +119,7 @@ fn pod_facts_and_the_token_are_laid_out_at_their_paths() {
 
 #[test]
 fn a_token_for_an_audience_kubelet_did_not_pass_is_refused_without_printing_any_token() {
-    let error = compose(&spec(vec![token("other", "token")]), &data()).unwrap_err().to_string();
+    let error = compose(&spec(vec![token("other", "token")]), &data(), u64::MAX).unwrap_err().to_string();
     assert_eq!(
         error,
         "sources[0] (serviceAccountToken \"other\"): kubelet passed no token for audience \"other\": \
@@ -131,7 +132,7 @@ fn a_token_for_an_audience_kubelet_did_not_pass_is_refused_without_printing_any_
 fn tokens_lost_to_a_restart_are_unavailable_not_invalid() {
     let lost = SourceData { tokens: Tokens::lost(), ..data() };
     // Unavailable leaves the volume as it is until kubelet's republish; invalid would empty it.
-    match compose(&spec(vec![token("vault", "token")]), &lost) {
+    match compose(&spec(vec![token("vault", "token")]), &lost, u64::MAX) {
         Err(Error::Unavailable(message)) => {
             assert!(message.contains("kubelet's next republish brings it"), "{message}")
         }
@@ -227,7 +228,7 @@ fn where_sources_meet_follows_the_collision_table() {
         },
     ];
     for case in cases {
-        let result = compose(&spec(case.sources), &data());
+        let result = compose(&spec(case.sources), &data(), u64::MAX);
         match (result, case.outcome) {
             (Ok(payload), Ok(expected)) => {
                 for (path, text) in expected {
@@ -293,14 +294,14 @@ fn a_bad_spec_is_refused_with_the_source_and_what_is_wrong() {
         ),
     ];
     for (projection, expected) in cases {
-        let error = compose(&projection, &data()).unwrap_err();
+        let error = compose(&projection, &data(), u64::MAX).unwrap_err();
         assert!(matches!(error, Error::Invalid(_)), "{error:?}");
         assert_eq!(error.to_string(), expected);
     }
     let mut projection = spec(vec![secret("db", None)]);
     projection.default_mode = Some(0o7777);
     assert_eq!(
-        compose(&projection, &data()).unwrap_err().to_string(),
+        compose(&projection, &data(), u64::MAX).unwrap_err().to_string(),
         "defaultMode 0o7777 is out of range: a mode is between 0 and 0777 (octal)"
     );
 }
@@ -320,7 +321,7 @@ sources:
 "#;
     let projection: ProjectionSpec = serde_saphyr::from_str(yaml).unwrap();
     assert_eq!(projection.default_mode, Some(0o440));
-    let payload = compose(&projection, &data()).unwrap();
+    let payload = compose(&projection, &data(), u64::MAX).unwrap();
     assert_eq!(
         payload.keys().map(String::as_str).collect::<Vec<_>>(),
         ["db/password", "level", "pod/name", "shared", "token"]

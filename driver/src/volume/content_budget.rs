@@ -1,0 +1,304 @@
+//! The node's content budget: how many bytes of volume content the driver may hold in its
+//! tmpfs volumes, on the whole node and per namespace. The kernel charges a tmpfs page to the
+//! memory cgroup of the process that wrote it (the driver, for every volume) and keeps the charge
+//! until the tmpfs is gone, so without a bound one tenant's volumes could push the driver over
+//! its memory limit and take publishing, refreshing and revocation away from every other tenant
+//! of the node. A write is reserved here before it is made, in the pages and inodes tmpfs will
+//! charge, and refused when the node's or the pod's namespace's part would be exceeded. An
+//! update holds the old version and the new one at once (the atomic writer swaps them), so the
+//! reservation of the new one is counted beside the old until the swap; a write that only
+//! shrinks a volume (a revocation empties it) is never refused.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use crate::content::payload::Payload;
+use crate::quote::quote;
+use crate::volume::error::{Error, Result};
+
+/// tmpfs charges whole pages of data.
+pub const PAGE_BYTES: u64 = 4096;
+/// What one entry (file, directory, symlink) costs the kernel besides its data: an inode and a
+/// dentry, both charged to the writer's cgroup (about 0.8 KiB together); rounded up.
+pub const ENTRY_BYTES: u64 = 1024;
+
+/// The bounds of the budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BudgetLimits {
+    /// The most content all volumes of the node may hold together (`contentBudget`).
+    pub node_bytes: u64,
+    /// The most content the volumes of one namespace's pods may hold (`namespaceContentBudget`).
+    pub namespace_bytes: u64,
+}
+
+impl BudgetLimits {
+    /// No bound at all (tests of what the budget is not about).
+    pub const UNBOUNDED: BudgetLimits = BudgetLimits { node_bytes: u64::MAX, namespace_bytes: u64::MAX };
+}
+
+/// What `payload` costs once written as one version of a volume: each file's data in whole
+/// pages, and an entry per file, per directory it needs and per top-level link.
+pub fn charge_of(payload: &Payload) -> u64 {
+    let mut directories = std::collections::BTreeSet::new();
+    let mut top_level = std::collections::BTreeSet::new();
+    let mut bytes: u64 = 0;
+    for (key, file) in payload {
+        bytes = bytes.saturating_add((file.data.len() as u64).div_ceil(PAGE_BYTES) * PAGE_BYTES + ENTRY_BYTES);
+        for (slash, _) in key.match_indices('/') {
+            directories.insert(&key[..slash]);
+        }
+        top_level.insert(key.split('/').next().unwrap_or(key));
+    }
+    // The version directory itself is one more entry.
+    let entries = directories.len() as u64 + top_level.len() as u64 + 1;
+    bytes.saturating_add(entries * ENTRY_BYTES)
+}
+
+/// Who a volume's content is charged to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Payer {
+    /// The volume.
+    pub volume_id: String,
+    /// The namespace of its pod.
+    pub namespace: String,
+}
+
+/// The node's content budget (cheap to clone: one shared ledger).
+#[derive(Clone)]
+pub struct ContentBudget {
+    limits: BudgetLimits,
+    ledger: Arc<Mutex<Ledger>>,
+}
+
+/// What is charged: per volume (its live content), per namespace and in all, reservations in
+/// flight included.
+#[derive(Default)]
+struct Ledger {
+    held: HashMap<String, (String, u64)>,
+    by_namespace: HashMap<String, u64>,
+    total: u64,
+}
+
+impl Ledger {
+    fn add(&mut self, namespace: &str, bytes: u64) {
+        self.total = self.total.saturating_add(bytes);
+        let used = self.by_namespace.entry(namespace.to_string()).or_default();
+        *used = used.saturating_add(bytes);
+    }
+
+    fn subtract(&mut self, namespace: &str, bytes: u64) {
+        self.total = self.total.saturating_sub(bytes);
+        if let Some(used) = self.by_namespace.get_mut(namespace) {
+            *used = used.saturating_sub(bytes);
+            if *used == 0 {
+                self.by_namespace.remove(namespace);
+            }
+        }
+    }
+}
+
+impl ContentBudget {
+    /// An empty budget with `limits`.
+    pub fn new(limits: BudgetLimits) -> ContentBudget {
+        ContentBudget { limits, ledger: Arc::default() }
+    }
+
+    /// The bounds.
+    pub fn limits(&self) -> BudgetLimits {
+        self.limits
+    }
+
+    fn ledger(&self) -> std::sync::MutexGuard<'_, Ledger> {
+        self.ledger.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Reserves `bytes` for a new version of `payer`'s volume, beside what the volume holds now.
+    /// Refused when the node or the namespace would hold more than its bound; a version no
+    /// larger than the one it replaces is always granted (it never grows what is held once
+    /// the old one is gone, and a revocation must never wait for room).
+    pub fn reserve(&self, payer: &Payer, bytes: u64) -> Result<Reservation> {
+        let mut ledger = self.ledger();
+        let current = ledger.held.get(&payer.volume_id).map_or(0, |(_, held)| *held);
+        if bytes > current {
+            let namespace_used = ledger.by_namespace.get(&payer.namespace).copied().unwrap_or(0);
+            if namespace_used.saturating_add(bytes) > self.limits.namespace_bytes {
+                return Err(Error::OverBudget(format!(
+                    "the volume's content needs {bytes} bytes of memory on the node, and the volumes of namespace {} \
+                     already hold {namespace_used} of the {} bytes one namespace may hold on a node \
+                     (namespaceContentBudget); remove other volumes of the namespace from this node or ask the \
+                     cluster's operator to raise the budget",
+                    quote(&payer.namespace),
+                    self.limits.namespace_bytes
+                )));
+            }
+            if ledger.total.saturating_add(bytes) > self.limits.node_bytes {
+                return Err(Error::OverBudget(format!(
+                    "the volume's content needs {bytes} bytes of memory on the node, and the node's volumes already \
+                     hold {} of the {} bytes the driver may hold (contentBudget); the pod can run on another node",
+                    ledger.total, self.limits.node_bytes
+                )));
+            }
+        }
+        ledger.add(&payer.namespace, bytes);
+        Ok(Reservation { budget: self.clone(), payer: payer.clone(), bytes, settled: false })
+    }
+
+    /// Charges `payer`'s volume `bytes` as it stands, refusing nothing: what a restarted driver
+    /// finds in the volumes it recovers is held whatever the budget says (it is in memory
+    /// already), and later writes are judged against it.
+    pub fn hold(&self, payer: &Payer, bytes: u64) {
+        let mut ledger = self.ledger();
+        if let Some((namespace, old)) = ledger.held.remove(&payer.volume_id) {
+            ledger.subtract(&namespace, old);
+        }
+        ledger.add(&payer.namespace, bytes);
+        ledger.held.insert(payer.volume_id.clone(), (payer.namespace.clone(), bytes));
+    }
+
+    /// Forgets what `volume_id` holds (its tmpfs is gone).
+    pub fn release(&self, volume_id: &str) {
+        let mut ledger = self.ledger();
+        if let Some((namespace, bytes)) = ledger.held.remove(volume_id) {
+            ledger.subtract(&namespace, bytes);
+        }
+    }
+
+    /// The bytes held on the node, reservations in flight included.
+    pub fn used(&self) -> u64 {
+        self.ledger().total
+    }
+
+    /// The bytes `namespace`'s volumes hold, reservations in flight included.
+    pub fn used_by(&self, namespace: &str) -> u64 {
+        self.ledger().by_namespace.get(namespace).copied().unwrap_or(0)
+    }
+
+    /// The bytes `volume_id` holds.
+    pub fn held_by(&self, volume_id: &str) -> u64 {
+        self.ledger().held.get(volume_id).map_or(0, |(_, bytes)| *bytes)
+    }
+}
+
+/// Room reserved for one version of a volume: dropped unused, it is given back; [`Reservation::commit`]
+/// makes it what the volume holds, in place of the version it replaced.
+pub struct Reservation {
+    budget: ContentBudget,
+    payer: Payer,
+    bytes: u64,
+    settled: bool,
+}
+
+impl Reservation {
+    /// The new version is the volume's content now: what it held before is given back.
+    pub fn commit(mut self) {
+        self.settled = true;
+        let mut ledger = self.budget.ledger();
+        if let Some((namespace, old)) = ledger.held.remove(&self.payer.volume_id) {
+            ledger.subtract(&namespace, old);
+        }
+        ledger.held.insert(self.payer.volume_id.clone(), (self.payer.namespace.clone(), self.bytes));
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if !self.settled {
+            self.budget.ledger().subtract(&self.payer.namespace, self.bytes);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::content::payload::FileContent;
+
+    fn payer(volume: &str, namespace: &str) -> Payer {
+        Payer { volume_id: volume.into(), namespace: namespace.into() }
+    }
+
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn a_payload_costs_whole_pages_and_an_entry_per_file_directory_and_link() {
+        let payload = Payload::from([
+            ("a".to_string(), FileContent::new(vec![0; 1])),
+            ("d/b".to_string(), FileContent::new(vec![0; 4097])),
+            ("d/e/c".to_string(), FileContent::new(Vec::new())),
+        ]);
+        // Data: 1 page + 2 pages + 0; entries: 3 files, directories d and d/e, links a and d,
+        // the version directory.
+        assert_eq!(charge_of(&payload), 3 * PAGE_BYTES + (3 + 2 + 2 + 1) * ENTRY_BYTES);
+        assert_eq!(charge_of(&Payload::new()), ENTRY_BYTES, "an empty version is its directory");
+    }
+
+    #[test]
+    fn a_namespace_is_refused_beyond_its_part_while_another_is_served() {
+        let budget = ContentBudget::new(BudgetLimits { node_bytes: 10 * MIB, namespace_bytes: 4 * MIB });
+        for volume in ["a1", "a2", "a3", "a4"] {
+            budget.reserve(&payer(volume, "attacker"), MIB).unwrap().commit();
+        }
+        let refused = budget.reserve(&payer("a5", "attacker"), MIB).err().expect("over the namespace's part");
+        let message = refused.to_string();
+        assert!(message.contains("namespace \"attacker\" already hold 4194304 of the 4194304 bytes"), "{message}");
+        assert!(message.contains("namespaceContentBudget"), "{message}");
+        budget.reserve(&payer("v1", "victim"), 4 * MIB).unwrap().commit();
+        assert_eq!(budget.used(), 8 * MIB);
+    }
+
+    #[test]
+    fn the_node_is_refused_beyond_its_budget_naming_it() {
+        let budget = ContentBudget::new(BudgetLimits { node_bytes: 3 * MIB, namespace_bytes: 2 * MIB });
+        budget.reserve(&payer("a", "one"), 2 * MIB).unwrap().commit();
+        let error = budget.reserve(&payer("b", "two"), 2 * MIB).err().expect("over the node's budget");
+        assert!(matches!(error, Error::OverBudget(_)));
+        assert!(error.to_string().contains("hold 2097152 of the 3145728 bytes the driver may hold (contentBudget)"));
+        budget.reserve(&payer("b", "two"), MIB).unwrap().commit();
+    }
+
+    #[test]
+    fn an_update_counts_both_versions_until_it_commits() {
+        let budget = ContentBudget::new(BudgetLimits { node_bytes: 3 * MIB, namespace_bytes: 3 * MIB });
+        budget.reserve(&payer("v", "ns"), 2 * MIB).unwrap().commit();
+        let growing = budget.reserve(&payer("v", "ns"), 2 * MIB + PAGE_BYTES).err().expect("over the budget");
+        assert!(matches!(growing, Error::OverBudget(_)), "2 MiB held and a larger version beside it do not fit 3 MiB");
+        // A version no larger than the old one is always granted, even with the budget spent:
+        // once swapped it holds less than before, so the node is over its budget only by the
+        // versions being written at that moment.
+        let smaller = budget.reserve(&payer("v", "ns"), 2 * MIB).unwrap();
+        assert_eq!(budget.used(), 4 * MIB, "both versions are counted while the new one is written");
+        drop(smaller);
+        let smaller = budget.reserve(&payer("v", "ns"), MIB).unwrap();
+        smaller.commit();
+        assert_eq!((budget.used(), budget.held_by("v")), (MIB, MIB));
+    }
+
+    #[test]
+    fn a_revocation_is_granted_whatever_is_held() {
+        let budget = ContentBudget::new(BudgetLimits { node_bytes: MIB, namespace_bytes: MIB });
+        budget.reserve(&payer("v", "ns"), MIB).unwrap().commit();
+        budget.reserve(&payer("v", "ns"), charge_of(&Payload::new())).unwrap().commit();
+        assert_eq!(budget.used(), ENTRY_BYTES);
+    }
+
+    #[test]
+    fn a_reservation_dropped_unused_is_given_back_and_a_release_forgets_the_volume() {
+        let budget = ContentBudget::new(BudgetLimits { node_bytes: 4 * MIB, namespace_bytes: 4 * MIB });
+        drop(budget.reserve(&payer("v", "ns"), 3 * MIB).unwrap());
+        assert_eq!(budget.used(), 0);
+        budget.reserve(&payer("v", "ns"), 3 * MIB).unwrap().commit();
+        assert_eq!(budget.used_by("ns"), 3 * MIB);
+        budget.release("v");
+        assert_eq!((budget.used(), budget.used_by("ns"), budget.held_by("v")), (0, 0, 0));
+    }
+
+    #[test]
+    fn what_a_restart_finds_is_held_even_over_the_budget() {
+        let budget = ContentBudget::new(BudgetLimits { node_bytes: MIB, namespace_bytes: MIB });
+        budget.hold(&payer("old", "ns"), 2 * MIB);
+        assert_eq!(budget.used(), 2 * MIB);
+        assert!(budget.reserve(&payer("new", "other"), PAGE_BYTES).is_err(), "nothing more fits");
+        budget.hold(&payer("old", "ns"), MIB / 2);
+        assert_eq!(budget.used(), MIB / 2, "held again, not twice");
+    }
+}
