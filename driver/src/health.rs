@@ -2,11 +2,13 @@
 //! serve and its content source is ready) and `/metrics` (OpenMetrics text). Probes of the
 //! DaemonSet point here.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
-use std::net::SocketAddr;
-use std::sync::Arc;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -14,9 +16,9 @@ use hyper::header::{CONTENT_TYPE, HeaderValue};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
-use tracing::warn;
+use tracing::{debug, warn};
 
 use crate::content::ContentSource;
 use crate::error::{Result, RunError};
@@ -68,25 +70,118 @@ pub async fn bind(address: SocketAddr) -> Result<TcpListener> {
     TcpListener::bind(address).await.map_err(|e| RunError::step(format!("binding the health port {address}"), e))
 }
 
-/// Serves `health` on `listener` until `shutdown` completes.
+/// What one listener lets its clients hold. The health port is reachable from every pod of the
+/// cluster unless a NetworkPolicy says otherwise, so whatever a client sends it costs a bounded
+/// amount: a connection slot (of `total`, and of `per_peer` for its address, so one pod's flood
+/// cannot take the slots kubelet's probes need), a read buffer of at most 16 KiB, headers within
+/// `header_timeout`, and at most `lifetime` in all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// Connections open at once, over every client.
+    pub total: usize,
+    /// Connections open at once from one address.
+    pub per_peer: usize,
+    /// How long a request's headers may take to arrive (an idle keep-alive connection too).
+    pub header_timeout: Duration,
+    /// How long one connection may stay open, whatever it does.
+    pub lifetime: Duration,
+}
+
+impl ConnectionLimits {
+    /// The health port's: 256 connections (4 MiB of buffers at most), 8 per address, headers
+    /// in 5 s, 30 s per connection. kubelet probes from the node's address with a connection
+    /// per probe; a scraper keeps one.
+    pub const HEALTH: ConnectionLimits = ConnectionLimits {
+        total: 256,
+        per_peer: 8,
+        header_timeout: Duration::from_secs(5),
+        lifetime: Duration::from_secs(30),
+    };
+}
+
+/// The connections open now, in all and per address.
+#[derive(Default)]
+struct OpenConnections {
+    total: usize,
+    by_peer: HashMap<IpAddr, usize>,
+}
+
+/// One open connection's place among [`OpenConnections`], given back when dropped.
+struct Slot {
+    open: Arc<Mutex<OpenConnections>>,
+    peer: IpAddr,
+}
+
+impl Slot {
+    /// A slot for a connection from `peer`, or `None` when the listener or that address holds
+    /// all it may.
+    fn take(open: &Arc<Mutex<OpenConnections>>, peer: IpAddr, limits: &ConnectionLimits) -> Option<Slot> {
+        let mut connections = open.lock().unwrap_or_else(|p| p.into_inner());
+        let from_peer = connections.by_peer.get(&peer).copied().unwrap_or(0);
+        if connections.total >= limits.total || from_peer >= limits.per_peer {
+            return None;
+        }
+        connections.total += 1;
+        connections.by_peer.insert(peer, from_peer + 1);
+        Some(Slot { open: open.clone(), peer })
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut connections = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        connections.total = connections.total.saturating_sub(1);
+        if let Some(count) = connections.by_peer.get_mut(&self.peer) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                connections.by_peer.remove(&self.peer);
+            }
+        }
+    }
+}
+
+/// Serves `health` on `listener` until `shutdown` completes, within [`ConnectionLimits::HEALTH`].
 pub async fn serve(listener: TcpListener, health: Arc<Health>, shutdown: impl Future<Output = ()>) {
+    serve_within(listener, health, ConnectionLimits::HEALTH, shutdown).await
+}
+
+/// Serves `health` on `listener` within `limits` until `shutdown` completes. A connection beyond
+/// the limits is accepted and closed at once, so that it never waits in the kernel's queue in
+/// front of a probe.
+pub async fn serve_within(
+    listener: TcpListener,
+    health: Arc<Health>,
+    limits: ConnectionLimits,
+    shutdown: impl Future<Output = ()>,
+) {
+    let open = Arc::new(Mutex::new(OpenConnections::default()));
     let accept = async {
         loop {
-            let (tcp, _) = match listener.accept().await {
+            let (tcp, peer) = match listener.accept().await {
                 Ok(accepted) => accepted,
                 Err(error) => {
+                    // Typically out of descriptors: back off instead of spinning.
                     warn!(%error, "health port: accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
             };
+            let Some(slot) = Slot::take(&open, peer.ip(), &limits) else {
+                debug!(%peer, "health port: connection refused, its address or the port holds all it may");
+                drop(tcp);
+                continue;
+            };
             let health = health.clone();
             tokio::spawn(async move {
+                let _slot = slot;
                 let service = service_fn(move |request| {
                     let health = health.clone();
                     async move { Ok::<_, Infallible>(health.answer(&request)) }
                 });
-                let _ = http1::Builder::new().serve_connection(TokioIo::new(tcp), service).await;
+                let mut builder = http1::Builder::new();
+                builder.timer(TokioTimer::new()).header_read_timeout(limits.header_timeout).max_buf_size(16 << 10);
+                let connection = builder.serve_connection(TokioIo::new(tcp), service);
+                let _ = tokio::time::timeout(limits.lifetime, connection).await;
             });
         }
     };
@@ -120,5 +215,147 @@ mod tests {
         assert_eq!(get("/readyz"), StatusCode::OK);
         assert_eq!(get("/metrics"), StatusCode::OK);
         assert_eq!(get("/nope"), StatusCode::NOT_FOUND);
+    }
+
+    /// A client of the health port: a connection from `source` (any loopback address).
+    async fn connect_from(source: &str, port: u16) -> tokio::net::TcpStream {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind(format!("{source}:0").parse().unwrap()).unwrap();
+        socket.connect(SocketAddr::from(([127, 0, 0, 1], port))).await.unwrap()
+    }
+
+    /// Whether the server closed `tcp` (or reset it). A minute is far longer than any of it
+    /// takes on a loaded machine: the bound only turns a server that never closes into a
+    /// failure instead of a hang.
+    async fn closed(tcp: &mut tokio::net::TcpStream) -> bool {
+        use tokio::io::AsyncReadExt as _;
+        let mut buffer = [0u8; 64];
+        let until_closed = async {
+            loop {
+                match tcp.read(&mut buffer).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => continue,
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(60), until_closed).await.is_ok()
+    }
+
+    async fn serving(limits: ConnectionLimits) -> (u16, tokio::sync::oneshot::Sender<()>, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("shares")).unwrap();
+        let health = Arc::new(Health {
+            serving: AtomicBool::new(true),
+            content: Arc::new(crate::content::StaticDirSource::new(dir.path().join("shares"))),
+            metrics: Arc::new(Metrics::new()),
+        });
+        let listener = bind(SocketAddr::from(([127, 0, 0, 1], 0))).await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(serve_within(listener, health, limits, async move {
+            let _ = stopped.await;
+        }));
+        (port, stop, dir)
+    }
+
+    /// `GET /healthz` from `source`: the status line.
+    async fn probe(source: &str, port: u16) -> String {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let mut tcp = connect_from(source, port).await;
+        tcp.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").await.unwrap();
+        let mut answer = String::new();
+        tcp.read_to_string(&mut answer).await.unwrap();
+        answer.lines().next().unwrap_or_default().to_string()
+    }
+
+    #[tokio::test]
+    async fn a_flood_from_one_address_holds_its_own_slots_only_and_probes_are_answered() {
+        use tokio::io::AsyncWriteExt as _;
+        let limits = ConnectionLimits {
+            total: 16,
+            per_peer: 4,
+            header_timeout: Duration::from_secs(3600),
+            lifetime: Duration::from_secs(3600),
+        };
+        let (port, _stop, _dir) = serving(limits).await;
+        let mut flood = Vec::new();
+        for _ in 0..50 {
+            let mut tcp = connect_from("127.0.0.1", port).await;
+            tcp.write_all(b"G").await.unwrap();
+            flood.push(tcp);
+        }
+        // The slots are taken in the order connections are accepted: the first four are held,
+        // every later one is closed at once.
+        let (held, refused) = flood.split_at_mut(4);
+        for tcp in refused.iter_mut() {
+            assert!(closed(tcp).await);
+        }
+        assert_eq!(probe("127.0.0.2", port).await, "HTTP/1.1 200 OK", "another address is served meanwhile");
+        // The held ones are still open: they answer once their request is finished.
+        for tcp in held.iter_mut() {
+            tcp.write_all(b"ET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").await.unwrap();
+            let mut answer = String::new();
+            tokio::io::AsyncReadExt::read_to_string(tcp, &mut answer).await.unwrap();
+            assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+        }
+        assert_eq!(probe("127.0.0.1", port).await, "HTTP/1.1 200 OK", "the address's slots are given back");
+    }
+
+    #[tokio::test]
+    async fn the_port_as_a_whole_is_bounded_too() {
+        use tokio::io::AsyncWriteExt as _;
+        let limits = ConnectionLimits {
+            total: 6,
+            per_peer: 4,
+            header_timeout: Duration::from_secs(3600),
+            lifetime: Duration::from_secs(3600),
+        };
+        let (port, _stop, _dir) = serving(limits).await;
+        let mut held = Vec::new();
+        for source in ["127.0.0.3", "127.0.0.3", "127.0.0.3", "127.0.0.3", "127.0.0.4", "127.0.0.4"] {
+            let mut tcp = connect_from(source, port).await;
+            tcp.write_all(b"G").await.unwrap();
+            held.push(tcp);
+        }
+        // Written after the six so that the server has accepted them first.
+        let mut late = connect_from("127.0.0.5", port).await;
+        assert!(closed(&mut late).await, "a seventh connection is refused, from any address");
+        drop(held);
+        // Given back as the server notices the six closed; until then a probe may be refused.
+        loop {
+            let mut tcp = connect_from("127.0.0.5", port).await;
+            tcp.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").await.unwrap();
+            let mut answer = String::new();
+            let _ = tokio::io::AsyncReadExt::read_to_string(&mut tcp, &mut answer).await;
+            if answer.starts_with("HTTP/1.1 200 OK") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_client_that_never_finishes_its_headers_is_closed() {
+        use tokio::io::AsyncWriteExt as _;
+        let limits = ConnectionLimits {
+            total: 16,
+            per_peer: 4,
+            header_timeout: Duration::from_millis(200),
+            lifetime: Duration::from_secs(3600),
+        };
+        let (port, _stop, _dir) = serving(limits).await;
+        let mut trickle = connect_from("127.0.0.1", port).await;
+        trickle.write_all(b"GET /healthz HTTP/1.1\r\n").await.unwrap();
+        // Closed by the header timeout: the lifetime is an hour.
+        assert!(closed(&mut trickle).await);
+        let limits = ConnectionLimits {
+            header_timeout: Duration::from_secs(3600),
+            lifetime: Duration::from_millis(200),
+            ..limits
+        };
+        let (port, _stop, _dir) = serving(limits).await;
+        let mut idle = connect_from("127.0.0.1", port).await;
+        idle.write_all(b"G").await.unwrap();
+        assert!(closed(&mut idle).await, "closed at the end of its lifetime");
     }
 }
