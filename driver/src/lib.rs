@@ -28,6 +28,7 @@ pub mod content;
 pub mod csi;
 pub mod dir_tree;
 pub mod error;
+pub mod fair_slots;
 pub mod health;
 pub mod metrics;
 pub mod plugin;

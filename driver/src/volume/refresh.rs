@@ -1,26 +1,33 @@
 //! The refresher: what changed (a watch's event, or the periodic tick) becomes a refresh of
 //! each volume it touches, run per volume with bounded concurrency, so a volume whose content
-//! cannot be had quickly (a slow apiserver answer, given up at the request timeout) never delays
-//! another volume's refresh or revocation. A volume already being refreshed when a new change
-//! touches it is refreshed once more when its refresh ends (with fresh answers), so no change
-//! is lost and no volume is refreshed twice at once. A volume another operation holds (a
-//! publish, an unpublish) is tried again shortly.
+//! cannot be had quickly (a slow apiserver answer, given up at the request timeout; a slow
+//! provider's helper) never delays another volume's refresh or revocation:
+//! - refreshes take slots in two lanes: one for changes of grants (where a revocation may be
+//!   due), one for everything else, so slow content never holds up a revocation;
+//! - in each lane one namespace's volumes hold at most half of the slots, so one tenant's slow
+//!   volumes never hold up another tenant's.
+//!
+//! A volume already being refreshed when a new change touches it is refreshed once more when
+//! its refresh ends (with fresh answers), so no change is lost and no volume is refreshed twice
+//! at once. A volume another operation holds (a publish, an unpublish) is tried again shortly.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::content::PassId;
 use crate::content::changes::{Changes, Pending};
+use crate::fair_slots::FairSlots;
 use crate::quote::{Logged, quote};
 use crate::volume::error::Error;
 use crate::volume::service::NodeService;
 
-/// How many volumes are refreshed at once: enough that a few stalled ones (each given up at
-/// the request timeout) leave room for the rest, few enough not to flood the apiserver.
+/// How many volumes are refreshed at once in each lane: enough that a few stalled ones (each
+/// given up at the request timeout) leave room for the rest, few enough not to flood the
+/// apiserver. One namespace's volumes hold at most half of them.
 pub const CONCURRENT_REFRESHES: usize = 8;
 /// After ABORTED (another operation holds the volume), when to try again.
 const RETRY_BUSY_AFTER: Duration = Duration::from_millis(200);
@@ -28,11 +35,34 @@ const RETRY_BUSY_AFTER: Duration = Duration::from_millis(200);
 /// into one pass.
 const GATHER: Duration = Duration::from_millis(20);
 
-/// Volumes being refreshed, and those a change touched meanwhile.
+/// Volumes being refreshed, and those a change touched meanwhile (in the lane it asks for).
 #[derive(Default)]
 struct InFlight {
     running: HashSet<String>,
-    again: HashSet<String>,
+    again: HashMap<String, Lane>,
+}
+
+/// Which slots a refresh waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lane {
+    /// A grant changed for the volume's service account: its access may have been withdrawn.
+    Access,
+    /// Anything else: new content, the periodic recheck.
+    Content,
+}
+
+impl Lane {
+    /// The lane of a volume two changes touched: access when either was about access.
+    fn with(self, other: Lane) -> Lane {
+        if self == Lane::Access || other == Lane::Access { Lane::Access } else { Lane::Content }
+    }
+}
+
+/// A volume to refresh: its id and the namespace its slots are counted against.
+#[derive(Debug, Clone)]
+struct Due {
+    volume_id: String,
+    namespace: String,
 }
 
 /// Ends a pass at the content source once its last volume is done with it.
@@ -55,20 +85,35 @@ pub async fn run(
     every: Duration,
     stopped: watch::Receiver<bool>,
 ) {
-    let refresher =
-        Refresher { node, limit: Arc::new(Semaphore::new(CONCURRENT_REFRESHES)), in_flight: Arc::default() };
-    refresher.run(changes, every, stopped).await;
+    Refresher::new(node).run(changes, every, stopped).await;
 }
 
 /// The refresher's parts, shared by the loop and every volume's task.
 #[derive(Clone)]
 struct Refresher {
     node: Arc<NodeService>,
-    limit: Arc<Semaphore>,
+    access_slots: Arc<FairSlots>,
+    content_slots: Arc<FairSlots>,
     in_flight: Arc<Mutex<InFlight>>,
 }
 
 impl Refresher {
+    fn new(node: Arc<NodeService>) -> Refresher {
+        Refresher {
+            node,
+            access_slots: FairSlots::halved(CONCURRENT_REFRESHES),
+            content_slots: FairSlots::halved(CONCURRENT_REFRESHES),
+            in_flight: Arc::default(),
+        }
+    }
+
+    fn slots(&self, lane: Lane) -> &Arc<FairSlots> {
+        match lane {
+            Lane::Access => &self.access_slots,
+            Lane::Content => &self.content_slots,
+        }
+    }
+
     async fn run(self, changes: Option<Arc<Changes>>, every: Duration, mut stopped: watch::Receiver<bool>) {
         let mut ticker = tokio::time::interval(every);
         ticker.tick().await;
@@ -84,34 +129,45 @@ impl Refresher {
 
     /// Starts a refresh of every volume `pending` touches, in one new pass.
     fn dispatch(&self, pending: &Pending) {
-        let ids = self.node.volume_ids_where(|record| {
-            pending.touches(&record.attributes, &record.pod.namespace, &record.pod.service_account)
+        let due = self.node.volumes_where(|record| {
+            let (namespace, account) = (&record.pod.namespace, &record.pod.service_account);
+            if !pending.touches(&record.attributes, namespace, account) {
+                return None;
+            }
+            let lane = match pending.accounts.iter().any(|accounts| accounts.include(namespace, account)) {
+                true => Lane::Access,
+                false => Lane::Content,
+            };
+            Some((namespace.clone(), lane))
         });
-        if ids.is_empty() {
+        if due.is_empty() {
             return;
         }
         let pass = self.node.start_pass();
         let guard = Arc::new(PassGuard { node: self.node.clone(), pass });
-        for volume_id in ids {
+        for (volume_id, (namespace, lane)) in due {
             let fresh = {
                 let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
                 if in_flight.running.contains(&volume_id) {
-                    in_flight.again.insert(volume_id.clone());
+                    let again = in_flight.again.entry(volume_id.clone()).or_insert(lane);
+                    *again = again.with(lane);
                     false
                 } else {
                     in_flight.running.insert(volume_id.clone())
                 }
             };
             if fresh {
-                tokio::spawn(self.clone().refresh(volume_id, Some(guard.clone())));
+                tokio::spawn(self.clone().refresh(Due { volume_id, namespace }, lane, Some(guard.clone())));
             }
         }
     }
 
-    /// Refreshes one volume (within `pass` at first), again while changes touched it meanwhile.
-    async fn refresh(self, volume_id: String, mut pass: Option<Arc<PassGuard>>) {
+    /// Refreshes one volume in `lane` (within `pass` at first), again while changes touched it
+    /// meanwhile.
+    async fn refresh(self, due: Due, mut lane: Lane, mut pass: Option<Arc<PassGuard>>) {
+        let Due { volume_id, namespace } = due;
         loop {
-            let Ok(permit) = self.limit.clone().acquire_owned().await else { return };
+            let permit = self.slots(lane).acquire(&namespace).await;
             let node = self.node.clone();
             let id = volume_id.clone();
             let this_pass = pass.take();
@@ -128,9 +184,12 @@ impl Refresher {
                 continue;
             }
             let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
-            if !in_flight.again.remove(&volume_id) {
-                in_flight.running.remove(&volume_id);
-                return;
+            match in_flight.again.remove(&volume_id) {
+                Some(again) => lane = again,
+                None => {
+                    in_flight.running.remove(&volume_id);
+                    return;
+                }
             }
         }
     }

@@ -510,6 +510,12 @@ impl NodeService {
             .collect()
     }
 
+    /// The published volumes `pick` selects, each with what `pick` said of it.
+    pub fn volumes_where<T>(&self, pick: impl Fn(&VolumeRecord) -> Option<T>) -> Vec<(String, T)> {
+        let volumes = self.volumes.lock().unwrap_or_else(|p| p.into_inner());
+        volumes.values().filter_map(|volume| Some((volume.record.volume_id.clone(), pick(&volume.record)?))).collect()
+    }
+
     /// A new refresh pass, started at the content source.
     pub fn start_pass(&self) -> PassId {
         let pass = PassId(self.passes.fetch_add(1, Ordering::Relaxed));

@@ -92,8 +92,13 @@ impl Drop for ReleaseOnDrop {
 
 /// A publish of pod `pod`'s volume, as the CSI layer's check makes it.
 fn publish(root: &Path, pod: &str) -> Publish {
+    publish_in(root, pod, "apps", "web")
+}
+
+/// A publish of pod `pod`'s volume, the pod in `namespace` running as `account`.
+fn publish_in(root: &Path, pod: &str, namespace: &str, account: &str) -> Publish {
     let pod_info =
-        PodInfo { name: pod.into(), namespace: "apps".into(), uid: pod.into(), service_account: "web".into() };
+        PodInfo { name: pod.into(), namespace: namespace.into(), uid: pod.into(), service_account: account.into() };
     let target = TargetPath::parse(&target(root, pod).to_string_lossy(), root).unwrap();
     Publish {
         mount_group: None,
@@ -209,11 +214,7 @@ async fn a_change_during_a_refresh_refreshes_the_volume_again_afterwards() {
     let node = node_over(root, source.clone(), Arc::new(Metrics::new()));
     source.answer("web", Ok(secret("one")));
     node.publish(&publish(root, "web")).unwrap();
-    let refresher = Refresher {
-        node: node.clone(),
-        limit: Arc::new(Semaphore::new(CONCURRENT_REFRESHES)),
-        in_flight: Arc::default(),
-    };
+    let refresher = Refresher::new(node.clone());
     source.hold("web");
     let _release = ReleaseOnDrop(source.clone());
     refresher.dispatch(&Pending::everything());
@@ -221,11 +222,77 @@ async fn a_change_during_a_refresh_refreshes_the_volume_again_afterwards() {
     // A revocation arrives while that fetch (which will answer with the old content) hangs: the
     // volume is marked to be refreshed again, not refreshed twice at once.
     refresher.dispatch(&Pending::everything());
-    let marked = refresher.in_flight.lock().unwrap().again.contains("csi-web");
+    let marked = refresher.in_flight.lock().unwrap().again.contains_key("csi-web");
     assert!(marked, "the second change was noted against the running refresh");
     source.answer("web", Err(ContentError::Missing("gone".into())));
     source.release();
     let password = target(root, "web").join("password");
     eventually("the volume was refreshed again and emptied", || !password.exists()).await;
     eventually("the refresher let go of the volume", || refresher.in_flight.lock().unwrap().running.is_empty()).await;
+}
+
+/// A node where one tenant's ten volumes hang in their fetches (more than the refresher has
+/// slots in a lane), and a victim's volume in another namespace: the victim's content and the
+/// refresher.
+async fn hung_tenant_and_a_victim(root: &Path, source: &Arc<Gated>) -> (Arc<NodeService>, Refresher) {
+    let node = node_over(root, source.clone(), Arc::new(Metrics::new()));
+    let slow: Vec<String> = (0..10).map(|n| format!("slow-{n}")).collect();
+    for pod in &slow {
+        source.answer(pod, Ok(secret("tenant")));
+        node.publish(&publish_in(root, pod, "tenant", "slow")).unwrap();
+    }
+    source.answer("victim", Ok(secret("one")));
+    node.publish(&publish_in(root, "victim", "victim", "reader")).unwrap();
+    let refresher = Refresher::new(node.clone());
+    for pod in &slow {
+        source.hold(pod);
+    }
+    let tenant =
+        Pending { shares: slow.iter().map(|pod| ("share".to_string(), pod.clone())).collect(), ..Pending::default() };
+    refresher.dispatch(&tenant);
+    let half = CONCURRENT_REFRESHES / 2;
+    eventually("the tenant's fetches hold their part of the slots", || source.waiting() == half).await;
+    (node, refresher)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_namespace_s_hung_volumes_leave_the_slots_another_namespace_needs() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let source = Arc::new(Gated::default());
+    let (_node, refresher) = hung_tenant_and_a_victim(root, &source).await;
+    let _release = ReleaseOnDrop(source.clone());
+    let password = target(root, "victim").join("password");
+    assert_eq!(std::fs::read_to_string(&password).unwrap(), "one", "the positive control: the first content");
+    source.answer("victim", Ok(secret("two")));
+    refresher.dispatch(&Pending { shares: [("share".to_string(), "victim".to_string())].into(), ..Pending::default() });
+    eventually("the victim's update was written", || std::fs::read_to_string(&password).is_ok_and(|s| s == "two"))
+        .await;
+    assert_eq!(source.waiting(), CONCURRENT_REFRESHES / 2, "while the tenant's fetches still hang, no more of them");
+    assert_eq!(refresher.content_slots.held_by("tenant"), CONCURRENT_REFRESHES / 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revocation_never_waits_behind_other_volumes_refreshes() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let source = Arc::new(Gated::default());
+    let (_node, refresher) = hung_tenant_and_a_victim(root, &source).await;
+    let _release = ReleaseOnDrop(source.clone());
+    // Every content slot is taken: another namespace's slow volumes hold the rest.
+    let others: Vec<Due> = (0..CONCURRENT_REFRESHES)
+        .map(|n| Due { volume_id: format!("other-{n}"), namespace: format!("other-{}", n % 2) })
+        .collect();
+    let held: Vec<_> = others.iter().filter_map(|due| refresher.content_slots.try_acquire(&due.namespace)).collect();
+    assert!(refresher.content_slots.try_acquire("victim").is_none(), "the positive control: no content slot is free");
+    let password = target(root, "victim").join("password");
+    assert!(password.exists(), "the positive control: the file is there before the revocation");
+    source.answer("victim", Err(ContentError::Denied("revoked".into())));
+    let grant_changed = Pending {
+        accounts: [crate::content::changes::Accounts::One("victim".into(), "reader".into())].into(),
+        ..Pending::default()
+    };
+    refresher.dispatch(&grant_changed);
+    eventually("the victim's volume was emptied", || !password.exists()).await;
+    drop(held);
 }
