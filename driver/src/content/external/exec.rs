@@ -1,7 +1,8 @@
 //! Providers of kind `exec`. In eager mode: at publish and at each refresh, the helper is asked
 //! with `mount` which files it serves, then every listed file is fetched with `get` (the calls
-//! run in parallel, at most `helperConcurrency` helpers at once on the whole node) and the volume
-//! shows them all. A helper that fails, times out or says too much keeps what the volume shows
+//! run in parallel, at most [`GETS_PER_VOLUME`] for one volume, at most `helperConcurrency`
+//! helpers at once on the whole node and half of those for one namespace) and the volume shows
+//! them all. A helper that fails, times out or says too much keeps what the volume shows
 //! (UNAVAILABLE: not now); a helper that lists nothing to fetch, or a file it may not name,
 //! withdraws it. In lazy mode, the answer to `mount` lays the volume out and each file is
 //! fetched when opened ([`LazyFiles`]).
@@ -12,21 +13,24 @@ use std::sync::Arc;
 
 use tokio::sync::Semaphore;
 
+use crate::fair_slots::FairSlots;
+
 use super::helper_protocol::{MountReply, mount_arguments, mount_options};
 use super::helper_run::{self, HelperFailure};
 use serde_json::{Map, Value};
 
-use super::lazy_files::LazyFiles;
+use super::lazy_files::{GETS_PER_VOLUME, LazyFiles};
 use super::provider::{ExecProvider, FetchMode};
 use crate::content::ask::VolumeAsk;
 use crate::content::error::{Error, Result};
 use crate::content::payload::{FileContent, Payload};
 use crate::quote::quote;
 
-/// The `exec` providers of a node, and the node's bound on helpers running at once.
+/// The `exec` providers of a node, and the node's bound on helpers running at once (half of it
+/// to one namespace at most, so one tenant's slow helpers leave the others room).
 pub struct ExecProviders {
     providers: BTreeMap<String, ExecProvider>,
-    permits: Arc<Semaphore>,
+    permits: Arc<FairSlots>,
 }
 
 impl Default for ExecProviders {
@@ -36,9 +40,10 @@ impl Default for ExecProviders {
 }
 
 impl ExecProviders {
-    /// `providers` by name, running at most `concurrency` helpers at once.
+    /// `providers` by name, running at most `concurrency` helpers at once, half of them (rounded
+    /// up) for one namespace's volumes.
     pub fn new(providers: BTreeMap<String, ExecProvider>, concurrency: usize) -> ExecProviders {
-        ExecProviders { providers, permits: Arc::new(Semaphore::new(concurrency.max(1))) }
+        ExecProviders { providers, permits: FairSlots::halved(concurrency) }
     }
 
     /// The provider named `name`, if the node has it.
@@ -67,13 +72,19 @@ impl ExecProviders {
             )));
         }
         let (reply, options, failed) = (&reply, &options, &failed);
+        // The volume's own bound first: waiting for the node's, a get holds none of the node's.
+        let own = &Semaphore::new(GETS_PER_VOLUME);
         let gets = paths.iter().map(|path| async move {
             let arguments = reply
                 .get_arguments(path, options)
                 .map_err(|why| Error::Unservable(format!("provider {name}: the helper's mount: {why}")))?;
             let arguments: Vec<OsString> = arguments.into_iter().map(OsString::from).collect();
-            let content =
-                self.call(provider, arguments).await.map_err(|f| failed(&format!("get {}", quote(path)), f))?;
+            let _own =
+                own.acquire().await.map_err(|_| Error::Internal("a volume's bound on helpers is closed".into()))?;
+            let content = self
+                .call(provider, &ask.pod.namespace, arguments)
+                .await
+                .map_err(|f| failed(&format!("get {}", quote(path)), f))?;
             Ok::<_, Error>((path.clone(), FileContent::new(content)))
         });
         futures_util::future::try_join_all(gets).await.map(|files| files.into_iter().collect())
@@ -83,7 +94,8 @@ impl ExecProviders {
     /// when first opened.
     pub async fn lazy_files(&self, provider: &ExecProvider, ask: &VolumeAsk) -> Result<LazyFiles> {
         let (reply, options) = self.mount(provider, ask).await?;
-        LazyFiles::new(provider.clone(), self.permits.clone(), reply, options, tokio::runtime::Handle::current())
+        let permits = (self.permits.clone(), ask.pod.namespace.clone());
+        LazyFiles::new(provider.clone(), permits, reply, options, tokio::runtime::Handle::current())
     }
 
     /// The helper's answer to `mount` for `ask`'s volume, and the options it was given.
@@ -91,7 +103,7 @@ impl ExecProviders {
         let name = quote(provider.name.as_str());
         let options = mount_options(ask).map_err(Error::Invalid)?;
         let answer = self
-            .call(provider, mount_arguments(&ask.mount_point, &options))
+            .call(provider, &ask.pod.namespace, mount_arguments(&ask.mount_point, &options))
             .await
             .map_err(|failure| Error::Unavailable(format!("provider {name}: the helper's mount {failure}")))?;
         let reply = MountReply::parse(&answer)
@@ -99,18 +111,14 @@ impl ExecProviders {
         Ok((reply, options))
     }
 
-    /// One helper call, once the node's bound lets it run.
+    /// One helper call for a volume of `namespace`, once the node's bound lets it run.
     async fn call(
         &self,
         provider: &ExecProvider,
+        namespace: &str,
         arguments: Vec<OsString>,
     ) -> std::result::Result<Vec<u8>, HelperFailure> {
-        // The semaphore is never closed: acquiring fails only if it were.
-        let _permit = self
-            .permits
-            .acquire()
-            .await
-            .map_err(|_| HelperFailure::Read(std::io::Error::other("the helper bound is closed")))?;
+        let _permit = self.permits.acquire(namespace).await;
         helper_run::run(&provider.helper, &arguments, provider.timeout, provider.max_file_bytes).await
     }
 }

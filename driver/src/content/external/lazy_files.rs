@@ -17,6 +17,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Map, Value};
 use tokio::sync::Semaphore;
 
+use crate::fair_slots::FairSlots;
+
 use super::helper_protocol::MountReply;
 use super::helper_run;
 use super::provider::ExecProvider;
@@ -31,6 +33,9 @@ pub const MAX_CACHED_FILES: usize = super::helper_protocol::MAX_LISTED_FILES;
 /// The most `get`s one lazy volume runs at once: a container opening ever new names cannot take
 /// the node's whole bound on helpers (`helperConcurrency`) from the other volumes.
 pub const GETS_PER_VOLUME: usize = 2;
+
+/// The node's helper slots and the namespace a volume's gets are counted against.
+pub type HelperSlots = (Arc<FairSlots>, String);
 
 /// What a path of the volume is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -149,7 +154,7 @@ type Slot = Arc<tokio::sync::Mutex<Option<Cached>>>;
 /// The files of one lazy volume.
 pub struct LazyFiles {
     provider: ExecProvider,
-    permits: Arc<Semaphore>,
+    permits: HelperSlots,
     own_permits: Semaphore,
     reply: MountReply,
     options: Map<String, Value>,
@@ -170,10 +175,11 @@ impl std::fmt::Debug for LazyFiles {
 
 impl LazyFiles {
     /// The files `reply` describes, fetched from `provider` with `options`' values for its
-    /// `mount-param` keys, at most `permits` helpers at once on the node, on `runtime`.
+    /// `mount-param` keys, within the node's helper slots `permits` (the pool, and the namespace
+    /// whose part the volume's gets take), on `runtime`.
     pub fn new(
         provider: ExecProvider,
-        permits: Arc<Semaphore>,
+        permits: HelperSlots,
         reply: MountReply,
         options: Map<String, Value>,
         runtime: tokio::runtime::Handle,
@@ -326,7 +332,7 @@ impl LazyFiles {
         let closed = |_| Error::Internal("a bound on helpers running at once is closed".into());
         // The volume's own bound first: waiting for the node's, it holds none of the node's.
         let _own = self.own_permits.acquire().await.map_err(closed)?;
-        let _permit = self.permits.acquire().await.map_err(closed)?;
+        let _permit = self.permits.0.acquire(&self.permits.1).await;
         self.gets.fetch_add(1, Ordering::Relaxed);
         let provider = &self.provider;
         helper_run::run(&provider.helper, &arguments, provider.timeout, provider.max_file_bytes)

@@ -156,6 +156,21 @@ async fn helpers_run_at_most_the_nodes_bound_at_once() {
 }
 
 #[tokio::test]
+async fn one_volume_runs_at_most_its_own_part_of_the_nodes_helpers() {
+    let vault = Vault::new();
+    for index in 0..8 {
+        vault.keep("team-a", "web", &format!("file-{index}"), "x");
+    }
+    let files = providers(&vault, 8).files(&vault.provider(), &ask("team-a", "web")).await.unwrap();
+    assert_eq!(files.len(), 8);
+    let most = vault.most_concurrent();
+    assert!(
+        (1..=GETS_PER_VOLUME).contains(&most),
+        "{most} gets at once; the node allows 8, one volume {GETS_PER_VOLUME}"
+    );
+}
+
+#[tokio::test]
 async fn a_helper_that_lists_nothing_withdraws_the_volume() {
     let vault = Vault::new();
     std::fs::create_dir_all(vault.path("root/team-a/web")).unwrap();

@@ -108,8 +108,14 @@ impl Helper {
         };
         let options = mount_options(&crate::content::ask::VolumeAsk::example(&[("provider", "vault-cli")])).unwrap();
         let reply = reply(r#"{"enable-dirs": ["secrets"], "mount-param": ["kubernetes.io/pod.name"],}"#);
-        LazyFiles::new(provider, Arc::new(Semaphore::new(4)), reply, options, tokio::runtime::Handle::current())
-            .unwrap()
+        LazyFiles::new(
+            provider,
+            (FairSlots::new(4, 4), "apps".to_string()),
+            reply,
+            options,
+            tokio::runtime::Handle::current(),
+        )
+        .unwrap()
     }
 }
 
@@ -246,7 +252,7 @@ async fn a_mount_param_the_options_lack_is_refused_at_publish() {
     let provider = helper.files(HOUR).provider.clone();
     let error = LazyFiles::new(
         provider,
-        Arc::new(Semaphore::new(1)),
+        (FairSlots::new(1, 1), "apps".to_string()),
         reply(r#"{"enable-dirs": ["secrets"], "mount-param": ["vault-role"]}"#),
         Map::new(),
         tokio::runtime::Handle::current(),
