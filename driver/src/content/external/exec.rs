@@ -31,6 +31,8 @@ use crate::quote::quote;
 pub struct ExecProviders {
     providers: BTreeMap<String, ExecProvider>,
     permits: Arc<FairSlots>,
+    /// The most an eager volume's files may hold together (`tmpfsSize`): fetching stops beyond.
+    max_volume_bytes: u64,
 }
 
 impl Default for ExecProviders {
@@ -43,7 +45,14 @@ impl ExecProviders {
     /// `providers` by name, running at most `concurrency` helpers at once, half of them (rounded
     /// up) for one namespace's volumes.
     pub fn new(providers: BTreeMap<String, ExecProvider>, concurrency: usize) -> ExecProviders {
-        ExecProviders { providers, permits: FairSlots::halved(concurrency) }
+        ExecProviders { providers, permits: FairSlots::halved(concurrency), max_volume_bytes: u64::MAX }
+    }
+
+    /// The same providers, refusing an eager volume whose files hold more than `bytes` together
+    /// as soon as they do (what could never be written is not gathered in memory either).
+    pub fn with_volume_limit(mut self, bytes: u64) -> ExecProviders {
+        self.max_volume_bytes = bytes;
+        self
     }
 
     /// The provider named `name`, if the node has it.
@@ -74,6 +83,8 @@ impl ExecProviders {
         let (reply, options, failed) = (&reply, &options, &failed);
         // The volume's own bound first: waiting for the node's, a get holds none of the node's.
         let own = &Semaphore::new(GETS_PER_VOLUME);
+        let gathered = &std::sync::atomic::AtomicU64::new(0);
+        let limit = self.max_volume_bytes;
         let gets = paths.iter().map(|path| async move {
             let arguments = reply
                 .get_arguments(path, options)
@@ -85,6 +96,14 @@ impl ExecProviders {
                 .call(provider, &ask.pod.namespace, arguments)
                 .await
                 .map_err(|f| failed(&format!("get {}", quote(path)), f))?;
+            let total =
+                gathered.fetch_add(content.len() as u64, std::sync::atomic::Ordering::Relaxed) + content.len() as u64;
+            if total > limit {
+                return Err(Error::TooLarge(format!(
+                    "provider {name}: the helper's files hold more than {limit} bytes together, the volume's size \
+                     (tmpfsSize)"
+                )));
+            }
             Ok::<_, Error>((path.clone(), FileContent::new(content)))
         });
         futures_util::future::try_join_all(gets).await.map(|files| files.into_iter().collect())

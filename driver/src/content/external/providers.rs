@@ -36,6 +36,14 @@ impl Providers {
         Providers { exec: ExecProviders::new(exec, helper_concurrency), secrets_store }
     }
 
+    /// The same providers, an eager `exec` volume's files bounded to `bytes` together (the
+    /// volume's tmpfsSize) while they are fetched. A Secrets Store provider's answer is one
+    /// message, bounded by its `maxMessageBytes`.
+    pub fn with_volume_limit(mut self, bytes: u64) -> Providers {
+        self.exec = self.exec.with_volume_limit(bytes);
+        self
+    }
+
     /// Nothing when the node has a provider named `name`; otherwise why a volume naming it
     /// cannot be served.
     pub fn known(&self, name: &str) -> Result<()> {

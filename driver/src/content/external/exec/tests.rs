@@ -171,6 +171,22 @@ async fn one_volume_runs_at_most_its_own_part_of_the_nodes_helpers() {
 }
 
 #[tokio::test]
+async fn an_eager_volume_larger_than_its_size_is_refused_while_it_is_fetched() {
+    let vault = Vault::new();
+    for index in 0..4 {
+        vault.keep("team-a", "web", &format!("file-{index}"), &"x".repeat(100));
+    }
+    let fits = providers(&vault, 4).with_volume_limit(400);
+    assert_eq!(fits.files(&vault.provider(), &ask("team-a", "web")).await.unwrap().len(), 4, "400 bytes fit 400");
+    let error = providers(&vault, 4).with_volume_limit(399).files(&vault.provider(), &ask("team-a", "web")).await;
+    let Err(Error::TooLarge(message)) = error else { panic!("{error:?}") };
+    assert_eq!(
+        message,
+        "provider \"example\": the helper's files hold more than 399 bytes together, the volume's size (tmpfsSize)"
+    );
+}
+
+#[tokio::test]
 async fn a_helper_that_lists_nothing_withdraws_the_volume() {
     let vault = Vault::new();
     std::fs::create_dir_all(vault.path("root/team-a/web")).unwrap();

@@ -358,3 +358,36 @@ fn a_share_name_that_is_not_an_object_name_is_refused_naming_its_source() {
          ending with a letter or digit"
     );
 }
+
+#[test]
+fn a_projection_larger_than_its_volume_is_refused_as_it_is_composed() {
+    let projection = spec(vec![secret("db", Some(vec![item("user", "u"), item("password", "p")]))]);
+    // "app" and "s3cret": 9 bytes.
+    assert_eq!(compose(&projection, &data(), 9).unwrap().len(), 2, "9 bytes fit 9");
+    let error = compose(&projection, &data(), 8).unwrap_err();
+    assert_eq!(
+        error,
+        Error::TooLarge(
+            "sources[0] (sharedSecret \"db\"): the projection's files hold more than 8 bytes, the volume's size \
+             (tmpfsSize); name fewer or smaller items"
+                .into()
+        )
+    );
+}
+
+#[test]
+fn a_projection_of_more_items_than_the_bound_is_refused_before_any_data() {
+    let max = sharedresource_api::projection::check::MAX_PROJECTION_ITEMS;
+    let paths: Vec<String> = (0..=max).map(|n| format!("name-{n}")).collect();
+    let items: Vec<(&str, &str)> = paths.iter().map(|path| (path.as_str(), "metadata.name")).collect();
+    let at_the_bound = spec(vec![pod_info(&items[..max])]);
+    assert_eq!(compose(&at_the_bound, &data(), u64::MAX).unwrap().len(), max, "the bound itself is allowed");
+    let error = compose(&spec(vec![pod_info(&items)]), &data(), u64::MAX).unwrap_err();
+    assert_eq!(
+        error,
+        Error::Invalid(format!(
+            "the projection names more than {max} items (counted up to sources[0] (podInfo)); a projection may name \
+             at most {max} files"
+        ))
+    );
+}
