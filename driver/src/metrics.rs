@@ -98,6 +98,7 @@ pub struct Metrics {
     revocations: Counter,
     volumes: Gauge,
     stale_volumes: Gauge,
+    content_bytes: Gauge,
     watch_errors: Family<KindLabels, Counter>,
     publish_seconds: Histogram,
 }
@@ -138,6 +139,13 @@ impl Metrics {
             "Volumes whose last refresh failed: they serve older content until a refresh succeeds",
             stale_volumes.clone(),
         );
+        let content_bytes = Gauge::default();
+        registry.register(
+            "content_bytes",
+            "Memory the volumes' content costs the driver (tmpfs pages and inodes, as the content budget counts \
+             them; versions being written included)",
+            content_bytes.clone(),
+        );
         let watch_errors = Family::<KindLabels, Counter>::default();
         registry.register("watch_errors", "Watch failures by kind (each retried with backoff)", watch_errors.clone());
         // 100 µs to ~3 s.
@@ -152,6 +160,7 @@ impl Metrics {
             revocations,
             volumes,
             stale_volumes,
+            content_bytes,
             watch_errors,
             publish_seconds,
         }
@@ -191,6 +200,11 @@ impl Metrics {
     /// Sets how many volumes' last refresh failed.
     pub fn set_stale_volumes(&self, count: usize) {
         self.stale_volumes.set(i64::try_from(count).unwrap_or(i64::MAX));
+    }
+
+    /// Sets what the volumes' content costs the driver's memory.
+    pub fn set_content_bytes(&self, bytes: u64) {
+        self.content_bytes.set(i64::try_from(bytes).unwrap_or(i64::MAX));
     }
 
     /// Counts a failed watch of `kind`.

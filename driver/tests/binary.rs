@@ -14,7 +14,7 @@ use inline_guard_proto::csi::v1::node_client::NodeClient;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use sharedresource_csi_driver::volume::mounter::listed_in_mountinfo;
-use support::{channel, kubelet_target, publish_request, snapshot};
+use support::{NodeDir, channel, kubelet_target, publish_request, snapshot};
 
 mod support;
 
@@ -137,27 +137,6 @@ impl Drop for Driver {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-    }
-}
-
-/// A node's directory; whatever is still mounted below it when the test ends (a failed
-/// assertion between a kill and the restart that undoes it) is unmounted with it.
-struct NodeDir(tempfile::TempDir);
-
-impl std::ops::Deref for NodeDir {
-    type Target = tempfile::TempDir;
-    fn deref(&self) -> &tempfile::TempDir {
-        &self.0
-    }
-}
-
-impl Drop for NodeDir {
-    fn drop(&mut self) {
-        let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-        let prefix = self.0.path().to_string_lossy().into_owned();
-        for point in table.lines().filter_map(|l| l.split(' ').nth(4)).filter(|p| p.starts_with(&prefix)) {
-            let _ = nix::mount::umount2(point, nix::mount::MntFlags::MNT_DETACH);
-        }
     }
 }
 

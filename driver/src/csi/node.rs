@@ -12,20 +12,28 @@ use tonic::{Request, Response, Status};
 
 use crate::csi::error::Error;
 use crate::csi::request::check;
+use crate::fair_slots::FairSlots;
 use crate::metrics::CallResult;
 use crate::volume::service::NodeService;
+
+/// How many publishes build their content at once: each holds its volume's content in memory
+/// (up to its tmpfsSize) until it is written. One namespace's pods hold at most half of them, so
+/// a tenant starting many pods of slow or large volumes at once never holds up another's.
+/// Unpublishes take no slot: they only give memory back.
+pub const CONCURRENT_PUBLISHES: usize = 8;
 
 /// The Node service on the wire. Publish and unpublish mount, write and fsync: they run on the
 /// blocking pool, never on the async workers that serve every other call.
 #[derive(Clone)]
 pub struct NodeGrpc {
     service: Arc<NodeService>,
+    publishes: Arc<FairSlots>,
 }
 
 impl NodeGrpc {
     /// Serves `service`.
     pub fn new(service: Arc<NodeService>) -> NodeGrpc {
-        NodeGrpc { service }
+        NodeGrpc { service, publishes: FairSlots::halved(CONCURRENT_PUBLISHES) }
     }
 
     async fn blocking<T: Send + 'static>(
@@ -46,7 +54,10 @@ impl Node for NodeGrpc {
     ) -> std::result::Result<Response<NodePublishVolumeResponse>, Status> {
         let started = std::time::Instant::now();
         let answer = match check(request.get_ref(), self.service.kubelet_dir()) {
-            Ok(checked) => self.blocking(move |service| service.publish(&checked)).await,
+            Ok(checked) => {
+                let _slot = self.publishes.acquire(&checked.ask.pod.namespace).await;
+                self.blocking(move |service| service.publish(&checked)).await
+            }
             Err(error) => Err(Status::from(error)),
         };
         self.service

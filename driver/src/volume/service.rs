@@ -140,13 +140,14 @@ impl NodeService {
 
     /// The same service, counting into `metrics`.
     pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> NodeService {
-        metrics.set_volumes(self.volumes.lock().unwrap_or_else(|p| p.into_inner()).len());
         self.metrics = metrics;
+        self.count_volumes();
         self
     }
 
     fn count_volumes(&self) {
         self.metrics.set_volumes(self.volumes.lock().unwrap_or_else(|p| p.into_inner()).len());
+        self.metrics.set_content_bytes(self.budget.used());
     }
 
     /// The node's id, as NodeGetInfo reports it.
@@ -341,6 +342,7 @@ impl NodeService {
             }
             Err(error) => {
                 self.undo(PublishedVolume { record, target: target.clone() }, made);
+                self.count_volumes();
                 Err(error)
             }
         }
@@ -566,6 +568,7 @@ impl NodeService {
             }
         }
         self.metrics.set_stale_volumes(stale.len());
+        self.metrics.set_content_bytes(self.budget.used());
     }
 
     /// Rewrites one volume's content now, holding it; `forced` writes it even where the volume

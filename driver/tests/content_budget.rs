@@ -1,0 +1,152 @@
+//! The node's content budget as kubelet meets it: publishes over the real socket into real
+//! tmpfs mounts, one namespace filling its part until it is refused (RESOURCE_EXHAUSTED naming
+//! the budget), another namespace served meanwhile, the node's budget as a whole, what an
+//! unpublish gives back, and a restarted driver holding what it finds mounted.
+
+use std::path::{Path, PathBuf};
+
+use inline_guard_proto::csi::v1::NodePublishVolumeRequest;
+use inline_guard_proto::csi::v1::node_client::NodeClient;
+use sharedresource_csi_driver::plugin::Plugin;
+use sharedresource_csi_driver::volume::mounter::listed_in_mountinfo;
+use support::{channel, kubelet_target, publish_request, unpublish_request};
+use tonic::Code;
+use tonic::transport::Channel;
+
+mod support;
+
+const MIB: u64 = 1 << 20;
+
+/// A plugin under `dir` whose volumes hold at most 2 MiB each, 8 MiB on the node and 4 MiB per
+/// namespace, serving the static share `big` (one file of 1 MiB).
+fn plugin(dir: &Path) -> Plugin {
+    let mut plugin = Plugin::in_directory(dir, dir.join("plugins/csi.sock"));
+    plugin.config.tmpfs_size = 2 * MIB;
+    plugin.config.content_budget = 8 * MIB;
+    plugin.config.namespace_content_budget = 4 * MIB;
+    plugin
+}
+
+/// A volume published: its id and target.
+type Published = (String, PathBuf);
+
+/// A publish of share `big` for volume `n` of a pod in `namespace`.
+fn publish(dir: &Path, namespace: &str, n: usize) -> (NodePublishVolumeRequest, Published) {
+    let uid = format!("{namespace}-{n}");
+    let target = kubelet_target(dir, &uid, "big");
+    let volume_id = format!("csi-{uid}");
+    let mut request = publish_request(&volume_id, &target, true);
+    request.volume_context.insert("csi.storage.k8s.io/pod.namespace".into(), namespace.into());
+    request.volume_context.insert("csi.storage.k8s.io/pod.uid".into(), uid);
+    request.volume_context.insert("share".into(), "big".into());
+    (request, (volume_id, target))
+}
+
+/// Publishes volumes of `namespace` numbered from `from` until one is refused; the targets
+/// published and the refusal.
+async fn fill(
+    node: &mut NodeClient<Channel>,
+    dir: &Path,
+    namespace: &str,
+    from: usize,
+) -> (Vec<Published>, tonic::Status) {
+    let mut published = Vec::new();
+    for n in from..from + 64 {
+        let (request, volume) = publish(dir, namespace, n);
+        match node.node_publish_volume(request).await {
+            Ok(_) => published.push(volume),
+            Err(status) => {
+                let pod = dir.join("pods").join(format!("{namespace}-{n}"));
+                assert!(!pod.exists(), "a refused publish leaves nothing: {}", pod.display());
+                return (published, status);
+            }
+        }
+    }
+    panic!("64 volumes of 1 MiB were published for {namespace}: the budget refused none");
+}
+
+/// What the tmpfs mounts at `targets` hold, as the kernel counts their pages.
+fn used_by_mounts(volumes: &[Published]) -> u64 {
+    volumes
+        .iter()
+        .map(|(_, target)| {
+            let stat = nix::sys::statvfs::statvfs(target).unwrap();
+            (stat.blocks() - stat.blocks_free()) * stat.fragment_size()
+        })
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_namespace_is_refused_beyond_its_part_while_another_is_served_and_a_restart_keeps_the_count() {
+    assert!(support::is_root(), "real mounts need root: run the test command as root");
+    // Whatever is still mounted below it when the test ends, failed or not, is unmounted.
+    let dir = support::NodeDir(tempfile::tempdir().unwrap());
+    let root = dir.path();
+    std::fs::create_dir_all(root.join("shares/big")).unwrap();
+    std::fs::write(root.join("shares/big/blob"), vec![7u8; MIB as usize]).unwrap();
+
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(plugin(root).run(async {
+        let _ = stopped.await;
+    }));
+    let mut node = NodeClient::new(channel(root.join("plugins/csi.sock")).await);
+
+    // 1 MiB of data and a few inodes each: three fit the namespace's 4 MiB, a fourth does not.
+    let (attacker, refused) = fill(&mut node, root, "attacker", 0).await;
+    assert_eq!(attacker.len(), 3, "{}", refused.message());
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{}", refused.message());
+    assert!(refused.message().contains("namespace \"attacker\""), "{}", refused.message());
+    assert!(
+        refused.message().contains("of the 4194304 bytes one namespace may hold on a node (namespaceContentBudget)")
+    );
+    for (_, target) in &attacker {
+        assert_eq!(std::fs::read(target.join("blob")).unwrap().len(), MIB as usize, "served in full");
+    }
+
+    // Another namespace is served as if the first were not there.
+    let (victim, refused) = fill(&mut node, root, "victim", 0).await;
+    assert_eq!(victim.len(), 3, "{}", refused.message());
+    // A third namespace meets the node's budget: 6 volumes held, 7 fit 8 MiB, an 8th does not.
+    let (third, refused) = fill(&mut node, root, "third", 0).await;
+    assert_eq!(third.len(), 1, "{}", refused.message());
+    assert_eq!(refused.code(), Code::ResourceExhausted);
+    assert!(
+        refused.message().contains("of the 8388608 bytes the driver may hold (contentBudget)"),
+        "{}",
+        refused.message()
+    );
+
+    // The budget counts at least what the kernel charges: pages of every mount, below the node's.
+    let all: Vec<Published> = attacker.iter().chain(&victim).chain(&third).cloned().collect();
+    let kernel = used_by_mounts(&all);
+    assert!(kernel >= 7 * MIB, "the positive control: the mounts hold the files ({kernel} bytes)");
+    assert!(kernel <= 8 * MIB, "the mounts hold {kernel} bytes, more than the budget");
+
+    // An unpublish gives its part back.
+    let (volume_id, target) = &attacker[0];
+    node.node_unpublish_volume(unpublish_request(volume_id, target)).await.unwrap();
+    assert!(!listed_in_mountinfo(target).unwrap_or(false));
+    let (again, _) = fill(&mut node, root, "attacker", 100).await;
+    assert_eq!(again.len(), 1, "the freed MiB is the namespace's again");
+
+    // Restarted, the driver holds what it finds mounted: the namespace is still full.
+    let _ = stop.send(());
+    running.await.unwrap().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(plugin(root).run(async {
+        let _ = stopped.await;
+    }));
+    let mut node = NodeClient::new(channel(root.join("plugins/csi.sock")).await);
+    let (after, refused) = fill(&mut node, root, "attacker", 200).await;
+    assert!(after.is_empty(), "a restart forgot what the namespace holds");
+    assert_eq!(refused.code(), Code::ResourceExhausted);
+
+    // Everything taken down again: nothing of the test stays mounted.
+    for (volume_id, target) in attacker[1..].iter().chain(&again).chain(&victim).chain(&third) {
+        assert!(listed_in_mountinfo(target).unwrap(), "the positive control: {} is mounted", target.display());
+        node.node_unpublish_volume(unpublish_request(volume_id, target)).await.unwrap();
+        assert!(!listed_in_mountinfo(target).unwrap_or(false), "{} unmounted", target.display());
+    }
+    let _ = stop.send(());
+    running.await.unwrap().unwrap();
+}
