@@ -256,6 +256,8 @@ mod tests {
     fn the_shipped_file_is_valid() {
         let config = parse(include_str!("../../config/driver.yaml")).unwrap();
         assert_eq!(config.tmpfs_size, 8 << 20);
+        assert_eq!((config.content_budget, config.namespace_content_budget), (320 << 20, 160 << 20));
+        assert_eq!(config.budget_limits().map(|limits| limits.node_bytes), Ok(320 << 20));
         assert_eq!(config.registry_dir, PathBuf::from("/var/lib/kubelet/plugins_registry"));
         assert_eq!(config.kubelet_dir, PathBuf::from("/var/lib/kubelet"));
         assert_eq!(config.shutdown_timeout_seconds, 10);
@@ -315,6 +317,16 @@ mod tests {
         }
         let error = parse("providers:\n- {name: a, kind: exec, helper: /h, timout: 1s}").unwrap_err();
         assert!(error.contains("unknown field `timout`"), "{error}");
+    }
+
+    #[test]
+    fn a_namespace_budget_larger_than_the_node_s_is_refused() {
+        let config = parse("contentBudget: 64Mi\nnamespaceContentBudget: 128Mi").unwrap();
+        assert_eq!(
+            config.budget_limits(),
+            Err("namespaceContentBudget (134217728 bytes) is larger than contentBudget (67108864 bytes)".into())
+        );
+        assert!(parse("contentBudget: 0").unwrap_err().contains("must be greater than zero"));
     }
 
     #[test]

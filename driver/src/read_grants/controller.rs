@@ -36,7 +36,10 @@ const MAX_RETRY: Duration = Duration::from_secs(30);
 /// How often everything is compared even when nothing was seen to change.
 const RESYNC: Duration = Duration::from_secs(300);
 
-/// What the controller watches, each kept whole by a reflector.
+/// What the controller watches, each kept by a reflector: the shares whole (cluster-scoped, made
+/// by the cluster's operators), and of Roles and RoleBindings only those of its own name and
+/// label (at most one of each per namespace, whatever tenants label), without their managed
+/// fields and annotations.
 struct Stores {
     secrets: Store<SharedSecret>,
     config_maps: Store<SharedConfigMap>,
@@ -48,7 +51,11 @@ struct Stores {
 /// dropped.
 pub async fn run(client: Client, driver: DriverAccount, timeout: Duration) {
     let changed = Arc::new(Notify::new());
-    let mine = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
+    // Selected by name as well: its RBAC lets it list and watch only that name, which the
+    // apiserver allows only to a request that selects it.
+    let mine = watcher::Config::default()
+        .labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"))
+        .fields(&format!("metadata.name={GRANT_NAME}"));
     let stores = Stores {
         secrets: follow(Api::all(client.clone()), watcher::Config::default(), changed.clone()),
         config_maps: follow(Api::all(client.clone()), watcher::Config::default(), changed.clone()),
@@ -91,7 +98,13 @@ where
     K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
 {
     let (store, writer) = reflector::store();
-    let events = reflector::reflector(writer, watcher::watcher(api, config)).default_backoff();
+    // What the controller never reads is not kept: a tenant's large annotations stay out.
+    let events = watcher::watcher(api, config).default_backoff().modify(|object: &mut K| {
+        let meta = object.meta_mut();
+        meta.managed_fields = None;
+        meta.annotations = None;
+    });
+    let events = events.reflect(writer);
     tokio::spawn(events.for_each(move |event| {
         match event {
             Ok(_) => changed.notify_one(),

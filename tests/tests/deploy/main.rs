@@ -10,6 +10,7 @@
 //! One scenario in steps that build on each other, in a binary of its own: its driver (the
 //! DaemonSet) and the end-to-end suite's (a host process) would claim one driver name on a node.
 
+mod attack;
 mod kubectl;
 mod overlay;
 mod rollout;
@@ -20,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use inline_guard_tests::cluster::{ChildProcess, Cluster, POD_NETWORK_GATEWAY};
 use inline_guard_tests::images::build_images;
+use inline_guard_tests::node::kubelet::NODE_NAME;
 use inline_guard_tests::node::{Node, delete_and_wait};
 use inline_guard_tests::peers::peers;
 use k8s_openapi::api::core::v1::Pod;
@@ -90,6 +92,16 @@ async fn steps(this: &Installation) -> Outcome {
     let overlay = this.dir.join("overlay");
     println!("deploy: {}", overlay::write_certificate(&overlay)?.trim());
 
+    // The read-grants controller runs on control-plane nodes only (it holds every Secret's
+    // read): this node is the cluster's only one, so it is labelled as one, as a cluster
+    // bootstrapper labels its control-plane nodes (kubelet may not label itself so).
+    let nodes = Api::<k8s_openapi::api::core::v1::Node>::all(this.admin.clone());
+    let label = json!({"metadata": {"labels": {"node-role.kubernetes.io/control-plane": ""}}});
+    nodes
+        .patch(NODE_NAME, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&label))
+        .await
+        .map_err(|e| format!("labelling node {NODE_NAME} as a control-plane node: {e}"))?;
+
     // Installed and Ready through the shipped probes.
     this.write_overlay(None)?;
     let started = Instant::now();
@@ -125,12 +137,26 @@ async fn steps(this: &Installation) -> Outcome {
     // provider's socket through the shipped providers directory.
     this.provider_served().await?;
 
+    // One tenant against the node: content, connections and slots, while the reader above is
+    // the victim (its update and revocation within 10 s, during the attack and after).
+    let report = attack::one_tenant_cannot_take_the_node(&this.admin, &this.cluster, &this.node, &mut seen).await?;
+    println!(
+        "deploy: attack: {} attacker volumes of {} mounted, {} publishes refused for the content budget (first: {})",
+        report.mounted,
+        attack::ATTACKER_VOLUMES,
+        report.refused.len(),
+        report.refused.first().map(|m| m.chars().take(400).collect::<String>()).unwrap_or_default()
+    );
+    for (what, waited) in &report.victim_waits {
+        println!("deploy: attack: the victim waited {waited:?} for {what}");
+    }
+
     // The driver pod deleted: recreated by the DaemonSet; the workload keeps reading and
     // refresh resumes; the workload deleted afterwards leaves nothing.
     this.kubectl.run(&["delete", "pod", "-n", DRIVER_NAMESPACE, "-l", DRIVER_LABEL, "--wait=false"]).await?;
     let second_driver = this.wait_for_new_driver_pod(&first_driver).await?;
     println!("deploy: driver pod {first_driver} deleted, {second_driver} Ready in its place");
-    seen = wait_for_content(&this.node, "reader", "second", seen).await?;
+    seen = wait_for_content(&this.node, "reader", "after-attack", seen).await?;
     workload::set_content(&this.admin, "third").await?;
     wait_for_content(&this.node, "reader", "third", seen).await?;
     this.node.volume_present(&pod)?;

@@ -30,7 +30,8 @@ const PROVIDER_READER: &str = r#"while true; do echo "content: $(cat /store/db-p
 /// Every second: the share's file (empty when the volume is emptied), and a write that must fail.
 const READER: &str = r#"while true; do echo "content: $(cat /shared/ca.crt)"; (echo x > /shared/probe) 2>/dev/null && echo "write: succeeded"; sleep 1; done"#;
 
-async fn apply(admin: &kube::Client, object: Value) -> Result<(), String> {
+/// Server-side applies `object` as the admin.
+pub async fn apply(admin: &kube::Client, object: Value) -> Result<(), String> {
     let api_version = object["apiVersion"].as_str().unwrap_or_default();
     let kind = object["kind"].as_str().unwrap_or_default();
     let name = object["metadata"]["name"].as_str().unwrap_or_default().to_string();

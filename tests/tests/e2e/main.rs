@@ -98,6 +98,10 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
             Box::new(|s| Box::pin(read_grants::driver_reads_only_what_shares_name(s))),
         ),
         (
+            "manifests::read_grants_controller_sees_only_objects_of_its_own_name",
+            Box::new(|s| Box::pin(read_grants::the_read_grants_controller_sees_only_objects_of_its_own_name(s))),
+        ),
+        (
             "manifests::deploy_pass_server_side_dry_run",
             Box::new(|s| Box::pin(manifests::deploy_manifests_pass_dry_run(s))),
         ),

@@ -63,15 +63,24 @@ async fn wait_until(driver: &kube::Client, what: &str, wanted: &DriverSees) -> O
 /// A client with a token the apiserver issued to the driver's ServiceAccount, as the DaemonSet's
 /// projected token is.
 async fn driver_token_client(suite: &Suite) -> Result<kube::Client, String> {
+    token_client(suite, "sharedresource-csi-driver", DRIVER_USER).await
+}
+
+/// The read-grants controller's identity.
+const READ_GRANTS_USER: &str = "system:serviceaccount:inline-guard-driver:sharedresource-read-grants";
+
+/// A client with a token the apiserver issued to ServiceAccount `account` of the driver's
+/// namespace, checked to authenticate as `user`.
+async fn token_client(suite: &Suite, account: &str, user: &str) -> Result<kube::Client, String> {
     let accounts = Api::<ServiceAccount>::namespaced(suite.admin.clone(), "inline-guard-driver");
     let request = TokenRequest {
         spec: TokenRequestSpec { audiences: vec![], expiration_seconds: Some(3600), bound_object_ref: None },
         ..Default::default()
     };
     let answer = accounts
-        .create_token_request("sharedresource-csi-driver", &PostParams::default(), &request)
+        .create_token_request(account, &PostParams::default(), &request)
         .await
-        .map_err(|e| format!("TokenRequest for the driver's ServiceAccount: {e}"))?;
+        .map_err(|e| format!("TokenRequest for ServiceAccount {account}: {e}"))?;
     let token = answer.status.ok_or("a TokenRequest without status")?.token;
     let driver = suite.cluster.client_with_token(&token).await?;
     // The apiserver knows the token as the driver's ServiceAccount.
@@ -80,11 +89,32 @@ async fn driver_token_client(suite: &Suite) -> Result<kube::Client, String> {
         .create(&PostParams::default(), &review)
         .await
         .map_err(|e| format!("SelfSubjectReview with the driver's token: {e}"))?;
-    let user = me.status.and_then(|s| s.user_info).and_then(|u| u.username).unwrap_or_default();
-    if user != DRIVER_USER {
-        return Err(format!("the driver's token authenticates as {user:?}, not {DRIVER_USER}"));
+    let me = me.status.and_then(|s| s.user_info).and_then(|u| u.username).unwrap_or_default();
+    if me != user {
+        return Err(format!("the token of {account} authenticates as {me:?}, not {user}"));
     }
     Ok(driver)
+}
+
+/// The controller may list and watch Roles and RoleBindings of its own name only: asked for
+/// every one, the apiserver refuses it, so no number of tenants' objects reaches its memory.
+pub async fn the_read_grants_controller_sees_only_objects_of_its_own_name(suite: &Suite) -> Outcome {
+    let controller = token_client(suite, "sharedresource-read-grants", READ_GRANTS_USER).await?;
+    let every = ListParams::default().limit(1);
+    let named = ListParams::default().fields(&format!("metadata.name={GRANT}"));
+    let seen = (
+        allowed(Api::<Role>::all(controller.clone()).list_metadata(&named).await)?,
+        allowed(Api::<RoleBinding>::all(controller.clone()).list_metadata(&named).await)?,
+        allowed(Api::<Role>::all(controller.clone()).list_metadata(&every).await)?,
+        allowed(Api::<RoleBinding>::all(controller.clone()).list_metadata(&every).await)?,
+    );
+    if seen != (true, true, false, false) {
+        return Err(format!(
+            "the controller lists (named Roles, named RoleBindings, every Role, every RoleBinding): {seen:?}, \
+             wanted (true, true, false, false)"
+        ));
+    }
+    Ok(())
 }
 
 pub async fn driver_reads_only_what_shares_name(suite: &Suite) -> Outcome {

@@ -1,0 +1,310 @@
+//! One tenant against the node's driver, with the shipped DaemonSet and its limits: a user with
+//! rights in one namespace only (pods and SharedProjections there, no grant of any share) fills
+//! volumes with a projection of 1 000 pod facts (no read of anything needed) in three pods of
+//! twelve volumes each, and floods the driver's health port from a pod; meanwhile the victim, a
+//! pod of another namespace reading a share, must see an update and lose its grant within 10 s,
+//! and the driver must neither restart nor stop serving. What the node refused and how long the
+//! victim waited are printed for the report.
+
+use std::time::{Duration, Instant};
+
+use inline_guard_tests::cluster::namespace_defaults;
+use inline_guard_tests::node::{BUSYBOX_IMAGE, Node};
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{Event, Pod, ServiceAccount};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use serde_json::{Value, json};
+
+use crate::workload::{self, DRIVER};
+
+/// The attacker's namespace.
+pub const ATTACKER: &str = "deploy-attacker";
+/// The projection the attacker mounts.
+const FLOOD: &str = "flood";
+/// Pod facts in the projection: each a file of a few bytes, which tmpfs charges a page and an
+/// inode for, so a volume costs about 5 MiB of the driver's memory.
+const ITEMS: usize = 1000;
+/// Volumes per pod, and pods.
+const VOLUMES: usize = 12;
+const PODS: usize = 3;
+/// Every volume the attacker asks for.
+pub const ATTACKER_VOLUMES: usize = VOLUMES * PODS;
+/// How long the victim may wait for an update or a revocation, during the attack and after.
+const VICTIM_WAIT: Duration = Duration::from_secs(10);
+/// Connections the flooding pod opens to the driver's health port, one byte sent on each.
+const FLOOD_CONNECTIONS: usize = 400;
+
+/// What the attack left to report.
+pub struct AttackReport {
+    /// The victim's waits, in order: update during, revocation during, restore, update after.
+    pub victim_waits: Vec<(String, Duration)>,
+    /// Publishes the node refused the attacker, as kubelet's events tell them (one line each).
+    pub refused: Vec<String>,
+    /// The attacker's volumes mounted.
+    pub mounted: usize,
+}
+
+/// Namespace [`ATTACKER`] and a client acting as a user with rights there only: a service
+/// account bound to a Role of its namespace that may create pods and SharedProjections.
+async fn attacker_client(
+    admin: &kube::Client,
+    cluster: &inline_guard_tests::cluster::Cluster,
+) -> Result<kube::Client, String> {
+    workload::apply(admin, json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ATTACKER}})).await?;
+    namespace_defaults(admin, ATTACKER, Duration::from_secs(60)).await?;
+    workload::apply(
+        admin,
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "tenant", "namespace": ATTACKER}}),
+    )
+    .await?;
+    workload::apply(
+        admin,
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "tenant", "namespace": ATTACKER},
+            "rules": [
+                {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "get", "list", "delete"]},
+                {"apiGroups": ["sharedresource.inlineguard.dev"], "resources": ["sharedprojections"], "verbs": ["create", "get", "delete"]}
+            ]
+        }),
+    )
+    .await?;
+    workload::apply(
+        admin,
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "tenant", "namespace": ATTACKER},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tenant"},
+            "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": ATTACKER}]
+        }),
+    )
+    .await?;
+    let request = TokenRequest {
+        spec: TokenRequestSpec { audiences: vec![], expiration_seconds: Some(3600), bound_object_ref: None },
+        ..Default::default()
+    };
+    let token = Api::<ServiceAccount>::namespaced(admin.clone(), ATTACKER)
+        .create_token_request("tenant", &PostParams::default(), &request)
+        .await
+        .map_err(|e| format!("a token for the attacker: {e}"))?
+        .status
+        .ok_or("a TokenRequest without status")?
+        .token;
+    cluster.client_with_token(&token).await
+}
+
+/// A pod of the attacker's mounting the projection `VOLUMES` times.
+fn attacker_pod(name: &str) -> Value {
+    let volumes: Vec<Value> = (0..VOLUMES)
+        .map(|n| json!({"name": format!("p{n}"), "csi": {"driver": DRIVER, "readOnly": true, "volumeAttributes": {"projection": FLOOD}}}))
+        .collect();
+    let mounts: Vec<Value> =
+        (0..VOLUMES).map(|n| json!({"name": format!("p{n}"), "mountPath": format!("/p{n}")})).collect();
+    json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "securityContext": {"runAsNonRoot": true, "runAsUser": 1000, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{
+                "name": "sleeper", "image": BUSYBOX_IMAGE, "imagePullPolicy": "Never",
+                "command": ["/bin/sh", "-c", "sleep 3600"],
+                "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}},
+                "volumeMounts": mounts,
+            }],
+            "volumes": volumes,
+        }
+    })
+}
+
+/// A pod of the attacker's holding [`FLOOD_CONNECTIONS`] connections to `address` (the driver
+/// pod's health port), one byte sent on each, opened again as the driver closes them.
+fn flooding_pod(address: &str) -> Value {
+    let script = format!(
+        "i=0; while [ $i -lt {FLOOD_CONNECTIONS} ]; do \
+           (while true; do (printf G; sleep 20) | nc {address} 9808 >/dev/null 2>&1; sleep 1; done) & i=$((i+1)); \
+         done; echo flooding; wait"
+    );
+    json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "flooder"},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "securityContext": {"runAsNonRoot": true, "runAsUser": 1000, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{
+                "name": "flooder", "image": BUSYBOX_IMAGE, "imagePullPolicy": "Never",
+                "command": ["/bin/sh", "-c", script],
+                "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}},
+            }],
+        }
+    })
+}
+
+/// How long the victim's reader took to print `content: WANTED`, failing beyond [`VICTIM_WAIT`].
+async fn victim_sees(node: &Node, wanted: &str, seen: &mut usize, what: &str) -> Result<(String, Duration), String> {
+    let started = Instant::now();
+    *seen = workload::wait_for_content(node, "reader", wanted, *seen).await?;
+    let waited = started.elapsed();
+    if waited > VICTIM_WAIT {
+        return Err(format!("the victim waited {waited:?} for {what}, more than {VICTIM_WAIT:?}"));
+    }
+    Ok((what.to_string(), waited))
+}
+
+/// The driver pod's (restart count, whether its last end was an OOM kill).
+async fn driver_restarts(admin: &kube::Client) -> Result<(i32, bool), String> {
+    let pods = Api::<Pod>::namespaced(admin.clone(), crate::DRIVER_NAMESPACE)
+        .list(&ListParams::default().labels(crate::DRIVER_LABEL))
+        .await
+        .map_err(|e| format!("listing the driver's pods: {e}"))?;
+    let pod = pods.items.iter().find(|p| p.metadata.deletion_timestamp.is_none()).ok_or("no driver pod")?;
+    let status = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|s| s.first())
+        .ok_or("no container status")?;
+    let oom = status
+        .last_state
+        .as_ref()
+        .and_then(|s| s.terminated.as_ref())
+        .is_some_and(|t| t.reason.as_deref() == Some("OOMKilled"));
+    Ok((status.restart_count, oom))
+}
+
+/// The driver pod's IP.
+async fn driver_address(admin: &kube::Client) -> Result<String, String> {
+    let pods = Api::<Pod>::namespaced(admin.clone(), crate::DRIVER_NAMESPACE)
+        .list(&ListParams::default().labels(crate::DRIVER_LABEL))
+        .await
+        .map_err(|e| format!("listing the driver's pods: {e}"))?;
+    pods.items
+        .iter()
+        .find(|p| p.metadata.deletion_timestamp.is_none())
+        .and_then(|p| p.status.as_ref()?.pod_ip.clone())
+        .ok_or_else(|| "the driver pod has no IP".into())
+}
+
+/// How many CSI volumes of the pods `uids` are mounted on the host now (the driver's mounts
+/// reach the host's mount table through the DaemonSet's Bidirectional propagation).
+fn csi_mounts_of(uids: &[String]) -> Result<usize, String> {
+    let table = std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| format!("reading the mount table: {e}"))?;
+    let points: Vec<&str> = table.lines().filter_map(|line| line.split(' ').nth(4)).collect();
+    let mounted = uids
+        .iter()
+        .map(|uid| format!("/pods/{uid}/volumes/kubernetes.io~csi/"))
+        .map(|below| points.iter().filter(|point| point.contains(&below) && point.ends_with("/mount")).count())
+        .sum();
+    Ok(mounted)
+}
+
+/// kubelet's FailedMount events for the attacker's pods that name the content budget.
+async fn budget_refusals(admin: &kube::Client) -> Result<Vec<String>, String> {
+    let events = Api::<Event>::namespaced(admin.clone(), ATTACKER)
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| format!("listing the attacker's events: {e}"))?;
+    Ok(events
+        .items
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("FailedMount"))
+        .filter_map(|e| e.message.clone())
+        .filter(|m| m.contains("namespaceContentBudget") || m.contains("contentBudget"))
+        .collect())
+}
+
+/// The attack, while the victim (`reader` of [`CONSUMER`], reading the share whose content is
+/// `content` now, `seen` lines printed) keeps being served. Leaves the victim's grant in place and
+/// the content `"after-attack"`; removes everything of the attacker's.
+pub async fn one_tenant_cannot_take_the_node(
+    admin: &kube::Client,
+    cluster: &inline_guard_tests::cluster::Cluster,
+    node: &Node,
+    seen: &mut usize,
+) -> Result<AttackReport, String> {
+    let (restarts_before, _) = driver_restarts(admin).await?;
+    let tenant = attacker_client(admin, cluster).await?;
+    let items: Vec<Value> =
+        (0..ITEMS).map(|n| json!({"path": format!("name-{n}"), "fieldRef": {"fieldPath": "metadata.name"}})).collect();
+    let projection = json!({
+        "apiVersion": "sharedresource.inlineguard.dev/v1alpha1", "kind": "SharedProjection",
+        "metadata": {"name": FLOOD, "namespace": ATTACKER},
+        "spec": {"sources": [{"podInfo": {"items": items}}]}
+    });
+    let resource = kube::discovery::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
+        "sharedresource.inlineguard.dev",
+        "v1alpha1",
+        "SharedProjection",
+    ));
+    let projections = Api::<kube::core::DynamicObject>::namespaced_with(tenant.clone(), ATTACKER, &resource);
+    let projection = serde_json::from_value(projection).map_err(|e| e.to_string())?;
+    projections
+        .create(&PostParams::default(), &projection)
+        .await
+        .map_err(|e| format!("the attacker's projection: {e}"))?;
+
+    let pods = Api::<Pod>::namespaced(tenant.clone(), ATTACKER);
+    let mut uids = Vec::new();
+    for n in 0..PODS {
+        let pod: Pod = serde_json::from_value(attacker_pod(&format!("filler-{n}"))).map_err(|e| e.to_string())?;
+        let created =
+            pods.create(&PostParams::default(), &pod).await.map_err(|e| format!("the attacker's pod {n}: {e}"))?;
+        uids.push(created.metadata.uid.unwrap_or_default());
+    }
+    let address = driver_address(admin).await?;
+    let flooder: Pod = serde_json::from_value(flooding_pod(&address)).map_err(|e| e.to_string())?;
+    pods.create(&PostParams::default(), &flooder).await.map_err(|e| format!("the flooding pod: {e}"))?;
+
+    // The node refuses the attacker beyond its part: kubelet's events say so.
+    let started = Instant::now();
+    let refused = loop {
+        let refused = budget_refusals(admin).await?;
+        if !refused.is_empty() {
+            break refused;
+        }
+        if started.elapsed() > Duration::from_secs(180) {
+            return Err("no publish of the attacker's was refused for the content budget within 180 s".into());
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let flooding = node.container_log(ATTACKER, "flooder", "flooder");
+    if !flooding.iter().any(|line| line == "flooding") {
+        return Err(format!("the positive control: the flooding pod never started its connections: {flooding:?}"));
+    }
+
+    // During the attack: the victim sees an update, loses its grant, gets it back.
+    let mut victim_waits = Vec::new();
+    workload::set_content(admin, "during-attack").await?;
+    victim_waits.push(victim_sees(node, "during-attack", seen, "an update during the attack").await?);
+    workload::revoke(admin).await?;
+    victim_waits.push(victim_sees(node, "", seen, "a revocation during the attack").await?);
+    workload::grant(admin).await?;
+    victim_waits.push(victim_sees(node, "during-attack", seen, "its grant back during the attack").await?);
+
+    let mounted = csi_mounts_of(&uids)?;
+    if mounted == 0 {
+        return Err("the positive control: none of the attacker's volumes was mounted".into());
+    }
+    let (restarts, oom) = driver_restarts(admin).await?;
+    if restarts != restarts_before || oom {
+        return Err(format!(
+            "the driver restarted during the attack ({restarts_before} → {restarts}, OOM killed: {oom})"
+        ));
+    }
+
+    // After it: the attacker's pods deleted, the victim still served.
+    for n in 0..PODS {
+        inline_guard_tests::node::delete_and_wait(admin, ATTACKER, &format!("filler-{n}")).await?;
+    }
+    inline_guard_tests::node::delete_and_wait(admin, ATTACKER, "flooder").await?;
+    projections.delete(FLOOD, &DeleteParams::default()).await.map_err(|e| format!("deleting the projection: {e}"))?;
+    workload::set_content(admin, "after-attack").await?;
+    victim_waits.push(victim_sees(node, "after-attack", seen, "an update after the attack").await?);
+    workload::revoke(admin).await?;
+    victim_waits.push(victim_sees(node, "", seen, "a revocation after the attack").await?);
+    workload::grant(admin).await?;
+    victim_waits.push(victim_sees(node, "after-attack", seen, "its grant back after the attack").await?);
+    let (restarts, oom) = driver_restarts(admin).await?;
+    if restarts != restarts_before || oom {
+        return Err(format!(
+            "the driver restarted after the attack ({restarts_before} → {restarts}, OOM killed: {oom})"
+        ));
+    }
+    Ok(AttackReport { victim_waits, refused, mounted })
+}
