@@ -1,10 +1,11 @@
 //! One tenant against the node's driver, with the shipped DaemonSet and its limits: a user with
-//! rights in one namespace only (pods and SharedProjections there, no grant of any share) fills
-//! volumes with a projection of 1 000 pod facts (no read of anything needed) in three pods of
-//! twelve volumes each, and floods the driver's health port from a pod; meanwhile the victim, a
-//! pod of another namespace reading a share, must see an update and lose its grant within 10 s,
-//! and the driver must neither restart nor stop serving. What the node refused and how long the
-//! victim waited are printed for the report.
+//! rights in one namespace only (pods and SharedProjections there, no grant of any share) floods
+//! the driver's health port and the webhook's pods from a pod, then fills volumes with a
+//! projection of 1 000 pod facts (no read of anything needed) in three pods of twelve volumes
+//! each, written without `readOnly` so that the mutating webhook must answer during the flood;
+//! meanwhile the victim, a pod of another namespace reading a share, must see an update and lose
+//! its grant within 10 s, and the driver must neither restart nor stop serving. What the node
+//! refused and how long the victim waited are printed for the report.
 
 use std::time::{Duration, Instant};
 
@@ -33,6 +34,8 @@ pub const ATTACKER_VOLUMES: usize = VOLUMES * PODS;
 const VICTIM_WAIT: Duration = Duration::from_secs(10);
 /// Connections the flooding pod opens to the driver's health port, one byte sent on each.
 const FLOOD_CONNECTIONS: usize = 400;
+/// Connections it trickles at the webhook's pods, in all (the attack the webhook was tried with).
+const WEBHOOK_CONNECTIONS: usize = 300;
 
 /// What the attack left to report.
 pub struct AttackReport {
@@ -94,7 +97,7 @@ async fn attacker_client(
 /// A pod of the attacker's mounting the projection `VOLUMES` times.
 fn attacker_pod(name: &str) -> Value {
     let volumes: Vec<Value> = (0..VOLUMES)
-        .map(|n| json!({"name": format!("p{n}"), "csi": {"driver": DRIVER, "readOnly": true, "volumeAttributes": {"projection": FLOOD}}}))
+        .map(|n| json!({"name": format!("p{n}"), "csi": {"driver": DRIVER, "volumeAttributes": {"projection": FLOOD}}}))
         .collect();
     let mounts: Vec<Value> =
         (0..VOLUMES).map(|n| json!({"name": format!("p{n}"), "mountPath": format!("/p{n}")})).collect();
@@ -114,14 +117,19 @@ fn attacker_pod(name: &str) -> Value {
     })
 }
 
-/// A pod of the attacker's holding [`FLOOD_CONNECTIONS`] connections to `address` (the driver
-/// pod's health port), one byte sent on each, opened again as the driver closes them.
-fn flooding_pod(address: &str) -> Value {
-    let script = format!(
-        "i=0; while [ $i -lt {FLOOD_CONNECTIONS} ]; do \
-           (while true; do (printf G; sleep 20) | nc {address} 9808 >/dev/null 2>&1; sleep 1; done) & i=$((i+1)); \
-         done; echo flooding; wait"
-    );
+/// A pod of the attacker's holding `count` connections to each (address, port) of `targets`,
+/// one byte sent on each (a request head never finished), opened again as the server closes them.
+fn flooding_pod(targets: &[(String, u16, usize)]) -> Value {
+    let mut script = String::new();
+    for (address, port, count) in targets {
+        script += &format!(
+            "i=0; while [ $i -lt {count} ]; do \
+               (while true; do (printf G; sleep 20) | nc {address} {port} >/dev/null 2>&1; sleep 1; done) & \
+               i=$((i+1)); \
+             done; "
+        );
+    }
+    script += "echo flooding; wait";
     json!({
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "flooder"},
         "spec": {
@@ -168,17 +176,22 @@ async fn driver_restarts(admin: &kube::Client) -> Result<(i32, bool), String> {
     Ok((status.restart_count, oom))
 }
 
-/// The driver pod's IP.
-async fn driver_address(admin: &kube::Client) -> Result<String, String> {
-    let pods = Api::<Pod>::namespaced(admin.clone(), crate::DRIVER_NAMESPACE)
-        .list(&ListParams::default().labels(crate::DRIVER_LABEL))
+/// The IPs of the running pods of `namespace` that `labels` selects.
+async fn pod_addresses(admin: &kube::Client, namespace: &str, labels: &str) -> Result<Vec<String>, String> {
+    let pods = Api::<Pod>::namespaced(admin.clone(), namespace)
+        .list(&ListParams::default().labels(labels))
         .await
-        .map_err(|e| format!("listing the driver's pods: {e}"))?;
-    pods.items
+        .map_err(|e| format!("listing the pods {labels} of {namespace}: {e}"))?;
+    let addresses: Vec<String> = pods
+        .items
         .iter()
-        .find(|p| p.metadata.deletion_timestamp.is_none())
-        .and_then(|p| p.status.as_ref()?.pod_ip.clone())
-        .ok_or_else(|| "the driver pod has no IP".into())
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| p.status.as_ref()?.pod_ip.clone())
+        .collect();
+    if addresses.is_empty() {
+        return Err(format!("no running pod {labels} of {namespace} has an IP"));
+    }
+    Ok(addresses)
 }
 
 /// How many CSI volumes of the pods `uids` are mounted on the host now (the driver's mounts
@@ -239,17 +252,35 @@ pub async fn one_tenant_cannot_take_the_node(
         .await
         .map_err(|e| format!("the attacker's projection: {e}"))?;
 
+    // The flood first: the driver's health port, and every webhook pod's HTTPS port.
     let pods = Api::<Pod>::namespaced(tenant.clone(), ATTACKER);
+    let driver = pod_addresses(admin, crate::DRIVER_NAMESPACE, crate::DRIVER_LABEL).await?;
+    let webhooks = pod_addresses(admin, crate::SYSTEM, "app.kubernetes.io/name=csi-volume-admission").await?;
+    let mut targets: Vec<(String, u16, usize)> = driver.into_iter().map(|ip| (ip, 9808, FLOOD_CONNECTIONS)).collect();
+    let per_webhook = WEBHOOK_CONNECTIONS.div_ceil(webhooks.len());
+    targets.extend(webhooks.into_iter().map(|ip| (ip, 8443, per_webhook)));
+    let flooder: Pod = serde_json::from_value(flooding_pod(&targets)).map_err(|e| e.to_string())?;
+    pods.create(&PostParams::default(), &flooder).await.map_err(|e| format!("the flooding pod: {e}"))?;
+    let started = Instant::now();
+    while !node.container_log(ATTACKER, "flooder", "flooder").iter().any(|line| line == "flooding") {
+        if started.elapsed() > Duration::from_secs(120) {
+            return Err("the positive control: the flooding pod never started its connections".into());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+
+    // Then the volumes, each pod patched read-only by the webhook through the flood.
     let mut uids = Vec::new();
     for n in 0..PODS {
         let pod: Pod = serde_json::from_value(attacker_pod(&format!("filler-{n}"))).map_err(|e| e.to_string())?;
         let created =
             pods.create(&PostParams::default(), &pod).await.map_err(|e| format!("the attacker's pod {n}: {e}"))?;
+        let volumes = created.spec.as_ref().and_then(|s| s.volumes.clone()).unwrap_or_default();
+        if volumes.iter().any(|v| v.csi.as_ref().is_some_and(|c| c.read_only != Some(true))) {
+            return Err(format!("filler-{n} was stored without csi.readOnly: the mutating webhook did not answer"));
+        }
         uids.push(created.metadata.uid.unwrap_or_default());
     }
-    let address = driver_address(admin).await?;
-    let flooder: Pod = serde_json::from_value(flooding_pod(&address)).map_err(|e| e.to_string())?;
-    pods.create(&PostParams::default(), &flooder).await.map_err(|e| format!("the flooding pod: {e}"))?;
 
     // The node refuses the attacker beyond its part: kubelet's events say so.
     let started = Instant::now();
@@ -263,10 +294,6 @@ pub async fn one_tenant_cannot_take_the_node(
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
-    let flooding = node.container_log(ATTACKER, "flooder", "flooder");
-    if !flooding.iter().any(|line| line == "flooding") {
-        return Err(format!("the positive control: the flooding pod never started its connections: {flooding:?}"));
-    }
 
     // During the attack: the victim sees an update, loses its grant, gets it back.
     let mut victim_waits = Vec::new();
