@@ -53,6 +53,46 @@ pub struct Endpoint {
     /// Connections served at once; the next is accepted when one closes (it waits in the
     /// kernel's listen backlog meanwhile).
     pub max_connections: usize,
+    /// When set, at most this many connections from one address; one more is closed at once. For
+    /// a port every pod can reach whose clients include kubelet's probes: one pod's flood then
+    /// holds its own few slots, never the probes'. Never for the webhook's port, whose one
+    /// client, the apiserver, needs many.
+    pub per_peer: Option<usize>,
+}
+
+/// The connections open from each address, on a listener with a per-address bound.
+#[derive(Default)]
+struct Peers(std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>);
+
+/// One connection's place among its address's, given back when dropped.
+struct PeerSlot {
+    peers: Arc<Peers>,
+    peer: std::net::IpAddr,
+}
+
+impl Peers {
+    /// A place for a connection from `peer`, or `None` when it holds `limit` already.
+    fn take(self: &Arc<Self>, peer: std::net::IpAddr, limit: usize) -> Option<PeerSlot> {
+        let mut open = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let count = open.entry(peer).or_default();
+        if *count >= limit {
+            return None;
+        }
+        *count += 1;
+        Some(PeerSlot { peers: self.clone(), peer })
+    }
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let mut open = self.peers.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(count) = open.get_mut(&self.peer) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                open.remove(&self.peer);
+            }
+        }
+    }
 }
 
 /// Bounds on slow clients and on shutdown.
@@ -90,8 +130,9 @@ async fn accept_loop(
     graceful: &GracefulShutdown,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let Endpoint { listener, tls, handler, max_connections } = endpoint;
+    let Endpoint { listener, tls, handler, max_connections, per_peer } = endpoint;
     let slots = Arc::new(tokio::sync::Semaphore::new(max_connections.max(1)));
+    let peers = Arc::new(Peers::default());
     loop {
         let slot = tokio::select! {
             slot = slots.clone().acquire_owned() => slot,
@@ -111,12 +152,22 @@ async fn accept_loop(
                 continue;
             }
         };
+        let peer_slot = match per_peer {
+            Some(limit) => match peers.take(peer.ip(), limit) {
+                Some(taken) => Some(taken),
+                None => {
+                    debug!(%peer, "connection closed: its address holds all the connections it may");
+                    continue;
+                }
+            },
+            None => None,
+        };
         let _ = tcp.set_nodelay(true);
         let watcher = graceful.watcher();
         let handler = handler.clone();
         let tls = tls.clone();
         tokio::spawn(async move {
-            let _slot = slot;
+            let _slots = (slot, peer_slot);
             match tls {
                 None => serve_connection(tcp, handler, watcher, timeouts.request).await,
                 Some(acceptor) => match tokio::time::timeout(timeouts.request, acceptor.accept(tcp)).await {

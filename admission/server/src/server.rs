@@ -31,6 +31,10 @@ const CLOSE_LINGER: Duration = Duration::from_secs(1);
 
 /// Health connections served at once (probes and scrapes), apart from the webhook's.
 const HEALTH_CONNECTIONS: usize = 32;
+/// Health connections from one address: the port is reachable from every pod unless a
+/// NetworkPolicy says otherwise, and kubelet's probes, from the node's address, must find a slot
+/// whatever one pod does.
+const HEALTH_CONNECTIONS_PER_PEER: usize = 4;
 
 /// Addresses and bounds, validated by the command line.
 #[derive(Debug, Clone)]
@@ -119,12 +123,14 @@ impl Server {
                 tls: Some(TlsAcceptor::from(tls)),
                 handler: Handler::Webhook(webhook),
                 max_connections: options.max_connections,
+                per_peer: None,
             },
             Endpoint {
                 listener: health_listener,
                 tls: None,
                 handler: Handler::Health(health),
                 max_connections: HEALTH_CONNECTIONS,
+                per_peer: Some(HEALTH_CONNECTIONS_PER_PEER),
             },
         ];
         let (stop, stopped) = watch::channel(false);

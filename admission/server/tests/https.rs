@@ -422,3 +422,39 @@ async fn connections_over_the_limit_wait_and_are_served_when_one_closes() {
     assert_eq!(post(&mut third, "/validate", review("open", "csi.example.com")).await.0, StatusCode::OK);
     harness.server.shutdown().await;
 }
+
+/// A connection to `addr` from `source` (any loopback address), one byte of a request sent.
+async fn trickling_from(source: &str, addr: SocketAddr) -> TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(format!("{source}:0").parse().unwrap()).unwrap();
+    let mut tcp = socket.connect(addr).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut tcp, b"G").await.unwrap();
+    tcp
+}
+
+#[tokio::test]
+async fn one_address_holds_at_most_four_health_connections_and_another_address_is_answered() {
+    let harness = start_with(ServerOptions::default()).await;
+    let health = harness.server.health_addr();
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        held.push(trickling_from("127.0.0.3", health).await);
+    }
+    // The fifth from that address is closed at once (a minute only turns a hang into a failure).
+    let mut fifth = trickling_from("127.0.0.3", health).await;
+    let mut buffer = [0u8; 16];
+    let read = tokio::time::timeout(Duration::from_secs(60), tokio::io::AsyncReadExt::read(&mut fifth, &mut buffer));
+    assert!(matches!(read.await, Ok(Ok(0) | Err(_))), "a fifth connection from one address was kept");
+    // kubelet's probe comes from another address: answered.
+    assert_eq!(health_get(health, "/healthz").await.0, StatusCode::OK);
+    // The four held are still served: a finished request is answered on each.
+    for tcp in &mut held {
+        tokio::io::AsyncWriteExt::write_all(tcp, b"ET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = String::new();
+        tokio::io::AsyncReadExt::read_to_string(tcp, &mut answer).await.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+    }
+    harness.server.shutdown().await;
+}
