@@ -150,3 +150,34 @@ async fn one_namespace_is_refused_beyond_its_part_while_another_is_served_and_a_
     let _ = stop.send(());
     running.await.unwrap().unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shipped_budgets_hold_110_pods_of_one_namespace_each_mounting_a_1_mib_share() {
+    assert!(support::is_root(), "real mounts need root: run the test command as root");
+    let dir = support::NodeDir(tempfile::tempdir().unwrap());
+    let root = dir.path();
+    // A Secret's data is below 1 MiB (etcd's limit is on the whole object): 1 MiB less 4 KiB.
+    std::fs::create_dir_all(root.join("shares/big")).unwrap();
+    std::fs::write(root.join("shares/big/ca-bundle.pem"), vec![b'x'; (MIB - 4096) as usize]).unwrap();
+    let mut plugin = plugin(root);
+    let shipped = sharedresource_csi_driver::config::DriverConfig::default();
+    plugin.config.content_budget = shipped.content_budget;
+    plugin.config.namespace_content_budget = shipped.namespace_content_budget;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(plugin.run(async {
+        let _ = stopped.await;
+    }));
+    let mut node = NodeClient::new(channel(root.join("plugins/csi.sock")).await);
+    let mut published = Vec::new();
+    for n in 0..110 {
+        let (request, volume) = publish(root, "apps", n);
+        node.node_publish_volume(request).await.unwrap_or_else(|status| panic!("volume {n}: {status:?}"));
+        published.push(volume);
+    }
+    assert!(used_by_mounts(&published) >= 110 * (MIB - 4096), "the positive control: every volume holds its file");
+    for (volume_id, target) in &published {
+        node.node_unpublish_volume(unpublish_request(volume_id, target)).await.unwrap();
+    }
+    let _ = stop.send(());
+    running.await.unwrap().unwrap();
+}

@@ -155,6 +155,32 @@ async fn victim_sees(node: &Node, wanted: &str, seen: &mut usize, what: &str) ->
     Ok((what.to_string(), waited))
 }
 
+/// The victim (`when`: "during" or "after" the attack) sees an update, loses its grant and gets
+/// it back, each within [`VICTIM_WAIT`], its content `"{when}-attack"` afterwards; the driver has
+/// not restarted since it had `restarts_before` restarts. The waits.
+async fn victim_served(
+    admin: &kube::Client,
+    node: &Node,
+    seen: &mut usize,
+    when: &str,
+    restarts_before: i32,
+) -> Result<Vec<(String, Duration)>, String> {
+    let content = format!("{when}-attack");
+    workload::set_content(admin, &content).await?;
+    let mut waits = vec![victim_sees(node, &content, seen, &format!("an update {when} the attack")).await?];
+    workload::revoke(admin).await?;
+    waits.push(victim_sees(node, "", seen, &format!("a revocation {when} the attack")).await?);
+    workload::grant(admin).await?;
+    waits.push(victim_sees(node, &content, seen, &format!("its grant back {when} the attack")).await?);
+    let (restarts, oom) = driver_restarts(admin).await?;
+    if restarts != restarts_before || oom {
+        return Err(format!(
+            "the driver restarted {when} the attack ({restarts_before} → {restarts}, OOM killed: {oom})"
+        ));
+    }
+    Ok(waits)
+}
+
 /// The driver pod's (restart count, whether its last end was an OOM kill).
 async fn driver_restarts(admin: &kube::Client) -> Result<(i32, bool), String> {
     let pods = Api::<Pod>::namespaced(admin.clone(), crate::DRIVER_NAMESPACE)
@@ -174,6 +200,11 @@ async fn driver_restarts(admin: &kube::Client) -> Result<(i32, bool), String> {
         .and_then(|s| s.terminated.as_ref())
         .is_some_and(|t| t.reason.as_deref() == Some("OOMKilled"));
     Ok((status.restart_count, oom))
+}
+
+/// `error`'s message, cut at 400 characters (an apiserver's refusal lists every field).
+fn short(error: &impl std::fmt::Display) -> String {
+    error.to_string().chars().take(400).collect()
 }
 
 /// The IPs of the running pods of `namespace` that `labels` selects.
@@ -234,7 +265,7 @@ pub async fn one_tenant_cannot_take_the_node(
     let (restarts_before, _) = driver_restarts(admin).await?;
     let tenant = attacker_client(admin, cluster).await?;
     let items: Vec<Value> =
-        (0..ITEMS).map(|n| json!({"path": format!("name-{n}"), "fieldRef": {"fieldPath": "metadata.name"}})).collect();
+        (0..ITEMS).map(|n| json!({"path": format!("name-{n}"), "fieldPath": "metadata.name"})).collect();
     let projection = json!({
         "apiVersion": "sharedresource.inlineguard.dev/v1alpha1", "kind": "SharedProjection",
         "metadata": {"name": FLOOD, "namespace": ATTACKER},
@@ -250,7 +281,7 @@ pub async fn one_tenant_cannot_take_the_node(
     projections
         .create(&PostParams::default(), &projection)
         .await
-        .map_err(|e| format!("the attacker's projection: {e}"))?;
+        .map_err(|e| format!("the attacker's projection: {}", short(&e)))?;
 
     // The flood first: the driver's health port, and every webhook pod's HTTPS port.
     let pods = Api::<Pod>::namespaced(tenant.clone(), ATTACKER);
@@ -295,24 +326,10 @@ pub async fn one_tenant_cannot_take_the_node(
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
 
-    // During the attack: the victim sees an update, loses its grant, gets it back.
-    let mut victim_waits = Vec::new();
-    workload::set_content(admin, "during-attack").await?;
-    victim_waits.push(victim_sees(node, "during-attack", seen, "an update during the attack").await?);
-    workload::revoke(admin).await?;
-    victim_waits.push(victim_sees(node, "", seen, "a revocation during the attack").await?);
-    workload::grant(admin).await?;
-    victim_waits.push(victim_sees(node, "during-attack", seen, "its grant back during the attack").await?);
-
+    let mut victim_waits = victim_served(admin, node, seen, "during", restarts_before).await?;
     let mounted = csi_mounts_of(&uids)?;
     if mounted == 0 {
         return Err("the positive control: none of the attacker's volumes was mounted".into());
-    }
-    let (restarts, oom) = driver_restarts(admin).await?;
-    if restarts != restarts_before || oom {
-        return Err(format!(
-            "the driver restarted during the attack ({restarts_before} → {restarts}, OOM killed: {oom})"
-        ));
     }
 
     // After it: the attacker's pods deleted, the victim still served.
@@ -321,17 +338,6 @@ pub async fn one_tenant_cannot_take_the_node(
     }
     inline_guard_tests::node::delete_and_wait(admin, ATTACKER, "flooder").await?;
     projections.delete(FLOOD, &DeleteParams::default()).await.map_err(|e| format!("deleting the projection: {e}"))?;
-    workload::set_content(admin, "after-attack").await?;
-    victim_waits.push(victim_sees(node, "after-attack", seen, "an update after the attack").await?);
-    workload::revoke(admin).await?;
-    victim_waits.push(victim_sees(node, "", seen, "a revocation after the attack").await?);
-    workload::grant(admin).await?;
-    victim_waits.push(victim_sees(node, "after-attack", seen, "its grant back after the attack").await?);
-    let (restarts, oom) = driver_restarts(admin).await?;
-    if restarts != restarts_before || oom {
-        return Err(format!(
-            "the driver restarted after the attack ({restarts_before} → {restarts}, OOM killed: {oom})"
-        ));
-    }
+    victim_waits.extend(victim_served(admin, node, seen, "after", restarts_before).await?);
     Ok(AttackReport { victim_waits, refused, mounted })
 }

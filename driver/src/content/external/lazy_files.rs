@@ -161,6 +161,10 @@ pub struct LazyFiles {
     layout: LazyLayout,
     runtime: tokio::runtime::Handle,
     cache: Mutex<HashMap<String, Slot>>,
+    // What the cache holds, in bytes, and the most it may: the driver's own memory, which no
+    // tmpfs bound covers. A file that would take it beyond is served without being kept.
+    cached_bytes: AtomicU64,
+    max_cached_bytes: u64,
     withdrawn: AtomicBool,
     gets: AtomicU64,
     contents: AtomicU64,
@@ -199,10 +203,24 @@ impl LazyFiles {
             layout,
             runtime,
             cache: Mutex::default(),
+            cached_bytes: AtomicU64::new(0),
+            max_cached_bytes: u64::MAX,
             withdrawn: AtomicBool::new(false),
             gets: AtomicU64::new(0),
             contents: AtomicU64::new(0),
         })
+    }
+
+    /// The same files, their cache holding at most `bytes` of content (the volume's tmpfsSize:
+    /// a lazy volume keeps no more in the driver's memory than an eager one may in its tmpfs).
+    pub fn with_cache_limit(mut self, bytes: u64) -> LazyFiles {
+        self.max_cached_bytes = bytes;
+        self
+    }
+
+    /// The bytes of content the cache holds.
+    pub fn cached_bytes(&self) -> u64 {
+        self.cached_bytes.load(Ordering::Relaxed)
     }
 
     /// The tree of the volume.
@@ -256,6 +274,7 @@ impl LazyFiles {
         let was = self.withdrawn.swap(withdrawn, Ordering::SeqCst);
         if withdrawn {
             self.cache.lock().unwrap_or_else(|p| p.into_inner()).clear();
+            self.cached_bytes.store(0, Ordering::Relaxed);
         }
         was != withdrawn
     }
@@ -288,10 +307,20 @@ impl LazyFiles {
         if self.withdrawn() {
             return Err(Error::Denied(format!("provider {name}: access to the volume's files was withdrawn")));
         }
-        let content = match cached.take() {
+        let before = cached.take();
+        if let Some(before) = &before {
+            self.cached_bytes.fetch_sub(before.content.bytes.len() as u64, Ordering::Relaxed);
+        }
+        let content = match before {
             Some(before) if *before.content.bytes == *bytes => before.content,
             _ => self.new_content(bytes),
         };
+        let size = content.bytes.len() as u64;
+        let held = self.cached_bytes.fetch_add(size, Ordering::Relaxed) + size;
+        if held > self.max_cached_bytes {
+            self.cached_bytes.fetch_sub(size, Ordering::Relaxed);
+            return Ok(content);
+        }
         *cached = Some(Cached { content: content.clone(), fetched: Instant::now() });
         Ok(content)
     }
@@ -312,7 +341,12 @@ impl LazyFiles {
             let ttl = self.cache_ttl();
             // An entry being fetched is locked and kept; an expired one costs a `get` either way.
             cache.retain(|_, slot| {
-                slot.try_lock().map_or(true, |c| c.as_ref().is_some_and(|c| c.fetched.elapsed() < ttl))
+                let Ok(cached) = slot.try_lock() else { return true };
+                let fresh = cached.as_ref().is_some_and(|c| c.fetched.elapsed() < ttl);
+                if !fresh && let Some(stale) = cached.as_ref() {
+                    self.cached_bytes.fetch_sub(stale.content.bytes.len() as u64, Ordering::Relaxed);
+                }
+                fresh
             });
             if cache.len() >= MAX_CACHED_FILES {
                 return None;

@@ -136,6 +136,21 @@ async fn a_file_is_fetched_once_when_first_read_and_served_from_memory_within_th
 }
 
 #[tokio::test]
+async fn the_cache_keeps_no_more_than_the_volume_may_hold_and_serves_the_rest_uncached() {
+    let helper = Helper::new(&[("a", "12345"), ("b", "1234"), ("c", "123")]);
+    let files = helper.files(HOUR).with_cache_limit(9);
+    for (name, size) in [("a", 5), ("b", 4), ("c", 3)] {
+        assert_eq!(files.read(&format!("secrets/{name}")).await.unwrap().len(), size);
+    }
+    assert_eq!(files.cached_bytes(), 9, "a and b are kept: 9 bytes");
+    assert!(files.cached("secrets/c").is_none(), "c would take the cache beyond 9 bytes: served, not kept");
+    files.read("secrets/c").await.unwrap();
+    assert_eq!(helper.gets().len(), 4, "c is asked for again at each read");
+    assert!(files.set_withdrawn(true));
+    assert_eq!(files.cached_bytes(), 0, "a withdrawal empties the cache");
+}
+
+#[tokio::test]
 async fn after_the_ttl_the_helper_is_asked_again() {
     let helper = Helper::new(&[("db-password", "first")]);
     let files = helper.files(Duration::from_secs(1));
