@@ -136,7 +136,7 @@ fn main() -> Result<(), String> {
     };
     let reply = MountReply::parse(br#"{"enable-dirs": ["s"], "mount-param": [], "files": {"s": ["f"]}}"#)?;
     let options = mount_options(&ask(&target_text)).map_err(|e| e.to_string())?;
-    let permits = Arc::new(tokio::sync::Semaphore::new(4));
+    let permits = (sharedresource_csi_driver::fair_slots::FairSlots::halved(4), "bench".to_string());
     let files = Arc::new(
         LazyFiles::new(provider, permits, reply, options, runtime.handle().clone()).map_err(|e| e.to_string())?,
     );
