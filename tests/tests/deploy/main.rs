@@ -157,6 +157,7 @@ async fn steps(this: &Installation) -> Outcome {
     let second_driver = this.wait_for_new_driver_pod(&first_driver).await?;
     println!("deploy: driver pod {first_driver} deleted, {second_driver} Ready in its place");
     seen = wait_for_content(&this.node, "reader", "after-attack", seen).await?;
+    seen = this.share_deleted_while_the_read_grants_controller_is_down(seen).await?;
     workload::set_content(&this.admin, "third").await?;
     wait_for_content(&this.node, "reader", "third", seen).await?;
     this.node.volume_present(&pod)?;
@@ -265,6 +266,48 @@ impl Installation {
             self.kubectl.run(&["rollout", "status", kind, "-n", namespace, "--timeout=240s"]).await?;
         }
         Ok(())
+    }
+
+    /// The read-grants controller scaled to zero, then the share deleted: its grant stays (no one
+    /// removes it) but the driver stops serving the share all the same, within 10 s; the share
+    /// made again and the controller back, the reader is served again. The lines the reader had
+    /// printed afterwards.
+    async fn share_deleted_while_the_read_grants_controller_is_down(&self, seen: usize) -> Result<usize, String> {
+        let grants = ["deployment/sharedresource-read-grants", "-n", DRIVER_NAMESPACE];
+        self.kubectl.run(&[&["scale", "--replicas=0"][..], &grants[..]].concat()).await?;
+        let controller = ListParams::default().labels("app.kubernetes.io/name=sharedresource-read-grants");
+        let pods = Api::<Pod>::namespaced(self.admin.clone(), DRIVER_NAMESPACE);
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !pods.list(&controller).await.map_err(|e| format!("listing the controller's pods: {e}"))?.items.is_empty()
+        {
+            if Instant::now() > deadline {
+                return Err("the read-grants controller's pod was still there 120 s after scaling to zero".into());
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        let roles = Api::<k8s_openapi::api::rbac::v1::Role>::namespaced(self.admin.clone(), workload::OWNER);
+        let grant = "sharedresource-csi-driver-reads";
+        let present = |role: Option<k8s_openapi::api::rbac::v1::Role>| role.is_some();
+        if !present(roles.get_opt(grant).await.map_err(|e| e.to_string())?) {
+            return Err(format!("the positive control: Role {}/{grant} is not there before", workload::OWNER));
+        }
+        workload::delete_share(&self.admin).await?;
+        let started = Instant::now();
+        let seen = wait_for_content(&self.node, "reader", "", seen).await?;
+        let waited = started.elapsed();
+        println!(
+            "deploy: with the read-grants controller down, the deleted share was no longer served after {waited:?}"
+        );
+        if waited > Duration::from_secs(10) {
+            return Err(format!("the deleted share was served {waited:?} after its deletion, more than 10 s"));
+        }
+        if !present(roles.get_opt(grant).await.map_err(|e| e.to_string())?) {
+            return Err("the grant went while its controller was down: the step proves nothing".into());
+        }
+        workload::make_share(&self.admin).await?;
+        self.kubectl.run(&[&["scale", "--replicas=1"][..], &grants[..]].concat()).await?;
+        self.kubectl.run(&["rollout", "status", grants[0], "-n", DRIVER_NAMESPACE, "--timeout=240s"]).await?;
+        wait_for_content(&self.node, "reader", "after-attack", seen).await
     }
 
     async fn wait_registered(&self) -> Outcome {

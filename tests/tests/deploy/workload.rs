@@ -61,14 +61,7 @@ pub async fn share_and_grant(admin: &kube::Client, content: &str) -> Result<(), 
     )
     .await?;
     set_content(admin, content).await?;
-    apply(
-        admin,
-        json!({
-            "apiVersion": "sharedresource.inlineguard.dev/v1alpha1", "kind": "SharedSecret", "metadata": {"name": SHARE},
-            "spec": {"secretRef": {"namespace": OWNER, "name": SHARE}}
-        }),
-    )
-    .await?;
+    make_share(admin).await?;
     apply(
         admin,
         json!({
@@ -93,6 +86,32 @@ async fn bind_reader(admin: &kube::Client, name: &str, role: &str) -> Result<(),
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": name, "namespace": CONSUMER},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
             "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": CONSUMER}]
+        }),
+    )
+    .await
+}
+
+/// Deletes the SharedSecret (its Secret stays): the volume must be emptied.
+pub async fn delete_share(admin: &kube::Client) -> Result<(), String> {
+    let resource = kube::discovery::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
+        "sharedresource.inlineguard.dev",
+        "v1alpha1",
+        "SharedSecret",
+    ));
+    Api::<kube::core::DynamicObject>::all_with(admin.clone(), &resource)
+        .delete(SHARE, &DeleteParams::default())
+        .await
+        .map(drop)
+        .map_err(|e| format!("deleting the SharedSecret: {e}"))
+}
+
+/// Makes the SharedSecret again.
+pub async fn make_share(admin: &kube::Client) -> Result<(), String> {
+    apply(
+        admin,
+        json!({
+            "apiVersion": "sharedresource.inlineguard.dev/v1alpha1", "kind": "SharedSecret", "metadata": {"name": SHARE},
+            "spec": {"secretRef": {"namespace": OWNER, "name": SHARE}}
         }),
     )
     .await
