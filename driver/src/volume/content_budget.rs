@@ -21,6 +21,10 @@ pub const PAGE_BYTES: u64 = 4096;
 /// What one entry (file, directory, symlink) costs the kernel besides its data: an inode and a
 /// dentry, both charged to the writer's cgroup (about 0.8 KiB together); rounded up.
 pub const ENTRY_BYTES: u64 = 1024;
+/// What a volume costs whatever it holds: its tmpfs (superblock, root, the links the writer keeps
+/// at the top) and its record. Counted so that a namespace's part bounds how many volumes it can
+/// have on the node too, not only their content: 160 MiB is at most 10 240 empty volumes.
+pub const VOLUME_BYTES: u64 = 16 * 1024;
 
 /// The bounds of the budget.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,7 +41,8 @@ impl BudgetLimits {
 }
 
 /// What `payload` costs once written as one version of a volume: each file's data in whole
-/// pages, and an entry per file, per directory it needs and per top-level link.
+/// pages, an entry per file, per directory it needs and per top-level link, and the volume
+/// itself ([`VOLUME_BYTES`]).
 pub fn charge_of(payload: &Payload) -> u64 {
     let mut directories = std::collections::BTreeSet::new();
     let mut top_level = std::collections::BTreeSet::new();
@@ -51,7 +56,7 @@ pub fn charge_of(payload: &Payload) -> u64 {
     }
     // The version directory itself is one more entry.
     let entries = directories.len() as u64 + top_level.len() as u64 + 1;
-    bytes.saturating_add(entries * ENTRY_BYTES)
+    bytes.saturating_add(entries * ENTRY_BYTES).saturating_add(VOLUME_BYTES)
 }
 
 /// Who a volume's content is charged to.
@@ -228,8 +233,8 @@ mod tests {
         ]);
         // Data: 1 page + 2 pages + 0; entries: 3 files, directories d and d/e, links a and d,
         // the version directory.
-        assert_eq!(charge_of(&payload), 3 * PAGE_BYTES + (3 + 2 + 2 + 1) * ENTRY_BYTES);
-        assert_eq!(charge_of(&Payload::new()), ENTRY_BYTES, "an empty version is its directory");
+        assert_eq!(charge_of(&payload), 3 * PAGE_BYTES + (3 + 2 + 2 + 1) * ENTRY_BYTES + VOLUME_BYTES);
+        assert_eq!(charge_of(&Payload::new()), ENTRY_BYTES + VOLUME_BYTES, "an empty version: its directory");
     }
 
     #[test]
@@ -278,7 +283,7 @@ mod tests {
         let budget = ContentBudget::new(BudgetLimits { node_bytes: MIB, namespace_bytes: MIB });
         budget.reserve(&payer("v", "ns"), MIB).unwrap().commit();
         budget.reserve(&payer("v", "ns"), charge_of(&Payload::new())).unwrap().commit();
-        assert_eq!(budget.used(), ENTRY_BYTES);
+        assert_eq!(budget.used(), ENTRY_BYTES + VOLUME_BYTES);
     }
 
     #[test]

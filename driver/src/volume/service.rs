@@ -21,7 +21,7 @@ use crate::content::{ContentSource, PassId};
 use crate::metrics::{Metrics, RefreshResult};
 use crate::quote::{Logged, quote, quote_path};
 use crate::volume::atomic_writer::{AtomicWriter, check_key};
-use crate::volume::content_budget::{BudgetLimits, ContentBudget, ENTRY_BYTES, Payer};
+use crate::volume::content_budget::{BudgetLimits, ContentBudget, ENTRY_BYTES, Payer, VOLUME_BYTES};
 use crate::volume::error::{Error, Result};
 use crate::volume::lazy_filesystem::LazyMount;
 use crate::volume::mounter::Mounter;
@@ -732,14 +732,14 @@ fn payer_of(record: &VolumeRecord) -> Payer {
 }
 
 /// What the tmpfs of a volume a previous run published holds now, pages and entries, as its
-/// filesystem reports them; `None` when it cannot be measured.
+/// filesystem reports them, and the volume itself; `None` when it cannot be measured.
 fn measured_content(settings: &VolumeSettings, volume: &PublishedVolume) -> Option<u64> {
     let opened = target_dir::open(&settings.kubelet_dir, &volume.target).ok()??;
     let stat = nix::sys::statvfs::statvfs(&opened.target.proc_path()).ok()?;
     let unit = stat.fragment_size();
     let data = (stat.blocks().saturating_sub(stat.blocks_free())).saturating_mul(unit);
     let entries = stat.files().saturating_sub(stat.files_free());
-    Some(data.saturating_add(entries.saturating_mul(ENTRY_BYTES)))
+    Some(data.saturating_add(entries.saturating_mul(ENTRY_BYTES)).saturating_add(VOLUME_BYTES))
 }
 
 /// A volume's content as fetched for a refresh.
