@@ -6,8 +6,10 @@
 //! of the node. A write is reserved here before it is made, in the pages and inodes tmpfs will
 //! charge, and refused when the node's or the pod's namespace's part would be exceeded. An
 //! update holds the old version and the new one at once (the atomic writer swaps them), so the
-//! reservation of the new one is counted beside the old until the swap; a write that only
-//! shrinks a volume (a revocation empties it) is never refused.
+//! reservation of the new one is counted beside the old until the swap. A version no larger than
+//! the one it replaces may go an eighth over the bounds while it is written (a full node can
+//! still update its volumes, and the overshoot is bounded), and an empty one (a revocation
+//! empties the volume) is never refused.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -25,6 +27,9 @@ pub const ENTRY_BYTES: u64 = 1024;
 /// at the top) and its record. Counted so that a namespace's part bounds how many volumes it can
 /// have on the node too, not only their content: 160 MiB is at most 10 240 empty volumes.
 pub const VOLUME_BYTES: u64 = 16 * 1024;
+
+/// What an empty version costs: its directory and the volume (what a revocation writes).
+pub const EMPTY_VERSION_BYTES: u64 = ENTRY_BYTES + VOLUME_BYTES;
 
 /// The bounds of the budget.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,15 +123,17 @@ impl ContentBudget {
     }
 
     /// Reserves `bytes` for a new version of `payer`'s volume, beside what the volume holds now.
-    /// Refused when the node or the namespace would hold more than its bound; a version no
-    /// larger than the one it replaces is always granted (it never grows what is held once
-    /// the old one is gone, and a revocation must never wait for room).
+    /// Refused when the node or the namespace would hold more than its bound. A version no
+    /// larger than the one it replaces may take them an eighth over (it never grows what is
+    /// held once the old one is gone); an empty version is always granted (a revocation must
+    /// never wait for room).
     pub fn reserve(&self, payer: &Payer, bytes: u64) -> Result<Reservation> {
         let mut ledger = self.ledger();
         let current = ledger.held.get(&payer.volume_id).map_or(0, |(_, held)| *held);
-        if bytes > current {
+        let over = |bound: u64| if bytes <= current { bound.saturating_add(bound / 8) } else { bound };
+        if bytes > EMPTY_VERSION_BYTES {
             let namespace_used = ledger.by_namespace.get(&payer.namespace).copied().unwrap_or(0);
-            if namespace_used.saturating_add(bytes) > self.limits.namespace_bytes {
+            if namespace_used.saturating_add(bytes) > over(self.limits.namespace_bytes) {
                 return Err(Error::OverBudget(format!(
                     "the volume's content needs {bytes} bytes of memory on the node, and the volumes of namespace {} \
                      already hold {namespace_used} of the {} bytes one namespace may hold on a node \
@@ -136,7 +143,7 @@ impl ContentBudget {
                     self.limits.namespace_bytes
                 )));
             }
-            if ledger.total.saturating_add(bytes) > self.limits.node_bytes {
+            if ledger.total.saturating_add(bytes) > over(self.limits.node_bytes) {
                 return Err(Error::OverBudget(format!(
                     "the volume's content needs {bytes} bytes of memory on the node, and the node's volumes already \
                      hold {} of the {} bytes the driver may hold (contentBudget); the pod can run on another node",
@@ -263,27 +270,28 @@ mod tests {
 
     #[test]
     fn an_update_counts_both_versions_until_it_commits() {
-        let budget = ContentBudget::new(BudgetLimits { node_bytes: 3 * MIB, namespace_bytes: 3 * MIB });
-        budget.reserve(&payer("v", "ns"), 2 * MIB).unwrap().commit();
-        let growing = budget.reserve(&payer("v", "ns"), 2 * MIB + PAGE_BYTES).err().expect("over the budget");
-        assert!(matches!(growing, Error::OverBudget(_)), "2 MiB held and a larger version beside it do not fit 3 MiB");
-        // A version no larger than the old one is always granted, even with the budget spent:
-        // once swapped it holds less than before, so the node is over its budget only by the
-        // versions being written at that moment.
-        let smaller = budget.reserve(&payer("v", "ns"), 2 * MIB).unwrap();
-        assert_eq!(budget.used(), 4 * MIB, "both versions are counted while the new one is written");
-        drop(smaller);
-        let smaller = budget.reserve(&payer("v", "ns"), MIB).unwrap();
+        let budget = ContentBudget::new(BudgetLimits { node_bytes: 16 * MIB, namespace_bytes: 16 * MIB });
+        budget.reserve(&payer("v", "ns"), 14 * MIB).unwrap().commit();
+        let growing = budget.reserve(&payer("v", "ns"), 14 * MIB + PAGE_BYTES).err().expect("over the budget");
+        assert!(matches!(growing, Error::OverBudget(_)), "14 MiB held and a larger version beside it do not fit");
+        // A version no larger than the old one may go an eighth over the budget while it is
+        // written (16 + 2 MiB here), not more.
+        let same = budget.reserve(&payer("v", "ns"), 14 * MIB).err().expect("28 MiB is more than 18");
+        assert!(matches!(same, Error::OverBudget(_)));
+        let smaller = budget.reserve(&payer("v", "ns"), 4 * MIB).unwrap();
+        assert_eq!(budget.used(), 18 * MIB, "both versions are counted while the new one is written");
         smaller.commit();
-        assert_eq!((budget.used(), budget.held_by("v")), (MIB, MIB));
+        assert_eq!((budget.used(), budget.held_by("v")), (4 * MIB, 4 * MIB));
     }
 
     #[test]
     fn a_revocation_is_granted_whatever_is_held() {
         let budget = ContentBudget::new(BudgetLimits { node_bytes: MIB, namespace_bytes: MIB });
         budget.reserve(&payer("v", "ns"), MIB).unwrap().commit();
-        budget.reserve(&payer("v", "ns"), charge_of(&Payload::new())).unwrap().commit();
-        assert_eq!(budget.used(), ENTRY_BYTES + VOLUME_BYTES);
+        budget.reserve(&payer("other", "ns"), 0).unwrap().commit();
+        assert_eq!(charge_of(&Payload::new()), EMPTY_VERSION_BYTES);
+        budget.reserve(&payer("v", "ns"), EMPTY_VERSION_BYTES).unwrap().commit();
+        assert_eq!(budget.used(), EMPTY_VERSION_BYTES);
     }
 
     #[test]
@@ -302,7 +310,7 @@ mod tests {
         let budget = ContentBudget::new(BudgetLimits { node_bytes: MIB, namespace_bytes: MIB });
         budget.hold(&payer("old", "ns"), 2 * MIB);
         assert_eq!(budget.used(), 2 * MIB);
-        assert!(budget.reserve(&payer("new", "other"), PAGE_BYTES).is_err(), "nothing more fits");
+        assert!(budget.reserve(&payer("new", "other"), EMPTY_VERSION_BYTES + PAGE_BYTES).is_err(), "nothing more fits");
         budget.hold(&payer("old", "ns"), MIB / 2);
         assert_eq!(budget.used(), MIB / 2, "held again, not twice");
     }

@@ -223,11 +223,13 @@ async fn open_with(
 }
 
 /// The errno a failed read of a lazy file answers: withdrawn access is EACCES, a file the
-/// helper does not have ENOENT, anything else EIO, for that file only.
+/// helper does not have ENOENT, a volume holding its size in memory already ENOMEM, anything
+/// else EIO, for that file only.
 fn errno_of(error: &ContentError) -> Errno {
     match error {
         ContentError::Denied(_) => Errno::EACCES,
         ContentError::Missing(_) => Errno::ENOENT,
+        ContentError::TooLarge(_) => Errno::ENOMEM,
         _ => Errno::EIO,
     }
 }

@@ -149,7 +149,7 @@ mod tests {
     /// Content `text`, its id the text's first byte: the same text, the same id, as the lazy
     /// files give a content fetched again unchanged.
     fn content(text: &str) -> Fetched {
-        Fetched { id: u64::from(text.as_bytes()[0]), bytes: std::sync::Arc::from(text.as_bytes()) }
+        Fetched::detached(u64::from(text.as_bytes()[0]), text.as_bytes())
     }
 
     /// Opens as the filesystem does: a switch first when asked for.

@@ -115,7 +115,7 @@ impl ExecProviders {
         let (reply, options) = self.mount(provider, ask).await?;
         let permits = (self.permits.clone(), ask.pod.namespace.clone());
         LazyFiles::new(provider.clone(), permits, reply, options, tokio::runtime::Handle::current())
-            .map(|files| files.with_cache_limit(self.max_volume_bytes))
+            .map(|files| files.with_memory_limit(self.max_volume_bytes))
     }
 
     /// The helper's answer to `mount` for `ask`'s volume, and the options it was given.

@@ -124,20 +124,47 @@ impl LazyLayout {
 
 /// A file's content as a `get` had it. Its `id` names the content: a later `get` that brings
 /// the same bytes keeps the id, so whoever keeps an id (the kernel's page cache of the file)
-/// knows whether content is unchanged without keeping the content itself.
+/// knows whether content is unchanged without keeping the content itself. Its bytes count
+/// against their volume's bound for as long as anything (the cache, an open file) holds them.
 #[derive(Debug, Clone)]
 pub struct Fetched {
     /// Unique in its volume per distinct content had.
     pub id: u64,
-    /// The file's bytes.
-    pub bytes: Arc<[u8]>,
+    held: Arc<Held>,
+}
+
+/// Bytes in memory, counted in their volume's `live` while they are.
+struct Held {
+    bytes: Box<[u8]>,
+    live: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for Held {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} bytes", self.bytes.len())
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.live.fetch_sub(self.bytes.len() as u64, Ordering::Relaxed);
+    }
+}
+
+impl Fetched {
+    /// Content `id` of `bytes`, counted in no volume: for tests of what keeps contents.
+    #[cfg(test)]
+    pub fn detached(id: u64, bytes: &[u8]) -> Fetched {
+        let live = Arc::new(AtomicU64::new(bytes.len() as u64));
+        Fetched { id, held: Arc::new(Held { bytes: bytes.into(), live }) }
+    }
 }
 
 impl std::ops::Deref for Fetched {
     type Target = [u8];
 
     fn deref(&self) -> &[u8] {
-        &self.bytes
+        &self.held.bytes
     }
 }
 
@@ -161,10 +188,11 @@ pub struct LazyFiles {
     layout: LazyLayout,
     runtime: tokio::runtime::Handle,
     cache: Mutex<HashMap<String, Slot>>,
-    // What the cache holds, in bytes, and the most it may: the driver's own memory, which no
-    // tmpfs bound covers. A file that would take it beyond is served without being kept.
-    cached_bytes: AtomicU64,
-    max_cached_bytes: u64,
+    // The bytes of content held in memory for the volume (by its cache and its open files), and
+    // the most they may be: the driver's own memory, which no tmpfs bound covers. A `get` whose
+    // answer would take them beyond fails.
+    live_bytes: Arc<AtomicU64>,
+    max_live_bytes: u64,
     withdrawn: AtomicBool,
     gets: AtomicU64,
     contents: AtomicU64,
@@ -203,24 +231,25 @@ impl LazyFiles {
             layout,
             runtime,
             cache: Mutex::default(),
-            cached_bytes: AtomicU64::new(0),
-            max_cached_bytes: u64::MAX,
+            live_bytes: Arc::default(),
+            max_live_bytes: u64::MAX,
             withdrawn: AtomicBool::new(false),
             gets: AtomicU64::new(0),
             contents: AtomicU64::new(0),
         })
     }
 
-    /// The same files, their cache holding at most `bytes` of content (the volume's tmpfsSize:
-    /// a lazy volume keeps no more in the driver's memory than an eager one may in its tmpfs).
-    pub fn with_cache_limit(mut self, bytes: u64) -> LazyFiles {
-        self.max_cached_bytes = bytes;
+    /// The same files, holding at most `bytes` of content in memory at once, cached or open
+    /// (the volume's tmpfsSize: a lazy volume keeps no more in the driver's memory than an eager
+    /// one may in its tmpfs).
+    pub fn with_memory_limit(mut self, bytes: u64) -> LazyFiles {
+        self.max_live_bytes = bytes;
         self
     }
 
-    /// The bytes of content the cache holds.
-    pub fn cached_bytes(&self) -> u64 {
-        self.cached_bytes.load(Ordering::Relaxed)
+    /// The bytes of content held in memory for the volume, cached or open.
+    pub fn live_bytes(&self) -> u64 {
+        self.live_bytes.load(Ordering::Relaxed)
     }
 
     /// The tree of the volume.
@@ -274,7 +303,6 @@ impl LazyFiles {
         let was = self.withdrawn.swap(withdrawn, Ordering::SeqCst);
         if withdrawn {
             self.cache.lock().unwrap_or_else(|p| p.into_inner()).clear();
-            self.cached_bytes.store(0, Ordering::Relaxed);
         }
         was != withdrawn
     }
@@ -296,7 +324,8 @@ impl LazyFiles {
             return Err(Error::Missing(format!("provider {name}: no file {}", quote(path))));
         }
         let Some(slot) = self.slot(path) else {
-            return Ok(self.new_content(self.get(path).await?));
+            let bytes = self.get(path).await?;
+            return self.new_content(bytes);
         };
         let mut cached = slot.lock().await;
         if let Some(fresh) = cached.as_ref().filter(|c| c.fetched.elapsed() < self.cache_ttl()) {
@@ -307,27 +336,35 @@ impl LazyFiles {
         if self.withdrawn() {
             return Err(Error::Denied(format!("provider {name}: access to the volume's files was withdrawn")));
         }
-        let before = cached.take();
-        if let Some(before) = &before {
-            self.cached_bytes.fetch_sub(before.content.bytes.len() as u64, Ordering::Relaxed);
-        }
-        let content = match before {
-            Some(before) if *before.content.bytes == *bytes => before.content,
-            _ => self.new_content(bytes),
+        let content = match cached.take() {
+            Some(before) if *before.content == *bytes => before.content,
+            replaced => {
+                // The old content leaves the cache first: what only the cache held is given
+                // back before the new content is counted.
+                drop(replaced);
+                self.new_content(bytes)?
+            }
         };
-        let size = content.bytes.len() as u64;
-        let held = self.cached_bytes.fetch_add(size, Ordering::Relaxed) + size;
-        if held > self.max_cached_bytes {
-            self.cached_bytes.fetch_sub(size, Ordering::Relaxed);
-            return Ok(content);
-        }
         *cached = Some(Cached { content: content.clone(), fetched: Instant::now() });
         Ok(content)
     }
 
-    /// `bytes` under an id of its own.
-    fn new_content(&self, bytes: Arc<[u8]>) -> Fetched {
-        Fetched { id: self.contents.fetch_add(1, Ordering::Relaxed) + 1, bytes }
+    /// `bytes` under an id of its own, counted in the volume's memory; refused when the volume
+    /// holds its bound already.
+    fn new_content(&self, bytes: Vec<u8>) -> Result<Fetched> {
+        let size = bytes.len() as u64;
+        let live = self.live_bytes.fetch_add(size, Ordering::Relaxed).saturating_add(size);
+        if live > self.max_live_bytes {
+            self.live_bytes.fetch_sub(size, Ordering::Relaxed);
+            return Err(Error::TooLarge(format!(
+                "provider {}: the volume's files in memory (cached or open) would hold more than {} bytes, its \
+                 size (tmpfsSize); close files it holds open",
+                quote(self.provider.name.as_str()),
+                self.max_live_bytes
+            )));
+        }
+        let held = Held { bytes: bytes.into_boxed_slice(), live: self.live_bytes.clone() };
+        Ok(Fetched { id: self.contents.fetch_add(1, Ordering::Relaxed) + 1, held: Arc::new(held) })
     }
 
     /// The cache entry of `path`, made if missing; `None` when the cache is full of fresh
@@ -341,12 +378,7 @@ impl LazyFiles {
             let ttl = self.cache_ttl();
             // An entry being fetched is locked and kept; an expired one costs a `get` either way.
             cache.retain(|_, slot| {
-                let Ok(cached) = slot.try_lock() else { return true };
-                let fresh = cached.as_ref().is_some_and(|c| c.fetched.elapsed() < ttl);
-                if !fresh && let Some(stale) = cached.as_ref() {
-                    self.cached_bytes.fetch_sub(stale.content.bytes.len() as u64, Ordering::Relaxed);
-                }
-                fresh
+                slot.try_lock().map_or(true, |c| c.as_ref().is_some_and(|c| c.fetched.elapsed() < ttl))
             });
             if cache.len() >= MAX_CACHED_FILES {
                 return None;
@@ -356,7 +388,7 @@ impl LazyFiles {
     }
 
     /// One `get` of `path`, once the node's bound lets it run.
-    async fn get(&self, path: &str) -> Result<Arc<[u8]>> {
+    async fn get(&self, path: &str) -> Result<Vec<u8>> {
         let name = quote(self.provider.name.as_str());
         let arguments = self
             .reply
@@ -369,12 +401,9 @@ impl LazyFiles {
         let _permit = self.permits.0.acquire(&self.permits.1).await;
         self.gets.fetch_add(1, Ordering::Relaxed);
         let provider = &self.provider;
-        helper_run::run(&provider.helper, &arguments, provider.timeout, provider.max_file_bytes)
-            .await
-            .map(Arc::from)
-            .map_err(|failure| {
-                Error::Unavailable(format!("provider {name}: the helper's get {} {failure}", quote(path)))
-            })
+        helper_run::run(&provider.helper, &arguments, provider.timeout, provider.max_file_bytes).await.map_err(
+            |failure| Error::Unavailable(format!("provider {name}: the helper's get {} {failure}", quote(path))),
+        )
     }
 }
 

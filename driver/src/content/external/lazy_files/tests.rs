@@ -136,18 +136,31 @@ async fn a_file_is_fetched_once_when_first_read_and_served_from_memory_within_th
 }
 
 #[tokio::test]
-async fn the_cache_keeps_no_more_than_the_volume_may_hold_and_serves_the_rest_uncached() {
+async fn a_volume_holds_no_more_content_in_memory_than_its_size_cached_or_open() {
     let helper = Helper::new(&[("a", "12345"), ("b", "1234"), ("c", "123")]);
-    let files = helper.files(HOUR).with_cache_limit(9);
-    for (name, size) in [("a", 5), ("b", 4), ("c", 3)] {
-        assert_eq!(files.read(&format!("secrets/{name}")).await.unwrap().len(), size);
-    }
-    assert_eq!(files.cached_bytes(), 9, "a and b are kept: 9 bytes");
-    assert!(files.cached("secrets/c").is_none(), "c would take the cache beyond 9 bytes: served, not kept");
-    files.read("secrets/c").await.unwrap();
-    assert_eq!(helper.gets().len(), 4, "c is asked for again at each read");
+    let files = helper.files(HOUR).with_memory_limit(9);
+    let a = files.read("secrets/a").await.unwrap();
+    let b = files.read("secrets/b").await.unwrap();
+    assert_eq!((a.len(), b.len(), files.live_bytes()), (5, 4, 9), "a and b are held: 9 bytes");
+    let error = files.read("secrets/c").await.unwrap_err();
+    assert_eq!(
+        error,
+        Error::TooLarge(
+            "provider \"vault-cli\": the volume's files in memory (cached or open) would hold more than 9 bytes, \
+             its size (tmpfsSize); close files it holds open"
+                .into()
+        )
+    );
+    // Read again, a and b are the same contents: nothing more is held.
+    assert_eq!(files.read("secrets/a").await.unwrap().id, a.id);
+    assert_eq!(files.live_bytes(), 9);
+    // Withdrawn, the cache lets go; what open files hold is given back when they close.
     assert!(files.set_withdrawn(true));
-    assert_eq!(files.cached_bytes(), 0, "a withdrawal empties the cache");
+    assert_eq!(files.live_bytes(), 9, "a and b are still open");
+    drop((a, b));
+    assert_eq!(files.live_bytes(), 0, "closed, nothing is held");
+    assert!(files.set_withdrawn(false), "access back");
+    assert_eq!(files.read("secrets/c").await.unwrap().len(), 3, "room again");
 }
 
 #[tokio::test]
