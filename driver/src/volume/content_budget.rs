@@ -167,6 +167,33 @@ impl ContentBudget {
         ledger.held.insert(payer.volume_id.clone(), (payer.namespace.clone(), bytes));
     }
 
+    /// Counts `bytes` more for `payer`'s volume, unless the node or the namespace would then hold
+    /// more than its bound; whether it did. For content the volume holds outside a tmpfs (a lazy
+    /// volume's, in the driver's heap), which grows and shrinks a file at a time.
+    pub fn grow(&self, payer: &Payer, bytes: u64) -> bool {
+        let mut ledger = self.ledger();
+        let namespace_used = ledger.by_namespace.get(&payer.namespace).copied().unwrap_or(0);
+        if namespace_used.saturating_add(bytes) > self.limits.namespace_bytes
+            || ledger.total.saturating_add(bytes) > self.limits.node_bytes
+        {
+            return false;
+        }
+        ledger.add(&payer.namespace, bytes);
+        let held = ledger.held.entry(payer.volume_id.clone()).or_insert_with(|| (payer.namespace.clone(), 0));
+        held.1 = held.1.saturating_add(bytes);
+        true
+    }
+
+    /// Counts `bytes` fewer for `volume_id` (nothing once the volume is released).
+    pub fn shrink(&self, volume_id: &str, bytes: u64) {
+        let mut ledger = self.ledger();
+        let Some((namespace, held)) = ledger.held.get_mut(volume_id) else { return };
+        let bytes = bytes.min(*held);
+        *held -= bytes;
+        let namespace = namespace.clone();
+        ledger.subtract(&namespace, bytes);
+    }
+
     /// Forgets what `volume_id` holds (its tmpfs is gone).
     pub fn release(&self, volume_id: &str) {
         let mut ledger = self.ledger();
@@ -188,6 +215,25 @@ impl ContentBudget {
     /// The bytes `volume_id` holds.
     pub fn held_by(&self, volume_id: &str) -> u64 {
         self.ledger().held.get(volume_id).map_or(0, |(_, bytes)| *bytes)
+    }
+}
+
+/// The budget as a lazy volume's memory charge: what its files hold in the driver's memory is
+/// counted for its pod's namespace.
+pub struct LazyCharge {
+    /// The budget.
+    pub budget: ContentBudget,
+    /// Whose content it is.
+    pub payer: Payer,
+}
+
+impl crate::content::external::lazy_files::MemoryCharge for LazyCharge {
+    fn grow(&self, bytes: u64) -> bool {
+        self.budget.grow(&self.payer, bytes)
+    }
+
+    fn shrink(&self, bytes: u64) {
+        self.budget.shrink(&self.payer.volume_id, bytes);
     }
 }
 
@@ -313,5 +359,19 @@ mod tests {
         assert!(budget.reserve(&payer("new", "other"), EMPTY_VERSION_BYTES + PAGE_BYTES).is_err(), "nothing more fits");
         budget.hold(&payer("old", "ns"), MIB / 2);
         assert_eq!(budget.used(), MIB / 2, "held again, not twice");
+    }
+
+    #[test]
+    fn a_lazy_volume_grows_and_shrinks_within_its_namespace_s_part_and_nothing_after_release() {
+        let budget = ContentBudget::new(BudgetLimits { node_bytes: 8 * MIB, namespace_bytes: 4 * MIB });
+        budget.reserve(&payer("eager", "tenant"), 3 * MIB).unwrap().commit();
+        assert!(budget.grow(&payer("lazy", "tenant"), MIB), "the namespace's fourth MiB");
+        assert!(!budget.grow(&payer("lazy", "tenant"), 1), "nothing more for the namespace");
+        assert!(budget.grow(&payer("other", "victim"), 4 * MIB), "another namespace is served");
+        budget.shrink("lazy", MIB / 2);
+        assert_eq!((budget.used_by("tenant"), budget.held_by("lazy")), (3 * MIB + MIB / 2, MIB / 2));
+        budget.release("lazy");
+        budget.shrink("lazy", MIB / 2);
+        assert_eq!(budget.used_by("tenant"), 3 * MIB, "a late shrink of a released volume changes nothing");
     }
 }

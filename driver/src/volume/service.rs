@@ -21,7 +21,7 @@ use crate::content::{ContentSource, PassId};
 use crate::metrics::{Metrics, RefreshResult};
 use crate::quote::{Logged, quote, quote_path};
 use crate::volume::atomic_writer::{AtomicWriter, check_key};
-use crate::volume::content_budget::{BudgetLimits, ContentBudget, ENTRY_BYTES, Payer, VOLUME_BYTES};
+use crate::volume::content_budget::{BudgetLimits, ContentBudget, ENTRY_BYTES, LazyCharge, Payer, VOLUME_BYTES};
 use crate::volume::error::{Error, Result};
 use crate::volume::lazy_filesystem::LazyMount;
 use crate::volume::mounter::Mounter;
@@ -391,6 +391,9 @@ impl NodeService {
                 self.mounter.mount_tmpfs(&opened.target, self.settings.tmpfs_bytes, &mount_tag(volume_id))?;
             }
             Shown::Lazy(files) => {
+                // What its files hold in the driver's memory counts for its pod's namespace.
+                let charge = LazyCharge { budget: self.budget.clone(), payer: payer_of(record) };
+                files.charge_to(Arc::new(charge));
                 // A FUSE mount of its own found here was served by a process that is gone: it
                 // answers nothing, so it is replaced.
                 let replaced = match own_already {

@@ -34,6 +34,15 @@ pub const MAX_CACHED_FILES: usize = super::helper_protocol::MAX_LISTED_FILES;
 /// the node's whole bound on helpers (`helperConcurrency`) from the other volumes.
 pub const GETS_PER_VOLUME: usize = 2;
 
+/// Where a lazy volume's content in memory is also counted, besides its own bound: the node's
+/// content budget, for the volume's namespace (given by the volume layer, which keeps it).
+pub trait MemoryCharge: Send + Sync {
+    /// Counts `bytes` more; false (nothing counted) when that would exceed the budget.
+    fn grow(&self, bytes: u64) -> bool;
+    /// Counts `bytes` fewer.
+    fn shrink(&self, bytes: u64);
+}
+
 /// The node's helper slots and the namespace a volume's gets are counted against.
 pub type HelperSlots = (Arc<FairSlots>, String);
 
@@ -133,10 +142,12 @@ pub struct Fetched {
     held: Arc<Held>,
 }
 
-/// Bytes in memory, counted in their volume's `live` while they are.
+/// Bytes in memory, counted in their volume's `live` (and its charge, when it has one) while
+/// they are.
 struct Held {
     bytes: Box<[u8]>,
     live: Arc<AtomicU64>,
+    charge: Option<Arc<dyn MemoryCharge>>,
 }
 
 impl std::fmt::Debug for Held {
@@ -148,6 +159,9 @@ impl std::fmt::Debug for Held {
 impl Drop for Held {
     fn drop(&mut self) {
         self.live.fetch_sub(self.bytes.len() as u64, Ordering::Relaxed);
+        if let Some(charge) = &self.charge {
+            charge.shrink(self.bytes.len() as u64);
+        }
     }
 }
 
@@ -156,7 +170,7 @@ impl Fetched {
     #[cfg(test)]
     pub fn detached(id: u64, bytes: &[u8]) -> Fetched {
         let live = Arc::new(AtomicU64::new(bytes.len() as u64));
-        Fetched { id, held: Arc::new(Held { bytes: bytes.into(), live }) }
+        Fetched { id, held: Arc::new(Held { bytes: bytes.into(), live, charge: None }) }
     }
 }
 
@@ -193,6 +207,7 @@ pub struct LazyFiles {
     // answer would take them beyond fails.
     live_bytes: Arc<AtomicU64>,
     max_live_bytes: u64,
+    charge: std::sync::OnceLock<Arc<dyn MemoryCharge>>,
     withdrawn: AtomicBool,
     gets: AtomicU64,
     contents: AtomicU64,
@@ -233,6 +248,7 @@ impl LazyFiles {
             cache: Mutex::default(),
             live_bytes: Arc::default(),
             max_live_bytes: u64::MAX,
+            charge: std::sync::OnceLock::new(),
             withdrawn: AtomicBool::new(false),
             gets: AtomicU64::new(0),
             contents: AtomicU64::new(0),
@@ -245,6 +261,12 @@ impl LazyFiles {
     pub fn with_memory_limit(mut self, bytes: u64) -> LazyFiles {
         self.max_live_bytes = bytes;
         self
+    }
+
+    /// Counts the content held in memory in `charge` too from now on (once: a later charge is
+    /// ignored). Content held before is not counted there.
+    pub fn charge_to(&self, charge: Arc<dyn MemoryCharge>) {
+        let _ = self.charge.set(charge);
     }
 
     /// The bytes of content held in memory for the volume, cached or open.
@@ -363,7 +385,18 @@ impl LazyFiles {
                 self.max_live_bytes
             )));
         }
-        let held = Held { bytes: bytes.into_boxed_slice(), live: self.live_bytes.clone() };
+        let charge = self.charge.get().cloned();
+        if let Some(charge) = &charge
+            && !charge.grow(size)
+        {
+            self.live_bytes.fetch_sub(size, Ordering::Relaxed);
+            return Err(Error::TooLarge(format!(
+                "provider {}: the node's content budget for the pod's namespace is spent (namespaceContentBudget, \
+                 contentBudget); close files or remove volumes of the namespace from this node",
+                quote(self.provider.name.as_str())
+            )));
+        }
+        let held = Held { bytes: bytes.into_boxed_slice(), live: self.live_bytes.clone(), charge };
         Ok(Fetched { id: self.contents.fetch_add(1, Ordering::Relaxed) + 1, held: Arc::new(held) })
     }
 

@@ -163,6 +163,43 @@ async fn a_volume_holds_no_more_content_in_memory_than_its_size_cached_or_open()
     assert_eq!(files.read("secrets/c").await.unwrap().len(), 3, "room again");
 }
 
+/// A charge that counts up to `limit` bytes.
+struct Counted {
+    held: AtomicU64,
+    limit: u64,
+}
+
+impl MemoryCharge for Counted {
+    fn grow(&self, bytes: u64) -> bool {
+        let held = self.held.load(Ordering::SeqCst);
+        if held + bytes > self.limit {
+            return false;
+        }
+        self.held.fetch_add(bytes, Ordering::SeqCst);
+        true
+    }
+
+    fn shrink(&self, bytes: u64) {
+        self.held.fetch_sub(bytes, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test]
+async fn content_in_memory_counts_in_the_volume_s_charge_and_is_refused_beyond_it() {
+    let helper = Helper::new(&[("a", "12345"), ("b", "1234")]);
+    let files = helper.files(HOUR);
+    let charge = Arc::new(Counted { held: AtomicU64::new(0), limit: 8 });
+    files.charge_to(charge.clone());
+    let a = files.read("secrets/a").await.unwrap();
+    assert_eq!(charge.held.load(Ordering::SeqCst), 5);
+    let error = files.read("secrets/b").await.unwrap_err();
+    assert!(matches!(&error, Error::TooLarge(m) if m.contains("namespaceContentBudget")), "{error:?}");
+    assert_eq!(files.live_bytes(), 5, "the refused content is not held");
+    assert!(files.set_withdrawn(true));
+    drop(a);
+    assert_eq!(charge.held.load(Ordering::SeqCst), 0, "given back when nothing holds it");
+}
+
 #[tokio::test]
 async fn after_the_ttl_the_helper_is_asked_again() {
     let helper = Helper::new(&[("db-password", "first")]);
