@@ -42,6 +42,7 @@ impl FairSlots {
     }
 
     /// The pool's bounds: (total, per owner).
+    #[cfg(test)]
     pub fn bounds(&self) -> (usize, usize) {
         (self.total, self.per_owner)
     }
@@ -73,6 +74,7 @@ impl FairSlots {
     }
 
     /// How many slots `owner` holds now.
+    #[cfg(test)]
     pub fn held_by(&self, owner: &str) -> usize {
         self.held.lock().unwrap_or_else(|p| p.into_inner()).by_owner.get(owner).copied().unwrap_or(0)
     }

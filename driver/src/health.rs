@@ -2,12 +2,11 @@
 //! serve and its content source is ready) and `/metrics` (OpenMetrics text). Probes of the
 //! DaemonSet point here.
 
-use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -22,6 +21,7 @@ use tracing::{debug, warn};
 
 use crate::content::ContentSource;
 use crate::error::{Result, RunError};
+use crate::fair_slots::FairSlots;
 use crate::metrics::Metrics;
 
 /// What the health port reports.
@@ -99,47 +99,6 @@ impl ConnectionLimits {
     };
 }
 
-/// The connections open now, in all and per address.
-#[derive(Default)]
-struct OpenConnections {
-    total: usize,
-    by_peer: HashMap<IpAddr, usize>,
-}
-
-/// One open connection's place among [`OpenConnections`], given back when dropped.
-struct Slot {
-    open: Arc<Mutex<OpenConnections>>,
-    peer: IpAddr,
-}
-
-impl Slot {
-    /// A slot for a connection from `peer`, or `None` when the listener or that address holds
-    /// all it may.
-    fn take(open: &Arc<Mutex<OpenConnections>>, peer: IpAddr, limits: &ConnectionLimits) -> Option<Slot> {
-        let mut connections = open.lock().unwrap_or_else(|p| p.into_inner());
-        let from_peer = connections.by_peer.get(&peer).copied().unwrap_or(0);
-        if connections.total >= limits.total || from_peer >= limits.per_peer {
-            return None;
-        }
-        connections.total += 1;
-        connections.by_peer.insert(peer, from_peer + 1);
-        Some(Slot { open: open.clone(), peer })
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        let mut connections = self.open.lock().unwrap_or_else(|p| p.into_inner());
-        connections.total = connections.total.saturating_sub(1);
-        if let Some(count) = connections.by_peer.get_mut(&self.peer) {
-            *count = count.saturating_sub(1);
-            if *count == 0 {
-                connections.by_peer.remove(&self.peer);
-            }
-        }
-    }
-}
-
 /// Serves `health` on `listener` until `shutdown` completes, within [`ConnectionLimits::HEALTH`].
 pub async fn serve(listener: TcpListener, health: Arc<Health>, shutdown: impl Future<Output = ()>) {
     serve_within(listener, health, ConnectionLimits::HEALTH, shutdown).await
@@ -154,7 +113,8 @@ pub async fn serve_within(
     limits: ConnectionLimits,
     shutdown: impl Future<Output = ()>,
 ) {
-    let open = Arc::new(Mutex::new(OpenConnections::default()));
+    // A connection's slot is its address's: one address holds at most `per_peer` of them.
+    let slots = FairSlots::new(limits.total, limits.per_peer);
     let accept = async {
         loop {
             let (tcp, peer) = match listener.accept().await {
@@ -166,7 +126,7 @@ pub async fn serve_within(
                     continue;
                 }
             };
-            let Some(slot) = Slot::take(&open, peer.ip(), &limits) else {
+            let Some(slot) = slots.try_acquire(&peer.ip().to_string()) else {
                 debug!(%peer, "health port: connection refused, its address or the port holds all it may");
                 drop(tcp);
                 continue;
@@ -241,6 +201,16 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(60), until_closed).await.is_ok()
     }
 
+    /// `total` and `per_peer` connections, and no timeout a test could meet.
+    fn slots(total: usize, per_peer: usize) -> ConnectionLimits {
+        ConnectionLimits {
+            total,
+            per_peer,
+            header_timeout: Duration::from_secs(3600),
+            lifetime: Duration::from_secs(3600),
+        }
+    }
+
     async fn serving(limits: ConnectionLimits) -> (u16, tokio::sync::oneshot::Sender<()>, tempfile::TempDir) {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("shares")).unwrap();
@@ -271,13 +241,7 @@ mod tests {
     #[tokio::test]
     async fn a_flood_from_one_address_holds_its_own_slots_only_and_probes_are_answered() {
         use tokio::io::AsyncWriteExt as _;
-        let limits = ConnectionLimits {
-            total: 16,
-            per_peer: 4,
-            header_timeout: Duration::from_secs(3600),
-            lifetime: Duration::from_secs(3600),
-        };
-        let (port, _stop, _dir) = serving(limits).await;
+        let (port, _stop, _dir) = serving(slots(16, 4)).await;
         let mut flood = Vec::new();
         for _ in 0..50 {
             let mut tcp = connect_from("127.0.0.1", port).await;
@@ -304,13 +268,7 @@ mod tests {
     #[tokio::test]
     async fn the_port_as_a_whole_is_bounded_too() {
         use tokio::io::AsyncWriteExt as _;
-        let limits = ConnectionLimits {
-            total: 6,
-            per_peer: 4,
-            header_timeout: Duration::from_secs(3600),
-            lifetime: Duration::from_secs(3600),
-        };
-        let (port, _stop, _dir) = serving(limits).await;
+        let (port, _stop, _dir) = serving(slots(6, 4)).await;
         let mut held = Vec::new();
         for source in ["127.0.0.3", "127.0.0.3", "127.0.0.3", "127.0.0.3", "127.0.0.4", "127.0.0.4"] {
             let mut tcp = connect_from(source, port).await;
@@ -322,7 +280,9 @@ mod tests {
         assert!(closed(&mut late).await, "a seventh connection is refused, from any address");
         drop(held);
         // Given back as the server notices the six closed; until then a probe may be refused.
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
         loop {
+            assert!(std::time::Instant::now() < deadline, "the six slots were never given back");
             let mut tcp = connect_from("127.0.0.5", port).await;
             tcp.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").await.unwrap();
             let mut answer = String::new();
@@ -337,22 +297,13 @@ mod tests {
     #[tokio::test]
     async fn a_client_that_never_finishes_its_headers_is_closed() {
         use tokio::io::AsyncWriteExt as _;
-        let limits = ConnectionLimits {
-            total: 16,
-            per_peer: 4,
-            header_timeout: Duration::from_millis(200),
-            lifetime: Duration::from_secs(3600),
-        };
+        let limits = ConnectionLimits { header_timeout: Duration::from_millis(200), ..slots(16, 4) };
         let (port, _stop, _dir) = serving(limits).await;
         let mut trickle = connect_from("127.0.0.1", port).await;
         trickle.write_all(b"GET /healthz HTTP/1.1\r\n").await.unwrap();
         // Closed by the header timeout: the lifetime is an hour.
         assert!(closed(&mut trickle).await);
-        let limits = ConnectionLimits {
-            header_timeout: Duration::from_secs(3600),
-            lifetime: Duration::from_millis(200),
-            ..limits
-        };
+        let limits = ConnectionLimits { lifetime: Duration::from_millis(200), ..slots(16, 4) };
         let (port, _stop, _dir) = serving(limits).await;
         let mut idle = connect_from("127.0.0.1", port).await;
         idle.write_all(b"G").await.unwrap();

@@ -27,6 +27,30 @@ fn plugin(dir: &Path) -> Plugin {
     plugin
 }
 
+/// A plugin serving on its socket until stopped.
+struct Running {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<sharedresource_csi_driver::error::Result<()>>,
+}
+
+impl Running {
+    /// Starts `plugin` and connects to its socket.
+    async fn start(plugin: Plugin) -> (NodeClient<Channel>, Running) {
+        let socket = plugin.csi_socket.clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(plugin.run(async {
+            let _ = stopped.await;
+        }));
+        (NodeClient::new(channel(socket).await), Running { stop, task })
+    }
+
+    /// Stops the plugin; it must have served without error.
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        self.task.await.unwrap().unwrap();
+    }
+}
+
 /// A volume published: its id and target.
 type Published = (String, PathBuf);
 
@@ -85,11 +109,7 @@ async fn one_namespace_is_refused_beyond_its_part_while_another_is_served_and_a_
     std::fs::create_dir_all(root.join("shares/big")).unwrap();
     std::fs::write(root.join("shares/big/blob"), vec![7u8; MIB as usize]).unwrap();
 
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(plugin(root).run(async {
-        let _ = stopped.await;
-    }));
-    let mut node = NodeClient::new(channel(root.join("plugins/csi.sock")).await);
+    let (mut node, running) = Running::start(plugin(root)).await;
 
     // 1 MiB of data and a few inodes each: three fit the namespace's 4 MiB, a fourth does not.
     let (attacker, refused) = fill(&mut node, root, "attacker", 0).await;
@@ -130,13 +150,8 @@ async fn one_namespace_is_refused_beyond_its_part_while_another_is_served_and_a_
     assert_eq!(again.len(), 1, "the freed MiB is the namespace's again");
 
     // Restarted, the driver holds what it finds mounted: the namespace is still full.
-    let _ = stop.send(());
-    running.await.unwrap().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(plugin(root).run(async {
-        let _ = stopped.await;
-    }));
-    let mut node = NodeClient::new(channel(root.join("plugins/csi.sock")).await);
+    running.stop().await;
+    let (mut node, running) = Running::start(plugin(root)).await;
     let (after, refused) = fill(&mut node, root, "attacker", 200).await;
     assert!(after.is_empty(), "a restart forgot what the namespace holds");
     assert_eq!(refused.code(), Code::ResourceExhausted);
@@ -147,8 +162,7 @@ async fn one_namespace_is_refused_beyond_its_part_while_another_is_served_and_a_
         node.node_unpublish_volume(unpublish_request(volume_id, target)).await.unwrap();
         assert!(!listed_in_mountinfo(target).unwrap_or(false), "{} unmounted", target.display());
     }
-    let _ = stop.send(());
-    running.await.unwrap().unwrap();
+    running.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -163,11 +177,7 @@ async fn the_shipped_budgets_hold_110_pods_of_one_namespace_each_mounting_a_1_mi
     let shipped = sharedresource_csi_driver::config::DriverConfig::default();
     plugin.config.content_budget = shipped.content_budget;
     plugin.config.namespace_content_budget = shipped.namespace_content_budget;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(plugin.run(async {
-        let _ = stopped.await;
-    }));
-    let mut node = NodeClient::new(channel(root.join("plugins/csi.sock")).await);
+    let (mut node, running) = Running::start(plugin).await;
     let mut published = Vec::new();
     for n in 0..110 {
         let (request, volume) = publish(root, "apps", n);
@@ -178,6 +188,5 @@ async fn the_shipped_budgets_hold_110_pods_of_one_namespace_each_mounting_a_1_mi
     for (volume_id, target) in &published {
         node.node_unpublish_volume(unpublish_request(volume_id, target)).await.unwrap();
     }
-    let _ = stop.send(());
-    running.await.unwrap().unwrap();
+    running.stop().await;
 }

@@ -113,13 +113,33 @@ impl ContentBudget {
         ContentBudget { limits, ledger: Arc::default() }
     }
 
-    /// The bounds.
-    pub fn limits(&self) -> BudgetLimits {
-        self.limits
-    }
-
     fn ledger(&self) -> std::sync::MutexGuard<'_, Ledger> {
         self.ledger.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Why `bytes` more for `payer`'s volume do not fit what `ledger` holds, if they do not;
+    /// `slack` lets the node and the namespace go an eighth over.
+    fn refusal(&self, ledger: &Ledger, payer: &Payer, bytes: u64, slack: bool) -> Option<Error> {
+        let over = |bound: u64| if slack { bound.saturating_add(bound / 8) } else { bound };
+        let namespace_used = ledger.by_namespace.get(&payer.namespace).copied().unwrap_or(0);
+        if namespace_used.saturating_add(bytes) > over(self.limits.namespace_bytes) {
+            return Some(Error::OverBudget(format!(
+                "the volume's content needs {bytes} bytes of memory on the node, and the volumes of namespace {} \
+                 already hold {namespace_used} of the {} bytes one namespace may hold on a node \
+                 (namespaceContentBudget); remove other volumes of the namespace from this node or ask the \
+                 cluster's operator to raise the budget",
+                quote(&payer.namespace),
+                self.limits.namespace_bytes
+            )));
+        }
+        if ledger.total.saturating_add(bytes) > over(self.limits.node_bytes) {
+            return Some(Error::OverBudget(format!(
+                "the volume's content needs {bytes} bytes of memory on the node, and the node's volumes already \
+                 hold {} of the {} bytes the driver may hold (contentBudget); the pod can run on another node",
+                ledger.total, self.limits.node_bytes
+            )));
+        }
+        None
     }
 
     /// Reserves `bytes` for a new version of `payer`'s volume, beside what the volume holds now.
@@ -130,26 +150,10 @@ impl ContentBudget {
     pub fn reserve(&self, payer: &Payer, bytes: u64) -> Result<Reservation> {
         let mut ledger = self.ledger();
         let current = ledger.held.get(&payer.volume_id).map_or(0, |(_, held)| *held);
-        let over = |bound: u64| if bytes <= current { bound.saturating_add(bound / 8) } else { bound };
-        if bytes > EMPTY_VERSION_BYTES {
-            let namespace_used = ledger.by_namespace.get(&payer.namespace).copied().unwrap_or(0);
-            if namespace_used.saturating_add(bytes) > over(self.limits.namespace_bytes) {
-                return Err(Error::OverBudget(format!(
-                    "the volume's content needs {bytes} bytes of memory on the node, and the volumes of namespace {} \
-                     already hold {namespace_used} of the {} bytes one namespace may hold on a node \
-                     (namespaceContentBudget); remove other volumes of the namespace from this node or ask the \
-                     cluster's operator to raise the budget",
-                    quote(&payer.namespace),
-                    self.limits.namespace_bytes
-                )));
-            }
-            if ledger.total.saturating_add(bytes) > over(self.limits.node_bytes) {
-                return Err(Error::OverBudget(format!(
-                    "the volume's content needs {bytes} bytes of memory on the node, and the node's volumes already \
-                     hold {} of the {} bytes the driver may hold (contentBudget); the pod can run on another node",
-                    ledger.total, self.limits.node_bytes
-                )));
-            }
+        if bytes > EMPTY_VERSION_BYTES
+            && let Some(refusal) = self.refusal(&ledger, payer, bytes, bytes <= current)
+        {
+            return Err(refusal);
         }
         ledger.add(&payer.namespace, bytes);
         Ok(Reservation { budget: self.clone(), payer: payer.clone(), bytes, settled: false })
@@ -168,20 +172,17 @@ impl ContentBudget {
     }
 
     /// Counts `bytes` more for `payer`'s volume, unless the node or the namespace would then hold
-    /// more than its bound; whether it did. For content the volume holds outside a tmpfs (a lazy
-    /// volume's, in the driver's heap), which grows and shrinks a file at a time.
-    pub fn grow(&self, payer: &Payer, bytes: u64) -> bool {
+    /// more than its bound (the error says which). For content a volume holds outside a tmpfs
+    /// (a lazy volume's, in the driver's heap), which grows and shrinks a file at a time.
+    pub fn grow(&self, payer: &Payer, bytes: u64) -> Result<()> {
         let mut ledger = self.ledger();
-        let namespace_used = ledger.by_namespace.get(&payer.namespace).copied().unwrap_or(0);
-        if namespace_used.saturating_add(bytes) > self.limits.namespace_bytes
-            || ledger.total.saturating_add(bytes) > self.limits.node_bytes
-        {
-            return false;
+        if let Some(refusal) = self.refusal(&ledger, payer, bytes, false) {
+            return Err(refusal);
         }
         ledger.add(&payer.namespace, bytes);
         let held = ledger.held.entry(payer.volume_id.clone()).or_insert_with(|| (payer.namespace.clone(), 0));
         held.1 = held.1.saturating_add(bytes);
-        true
+        Ok(())
     }
 
     /// Counts `bytes` fewer for `volume_id` (nothing once the volume is released).
@@ -208,11 +209,13 @@ impl ContentBudget {
     }
 
     /// The bytes `namespace`'s volumes hold, reservations in flight included.
+    #[cfg(test)]
     pub fn used_by(&self, namespace: &str) -> u64 {
         self.ledger().by_namespace.get(namespace).copied().unwrap_or(0)
     }
 
     /// The bytes `volume_id` holds.
+    #[cfg(test)]
     pub fn held_by(&self, volume_id: &str) -> u64 {
         self.ledger().held.get(volume_id).map_or(0, |(_, bytes)| *bytes)
     }
@@ -228,8 +231,8 @@ pub struct LazyCharge {
 }
 
 impl crate::content::external::lazy_files::MemoryCharge for LazyCharge {
-    fn grow(&self, bytes: u64) -> bool {
-        self.budget.grow(&self.payer, bytes)
+    fn grow(&self, bytes: u64) -> std::result::Result<(), String> {
+        self.budget.grow(&self.payer, bytes).map_err(|refusal| refusal.to_string())
     }
 
     fn shrink(&self, bytes: u64) {
@@ -365,9 +368,10 @@ mod tests {
     fn a_lazy_volume_grows_and_shrinks_within_its_namespace_s_part_and_nothing_after_release() {
         let budget = ContentBudget::new(BudgetLimits { node_bytes: 8 * MIB, namespace_bytes: 4 * MIB });
         budget.reserve(&payer("eager", "tenant"), 3 * MIB).unwrap().commit();
-        assert!(budget.grow(&payer("lazy", "tenant"), MIB), "the namespace's fourth MiB");
-        assert!(!budget.grow(&payer("lazy", "tenant"), 1), "nothing more for the namespace");
-        assert!(budget.grow(&payer("other", "victim"), 4 * MIB), "another namespace is served");
+        assert!(budget.grow(&payer("lazy", "tenant"), MIB).is_ok(), "the namespace's fourth MiB");
+        let refused = budget.grow(&payer("lazy", "tenant"), 1).expect_err("nothing more for the namespace");
+        assert!(refused.to_string().contains("(namespaceContentBudget)"), "{refused}");
+        assert!(budget.grow(&payer("other", "victim"), 4 * MIB).is_ok(), "another namespace is served");
         budget.shrink("lazy", MIB / 2);
         assert_eq!((budget.used_by("tenant"), budget.held_by("lazy")), (3 * MIB + MIB / 2, MIB / 2));
         budget.release("lazy");

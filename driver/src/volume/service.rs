@@ -160,11 +160,6 @@ impl NodeService {
         &self.metrics
     }
 
-    /// The node's content budget and what it holds.
-    pub fn budget(&self) -> &ContentBudget {
-        &self.budget
-    }
-
     /// kubelet's root, as configured.
     pub fn kubelet_dir(&self) -> &Path {
         &self.settings.kubelet_dir
@@ -507,12 +502,7 @@ impl NodeService {
 
     /// The published volumes `touched` selects.
     pub fn volume_ids_where(&self, touched: impl Fn(&VolumeRecord) -> bool) -> Vec<String> {
-        let volumes = self.volumes.lock().unwrap_or_else(|p| p.into_inner());
-        volumes
-            .values()
-            .filter(|volume| touched(&volume.record))
-            .map(|volume| volume.record.volume_id.clone())
-            .collect()
+        self.volumes_where(|record| touched(record).then_some(())).into_iter().map(|(id, ())| id).collect()
     }
 
     /// The published volumes `pick` selects, each with what `pick` said of it.

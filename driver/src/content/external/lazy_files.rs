@@ -37,8 +37,9 @@ pub const GETS_PER_VOLUME: usize = 2;
 /// Where a lazy volume's content in memory is also counted, besides its own bound: the node's
 /// content budget, for the volume's namespace (given by the volume layer, which keeps it).
 pub trait MemoryCharge: Send + Sync {
-    /// Counts `bytes` more; false (nothing counted) when that would exceed the budget.
-    fn grow(&self, bytes: u64) -> bool;
+    /// Counts `bytes` more; refused (nothing counted) when that would exceed the budget, saying
+    /// which.
+    fn grow(&self, bytes: u64) -> std::result::Result<(), String>;
     /// Counts `bytes` fewer.
     fn shrink(&self, bytes: u64);
 }
@@ -270,6 +271,7 @@ impl LazyFiles {
     }
 
     /// The bytes of content held in memory for the volume, cached or open.
+    #[cfg(test)]
     pub fn live_bytes(&self) -> u64 {
         self.live_bytes.load(Ordering::Relaxed)
     }
@@ -387,14 +389,10 @@ impl LazyFiles {
         }
         let charge = self.charge.get().cloned();
         if let Some(charge) = &charge
-            && !charge.grow(size)
+            && let Err(refusal) = charge.grow(size)
         {
             self.live_bytes.fetch_sub(size, Ordering::Relaxed);
-            return Err(Error::TooLarge(format!(
-                "provider {}: the node's content budget for the pod's namespace is spent (namespaceContentBudget, \
-                 contentBudget); close files or remove volumes of the namespace from this node",
-                quote(self.provider.name.as_str())
-            )));
+            return Err(Error::TooLarge(format!("provider {}: {refusal}", quote(self.provider.name.as_str()))));
         }
         let held = Held { bytes: bytes.into_boxed_slice(), live: self.live_bytes.clone(), charge };
         Ok(Fetched { id: self.contents.fetch_add(1, Ordering::Relaxed) + 1, held: Arc::new(held) })

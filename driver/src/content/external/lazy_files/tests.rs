@@ -170,13 +170,13 @@ struct Counted {
 }
 
 impl MemoryCharge for Counted {
-    fn grow(&self, bytes: u64) -> bool {
+    fn grow(&self, bytes: u64) -> std::result::Result<(), String> {
         let held = self.held.load(Ordering::SeqCst);
         if held + bytes > self.limit {
-            return false;
+            return Err(format!("{held} held of {} (namespaceContentBudget)", self.limit));
         }
         self.held.fetch_add(bytes, Ordering::SeqCst);
-        true
+        Ok(())
     }
 
     fn shrink(&self, bytes: u64) {
@@ -193,7 +193,7 @@ async fn content_in_memory_counts_in_the_volume_s_charge_and_is_refused_beyond_i
     let a = files.read("secrets/a").await.unwrap();
     assert_eq!(charge.held.load(Ordering::SeqCst), 5);
     let error = files.read("secrets/b").await.unwrap_err();
-    assert!(matches!(&error, Error::TooLarge(m) if m.contains("namespaceContentBudget")), "{error:?}");
+    assert_eq!(error, Error::TooLarge("provider \"vault-cli\": 5 held of 8 (namespaceContentBudget)".into()));
     assert_eq!(files.live_bytes(), 5, "the refused content is not held");
     assert!(files.set_withdrawn(true));
     drop(a);
