@@ -1,14 +1,74 @@
-"""Turns cargo-mutants' outcomes.json into tests/mutation/REPORT.md (on stdout), or with --check
-says on stderr what falls short and exits 1: a file under 90 %, or a surviving mutant that is
-not listed as equivalent in equivalent.tsv (or one listed there that no longer survives)."""
+"""The bookkeeping of tests/mutation/run, in four commands:
 
+  report.py scope               checks scope.tsv: each path names at least one tracked file;
+                                prints the pieces, one per line
+  report.py record PIECE OUTCOMES TREE SECONDS
+                                turns cargo-mutants' outcomes.json of one piece into the committed
+                                outcomes/PIECE.json (on stdout): each mutant's file, name, outcome
+  report.py report              REPORT.md (on stdout), from scope.tsv, outcomes/*.json and
+                                equivalent.tsv
+  report.py check               says on stderr what falls short and exits 1: a piece not run, a
+                                scoped path no mutant of which was tested, a piece under 90 %, a
+                                surviving mutant neither killed nor listed in equivalent.tsv (or
+                                one listed there that no longer survives)
+
+tests/tests/mutation_scope.rs checks in every test run that the report's rows are the ones the
+committed outcomes make, so the report cannot claim what was not run.
+"""
+
+import fnmatch
 import json
 import os
 import platform
+import subprocess
 import sys
 from collections import defaultdict
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
 TARGET = 0.90
+KINDS = {"CaughtMutant": "caught", "MissedMutant": "missed", "Unviable": "unviable", "Timeout": "timeout"}
+
+
+def scope():
+    """[(piece, path, why)] in file order."""
+    lines = []
+    with open(os.path.join(HERE, "scope.tsv")) as table:
+        for number, line in enumerate(table, 1):
+            line = line.rstrip("\n")
+            if not line or line.startswith("#"):
+                continue
+            fields = line.split("\t")
+            if len(fields) != 3 or not all(f.strip() for f in fields):
+                sys.exit(f"scope.tsv:{number}: expected <piece>TAB<path>TAB<why>")
+            lines.append(tuple(fields))
+    return lines
+
+
+def tracked_files():
+    listed = subprocess.run(["git", "ls-files", "*.rs"], cwd=ROOT, capture_output=True, text=True, check=True)
+    return listed.stdout.split()
+
+
+def matches(pattern, file):
+    """cargo-mutants' reading of a scope path: a file, or `dir/**` for everything below dir."""
+    if pattern.endswith("/**"):
+        return file.startswith(pattern[:-2])
+    return fnmatch.fnmatchcase(file, pattern)
+
+
+def check_scope():
+    files = tracked_files()
+    empty = [path for _, path, _ in scope() if not any(matches(path, f) for f in files)]
+    if empty:
+        for path in empty:
+            print(f"tests/mutation/scope.tsv: {path} names no tracked file", file=sys.stderr)
+        sys.exit(1)
+    pieces = []
+    for piece, _, _ in scope():
+        if piece not in pieces:
+            pieces.append(piece)
+    print("\n".join(pieces))
 
 
 def cpu_model():
@@ -22,9 +82,31 @@ def cpu_model():
     return platform.processor() or "unknown CPU"
 
 
-def equivalents(path):
+def record(piece, outcomes_path, tree, seconds):
+    outcomes = json.load(open(outcomes_path))
+    mutants = []
+    for outcome in outcomes["outcomes"]:
+        scenario = outcome["scenario"]
+        if scenario == "Baseline":
+            continue
+        mutant = scenario["Mutant"]
+        kind = KINDS.get(outcome["summary"], outcome["summary"])
+        mutants.append({"file": mutant["file"], "name": mutant["name"], "outcome": kind})
+    mutants.sort(key=lambda m: (m["file"], m["name"]))
+    print(json.dumps({
+        "piece": piece,
+        "tree": tree,
+        "seconds": int(seconds),
+        "machine": f"{os.cpu_count()} CPUs ({cpu_model()})",
+        "cargo_mutants": outcomes.get("cargo_mutants_version", "?"),
+        "mutants": mutants,
+    }, indent=1))
+
+
+def equivalents():
     """mutant name -> why it behaves the same (tab-separated; # comments)."""
     listed = {}
+    path = os.path.join(HERE, "equivalent.tsv")
     with open(path) as table:
         for number, line in enumerate(table, 1):
             line = line.rstrip("\n")
@@ -37,85 +119,120 @@ def equivalents(path):
     return listed
 
 
-def main():
-    args = sys.argv[1:]
-    check = args[:1] == ["--check"]
-    if check:
-        args = args[1:]
-    outcomes_path, equivalent_path, elapsed, tree = args
-    outcomes = json.load(open(outcomes_path))
-    listed = equivalents(equivalent_path)
+def recorded():
+    """piece -> its committed outcomes, for the pieces that have been run."""
+    pieces = {}
+    directory = os.path.join(HERE, "outcomes")
+    for name in sorted(os.listdir(directory)):
+        if name.endswith(".json"):
+            data = json.load(open(os.path.join(directory, name)))
+            pieces[data["piece"]] = data
+    return pieces
 
-    per_file = defaultdict(lambda: defaultdict(list))
-    for outcome in outcomes["outcomes"]:
-        mutant = outcome["scenario"]
-        if mutant == "Baseline":
-            continue
-        mutant = mutant["Mutant"]
-        summary = outcome["summary"]
-        kind = {"CaughtMutant": "caught", "MissedMutant": "missed", "Unviable": "unviable",
-                "Timeout": "timeout"}.get(summary, summary)
+
+def tally(data, listed):
+    """kind -> [mutant names] of one piece, survivors listed as equivalent apart."""
+    kinds = defaultdict(list)
+    for mutant in data["mutants"]:
+        kind = mutant["outcome"]
         if kind == "missed" and mutant["name"] in listed:
             kind = "equivalent"
-        per_file[mutant["file"]][kind].append(mutant["name"])
+        kinds[kind].append(mutant["name"])
+    return kinds
 
-    problems = []
-    rows = []
-    for file in sorted(per_file):
-        kinds = per_file[file]
-        caught, timeout = len(kinds["caught"]), len(kinds["timeout"])
-        missed, equivalent = len(kinds["missed"]), len(kinds["equivalent"])
-        scored = caught + timeout + missed
-        score = (caught + timeout) / scored if scored else 1.0
-        rows.append((file, caught, timeout, missed, equivalent, len(kinds["unviable"]), score))
-        if score < TARGET:
-            problems.append(f"{file}: {score:.0%} of the scored mutants caught, under {TARGET:.0%}")
-        problems.extend(f"survives, not listed as equivalent: {name}" for name in kinds["missed"])
-    seen_equivalent = {name for kinds in per_file.values() for name in kinds["equivalent"]}
-    problems.extend(f"listed as equivalent but not a surviving mutant now: {name}"
-                    for name in listed if name not in seen_equivalent)
 
-    if check:
-        for problem in problems:
-            print(f"tests/mutation: {problem}", file=sys.stderr)
-        print(f"tests/mutation: {len(rows)} files, {'FAILED' if problems else 'every file at or above 90 %'}",
-              file=sys.stderr)
-        sys.exit(1 if problems else 0)
+def score(kinds):
+    caught = len(kinds["caught"]) + len(kinds["timeout"])
+    scored = caught + len(kinds["missed"])
+    return caught / scored if scored else None
 
-    minutes = int(elapsed) / 60
-    out = []
-    out.append("# Mutation testing report\n")
-    out.append("Written by `tests/mutation/run` (cargo-mutants "
-               f"{outcomes.get('cargo_mutants_version', '?')}); do not edit by hand.\n")
-    out.append(f"- Tree: {tree}.")
-    out.append(f"- Machine: {os.cpu_count()} CPUs ({cpu_model()}); the run took {minutes:.0f} min.")
-    out.append("- Each mutant is tested by the tests of the crate that holds its file (unit tests and that "
-               "crate's integration tests); the suite's golden corpus in `tests/` is not counted.")
-    out.append("- Score = (caught + timeouts) / (caught + timeouts + missed). Mutants listed in "
-               "`equivalent.tsv` (they behave exactly like the original) and unviable ones (they do "
-               "not compile) are not scored.\n")
-    out.append("| file | caught | timeouts | missed | equivalent | unviable | score |")
-    out.append("|---|---:|---:|---:|---:|---:|---:|")
-    for file, caught, timeout, missed, equivalent, unviable, score in rows:
-        out.append(f"| `{file}` | {caught} | {timeout} | {missed} | {equivalent} | {unviable} | {score:.0%} |")
-    totals = [sum(row[i] for row in rows) for i in range(1, 6)]
-    scored = totals[0] + totals[1] + totals[2]
-    total_score = (totals[0] + totals[1]) / scored if scored else 1.0
-    out.append(f"| **all** | {totals[0]} | {totals[1]} | {totals[2]} | {totals[3]} | {totals[4]} | "
-               f"{total_score:.0%} |\n")
-    out.append("## Surviving mutants that behave like the original\n")
-    equivalent_rows = [(name, listed[name]) for name in sorted(seen_equivalent)]
-    if equivalent_rows:
-        out.extend(f"- `{name}`: {why}" for name, why in equivalent_rows)
-    else:
-        out.append("None.")
-    out.append("\n## Surviving mutants not accounted for\n")
-    missed = [name for kinds in per_file.values() for name in kinds["missed"]]
-    out.extend(f"- `{name}`" for name in missed) if missed else out.append("None.")
+
+def problems():
+    lines = scope()
+    runs = recorded()
+    listed = equivalents()
+    found = []
+    for piece in dict.fromkeys(p for p, _, _ in lines):
+        data = runs.get(piece)
+        if data is None:
+            found.append(f"piece {piece}: not run (tests/mutation/run {piece})")
+            continue
+        for _, path, _ in (line for line in lines if line[0] == piece):
+            if not any(matches(path, m["file"]) for m in data["mutants"]):
+                found.append(f"piece {piece}: no mutant of {path} was tested")
+        kinds = tally(data, listed)
+        value = score(kinds)
+        if value is not None and value < TARGET:
+            found.append(f"piece {piece}: {value:.0%} of the viable mutants caught, under {TARGET:.0%}")
+        found.extend(f"piece {piece}: survives, not listed as equivalent: {name}" for name in kinds["missed"])
+    surviving = {m["name"] for data in runs.values() for m in data["mutants"] if m["outcome"] == "missed"}
+    found.extend(f"listed as equivalent but not a surviving mutant now: {name}"
+                 for name in listed if name not in surviving)
+    return found
+
+
+def row(piece, data, listed):
+    """One piece's row of the report; tests/tests/mutation_scope.rs builds the same text."""
+    if data is None:
+        return f"| {piece} | not run |" + " |" * 7
+    kinds = tally(data, listed)
+    caught = len(kinds["caught"]) + len(kinds["timeout"])
+    scored = caught + len(kinds["missed"])
+    # Whole percents, rounded down, in integers: the test that rebuilds this row gets the same.
+    shown = f"{caught} of {scored} ({caught * 100 // scored} %)" if scored else "no viable mutant"
+    counts = " | ".join(str(len(kinds[k])) for k in ("caught", "timeout", "missed", "equivalent", "unviable"))
+    return f"| {piece} | {data['tree']} | {counts} | {shown} | {data['seconds'] // 60} min |"
+
+
+def report():
+    lines = scope()
+    runs = recorded()
+    listed = equivalents()
+    out = ["# Mutation testing report\n",
+           "Written by `tests/mutation/run` from the committed outcomes in `tests/mutation/outcomes/` "
+           "(one file per piece, every mutant with its outcome); do not edit by hand. The scope is "
+           "`tests/mutation/scope.tsv`. `python3 tests/mutation/report.py check` says what falls short.\n",
+           "- Each mutant is tested by the tests of the crate that holds its file (unit tests and that "
+           "crate's integration tests); the end-to-end suite in `tests/` is not counted.",
+           "- Score = (caught + timeouts) / (caught + timeouts + missed). Mutants listed in "
+           "`equivalent.tsv` (they behave exactly like the original) and unviable ones (they do not "
+           "compile) are not scored.",
+           "- Each piece names the tree it was run on: a piece run on an older tree says so.\n",
+           "| piece | tree | caught | timeouts | missed | equivalent | unviable | score | took |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for piece in dict.fromkeys(p for p, _, _ in lines):
+        out.append(row(piece, runs.get(piece), listed))
+    machines = sorted({data["machine"] for data in runs.values()})
+    out.append(f"\nMachine: {'; '.join(machines) if machines else 'no piece run yet'}.\n")
+    out.append("## Scope\n")
+    out.extend(f"- {piece}: `{path}`: {why}" for piece, path, why in lines)
+    out.append("\n## Surviving mutants that behave like the original\n")
+    equivalent = [(name, listed[name]) for name in sorted(listed)]
+    out.extend(f"- `{name}`: {why}" for name, why in equivalent) if equivalent else out.append("None.")
     out.append("\n## Falling short\n")
-    out.extend(f"- {problem}" for problem in problems) if problems else out.append(
-        "Nothing: every file is at or above 90 %.")
+    found = problems()
+    out.extend(f"- {problem}" for problem in found) if found else out.append(
+        "Nothing: every piece run, every scoped path mutated, every piece at or above 90 %.")
     print("\n".join(out))
 
 
-main()
+def main():
+    command, args = (sys.argv[1], sys.argv[2:]) if len(sys.argv) > 1 else ("", [])
+    if command == "scope" and not args:
+        check_scope()
+    elif command == "record" and len(args) == 4:
+        record(*args)
+    elif command == "report" and not args:
+        report()
+    elif command == "check" and not args:
+        found = problems()
+        for problem in found:
+            print(f"tests/mutation: {problem}", file=sys.stderr)
+        print(f"tests/mutation: {'FAILED' if found else 'every piece at or above 90 %'}", file=sys.stderr)
+        sys.exit(1 if found else 0)
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main()

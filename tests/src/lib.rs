@@ -10,6 +10,7 @@ pub mod images;
 pub mod node;
 pub mod peers;
 pub mod policy_equivalence;
+pub mod run_root;
 pub mod webhook;
 
 use std::path::{Path, PathBuf};

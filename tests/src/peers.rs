@@ -49,6 +49,9 @@ pub struct Peers {
     /// `e2e-provider` (`tests/peers/secretsstore/cmd/e2e-provider`): a Secrets Store CSI
     /// provider built on the upstream driver's own provider API module, served by grpc-go.
     pub secrets_store_provider: PathBuf,
+    /// `cri-pods` (this repository's `tests/peers/node/cmd/cri-pods`): stops and removes every
+    /// pod sandbox through the CRI, as kubelet does, so the network plugin's DEL runs.
+    pub cri_pods: PathBuf,
     /// The `SecretProviderClass` CRD as the same upstream module ships it (in the Go module
     /// cache, which building the provider filled).
     pub secret_provider_class_crd: PathBuf,
@@ -71,7 +74,7 @@ struct PeerSet {
     sources: &'static [&'static str],
 }
 
-const SETS: [PeerSet; 3] = [
+const SETS: [PeerSet; 4] = [
     PeerSet {
         targets: &[
             Target { file: "kube-apiserver", package: "k8s.io/kubernetes/cmd/kube-apiserver", module: "." },
@@ -114,6 +117,11 @@ const SETS: [PeerSet; 3] = [
         targets: &[Target { file: "e2e-provider", package: "./cmd/e2e-provider", module: "secretsstore" }],
         sources: &["secretsstore/go.mod", "secretsstore/go.sum", "secretsstore/cmd/e2e-provider/main.go"],
     },
+    // A set of its own, so that adding it rebuilt none of the long ones.
+    PeerSet {
+        targets: &[Target { file: "cri-pods", package: "./cmd/cri-pods", module: "node" }],
+        sources: &["node/go.mod", "node/go.sum", "node/cmd/cri-pods/main.go"],
+    },
 ];
 
 /// Builds the peers on first use (minutes, cold) and returns them (milliseconds, cached).
@@ -122,9 +130,9 @@ pub fn peers() -> Result<Peers, String> {
     let go_version = go(&module, &["env", "GOVERSION"])?;
     let go_mod = read(&module.join("go.mod"))?;
     let kubernetes_version = required_version(&go_mod, "k8s.io/kubernetes")?;
-    let [main, control, secrets_store] =
+    let [main, control, secrets_store, node_tools] =
         SETS.each_ref().map(|set| build_set(&module, set, &go_version, &kubernetes_version));
-    let (main, control, secrets_store) = (main?, control?, secrets_store?);
+    let (main, control, secrets_store, node_tools) = (main?, control?, secrets_store?, node_tools?);
     // Downloaded if the module cache lost it since the provider was built (`go list -m` would
     // then name no directory).
     let upstream =
@@ -145,6 +153,7 @@ pub fn peers() -> Result<Peers, String> {
         kube_scheduler: control.join("kube-scheduler"),
         kubectl: control.join("kubectl"),
         secrets_store_provider: secrets_store.join("e2e-provider"),
+        cri_pods: node_tools.join("cri-pods"),
         secret_provider_class_crd: PathBuf::from(upstream)
             .join("config/crd/bases/secrets-store.csi.x-k8s.io_secretproviderclasses.yaml"),
         kubernetes_version,

@@ -8,6 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, OnceLock, mpsc};
 
+/// What starts every child with its parent-death signal set.
+const SETPRIV: &str = "/usr/bin/setpriv";
+
 /// A running child, killed on drop.
 #[derive(Debug)]
 pub struct ChildProcess {
@@ -29,13 +32,15 @@ impl ChildProcess {
         let out = File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
         let err = out.try_clone().map_err(|e| format!("{}: {e}", log.display()))?;
         // SIGKILL when the process that started it dies, so no apiserver outlives a killed run.
-        let mut command = if Path::new("/usr/bin/setpriv").exists() {
-            let mut command = Command::new("/usr/bin/setpriv");
-            command.args(["--pdeathsig", "KILL", "--"]).arg(program);
-            command
-        } else {
-            Command::new(program)
-        };
+        // Without setpriv that promise would silently not hold: refuse instead (tests/run
+        // installs util-linux on a machine that lacks it).
+        if !Path::new(SETPRIV).exists() {
+            return Err(format!(
+                "starting {name}: {SETPRIV} is missing (util-linux), and without it a killed run would leave {name} running"
+            ));
+        }
+        let mut command = Command::new(SETPRIV);
+        command.args(["--pdeathsig", "KILL", "--"]).arg(program);
         command.args(args).stdin(Stdio::null()).stdout(out).stderr(err);
         for (key, value) in env {
             command.env(key, value);

@@ -4,9 +4,10 @@
 //! name the node directly (`spec.nodeName`: no scheduler runs) and use images imported from OCI
 //! layouts (`imagePullPolicy: Never`).
 //!
-//! One node per machine at a time: kubelet and containerd keep some state of their own (cgroups,
-//! shims). Teardown removes exactly what the run made: pods' containers, the shims, every mount
-//! under the run directory, then the directory.
+//! One node per machine at a time: the pods' bridge has one name. Everything else of the node
+//! (containerd's and runc's state, the pods' network namespaces, kubelet's root) lives under its
+//! directory, inside the test process's run directory (`run_root`). Teardown removes the pods
+//! through the CRI, as kubelet would, then sweeps the directory.
 
 pub mod image;
 pub mod kubelet;
@@ -15,7 +16,6 @@ pub mod plugin;
 pub mod runtime;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -27,6 +27,7 @@ pub use observe::delete_and_wait;
 
 use crate::cluster::{ChildProcess, Cluster};
 use crate::peers::Peers;
+use crate::run_root::{mounts_under, sweep};
 use kubelet::{KubeletDirs, NODE_NAME};
 use plugin::PluginFiles;
 use runtime::Containerd;
@@ -68,6 +69,10 @@ pub struct Node {
     driver: Mutex<Option<ChildProcess>>,
     kubelet: Option<ChildProcess>,
     containerd: Option<Containerd>,
+    /// The CRI client that removes the pods at teardown ([`Peers::cri_pods`]).
+    cri_pods: PathBuf,
+    /// The pods whose volume [`Node::volume_present`] has seen.
+    seen_volumes: Mutex<std::collections::HashSet<String>>,
     dir: Option<tempfile::TempDir>,
 }
 
@@ -123,6 +128,8 @@ impl Node {
             driver: Mutex::new(driver),
             kubelet: Some(kubelet),
             containerd: Some(containerd),
+            cri_pods: peers.cri_pods.clone(),
+            seen_volumes: Mutex::default(),
             dir: Some(dir),
         };
         node.wait_ready(admin).await?;
@@ -152,11 +159,13 @@ impl Node {
         Err(format!("node {NODE_NAME} not Ready within 90 s: {last}\n{}", self.log_tails()))
     }
 
-    /// The drivers the node's CSINode lists, with their node ids.
-    pub async fn csi_node_drivers(&self, admin: &kube::Client) -> Vec<(String, String)> {
-        match Api::<CSINode>::all(admin.clone()).get(NODE_NAME).await {
-            Ok(node) => node.spec.drivers.into_iter().map(|d| (d.name, d.node_id)).collect(),
-            Err(_) => Vec::new(),
+    /// The drivers the node's CSINode lists, with their node ids (none while kubelet has not made
+    /// the CSINode yet; an API error is an error, never "none").
+    pub async fn csi_node_drivers(&self, admin: &kube::Client) -> Result<Vec<(String, String)>, String> {
+        match Api::<CSINode>::all(admin.clone()).get_opt(NODE_NAME).await {
+            Ok(Some(node)) => Ok(node.spec.drivers.into_iter().map(|d| (d.name, d.node_id)).collect()),
+            Ok(None) => Ok(Vec::new()),
+            Err(e) => Err(format!("reading CSINode {NODE_NAME}: {e}")),
         }
     }
 
@@ -234,13 +243,19 @@ impl Node {
             .map(|fields| fields[5].to_string())
     }
 
-    /// The driver's volume records.
-    pub fn driver_records(&self) -> Vec<PathBuf> {
-        std::fs::read_dir(&self.plugin.state)
-            .map(|entries| {
-                entries.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "json")).collect()
-            })
-            .unwrap_or_default()
+    /// The driver's volume records. An unreadable (or missing) state directory is an error, never
+    /// "no records".
+    pub fn driver_records(&self) -> Result<Vec<PathBuf>, String> {
+        let entries = std::fs::read_dir(&self.plugin.state)
+            .map_err(|e| format!("the driver's state directory {}: {e}", self.plugin.state.display()))?;
+        let mut records = Vec::new();
+        for entry in entries {
+            let path = entry.map_err(|e| format!("the driver's state directory: {e}"))?.path();
+            if path.extension().is_some_and(|e| e == "json") {
+                records.push(path);
+            }
+        }
+        Ok(records)
     }
 
     /// The last lines of kubelet's, containerd's and the driver's logs, for failure messages.
@@ -259,52 +274,22 @@ impl Node {
     }
 }
 
-/// Mount points at or below `dir`, deepest first, from this process's mount table.
-fn mounts_under(dir: &Path) -> Vec<String> {
-    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let prefix = dir.to_string_lossy().into_owned();
-    let mut mounts: Vec<String> = table
-        .lines()
-        .filter_map(|line| line.split(' ').nth(4))
-        .map(|point| point.replace("\\040", " "))
-        .filter(|point| point == &prefix || point.starts_with(&format!("{prefix}/")))
-        .collect();
-    mounts.sort_by_key(|point| std::cmp::Reverse(point.len()));
-    mounts.dedup();
-    mounts
-}
-
 impl Drop for Node {
     fn drop(&mut self) {
-        // kubelet first, so it restarts nothing; then every container and sandbox, their shims,
-        // containerd, the driver; then every mount the run made, deepest first; then the files.
+        // kubelet first, so it restarts nothing; then every pod through the CRI and what
+        // containers are left, containerd, the driver; then the sweep of the node's directory:
+        // its shims and any process still naming it, runc's leftovers, every mount the run made
+        // (netns included), deepest first, and the files.
         drop(self.kubelet.take());
         if let Some(containerd) = self.containerd.take() {
-            containerd.remove_everything();
-            let state = containerd.state.to_string_lossy().into_owned();
+            containerd.remove_everything(&self.cri_pods);
             drop(containerd);
-            kill_processes_mentioning(&state);
             runtime::delete_bridge();
         }
         self.kill_driver();
         if let Some(dir) = self.dir.take() {
-            for point in mounts_under(dir.path()) {
-                let _ = Command::new("umount").arg("-l").arg(&point).status();
-            }
+            let _ = sweep(dir.path());
             drop(dir);
-        }
-    }
-}
-
-/// SIGKILLs every process whose command line mentions `needle` (containerd's shims name its
-/// state directory in their arguments).
-fn kill_processes_mentioning(needle: &str) {
-    let Ok(entries) = std::fs::read_dir("/proc") else { return };
-    for entry in entries.flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
-        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-        if String::from_utf8_lossy(&cmdline).contains(needle) && pid != std::process::id() {
-            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
         }
     }
 }

@@ -37,29 +37,39 @@ impl Node {
     }
 
     /// The mounts under pod `uid`'s directory and the driver records naming the pod.
-    pub fn volume_traces(&self, uid: &str) -> (Vec<String>, Vec<PathBuf>) {
+    pub fn volume_traces(&self, uid: &str) -> Result<(Vec<String>, Vec<PathBuf>), String> {
         let mounts: Vec<String> = self.pod_mounts().into_iter().filter(|m| m.contains(uid)).collect();
-        let records: Vec<_> = self
-            .driver_records()
-            .into_iter()
-            .filter(|r| std::fs::read_to_string(r).unwrap_or_default().contains(uid))
-            .collect();
-        (mounts, records)
+        let mut records = Vec::new();
+        for record in self.driver_records()? {
+            let text = std::fs::read_to_string(&record).map_err(|e| format!("{}: {e}", record.display()))?;
+            if text.contains(uid) {
+                records.push(record);
+            }
+        }
+        Ok((mounts, records))
     }
 
     /// The positive control of [`Node::nothing_left`]: while the pod runs, the same filters find
     /// its volume's mount and the driver's record of it.
     pub fn volume_present(&self, uid: &str) -> Result<(), String> {
-        let (mounts, records) = self.volume_traces(uid);
+        let (mounts, records) = self.volume_traces(uid)?;
         if mounts.is_empty() || records.is_empty() {
             return Err(format!("the running pod {uid}'s volume is not seen: mounts {mounts:?}, records {records:?}"));
         }
+        self.seen_volumes.lock().unwrap_or_else(|p| p.into_inner()).insert(uid.to_string());
         Ok(())
     }
 
     /// Nothing of pod `uid`'s volumes is left: no mount under its pod directory, no driver record.
+    /// Refused unless [`Node::volume_present`] saw this pod's volume first: a check that never saw
+    /// the thing it looks for could not fail.
     pub fn nothing_left(&self, uid: &str) -> Result<(), String> {
-        let (mounts, records) = self.volume_traces(uid);
+        if !self.seen_volumes.lock().unwrap_or_else(|p| p.into_inner()).contains(uid) {
+            return Err(format!(
+                "nothing_left({uid}) without volume_present({uid}) first: the check never saw what it looks for"
+            ));
+        }
+        let (mounts, records) = self.volume_traces(uid)?;
         if !mounts.is_empty() || !records.is_empty() {
             return Err(format!("left behind for pod {uid}: mounts {mounts:?}, records {records:?}"));
         }

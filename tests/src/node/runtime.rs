@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use crate::bounded::output_within;
 use crate::cluster::{ChildProcess, POD_NETWORK_GATEWAY};
+use crate::run_root::RUNC_ROOT;
 
 /// A running containerd.
 pub struct Containerd {
@@ -105,6 +106,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "{PAUSE_IMAGE}"
+  # The pods' network namespaces under the state directory (not /var/run/netns), so that every
+  # trace of a run is below its run directory.
+  netns_mounts_under_state_dir = true
   # This sandbox lacks CAP_SYS_RESOURCE: runc cannot lower oom_score_adj below the parent's.
   restrict_oom_score_adj = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
@@ -114,6 +118,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
+        # runc's state of the containers here too (not /run/containerd/runc): a sweep of a run
+        # whose containerd is gone finds its containers there (run_root).
+        Root = "{runc}"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "{cni}"
@@ -122,6 +129,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
                 state = state.display(),
                 socket = socket.display(),
                 cni = cni.display(),
+                runc = dir.join(RUNC_ROOT).display(),
             ),
         )?;
         let mut process = ChildProcess::spawn(
@@ -160,8 +168,15 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         self.ctr(&["images", "import", &archive.display().to_string()]).map(drop)
     }
 
-    /// Stops every container and sandbox it runs (their shims outlive containerd otherwise).
-    pub fn remove_everything(&self) {
+    /// Removes every pod through the CRI (`cri_pods`, as kubelet would: the network plugin's
+    /// DEL runs), then kills and deletes whatever containers are left (their shims outlive
+    /// containerd otherwise).
+    pub fn remove_everything(&self, cri_pods: &Path) {
+        match output_within(Command::new(cri_pods).arg(&self.socket), Duration::from_secs(90), "cri-pods") {
+            Ok(output) if output.status.success() => {}
+            Ok(output) => eprintln!("node teardown: cri-pods: {}", String::from_utf8_lossy(&output.stderr).trim()),
+            Err(error) => eprintln!("node teardown: {error}"),
+        }
         for kind in ["tasks", "containers"] {
             let listed = self.ctr(&[kind, "list", "-q"]).unwrap_or_default();
             for id in listed.lines().filter(|l| !l.is_empty()) {

@@ -48,13 +48,23 @@ const BOUND: Duration = Duration::from_secs(2400);
 
 #[test]
 fn installed_as_shipped_serves_survives_restarts_rolls_upgrades_and_leaves_nothing() {
+    // Before anything is made on the machine: sweeps what a killed run left, and tears this run
+    // down on SIGINT/SIGTERM/SIGHUP.
+    inline_guard_tests::run_root::claim().expect("a run directory");
     let runtime =
         tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("a tokio runtime");
     let outcome = runtime.block_on(async { tokio::time::timeout(BOUND, run()).await });
+    drop(runtime);
+    // Swept even when the scenario failed, so a failure leaves nothing either; a leak of a green
+    // scenario fails it.
+    let leftovers = inline_guard_tests::run_root::finish();
     match outcome {
         Ok(Ok(())) => {}
         Ok(Err(error)) => panic!("{error}"),
         Err(_) => panic!("the deployment scenario took longer than {BOUND:?}"),
+    }
+    if let Err(leak) = leftovers {
+        panic!("{leak}");
     }
 }
 
@@ -313,7 +323,7 @@ impl Installation {
     async fn wait_registered(&self) -> Outcome {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            let drivers = self.node.csi_node_drivers(&self.admin).await;
+            let drivers = self.node.csi_node_drivers(&self.admin).await?;
             if drivers.contains(&(DRIVER.to_string(), self.node.name().to_string())) {
                 println!("deploy: CSINode {} lists {drivers:?}", self.node.name());
                 return Ok(());
@@ -482,31 +492,34 @@ impl Installation {
         let root = &self.node.kubelet_dirs.root;
         let socket = root.join("plugins/sharedresource.csi.inlineguard.dev/csi.sock");
         let registration = root.join("plugins_registry/sharedresource.csi.inlineguard.dev-reg.sock");
-        let traces = || {
+        let traces = || -> Result<Vec<String>, String> {
             let mut found: Vec<String> =
                 [&socket, &registration].into_iter().filter(|p| p.exists()).map(|p| path(p)).collect();
-            found.extend(self.node.driver_records().iter().map(|p| path(p)));
+            found.extend(self.node.driver_records()?.iter().map(|p| path(p)));
             found.extend(self.node.pod_mounts().into_iter().filter(|m| m.contains("kubernetes.io~csi")));
-            found
+            Ok(found)
         };
-        let installed = traces();
+        let installed = traces()?;
         if installed.len() != 2 {
             return Err(format!("while installed (no workload), expected the two sockets only: {installed:?}"));
         }
         self.kubectl.run(&["delete", "-k", &path(overlay), "--wait=true", "--timeout=240s"]).await?;
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
-            let pods = self.driver_pods().await.unwrap_or_default();
-            let left = traces();
-            let registered = self.node.csi_node_drivers(&self.admin).await.iter().any(|(name, _)| name == DRIVER);
-            if pods.is_empty() && left.is_empty() && !registered {
+            // An API error is not "no driver pods": it is no answer, and the wait goes on.
+            let pods = self.driver_pods().await;
+            let left = traces()?;
+            let registered = self.node.csi_node_drivers(&self.admin).await?.iter().any(|(name, _)| name == DRIVER);
+            if pods.as_ref().is_ok_and(Vec::is_empty) && left.is_empty() && !registered {
                 println!("deploy: delete -k left nothing (had {installed:?})");
                 return Ok(());
             }
             if Instant::now() > deadline {
+                let pods = pods
+                    .map(|p| format!("{} driver pods", p.len()))
+                    .unwrap_or_else(|e| format!("listing driver pods: {e}"));
                 return Err(format!(
-                    "120 s after delete -k: {} driver pods, left on the node {left:?}, CSINode lists the driver: {registered}",
-                    pods.len()
+                    "120 s after delete -k: {pods}, left on the node {left:?}, CSINode lists the driver: {registered}"
                 ));
             }
             tokio::time::sleep(Duration::from_millis(500)).await;

@@ -24,11 +24,19 @@ pub const DRIVER: &str = "sharedresource.csi.inlineguard.dev";
 const PROVIDER_OBJECT_NAME: &str = "db-password";
 pub const PROVIDER_OBJECT: &str = "from-the-provider";
 
-/// Every second: the provider's object, and a write that must fail.
-const PROVIDER_READER: &str = r#"while true; do echo "content: $(cat /store/db-password)"; (echo x > /store/probe) 2>/dev/null && echo "write: succeeded"; sleep 1; done"#;
+/// Every second: the provider's object, and a write that must fail, with how it failed (the
+/// subshell's error output is captured: the shell reports a failed redirection on the stderr it
+/// had before that command's own redirections).
+const PROVIDER_READER: &str = r#"while true; do echo "content: $(cat /store/db-password)"; if (echo x > /store/probe) 2>/tmp/error; then echo "write: succeeded"; else echo "write: $(cat /tmp/error)"; fi; sleep 1; done"#;
 
-/// Every second: the share's file (empty when the volume is emptied), and a write that must fail.
-const READER: &str = r#"while true; do echo "content: $(cat /shared/ca.crt)"; (echo x > /shared/probe) 2>/dev/null && echo "write: succeeded"; sleep 1; done"#;
+/// Every second: the share's file (empty when the volume is emptied), and a write that must fail,
+/// with how it failed.
+const READER: &str = r#"while true; do echo "content: $(cat /shared/ca.crt)"; if (echo x > /shared/probe) 2>/tmp/error; then echo "write: succeeded"; else echo "write: $(cat /tmp/error)"; fi; sleep 1; done"#;
+
+/// How every write into a volume must fail: the mount is read-only. (Not merely "failed": the
+/// reader runs as uid 1000 on a root-owned 0755 tmpfs, so a writable mount refuses it too, with
+/// EACCES.)
+const READ_ONLY_REFUSAL: &str = ": Read-only file system";
 
 /// Server-side applies `object` as the admin.
 pub async fn apply(admin: &kube::Client, object: Value) -> Result<(), String> {
@@ -142,17 +150,19 @@ pub fn reader_pod(name: &str) -> Value {
     inline_guard_tests::node::reader_pod(name, READER, csi, "/shared")
 }
 
-/// Waits until `pod`'s reader has printed `content: WANTED` after its first `after` lines;
-/// returns the number of lines it had then. No write may ever have succeeded.
+/// Waits until `pod`'s reader has printed `content: WANTED` after its first `after` lines, and a
+/// write attempt after it; returns the number of lines it had then. Every write it ever tried
+/// must have failed as read-only (EROFS).
 pub async fn wait_for_content(node: &Node, pod: &str, wanted: &str, after: usize) -> Result<usize, String> {
     let line = format!("content: {wanted}");
     let deadline = std::time::Instant::now() + Duration::from_secs(90);
     loop {
         let log = node.container_log(CONSUMER, pod, "reader");
-        if log.iter().any(|l| l == "write: succeeded") {
-            return Err(format!("{CONSUMER}/{pod} wrote into its read-only volume: {log:?}"));
+        if let Some(write) = log.iter().find(|l| l.starts_with("write: ") && !l.ends_with(READ_ONLY_REFUSAL)) {
+            return Err(format!("{CONSUMER}/{pod}: a write into its volume did not fail as read-only: {write:?}"));
         }
-        if log.iter().skip(after).any(|l| *l == line) {
+        let found = log.iter().skip(after).position(|l| *l == line);
+        if found.is_some_and(|at| log.iter().skip(after + at).any(|l| l.starts_with("write: "))) {
             println!("deploy: {CONSUMER}/{pod} printed {line:?} after line {after} (of {})", log.len());
             return Ok(log.len());
         }

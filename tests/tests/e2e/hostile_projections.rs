@@ -145,7 +145,8 @@ pub async fn hostile_share_names_never_reach_the_apiserver_and_revocation_still_
         let victim_target = dir.path().join("pods/victim/volumes/kubernetes.io~csi/v/mount");
         let attacker_request = kubelet_request(&attacker_pod, "v", &attacker_target)?;
         publish_as_kubelet(&mut node, &attacker_request).await.map_err(|e| format!("publishing the attacker's projection: {e}"))?;
-        publish_as_kubelet(&mut node, &kubelet_request(&victim_pod, "v", &victim_target)?).await.map_err(|e| format!("publishing the victim's share: {e}"))?;
+        let victim_request = kubelet_request(&victim_pod, "v", &victim_target)?;
+        publish_as_kubelet(&mut node, &victim_request).await.map_err(|e| format!("publishing the victim's share: {e}"))?;
         wait_for(&attacker_target, "the attacker's projection published", &["db"]).await?;
         wait_for(&victim_target, "the victim's share published", &["password"]).await?;
 
@@ -196,10 +197,13 @@ pub async fn hostile_share_names_never_reach_the_apiserver_and_revocation_still_
             .map_err(|e| e.to_string())?;
         let revoked_in = wait_for(&victim_target, "the victim's volume after its RoleBinding was deleted", &[]).await?;
 
-        // The attacker's pod goes away: unpublished, nothing left.
+        // Both pods go away: unpublished, nothing left.
         unpublish_as_kubelet(&mut node, attacker_request.volume_id.clone(), attacker_request.target_path.clone()).await?;
-        if attacker_target.exists() || still_mounted(&attacker_target) {
-            return Err("the attacker's volume was left behind".into());
+        unpublish_as_kubelet(&mut node, victim_request.volume_id.clone(), victim_request.target_path.clone()).await?;
+        for (whose, target) in [("attacker", &attacker_target), ("victim", &victim_target)] {
+            if target.exists() || still_mounted(target) {
+                return Err(format!("the {whose}'s volume was left behind"));
+            }
         }
 
         // The audit log: the same filter finds the driver's read of the real Secret (the positive
@@ -225,6 +229,6 @@ pub async fn hostile_share_names_never_reach_the_apiserver_and_revocation_still_
         Ok(())
     }
     .await;
-    driver.stop().await?;
-    result
+    // The scenario's failure first; a driver failure or a leftover mount otherwise.
+    result.and(driver.stop().await)
 }

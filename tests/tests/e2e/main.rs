@@ -4,7 +4,9 @@
 //! One control plane serves every scenario (each works in its own namespaces and CSIDrivers), so
 //! this binary has its own `main`: it starts the control plane only when a selected scenario needs
 //! it, runs the scenarios with libtest-mimic (the usual filters and output), and drops the control
-//! plane before exiting, panic or not.
+//! plane before exiting, panic or not. Everything it makes is under its run directory
+//! (`inline_guard_tests::run_root`): swept at exit (a leak fails the run), on SIGINT/SIGTERM, and
+//! by the next run if this one is killed.
 
 mod admission_tables;
 mod audit_command;
@@ -216,6 +218,12 @@ fn main() -> ExitCode {
     inline_guard_tests::node::plugin::run_driver_if_child();
     let args = Arguments::from_args();
     let scenarios = scenarios();
+    // Before anything is made on the machine: sweeps what a killed run left, and tears this run
+    // down on SIGINT/SIGTERM/SIGHUP.
+    if let Err(error) = inline_guard_tests::run_root::claim() {
+        eprintln!("e2e: no run directory: {error}");
+        return ExitCode::FAILURE;
+    }
 
     let suite: Arc<Result<Suite, String>> = if scenarios.iter().any(|(name, _)| selected(&args, name)) {
         let started = Instant::now();
@@ -248,5 +256,10 @@ fn main() -> ExitCode {
     let conclusion = libtest_mimic::run(&args, trials);
     // Every trial (and its clone of the suite) is gone: this drop kills the control plane.
     drop(suite);
+    // A green run that leaves a mount or a process behind is not green.
+    if let Err(leak) = inline_guard_tests::run_root::finish() {
+        eprintln!("e2e: FAILED: {leak}");
+        return ExitCode::FAILURE;
+    }
     conclusion.exit_code()
 }

@@ -26,7 +26,7 @@ pub async fn kubelet_registers_the_driver(suite: &Suite) -> Outcome {
     let node = node(suite)?;
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let drivers = node.csi_node_drivers(&suite.admin).await;
+        let drivers = node.csi_node_drivers(&suite.admin).await?;
         if drivers.contains(&(SHARED_RESOURCE_DRIVER.to_string(), node.name().to_string())) {
             println!("CSINode {}: {drivers:?}", node.name());
             return Ok(());
@@ -365,6 +365,7 @@ pub async fn host_read_only_makes_the_drivers_own_mount_read_only(suite: &Suite)
     if !read_only_mount(&host_after) {
         return Err(format!("after the update the host mount is {host_after}, not read-only again"));
     }
+    volume_present(node, &uid(&pod))?;
     delete_and_wait(suite, namespace, "host-ro").await?;
     nothing_left(node, &uid(&pod))?;
     println!("hostReadOnly: host mount {host}, container mount {container}; write refused ({write}); update served");

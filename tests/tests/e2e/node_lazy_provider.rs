@@ -10,7 +10,8 @@
 use serde_json::json;
 
 use crate::node::{
-    DriverConfigured, ONE_AT_A_TIME, create_pod, delete_and_wait, node, nothing_left, pod_on_node, uid, wait_for_log,
+    DriverConfigured, ONE_AT_A_TIME, create_pod, delete_and_wait, node, nothing_left, pod_on_node, uid, volume_present,
+    wait_for_log,
 };
 use crate::providers::{helper_calls, logging_example_helper};
 use crate::shares::{create_object, use_grant};
@@ -62,6 +63,7 @@ pub async fn a_pod_on_the_node_reads_a_lazy_providers_file_when_it_first_opens_i
 
     // The container runs, so the volume is published: the helper was asked `mount` only.
     wait_for_log(node, NAMESPACE, POD, "the container's start", |line| line == "started").await?;
+    volume_present(node, &uid(&pod))?;
     let before = helper_calls(work.path());
     if before.len() != 1 || !before[0].starts_with("mount ") {
         return Err(format!("before the container read anything the helper was called {before:?}; expected one mount"));

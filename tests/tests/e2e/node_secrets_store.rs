@@ -7,7 +7,8 @@
 use serde_json::{Value, json};
 
 use crate::node::{
-    DriverConfigured, ONE_AT_A_TIME, create_pod, delete_and_wait, node, nothing_left, pod_on_node, uid, wait_for_log,
+    DriverConfigured, ONE_AT_A_TIME, create_pod, delete_and_wait, node, nothing_left, pod_on_node, uid, volume_present,
+    wait_for_log,
 };
 use crate::shares::{create_object, use_grant};
 use crate::support::{Outcome, SHARED_RESOURCE_DRIVER, Suite, create_namespace};
@@ -66,6 +67,7 @@ pub async fn a_pod_on_the_node_reads_a_secrets_store_providers_object(suite: &Su
             "the provider was sent {ours}: expected service account reader, kubelet's token for {AUDIENCE}, permission 420"
         ));
     }
+    volume_present(node, &uid(&pod))?;
     delete_and_wait(suite, NAMESPACE, "store-reader").await?;
     nothing_left(node, &uid(&pod))?;
     println!("the container read {:?}; the provider saw {ours}", read.iter().find(|l| l.starts_with("content: ")));

@@ -149,8 +149,8 @@ pub async fn a_secrets_store_provider_serves_its_objects_to_whom_rbac_grants_use
         crate::providers::unpublished(&mut node, &request, &target).await
     }
     .await;
-    driver.stop().await?;
-    result.map_err(|e| format!("{e}\n{}", provider.log_tail(20)))
+    // The scenario's failure first; a driver failure or a leftover mount otherwise.
+    result.map_err(|e| format!("{e}\n{}", provider.log_tail(20))).and(driver.stop().await)
 }
 
 /// A volume naming a SecretProviderClass (upstream's CRD, installed from the upstream module;

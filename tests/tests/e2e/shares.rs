@@ -141,10 +141,18 @@ impl InProcessDriver {
         Ok(InProcessDriver { dir, socket, metrics, stop, running })
     }
 
-    /// Stops the driver; an error if it failed.
+    /// Stops the driver and unmounts whatever is still mounted under its directory; an error if
+    /// the driver failed, or if a volume was left mounted (a scenario unpublishes what it
+    /// published, as kubelet does).
     pub async fn stop(self) -> Outcome {
         let _ = self.stop.send(());
-        self.running.await.map_err(|e| e.to_string())?.map_err(|e| e.to_string())
+        let stopped = self.running.await.map_err(|e| e.to_string()).and_then(|r| r.map_err(|e| e.to_string()));
+        let left = inline_guard_tests::run_root::mounts_under(self.dir.path());
+        for point in &left {
+            let _ = std::process::Command::new("umount").arg("-l").arg(point).output();
+        }
+        stopped?;
+        if left.is_empty() { Ok(()) } else { Err(format!("the scenario left these mounted (now unmounted): {left:?}")) }
     }
 }
 
@@ -509,8 +517,8 @@ pub async fn access_updates_revocation_and_deletion_reach_the_files(suite: &Suit
         Ok(())
     }
     .await;
-    driver.stop().await?;
-    result
+    // The scenario's failure first; a driver failure or a leftover mount otherwise.
+    result.and(driver.stop().await)
 }
 
 /// `GET path` on a health port, the whole answer.

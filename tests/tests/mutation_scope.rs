@@ -1,0 +1,141 @@
+//! The mutation report cannot drift from what was run: every path of `tests/mutation/scope.tsv`
+//! names a file of the tree (a rename cannot silently empty a piece), every mutant in the
+//! committed outcomes belongs to its piece's scope, and each row of `tests/mutation/REPORT.md` is
+//! the one the committed outcomes make (or says the piece was not run). `tests/mutation/run`
+//! writes both; this runs in every test run, without mutating anything.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use inline_guard_tests::repo_root;
+use serde_json::Value;
+
+/// `(piece, path)` of each scope line.
+fn scope() -> Vec<(String, String)> {
+    let text = std::fs::read_to_string(repo_root().join("tests/mutation/scope.tsv")).expect("tests/mutation/scope.tsv");
+    text.lines()
+        .filter(|line| !line.is_empty() && !line.starts_with('#'))
+        .map(|line| {
+            let fields: Vec<&str> = line.split('\t').collect();
+            assert!(fields.len() == 3, "scope.tsv: expected <piece>TAB<path>TAB<why>: {line:?}");
+            (fields[0].to_string(), fields[1].to_string())
+        })
+        .collect()
+}
+
+/// cargo-mutants' reading of a scope path: a file, or `dir/**` for everything below `dir`.
+fn in_scope(pattern: &str, file: &str) -> bool {
+    match pattern.strip_suffix("**") {
+        Some(dir) => file.starts_with(dir),
+        None => file == pattern,
+    }
+}
+
+fn rust_files_below(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|entry| {
+            let path = entry.path();
+            if path.is_dir() {
+                rust_files_below(&path)
+            } else {
+                usize::from(path.extension().is_some_and(|e| e == "rs"))
+            }
+        })
+        .sum()
+}
+
+#[test]
+fn every_scope_path_names_a_file_of_the_tree() {
+    let root = repo_root();
+    let scope = scope();
+    assert!(scope.len() >= 10, "the scope lost its safety paths: {scope:?}");
+    for (piece, path) in scope {
+        let found = match path.strip_suffix("/**") {
+            Some(dir) => rust_files_below(&root.join(dir)),
+            None => usize::from(root.join(&path).is_file()),
+        };
+        assert!(found > 0, "tests/mutation/scope.tsv: piece {piece}: {path} names no file of the tree");
+    }
+}
+
+/// Names of surviving mutants reviewed as equivalent.
+fn equivalents() -> Vec<String> {
+    let text = std::fs::read_to_string(repo_root().join("tests/mutation/equivalent.tsv"))
+        .expect("tests/mutation/equivalent.tsv");
+    text.lines()
+        .filter(|line| !line.is_empty() && !line.starts_with('#'))
+        .map(|line| line.split('\t').next().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// The report's row for `piece`, made from its committed outcomes (`None`: not run), as
+/// `report.py` makes it.
+fn row(piece: &str, outcomes: Option<&Value>, equivalent: &[String]) -> String {
+    let Some(data) = outcomes else { return format!("| {piece} | not run |{}", " |".repeat(7)) };
+    let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
+    for mutant in data["mutants"].as_array().expect("outcomes: a mutants array") {
+        let mut kind = mutant["outcome"].as_str().expect("outcomes: an outcome");
+        if kind == "missed" && equivalent.iter().any(|name| mutant["name"] == name.as_str()) {
+            kind = "equivalent";
+        }
+        *kinds.entry(kind).or_default() += 1;
+    }
+    let count = |kind: &str| kinds.get(kind).copied().unwrap_or(0);
+    let caught = count("caught") + count("timeout");
+    let scored = caught + count("missed");
+    let shown = if scored == 0 {
+        "no viable mutant".to_string()
+    } else {
+        format!("{caught} of {scored} ({} %)", caught * 100 / scored)
+    };
+    let counts: Vec<String> =
+        ["caught", "timeout", "missed", "equivalent", "unviable"].iter().map(|k| count(k).to_string()).collect();
+    let minutes = data["seconds"].as_u64().expect("outcomes: seconds") / 60;
+    format!("| {piece} | {} | {} | {shown} | {minutes} min |", data["tree"].as_str().unwrap_or("?"), counts.join(" | "))
+}
+
+#[test]
+fn the_report_shows_what_the_committed_outcomes_hold_and_nothing_else() {
+    let root = repo_root();
+    let scope = scope();
+    let report = std::fs::read_to_string(root.join("tests/mutation/REPORT.md")).expect("tests/mutation/REPORT.md");
+    let equivalent = equivalents();
+    let mut pieces: Vec<&str> = Vec::new();
+    for (piece, _) in &scope {
+        if !pieces.contains(&piece.as_str()) {
+            pieces.push(piece);
+        }
+    }
+    let outcomes_dir = root.join("tests/mutation/outcomes");
+    for entry in std::fs::read_dir(&outcomes_dir).expect("tests/mutation/outcomes").flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if let Some(piece) = name.strip_suffix(".json") {
+            assert!(pieces.contains(&piece), "outcomes/{name} is of no piece of the scope: remove it or run the piece");
+        }
+    }
+    for piece in pieces {
+        let path = outcomes_dir.join(format!("{piece}.json"));
+        let outcomes: Option<Value> = path.exists().then(|| {
+            let text = std::fs::read_to_string(&path).expect("an outcomes file");
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        });
+        if let Some(data) = &outcomes {
+            let paths: Vec<&str> = scope.iter().filter(|(p, _)| p == piece).map(|(_, path)| path.as_str()).collect();
+            for mutant in data["mutants"].as_array().expect("outcomes: a mutants array") {
+                let file = mutant["file"].as_str().unwrap_or_default();
+                assert!(
+                    paths.iter().any(|path| in_scope(path, file)),
+                    "outcomes/{piece}.json holds a mutant of {file}, outside the piece's scope {paths:?}: the outcomes are stale; rerun tests/mutation/run {piece}"
+                );
+            }
+        }
+        let expected = row(piece, outcomes.as_ref(), &equivalent);
+        assert!(
+            report.lines().any(|line| line == expected),
+            "tests/mutation/REPORT.md lacks the row the committed outcomes make for piece {piece}:\n{expected}\n(rewrite it with `python3 tests/mutation/report.py report > tests/mutation/REPORT.md`)"
+        );
+    }
+}
