@@ -10,6 +10,8 @@
 //! (`lazy_files`: each file fetched when first opened, which the volume layer serves through
 //! FUSE); and the Secrets Store CSI Driver's providers over their gRPC API (`secrets_store`).
 
+#[cfg(test)]
+pub(crate) mod concurrency_probe;
 pub mod exec;
 pub mod helper_protocol;
 pub mod helper_run;

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::content::ask::PodInfo;
+use crate::content::external::concurrency_probe;
 use crate::content::projection::tokens::Tokens;
 use sharedresource_api::object_name::ObjectName;
 
@@ -23,17 +24,13 @@ impl Vault {
         let helper = example.replace("ROOT=/var/lib/inline-guard/example-vault", &format!("ROOT={}", root.display()));
         assert_ne!(helper, example, "the example names its ROOT");
         std::fs::write(vault.path("example"), helper).unwrap();
-        std::fs::create_dir_all(vault.path("running")).unwrap();
         let wrapper = format!(
             "#!/bin/sh\n\
              echo \"$1 $2\" >> {log}\n\
-             if [ \"$1\" = get ]; then\n\
-               mkdir {running}/$$; ls {running} | wc -l >> {concurrent}; sleep 0.2; rmdir {running}/$$\n\
-             fi\n\
+             if [ \"$1\" = get ]; then\n{probe}fi\n\
              exec /bin/sh {example} \"$@\"\n",
             log = vault.path("calls").display(),
-            running = vault.path("running").display(),
-            concurrent = vault.path("concurrent").display(),
+            probe = concurrency_probe::around_get(vault.dir.path()),
             example = vault.path("example").display(),
         );
         std::fs::write(vault.path("helper"), wrapper).unwrap();
@@ -68,8 +65,7 @@ impl Vault {
     }
 
     fn most_concurrent(&self) -> usize {
-        let text = std::fs::read_to_string(self.path("concurrent")).unwrap_or_default();
-        text.lines().map(|line| line.trim().parse::<usize>().unwrap()).max().unwrap_or(0)
+        concurrency_probe::most(self.dir.path())
     }
 }
 
@@ -149,10 +145,13 @@ async fn helpers_run_at_most_the_nodes_bound_at_once() {
     let files = providers(&vault, 1).files(&vault.provider(), &ask("team-a", "web")).await.unwrap();
     assert_eq!(files.len(), 6);
     assert_eq!(vault.most_concurrent(), 1, "one helper at a time");
-    std::fs::remove_file(vault.path("concurrent")).unwrap();
+    // A node bound of three gives one volume two (its namespace's half, and the volume's own
+    // part): each helper waits for a second, so two are seen side by side (the positive control
+    // that the probe sees concurrency at all), and no third.
+    concurrency_probe::reset(vault.dir.path());
+    concurrency_probe::expect(vault.dir.path(), 2, 6);
     providers(&vault, 3).files(&vault.provider(), &ask("team-a", "web")).await.unwrap();
-    let most = vault.most_concurrent();
-    assert!((1..=3).contains(&most), "at most three at once: {most}");
+    assert_eq!(vault.most_concurrent(), 2, "two at once, never more");
 }
 
 #[tokio::test]
@@ -161,13 +160,13 @@ async fn one_volume_runs_at_most_its_own_part_of_the_nodes_helpers() {
     for index in 0..8 {
         vault.keep("team-a", "web", &format!("file-{index}"), "x");
     }
+    // Each helper waits until the volume's part runs side by side (the positive control), and
+    // no more than that part ever runs.
+    concurrency_probe::expect(vault.dir.path(), GETS_PER_VOLUME, 8);
     let files = providers(&vault, 8).files(&vault.provider(), &ask("team-a", "web")).await.unwrap();
     assert_eq!(files.len(), 8);
     let most = vault.most_concurrent();
-    assert!(
-        (1..=GETS_PER_VOLUME).contains(&most),
-        "{most} gets at once; the node allows 8, one volume {GETS_PER_VOLUME}"
-    );
+    assert_eq!(most, GETS_PER_VOLUME, "{most} gets at once; the node allows 8, one volume {GETS_PER_VOLUME}");
 }
 
 #[tokio::test]

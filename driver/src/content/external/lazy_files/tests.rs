@@ -63,7 +63,6 @@ impl Helper {
     pub(crate) fn new(files: &[(&str, &str)]) -> Helper {
         let helper = Helper { dir: tempfile::tempdir().unwrap() };
         std::fs::create_dir_all(helper.path("files")).unwrap();
-        std::fs::create_dir_all(helper.path("running")).unwrap();
         for (name, content) in files {
             std::fs::write(helper.path("files").join(name), content).unwrap();
         }
@@ -73,12 +72,11 @@ impl Helper {
              case \"$1\" in\n\
              mount) printf '{{\"enable-dirs\": [\"secrets\"], \"mount-param\": [\"kubernetes.io/pod.name\"],}}' ;;\n\
              get) name=${{2#secrets/}}; [ \"$name\" = broken ] && {{ echo \"the vault refused $name\" >&2; exit 3; }}\n\
-                  mkdir {running}/$$; ls {running} | wc -l >> {concurrent}; sleep 0.1; rmdir {running}/$$\n\
+{probe}\
                   cat {files}/\"$name\" ;;\n\
              esac\n",
             calls = helper.path("calls").display(),
-            running = helper.path("running").display(),
-            concurrent = helper.path("concurrent").display(),
+            probe = crate::content::external::concurrency_probe::around_get(helper.dir.path()),
             files = helper.path("files").display(),
         );
         std::fs::write(helper.path("helper"), script).unwrap();
@@ -249,6 +247,9 @@ async fn one_volume_runs_at_most_its_own_share_of_the_nodes_helpers() {
     let names: Vec<String> = (0..6).map(|i| format!("file-{i}")).collect();
     let kept: Vec<(&str, &str)> = names.iter().map(|name| (name.as_str(), "x")).collect();
     let helper = Helper::new(&kept);
+    // Each get waits until the volume's part runs side by side (the positive control), and no
+    // more than that part ever runs.
+    crate::content::external::concurrency_probe::expect(helper.dir.path(), GETS_PER_VOLUME, 6);
     let files = Arc::new(helper.files(HOUR));
     let reads = names.iter().map(|name| {
         let (files, path) = (files.clone(), format!("secrets/{name}"));
@@ -258,12 +259,8 @@ async fn one_volume_runs_at_most_its_own_share_of_the_nodes_helpers() {
         assert_eq!(&*read.unwrap().unwrap(), b"x");
     }
     assert_eq!(helper.gets().len(), 6);
-    let most = std::fs::read_to_string(helper.path("concurrent")).unwrap();
-    let most = most.lines().map(|line| line.trim().parse::<usize>().unwrap()).max().unwrap();
-    assert!(
-        (1..=GETS_PER_VOLUME).contains(&most),
-        "{most} gets at once; the node allows 4, the volume {GETS_PER_VOLUME}"
-    );
+    let most = crate::content::external::concurrency_probe::most(helper.dir.path());
+    assert_eq!(most, GETS_PER_VOLUME, "{most} gets at once; the node allows 4, the volume {GETS_PER_VOLUME}");
 }
 
 #[tokio::test]
