@@ -86,10 +86,9 @@ fn row(piece: &str, outcomes: Option<&Value>, equivalent: &[String]) -> String {
     let count = |kind: &str| kinds.get(kind).copied().unwrap_or(0);
     let caught = count("caught") + count("timeout");
     let scored = caught + count("missed");
-    let shown = if scored == 0 {
-        "no viable mutant".to_string()
-    } else {
-        format!("{caught} of {scored} ({} %)", caught * 100 / scored)
+    let shown = match (caught * 100).checked_div(scored) {
+        Some(percent) => format!("{caught} of {scored} ({percent} %)"),
+        None => "no viable mutant".to_string(),
     };
     let counts: Vec<String> =
         ["caught", "timeout", "missed", "equivalent", "unviable"].iter().map(|k| count(k).to_string()).collect();

@@ -32,6 +32,9 @@ pub struct AuditEvent {
     /// The answer's status, once there is one.
     #[serde(default)]
     pub response_status: Option<ResponseStatus>,
+    /// The request's body, where the audit policy logs it (`level: Request`).
+    #[serde(default)]
+    pub request_object: Option<serde_json::Value>,
     /// Audit annotations, a webhook's prefixed with the webhook's name.
     #[serde(default)]
     pub annotations: BTreeMap<String, String>,
@@ -76,6 +79,14 @@ impl AuditEvent {
     /// Whether the apiserver refused it (403).
     pub fn forbidden(&self) -> bool {
         self.response_status.as_ref().is_some_and(|status| status.code == 403)
+    }
+
+    /// Whether this is a completed SubjectAccessReview asking about `user`.
+    pub fn asks_about(&self, user: &str) -> bool {
+        self.stage == "ResponseComplete"
+            && self.verb == "create"
+            && self.object_ref.as_ref().is_some_and(|o| o.resource == "subjectaccessreviews")
+            && self.request_object.as_ref().is_some_and(|body| body["spec"]["user"] == user)
     }
 
     /// Whether this is the completed request for `resource` `namespace/name`.

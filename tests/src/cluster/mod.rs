@@ -49,6 +49,12 @@ rules:
   - level: Metadata
     resources:
       - group: sharedresource.inlineguard.dev
+  # The access questions asked, with their bodies (the user asked about and the object; no
+  # secret): a suite counts them independently of the askers' own counters.
+  - level: Request
+    resources:
+      - group: authorization.k8s.io
+        resources: [subjectaccessreviews]
   - level: None
 "#;
 

@@ -300,6 +300,16 @@ async fn settled_access_checks(metrics: &sharedresource_csi_driver::metrics::Met
     Ok(count)
 }
 
+/// The SubjectAccessReviews the driver has sent about the published volume's account, as the
+/// apiserver's audit log records them.
+fn reviews_by_the_driver(suite: &Suite) -> Result<usize, String> {
+    let events = suite.cluster.audit_events()?;
+    Ok(events
+        .iter()
+        .filter(|e| e.acting_user() == DRIVER_USER && e.asks_about("system:serviceaccount:shares-consumer:reader"))
+        .count())
+}
+
 /// Bindings that cannot concern the published volume (of another service account of its
 /// namespace, of another namespace, of a user) make the driver ask nothing; a binding of the
 /// volume's own service account makes it ask again (the count's positive control).
@@ -317,6 +327,7 @@ async fn bindings_of_others_cost_no_access_check(
     };
     let path = |namespace: &str| format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings");
     let before = settled_access_checks(metrics).await?;
+    let reviews_before = reviews_by_the_driver(suite)?;
     let account = |namespace: &str, name: &str| json!({"kind": "ServiceAccount", "name": name, "namespace": namespace});
     create_object(
         suite,
@@ -339,8 +350,13 @@ async fn bindings_of_others_cost_no_access_check(
     });
     create_object(suite, "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", cluster_binding).await?;
     let after = settled_access_checks(metrics).await?;
-    if after != before {
-        return Err(format!("bindings of no service account on the node cost {} access checks", after - before));
+    let reviews_after = reviews_by_the_driver(suite)?;
+    if after != before || reviews_after != reviews_before {
+        return Err(format!(
+            "bindings of no service account on the node cost {} access checks ({} SubjectAccessReviews in the audit log)",
+            after - before,
+            reviews_after - reviews_before
+        ));
     }
     // The volume's own service account bound a second time: looked at again.
     create_object(
@@ -350,8 +366,17 @@ async fn bindings_of_others_cost_no_access_check(
     )
     .await?;
     let relevant = settled_access_checks(metrics).await?;
+    let reviews_relevant = reviews_by_the_driver(suite)?;
     if relevant == after {
         return Err("a binding of the volume's own service account made no access check".into());
+    }
+    // The driver's count, checked against the apiserver's record of the reviews it was sent.
+    if (relevant - after) as usize != reviews_relevant - reviews_after {
+        return Err(format!(
+            "the driver counts {} access checks for its account's binding, the audit log {} SubjectAccessReviews",
+            relevant - after,
+            reviews_relevant - reviews_after
+        ));
     }
     Api::<RoleBinding>::namespaced(suite.admin.clone(), "shares-consumer")
         .delete("reader-also-uses-db", &DeleteParams::default())
