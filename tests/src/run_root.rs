@@ -1,12 +1,14 @@
 //! The one directory a test process keeps everything it makes on the machine under, and the sweep
 //! that removes what a run left there: its processes, its containers, its mounts, the directory.
 //!
-//! The directory is `$TMPDIR/inline-guard-run-<pid>-<start>`: the owner's process id and its start
-//! time (in clock ticks since boot, from `/proc/<pid>/stat`), so a later run tells a live run's
+//! The directory is `$TMPDIR/igr-XXXXXX` (short: kubelet's plugin sockets live below it, and a
+//! unix socket's path has 107 bytes), holding an `owner` file with the owner's process id and
+//! start time (in clock ticks since boot, from `/proc/<pid>/stat`): a later run tells a live run's
 //! directory from a dead one's without trusting a pid that may have been reused, and sweeps only
-//! the dead. Every `tempfile` directory of the process lands inside it ([`claim`] overrides the
-//! process's temporary directory), so the control plane, the node, and each scenario's own
-//! directories are all the owner's, and provably the suite's.
+//! the dead. The directory is made under a hidden name, given its owner file, then renamed into
+//! place, so no sweep ever sees one without its owner. Every `tempfile` directory of the process
+//! lands inside it ([`claim`] overrides the process's temporary directory), so the control plane,
+//! the node, and each scenario's own directories are all the owner's, and provably the suite's.
 //!
 //! A run ends in one of three ways, and each leaves the machine as it found it:
 //! - finished: the suites drop what they started, then [`finish`] sweeps the directory and fails
@@ -24,7 +26,10 @@ use crate::bounded::output_within;
 use crate::node::runtime::delete_bridge;
 
 /// What every run directory's name starts with.
-pub const PREFIX: &str = "inline-guard-run-";
+pub const PREFIX: &str = "igr-";
+
+/// The file in a run directory naming its owner: `<pid> <start time>`.
+const OWNER: &str = "owner";
 
 /// Where the node's containerd tells runc to keep its containers' state (`runc --root`), below the
 /// node's own directory, so that a sweep can find the containers of a run whose containerd is gone.
@@ -46,12 +51,28 @@ fn claim_once() -> Result<PathBuf, String> {
     }
     let pid = std::process::id();
     let start = start_time(pid).ok_or("reading this process's start time from /proc/self/stat")?;
-    let dir = base.join(format!("{PREFIX}{pid}-{start}"));
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let making = tempfile::Builder::new()
+        .prefix(".igr-making-")
+        .tempdir_in(&base)
+        .map_err(|e| format!("a run directory in {}: {e}", base.display()))?;
+    std::fs::write(making.path().join(OWNER), format!("{pid} {start}\n"))
+        .map_err(|e| format!("{}: {e}", making.path().display()))?;
+    let name = making.path().file_name().and_then(|n| n.to_str()).ok_or("a run directory name")?;
+    let dir = base.join(name.replacen(".igr-making-", PREFIX, 1));
+    std::fs::rename(making.keep(), &dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     tempfile::env::override_temp_dir(&dir)
         .map_err(|set| format!("the temporary directory was set to {} before the run claimed it", set.display()))?;
     tear_down_on_signal(dir.clone())?;
     Ok(dir)
+}
+
+/// The run directory of the live test process `pid`, if it has claimed one.
+pub fn dir_of(pid: u32) -> Option<PathBuf> {
+    let entries = std::fs::read_dir(std::env::temp_dir()).ok()?;
+    entries.flatten().map(|e| e.path()).find(|dir| {
+        dir.file_name().is_some_and(|n| n.to_string_lossy().starts_with(PREFIX))
+            && owner(dir).is_some_and(|(owner, _)| owner == pid)
+    })
 }
 
 /// Sweeps this process's run directory after the suite has dropped everything it started: a
@@ -107,13 +128,14 @@ pub fn sweep_dead_runs(base: &Path) -> Vec<(PathBuf, Swept)> {
     let mut live = false;
     let mut swept = Vec::new();
     for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(owner) = name.strip_prefix(PREFIX) else { continue };
-        if owner_is_running(owner) {
-            live = true;
+        if !entry.file_name().to_string_lossy().starts_with(PREFIX) {
             continue;
         }
         let dir = entry.path();
+        if owner(&dir).is_some_and(|(pid, start)| start_time(pid) == Some(start)) {
+            live = true;
+            continue;
+        }
         swept.push((dir.clone(), sweep(&dir)));
     }
     if !live && !swept.is_empty() {
@@ -238,11 +260,11 @@ fn runc_roots(dir: &Path, depth: usize) -> Vec<PathBuf> {
     roots
 }
 
-/// Whether the process named by `<pid>-<start>` is the one still running.
-fn owner_is_running(owner: &str) -> bool {
-    let Some((pid, start)) = owner.split_once('-') else { return false };
-    let (Ok(pid), Ok(start)) = (pid.parse::<u32>(), start.parse::<u64>()) else { return false };
-    start_time(pid) == Some(start)
+/// The owner a run directory names: `(pid, start time)`; `None` if it names none readable.
+fn owner(dir: &Path) -> Option<(u32, u64)> {
+    let text = std::fs::read_to_string(dir.join(OWNER)).ok()?;
+    let (pid, start) = text.trim().split_once(' ')?;
+    Some((pid.parse().ok()?, start.parse().ok()?))
 }
 
 /// A process's start time in clock ticks since boot: field 22 of `/proc/<pid>/stat`, counted
@@ -288,6 +310,17 @@ fn tear_down_on_signal(dir: PathBuf) -> Result<(), String> {
             let swept = sweep(&dir);
             delete_bridge();
             eprintln!("run_root: removed {}", swept.describe());
+            // The scenarios' threads run on until the exit: one may have made a directory (or
+            // started a child, which dies with this process) meanwhile. Swept again until a
+            // look finds nothing.
+            for _ in 0..5 {
+                std::thread::sleep(Duration::from_millis(100));
+                if !dir.exists() {
+                    break;
+                }
+                let again = sweep(&dir);
+                eprintln!("run_root: removed what was made meanwhile: {}", again.describe());
+            }
             std::process::exit(128 + number);
         })
         .map(drop)
@@ -299,12 +332,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn this_process_is_its_own_running_owner_and_a_changed_start_time_is_not() {
+    fn a_directory_is_live_only_while_the_process_it_names_runs() {
+        let base = tempfile::tempdir().unwrap();
         let pid = std::process::id();
         let start = start_time(pid).expect("this process's start time");
-        assert!(owner_is_running(&format!("{pid}-{start}")));
-        assert!(!owner_is_running(&format!("{pid}-{}", start + 1)));
-        assert!(!owner_is_running("not-a-pid"));
-        assert!(!owner_is_running(&format!("{pid}")));
+        let live = base.path().join(format!("{PREFIX}live"));
+        let dead = base.path().join(format!("{PREFIX}dead"));
+        let ownerless = base.path().join(format!("{PREFIX}ownerless"));
+        let other = base.path().join("not-a-run");
+        for dir in [&live, &dead, &ownerless, &other] {
+            std::fs::create_dir(dir).unwrap();
+        }
+        std::fs::write(live.join(OWNER), format!("{pid} {start}\n")).unwrap();
+        // The same pid, started at another time: the pid was reused.
+        std::fs::write(dead.join(OWNER), format!("{pid} {}\n", start + 1)).unwrap();
+        let swept: Vec<PathBuf> = sweep_dead_runs(base.path()).into_iter().map(|(dir, _)| dir).collect();
+        assert!(swept.contains(&dead) && swept.contains(&ownerless), "{swept:?}");
+        assert!(!swept.contains(&live) && !swept.contains(&other), "{swept:?}");
+        assert!(live.exists() && other.exists() && !dead.exists() && !ownerless.exists());
     }
 }

@@ -15,7 +15,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use inline_guard_tests::node::runtime::BRIDGE;
-use inline_guard_tests::run_root::{PREFIX, mounts_under, processes_mentioning};
+use inline_guard_tests::run_root::{PREFIX, dir_of, mounts_under, processes_mentioning};
 
 /// A node scenario whose pod runs for seconds with a published volume.
 const SCENARIO: &str = "node::container_reads_sees_updates_cannot_write_and_nothing_is_left";
@@ -102,7 +102,10 @@ impl Machine {
         // The suite's processes name its run directories; its containers' run `/pause` or
         // busybox, which name nothing of the run.
         let mut processes: BTreeSet<String> =
-            processes_mentioning(PREFIX).into_iter().map(|(pid, cmdline)| format!("{pid} {cmdline}")).collect();
+            processes_mentioning(&std::env::temp_dir().join(PREFIX).to_string_lossy())
+                .into_iter()
+                .map(|(pid, cmdline)| format!("{pid} {cmdline}"))
+                .collect();
         processes.extend(
             processes_mentioning("/pause")
                 .into_iter()
@@ -195,7 +198,7 @@ fn wait_mid_way(run: &mut Child, log: &Path) -> PathBuf {
         if let Ok(Some(status)) = run.try_wait() {
             panic!("the run ended ({status}) before its pod was seen running\n{}", tail(log));
         }
-        if let Some(dir) = run_dir_of(run.id()) {
+        if let Some(dir) = dir_of(run.id()) {
             let mounts = mounts_under(&dir);
             let volume = mounts.iter().any(|m| m.contains("kubernetes.io~csi"));
             let netns = mounts.iter().any(|m| m.contains("/netns/"));
@@ -210,16 +213,6 @@ fn wait_mid_way(run: &mut Child, log: &Path) -> PathBuf {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-/// The run directory of the test process `pid`.
-fn run_dir_of(pid: u32) -> Option<PathBuf> {
-    let prefix = format!("{PREFIX}{pid}-");
-    std::fs::read_dir(std::env::temp_dir())
-        .ok()?
-        .flatten()
-        .find(|e| e.file_name().to_string_lossy().starts_with(&prefix))
-        .map(|e| e.path())
 }
 
 fn veth_on_bridge() -> bool {

@@ -101,7 +101,7 @@ impl Cluster {
     }
 
     async fn start_with(peers: &Peers, scheduler: bool) -> Result<Cluster, String> {
-        let dir = tempfile::Builder::new().prefix("inline-guard-e2e-").tempdir().map_err(|e| e.to_string())?;
+        let dir = tempfile::Builder::new().prefix("cluster-").tempdir().map_err(|e| e.to_string())?;
         let root = dir.path().to_path_buf();
         let write = |name: &str, text: &str| -> Result<PathBuf, String> {
             let path = root.join(name);

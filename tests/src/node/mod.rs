@@ -108,7 +108,7 @@ impl Node {
         driver_kubeconfig: &Path,
         run_driver: bool,
     ) -> Result<Node, String> {
-        let dir = tempfile::Builder::new().prefix("inline-guard-node-").tempdir().map_err(|e| e.to_string())?;
+        let dir = tempfile::Builder::new().prefix("node-").tempdir().map_err(|e| e.to_string())?;
         let root = dir.path().to_path_buf();
         let containerd = Containerd::start(&root.join("containerd"))?;
         let images = root.join("images");
