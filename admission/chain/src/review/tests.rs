@@ -187,3 +187,54 @@ async fn standard_chain_outcome(request: ReviewRequest<'_>) -> Outcome {
         Err(undecodable) => Outcome::rejected(AdmissionError::BadRequest(undecodable.error.to_string())),
     }
 }
+
+#[test]
+fn a_body_of_another_review_version_is_refused_on_the_byte_path_too() {
+    // Not UTF-8 in a string nobody reads, so serde's byte path decides: the envelope's type is
+    // still checked there, apiVersion and kind each on its own.
+    for (api_version, kind) in [("admission.k8s.io/v1beta1", KIND), (API_VERSION, "AdmissionReviewList")] {
+        let mut body = review("open", "CREATE", None, pod("csi.example.com"));
+        let text = String::from_utf8(body.clone()).unwrap();
+        let at = text.find("nginx").unwrap();
+        body[at] = 0xff;
+        let text = String::from_utf8_lossy(&body)
+            .replacen(&format!("\"apiVersion\":\"{API_VERSION}\""), &format!("\"apiVersion\":\"{api_version}\""), 1)
+            .replacen(&format!("\"kind\":\"{KIND}\""), &format!("\"kind\":\"{kind}\""), 1);
+        let mut wrong = text.into_bytes();
+        // from_utf8_lossy wrote U+FFFD for the bad byte: put the bad byte back.
+        let replacement = wrong.windows(3).position(|w| w == "\u{fffd}".as_bytes()).unwrap();
+        wrong.splice(replacement..replacement + 3, [0xff]);
+        let error = parse_request(&wrong).unwrap_err();
+        assert!(
+            matches!(&error, ReviewError::WrongType { api_version: v, kind: k } if v == api_version && k == kind),
+            "{api_version} {kind}: {error}"
+        );
+    }
+}
+
+#[test]
+fn a_request_names_its_kind_namespace_and_name_whether_or_not_its_object_decodes() {
+    let mut named = pod("csi.example.com");
+    named["metadata"]["name"] = json!("web-0");
+    let mut body: Value = serde_json::from_slice(&review("open", "CREATE", None, named.clone())).unwrap();
+    body["request"]["name"] = json!("web-0");
+    let bytes = serde_json::to_vec(&body).unwrap();
+    let request = parse_request(&bytes).unwrap();
+    assert!(request.attributes.is_ok());
+    assert_eq!((request.kind().kind.as_ref(), request.namespace(), request.name()), ("Pod", "open", "web-0"));
+    named["spec"]["volumes"][0]["csi"]["readOnly"] = json!("yes");
+    body["request"]["object"] = named;
+    let bytes = serde_json::to_vec(&body).unwrap();
+    let request = parse_request(&bytes).unwrap();
+    assert!(request.attributes.is_err(), "the object does not decode");
+    assert_eq!((request.kind().kind.as_ref(), request.namespace(), request.name()), ("Pod", "open", "web-0"));
+}
+
+#[cfg(feature = "test-util")]
+#[test]
+fn each_decoder_alone_reads_a_review_and_declines_what_is_not_one() {
+    let body = String::from_utf8(review("open", "CREATE", None, pod("csi.example.com"))).unwrap();
+    assert!(decoders::hand_written(&body) && decoders::serde_derive(&body) && decoders::scan_only(&body));
+    let broken = &body[..body.len() - 1];
+    assert!(!decoders::hand_written(broken) && !decoders::serde_derive(broken) && !decoders::scan_only(broken));
+}

@@ -213,3 +213,86 @@ fn a_volume_already_injected_is_kept_whatever_its_read_only_says() {
     spec.volumes[1].csi.as_mut().unwrap().read_only = None;
     assert!(plan_injection(&spec, &entries).unwrap().is_empty(), "read-only forcing sees to readOnly");
 }
+
+#[test]
+fn the_bounds_themselves_are_allowed() {
+    // Exactly as many entries as may be injected, each at its own path.
+    let most: Vec<String> = (0..MAX_ENTRIES).map(|i| format!("sharedsecret/db:/etc/db{i}")).collect();
+    assert_eq!(parse_injection(&most.join(",")).unwrap().len(), MAX_ENTRIES);
+    // A mount path of exactly 1024 bytes.
+    let path = format!("/{}", "x".repeat(1023));
+    assert_eq!(parse_injection(&format!("sharedsecret/db:{path}")).unwrap()[0].mount_path, path);
+}
+
+#[test]
+fn a_hashed_volume_name_is_fnv_1a_of_the_kind_and_the_name() {
+    // FNV-1a 32 of "secret/a.b" is 6e0f2d6d (the published algorithm: offset basis 0x811c9dc5,
+    // prime 0x01000193, xor then multiply): the name is stable across versions and platforms.
+    assert_eq!(volume_name(&InjectSource::Share(ShareKind::Secret, name("a.b"))), "inject-secret-a-b-6e0f2d6d");
+}
+
+#[test]
+fn two_sources_whose_volume_names_meet_are_refused_naming_both() {
+    // `a.b` hashes to the name a Secret literally called `a-b-6e0f2d6d` reads as.
+    let entries = parse_injection("sharedsecret/a.b:/etc/one,sharedsecret/a-b-6e0f2d6d:/etc/two").unwrap();
+    assert_eq!(
+        plan_injection(&spec(), &entries).unwrap_err().0,
+        "annotation \"sharedresource.inlineguard.dev/inject\": entry \"sharedsecret/a-b-6e0f2d6d:/etc/two\": its volume name \"inject-secret-a-b-6e0f2d6d\" is also SharedSecret \"a.b\"'s; rename one of them"
+    );
+}
+
+#[test]
+fn a_volume_of_the_injected_name_from_another_driver_is_not_taken_for_the_injected_one() {
+    let mut taken = spec();
+    taken.volumes.push(VolumeView {
+        name: "inject-secret-db".into(),
+        csi: Some(CsiVolumeView {
+            driver: "other.csi.example.com".into(),
+            volume_attributes: [("sharedSecret".into(), "db".into())].into(),
+            ..Default::default()
+        }),
+    });
+    let entries = parse_injection("sharedsecret/db:/etc/db").unwrap();
+    assert!(plan_injection(&taken, &entries).unwrap_err().0.ends_with(
+        "the pod has another volume named \"inject-secret-db\", the name injection gives SharedSecret \"db\""
+    ));
+}
+
+#[test]
+fn a_plan_is_empty_only_when_neither_a_volume_nor_a_mount_is_missing() {
+    let entries = parse_injection("sharedsecret/db:/etc/db").unwrap();
+    let mut spec = spec();
+    assert!(!plan_injection(&spec, &entries).unwrap().is_empty(), "both missing");
+    plan_injection(&spec, &entries).unwrap().apply(&mut spec);
+    assert!(plan_injection(&spec, &entries).unwrap().is_empty(), "both there");
+    // The volume there, one container's mount gone: a mount is missing.
+    spec.containers[1].volume_mounts.clear();
+    assert!(!plan_injection(&spec, &entries).unwrap().is_empty(), "a mount missing");
+}
+
+#[test]
+fn the_denial_of_an_uninjected_pod_names_at_most_five_missing_things_then_how_many_more() {
+    let spec = spec();
+    let tail = "The share injection webhook did not inject them; its MutatingWebhookConfiguration is missing or older than this server (regenerate it with `csi-volume-admission webhooks`)";
+    // One volume and its mount in three containers: four things, all named.
+    let four = plan_injection(&spec, &parse_injection("sharedsecret/db:/etc/db").unwrap()).unwrap();
+    assert_eq!(
+        not_injected_message("pod web", &four, &spec),
+        format!(
+            "pod web asks for shares by annotation \"sharedresource.inlineguard.dev/inject\" but lacks volume \"inject-secret-db\", mount of \"inject-secret-db\" at \"/etc/db\" in container \"app\", mount of \"inject-secret-db\" at \"/etc/db\" in container \"sidecar\", mount of \"inject-secret-db\" at \"/etc/db\" in container \"init\". {tail}"
+        )
+    );
+    // Two volumes and six mounts: five named, three more counted.
+    let eight =
+        plan_injection(&spec, &parse_injection("sharedsecret/db:/etc/db,projection/app:/run/app").unwrap()).unwrap();
+    let message = not_injected_message("pod web", &eight, &spec);
+    assert!(message.contains("in container \"sidecar\" and 3 more. The share"), "{message}");
+    // Exactly five (one volume, four mounts): none "more".
+    let mut spec_with_four_containers = spec.clone();
+    spec_with_four_containers.containers.push(container("third", &[]));
+    let five_missing =
+        plan_injection(&spec_with_four_containers, &parse_injection("sharedsecret/db:/etc/db").unwrap()).unwrap();
+    let message = not_injected_message("pod web", &five_missing, &spec_with_four_containers);
+    assert!(message.contains("in container \"init\". The share"), "{message}");
+    assert!(!message.contains("more"), "{message}");
+}
