@@ -55,13 +55,16 @@ impl Tally {
 /// them: a retry at once can take the next one as it closes too, so a client waits a moment.
 const ATTEMPTS: u32 = 4;
 
-/// Whether a create failed on the apiserver's side of a webhook connection the old pod was
-/// closing: the request met the connection as it closed, the webhook never saw it.
+/// Whether a create failed on the apiserver's side of a webhook connection the old pod had
+/// closed while it sat idle: Go's transport reports that it found the connection closed
+/// (`use of closed network connection`, `server closed idle connection`), so the call never
+/// reached the webhook. A reset or an EOF is not that race: the request may have been written
+/// and the answer lost, so it counts as lost, never retried.
 fn met_a_closing_connection(status: u16, body: &Value) -> bool {
     let message = body["message"].as_str().unwrap_or_default();
     status == 500
         && message.contains("failed calling webhook")
-        && ["use of closed network connection", "connection reset by peer", "server closed idle connection", ": EOF"]
+        && ["use of closed network connection", "server closed idle connection"]
             .iter()
             .any(|error| message.contains(error))
 }
