@@ -32,6 +32,8 @@ pub mod error;
 pub mod fair_slots;
 pub mod health;
 pub mod metrics;
+#[cfg(feature = "test-util")]
+pub mod mounted_dir;
 pub mod plugin;
 pub mod quote;
 pub mod read_grants;

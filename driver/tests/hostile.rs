@@ -17,7 +17,7 @@ mod support;
 
 /// A running plugin whose kubelet root is `dir/kubelet`, with a bystander directory beside it.
 struct Node {
-    dir: tempfile::TempDir,
+    dir: support::NodeDir,
     client: NodeClient<Channel>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     running: Option<tokio::task::JoinHandle<sharedresource_csi_driver::error::Result<()>>>,
@@ -26,7 +26,8 @@ struct Node {
 impl Node {
     async fn start() -> Node {
         assert!(support::is_root(), "real mounts need root: run the test command as root");
-        let dir = tempfile::tempdir().unwrap();
+        // Unmounts whatever is still mounted below it when the test ends, failed or not.
+        let dir = support::NodeDir(tempfile::tempdir().unwrap());
         std::fs::create_dir_all(dir.path().join("shares/cluster-ca")).unwrap();
         std::fs::write(dir.path().join("shares/cluster-ca/ca.crt"), "pem").unwrap();
         std::fs::create_dir_all(dir.path().join("kubelet/pods")).unwrap();

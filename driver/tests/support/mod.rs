@@ -86,21 +86,4 @@ pub fn is_root() -> bool {
 
 /// A node's directory; whatever is still mounted below it when the test ends (a failed
 /// assertion between a kill and the restart that undoes it) is unmounted with it.
-pub struct NodeDir(pub tempfile::TempDir);
-
-impl std::ops::Deref for NodeDir {
-    type Target = tempfile::TempDir;
-    fn deref(&self) -> &tempfile::TempDir {
-        &self.0
-    }
-}
-
-impl Drop for NodeDir {
-    fn drop(&mut self) {
-        let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-        let prefix = self.0.path().to_string_lossy().into_owned();
-        for point in table.lines().filter_map(|l| l.split(' ').nth(4)).filter(|p| p.starts_with(&prefix)) {
-            let _ = nix::mount::umount2(point, nix::mount::MntFlags::MNT_DETACH);
-        }
-    }
-}
+pub use sharedresource_csi_driver::mounted_dir::MountedDir as NodeDir;

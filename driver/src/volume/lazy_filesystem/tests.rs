@@ -20,9 +20,10 @@ const HOUR: Duration = Duration::from_secs(3600);
 const NOBODY: u32 = 65534;
 
 /// A kubelet target below a fresh root that any user may walk to.
-fn created_target() -> (tempfile::TempDir, PathBuf, OpenTarget, Vec<PathBuf>) {
+fn created_target() -> (crate::mounted_dir::MountedDir, PathBuf, OpenTarget, Vec<PathBuf>) {
     assert!(nix::unistd::geteuid().is_root(), "mounting needs root: run the test command as root");
-    let dir = tempfile::tempdir().unwrap();
+    // Whatever a failed test leaves mounted below it is unmounted with it.
+    let dir = crate::mounted_dir::MountedDir::new();
     use std::os::unix::fs::PermissionsExt as _;
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let text = dir.path().join("pods/u/volumes/kubernetes.io~csi/v/mount");
