@@ -168,3 +168,6 @@ impl<Q: ShareQuestions> ShareFacts for HeldShareFacts<Q> {
         self.counted(ShareQuestion::Access, answer)
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -375,14 +375,26 @@ async fn bodies_over_the_budget_are_answered_429_with_retry_after_and_the_budget
     }
     wait_for_metric(harness.server.health_addr(), "csi_volume_admission_requests_in_flight 2").await;
     let (mut other, _) = harness.connection().await;
+    // A body larger than what arrives with the head: the server reads it to its end before the
+    // connection can carry another request.
+    let large = format!("{}{}", " ".repeat(1 << 20), review("open", "csi.example.com"));
     let request = Request::post("/validate")
         .header("host", "localhost")
         .header("content-type", "application/json")
-        .body(Full::new(Bytes::from(review("open", "csi.example.com"))))
+        .body(Full::new(Bytes::from(large)))
         .unwrap();
     let response = other.send_request(request).await.unwrap();
     assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(response.headers().get("retry-after").map(|v| v.as_bytes()), Some(&b"1"[..]));
+    // Its body was read to its end, not left on the connection: the connection stays usable.
+    let again = Request::post("/validate")
+        .header("host", "localhost")
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(review("open", "csi.example.com"))))
+        .unwrap();
+    other.ready().await.expect("the connection answered with 429 is still open");
+    let response = other.send_request(again).await.expect("the connection answered with 429 is still open");
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
     // The held bodies time out (408) and give their bytes back.
     drop(held);
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -397,7 +409,7 @@ async fn bodies_over_the_budget_are_answered_429_with_retry_after_and_the_budget
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let (_, metrics) = health_get(harness.server.health_addr(), "/metrics").await;
-    assert!(metrics.contains("csi_volume_admission_unanswered_requests_total{status=\"429\"} 1"), "{metrics}");
+    assert!(metrics.contains("csi_volume_admission_unanswered_requests_total{status=\"429\"} 2"), "{metrics}");
     harness.server.shutdown().await;
 }
 

@@ -158,6 +158,10 @@ async fn an_oversize_body_is_413_whether_declared_or_streamed() {
         .body(StreamBody::new(futures_util::stream::iter(chunks)))
         .unwrap();
     assert_eq!(send(&webhook, streamed).await.0, StatusCode::PAYLOAD_TOO_LARGE);
+
+    // The bound itself is allowed: read, and answered for what it is (not a review: 400).
+    let (status, _, _) = send(&webhook, post("/validate", vec![b' '; MAX_BODY_BYTES])).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
 }
 
 #[tokio::test]
