@@ -439,3 +439,97 @@ fn an_object_listed_at_the_version_read_is_not_read_again() {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }
+
+/// A helper program answering the design's protocol (the shipped example's shape): `mount`
+/// lists one file, `get` prints its content.
+fn helper(dir: &std::path::Path) -> std::path::PathBuf {
+    let helper = dir.join("helper");
+    std::fs::write(
+        &helper,
+        "#!/bin/sh\ncase \"$1\" in\nmount) printf '{\"enable-dirs\": [\"secrets\"], \"files\": {\"secrets\": [\"db-password\"]}}' ;;\nget) printf 'from-the-helper' ;;\nesac\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&helper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    helper
+}
+
+/// A source with the helper as provider `example`, fetching `mode`.
+fn with_provider(
+    cluster: Cluster,
+    runtime: &tokio::runtime::Runtime,
+    dir: &std::path::Path,
+    mode: crate::content::external::provider::FetchMode,
+) -> KubernetesSource {
+    use crate::content::external::provider::{ExecProvider, Provider};
+    let provider = ExecProvider {
+        name: ObjectName::parse("example").unwrap(),
+        helper: helper(dir),
+        mode,
+        timeout: Duration::from_secs(30),
+        cache_ttl: Duration::from_secs(60),
+        max_file_bytes: 1 << 20,
+    };
+    let providers = Providers::new([("example".to_string(), Provider::Exec(provider))].into(), 4);
+    source(cluster, runtime).with_providers(providers)
+}
+
+fn provider_request(service_account: &str) -> VolumeAsk {
+    VolumeAsk { attributes: [("provider".to_string(), "example".to_string())].into(), ..request(service_account) }
+}
+
+#[test]
+fn a_provider_serves_its_files_only_to_a_service_account_granted_use_of_it() {
+    use crate::content::external::provider::FetchMode;
+    let runtime = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let allowed = with_provider(everything(), &runtime, dir.path(), FetchMode::Eager);
+    let payload = allowed.content(&provider_request("web")).unwrap();
+    assert_eq!(payload.keys().collect::<Vec<_>>(), ["secrets/db-password"]);
+    assert_eq!(payload["secrets/db-password"].data, b"from-the-helper");
+    // Eager: nothing is left for the volume layer to serve lazily.
+    assert!(allowed.lazy(&provider_request("web")).unwrap().is_none());
+
+    let denied =
+        with_provider(Cluster { allowed: Some(false), ..everything() }, &runtime, dir.path(), FetchMode::Eager);
+    let refusal = denied.content(&provider_request("web")).unwrap_err();
+    assert!(
+        matches!(&refusal, Error::Denied(why) if why.starts_with("service account team-a/web may not use provider \"example\"")),
+        "{refusal:?}"
+    );
+    // A provider the node does not run: missing, naming where providers are configured.
+    let unknown = VolumeAsk { attributes: [("provider".to_string(), "vault".to_string())].into(), ..request("web") };
+    assert_eq!(
+        allowed.content(&unknown),
+        Err(Error::Missing(
+            "provider \"vault\" is not configured on this node (providers in the driver's configuration)".into()
+        ))
+    );
+}
+
+#[test]
+fn a_lazy_provider_leaves_its_files_to_be_fetched_when_opened() {
+    use crate::content::external::provider::FetchMode;
+    let runtime = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let lazy = with_provider(everything(), &runtime, dir.path(), FetchMode::Lazy);
+    assert!(lazy.lazy(&provider_request("web")).unwrap().is_some(), "a lazy provider's volume is served lazily");
+    assert!(lazy.lazy(&request("web")).unwrap().is_none(), "a share's volume is not");
+    let denied = with_provider(Cluster { allowed: Some(false), ..everything() }, &runtime, dir.path(), FetchMode::Lazy);
+    assert!(matches!(denied.lazy(&provider_request("web")), Err(Error::Denied(_))));
+}
+
+#[test]
+fn a_provider_class_named_for_a_helper_is_refused() {
+    use crate::content::external::provider::FetchMode;
+    let runtime = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let source = with_provider(everything(), &runtime, dir.path(), FetchMode::Eager);
+    let mut ask = provider_request("web");
+    ask.attributes.insert(crate::content::external::provider_class::CLASS_ATTRIBUTE.to_string(), "vault-db".into());
+    let refusal = source.content(&ask).unwrap_err();
+    assert!(
+        matches!(&refusal, Error::Invalid(why) if why.ends_with("is for providers of kind secrets-store; provider \"example\" is not one")),
+        "{refusal:?}"
+    );
+}
