@@ -21,6 +21,8 @@ struct Cluster {
     secret: bool,
     allowed: Option<bool>,
     reviews: Arc<AtomicUsize>,
+    /// Reads of the share `db` by name.
+    share_reads: Arc<AtomicUsize>,
     /// The namespace the share names for its Secret.
     backing_namespace: &'static str,
 }
@@ -42,11 +44,14 @@ impl Cluster {
     fn respond(&self, request: &Request<kube::client::Body>) -> Response<Full<Bytes>> {
         let path = request.uri().path();
         match (request.method(), path) {
-            (&Method::GET, "/apis/sharedresource.inlineguard.dev/v1alpha1/sharedsecrets/db") if self.share => answer(
-                StatusCode::OK,
-                json!({"apiVersion": "sharedresource.inlineguard.dev/v1alpha1", "kind": "SharedSecret", "metadata": {"name": "db"},
-                       "spec": {"secretRef": {"namespace": self.backing_namespace, "name": "db-creds"}}}),
-            ),
+            (&Method::GET, "/apis/sharedresource.inlineguard.dev/v1alpha1/sharedsecrets/db") if self.share => {
+                self.share_reads.fetch_add(1, Ordering::SeqCst);
+                answer(
+                    StatusCode::OK,
+                    json!({"apiVersion": "sharedresource.inlineguard.dev/v1alpha1", "kind": "SharedSecret", "metadata": {"name": "db"},
+                           "spec": {"secretRef": {"namespace": self.backing_namespace, "name": "db-creds"}}}),
+                )
+            }
             (&Method::POST, "/apis/authorization.k8s.io/v1/subjectaccessreviews") => {
                 self.reviews.fetch_add(1, Ordering::SeqCst);
                 match self.allowed {
@@ -131,7 +136,14 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 fn everything() -> Cluster {
-    Cluster { share: true, secret: true, allowed: Some(true), reviews: Arc::default(), backing_namespace: "infra" }
+    Cluster {
+        share: true,
+        secret: true,
+        allowed: Some(true),
+        reviews: Arc::default(),
+        share_reads: Arc::default(),
+        backing_namespace: "infra",
+    }
 }
 
 #[test]
@@ -532,4 +544,40 @@ fn a_provider_class_named_for_a_helper_is_refused() {
         matches!(&refusal, Error::Invalid(why) if why.ends_with("is for providers of kind secrets-store; provider \"example\" is not one")),
         "{refusal:?}"
     );
+}
+
+#[test]
+fn within_a_pass_a_share_is_read_once_for_all_its_volumes() {
+    let runtime = runtime();
+    let cluster = everything();
+    let reads = cluster.share_reads.clone();
+    let source = source(cluster, &runtime);
+    let other_volume = VolumeAsk { volume_id: "csi-2".into(), ..request("web") };
+    // Outside a pass (publishes), each volume reads it: the count's positive control.
+    source.content(&request("web")).unwrap();
+    source.content(&other_volume).unwrap();
+    let outside = reads.load(Ordering::SeqCst);
+    assert_eq!(outside, 2, "no watch serves the share here, so each publish reads it");
+    // Within one pass (a refresh of every volume), the first read serves the rest.
+    let pass = PassId(1);
+    source.start_pass(pass);
+    source.content_in_pass(&request("web"), pass).unwrap();
+    source.content_in_pass(&other_volume, pass).unwrap();
+    source.end_pass(pass);
+    assert_eq!(reads.load(Ordering::SeqCst) - outside, 1);
+}
+
+#[test]
+fn dropping_the_source_ends_its_watches() {
+    let runtime = runtime();
+    let before = runtime.metrics().num_alive_tasks();
+    let source = source(everything(), &runtime);
+    assert!(runtime.metrics().num_alive_tasks() > before, "the source's watches and client run on the runtime");
+    drop(source);
+    // The watches end, and with them the last handles on the client, whose task ends too.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while runtime.metrics().num_alive_tasks() > before {
+        assert!(std::time::Instant::now() < deadline, "the source's tasks outlived it");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
