@@ -159,8 +159,13 @@ async fn an_oversize_body_is_413_whether_declared_or_streamed() {
         .unwrap();
     assert_eq!(send(&webhook, streamed).await.0, StatusCode::PAYLOAD_TOO_LARGE);
 
-    // The bound itself is allowed: read, and answered for what it is (not a review: 400).
+    // The bound itself is allowed, declared or not: read, and answered for what it is (not a
+    // review: 400).
     let (status, _, _) = send(&webhook, post("/validate", vec![b' '; MAX_BODY_BYTES])).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let mut declared = post("/validate", vec![b' '; MAX_BODY_BYTES]);
+    declared.headers_mut().insert("content-length", MAX_BODY_BYTES.into());
+    let (status, _, _) = send(&webhook, declared).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
 }
 
