@@ -233,6 +233,9 @@ fn main() {
     if std::env::var_os(FLOOR_ROLE).is_some() {
         run_floor_child(FloorWork::EchoUid);
     }
+    // Everything this benchmark makes on the machine lives under one run directory: swept at the
+    // end, on SIGINT/SIGTERM, and by the next run if this one is killed (inline_guard_tests::run_root).
+    let _run = inline_guard_tests::run_root::claim_until_dropped().expect("a run directory");
     let options = option::<usize>("--pods").and_then(|pods| Ok((pods, option::<PathBuf>("--json")?)));
     let result = options.and_then(|(pods, json_out)| {
         let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -37,6 +37,9 @@ fn main() {
         eprintln!("driver_latency needs root (real tmpfs mounts); not run");
         return;
     }
+    // Everything this benchmark makes on the machine lives under one run directory: swept at the
+    // end, on SIGINT/SIGTERM, and by the next run if this one is killed (inline_guard_tests::run_root).
+    let _run = inline_guard_tests::run_root::claim_until_dropped().expect("a run directory");
     let dir = tempfile::tempdir().unwrap();
     let share = dir.path().join("shares/bench");
     std::fs::create_dir_all(&share).unwrap();

@@ -53,6 +53,9 @@ fn main() {
     if let Ok(role) = std::env::var(ROLE) {
         serve_as(&role);
     }
+    // Everything this benchmark makes on the machine lives under one run directory: swept at the
+    // end, on SIGINT/SIGTERM, and by the next run if this one is killed (inline_guard_tests::run_root).
+    let _run = inline_guard_tests::run_root::claim_until_dropped().expect("a run directory");
     let (seconds, json_out) = match (option::<u64>("--seconds"), option::<PathBuf>("--json")) {
         (Ok(seconds), Ok(json_out)) => (seconds.unwrap_or(5), json_out),
         (Err(error), _) | (_, Err(error)) => {

@@ -104,6 +104,9 @@ fn main() -> Result<(), String> {
     if !nix::unistd::geteuid().is_root() {
         return Err("lazy_read mounts FUSE and tmpfs: run it as root".into());
     }
+    // Everything this benchmark makes on the machine lives under one run directory: swept at the
+    // end, on SIGINT/SIGTERM, and by the next run if this one is killed (inline_guard_tests::run_root).
+    let _run = inline_guard_tests::run_root::claim_until_dropped()?;
     let json = std::env::args().skip_while(|a| a != "--json").nth(1);
     let cores = nix::unistd::sysconf(nix::unistd::SysconfVar::_NPROCESSORS_ONLN).ok().flatten().unwrap_or(1);
     let pinned = cores >= 2;

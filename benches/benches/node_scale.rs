@@ -351,6 +351,9 @@ async fn run(count: usize, idle: u64, churn_seconds: u64) -> Result<Value, Strin
 }
 
 fn main() {
+    // Everything this benchmark makes on the machine lives under one run directory: swept at the
+    // end, on SIGINT/SIGTERM, and by the next run if this one is killed (inline_guard_tests::run_root).
+    let _run = inline_guard_tests::run_root::claim_until_dropped().expect("a run directory");
     sharedresource_csi_driver::cli::raise_open_files_limit();
     let counts: String = option("--nodes").expect("--nodes").unwrap_or_else(|| "10,50,200".into());
     let idle: u64 = option("--idle-seconds").expect("--idle-seconds").unwrap_or(300);

@@ -140,6 +140,9 @@ fn providers(dir: &Path, provider: &Path) -> (ChildProcess, Providers) {
 }
 
 fn main() {
+    // Everything this benchmark makes on the machine lives under one run directory: swept at the
+    // end, on SIGINT/SIGTERM, and by the next run if this one is killed (inline_guard_tests::run_root).
+    let _run = inline_guard_tests::run_root::claim_until_dropped().expect("a run directory");
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let peers = inline_guard_tests::peers::peers().expect("the peers (Go on PATH)");
     runtime.block_on(async {

@@ -66,6 +66,23 @@ fn claim_once() -> Result<PathBuf, String> {
     Ok(dir)
 }
 
+/// [`claim`] for a process that only reports a leak (a benchmark): the directory is swept when
+/// the returned guard is dropped, and what was still there is said on standard error.
+pub fn claim_until_dropped() -> Result<Claimed, String> {
+    claim().map(|_| Claimed)
+}
+
+/// Sweeps the run directory when dropped ([`claim_until_dropped`]).
+pub struct Claimed;
+
+impl Drop for Claimed {
+    fn drop(&mut self) {
+        if let Err(leak) = finish() {
+            eprintln!("run_root: {leak}");
+        }
+    }
+}
+
 /// The run directory of the live test process `pid`, if it has claimed one.
 pub fn dir_of(pid: u32) -> Option<PathBuf> {
     let entries = std::fs::read_dir(std::env::temp_dir()).ok()?;
