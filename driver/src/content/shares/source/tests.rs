@@ -581,3 +581,55 @@ fn dropping_the_source_ends_its_watches() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// Only a refusal (403) reads as "not granted yet": any other failure to read a backing object is
+/// unavailable, naming the apiserver's answer, so a broken apiserver is never blamed on RBAC.
+#[test]
+fn a_backing_object_the_apiserver_fails_to_read_is_unavailable_not_ungranted() {
+    let runtime = runtime();
+    let source = source_answering(everything(), &runtime, |request| {
+        (request.uri().path() == "/api/v1/namespaces/infra/secrets/db-creds").then(|| {
+            answer(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "InternalError", "code": 500,
+                       "message": "etcd is down"}),
+            )
+        })
+    });
+    assert_eq!(
+        source.content(&request("web")),
+        Err(Error::Unavailable(
+            "reading Secret infra/db-creds: the apiserver answered HTTP 500 InternalError; the driver's log has the details"
+                .into()
+        ))
+    );
+}
+
+/// A pass that found a share writes the share's status once it ends: its conditions say what the
+/// pass saw of the backing object.
+#[test]
+fn the_end_of_a_pass_writes_what_it_saw_into_the_shares_status() {
+    let runtime = runtime();
+    let written = Arc::new(AtomicUsize::new(0));
+    let source = source_answering(Cluster { secret: false, ..everything() }, &runtime, {
+        let written = written.clone();
+        move |request| {
+            let status = "/apis/sharedresource.inlineguard.dev/v1alpha1/sharedsecrets/db/status";
+            (request.method() == Method::PATCH && request.uri().path() == status).then(|| {
+                written.fetch_add(1, Ordering::SeqCst);
+                answer(StatusCode::OK, json!({"apiVersion": "sharedresource.inlineguard.dev/v1alpha1", "kind": "SharedSecret",
+                                              "metadata": {"name": "db"}, "spec": {"secretRef": {"namespace": "infra", "name": "db-creds"}}}))
+            })
+        }
+    });
+    let pass = PassId(7);
+    source.start_pass(pass);
+    assert!(source.content_in_pass(&request("web"), pass).is_err(), "the Secret is missing");
+    assert_eq!(written.load(Ordering::SeqCst), 0, "nothing is written before the pass ends");
+    source.end_pass(pass);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while written.load(Ordering::SeqCst) == 0 {
+        assert!(std::time::Instant::now() < deadline, "the pass's end wrote no status");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
