@@ -633,3 +633,18 @@ fn the_end_of_a_pass_writes_what_it_saw_into_the_shares_status() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+#[test]
+fn the_source_is_ready_at_once_and_checks_a_volumes_attributes_whole() {
+    let runtime = runtime();
+    let source = source(everything(), &runtime);
+    // Its answers come from the apiserver at each publish: nothing to wait for before serving.
+    assert!(source.ready());
+    assert_eq!(source.check_attributes(&request("web")), Ok(()));
+    let both = VolumeAsk {
+        attributes: [("sharedSecret".to_string(), "db".to_string()), ("sharedConfigMap".to_string(), "db".to_string())]
+            .into(),
+        ..request("web")
+    };
+    assert!(matches!(source.check_attributes(&both), Err(Error::Invalid(_))), "{:?}", source.check_attributes(&both));
+}
