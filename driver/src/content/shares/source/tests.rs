@@ -648,3 +648,12 @@ fn the_source_is_ready_at_once_and_checks_a_volumes_attributes_whole() {
     };
     assert!(matches!(source.check_attributes(&both), Err(Error::Invalid(_))), "{:?}", source.check_attributes(&both));
 }
+
+#[test]
+fn the_changes_it_hands_out_are_the_feed_its_watches_write() {
+    let runtime = runtime();
+    let source = source(everything(), &runtime);
+    let (first, second) = (source.changes().expect("a feed of changes"), source.changes().expect("a feed of changes"));
+    // One feed: a volume layer listening to a copy would never hear of a grant or object change.
+    assert!(Arc::ptr_eq(&first, &second));
+}
