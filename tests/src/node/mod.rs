@@ -276,13 +276,13 @@ impl Node {
 
 impl Drop for Node {
     fn drop(&mut self) {
-        // kubelet first, so it restarts nothing; then every pod through the CRI and what
-        // containers are left, containerd, the driver; then the sweep of the node's directory:
+        // kubelet first, so it restarts nothing; then every pod through the CRI, containerd, the
+        // driver; then the sweep of the node's directory:
         // its shims and any process still naming it, runc's leftovers, every mount the run made
         // (netns included), deepest first, and the files.
         drop(self.kubelet.take());
         if let Some(containerd) = self.containerd.take() {
-            containerd.remove_everything(&self.cri_pods);
+            containerd.remove_pods(&self.cri_pods);
             drop(containerd);
             runtime::delete_bridge();
         }

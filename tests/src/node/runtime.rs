@@ -168,34 +168,14 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         self.ctr(&["images", "import", &archive.display().to_string()]).map(drop)
     }
 
-    /// Removes every pod through the CRI (`cri_pods`, as kubelet would: the network plugin's
-    /// DEL runs), then kills and deletes whatever containers are left (their shims outlive
-    /// containerd otherwise).
-    pub fn remove_everything(&self, cri_pods: &Path) {
+    /// Removes every pod through the CRI (`cri_pods`), as kubelet would, so the network plugin's
+    /// DEL runs. Whatever that leaves (a shim, a container) is the node directory's sweep's
+    /// (`run_root::sweep`: the shims name the state directory, runc's root is below it).
+    pub fn remove_pods(&self, cri_pods: &Path) {
         match output_within(Command::new(cri_pods).arg(&self.socket), Duration::from_secs(90), "cri-pods") {
             Ok(output) if output.status.success() => {}
             Ok(output) => eprintln!("node teardown: cri-pods: {}", String::from_utf8_lossy(&output.stderr).trim()),
             Err(error) => eprintln!("node teardown: {error}"),
-        }
-        for kind in ["tasks", "containers"] {
-            let listed = self.ctr(&[kind, "list", "-q"]).unwrap_or_default();
-            for id in listed.lines().filter(|l| !l.is_empty()) {
-                let _ = match kind {
-                    "tasks" => self.ctr(&["tasks", "kill", "-s", "SIGKILL", id]),
-                    _ => self.ctr(&["containers", "delete", id]),
-                };
-            }
-            if kind == "tasks" {
-                let deadline = Instant::now() + Duration::from_secs(10);
-                while Instant::now() < deadline
-                    && !self.ctr(&["tasks", "list", "-q"]).unwrap_or_default().trim().is_empty()
-                {
-                    for id in self.ctr(&["tasks", "list", "-q"]).unwrap_or_default().lines() {
-                        let _ = self.ctr(&["tasks", "delete", "-f", id]);
-                    }
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-            }
         }
     }
 }
