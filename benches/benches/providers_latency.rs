@@ -217,6 +217,8 @@ fn main() {
         if let Some(path) = std::env::args().skip_while(|a| a != "--json").nth(1) {
             results.insert("placement".into(), json!(pinned));
             results.insert("apiserver".into(), json!(cluster.version));
+            results.insert("publishes".into(), json!(PUBLISHES));
+            results.insert("files".into(), json!(FILES));
             std::fs::write(&path, serde_json::to_vec_pretty(&results).unwrap()).expect("writing the results");
         }
         drop(cluster);

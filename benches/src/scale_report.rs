@@ -117,6 +117,7 @@ pub fn write(w: &mut String, scale: &Value, plot: &mut String, plot_name: &str) 
             / number(&run["phases"]["unrelated_bindings"]["binding_changes"])
     });
     let (change_slope, _) = fit(&per_change);
+    let (memory_slope, _) = fit(&series(runs, |run| number(&run["apiserver_rss_mb"])));
     let reviews_per_change = runs
         .iter()
         .map(|run| {
@@ -132,12 +133,14 @@ pub fn write(w: &mut String, scale: &Value, plot: &mut String, plot_name: &str) 
          The model: each cost is linear in the node count, with the slopes fitted to the runs above (least squares).\n\n\
          | cost | per node (fitted) | at {NODES} nodes |\n|---|---|---|\n\
          | watches open | {watch_slope:.1} | {:.0} |\n\
+         | apiserver resident set (mostly the watches) | {memory_slope:.1} MB | {:.0} MB |\n\
          | apiserver CPU, idle | {:.2} millicores | {:.2} cores |\n\
          | access reviews, idle (model: pairs / `accessRecheckSeconds`) | {:.3}/s | {:.0}/s |\n\
          | apiserver CPU per binding change anywhere (its watch event to every node) | {:.3} ms | {:.1} CPU-seconds; at 10 changes/s, {:.1} cores |\n\
          | access reviews per relevant binding change, per node serving the account | {reviews_per_change:.1} | {:.0} if every node serves it |\n\
          | Secret reads per update of a shared Secret | 1 per node serving it | {NODES} if every node serves it |\n",
         NODES * watch_slope,
+        NODES * memory_slope,
         idle_slope * 1e3,
         NODES * idle_slope,
         pairs / ACCESS_RECHECK_SECONDS,

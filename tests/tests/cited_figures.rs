@@ -1,0 +1,192 @@
+//! A figure the README or docs/ cite is one a command wrote: every measured figure in them (a
+//! time, a ratio, a size in MB or GB, a percentage, a rate) appears, as written, in a report a
+//! command makes (`benches/REPORT.md` from `benches/run`, `tests/mutation/REPORT.md` from
+//! `tests/mutation/run`). Targets and bounds (`< 10 ms`, `≤ 1.5×`) are not measurements; sizes
+//! in KiB, MiB and GiB are, by the docs' convention, configured limits, never measurements.
+//! A number that is neither measured nor a target (a configured interval, a kernel's constant)
+//! is listed in `docs/figures-not-measured.tsv` with why; a listed entry the docs no longer
+//! contain fails too, so the list cannot outlive what it excuses.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use inline_guard_tests::repo_root;
+
+/// Where measured figures may come from: the reports the benchmark and mutation commands write.
+const REPORTS: [&str; 2] = ["benches/REPORT.md", "tests/mutation/REPORT.md"];
+
+/// The units of a measured figure, longest first where one is a prefix of another.
+const UNITS: [&str; 8] = ["ns", "µs", "ms", "×", "MB", "GB", "%", "/s"];
+
+/// One figure as the text writes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Figure {
+    text: String,
+    line: usize,
+    /// Written after `<`, `≤`, `>` or `≥`: a target or a bound, not a measurement.
+    bound: bool,
+}
+
+/// The figures in `text`: a number (digits, `5 000`-style groups, a decimal part, an optional
+/// range `1.04–1.07`) directly followed by one of `UNITS`, with its sign when it has one.
+fn figures(text: &str) -> Vec<Figure> {
+    let mut found = Vec::new();
+    for (index, line) in text.lines().enumerate() {
+        let chars: Vec<char> = line.chars().collect();
+        let mut at = 0;
+        while at < chars.len() {
+            let starts = chars[at].is_ascii_digit()
+                && (at == 0 || !(chars[at - 1].is_alphanumeric() || matches!(chars[at - 1], '.' | '_' | '-' | '/')));
+            if !starts {
+                at += 1;
+                continue;
+            }
+            let begin = if at > 0 && matches!(chars[at - 1], '+' | '−') { at - 1 } else { at };
+            let end = number_end(&chars, at);
+            let (end, unit) = match unit_after(&chars, end) {
+                Some(unit_end) => (unit_end, true),
+                None => (end, false),
+            };
+            if unit {
+                let before: String = chars[..begin].iter().collect();
+                let bound = ["<", "≤", ">", "≥"].iter().any(|c| before.trim_end().ends_with(c));
+                found.push(Figure { text: chars[begin..end].iter().collect(), line: index + 1, bound });
+            }
+            at = end.max(at + 1);
+        }
+    }
+    found
+}
+
+/// Where the number starting at `at` ends: digits, `␠ddd` groups, one decimal part, and a range.
+fn number_end(chars: &[char], at: usize) -> usize {
+    let digits = |mut i: usize| {
+        while i < chars.len() && chars[i].is_ascii_digit() {
+            i += 1;
+        }
+        i
+    };
+    let mut end = digits(at);
+    // `5 000`: a group of exactly three digits after a space.
+    while chars.get(end) == Some(&' ') && digits(end + 1) == end + 4 {
+        end += 4;
+    }
+    if end + 1 < chars.len() && chars[end] == '.' && chars[end + 1].is_ascii_digit() {
+        end = digits(end + 1);
+    }
+    if end + 1 < chars.len() && chars[end] == '–' && chars[end + 1].is_ascii_digit() {
+        end = number_end(chars, end + 1);
+    }
+    end
+}
+
+/// The end of a unit of `UNITS` after `end` (one space allowed before it, except before `×`,
+/// which after a space multiplies: `8 000 × 250`), when one follows and is not the start of a
+/// longer word (`ms` of `msgs`, `MB` of `MBps`).
+fn unit_after(chars: &[char], end: usize) -> Option<usize> {
+    let from = if chars.get(end) == Some(&' ') { end + 1 } else { end };
+    UNITS.iter().filter(|unit| from == end || **unit != "×").find_map(|unit| {
+        let unit: Vec<char> = unit.chars().collect();
+        let stop = from + unit.len();
+        let whole_word = chars.get(stop).is_none_or(|c| !c.is_alphanumeric());
+        (chars.get(from..stop) == Some(unit.as_slice()) && whole_word).then_some(stop)
+    })
+}
+
+/// The documents whose figures must come from a report: the README and every page of docs/.
+fn documents() -> Vec<String> {
+    let root = repo_root();
+    let mut pages: Vec<String> = std::fs::read_dir(root.join("docs"))
+        .expect("docs/")
+        .flatten()
+        .filter_map(|entry| entry.file_name().into_string().ok())
+        .filter(|name| name.ends_with(".md"))
+        .map(|name| format!("docs/{name}"))
+        .collect();
+    pages.sort();
+    pages.insert(0, "README.md".to_string());
+    pages
+}
+
+/// `(document, figure)` pairs excused, each with its reason.
+fn not_measured() -> Vec<(String, String)> {
+    let path = repo_root().join("docs/figures-not-measured.tsv");
+    let text = std::fs::read_to_string(&path).expect("docs/figures-not-measured.tsv");
+    text.lines()
+        .filter(|line| !line.is_empty() && !line.starts_with('#'))
+        .map(|line| {
+            let fields: Vec<&str> = line.split('\t').collect();
+            assert!(
+                fields.len() == 3 && !fields[2].trim().is_empty(),
+                "figures-not-measured.tsv: expected <document>TAB<figure>TAB<why>: {line:?}"
+            );
+            (fields[0].to_string(), fields[1].to_string())
+        })
+        .collect()
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[test]
+fn every_measured_figure_in_the_readme_and_docs_is_in_a_report_a_command_writes() {
+    let root = repo_root();
+    let reports: String = REPORTS.iter().map(|report| read(&root.join(report))).collect();
+    let excused = not_measured();
+    let mut unexplained = Vec::new();
+    let mut seen = 0;
+    for document in documents() {
+        for figure in figures(&read(&root.join(&document))) {
+            seen += 1;
+            let listed = excused.iter().any(|(d, f)| *d == document && *f == figure.text);
+            if !figure.bound && !listed && !reports.contains(&figure.text) {
+                unexplained.push(format!("{document}:{}: {}", figure.line, figure.text));
+            }
+        }
+    }
+    // The positive control: the scan finds figures at all (the README quotes the report).
+    assert!(seen > 0, "no figure found in the README and docs/: the scanner is broken");
+    assert!(
+        unexplained.is_empty(),
+        "{} figure(s) in the README or docs/ that no report contains: quote benches/REPORT.md (rerun benches/run) \
+         or list a figure that is not a measurement in docs/figures-not-measured.tsv with why:\n{}",
+        unexplained.len(),
+        unexplained.join("\n")
+    );
+}
+
+#[test]
+fn every_excused_figure_is_still_in_its_document() {
+    let root = repo_root();
+    let mut stale = Vec::new();
+    for (document, figure) in not_measured() {
+        let cited: BTreeSet<String> = figures(&read(&root.join(&document))).into_iter().map(|f| f.text).collect();
+        if !cited.contains(&figure) {
+            stale.push(format!("{document}: {figure}"));
+        }
+    }
+    assert!(stale.is_empty(), "docs/figures-not-measured.tsv excuses figures no longer cited:\n{}", stale.join("\n"));
+}
+
+#[test]
+fn the_scanner_finds_figures_as_the_docs_write_them() {
+    let found = |text: &str| figures(text).into_iter().map(|f| (f.text, f.bound)).collect::<Vec<_>>();
+    let figure = |text: &str, bound: bool| (text.to_string(), bound);
+    assert_eq!(
+        found("p50 1.37 ms, p99 +2.48 ms; 1.31× nginx's at 5 000/s, 77 % of it (< 50 µs), 21.7 MB"),
+        vec![
+            figure("1.37 ms", false),
+            figure("+2.48 ms", false),
+            figure("1.31×", false),
+            figure("5 000/s", false),
+            figure("77 %", false),
+            figure("50 µs", true),
+            figure("21.7 MB", false),
+        ]
+    );
+    assert_eq!(found("1.04–1.07× and 42–45 µs"), vec![figure("1.04–1.07×", false), figure("42–45 µs", false)]);
+    // Not figures: configured sizes, words that start like a unit, versions, identifiers.
+    assert!(found("16 MiB, 3 msgs, v1.35.4, p99, 4 KiB, x86_64, sha256:1f35, 2 cores, 8 000 × 250").is_empty());
+    assert_eq!(found("≤ 1.5×: met"), vec![figure("1.5×", true)]);
+}
