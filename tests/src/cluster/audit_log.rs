@@ -83,10 +83,16 @@ impl AuditEvent {
 
     /// Whether this is a completed SubjectAccessReview asking about `user`.
     pub fn asks_about(&self, user: &str) -> bool {
-        self.stage == "ResponseComplete"
+        self.access_review_user() == Some(user)
+    }
+
+    /// The user a completed SubjectAccessReview asked about (`spec.user`, logged at `level:
+    /// Request`); `None` for any other event.
+    pub fn access_review_user(&self) -> Option<&str> {
+        let review = self.stage == "ResponseComplete"
             && self.verb == "create"
-            && self.object_ref.as_ref().is_some_and(|o| o.resource == "subjectaccessreviews")
-            && self.request_object.as_ref().is_some_and(|body| body["spec"]["user"] == user)
+            && self.object_ref.as_ref().is_some_and(|o| o.resource == "subjectaccessreviews");
+        review.then(|| self.request_object.as_ref()?["spec"]["user"].as_str()).flatten()
     }
 
     /// Whether this is the completed request for `resource` `namespace/name`.

@@ -282,7 +282,7 @@ fn access_checks(metrics: &sharedresource_csi_driver::metrics::Metrics) -> u64 {
 }
 
 /// Waits until the driver has made no access check for 3 s (the last look at a grant comes
-/// 2.25 s after it), and returns the count.
+/// 2.25 s after it), and returns the count. A wait before a step, never the proof of a count.
 async fn settled_access_checks(metrics: &sharedresource_csi_driver::metrics::Metrics) -> Result<u64, String> {
     let deadline = Instant::now() + WITHIN;
     let mut count = access_checks(metrics);
@@ -300,24 +300,82 @@ async fn settled_access_checks(metrics: &sharedresource_csi_driver::metrics::Met
     Ok(count)
 }
 
+/// The users the driver's SubjectAccessReviews asked about, in the apiserver's audit log, in
+/// its order.
+fn reviewed_users(suite: &Suite) -> Result<Vec<String>, String> {
+    Ok(suite
+        .cluster
+        .audit_events()?
+        .iter()
+        .filter(|e| e.acting_user() == DRIVER_USER)
+        .filter_map(|e| e.access_review_user().map(str::to_string))
+        .collect())
+}
+
 /// The SubjectAccessReviews the driver has sent about the published volume's account, as the
 /// apiserver's audit log records them.
 fn reviews_by_the_driver(suite: &Suite) -> Result<usize, String> {
-    let events = suite.cluster.audit_events()?;
-    Ok(events
-        .iter()
-        .filter(|e| e.acting_user() == DRIVER_USER && e.asks_about("system:serviceaccount:shares-consumer:reader"))
-        .count())
+    Ok(reviewed_users(suite)?.iter().filter(|user| *user == READER_USER).count())
 }
 
-/// Bindings that cannot concern the published volume (of another service account of its
-/// namespace, of another namespace, of a user) make the driver ask nothing; a binding of the
-/// volume's own service account makes it ask again (the count's positive control).
+/// The service accounts of the two marker volumes (see `bindings_of_others_cost_no_access_check`).
+const MARKERS: [&str; 2] = ["marker-a", "marker-b"];
+const READER_USER: &str = "system:serviceaccount:shares-consumer:reader";
+
+fn marker_user(marker: &str) -> String {
+    format!("system:serviceaccount:shares-consumer:{marker}")
+}
+
+/// Waits until the audit log holds more than `seen` reviews by the driver about `user`.
+async fn review_about(suite: &Suite, user: &str, seen: usize) -> Outcome {
+    let deadline = Instant::now() + WITHIN;
+    while reviewed_users(suite)?.iter().filter(|u| *u == user).count() <= seen {
+        if Instant::now() > deadline {
+            return Err(format!("the driver asked nothing about {user} within {WITHIN:?} of a binding of it"));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
+
+/// Bindings that cannot concern a published volume (of another service account of its
+/// namespace, of another namespace, of a user, a ClusterRoleBinding of another account) make the
+/// driver ask nothing, counted in the apiserver's audit log, not by the driver.
+///
+/// "Nothing" needs a start and an end: no look from before may fall inside the count, and every
+/// look the unrelated bindings caused must be over when the log is read. Each watch stream
+/// (RoleBindings, ClusterRoleBindings) delivers its events in order, and a change's looks fall
+/// in windows no earlier than those of a change before it on the stream. Two marker accounts
+/// with volumes on the node, granted before the driver started, so that no other look asks
+/// about them, are bound on each stream, one per stream: their reviews in the log show the
+/// streams live (the driver's first lists, which make it look at every volume, are behind
+/// them), and the count starts once every look of theirs is due. After the unrelated bindings,
+/// the markers' bindings are deleted on each stream, and their reviews show the streams'
+/// earlier events reached the driver; the last look of any of them is then at most
+/// `GRANT_LOOKS`' last delay and a window away, and the log is read after twice that. What this
+/// cannot prove is a look that reached the driver in time and whose review the driver itself
+/// then held back longer than that.
 async fn bindings_of_others_cost_no_access_check(
     suite: &Suite,
-    metrics: &sharedresource_csi_driver::metrics::Metrics,
+    node: &mut NodeClient<tonic::transport::Channel>,
+    dir: &Path,
+    markers: &[Pod],
 ) -> Outcome {
-    let binding = |namespace: &str, name: &str, subject: Value| {
+    let mut requests = Vec::new();
+    for (marker, pod) in MARKERS.iter().zip(markers) {
+        let target = dir.join(format!("pods/{marker}/volumes/kubernetes.io~csi/db/mount"));
+        let request = kubelet_request(pod, "db", &target)?;
+        publish_as_kubelet(node, &request).await.map_err(|e| format!("publishing the marker volume {marker}: {e}"))?;
+        requests.push(request);
+    }
+    let last_look = sharedresource_csi_driver::content::changes::GRANT_LOOKS[2]
+        + sharedresource_csi_driver::content::changes::WINDOW;
+    let markers = MarkerBindings::new(suite);
+    markers.toggle(true).await?;
+    tokio::time::sleep(2 * last_look).await;
+    let before = reviewed_users(suite)?;
+
+    let role_binding = |namespace: &str, name: &str, subject: Value| {
         json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
             "metadata": {"name": name, "namespace": namespace},
@@ -326,56 +384,125 @@ async fn bindings_of_others_cost_no_access_check(
         })
     };
     let path = |namespace: &str| format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings");
-    let before = settled_access_checks(metrics).await?;
-    let reviews_before = reviews_by_the_driver(suite)?;
     let account = |namespace: &str, name: &str| json!({"kind": "ServiceAccount", "name": name, "namespace": namespace});
-    create_object(
-        suite,
-        &path("shares-consumer"),
-        binding("shares-consumer", "other-uses-db", account("shares-consumer", "other")),
-    )
-    .await?;
-    create_object(
-        suite,
-        &path("shares-stranger"),
-        binding("shares-stranger", "stranger-uses-db", account("shares-stranger", "reader")),
-    )
-    .await?;
+    let other = role_binding("shares-consumer", "other-uses-db", account("shares-consumer", "other"));
+    create_object(suite, &path("shares-consumer"), other).await?;
+    let stranger = role_binding("shares-stranger", "stranger-uses-db", account("shares-stranger", "reader"));
+    create_object(suite, &path("shares-stranger"), stranger).await?;
     let user = json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"});
-    create_object(suite, &path("shares-consumer"), binding("shares-consumer", "alice-uses-db", user)).await?;
+    create_object(suite, &path("shares-consumer"), role_binding("shares-consumer", "alice-uses-db", user)).await?;
     let cluster_binding = json!({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "shares-e2e-other-views"},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
         "subjects": [account("shares-stranger", "other")]
     });
     create_object(suite, "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", cluster_binding).await?;
-    let after = settled_access_checks(metrics).await?;
-    let reviews_after = reviews_by_the_driver(suite)?;
-    if after != before || reviews_after != reviews_before {
+
+    markers.toggle(false).await?;
+    tokio::time::sleep(2 * last_look).await;
+    let after = reviewed_users(suite)?;
+    let markers_asked = |user: &String| MARKERS.iter().any(|marker| *user == marker_user(marker));
+    let unexplained: Vec<&String> =
+        after.get(before.len()..).unwrap_or_default().iter().filter(|user| !markers_asked(user)).collect();
+    // The markers' volumes unpublished (their bindings are gone: the unpublish asks nothing).
+    for request in requests {
+        unpublish_as_kubelet(node, request.volume_id, request.target_path).await?;
+    }
+    if !unexplained.is_empty() {
         return Err(format!(
-            "bindings of no service account on the node cost {} access checks ({} SubjectAccessReviews in the audit log)",
-            after - before,
-            reviews_after - reviews_before
+            "bindings of no service account with a volume on the node cost {} SubjectAccessReviews, about {unexplained:?}",
+            unexplained.len()
         ));
     }
-    // The volume's own service account bound a second time: looked at again.
-    create_object(
-        suite,
-        &path("shares-consumer"),
-        binding("shares-consumer", "reader-also-uses-db", account("shares-consumer", "reader")),
-    )
-    .await?;
+    Ok(())
+}
+
+/// One binding per grant stream of the marker accounts: a ClusterRoleBinding of the first to
+/// `view`, a RoleBinding of the second to `use-db`. Neither changes their answers (the markers
+/// are granted `use` already), so each look about them asks again.
+struct MarkerBindings<'a> {
+    suite: &'a Suite,
+}
+
+impl<'a> MarkerBindings<'a> {
+    const CLUSTER_BINDING: &'static str = "shares-e2e-marker-views";
+    const BINDING: &'static str = "marker-also-uses-db";
+
+    fn new(suite: &'a Suite) -> MarkerBindings<'a> {
+        MarkerBindings { suite }
+    }
+
+    /// Creates (`true`) or deletes the two bindings, each followed by the driver's review about
+    /// its marker in the audit log: the proof that its stream delivered it, and all before it.
+    async fn toggle(&self, bound: bool) -> Outcome {
+        let admin = &self.suite.admin;
+        let account = |marker: &str| json!({"kind": "ServiceAccount", "name": marker, "namespace": "shares-consumer"});
+        let (a, b) = (marker_user(MARKERS[0]), marker_user(MARKERS[1]));
+        let seen = reviewed_users(self.suite)?;
+        let count = |user: &str| seen.iter().filter(|u| *u == user).count();
+        let cluster_bindings = Api::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::all(admin.clone());
+        if bound {
+            let binding = json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": Self::CLUSTER_BINDING},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+                "subjects": [account(MARKERS[0])]
+            });
+            create_object(self.suite, "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", binding).await?;
+        } else {
+            cluster_bindings
+                .delete(Self::CLUSTER_BINDING, &DeleteParams::default())
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        review_about(self.suite, &a, count(&a)).await?;
+        let bindings = Api::<RoleBinding>::namespaced(admin.clone(), "shares-consumer");
+        if bound {
+            let binding = json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                "metadata": {"name": Self::BINDING, "namespace": "shares-consumer"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "use-db"},
+                "subjects": [account(MARKERS[1])]
+            });
+            create_object(
+                self.suite,
+                "/apis/rbac.authorization.k8s.io/v1/namespaces/shares-consumer/rolebindings",
+                binding,
+            )
+            .await?;
+        } else {
+            bindings.delete(Self::BINDING, &DeleteParams::default()).await.map_err(|e| e.to_string())?;
+        }
+        review_about(self.suite, &b, count(&b)).await
+    }
+}
+
+/// A binding of the volume's own service account makes the driver ask again (the positive
+/// control of the count above), and the driver's own count of its checks agrees with the
+/// apiserver's audit log.
+async fn a_binding_of_the_volumes_account_costs_access_checks(
+    suite: &Suite,
+    metrics: &sharedresource_csi_driver::metrics::Metrics,
+) -> Outcome {
+    let before = settled_access_checks(metrics).await?;
+    let reviews_before = reviews_by_the_driver(suite)?;
+    let binding = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "reader-also-uses-db", "namespace": "shares-consumer"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "use-db"},
+        "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": "shares-consumer"}]
+    });
+    create_object(suite, "/apis/rbac.authorization.k8s.io/v1/namespaces/shares-consumer/rolebindings", binding).await?;
     let relevant = settled_access_checks(metrics).await?;
     let reviews_relevant = reviews_by_the_driver(suite)?;
-    if relevant == after {
+    if relevant == before {
         return Err("a binding of the volume's own service account made no access check".into());
     }
     // The driver's count, checked against the apiserver's record of the reviews it was sent.
-    if (relevant - after) as usize != reviews_relevant - reviews_after {
+    if (relevant - before) as usize != reviews_relevant - reviews_before {
         return Err(format!(
             "the driver counts {} access checks for its account's binding, the audit log {} SubjectAccessReviews",
-            relevant - after,
-            reviews_relevant - reviews_after
+            relevant - before,
+            reviews_relevant - reviews_before
         ));
     }
     Api::<RoleBinding>::namespaced(suite.admin.clone(), "shares-consumer")
@@ -383,8 +510,8 @@ async fn bindings_of_others_cost_no_access_check(
         .await
         .map_err(|e| e.to_string())?;
     println!(
-        "shares: 4 unrelated bindings cost 0 access checks; the volume's own account's binding cost {}",
-        relevant - after
+        "shares: 4 unrelated bindings cost 0 SubjectAccessReviews in the audit log; the volume's own account's binding cost {}",
+        relevant - before
     );
     Ok(())
 }
@@ -412,11 +539,32 @@ pub async fn access_updates_revocation_and_deletion_reach_the_files(suite: &Suit
     create_object(suite, "/apis/rbac.authorization.k8s.io/v1/namespaces/shares-consumer/roles", role).await?;
     create_object(suite, "/apis/rbac.authorization.k8s.io/v1/namespaces/shares-consumer/rolebindings", binding.clone())
         .await?;
+    // The marker accounts of `bindings_of_others_cost_no_access_check`, granted before the
+    // driver starts, so that no look the driver takes later concerns them unless a test binds
+    // them.
+    for marker in MARKERS {
+        create_service_account(admin, "shares-consumer", marker).await?;
+    }
+    let markers_binding = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "markers-use-db", "namespace": "shares-consumer"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "use-db"},
+        "subjects": MARKERS.map(|marker| json!({"kind": "ServiceAccount", "name": marker, "namespace": "shares-consumer"}))
+    });
+    create_object(suite, "/apis/rbac.authorization.k8s.io/v1/namespaces/shares-consumer/rolebindings", markers_binding)
+        .await?;
+    let marker_pod = |marker: &str| {
+        let mut pod = reader_pod(marker, "db");
+        pod["spec"]["serviceAccountName"] = json!(marker);
+        pod
+    };
     let mut stored = Vec::new();
     for (namespace, pod) in [
         ("shares-consumer", reader_pod("reader", "db")),
         ("shares-stranger", reader_pod("reader", "db")),
         ("shares-consumer", reader_pod("lost", "nope")),
+        ("shares-consumer", marker_pod(MARKERS[0])),
+        ("shares-consumer", marker_pod(MARKERS[1])),
     ] {
         let answer = create(admin, &pods_path(namespace), &pod, false).await?;
         if answer.status != 201 {
@@ -454,7 +602,8 @@ pub async fn access_updates_revocation_and_deletion_reach_the_files(suite: &Suit
             return Err(format!("expected NOT_FOUND for the missing share, got {missing:?}"));
         }
 
-        bindings_of_others_cost_no_access_check(suite, &metrics).await?;
+        bindings_of_others_cost_no_access_check(suite, &mut node, dir.path(), &stored[3..]).await?;
+        a_binding_of_the_volumes_account_costs_access_checks(suite, &metrics).await?;
 
         // The Secret changes: a new password, a key removed.
         let secrets = Api::<Secret>::namespaced(admin.clone(), "shares-owner");
@@ -504,7 +653,8 @@ pub async fn access_updates_revocation_and_deletion_reach_the_files(suite: &Suit
         }
         let counted = metrics.encode();
         for line in [
-            "sharedresource_csi_driver_publishes_total{result=\"ok\"} 1",
+            // The reader's volume and the two markers'.
+            "sharedresource_csi_driver_publishes_total{result=\"ok\"} 3",
             "sharedresource_csi_driver_publishes_total{result=\"permission_denied\"} 1",
             "sharedresource_csi_driver_publishes_total{result=\"not_found\"} 1",
             "sharedresource_csi_driver_volumes_published 0",

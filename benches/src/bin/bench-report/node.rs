@@ -96,7 +96,7 @@ fn lazy_read(w: &mut String, results: &Results) {
     );
     let _ = writeln!(
         w,
-        "\nThe helper was asked {} times (`get`), once per file: every other read was served from the cache.\n",
+        "\n`get` calls to the helper in all: {} (one per file); every other read was served from the driver's cache.\n",
         lazy["gets"]
     );
 }

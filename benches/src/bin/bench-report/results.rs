@@ -9,7 +9,8 @@ use serde_json::Value;
 pub struct Results {
     /// The commit `benches/run` measured, as it wrote it in `commit.txt` before the first bench.
     pub commit: String,
-    /// Minutes from the first bench to the report, when `benches/run` recorded its start.
+    /// Minutes from the first bench to the last one's results, when `benches/run` recorded its
+    /// start.
     pub minutes: Option<f64>,
     /// `https_pinned`: the webhook beside nginx and the floors. Required: it is the headline.
     pub https: Value,
@@ -40,8 +41,7 @@ impl Results {
             .unwrap_or_else(|_| "not recorded (bench-report run without benches/run)".to_string());
         let minutes = std::fs::read_to_string(dir.join("started.txt")).ok().and_then(|text| {
             let started: u64 = text.trim().parse().ok()?;
-            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).ok()?.as_secs();
-            Some(now.saturating_sub(started) as f64 / 60.0)
+            Some(last_written(dir)?.saturating_sub(started) as f64 / 60.0)
         });
         Ok(Results {
             commit,
@@ -67,6 +67,20 @@ impl Results {
     pub fn median_containing(&self, part: &str) -> Option<f64> {
         self.medians.iter().find(|(name, _)| name.contains(part)).map(|(_, nanos)| *nanos)
     }
+}
+
+/// When the last bench wrote its results (seconds since the epoch): the run's end, however
+/// long after it the report is written.
+fn last_written(dir: &Path) -> Option<u64> {
+    std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .filter(|entry| entry.path().extension().is_some_and(|extension| extension == "json"))
+        .filter_map(|entry| entry.metadata().ok()?.modified().ok())
+        .max()?
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()
+        .map(|elapsed| elapsed.as_secs())
 }
 
 fn read_json(path: &Path) -> Result<Value, String> {
