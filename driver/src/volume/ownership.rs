@@ -44,3 +44,44 @@ pub fn ownership(
         Some(source) => Ownership::Foreign(source),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::volume::mounter::FakeMounter;
+    use crate::volume::target_path::TargetPath;
+
+    /// A kubelet target under `root`, opened, with nothing mounted on it.
+    fn opened_target(root: &std::path::Path) -> (std::path::PathBuf, OpenTarget) {
+        let text = root.join("pods/u/volumes/kubernetes.io~csi/v/mount");
+        let target = TargetPath::parse(text.to_str().unwrap(), root).unwrap();
+        let opened = crate::volume::target_dir::create(root, &target, &mut Vec::new()).unwrap();
+        (text, opened)
+    }
+
+    #[test]
+    fn the_tag_names_the_driver_and_one_volume() {
+        let tag = mount_tag("csi-0123");
+        assert!(tag.starts_with("inline-guard:") && tag.len() == "inline-guard:".len() + 32, "{tag}");
+        assert_eq!(tag, mount_tag("csi-0123"), "the tag is the same at every ask");
+        assert_ne!(tag, mount_tag("csi-0124"), "two volumes have two tags");
+    }
+
+    #[test]
+    fn another_volumes_mount_is_foreign_and_its_own_volume_owns_it() {
+        let root = tempfile::tempdir().unwrap();
+        let (path, opened) = opened_target(root.path());
+        let mounter = FakeMounter::default();
+        assert_eq!(ownership(&mounter, &opened, "volume-a", None).unwrap(), Ownership::Unmounted);
+        let a = MountSource { fs_type: "tmpfs".into(), source: mount_tag("volume-a") };
+        mounter.mount_foreign(&path, a.clone());
+        assert_eq!(ownership(&mounter, &opened, "volume-a", None).unwrap(), Ownership::Own);
+        assert_eq!(ownership(&mounter, &opened, "volume-b", None).unwrap(), Ownership::Foreign(a.clone()));
+        // A recorded device decides without the tag; a device that is not the mount's leaves it
+        // to the tag.
+        let device = mounter.mount_device(&opened.parent, &opened.target).unwrap().unwrap();
+        assert_eq!(ownership(&mounter, &opened, "volume-b", Some(device)).unwrap(), Ownership::Own);
+        assert_eq!(ownership(&mounter, &opened, "volume-b", Some(device + 1)).unwrap(), Ownership::Foreign(a));
+        assert_eq!(ownership(&mounter, &opened, "volume-a", Some(device + 1)).unwrap(), Ownership::Own);
+    }
+}
