@@ -188,6 +188,22 @@ mod tests {
     }
 
     #[test]
+    fn a_publish_killed_before_its_mount_says_it_was_interrupted_and_takes_back_its_directories() {
+        let f = fixture();
+        let root = f.dir.path().join("kubelet");
+        let target = target(&root, "early");
+        // Killed after making the target, before mounting: the target exists and is empty.
+        std::fs::create_dir_all(&target).unwrap();
+        let early = VolumeRecord { complete: false, ..record("early", target.clone(), &[&target]) };
+        f.store.put(&early, true).unwrap();
+        let (kept, dropped) = recover(vec![early], &f.mounter, f.store.as_ref(), &root);
+        assert!(kept.is_empty());
+        assert_eq!(dropped, [format!("volume \"early\": target {target:?} was interrupted; record dropped")]);
+        assert!(!target.exists(), "the target it created is removed");
+        assert!(f.store.load_all().unwrap().0.is_empty(), "the record is dropped");
+    }
+
+    #[test]
     fn a_mount_it_did_not_make_and_a_directory_with_content_survive_any_record() {
         let f = fixture();
         let root = f.dir.path().join("kubelet");
