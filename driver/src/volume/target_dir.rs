@@ -244,6 +244,22 @@ mod tests {
         assert!(root.join("pods/u/volumes").exists(), "what existed before stays");
     }
 
+    #[test]
+    fn a_kubelet_root_that_is_not_a_directory_is_named_as_the_root() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("kubelet");
+        // Parsed while the root is a directory (the path's shape is all parse reads), then the
+        // root replaced by a file: the root's open fails, naming it, before any element below.
+        fs::create_dir_all(&root).unwrap();
+        let target = target(&root, "u");
+        fs::remove_dir(&root).unwrap();
+        fs::write(&root, "not a directory").unwrap();
+        for error in [open(&root, &target).map(drop).unwrap_err(), missing(&root, &target).map(drop).unwrap_err()] {
+            let message = error.to_string();
+            assert!(message.starts_with(&format!("opening the kubelet root {}", quote_path(&root))), "{message}");
+        }
+    }
+
     fn missing_before(root: &Path) -> Vec<PathBuf> {
         [
             "pods/u/volumes/kubernetes.io~csi",
