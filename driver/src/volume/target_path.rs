@@ -107,6 +107,14 @@ mod tests {
     const ROOT: &str = "/var/lib/kubelet";
     const GOOD: &str = "/var/lib/kubelet/pods/0c5e/volumes/kubernetes.io~csi/shared/mount";
 
+    #[test]
+    fn a_good_target_names_its_volume_and_its_elements_below_the_root() {
+        let target = TargetPath::parse(GOOD, Path::new(ROOT)).unwrap();
+        assert_eq!(target.as_path(), Path::new(GOOD));
+        assert_eq!(target.volume_name(), "shared");
+        assert_eq!(target.below_root(), ["pods", "0c5e", "volumes", "kubernetes.io~csi", "shared", "mount"]);
+    }
+
     fn message(target: &str) -> String {
         match TargetPath::parse(target, Path::new(ROOT)) {
             Err(Error::Refused(message)) => message,
