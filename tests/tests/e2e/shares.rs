@@ -329,35 +329,59 @@ fn marker_user(marker: &str) -> String {
     format!("system:serviceaccount:shares-consumer:{marker}")
 }
 
-/// Waits until the audit log holds more than `seen` reviews by the driver about `user`.
-async fn review_about(suite: &Suite, user: &str, seen: usize) -> Outcome {
+/// Waits until the audit log holds at least `wanted` reviews by the driver about `user`.
+async fn reviews_about(suite: &Suite, user: &str, wanted: usize) -> Outcome {
     let deadline = Instant::now() + WITHIN;
-    while reviewed_users(suite)?.iter().filter(|u| *u == user).count() <= seen {
+    loop {
+        let seen = reviewed_users(suite)?.iter().filter(|u| *u == user).count();
+        if seen >= wanted {
+            return Ok(());
+        }
         if Instant::now() > deadline {
-            return Err(format!("the driver asked nothing about {user} within {WITHIN:?} of a binding of it"));
+            return Err(format!("the driver asked about {user} {seen} times within {WITHIN:?}, expected {wanted}"));
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    Ok(())
+}
+
+/// A RoleBinding of `namespace` named `name`, granting Role `use-db` to `subjects`.
+fn use_db_binding(namespace: &str, name: &str, subjects: Value) -> Value {
+    json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": name, "namespace": namespace},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "use-db"},
+        "subjects": subjects
+    })
+}
+
+fn service_account(namespace: &str, name: &str) -> Value {
+    json!({"kind": "ServiceAccount", "name": name, "namespace": namespace})
+}
+
+fn role_bindings_path(namespace: &str) -> String {
+    format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings")
 }
 
 /// Bindings that cannot concern a published volume (of another service account of its
 /// namespace, of another namespace, of a user, a ClusterRoleBinding of another account) make the
 /// driver ask nothing, counted in the apiserver's audit log, not by the driver.
 ///
-/// "Nothing" needs a start and an end: no look from before may fall inside the count, and every
-/// look the unrelated bindings caused must be over when the log is read. Each watch stream
-/// (RoleBindings, ClusterRoleBindings) delivers its events in order, and a change's looks fall
-/// in windows no earlier than those of a change before it on the stream. Two marker accounts
-/// with volumes on the node, granted before the driver started, so that no other look asks
-/// about them, are bound on each stream, one per stream: their reviews in the log show the
-/// streams live (the driver's first lists, which make it look at every volume, are behind
-/// them), and the count starts once every look of theirs is due. After the unrelated bindings,
-/// the markers' bindings are deleted on each stream, and their reviews show the streams'
-/// earlier events reached the driver; the last look of any of them is then at most
-/// `GRANT_LOOKS`' last delay and a window away, and the log is read after twice that. What this
-/// cannot prove is a look that reached the driver in time and whose review the driver itself
-/// then held back longer than that.
+/// "Nothing" needs a start and an end, and both are conditions seen in the log, not times.
+/// Each watch stream (RoleBindings, ClusterRoleBindings) delivers its events in order; a change's
+/// looks fall in windows no earlier than those of a change before it; the driver's refresher
+/// runs one pass at a time. Two marker accounts with volumes on the node, granted before the
+/// driver started (so no other look asks about them), are bound once per stream
+/// ([`toggle_marker_bindings`]); an unchanged answer is asked at each look, so a marker's second
+/// review comes from a later pass than its first.
+/// - Start: the markers bound, two reviews of each: both streams have listed (a list precedes
+///   its stream's events), and the passes their lists caused (which look at every volume) are
+///   over.
+/// - The unrelated bindings; then the markers unbound, a review of each: the streams delivered
+///   the unrelated bindings to the driver before that.
+/// - End: at least the last look's delay later (a lower bound on time, which a slow machine
+///   only lengthens), the markers bound again, two reviews of each: their first look falls in a
+///   window after every look of the unrelated bindings, and the second review's pass comes after
+///   the passes that took them.
 async fn bindings_of_others_cost_no_access_check(
     suite: &Suite,
     node: &mut NodeClient<tonic::transport::Channel>,
@@ -371,39 +395,35 @@ async fn bindings_of_others_cost_no_access_check(
         publish_as_kubelet(node, &request).await.map_err(|e| format!("publishing the marker volume {marker}: {e}"))?;
         requests.push(request);
     }
-    let last_look = sharedresource_csi_driver::content::changes::GRANT_LOOKS[2]
-        + sharedresource_csi_driver::content::changes::WINDOW;
-    let markers = MarkerBindings::new(suite);
-    markers.toggle(true).await?;
-    tokio::time::sleep(2 * last_look).await;
+    toggle_marker_bindings(suite, true, 2).await?;
     let before = reviewed_users(suite)?;
 
-    let role_binding = |namespace: &str, name: &str, subject: Value| {
-        json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-            "metadata": {"name": name, "namespace": namespace},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "use-db"},
-            "subjects": [subject]
-        })
-    };
-    let path = |namespace: &str| format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings");
-    let account = |namespace: &str, name: &str| json!({"kind": "ServiceAccount", "name": name, "namespace": namespace});
-    let other = role_binding("shares-consumer", "other-uses-db", account("shares-consumer", "other"));
-    create_object(suite, &path("shares-consumer"), other).await?;
-    let stranger = role_binding("shares-stranger", "stranger-uses-db", account("shares-stranger", "reader"));
-    create_object(suite, &path("shares-stranger"), stranger).await?;
-    let user = json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"});
-    create_object(suite, &path("shares-consumer"), role_binding("shares-consumer", "alice-uses-db", user)).await?;
+    let other =
+        use_db_binding("shares-consumer", "other-uses-db", json!([service_account("shares-consumer", "other")]));
+    create_object(suite, &role_bindings_path("shares-consumer"), other).await?;
+    let stranger =
+        use_db_binding("shares-stranger", "stranger-uses-db", json!([service_account("shares-stranger", "reader")]));
+    create_object(suite, &role_bindings_path("shares-stranger"), stranger).await?;
+    let alice = use_db_binding(
+        "shares-consumer",
+        "alice-uses-db",
+        json!([{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"}]),
+    );
+    create_object(suite, &role_bindings_path("shares-consumer"), alice).await?;
     let cluster_binding = json!({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "shares-e2e-other-views"},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
-        "subjects": [account("shares-stranger", "other")]
+        "subjects": [service_account("shares-stranger", "other")]
     });
     create_object(suite, "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", cluster_binding).await?;
 
-    markers.toggle(false).await?;
-    tokio::time::sleep(2 * last_look).await;
+    toggle_marker_bindings(suite, false, 1).await?;
+    let last_look = sharedresource_csi_driver::content::changes::GRANT_LOOKS[2]
+        + sharedresource_csi_driver::content::changes::WINDOW;
+    tokio::time::sleep(last_look).await;
+    toggle_marker_bindings(suite, true, 2).await?;
     let after = reviewed_users(suite)?;
+
     let markers_asked = |user: &String| MARKERS.iter().any(|marker| *user == marker_user(marker));
     // The scenario's own namespaces: every driver of the suite acts as the same identity, and
     // the other scenarios' drivers ask about their own pods meanwhile.
@@ -415,10 +435,11 @@ async fn bindings_of_others_cost_no_access_check(
         .iter()
         .filter(|user| ours(user) && !markers_asked(user))
         .collect();
-    // The markers' volumes unpublished (their bindings are gone: the unpublish asks nothing).
+    // The markers' volumes unpublished first, so their bindings' removal asks nothing.
     for request in requests {
         unpublish_as_kubelet(node, request.volume_id, request.target_path).await?;
     }
+    toggle_marker_bindings(suite, false, 0).await?;
     if !unexplained.is_empty() {
         return Err(format!(
             "bindings of no service account with a volume on the node cost {} SubjectAccessReviews, about {unexplained:?}",
@@ -428,63 +449,42 @@ async fn bindings_of_others_cost_no_access_check(
     Ok(())
 }
 
-/// One binding per grant stream of the marker accounts: a ClusterRoleBinding of the first to
-/// `view`, a RoleBinding of the second to `use-db`. Neither changes their answers (the markers
-/// are granted `use` already), so each look about them asks again.
-struct MarkerBindings<'a> {
-    suite: &'a Suite,
-}
-
-impl<'a> MarkerBindings<'a> {
-    const CLUSTER_BINDING: &'static str = "shares-e2e-marker-views";
-    const BINDING: &'static str = "marker-also-uses-db";
-
-    fn new(suite: &'a Suite) -> MarkerBindings<'a> {
-        MarkerBindings { suite }
+/// Creates (`bound`) or deletes one binding of each marker account per grant stream (a
+/// ClusterRoleBinding of the first to `view`, a RoleBinding of the second to `use-db`), then
+/// waits for `reviews` new reviews by the driver about that marker in the audit log. Neither
+/// binding changes the markers' answers (they are granted `use` already), so each look asks.
+async fn toggle_marker_bindings(suite: &Suite, bound: bool, reviews: usize) -> Outcome {
+    const CLUSTER_BINDING: &str = "shares-e2e-marker-views";
+    const BINDING: &str = "marker-also-uses-db";
+    let admin = &suite.admin;
+    let (a, b) = (marker_user(MARKERS[0]), marker_user(MARKERS[1]));
+    let seen = reviewed_users(suite)?;
+    let count = |user: &str| seen.iter().filter(|u| *u == user).count();
+    if bound {
+        let binding = json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": CLUSTER_BINDING},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+            "subjects": [service_account("shares-consumer", MARKERS[0])]
+        });
+        create_object(suite, "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", binding).await?;
+    } else {
+        Api::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::all(admin.clone())
+            .delete(CLUSTER_BINDING, &DeleteParams::default())
+            .await
+            .map_err(|e| e.to_string())?;
     }
-
-    /// Creates (`true`) or deletes the two bindings, each followed by the driver's review about
-    /// its marker in the audit log: the proof that its stream delivered it, and all before it.
-    async fn toggle(&self, bound: bool) -> Outcome {
-        let admin = &self.suite.admin;
-        let account = |marker: &str| json!({"kind": "ServiceAccount", "name": marker, "namespace": "shares-consumer"});
-        let (a, b) = (marker_user(MARKERS[0]), marker_user(MARKERS[1]));
-        let seen = reviewed_users(self.suite)?;
-        let count = |user: &str| seen.iter().filter(|u| *u == user).count();
-        let cluster_bindings = Api::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::all(admin.clone());
-        if bound {
-            let binding = json!({
-                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": Self::CLUSTER_BINDING},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
-                "subjects": [account(MARKERS[0])]
-            });
-            create_object(self.suite, "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", binding).await?;
-        } else {
-            cluster_bindings
-                .delete(Self::CLUSTER_BINDING, &DeleteParams::default())
-                .await
-                .map_err(|e| e.to_string())?;
-        }
-        review_about(self.suite, &a, count(&a)).await?;
-        let bindings = Api::<RoleBinding>::namespaced(admin.clone(), "shares-consumer");
-        if bound {
-            let binding = json!({
-                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-                "metadata": {"name": Self::BINDING, "namespace": "shares-consumer"},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "use-db"},
-                "subjects": [account(MARKERS[1])]
-            });
-            create_object(
-                self.suite,
-                "/apis/rbac.authorization.k8s.io/v1/namespaces/shares-consumer/rolebindings",
-                binding,
-            )
-            .await?;
-        } else {
-            bindings.delete(Self::BINDING, &DeleteParams::default()).await.map_err(|e| e.to_string())?;
-        }
-        review_about(self.suite, &b, count(&b)).await
+    reviews_about(suite, &a, count(&a) + reviews).await?;
+    if bound {
+        let binding =
+            use_db_binding("shares-consumer", BINDING, json!([service_account("shares-consumer", MARKERS[1])]));
+        create_object(suite, &role_bindings_path("shares-consumer"), binding).await?;
+    } else {
+        Api::<RoleBinding>::namespaced(admin.clone(), "shares-consumer")
+            .delete(BINDING, &DeleteParams::default())
+            .await
+            .map_err(|e| e.to_string())?;
     }
+    reviews_about(suite, &b, count(&b) + reviews).await
 }
 
 /// A binding of the volume's own service account makes the driver ask again (the positive
@@ -496,13 +496,9 @@ async fn a_binding_of_the_volumes_account_costs_access_checks(
 ) -> Outcome {
     let before = settled_access_checks(metrics).await?;
     let reviews_before = reviews_by_the_driver(suite)?;
-    let binding = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": {"name": "reader-also-uses-db", "namespace": "shares-consumer"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "use-db"},
-        "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": "shares-consumer"}]
-    });
-    create_object(suite, "/apis/rbac.authorization.k8s.io/v1/namespaces/shares-consumer/rolebindings", binding).await?;
+    let binding =
+        use_db_binding("shares-consumer", "reader-also-uses-db", json!([service_account("shares-consumer", "reader")]));
+    create_object(suite, &role_bindings_path("shares-consumer"), binding).await?;
     let relevant = settled_access_checks(metrics).await?;
     let reviews_relevant = reviews_by_the_driver(suite)?;
     if relevant == before {
@@ -556,14 +552,13 @@ pub async fn access_updates_revocation_and_deletion_reach_the_files(suite: &Suit
     for marker in MARKERS {
         create_service_account(admin, "shares-consumer", marker).await?;
     }
-    let markers_binding = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": {"name": "markers-use-db", "namespace": "shares-consumer"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "use-db"},
-        "subjects": MARKERS.map(|marker| json!({"kind": "ServiceAccount", "name": marker, "namespace": "shares-consumer"}))
-    });
-    create_object(suite, "/apis/rbac.authorization.k8s.io/v1/namespaces/shares-consumer/rolebindings", markers_binding)
-        .await?;
+    let markers = MARKERS.map(|marker| service_account("shares-consumer", marker));
+    create_object(
+        suite,
+        &role_bindings_path("shares-consumer"),
+        use_db_binding("shares-consumer", "markers-use-db", json!(markers)),
+    )
+    .await?;
     let marker_pod = |marker: &str| {
         let mut pod = reader_pod(marker, "db");
         pod["spec"]["serviceAccountName"] = json!(marker);
