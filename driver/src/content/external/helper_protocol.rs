@@ -96,21 +96,40 @@ pub struct MountReply {
     /// design; eager mode needs it).
     #[serde(default)]
     pub files: BTreeMap<String, Vec<String>>,
+    /// Whether the helper named its directories as the design's example does, from the root of
+    /// the mount point (`/db` for `db`): its `get` is then passed paths the same way
+    /// (`/db/password`), as the design's own driver passes FUSE's paths.
+    #[serde(skip)]
+    pub rooted: bool,
 }
 
 impl MountReply {
     /// Parses a helper's answer. The design's example answer has a trailing comma after its
     /// last member; trailing commas before `}` or `]` are accepted for that reason, and nothing
-    /// else beyond JSON. The message says where the answer is malformed, never quoting it.
+    /// else beyond JSON. A directory named from the mount point's root (`/db`, the design's
+    /// example) is that directory under it (`db`); past that one `/`, a name is checked as any
+    /// other (`..`, empty components and reserved names stay refused). The message says where
+    /// the answer is malformed, never quoting it.
     pub fn parse(answer: &[u8]) -> Result<MountReply, String> {
         let text = std::str::from_utf8(answer).map_err(|_| "its answer to mount is not UTF-8".to_string())?;
-        let reply: MountReply = serde_json::from_str(&without_trailing_commas(text)).map_err(|error| {
+        let mut reply: MountReply = serde_json::from_str(&without_trailing_commas(text)).map_err(|error| {
             format!(
                 "its answer to mount is not the protocol's JSON object (line {}, column {})",
                 error.line(),
                 error.column()
             )
         })?;
+        reply.rooted = reply.enable_dirs.iter().chain(reply.files.keys()).any(|dir| dir.starts_with('/'));
+        for dir in &mut reply.enable_dirs {
+            from_root(dir);
+        }
+        for (mut dir, files) in std::mem::take(&mut reply.files) {
+            from_root(&mut dir);
+            if reply.files.contains_key(&dir) {
+                return Err(format!("files: directory {} is listed twice (once from the root)", quote(&dir)));
+            }
+            reply.files.insert(dir, files);
+        }
         for dir in &reply.enable_dirs {
             check_key(dir).map_err(|error| format!("enable-dirs: {error}"))?;
         }
@@ -136,8 +155,10 @@ impl MountReply {
 
     /// The arguments of `get` for the file at `path`: the path, then the value of each
     /// `mount-param` key in `options`. A key the options lack is an error naming it.
+    /// A helper that named its directories from the mount point's root gets `/` before the path.
     pub fn get_arguments(&self, path: &str, options: &Map<String, Value>) -> Result<Vec<String>, String> {
-        let mut arguments = vec!["get".to_string(), path.to_string()];
+        let path = if self.rooted { format!("/{path}") } else { path.to_string() };
+        let mut arguments = vec!["get".to_string(), path];
         for key in &self.mount_param {
             match options.get(key) {
                 Some(Value::String(value)) => arguments.push(value.clone()),
@@ -145,6 +166,14 @@ impl MountReply {
             }
         }
         Ok(arguments)
+    }
+}
+
+/// `name` without the one `/` that names it from the mount point's root; a second one stays, and
+/// is refused as an absolute path.
+fn from_root(name: &mut String) {
+    if name.starts_with('/') {
+        name.remove(0);
     }
 }
 
@@ -226,6 +255,45 @@ mod tests {
         assert_eq!(reply.enable_dirs, ["secrets"]);
         let options = mount_options(&ask(&[])).unwrap();
         assert_eq!(reply.get_arguments("secrets/db", &options).unwrap(), ["get", "secrets/db", "team-a", "web"]);
+    }
+
+    #[test]
+    fn the_designs_example_answer_names_its_directory_from_the_mount_points_root() {
+        // The design's example helper, word for word: `/db` is `db` under the mount point, and
+        // its `get` is passed `/db/password`, as the design's driver passes FUSE's paths.
+        let answer = b"{\n\"mount-param\": [ \"kubernetes.io/pod.namespace\", \"kubernetes.io/pod.name\" ],\n\"enable-dirs\": [ \"/db\" ],\n}\n";
+        let reply = MountReply::parse(answer).unwrap();
+        assert_eq!(reply.enable_dirs, ["db"]);
+        assert!(reply.rooted);
+        let options = mount_options(&ask(&[])).unwrap();
+        assert_eq!(reply.get_arguments("db/password", &options).unwrap(), ["get", "/db/password", "team-a", "web"]);
+        let listed = MountReply::parse(br#"{"enable-dirs": ["/db"], "files": {"/db": ["password"]}}"#).unwrap();
+        assert_eq!(listed.files, BTreeMap::from([("db".to_string(), vec!["password".to_string()])]));
+        assert_eq!(listed.listed_paths(), ["db/password"]);
+    }
+
+    #[test]
+    fn past_the_roots_one_slash_a_directory_is_checked_as_any_other() {
+        let cases: [(&[u8], &str); 7] = [
+            (br#"{"enable-dirs": ["//etc"]}"#, "enable-dirs: key \"/etc\" is refused: it is an absolute path"),
+            (br#"{"enable-dirs": ["/"]}"#, "enable-dirs: key \"\" is refused"),
+            (br#"{"enable-dirs": ["/../etc"]}"#, "enable-dirs: key \"../etc\" is refused"),
+            (br#"{"enable-dirs": ["/a//b"]}"#, "enable-dirs: key \"a//b\" is refused"),
+            (br#"{"enable-dirs": ["/..data"]}"#, "enable-dirs: key \"..data\" is refused"),
+            (br#"{"enable-dirs": ["/db"], "files": {"/db": ["/x"]}}"#, "files: key \"db//x\" is refused"),
+            (br#"{"enable-dirs": ["db"], "files": {"/db": ["x"], "db": ["y"]}}"#, "files: directory \"db\" is listed twice"),
+        ];
+        for (answer, message) in cases {
+            let error = MountReply::parse(answer).unwrap_err();
+            assert!(error.starts_with(message), "{error}");
+        }
+    }
+
+    #[test]
+    fn a_helper_naming_its_directories_plainly_gets_plain_paths() {
+        let reply = MountReply::parse(br#"{"enable-dirs": ["db"]}"#).unwrap();
+        assert!(!reply.rooted);
+        assert_eq!(reply.get_arguments("db/password", &Map::new()).unwrap(), ["get", "db/password"]);
     }
 
     #[test]

@@ -12,6 +12,8 @@
 
 #[cfg(test)]
 pub(crate) mod concurrency_probe;
+#[cfg(test)]
+pub(crate) mod design_helper;
 pub mod exec;
 pub mod helper_protocol;
 pub mod helper_run;

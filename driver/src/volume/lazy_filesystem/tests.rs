@@ -97,6 +97,46 @@ fn a_lazy_volume_is_read_by_any_user_each_file_fetched_at_its_first_open() {
     assert_eq!(std::fs::read_dir(&text).unwrap().count(), 0, "the directory under it is empty");
 }
 
+#[test]
+fn a_helper_written_from_the_design_alone_is_served_lazily_unchanged() {
+    use crate::content::external::design_helper;
+    use crate::content::external::exec::ExecProviders;
+    use crate::content::external::provider::{ExecProvider, FetchMode};
+    let runtime = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let provider = ExecProvider {
+        name: sharedresource_api::object_name::ObjectName::parse("hashicorp-cli").unwrap(),
+        helper: design_helper::write(dir.path(), false),
+        mode: FetchMode::Lazy,
+        timeout: Duration::from_secs(60),
+        cache_ttl: HOUR,
+        max_file_bytes: 1 << 20,
+    };
+    let providers = ExecProviders::new([("hashicorp-cli".to_string(), provider.clone())].into(), 4);
+    let ask = crate::content::ask::VolumeAsk::example(&[("provider", "hashicorp-cli")]);
+    let files = Arc::new(runtime.block_on(providers.lazy_files(&provider, &ask)).unwrap());
+    let (_dir, text, opened, _) = created_target();
+    let device = LinuxMounter.mount_fuse(&opened.target, "inline-guard:lazy-design").unwrap();
+    let mount = LazyMount::serve("csi-lazy-design", device, files, None).unwrap();
+    let root = opened.reopen().unwrap();
+
+    let names: Vec<String> =
+        std::fs::read_dir(&text).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    assert_eq!(names, ["db"], "the design's `/db` is db under the mount point");
+    assert_eq!(
+        cat_as(NOBODY, &text.join("db/password")),
+        Ok("read -field=password secret/pod-secrets/team-a/web//db".into())
+    );
+    let calls = design_helper::calls(dir.path());
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert!(calls[0].starts_with("mount /var/lib/kubelet/pods/u1/volumes/kubernetes.io~csi/secrets/mount {"));
+    assert_eq!(calls[1], "get /db/password team-a web", "the path as the design's driver passes it");
+
+    LinuxMounter.unmount(&root).unwrap();
+    drop((root, mount));
+    assert!(!listed_in_mountinfo(&text).unwrap());
+}
+
 /// Reads all of the open file `file` from its start.
 fn read_from_start(file: &std::fs::File) -> Vec<u8> {
     use std::os::unix::fs::FileExt as _;

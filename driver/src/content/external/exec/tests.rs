@@ -194,6 +194,25 @@ async fn a_helper_that_lists_nothing_withdraws_the_volume() {
     assert!(error.withdraws_content());
 }
 
+#[tokio::test]
+async fn a_helper_written_from_the_design_alone_is_served_eagerly_once_it_lists_its_files() {
+    use crate::content::external::design_helper;
+    let dir = tempfile::tempdir().unwrap();
+    let mut provider = ExecProvider { helper: design_helper::write(dir.path(), true), ..Vault::new().provider() };
+    let providers = ExecProviders::new([("example".to_string(), provider.clone())].into(), 4);
+    let files = providers.files(&provider, &ask("team-a", "web")).await.unwrap();
+    assert_eq!(
+        text(&files),
+        [("db/password".into(), "read -field=password secret/pod-secrets/team-a/web//db".into())],
+        "`/db` is db under the mount point; get is passed /db/password, as the design's driver does"
+    );
+    assert_eq!(design_helper::calls(dir.path())[1..], ["get /db/password team-a web"]);
+    // The design's answer word for word lists no files: eager mode says what it needs.
+    provider.helper = design_helper::write(dir.path(), false);
+    let error = providers.files(&provider, &ask("team-a", "web")).await.unwrap_err();
+    assert!(matches!(&error, Error::Unservable(m) if m.contains("lists no files")), "{error:?}");
+}
+
 #[test]
 fn the_example_helper_is_the_one_shipped() {
     // The test above runs the shipped file, changed only in its ROOT line.
