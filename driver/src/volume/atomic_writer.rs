@@ -176,8 +176,12 @@ impl AtomicWriter {
     fn give_dirs(&self, root: &Path, payload: &Payload, group: u32) -> Result<()> {
         let mut dirs = BTreeSet::from([root.to_path_buf()]);
         for key in payload.keys() {
-            let mut path = root.join(key);
-            while path.pop() && path.starts_with(root) && dirs.insert(path.clone()) {}
+            // The key's own directories, walked on the relative key and only then joined to
+            // the version: no walk of this loop, however changed, can climb above `root` (a
+            // walk up an absolute path once gave `/` itself to the group in a mutation run).
+            for dir in Path::new(key).ancestors().skip(1).filter(|dir| !dir.as_os_str().is_empty()) {
+                dirs.insert(root.join(dir));
+            }
         }
         for dir in dirs {
             std::os::unix::fs::chown(&dir, None, Some(group))

@@ -23,18 +23,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
-use fuser::{
-    BackgroundSession, Config, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
-    LockOwner, Notifier, OpenAccMode, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
-    ReplyOpen, Request, SessionACL,
-};
+use nix::errno::Errno;
 use tracing::warn;
 
 use crate::content::error::Error as ContentError;
 use crate::content::external::lazy_files::{EntryKind, Fetched, LazyFiles};
 use crate::quote::{Logged, quote};
 use crate::volume::error::{Error, Result};
+use crate::volume::fuse::session::{self, Device, Filesystem, Paused, Reply, Serving};
+use crate::volume::fuse::wire::{Attr, Entries, FOPEN_DIRECT_IO, FOPEN_KEEP_CACHE, FOPEN_NOFLUSH, Kind};
 use crate::volume::lazy_open_files::{OpenFiles, OpenMode};
+
+/// The root directory's inode number, as the kernel knows it.
+const ROOT: u64 = 1;
 
 /// The most inodes one lazy volume hands out: its layout's, and a name looked up in an open
 /// directory each; past it, new names are refused (ENFILE) rather than grow the driver.
@@ -45,7 +46,24 @@ const MAX_INODES: usize = 8192;
 pub struct LazyMount {
     files: Arc<LazyFiles>,
     reads_served: Arc<AtomicU64>,
-    _session: BackgroundSession,
+    filesystem: Arc<LazyFilesystem>,
+    session: Session,
+}
+
+/// Whether the volume's connection is read by this process.
+enum Session {
+    Serving(Serving),
+    Paused(Paused),
+    /// Between the two, for the moment one is turned into the other (or for good, when the
+    /// serving thread could not be started again).
+    Switching,
+}
+
+/// The name of the thread reading a lazy volume's connection.
+const SESSION_THREAD: &str = "lazy-volume";
+
+fn serving(error: session::SessionError) -> Error {
+    Error::local("serving the volume through FUSE", error)
 }
 
 impl LazyMount {
@@ -53,7 +71,7 @@ impl LazyMount {
     /// made, its entries belonging to `group` (the pod's fsGroup) when given: answers the
     /// kernel's first request (the protocol's handshake) before returning.
     pub fn serve(volume_id: &str, device: OwnedFd, files: Arc<LazyFiles>, group: Option<u32>) -> Result<LazyMount> {
-        let filesystem = LazyFilesystem {
+        let filesystem = Arc::new(LazyFilesystem {
             volume: quote(volume_id),
             files: files.clone(),
             inodes: Mutex::new(Inodes::default()),
@@ -62,16 +80,40 @@ impl LazyMount {
             reads_served: Arc::default(),
             mounted: SystemTime::now(),
             group: group.unwrap_or(0),
-        };
-        let (notifier, reads_served) = (filesystem.notifier.clone(), filesystem.reads_served.clone());
-        let mut config = Config::default();
-        config.n_threads = Some(1);
-        let serving = |error| Error::local("serving the volume through FUSE", error);
-        let session = fuser::Session::from_fd(filesystem, device, SessionACL::All, config).map_err(serving)?;
+        });
+        let connection = session::handshake(device).map_err(serving)?;
         // Set before the session serves anything: no open can need it earlier.
-        let _ = notifier.set(session.notifier());
-        let session = session.spawn().map_err(serving)?;
-        Ok(LazyMount { files, reads_served, _session: session })
+        let _ = filesystem.notifier.set(connection.device.clone());
+        let session = Serving::resume(connection, filesystem.clone(), SESSION_THREAD).map_err(serving)?;
+        let reads_served = filesystem.reads_served.clone();
+        Ok(LazyMount { files, reads_served, filesystem, session: Session::Serving(session) })
+    }
+
+    /// Stops reading the kernel's requests at a request boundary and waits at most `within`
+    /// for the answers still owed (opens waiting on the helper). Requests sent meanwhile wait
+    /// in the kernel's queue, their callers blocked, none failed, until [`LazyMount::resume`]
+    /// (or whoever the connection is handed to) reads them. An error, still paused, when
+    /// answers are owed after `within`.
+    pub fn pause(&mut self, within: Duration) -> Result<()> {
+        self.session = match std::mem::replace(&mut self.session, Session::Switching) {
+            Session::Serving(serving) => Session::Paused(serving.pause()),
+            other => other,
+        };
+        match &self.session {
+            Session::Paused(paused) => paused.settle(within).map_err(serving),
+            _ => Ok(()),
+        }
+    }
+
+    /// Reads the kernel's requests again after [`LazyMount::pause`]. Serving already: nothing.
+    pub fn resume(&mut self) -> Result<()> {
+        self.session = match std::mem::replace(&mut self.session, Session::Switching) {
+            Session::Paused(paused) => {
+                Session::Serving(Serving::resume(paused, self.filesystem.clone(), SESSION_THREAD).map_err(serving)?)
+            }
+            other => other,
+        };
+        Ok(())
     }
 
     /// What the volume serves.
@@ -93,20 +135,20 @@ struct Inodes {
 }
 
 impl Inodes {
-    fn path(&self, ino: INodeNo) -> Option<&str> {
-        if ino == INodeNo::ROOT {
+    fn path(&self, ino: u64) -> Option<&str> {
+        if ino == ROOT {
             return Some("");
         }
-        let index = usize::try_from(ino.0.checked_sub(2)?).ok()?;
+        let index = usize::try_from(ino.checked_sub(2)?).ok()?;
         self.paths.get(index).map(String::as_str)
     }
 
-    fn number(&mut self, path: &str) -> Option<INodeNo> {
+    fn number(&mut self, path: &str) -> Option<u64> {
         if path.is_empty() {
-            return Some(INodeNo::ROOT);
+            return Some(ROOT);
         }
         if let Some(number) = self.numbers.get(path) {
-            return Some(INodeNo(*number));
+            return Some(*number);
         }
         if self.paths.len() >= MAX_INODES {
             return None;
@@ -114,7 +156,7 @@ impl Inodes {
         self.paths.push(path.to_string());
         let number = self.paths.len() as u64 + 1;
         self.numbers.insert(path.to_string(), number);
-        Some(INodeNo(number))
+        Some(number)
     }
 }
 
@@ -124,14 +166,14 @@ struct LazyFilesystem {
     inodes: Mutex<Inodes>,
     open_files: Arc<Mutex<OpenFiles>>,
     /// Tells the kernel to drop what it keeps of a file whose paged content changes.
-    notifier: Arc<OnceLock<Notifier>>,
+    notifier: Arc<OnceLock<Device>>,
     reads_served: Arc<AtomicU64>,
     mounted: SystemTime,
     group: u32,
 }
 
 impl LazyFilesystem {
-    fn path(&self, ino: INodeNo) -> Option<String> {
+    fn path(&self, ino: u64) -> Option<String> {
         self.inodes.lock().unwrap_or_else(|p| p.into_inner()).path(ino).map(String::from)
     }
 
@@ -139,35 +181,19 @@ impl LazyFilesystem {
     /// cache's TTL; a file's size is its paged content's, kept for the cache's TTL (a change of
     /// it drops the kernel's copy first); a file with no paged content shows its cached size, or
     /// 0 before it is fetched, and the kernel keeps neither.
-    fn attributes(&self, ino: INodeNo, path: &str, kind: EntryKind) -> (FileAttr, Duration) {
+    fn attributes(&self, ino: u64, path: &str, kind: EntryKind) -> (Attr, Duration) {
         let file = || {
-            let paged = self.open_files.lock().unwrap_or_else(|p| p.into_inner()).paged_size(ino.0);
+            let paged = self.open_files.lock().unwrap_or_else(|p| p.into_inner()).paged_size(ino);
             match paged {
                 Some(size) => (size, self.ttl()),
                 None => (self.files.cached(path).map_or(0, |(size, _)| size), Duration::ZERO),
             }
         };
         let (kind, perm, nlink, (size, ttl)) = match kind {
-            EntryKind::Directory => (FileType::Directory, 0o555, 2, (0, self.ttl())),
-            EntryKind::File => (FileType::RegularFile, 0o444, 1, file()),
+            EntryKind::Directory => (Kind::Directory, 0o555, 2, (0, self.ttl())),
+            EntryKind::File => (Kind::File, 0o444, 1, file()),
         };
-        let attributes = FileAttr {
-            ino,
-            size,
-            blocks: size.div_ceil(512),
-            atime: self.mounted,
-            mtime: self.mounted,
-            ctime: self.mounted,
-            crtime: self.mounted,
-            kind,
-            perm,
-            nlink,
-            uid: 0,
-            gid: self.group,
-            rdev: 0,
-            blksize: 4096,
-            flags: 0,
-        };
+        let attributes = Attr { ino, size, time: self.mounted, kind, perm, nlink, uid: 0, gid: self.group };
         (attributes, ttl)
     }
 
@@ -178,9 +204,9 @@ impl LazyFilesystem {
 
 /// How an open file is read: through the page cache, kept from earlier opens of the same
 /// content; or by direct I/O, past any size the kernel holds. Never flushed: nothing is written.
-fn fopen_flags(paged: bool) -> FopenFlags {
-    let mode = if paged { FopenFlags::FOPEN_KEEP_CACHE } else { FopenFlags::FOPEN_DIRECT_IO };
-    mode | FopenFlags::FOPEN_NOFLUSH
+fn fopen_flags(paged: bool) -> u32 {
+    let mode = if paged { FOPEN_KEEP_CACHE } else { FOPEN_DIRECT_IO };
+    mode | FOPEN_NOFLUSH
 }
 
 /// Opens `ino` with `content` as [`OpenFiles`] says, switching its paged content when asked:
@@ -189,35 +215,35 @@ fn fopen_flags(paged: bool) -> FopenFlags {
 /// direct. Whether the handle is paged, and the handle.
 async fn open_with(
     open_files: &Arc<Mutex<OpenFiles>>,
-    notifier: &Arc<OnceLock<Notifier>>,
-    ino: INodeNo,
+    notifier: &Arc<OnceLock<Device>>,
+    ino: u64,
     content: Fetched,
     volume: &str,
 ) -> (bool, u64) {
     let lock = || open_files.lock().unwrap_or_else(|p| p.into_inner());
     let switch = {
         let mut open_files = lock();
-        match open_files.mode(ino.0, &content) {
-            OpenMode::Switch => match open_files.begin_switch(ino.0) {
+        match open_files.mode(ino, &content) {
+            OpenMode::Switch => match open_files.begin_switch(ino) {
                 Some(switch) => switch,
-                None => return open_files.open(ino.0, content, OpenMode::Direct),
+                None => return open_files.open(ino, content, OpenMode::Direct),
             },
-            mode => return open_files.open(ino.0, content, mode),
+            mode => return open_files.open(ino, content, mode),
         }
     };
     let notifier = notifier.get().cloned();
     // Dropping pages may wait on reads of them that the session's thread answers: not here.
     let dropped = tokio::task::spawn_blocking(move || match notifier {
-        Some(notifier) => notifier.inval_inode(ino, 0, 0),
+        Some(device) => device.invalidate_inode(ino),
         None => Err(std::io::Error::other("no notifier yet")),
     })
     .await
     .unwrap_or_else(|joined| Err(std::io::Error::other(joined.to_string())));
     match dropped {
-        Ok(()) => lock().finish_switch(ino.0, switch, content),
+        Ok(()) => lock().finish_switch(ino, switch, content),
         Err(error) => {
             warn!(volume = %volume, problem = %error, "the kernel's copy of a lazy file could not be dropped; it is read by direct I/O");
-            lock().open(ino.0, content, OpenMode::Direct)
+            lock().open(ino, content, OpenMode::Direct)
         }
     }
 }
@@ -235,7 +261,7 @@ fn errno_of(error: &ContentError) -> Errno {
 }
 
 impl Filesystem for LazyFilesystem {
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+    fn lookup(&self, parent: u64, name: &OsStr, reply: Reply) {
         let (Some(parent), Some(name)) = (self.path(parent), name.to_str()) else {
             return reply.error(Errno::ENOENT);
         };
@@ -248,27 +274,27 @@ impl Filesystem for LazyFilesystem {
             return reply.error(Errno::ENFILE);
         };
         let (attributes, attributes_ttl) = self.attributes(ino, &path, kind);
-        reply.entry_with_ttls(&attributes_ttl, &self.ttl(), &attributes, Generation(0));
+        reply.entry(&attributes, attributes_ttl, self.ttl());
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+    fn getattr(&self, ino: u64, reply: Reply) {
         let Some(path) = self.path(ino) else {
             return reply.error(Errno::ENOENT);
         };
         match self.files.layout().kind(&path) {
             Some(kind) => {
                 let (attributes, ttl) = self.attributes(ino, &path, kind);
-                reply.attr(&ttl, &attributes);
+                reply.attr(&attributes, ttl);
             }
             None => reply.error(Errno::ENOENT),
         }
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, ino: u64, flags: u32, reply: Reply) {
         let Some(path) = self.path(ino) else {
             return reply.error(Errno::ENOENT);
         };
-        if flags.acc_mode() != OpenAccMode::O_RDONLY {
+        if flags as i32 & nix::libc::O_ACCMODE != nix::libc::O_RDONLY {
             return reply.error(Errno::EROFS);
         }
         // Within the cache's TTL the answer is at hand: no helper, no trip through the runtime,
@@ -276,10 +302,10 @@ impl Filesystem for LazyFilesystem {
         // thread serves).
         if let Some(content) = self.files.cached_content(&path) {
             let mut open_files = self.open_files.lock().unwrap_or_else(|p| p.into_inner());
-            let mode = open_files.mode(ino.0, &content);
+            let mode = open_files.mode(ino, &content);
             if mode != OpenMode::Switch {
-                let (paged, handle) = open_files.open(ino.0, content, mode);
-                return reply.opened(FileHandle(handle), fopen_flags(paged));
+                let (paged, handle) = open_files.open(ino, content, mode);
+                return reply.opened(handle, fopen_flags(paged));
             }
         }
         let (files, volume) = (self.files.clone(), self.volume.clone());
@@ -288,7 +314,7 @@ impl Filesystem for LazyFilesystem {
             match files.read(&path).await {
                 Ok(content) => {
                     let (paged, handle) = open_with(&open_files, &notifier, ino, content, &volume).await;
-                    reply.opened(FileHandle(handle), fopen_flags(paged));
+                    reply.opened(handle, fopen_flags(paged));
                 }
                 Err(error) => {
                     warn!(volume = %volume, file = %quote(&path), problem = %Logged(&error), "a lazy file could not be opened");
@@ -298,20 +324,10 @@ impl Filesystem for LazyFilesystem {
         });
     }
 
-    fn read(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        size: u32,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        reply: ReplyData,
-    ) {
+    fn read(&self, fh: u64, offset: u64, size: u32, reply: Reply) {
         self.reads_served.fetch_add(1, Ordering::Relaxed);
         let open_files = self.open_files.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(content) = open_files.content(fh.0) else {
+        let Some(content) = open_files.content(fh) else {
             return reply.error(Errno::EBADF);
         };
         let start = usize::try_from(offset).unwrap_or(usize::MAX).min(content.len());
@@ -319,45 +335,35 @@ impl Filesystem for LazyFilesystem {
         reply.data(&content[start..end]);
     }
 
-    fn release(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        _flush: bool,
-        reply: ReplyEmpty,
-    ) {
-        self.open_files.lock().unwrap_or_else(|p| p.into_inner()).release(fh.0);
+    fn release(&self, fh: u64, reply: Reply) {
+        self.open_files.lock().unwrap_or_else(|p| p.into_inner()).release(fh);
         reply.ok();
     }
 
-    fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+    fn readdir(&self, ino: u64, offset: u64, mut entries: Entries, reply: Reply) {
         let Some(path) = self.path(ino) else {
             return reply.error(Errno::ENOENT);
         };
         let Some(listing) = self.files.layout().listing(&path) else {
             return reply.error(Errno::ENOTDIR);
         };
-        let mut entries =
-            vec![(ino, FileType::Directory, ".".to_string()), (ino, FileType::Directory, "..".to_string())];
+        let mut all = vec![(ino, Kind::Directory, ".".to_string()), (ino, Kind::Directory, "..".to_string())];
         let mut inodes = self.inodes.lock().unwrap_or_else(|p| p.into_inner());
         for (name, kind) in listing {
             let child = if path.is_empty() { name.to_string() } else { format!("{path}/{name}") };
             let Some(number) = inodes.number(&child) else {
                 break;
             };
-            let kind = if kind == EntryKind::Directory { FileType::Directory } else { FileType::RegularFile };
-            entries.push((number, kind, name.to_string()));
+            let kind = if kind == EntryKind::Directory { Kind::Directory } else { Kind::File };
+            all.push((number, kind, name.to_string()));
         }
         drop(inodes);
-        for (index, (number, kind, name)) in entries.into_iter().enumerate().skip(offset as usize) {
-            if reply.add(number, index as u64 + 1, kind, name) {
+        for (index, (number, kind, name)) in all.into_iter().enumerate().skip(offset as usize) {
+            if !entries.add(number, index as u64 + 1, kind, name.as_bytes()) {
                 break;
             }
         }
-        reply.ok();
+        reply.entries(&entries);
     }
 }
 

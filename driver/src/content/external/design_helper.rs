@@ -15,7 +15,8 @@ const DESIGN_ANSWER: &str = "echo \"{\"\n\
 /// needs (`"files": {"/db": ["password"]}`, named the design's way) before the closing brace.
 pub(crate) fn write(dir: &Path, listed: bool) -> PathBuf {
     let answer = if listed {
-        DESIGN_ANSWER.replace("echo \"}\"\n", "echo \"\\\"files\\\": { \\\"/db\\\": [ \\\"password\\\" ] },\"\necho \"}\"\n")
+        DESIGN_ANSWER
+            .replace("echo \"}\"\n", "echo \"\\\"files\\\": { \\\"/db\\\": [ \\\"password\\\" ] },\"\necho \"}\"\n")
     } else {
         DESIGN_ANSWER.to_string()
     };

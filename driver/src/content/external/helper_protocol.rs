@@ -281,7 +281,10 @@ mod tests {
             (br#"{"enable-dirs": ["/a//b"]}"#, "enable-dirs: key \"a//b\" is refused"),
             (br#"{"enable-dirs": ["/..data"]}"#, "enable-dirs: key \"..data\" is refused"),
             (br#"{"enable-dirs": ["/db"], "files": {"/db": ["/x"]}}"#, "files: key \"db//x\" is refused"),
-            (br#"{"enable-dirs": ["db"], "files": {"/db": ["x"], "db": ["y"]}}"#, "files: directory \"db\" is listed twice"),
+            (
+                br#"{"enable-dirs": ["db"], "files": {"/db": ["x"], "db": ["y"]}}"#,
+                "files: directory \"db\" is listed twice",
+            ),
         ];
         for (answer, message) in cases {
             let error = MountReply::parse(answer).unwrap_err();

@@ -288,3 +288,127 @@ fn a_dead_fuse_mount_the_driver_did_not_make_is_left_alone_at_recovery() {
     assert!(dropped[0].contains("holds a mount the driver did not make, left alone"), "{}", dropped[0]);
     assert!(still_mounted, "another's mount is never unmounted");
 }
+
+/// The FUSE connection mounted at `mount`, as fusectl names it: its device number's minor (the
+/// major is 0). Asked while the volume is served: a stat of a paused volume waits.
+fn connection_of(mount: &Path) -> String {
+    use std::os::unix::fs::MetadataExt as _;
+    nix::sys::stat::minor(std::fs::metadata(mount).unwrap().dev()).to_string()
+}
+
+/// The kernel's count of requests of FUSE connection `connection` that wait for an answer
+/// (queued or read), from a fusectl mounted in `control` for the test.
+fn waiting_requests(control: &Path, connection: &str) -> u64 {
+    let text = std::fs::read_to_string(control.join(connection).join("waiting")).unwrap();
+    text.trim().parse().unwrap()
+}
+
+/// Waits (a minute at most, then fails saying `what`) until the count of requests waiting on
+/// `connection` is as `wanted` says.
+fn wait_for_waiting(control: &Path, connection: &str, wanted: impl Fn(u64) -> bool, what: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let waiting = waiting_requests(control, connection);
+        if wanted(waiting) {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{what}: never so ({waiting} waiting)");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Mounts fusectl (the kernel's view of FUSE connections) at a fresh directory below `dir`.
+fn fuse_control(dir: &Path) -> PathBuf {
+    let control = dir.join("fusectl");
+    std::fs::create_dir(&control).unwrap();
+    nix::mount::mount(Some("fusectl"), &control, Some("fusectl"), nix::mount::MsFlags::empty(), None::<&str>).unwrap();
+    control
+}
+
+#[test]
+fn a_paused_volume_keeps_its_callers_waiting_in_the_kernel_and_resumed_answers_them() {
+    let runtime = runtime();
+    let helper = Helper::new(&[("db-password", "s3cret")]);
+    let files = Arc::new(runtime.block_on(async { helper.files(HOUR) }));
+    let (dir, text, opened, _) = created_target();
+    let device = LinuxMounter.mount_fuse(&opened.target, "inline-guard:lazy-pause").unwrap();
+    let mut mount = LazyMount::serve("csi-lazy-pause", device, files, None).unwrap();
+    let root = opened.reopen().unwrap();
+    let file = text.join("secrets/db-password");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "s3cret");
+    let (control, connection) = (fuse_control(dir.path()), connection_of(&text));
+    // The read's close (RELEASE) is sent after it returns: answered while served.
+    wait_for_waiting(&control, &connection, |waiting| waiting == 0, "nothing left waiting while the volume is served");
+
+    mount.pause(Duration::from_secs(30)).unwrap();
+    let served = mount.reads_served();
+    let (answered, answer) = std::sync::mpsc::channel();
+    let reader = {
+        let file = file.clone();
+        std::thread::spawn(move || answered.send(std::fs::read_to_string(file)))
+    };
+    // The positive control: the reader's request is in the kernel, waiting for a reader.
+    wait_for_waiting(&control, &connection, |waiting| waiting >= 1, "the reader's request reached the kernel's queue");
+    assert!(!reader.is_finished(), "nothing answers a paused volume");
+    assert_eq!(mount.reads_served(), served, "nothing was read while paused");
+
+    mount.resume().unwrap();
+    // Bounded, so a resume that serves nothing fails the test instead of hanging it.
+    let read = answer.recv_timeout(Duration::from_secs(60)).expect("the read is answered once resumed");
+    assert_eq!(read.unwrap(), "s3cret", "answered once resumed, not failed");
+    reader.join().unwrap().unwrap();
+    wait_for_waiting(&control, &connection, |waiting| waiting == 0, "nothing left waiting once resumed");
+
+    LinuxMounter.unmount(&root).unwrap();
+    drop((root, mount));
+    assert!(!listed_in_mountinfo(&text).unwrap());
+}
+
+#[test]
+fn a_volume_paused_and_resumed_again_and_again_never_fails_a_read() {
+    let runtime = runtime();
+    let helper = Helper::new(&[("db-password", "s3cret")]);
+    let files = Arc::new(runtime.block_on(async { helper.files(HOUR) }));
+    let (dir, text, opened, _) = created_target();
+    let device = LinuxMounter.mount_fuse(&opened.target, "inline-guard:lazy-pauses").unwrap();
+    let mut mount = LazyMount::serve("csi-lazy-pauses", device, files, None).unwrap();
+    let root = opened.reopen().unwrap();
+    let file = text.join("secrets/db-password");
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // A container reading its secret in a loop: each read a new open (a request every time).
+    let (finished, result) = std::sync::mpsc::channel();
+    let reader = {
+        let (file, stop) = (file.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut reads = 0u64;
+            let outcome = loop {
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    break Ok(reads);
+                }
+                match std::fs::read_to_string(&file) {
+                    Ok(content) if content == "s3cret" => reads += 1,
+                    other => break Err(format!("read {reads} answered {other:?}")),
+                }
+            };
+            let _ = finished.send(outcome);
+        })
+    };
+    let (control, connection) = (fuse_control(dir.path()), connection_of(&text));
+    let mut pauses = 0;
+    while pauses < 50 && !reader.is_finished() {
+        mount.pause(Duration::from_secs(30)).unwrap();
+        // Each pause holds at least one of the reader's requests (its open, or its close).
+        wait_for_waiting(&control, &connection, |waiting| waiting > 0, "a request waits on the paused volume");
+        mount.resume().unwrap();
+        pauses += 1;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let reads = result.recv_timeout(Duration::from_secs(60)).expect("the reader stops").unwrap();
+    reader.join().unwrap();
+    assert_eq!(pauses, 50);
+    assert!(reads > 0, "the reader read ({reads} reads across {pauses} pauses)");
+
+    LinuxMounter.unmount(&root).unwrap();
+    drop((root, mount));
+    assert!(!listed_in_mountinfo(&text).unwrap());
+}
