@@ -49,6 +49,8 @@ fn code(error: &Error) -> Code {
             Volume::Foreign(_) => Code::FailedPrecondition,
             Volume::TooLarge(_) | Volume::OverBudget(_) => Code::ResourceExhausted,
             Volume::Local { .. } | Volume::Fault(_) => Code::Internal,
+            // The driver is being replaced: kubelet's retry reaches the successor.
+            Volume::Handover(_) => Code::Unavailable,
             Volume::Content(content) => match content {
                 Content::Invalid(_) => Code::InvalidArgument,
                 Content::Missing(_) => Code::NotFound,

@@ -47,6 +47,10 @@ pub enum Error {
     /// (a directory gone right after it was made, a mount a moment ago that is not there).
     #[error("{0}")]
     Fault(String),
+    /// A lazy volume could not be handed to a successor process, or what a predecessor handed
+    /// over does not hold together.
+    #[error("{0}")]
+    Handover(String),
 }
 
 /// Result with a volume error.

@@ -31,8 +31,8 @@ use crate::content::external::lazy_files::{EntryKind, Fetched, LazyFiles};
 use crate::quote::{Logged, quote};
 use crate::volume::error::{Error, Result};
 use crate::volume::fuse::session::{self, Device, Filesystem, Paused, Reply, Serving};
-use crate::volume::fuse::wire::{Attr, Entries, FOPEN_DIRECT_IO, FOPEN_KEEP_CACHE, FOPEN_NOFLUSH, Kind};
-use crate::volume::lazy_open_files::{OpenFiles, OpenMode};
+use crate::volume::fuse::wire::{Attr, Entries, FOPEN_DIRECT_IO, FOPEN_KEEP_CACHE, FOPEN_NOFLUSH, Kind, Negotiated};
+use crate::volume::lazy_open_files::{OpenFiles, OpenFilesState, OpenMode};
 
 /// The root directory's inode number, as the kernel knows it.
 const ROOT: u64 = 1;
@@ -116,6 +116,74 @@ impl LazyMount {
         Ok(())
     }
 
+    /// Pauses the volume (see [`LazyMount::pause`]) and says what a successor needs to serve
+    /// it on: its state, and a descriptor of its connection. The volume stays paused here: a
+    /// successor that refuses it leaves it to [`LazyMount::resume`].
+    pub fn hand_over(&mut self, within: Duration) -> Result<(HandedLazyVolume, OwnedFd)> {
+        self.pause(within)?;
+        let Session::Paused(paused) = &self.session else {
+            return Err(Error::Handover("a lazy volume paused for its handover is not paused".into()));
+        };
+        let device = paused.duplicate().map_err(|error| Error::local("handing a lazy volume over", error))?;
+        let filesystem = &self.filesystem;
+        let (open_files, contents) = filesystem.open_files.lock().unwrap_or_else(|p| p.into_inner()).export();
+        let since = filesystem.mounted.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        let handed = HandedLazyVolume {
+            negotiated: paused.negotiated,
+            mounted: (since.as_secs(), since.subsec_nanos()),
+            group: filesystem.group,
+            inodes: filesystem.inodes.lock().unwrap_or_else(|p| p.into_inner()).paths.clone(),
+            open_files,
+            contents: contents.into_iter().map(|(id, content)| HandedContent::of(id, &content)).collect(),
+        };
+        Ok((handed, device))
+    }
+
+    /// Serves on the lazy volume `volume_id` a predecessor handed over as `handed`, on its
+    /// connection `device`, its files `files` (laid out as the predecessor's were): what the
+    /// kernel holds of it (inode numbers, open handles, the page cache of each file) stays
+    /// true. An error, nothing served, when `handed` does not hold together.
+    pub fn take_over(
+        volume_id: &str,
+        handed: HandedLazyVolume,
+        device: OwnedFd,
+        files: Arc<LazyFiles>,
+    ) -> Result<LazyMount> {
+        let invalid = |why: String| Error::Handover(format!("the handed-over lazy volume {}: {why}", quote(volume_id)));
+        if handed.inodes.len() > MAX_INODES {
+            return Err(invalid(format!("{} inodes, more than {MAX_INODES}", handed.inodes.len())));
+        }
+        let mut inodes = Inodes::default();
+        for path in &handed.inodes {
+            if inodes.numbers.contains_key(path) {
+                return Err(invalid(format!("the path {} has two inodes", quote(path))));
+            }
+            inodes.number(path);
+        }
+        let mut contents = std::collections::BTreeMap::new();
+        for content in handed.contents {
+            let (id, bytes) = content.bytes().map_err(invalid)?;
+            contents.insert(id, files.adopt(id, bytes));
+        }
+        let open_files = OpenFiles::import(handed.open_files, &contents).map_err(invalid)?;
+        let (seconds, nanos) = handed.mounted;
+        let filesystem = Arc::new(LazyFilesystem {
+            volume: quote(volume_id),
+            files: files.clone(),
+            inodes: Mutex::new(inodes),
+            open_files: Arc::new(Mutex::new(open_files)),
+            notifier: Arc::default(),
+            reads_served: Arc::default(),
+            mounted: std::time::UNIX_EPOCH + Duration::new(seconds, nanos),
+            group: handed.group,
+        });
+        let connection = Paused::handed(device, handed.negotiated);
+        let _ = filesystem.notifier.set(connection.device.clone());
+        let session = Serving::resume(connection, filesystem.clone(), SESSION_THREAD).map_err(serving)?;
+        let reads_served = filesystem.reads_served.clone();
+        Ok(LazyMount { files, reads_served, filesystem, session: Session::Serving(session) })
+    }
+
     /// What the volume serves.
     pub fn files(&self) -> &Arc<LazyFiles> {
         &self.files
@@ -124,6 +192,54 @@ impl LazyMount {
     /// How many reads the kernel asked of the driver: none for what its page cache holds.
     pub fn reads_served(&self) -> u64 {
         self.reads_served.load(Ordering::Relaxed)
+    }
+}
+
+/// What a successor needs to serve a lazy volume on, besides its files and its connection's
+/// descriptor: the inode numbers the kernel holds (in order: inode `n + 2` is `inodes[n]`), the
+/// open handles and page caches, and what the attributes were made of. Travels as JSON.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct HandedLazyVolume {
+    /// What the kernel and the driver agreed at the connection's handshake.
+    pub negotiated: Negotiated,
+    /// When the volume was mounted (seconds and nanoseconds since the epoch): every entry's time.
+    pub mounted: (u64, u32),
+    /// The group its entries belong to.
+    pub group: u32,
+    /// The paths of inodes 2, 3, ...
+    pub inodes: Vec<String>,
+    /// Its open files.
+    pub open_files: OpenFilesState,
+    /// The contents its open files read, once each.
+    pub contents: Vec<HandedContent>,
+}
+
+/// One content an open file reads: its id and its bytes (base64 in the JSON). Secret: never
+/// logged, and its `Debug` says only its size.
+#[derive(Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct HandedContent {
+    id: u64,
+    base64: String,
+}
+
+impl std::fmt::Debug for HandedContent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "content {} ({} base64 characters)", self.id, self.base64.len())
+    }
+}
+
+impl HandedContent {
+    fn of(id: u64, content: &[u8]) -> HandedContent {
+        use base64::Engine as _;
+        HandedContent { id, base64: base64::engine::general_purpose::STANDARD.encode(content) }
+    }
+
+    fn bytes(self) -> std::result::Result<(u64, Vec<u8>), String> {
+        use base64::Engine as _;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(&self.base64)
+            .map_err(|_| format!("content {} is not base64", self.id))?;
+        Ok((self.id, bytes))
     }
 }
 

@@ -63,6 +63,45 @@ fn is(paged: &Option<(u64, u64)>, content: &Fetched) -> bool {
     paged.is_some_and(|(id, _)| id == content.id)
 }
 
+/// The open files of a volume as handed to a successor process: each handle by its number,
+/// the inode it reads and the id of the content it reads (the bytes travel apart, once per
+/// content), and what each file's page cache may hold.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct OpenFilesState {
+    /// Each open handle.
+    pub handles: Vec<HandedHandle>,
+    /// What each file's page cache may hold.
+    pub pages: Vec<HandedPages>,
+    /// The last handle number given.
+    pub next_handle: u64,
+}
+
+/// One open handle, handed over.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+pub struct HandedHandle {
+    /// Its number, as the kernel knows it.
+    pub handle: u64,
+    /// The inode it reads.
+    pub inode: u64,
+    /// The id of the content it reads.
+    pub content: u64,
+    /// Whether it reads through the page cache.
+    pub paged: bool,
+}
+
+/// What one file's page cache may hold, handed over.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+pub struct HandedPages {
+    /// The file's inode.
+    pub inode: u64,
+    /// The paged content's id and size.
+    pub content: Option<(u64, u64)>,
+    /// How many paged handles are open.
+    pub paged_handles: usize,
+    /// How many switches were begun.
+    pub switches: u64,
+}
+
 impl OpenFiles {
     /// How an open of `inode` that had `content` is to be answered.
     pub fn mode(&self, inode: u64, content: &Fetched) -> OpenMode {
@@ -118,6 +157,60 @@ impl OpenFiles {
         self.open(inode, content, OpenMode::Direct)
     }
 
+    /// The state a successor needs, and the contents the open handles read, by id.
+    pub fn export(&self) -> (OpenFilesState, std::collections::BTreeMap<u64, Fetched>) {
+        let mut contents = std::collections::BTreeMap::new();
+        let mut handles: Vec<_> = self
+            .handles
+            .iter()
+            .map(|(number, handle)| {
+                contents.entry(handle.content.id).or_insert_with(|| handle.content.clone());
+                HandedHandle { handle: *number, inode: handle.inode, content: handle.content.id, paged: handle.paged }
+            })
+            .collect();
+        handles.sort_unstable();
+        let mut pages: Vec<_> = self
+            .pages
+            .iter()
+            .map(|(inode, pages)| HandedPages {
+                inode: *inode,
+                content: pages.content,
+                paged_handles: pages.paged_handles,
+                switches: pages.switches,
+            })
+            .collect();
+        pages.sort_unstable();
+        (OpenFilesState { handles, pages, next_handle: self.next_handle }, contents)
+    }
+
+    /// The open files a predecessor exported, reading `contents`; an error naming what does not
+    /// hold together (a handle whose content is missing, a paged count that is not the count of
+    /// paged handles, a handle numbered past the last given).
+    pub fn import(
+        state: OpenFilesState,
+        contents: &std::collections::BTreeMap<u64, Fetched>,
+    ) -> Result<OpenFiles, String> {
+        let mut open = OpenFiles { next_handle: state.next_handle, ..OpenFiles::default() };
+        for HandedPages { inode, content, paged_handles, switches } in state.pages {
+            open.pages.insert(inode, Pages { content, paged_handles, switches });
+        }
+        for HandedHandle { handle: number, inode, content: id, paged } in state.handles {
+            if number > state.next_handle {
+                return Err(format!("handle {number} is past the last given, {}", state.next_handle));
+            }
+            let content =
+                contents.get(&id).ok_or_else(|| format!("handle {number} reads content {id}, not handed over"))?;
+            open.handles.insert(number, Handle { inode, content: content.clone(), paged });
+        }
+        for (inode, pages) in &open.pages {
+            let paged = open.handles.values().filter(|h| h.paged && h.inode == *inode).count();
+            if paged != pages.paged_handles {
+                return Err(format!("inode {inode} counts {} paged handles, {paged} are open", pages.paged_handles));
+            }
+        }
+        Ok(open)
+    }
+
     /// The content handle `handle` reads.
     pub fn content(&self, handle: u64) -> Option<&[u8]> {
         self.handles.get(&handle).map(|h| &h.content[..])
@@ -144,6 +237,8 @@ impl OpenFiles {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
 
     /// Content `text`, its id the text's first byte: the same text, the same id, as the lazy
@@ -242,5 +337,42 @@ mod tests {
         assert!(files.content(a).is_none());
         assert_eq!(files.content(b), Some(&b"bb"[..]));
         assert_eq!(files.begin_switch(3), None, "b is still open paged");
+    }
+
+    #[test]
+    fn exported_open_files_imported_elsewhere_answer_as_before() {
+        let mut files = OpenFiles::default();
+        let (paged, first) = open(&mut files, 5, "alpha");
+        assert!(paged);
+        let (_, direct) = files.open(5, content("beta"), OpenMode::Direct);
+        let (_, other) = open(&mut files, 6, "gamma");
+        files.release(other);
+        let (state, contents) = files.export();
+        assert_eq!(contents.keys().copied().collect::<Vec<_>>(), [u64::from(b'a'), u64::from(b'b')]);
+        let imported = OpenFiles::import(state.clone(), &contents).unwrap();
+        assert_eq!(imported.content(first), Some(&b"alpha"[..]));
+        assert_eq!(imported.content(direct), Some(&b"beta"[..]));
+        assert_eq!(imported.content(other), None, "a released handle stays released");
+        assert_eq!(imported.paged_size(5), Some(5));
+        assert_eq!(imported.export().0, state, "the same state again");
+        assert_eq!(imported.mode(5, &content("alpha")), OpenMode::Paged, "the page cache is trusted as before");
+    }
+
+    #[test]
+    fn open_files_that_do_not_hold_together_are_refused() {
+        let mut files = OpenFiles::default();
+        open(&mut files, 5, "alpha");
+        let (state, contents) = files.export();
+        let error = OpenFiles::import(state.clone(), &BTreeMap::new()).err().unwrap();
+        assert_eq!(error, "handle 1 reads content 97, not handed over");
+        let mut past = state.clone();
+        past.next_handle = 0;
+        assert_eq!(OpenFiles::import(past, &contents).err().unwrap(), "handle 1 is past the last given, 0");
+        let mut miscounted = state;
+        miscounted.pages[0].paged_handles = 2;
+        assert_eq!(
+            OpenFiles::import(miscounted, &contents).err().unwrap(),
+            "inode 5 counts 2 paged handles, 1 are open"
+        );
     }
 }

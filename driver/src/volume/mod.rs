@@ -6,6 +6,7 @@ pub mod atomic_writer;
 pub mod content_budget;
 pub mod error;
 pub mod fuse;
+pub mod handover;
 pub mod lazy_filesystem;
 pub mod lazy_open_files;
 pub mod lock;

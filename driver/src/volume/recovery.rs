@@ -7,7 +7,8 @@
 //! not empty is left exactly as it is. kubelet publishes again whatever it still wants.
 //!
 //! A lazy volume is never kept: the FUSE session that served it ended with the previous
-//! process, so its mount is detached and its record dropped. A container that already had it
+//! process (no start of the driver takes a handover yet: `volume::handover`), so its mount is
+//! detached and its record dropped. A container that already had it
 //! keeps a dead mount (reads fail with ENOTCONN) until its pod is restarted; kubelet's next
 //! publish of the volume (a new pod, or the CSIDriver's republish) serves it again.
 
@@ -51,7 +52,7 @@ pub fn recover(
                 continue;
             }
             // Its FUSE filesystem was served by the previous run and ended with it: nothing in
-            // it opens any more (ENOTCONN), and no process can take the session over.
+            // it opens any more (ENOTCONN), and nothing holds its connection to take it over.
             Ok(Some((true, opened, _))) if record.lazy => match mounter.unmount(&opened.target) {
                 Ok(()) => "was served lazily by the driver's previous run, whose FUSE session ended with it; unmounted",
                 Err(error) => {

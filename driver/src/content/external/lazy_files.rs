@@ -398,6 +398,19 @@ impl LazyFiles {
         Ok(Fetched { id: self.contents.fetch_add(1, Ordering::Relaxed) + 1, held: Arc::new(held) })
     }
 
+    /// Content `id`, as the process that served the volume before named it, of `bytes`: the
+    /// content of a file it handed over open. Counted in the volume's memory (never refused:
+    /// it was held within the same bound there), and in its charge when one is set and has
+    /// room; the ids this volume gives from now on come after it.
+    pub fn adopt(&self, id: u64, bytes: Vec<u8>) -> Fetched {
+        self.contents.fetch_max(id, Ordering::Relaxed);
+        let size = bytes.len() as u64;
+        self.live_bytes.fetch_add(size, Ordering::Relaxed);
+        let charge = self.charge.get().cloned().filter(|charge| charge.grow(size).is_ok());
+        let held = Held { bytes: bytes.into_boxed_slice(), live: self.live_bytes.clone(), charge };
+        Fetched { id, held: Arc::new(held) }
+    }
+
     /// The cache entry of `path`, made if missing; `None` when the cache is full of fresh
     /// entries (the file is then fetched without being kept).
     fn slot(&self, path: &str) -> Option<Slot> {

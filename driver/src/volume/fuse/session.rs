@@ -205,6 +205,17 @@ pub struct Paused {
 }
 
 impl Paused {
+    /// A connection another process served and handed over: its `/dev/fuse` descriptor and
+    /// what was agreed at its handshake there, no answer owed here.
+    pub fn handed(device: OwnedFd, negotiated: Negotiated) -> Paused {
+        Paused { device: Device(Arc::new(device)), negotiated, owed: Arc::default() }
+    }
+
+    /// A descriptor of the connection of its own, to hand over.
+    pub fn duplicate(&self) -> std::io::Result<OwnedFd> {
+        self.device.0.as_fd().try_clone_to_owned()
+    }
+
     /// Waits at most `within` for the answers still owed to requests read before the pause
     /// (an open waiting on its helper): then no request is read and unanswered.
     pub fn settle(&self, within: Duration) -> Result<(), SessionError> {

@@ -412,3 +412,86 @@ fn a_volume_paused_and_resumed_again_and_again_never_fails_a_read() {
     drop((root, mount));
     assert!(!listed_in_mountinfo(&text).unwrap());
 }
+
+#[test]
+fn a_lazy_volume_handed_over_a_real_socket_is_served_on_by_its_successor_with_no_failed_read() {
+    use crate::volume::handover;
+    use std::os::fd::AsFd as _;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let runtime = runtime();
+    let helper = Helper::new(&[("db-password", "s3cret")]);
+    let (dir, text, opened, _) = created_target();
+    let device = LinuxMounter.mount_fuse(&opened.target, "inline-guard:lazy-handover").unwrap();
+    let files = Arc::new(runtime.block_on(async { helper.files(HOUR) }));
+    let mut predecessor = LazyMount::serve("csi-lazy-handover", device, files, Some(2000)).unwrap();
+    let root = opened.reopen().unwrap();
+    let file = text.join("secrets/db-password");
+    // A handle the container keeps open across the handover.
+    let held = std::fs::File::open(&file).unwrap();
+    assert_eq!(read_from_start(&held), b"s3cret");
+    assert_eq!(helper.gets().len(), 1);
+
+    // A container reading its secret in a loop, each read a new open.
+    let (stop, reads) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
+    let (finished, result) = std::sync::mpsc::channel();
+    let reader = {
+        let (file, stop, reads) = (file.clone(), stop.clone(), reads.clone());
+        std::thread::spawn(move || {
+            let outcome = loop {
+                if stop.load(Ordering::Relaxed) {
+                    break Ok(());
+                }
+                match std::fs::read_to_string(&file) {
+                    Ok(content) if content == "s3cret" => reads.fetch_add(1, Ordering::Relaxed),
+                    other => break Err(format!("read {} answered {other:?}", reads.load(Ordering::Relaxed))),
+                };
+            };
+            let _ = finished.send(outcome);
+        })
+    };
+    let wait_for_reads = |count: u64, what: &str| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while reads.load(Ordering::Relaxed) < count {
+            assert!(std::time::Instant::now() < deadline, "{what}: the reader is stuck at {count}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    wait_for_reads(20, "before the handover");
+
+    // The predecessor hands the volume over a real socket; the successor takes it with files
+    // of its own (a fresh cache: its first open of a file asks the helper again).
+    let (sending, receiving) = std::os::unix::net::UnixStream::pair().unwrap();
+    let (handed, device) = predecessor.hand_over(Duration::from_secs(30)).unwrap();
+    assert_eq!(handed.group, 2000);
+    handover::send(&sending, "csi-lazy-handover", &handed, device.as_fd()).unwrap();
+    handover::send_end(&sending).unwrap();
+    drop(device);
+    let (volume_id, handed, device) = handover::receive(&receiving).unwrap().unwrap();
+    assert!(handover::receive(&receiving).unwrap().is_none());
+    let files = Arc::new(runtime.block_on(async { helper.files(HOUR) }));
+    let successor = LazyMount::take_over(&volume_id, handed, device, files.clone()).unwrap();
+    // The predecessor goes, closing its descriptors: the connection lives on in the successor's.
+    drop(predecessor);
+    let at_handover = reads.load(Ordering::Relaxed);
+    wait_for_reads(at_handover + 20, "after the handover");
+    assert!(files.gets() >= 1, "the successor serves: its own helper calls");
+
+    stop.store(true, Ordering::Relaxed);
+    result.recv_timeout(Duration::from_secs(60)).expect("the reader stops").unwrap();
+    reader.join().unwrap();
+
+    // The handle kept open reads through the successor: its pages dropped (the loop, which
+    // paged them again, has stopped), the kernel asks for them by the handle's number, which
+    // only the state handed over tells the successor.
+    nix::fcntl::posix_fadvise(held.as_fd(), 0, 0, nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED).unwrap();
+    let served = successor.reads_served();
+    assert_eq!(read_from_start(&held), b"s3cret");
+    assert!(successor.reads_served() > served, "the read reached the successor");
+    use std::os::unix::fs::MetadataExt as _;
+    assert_eq!(held.metadata().unwrap().gid(), 2000, "the attributes are the predecessor's");
+    drop(held);
+    LinuxMounter.unmount(&root).unwrap();
+    drop((root, successor));
+    assert!(!listed_in_mountinfo(&text).unwrap());
+    drop(dir);
+}

@@ -1,0 +1,122 @@
+//! The lazy volumes passed from one driver process to its successor over a unix socket. One
+//! frame per volume: an 8-byte little-endian length sent together with the volume's FUSE
+//! descriptor (SCM_RIGHTS: the kernel gives the receiver its own descriptor of the same
+//! connection), then that many bytes of JSON naming the volume and its state; a frame of length
+//! 0 with no descriptor ends the handover. One descriptor per frame keeps every message far
+//! below the kernel's limit on descriptors per message, however many volumes a node serves.
+
+use std::io::{IoSlice, IoSliceMut, Read as _, Write as _};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+
+use rustix::net::{
+    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags, SendAncillaryBuffer, SendAncillaryMessage,
+    SendFlags,
+};
+
+use crate::quote::quote;
+use crate::volume::error::{Error, Result};
+use crate::volume::lazy_filesystem::HandedLazyVolume;
+
+/// The most bytes of JSON one volume's frame may hold: its open files' contents travel in it,
+/// and a lazy volume holds at most its size (tmpfsSize) of them; anything beyond is refused
+/// rather than read into memory.
+pub const MAX_FRAME_BYTES: u64 = 256 << 20;
+
+/// One volume as it travels (its descriptor apart).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Frame {
+    volume_id: String,
+    volume: HandedLazyVolume,
+}
+
+fn failed(what: &str, error: impl std::fmt::Display) -> Error {
+    Error::Handover(format!("the handover of lazy volumes: {what}: {error}"))
+}
+
+/// Sends volume `volume_id`, its state `volume` and its connection `device`.
+pub fn send(socket: &UnixStream, volume_id: &str, volume: &HandedLazyVolume, device: BorrowedFd) -> Result<()> {
+    let frame = Frame { volume_id: volume_id.to_string(), volume: volume.clone() };
+    let json = serde_json::to_vec(&frame).map_err(|error| failed("encoding a volume", error))?;
+    if json.len() as u64 > MAX_FRAME_BYTES {
+        return Err(Error::Handover(format!(
+            "the handover of lazy volumes: volume {} holds {} bytes of state, more than {MAX_FRAME_BYTES}",
+            quote(volume_id),
+            json.len()
+        )));
+    }
+    send_header(socket, json.len() as u64, Some(device))?;
+    let mut writer = socket;
+    writer.write_all(&json).map_err(|error| failed("sending a volume", error))
+}
+
+/// Says that every volume was sent.
+pub fn send_end(socket: &UnixStream) -> Result<()> {
+    send_header(socket, 0, None)
+}
+
+fn send_header(socket: &UnixStream, length: u64, device: Option<BorrowedFd>) -> Result<()> {
+    let header = length.to_le_bytes();
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    let devices = device.as_slice();
+    if !devices.is_empty() && !control.push(SendAncillaryMessage::ScmRights(devices)) {
+        return Err(failed("sending a descriptor", "no room for it in the message"));
+    }
+    let sent = rustix::net::sendmsg(socket.as_fd(), &[IoSlice::new(&header)], &mut control, SendFlags::empty())
+        .map_err(|error| failed("sending a frame's length", error))?;
+    // The descriptor went with the first byte; the rest of the length follows as plain bytes.
+    let mut writer = socket;
+    writer.write_all(&header[sent..]).map_err(|error| failed("sending a frame's length", error))
+}
+
+/// The next volume sent: its id, its state and its connection; `None` once the sender said
+/// every volume was sent. Anything else (the socket closed early, a frame without its
+/// descriptor or with more, a frame too large, JSON that is not a volume) is an error naming
+/// what is wrong, quoting none of the frame (it holds file contents).
+pub fn receive(socket: &UnixStream) -> Result<Option<(String, HandedLazyVolume, OwnedFd)>> {
+    let mut header = [0u8; 8];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = RecvAncillaryBuffer::new(&mut space);
+    let received = rustix::net::recvmsg(
+        socket.as_fd(),
+        &mut [IoSliceMut::new(&mut header)],
+        &mut control,
+        RecvFlags::CMSG_CLOEXEC,
+    )
+    .map_err(|error| failed("receiving a frame's length", error))?;
+    let mut devices: Vec<OwnedFd> = Vec::new();
+    for message in control.drain() {
+        if let RecvAncillaryMessage::ScmRights(fds) = message {
+            devices.extend(fds);
+        }
+    }
+    if received.flags.contains(ReturnFlags::CTRUNC) {
+        return Err(failed("receiving a frame", "it carried more descriptors than one"));
+    }
+    if received.bytes == 0 {
+        return Err(failed("receiving a frame", "the sender closed the socket before the end"));
+    }
+    let mut reader = socket;
+    reader.read_exact(&mut header[received.bytes..]).map_err(|error| failed("receiving a frame's length", error))?;
+    let length = u64::from_le_bytes(header);
+    match (length, devices.len()) {
+        (0, 0) => return Ok(None),
+        (0, _) => return Err(failed("receiving the end", "it carried a descriptor")),
+        (_, 1) => {}
+        (_, count) => return Err(failed("receiving a frame", format!("it carried {count} descriptors, not one"))),
+    }
+    if length > MAX_FRAME_BYTES {
+        return Err(failed("receiving a frame", format!("it holds {length} bytes, more than {MAX_FRAME_BYTES}")));
+    }
+    let mut json = vec![0u8; length as usize];
+    reader.read_exact(&mut json).map_err(|error| failed("receiving a frame", error))?;
+    let frame: Frame = serde_json::from_slice(&json).map_err(|error| {
+        failed("reading a frame", format!("not a volume's state (line {}, column {})", error.line(), error.column()))
+    })?;
+    Ok(devices.pop().map(|device| (frame.volume_id, frame.volume, device)))
+}
+
+#[cfg(test)]
+mod tests;

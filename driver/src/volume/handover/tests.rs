@@ -1,0 +1,113 @@
+//! Frames over a real unix socket pair: a volume and its descriptor arrive together and the
+//! descriptor is the same open file; what a hostile or broken sender writes is refused, naming
+//! what is wrong and quoting nothing of it.
+
+use std::io::{Read as _, Write as _};
+
+use super::*;
+use crate::volume::fuse::wire::Negotiated;
+use crate::volume::lazy_open_files::OpenFilesState;
+
+fn volume() -> HandedLazyVolume {
+    HandedLazyVolume {
+        negotiated: Negotiated { minor: 31 },
+        mounted: (1_700_000_000, 5),
+        group: 2000,
+        inodes: vec!["secrets".into(), "secrets/db-password".into()],
+        open_files: OpenFilesState { handles: vec![], pages: vec![], next_handle: 4 },
+        contents: vec![],
+    }
+}
+
+#[test]
+fn a_volume_and_its_descriptor_arrive_together_and_the_end_is_said() {
+    let (sender, receiver) = UnixStream::pair().unwrap();
+    let (mut pipe_out, pipe_in) = std::io::pipe().unwrap();
+    send(&sender, "csi-a", &volume(), pipe_in.as_fd()).unwrap();
+    send(&sender, "csi-b", &volume(), pipe_in.as_fd()).unwrap();
+    send_end(&sender).unwrap();
+    drop(pipe_in);
+
+    let (id, received, device) = receive(&receiver).unwrap().unwrap();
+    assert_eq!((id.as_str(), &received), ("csi-a", &volume()));
+    let (id, _, second) = receive(&receiver).unwrap().unwrap();
+    assert_eq!(id, "csi-b");
+    assert!(receive(&receiver).unwrap().is_none(), "the end");
+    // The descriptor received is the very pipe sent: what is written to it comes out.
+    std::fs::File::from(device).write_all(b"same file").unwrap();
+    drop(second);
+    let mut read = String::new();
+    pipe_out.read_to_string(&mut read).unwrap();
+    assert_eq!(read, "same file");
+}
+
+/// Writes `bytes` to the socket as a raw frame, with `device` alongside when given.
+fn raw(socket: &UnixStream, bytes: &[u8], device: Option<BorrowedFd>) {
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    let devices = device.as_slice();
+    if !devices.is_empty() {
+        assert!(control.push(SendAncillaryMessage::ScmRights(devices)));
+    }
+    let sent = rustix::net::sendmsg(socket, &[IoSlice::new(bytes)], &mut control, SendFlags::empty()).unwrap();
+    let mut writer = socket;
+    writer.write_all(&bytes[sent..]).unwrap();
+}
+
+#[test]
+fn what_a_broken_or_hostile_sender_writes_is_refused_naming_it() {
+    let (_pipe_out, pipe_in) = std::io::pipe().unwrap();
+    struct Case {
+        name: &'static str,
+        bytes: Vec<u8>,
+        with_descriptor: bool,
+        expected: &'static str,
+    }
+    let secret_json = br#"{"volume_id": "csi-a", "volume": "s3cret-content"}"#;
+    let mut bad_json = (secret_json.len() as u64).to_le_bytes().to_vec();
+    bad_json.extend_from_slice(secret_json);
+    let cases = [
+        Case {
+            name: "a frame claiming a terabyte",
+            bytes: (1u64 << 40).to_le_bytes().to_vec(),
+            with_descriptor: true,
+            expected: "the handover of lazy volumes: receiving a frame: it holds 1099511627776 bytes, more than 268435456",
+        },
+        Case {
+            name: "a frame without its descriptor",
+            bytes: 10u64.to_le_bytes().to_vec(),
+            with_descriptor: false,
+            expected: "the handover of lazy volumes: receiving a frame: it carried 0 descriptors, not one",
+        },
+        Case {
+            name: "an end with a descriptor",
+            bytes: 0u64.to_le_bytes().to_vec(),
+            with_descriptor: true,
+            expected: "the handover of lazy volumes: receiving the end: it carried a descriptor",
+        },
+        Case {
+            name: "JSON that is not a volume",
+            bytes: bad_json,
+            with_descriptor: true,
+            expected: "the handover of lazy volumes: reading a frame: not a volume's state (line 1, column ",
+        },
+    ];
+    for case in cases {
+        let (sender, receiver) = UnixStream::pair().unwrap();
+        raw(&sender, &case.bytes, case.with_descriptor.then(|| pipe_in.as_fd()));
+        let error = receive(&receiver).unwrap_err().to_string();
+        assert!(error.starts_with(case.expected), "{}: {error}", case.name);
+        assert!(!error.contains("s3cret"), "{}: {error}", case.name);
+    }
+
+    let (sender, receiver) = UnixStream::pair().unwrap();
+    raw(&sender, &50u64.to_le_bytes(), Some(pipe_in.as_fd()));
+    drop(sender);
+    let error = receive(&receiver).unwrap_err().to_string();
+    assert!(error.starts_with("the handover of lazy volumes: receiving a frame: "), "cut short: {error}");
+
+    let (sender, receiver) = UnixStream::pair().unwrap();
+    drop(sender);
+    let error = receive(&receiver).unwrap_err().to_string();
+    assert_eq!(error, "the handover of lazy volumes: receiving a frame: the sender closed the socket before the end");
+}
