@@ -5,6 +5,14 @@
   report.py record PIECE OUTCOMES TREE SECONDS
                                 turns cargo-mutants' outcomes.json of one piece into the committed
                                 outcomes/PIECE.json (on stdout): each mutant's file, name, outcome
+  report.py survivors PIECE     the survivors of PIECE's committed outcomes not listed in
+                                equivalent.tsv, one anchored regular expression per line (for
+                                cargo-mutants' --re); fails if the piece was not run
+  report.py merge PIECE OUTCOMES TREE SECONDS
+                                PIECE's committed outcomes with the survivors' new outcomes from a
+                                run of them alone on TREE (on stdout); the piece then names both
+                                trees and its time is the sum; fails unless every mutant of
+                                OUTCOMES was a survivor of the piece
   report.py report              REPORT.md (on stdout), from scope.tsv, outcomes/*.json and
                                 equivalent.tsv
   report.py check               says on stderr what falls short and exits 1: a piece not run, a
@@ -83,6 +91,10 @@ def cpu_model():
 
 
 def record(piece, outcomes_path, tree, seconds):
+    print(record_json(piece, outcomes_path, tree, seconds))
+
+
+def record_json(piece, outcomes_path, tree, seconds):
     outcomes = json.load(open(outcomes_path))
     mutants = []
     for outcome in outcomes["outcomes"]:
@@ -93,14 +105,46 @@ def record(piece, outcomes_path, tree, seconds):
         kind = KINDS.get(outcome["summary"], outcome["summary"])
         mutants.append({"file": mutant["file"], "name": mutant["name"], "outcome": kind})
     mutants.sort(key=lambda m: (m["file"], m["name"]))
-    print(json.dumps({
+    return json.dumps({
         "piece": piece,
         "tree": tree,
         "seconds": int(seconds),
         "machine": f"{os.cpu_count()} CPUs ({cpu_model()})",
         "cargo_mutants": outcomes.get("cargo_mutants_version", "?"),
         "mutants": mutants,
-    }, indent=1))
+    }, indent=1)
+
+
+def survivors(piece):
+    data = recorded().get(piece)
+    if data is None:
+        sys.exit(f"tests/mutation: piece {piece} has no committed outcomes: run it whole first")
+    listed = equivalents()
+    for mutant in data["mutants"]:
+        if mutant["outcome"] == "missed" and mutant["name"] not in listed:
+            print("^" + re_escape(mutant["name"]) + "$")
+
+
+def re_escape(text):
+    """`text` as a regular expression matching only itself (cargo-mutants reads Rust's regex)."""
+    return "".join("\\" + c if c in "\\.+*?()|[]{}^$#&-~" else c for c in text)
+
+
+def merge(piece, outcomes_path, tree, seconds):
+    data = recorded().get(piece)
+    if data is None:
+        sys.exit(f"tests/mutation: piece {piece} has no committed outcomes to merge into")
+    rerun = json.loads(record_json(piece, outcomes_path, tree, seconds))
+    by_name = {m["name"]: m for m in data["mutants"]}
+    for mutant in rerun["mutants"]:
+        before = by_name.get(mutant["name"])
+        if before is None or before["outcome"] != "missed":
+            sys.exit(f"tests/mutation: {mutant['name']} was not a survivor of piece {piece}")
+        before["outcome"] = mutant["outcome"]
+        before["tree"] = tree
+    data["tree"] = f"{data['tree']}; survivors on {tree}"
+    data["seconds"] = int(data["seconds"]) + int(seconds)
+    print(json.dumps(data, indent=1))
 
 
 def equivalents():
@@ -222,6 +266,10 @@ def main():
         check_scope()
     elif command == "record" and len(args) == 4:
         record(*args)
+    elif command == "survivors" and len(args) == 1:
+        survivors(*args)
+    elif command == "merge" and len(args) == 4:
+        merge(*args)
     elif command == "report" and not args:
         report()
     elif command == "check" and not args:

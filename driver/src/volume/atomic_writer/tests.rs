@@ -49,6 +49,25 @@ fn with_the_pods_fs_group_files_and_directories_belong_to_it_and_it_may_read_the
     let plain = tempfile::tempdir().unwrap();
     AtomicWriter::new(plain.path()).write(&content).unwrap();
     assert_eq!(of(&plain.path().join("private")), (0, 0o400), "without fsGroup nothing is added");
+    for directory in ["nested", "nested/dir", "..data"] {
+        let (with, without) = (of(&dir.path().join(directory)).1, of(&plain.path().join(directory)).1);
+        assert_eq!(with, without | 0o2050, "{directory}: only the group's bits are added, the rest stays as made");
+    }
+}
+
+#[test]
+fn directories_made_in_a_set_group_id_directory_stay_set_group_id() {
+    use std::os::unix::fs::MetadataExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    // Directories made in it are set-group-id from birth (the kernel's rule), before the
+    // writer gives them to the group.
+    fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o2755)).unwrap();
+    let writer = AtomicWriter::new(dir.path()).with_group(Some(2000));
+    assert!(writer.write(&payload(&[("nested/dir/key", "two")])).unwrap());
+    for directory in ["nested", "nested/dir", "..data"] {
+        let mode = fs::metadata(dir.path().join(directory)).unwrap().mode();
+        assert_eq!(mode & 0o2050, 0o2050, "{directory}: still set-group-id and searchable by the group");
+    }
 }
 
 #[test]
