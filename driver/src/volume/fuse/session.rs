@@ -230,7 +230,14 @@ impl Paused {
 /// to be served.
 pub fn handshake(device: OwnedFd) -> Result<Paused, SessionError> {
     let mut buffer = vec![0u8; wire::REQUEST_BUFFER];
-    let length = read_request(&device, &mut buffer)?.ok_or(Errno::ENODEV)?;
+    // The descriptor is still blocking here: the kernel sends INIT as the mount is made.
+    let length = loop {
+        match read_request(&device, &mut buffer)? {
+            Read::Request(length) => break length,
+            Read::Nothing => continue,
+            Read::Gone => return Err(SessionError::Device(Errno::ENODEV)),
+        }
+    };
     let request = wire::parse(&buffer[..length])?;
     if !matches!(request.operation, Operation::Init { .. }) {
         let _ = nix::unistd::write(device.as_fd(), &wire::error(request.header.unique, Errno::EIO as i32));
@@ -246,6 +253,12 @@ impl Serving {
     /// the one that handed it over), on a thread named `name`.
     pub fn resume<F: Filesystem>(paused: Paused, filesystem: Arc<F>, name: &str) -> Result<Serving, SessionError> {
         let Paused { device, negotiated, owed } = paused;
+        // Non-blocking, so the reader never sits in a read a stop cannot end (a request the
+        // kernel withdraws between the wake-up and the read would leave it there). The flag
+        // belongs to the open file, which a successor shares: it reads the same way.
+        let flags =
+            nix::fcntl::OFlag::from_bits_truncate(nix::fcntl::fcntl(device.0.as_fd(), nix::fcntl::FcntlArg::F_GETFL)?);
+        nix::fcntl::fcntl(device.0.as_fd(), nix::fcntl::FcntlArg::F_SETFL(flags | nix::fcntl::OFlag::O_NONBLOCK))?;
         let (stopped, stop) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
         let reader = {
             let (device, owed) = (device.clone(), owed.clone());
@@ -276,17 +289,24 @@ impl Drop for Serving {
     }
 }
 
-/// Reads one request into `buffer`: its length, or `None` once the connection is gone (the
-/// mount was unmounted, or aborted).
-fn read_request(device: &impl AsFd, buffer: &mut [u8]) -> nix::Result<Option<usize>> {
-    loop {
-        match nix::unistd::read(device.as_fd(), buffer) {
-            Ok(length) => return Ok(Some(length)),
-            // Interrupted, or a request the kernel withdrew before it could be read: read on.
-            Err(Errno::EINTR | Errno::ENOENT | Errno::EAGAIN) => continue,
-            Err(Errno::ENODEV) => return Ok(None),
-            Err(error) => return Err(error),
-        }
+/// What one read of the device gave.
+enum Read {
+    /// A request of this many bytes.
+    Request(usize),
+    /// Nothing to read after all (interrupted, a request the kernel withdrew meanwhile, or read
+    /// by no one yet on a non-blocking descriptor): wait again.
+    Nothing,
+    /// The connection is gone (unmounted, or aborted).
+    Gone,
+}
+
+/// Reads one request into `buffer`.
+fn read_request(device: &impl AsFd, buffer: &mut [u8]) -> nix::Result<Read> {
+    match nix::unistd::read(device.as_fd(), buffer) {
+        Ok(length) => Ok(Read::Request(length)),
+        Err(Errno::EINTR | Errno::ENOENT | Errno::EAGAIN) => Ok(Read::Nothing),
+        Err(Errno::ENODEV) => Ok(Read::Gone),
+        Err(error) => Err(error),
     }
 }
 
@@ -317,8 +337,9 @@ fn serve<F: Filesystem>(device: &Device, stopped: &OwnedFd, filesystem: &F, owed
             continue;
         }
         match read_request(&device.0, &mut buffer) {
-            Ok(Some(length)) => dispatch(filesystem, device, owed, &buffer[..length]),
-            Ok(None) => return,
+            Ok(Read::Request(length)) => dispatch(filesystem, device, owed, &buffer[..length]),
+            Ok(Read::Nothing) => continue,
+            Ok(Read::Gone) => return,
             Err(error) => {
                 warn!(problem = %error, "reading a FUSE connection failed; it is no longer served");
                 return;
