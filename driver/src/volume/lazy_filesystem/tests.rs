@@ -325,23 +325,113 @@ fn fuse_control(dir: &Path) -> PathBuf {
     control
 }
 
+/// A lazy volume serving `secrets/db-password` (`s3cret`) through a helper, mounted at a
+/// kubelet target of its own, its entries belonging to `group`.
+struct Served {
+    runtime: tokio::runtime::Runtime,
+    helper: Helper,
+    dir: crate::mounted_dir::MountedDir,
+    text: PathBuf,
+    root: crate::volume::target_dir::OpenDir,
+    mount: LazyMount,
+}
+
+impl Served {
+    fn new(volume_id: &str, group: Option<u32>) -> Served {
+        let runtime = runtime();
+        let helper = Helper::new(&[("db-password", "s3cret")]);
+        let files = Arc::new(runtime.block_on(async { helper.files(HOUR) }));
+        let (dir, text, opened, _) = created_target();
+        let device = LinuxMounter.mount_fuse(&opened.target, &format!("inline-guard:{volume_id}")).unwrap();
+        let mount = LazyMount::serve(volume_id, device, files, group).unwrap();
+        let root = opened.reopen().unwrap();
+        Served { runtime, helper, dir, text, root, mount }
+    }
+
+    fn file(&self) -> PathBuf {
+        self.text.join("secrets/db-password")
+    }
+
+    /// Unmounts the volume and checks that nothing is left mounted.
+    fn unmount(self) {
+        LinuxMounter.unmount(&self.root).unwrap();
+        drop((self.root, self.mount));
+        assert!(!listed_in_mountinfo(&self.text).unwrap());
+    }
+}
+
+/// A container reading its secret in a loop on a thread of its own, each read a new open (a
+/// request every time), until stopped; the first read that is not `s3cret` ends it.
+struct LoopingReader {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    reads: Arc<std::sync::atomic::AtomicU64>,
+    result: std::sync::mpsc::Receiver<Result<u64, String>>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl LoopingReader {
+    fn start(file: PathBuf) -> LoopingReader {
+        use std::sync::atomic::Ordering;
+        let (stop, reads) =
+            (Arc::new(std::sync::atomic::AtomicBool::new(false)), Arc::new(std::sync::atomic::AtomicU64::new(0)));
+        let (finished, result) = std::sync::mpsc::channel();
+        let thread = {
+            let (stop, reads) = (stop.clone(), reads.clone());
+            std::thread::spawn(move || {
+                let outcome = loop {
+                    if stop.load(Ordering::Relaxed) {
+                        break Ok(reads.load(Ordering::Relaxed));
+                    }
+                    match std::fs::read_to_string(&file) {
+                        Ok(content) if content == "s3cret" => reads.fetch_add(1, Ordering::Relaxed),
+                        other => break Err(format!("read {} answered {other:?}", reads.load(Ordering::Relaxed))),
+                    };
+                };
+                let _ = finished.send(outcome);
+            })
+        };
+        LoopingReader { stop, reads, result, thread }
+    }
+
+    fn reads(&self) -> u64 {
+        self.reads.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn finished(&self) -> bool {
+        self.thread.is_finished()
+    }
+
+    /// Waits (a minute at most) until the reader has read `count` times in all.
+    fn wait_for(&self, count: u64, what: &str) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while self.reads() < count {
+            assert!(!self.finished(), "{what}: the reader ended");
+            assert!(std::time::Instant::now() < deadline, "{what}: the reader is stuck at {}", self.reads());
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Stops it: how many reads it made, or the first that failed. Bounded, so a volume that
+    /// answers nothing fails the test instead of hanging it.
+    fn stop(self) -> Result<u64, String> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let outcome = self.result.recv_timeout(Duration::from_secs(60)).expect("the reader stops");
+        self.thread.join().unwrap();
+        outcome
+    }
+}
+
 #[test]
 fn a_paused_volume_keeps_its_callers_waiting_in_the_kernel_and_resumed_answers_them() {
-    let runtime = runtime();
-    let helper = Helper::new(&[("db-password", "s3cret")]);
-    let files = Arc::new(runtime.block_on(async { helper.files(HOUR) }));
-    let (dir, text, opened, _) = created_target();
-    let device = LinuxMounter.mount_fuse(&opened.target, "inline-guard:lazy-pause").unwrap();
-    let mut mount = LazyMount::serve("csi-lazy-pause", device, files, None).unwrap();
-    let root = opened.reopen().unwrap();
-    let file = text.join("secrets/db-password");
+    let mut served = Served::new("csi-lazy-pause", None);
+    let file = served.file();
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "s3cret");
-    let (control, connection) = (fuse_control(dir.path()), connection_of(&text));
+    let (control, connection) = (fuse_control(served.dir.path()), connection_of(&served.text));
     // The read's close (RELEASE) is sent after it returns: answered while served.
     wait_for_waiting(&control, &connection, |waiting| waiting == 0, "nothing left waiting while the volume is served");
 
-    mount.pause(Duration::from_secs(30)).unwrap();
-    let served = mount.reads_served();
+    served.mount.pause(Duration::from_secs(30)).unwrap();
+    let reads_served = served.mount.reads_served();
     let (answered, answer) = std::sync::mpsc::channel();
     let reader = {
         let file = file.clone();
@@ -350,148 +440,76 @@ fn a_paused_volume_keeps_its_callers_waiting_in_the_kernel_and_resumed_answers_t
     // The positive control: the reader's request is in the kernel, waiting for a reader.
     wait_for_waiting(&control, &connection, |waiting| waiting >= 1, "the reader's request reached the kernel's queue");
     assert!(!reader.is_finished(), "nothing answers a paused volume");
-    assert_eq!(mount.reads_served(), served, "nothing was read while paused");
+    assert_eq!(served.mount.reads_served(), reads_served, "nothing was read while paused");
 
-    mount.resume().unwrap();
+    served.mount.resume().unwrap();
     // Bounded, so a resume that serves nothing fails the test instead of hanging it.
     let read = answer.recv_timeout(Duration::from_secs(60)).expect("the read is answered once resumed");
     assert_eq!(read.unwrap(), "s3cret", "answered once resumed, not failed");
     reader.join().unwrap().unwrap();
     wait_for_waiting(&control, &connection, |waiting| waiting == 0, "nothing left waiting once resumed");
-
-    LinuxMounter.unmount(&root).unwrap();
-    drop((root, mount));
-    assert!(!listed_in_mountinfo(&text).unwrap());
+    served.unmount();
 }
 
 #[test]
 fn a_volume_paused_and_resumed_again_and_again_never_fails_a_read() {
-    let runtime = runtime();
-    let helper = Helper::new(&[("db-password", "s3cret")]);
-    let files = Arc::new(runtime.block_on(async { helper.files(HOUR) }));
-    let (dir, text, opened, _) = created_target();
-    let device = LinuxMounter.mount_fuse(&opened.target, "inline-guard:lazy-pauses").unwrap();
-    let mut mount = LazyMount::serve("csi-lazy-pauses", device, files, None).unwrap();
-    let root = opened.reopen().unwrap();
-    let file = text.join("secrets/db-password");
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    // A container reading its secret in a loop: each read a new open (a request every time).
-    let (finished, result) = std::sync::mpsc::channel();
-    let reader = {
-        let (file, stop) = (file.clone(), stop.clone());
-        std::thread::spawn(move || {
-            let mut reads = 0u64;
-            let outcome = loop {
-                if stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    break Ok(reads);
-                }
-                match std::fs::read_to_string(&file) {
-                    Ok(content) if content == "s3cret" => reads += 1,
-                    other => break Err(format!("read {reads} answered {other:?}")),
-                }
-            };
-            let _ = finished.send(outcome);
-        })
-    };
-    let (control, connection) = (fuse_control(dir.path()), connection_of(&text));
+    let mut served = Served::new("csi-lazy-pauses", None);
+    let reader = LoopingReader::start(served.file());
+    let (control, connection) = (fuse_control(served.dir.path()), connection_of(&served.text));
     let mut pauses = 0;
-    while pauses < 50 && !reader.is_finished() {
-        mount.pause(Duration::from_secs(30)).unwrap();
+    while pauses < 50 && !reader.finished() {
+        served.mount.pause(Duration::from_secs(30)).unwrap();
         // Each pause holds at least one of the reader's requests (its open, or its close).
         wait_for_waiting(&control, &connection, |waiting| waiting > 0, "a request waits on the paused volume");
-        mount.resume().unwrap();
+        served.mount.resume().unwrap();
         pauses += 1;
     }
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let reads = result.recv_timeout(Duration::from_secs(60)).expect("the reader stops").unwrap();
-    reader.join().unwrap();
+    let reads = reader.stop().unwrap();
     assert_eq!(pauses, 50);
     assert!(reads > 0, "the reader read ({reads} reads across {pauses} pauses)");
-
-    LinuxMounter.unmount(&root).unwrap();
-    drop((root, mount));
-    assert!(!listed_in_mountinfo(&text).unwrap());
+    served.unmount();
 }
 
 #[test]
 fn a_lazy_volume_handed_over_a_real_socket_is_served_on_by_its_successor_with_no_failed_read() {
     use crate::volume::handover;
     use std::os::fd::AsFd as _;
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-    let runtime = runtime();
-    let helper = Helper::new(&[("db-password", "s3cret")]);
-    let (dir, text, opened, _) = created_target();
-    let device = LinuxMounter.mount_fuse(&opened.target, "inline-guard:lazy-handover").unwrap();
-    let files = Arc::new(runtime.block_on(async { helper.files(HOUR) }));
-    let mut predecessor = LazyMount::serve("csi-lazy-handover", device, files, Some(2000)).unwrap();
-    let root = opened.reopen().unwrap();
-    let file = text.join("secrets/db-password");
+    let mut served = Served::new("csi-lazy-handover", Some(2000));
+    let file = served.file();
     // A handle the container keeps open across the handover.
     let held = std::fs::File::open(&file).unwrap();
     assert_eq!(read_from_start(&held), b"s3cret");
-    assert_eq!(helper.gets().len(), 1);
-
-    // A container reading its secret in a loop, each read a new open.
-    let (stop, reads) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
-    let (finished, result) = std::sync::mpsc::channel();
-    let reader = {
-        let (file, stop, reads) = (file.clone(), stop.clone(), reads.clone());
-        std::thread::spawn(move || {
-            let outcome = loop {
-                if stop.load(Ordering::Relaxed) {
-                    break Ok(());
-                }
-                match std::fs::read_to_string(&file) {
-                    Ok(content) if content == "s3cret" => reads.fetch_add(1, Ordering::Relaxed),
-                    other => break Err(format!("read {} answered {other:?}", reads.load(Ordering::Relaxed))),
-                };
-            };
-            let _ = finished.send(outcome);
-        })
-    };
-    let wait_for_reads = |count: u64, what: &str| {
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        while reads.load(Ordering::Relaxed) < count {
-            assert!(std::time::Instant::now() < deadline, "{what}: the reader is stuck at {count}");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    };
-    wait_for_reads(20, "before the handover");
+    assert_eq!(served.helper.gets().len(), 1);
+    let reader = LoopingReader::start(file);
+    reader.wait_for(20, "before the handover");
 
     // The predecessor hands the volume over a real socket; the successor takes it with files
     // of its own (a fresh cache: its first open of a file asks the helper again).
     let (sending, receiving) = std::os::unix::net::UnixStream::pair().unwrap();
-    let (handed, device) = predecessor.hand_over(Duration::from_secs(30)).unwrap();
+    let (handed, device) = served.mount.hand_over(Duration::from_secs(30)).unwrap();
     assert_eq!(handed.group, 2000);
     handover::send(&sending, "csi-lazy-handover", &handed, device.as_fd()).unwrap();
     handover::send_end(&sending).unwrap();
     drop(device);
     let (volume_id, handed, device) = handover::receive(&receiving).unwrap().unwrap();
     assert!(handover::receive(&receiving).unwrap().is_none());
-    let files = Arc::new(runtime.block_on(async { helper.files(HOUR) }));
+    let files = Arc::new(served.runtime.block_on(async { served.helper.files(HOUR) }));
     let successor = LazyMount::take_over(&volume_id, handed, device, files.clone()).unwrap();
     // The predecessor goes, closing its descriptors: the connection lives on in the successor's.
-    drop(predecessor);
-    let at_handover = reads.load(Ordering::Relaxed);
-    wait_for_reads(at_handover + 20, "after the handover");
+    drop(std::mem::replace(&mut served.mount, successor));
+    reader.wait_for(reader.reads() + 20, "after the handover");
     assert!(files.gets() >= 1, "the successor serves: its own helper calls");
-
-    stop.store(true, Ordering::Relaxed);
-    result.recv_timeout(Duration::from_secs(60)).expect("the reader stops").unwrap();
-    reader.join().unwrap();
+    reader.stop().unwrap();
 
     // The handle kept open reads through the successor: its pages dropped (the loop, which
     // paged them again, has stopped), the kernel asks for them by the handle's number, which
     // only the state handed over tells the successor.
     nix::fcntl::posix_fadvise(held.as_fd(), 0, 0, nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED).unwrap();
-    let served = successor.reads_served();
+    let reads_served = served.mount.reads_served();
     assert_eq!(read_from_start(&held), b"s3cret");
-    assert!(successor.reads_served() > served, "the read reached the successor");
+    assert!(served.mount.reads_served() > reads_served, "the read reached the successor");
     use std::os::unix::fs::MetadataExt as _;
     assert_eq!(held.metadata().unwrap().gid(), 2000, "the attributes are the predecessor's");
     drop(held);
-    LinuxMounter.unmount(&root).unwrap();
-    drop((root, successor));
-    assert!(!listed_in_mountinfo(&text).unwrap());
-    drop(dir);
+    served.unmount();
 }
