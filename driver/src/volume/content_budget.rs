@@ -294,6 +294,15 @@ mod tests {
     }
 
     #[test]
+    fn a_namespace_s_part_bounds_how_many_volumes_it_has_not_only_their_content() {
+        // The shipped part (160 MiB) holds at most 10 240 volumes however little each holds:
+        // the number of tmpfs mounts and records one namespace can make the driver keep.
+        let empty = charge_of(&Payload::new());
+        assert!(160 * MIB / empty <= 10_240, "{} empty volumes fit 160 MiB", 160 * MIB / empty);
+        assert!(160 * MIB / empty >= 9_000, "an empty volume is not charged far beyond what it costs: {empty} bytes");
+    }
+
+    #[test]
     fn a_namespace_is_refused_beyond_its_part_while_another_is_served() {
         let budget = ContentBudget::new(BudgetLimits { node_bytes: 10 * MIB, namespace_bytes: 4 * MIB });
         for volume in ["a1", "a2", "a3", "a4"] {
