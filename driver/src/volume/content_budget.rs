@@ -291,6 +291,12 @@ mod tests {
         // the version directory.
         assert_eq!(charge_of(&payload), 3 * PAGE_BYTES + (3 + 2 + 2 + 1) * ENTRY_BYTES + VOLUME_BYTES);
         assert_eq!(charge_of(&Payload::new()), ENTRY_BYTES + VOLUME_BYTES, "an empty version: its directory");
+        let flat = Payload::from([
+            ("x".to_string(), FileContent::new(Vec::new())),
+            ("y".to_string(), FileContent::new(Vec::new())),
+        ]);
+        // No directory, two links: the entries add up, whatever the counts are.
+        assert_eq!(charge_of(&flat), (2 + 2 + 1) * ENTRY_BYTES + VOLUME_BYTES);
     }
 
     #[test]
