@@ -94,6 +94,7 @@ mod tests {
             (Volume::OverBudget("a".into()).into(), Code::ResourceExhausted),
             (Volume::local("a", std::io::Error::other("b")).into(), Code::Internal),
             (Volume::Fault("a".into()).into(), Code::Internal),
+            (Volume::Handover("a".into()).into(), Code::Unavailable),
             (Content::Invalid("a".into()).into(), Code::InvalidArgument),
             (Content::Missing("a".into()).into(), Code::NotFound),
             (Content::Denied("a".into()).into(), Code::PermissionDenied),
