@@ -396,4 +396,18 @@ mod tests {
         budget.shrink("lazy", MIB / 2);
         assert_eq!(budget.used_by("tenant"), 3 * MIB, "a late shrink of a released volume changes nothing");
     }
+
+    #[test]
+    fn a_lazy_volume_s_charge_counts_and_refuses_through_the_budget() {
+        use crate::content::external::lazy_files::MemoryCharge as _;
+        let budget = ContentBudget::new(BudgetLimits { node_bytes: 8 * MIB, namespace_bytes: 2 * MIB });
+        let charge = LazyCharge { budget: budget.clone(), payer: payer("lazy", "tenant") };
+        charge.grow(MIB).unwrap();
+        assert_eq!(budget.used_by("tenant"), MIB, "what its files hold counts for its namespace");
+        let refused = charge.grow(2 * MIB).unwrap_err();
+        assert!(refused.contains("(namespaceContentBudget)"), "{refused}");
+        assert_eq!(budget.used_by("tenant"), MIB, "a refusal counts nothing");
+        charge.shrink(MIB);
+        assert_eq!(budget.used_by("tenant"), 0);
+    }
 }
