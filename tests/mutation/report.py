@@ -13,6 +13,10 @@
                                 run of them alone on TREE (on stdout); the piece then names both
                                 trees and its time is the sum; fails unless every mutant of
                                 OUTCOMES was a survivor of the piece
+  report.py unchanged BASE PATH...
+                                exits 1, naming the file, unless each tracked file the paths name
+                                holds the same code at BASE as in the working tree above its test
+                                module (a trailing `#[cfg(test)] mod tests`): tests may change
   report.py report              REPORT.md (on stdout), from scope.tsv, outcomes/*.json and
                                 equivalent.tsv
   report.py check               says on stderr what falls short and exits 1: a piece not run, a
@@ -147,6 +151,28 @@ def merge(piece, outcomes_path, tree, seconds):
     print(json.dumps(data, indent=1))
 
 
+def code_of(text):
+    """`text` without its trailing test module: what mutants are made of."""
+    lines = text.split("\n")
+    for number in range(len(lines) - 1):
+        if lines[number].strip() == "#[cfg(test)]" and lines[number + 1].startswith("mod tests"):
+            return "\n".join(lines[:number])
+    return text
+
+
+def unchanged(base, paths):
+    files = [f for f in tracked_files() if any(matches(path, f) for path in paths)]
+    changed = []
+    for file in files:
+        before = subprocess.run(["git", "show", f"{base}:{file}"], cwd=ROOT, capture_output=True, text=True)
+        with open(os.path.join(ROOT, file)) as now:
+            if before.returncode != 0 or code_of(before.stdout) != code_of(now.read()):
+                changed.append(file)
+    for file in changed:
+        print(f"tests/mutation: {file}: its code changed since {base} (not only its tests)", file=sys.stderr)
+    sys.exit(1 if changed else 0)
+
+
 def equivalents():
     """mutant name -> why it behaves the same (tab-separated; # comments)."""
     listed = {}
@@ -270,6 +296,8 @@ def main():
         survivors(*args)
     elif command == "merge" and len(args) == 4:
         merge(*args)
+    elif command == "unchanged" and len(args) >= 2:
+        unchanged(args[0], args[1:])
     elif command == "report" and not args:
         report()
     elif command == "check" and not args:
