@@ -255,7 +255,15 @@ async fn unpublish_unmounts_removes_and_forgets_and_is_idempotent() {
     let fixture = fixture(settings(false));
     let request = request(&fixture, "csi-1", "cluster-ca");
     let target = PathBuf::from(&request.target_path);
+    let gauges = || {
+        let metrics = fixture.node.service.metrics();
+        (gauge(metrics, "volumes_published"), gauge(metrics, "content_bytes"))
+    };
+    assert_eq!(gauges(), (0, 0));
     publish(&fixture, request).await.unwrap();
+    let (volumes, content) = gauges();
+    assert_eq!(volumes, 1, "counted as published");
+    assert!(content > 0, "its content counted: {content}");
     // The fake mounts nothing, so empty the directory as a real unmount would.
     for entry in fs::read_dir(&target).unwrap() {
         let path = entry.unwrap().path();
@@ -270,6 +278,7 @@ async fn unpublish_unmounts_removes_and_forgets_and_is_idempotent() {
         target_path: target.to_string_lossy().into_owned(),
     };
     fixture.node.node_unpublish_volume(Request::new(unpublish("csi-1", &target))).await.unwrap();
+    assert_eq!(gauges(), (0, 0), "neither counted once unpublished");
     assert_eq!(fixture.mounter.actions().last(), Some(&MountAction::Unmount { target: target.clone() }));
     assert!(!target.exists());
     assert!(!fixture.dir.path().join("pods").exists(), "the parents it made go too");
@@ -473,6 +482,50 @@ async fn with_refresh_off_volumes_keep_their_content_but_not_a_withdrawn_share()
     fs::remove_dir_all(fixture.dir.path().join("shares/cluster-ca")).unwrap();
     fixture.service.refresh_all();
     assert!(!target.join("ca.crt").exists());
+}
+
+/// The value of gauge `name` in what `metrics` reports.
+fn gauge(metrics: &crate::metrics::Metrics, name: &str) -> i64 {
+    let text = metrics.encode();
+    let prefix = format!("sharedresource_csi_driver_{name} ");
+    let line = text.lines().find(|line| line.starts_with(&prefix)).unwrap_or_else(|| panic!("no {name} in {text}"));
+    line[prefix.len()..].trim().parse().unwrap()
+}
+
+/// A source whose one file is the `password` of the publish's secrets (nodePublishSecretRef),
+/// `none` without one: what a Secrets Store provider authenticating with them does.
+struct SecretSource;
+
+impl ContentSource for SecretSource {
+    fn ready(&self) -> bool {
+        true
+    }
+
+    fn content(&self, ask: &VolumeAsk) -> Result<crate::volume::atomic_writer::Payload> {
+        let password = ask.secrets.by_key().get("password").map_or("none", String::as_str);
+        Ok([("password".to_string(), crate::volume::atomic_writer::FileContent::new(password))].into())
+    }
+}
+
+#[tokio::test]
+async fn a_refresh_asks_with_the_secrets_of_the_last_publish() {
+    let fixture = fixture(settings(false));
+    let node = NodeService::new(
+        "node-1".into(),
+        VolumeSettings { kubelet_dir: fixture.dir.path().to_path_buf(), ..settings(false) },
+        fixture.mounter.clone(),
+        fixture.store.clone(),
+        Arc::new(SecretSource),
+        Vec::new(),
+    );
+    let node = NodeGrpc::new(Arc::new(node));
+    let mut request = request(&fixture, "csi-1", "unused");
+    request.secrets.insert("password".into(), "P1".into());
+    let file = PathBuf::from(&request.target_path).join("password");
+    node.node_publish_volume(Request::new(request)).await.unwrap();
+    assert_eq!(fs::read_to_string(&file).unwrap(), "P1");
+    assert_eq!(settled(node.service.refresh_all()), [("csi-1".to_string(), false)], "unchanged: the held secrets");
+    assert_eq!(fs::read_to_string(&file).unwrap(), "P1");
 }
 
 /// A source whose one file is the token kubelet passed for audience `a`: what a projection's
