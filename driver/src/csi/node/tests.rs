@@ -542,6 +542,9 @@ impl ContentSource for TokenSource {
             return Err(Error::Unavailable("tokens lost".into()));
         }
         let token = request.tokens.get("a").unwrap_or("none");
+        if token == "REFUSED" {
+            return Err(Error::Unavailable("the token was refused".into()));
+        }
         Ok([("token".to_string(), crate::volume::atomic_writer::FileContent::new(token))].into())
     }
 }
@@ -582,6 +585,12 @@ async fn a_republish_with_new_tokens_rewrites_the_volume_and_a_restart_waits_for
     republish(Some("T2")).await.unwrap();
     assert_eq!(fs::read_to_string(&token_file).unwrap(), "T2", "rewritten by the republish");
     assert_eq!(settled(node.service.refresh_all()), [("csi-1".to_string(), false)], "the held tokens are used");
+    // New tokens that cannot be written: the republish fails, and the tokens held are still
+    // the last written (kubelet's retry brings the new ones again).
+    let status = republish(Some("REFUSED")).await.unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable);
+    assert_eq!(settled(node.service.refresh_all()), [("csi-1".to_string(), false)], "T2 still held, unchanged");
+    assert_eq!(fs::read_to_string(&token_file).unwrap(), "T2");
 
     // A restart: the tokens were never stored, so a refresh changes nothing until kubelet's
     // next republish brings them; one without tokens has nothing to write.
