@@ -676,3 +676,49 @@ async fn attributes_are_judged_at_a_new_publish_and_never_empty_a_published_volu
     service.refresh_all();
     assert_eq!(fs::read_to_string(target.join("password")).unwrap(), "rotated");
 }
+
+/// A source whose every volume is the lazy files `0` (a provider's, fetched when opened).
+struct LazySource(Arc<crate::content::external::lazy_files::LazyFiles>);
+
+impl ContentSource for LazySource {
+    fn ready(&self) -> bool {
+        true
+    }
+
+    fn content(&self, _: &VolumeAsk) -> Result<crate::volume::atomic_writer::Payload> {
+        Err(Error::Internal("a lazy volume has no content laid out".into()))
+    }
+
+    fn lazy(&self, _: &VolumeAsk) -> Result<Option<Arc<crate::content::external::lazy_files::LazyFiles>>> {
+        Ok(Some(self.0.clone()))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lazy_volume_is_recorded_as_lazy() {
+    assert!(nix::unistd::geteuid().is_root(), "mounting FUSE needs root: run the test command as root");
+    let helper = crate::content::external::lazy_files::tests::Helper::new(&[("db-password", "s3cret")]);
+    let files = Arc::new(helper.files(std::time::Duration::from_secs(3600)));
+    // Real mounts below a directory that unmounts whatever a failure leaves.
+    let dir = crate::mounted_dir::MountedDir::new();
+    let store = Arc::new(FileVolumeStore::open(dir.path().join("state")).unwrap());
+    let service = Arc::new(NodeService::new(
+        "node-1".into(),
+        VolumeSettings { kubelet_dir: dir.path().to_path_buf(), ..settings(false) },
+        Arc::new(crate::volume::mounter::LinuxMounter),
+        store.clone(),
+        Arc::new(LazySource(files)),
+        Vec::new(),
+    ));
+    let node = NodeGrpc::new(service);
+    let request = request_at(dir.path(), "csi-lazy", "unused");
+    let target = PathBuf::from(&request.target_path);
+    node.node_publish_volume(Request::new(request)).await.unwrap();
+    let (records, _) = store.load_all().unwrap();
+    assert_eq!(records.len(), 1);
+    assert!(records[0].lazy, "recorded as lazy: a restart detaches its dead mount instead of keeping it");
+    let target_path = target.to_string_lossy().into_owned();
+    let unpublish = NodeUnpublishVolumeRequest { volume_id: "csi-lazy".into(), target_path };
+    node.node_unpublish_volume(Request::new(unpublish)).await.unwrap();
+    assert!(!crate::volume::mounter::listed_in_mountinfo(&target).unwrap());
+}
