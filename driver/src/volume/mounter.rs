@@ -261,6 +261,11 @@ impl FakeMounter {
         mounted.insert(path.to_path_buf(), (source, device));
     }
 
+    /// Pretends the mount at `path` went away behind the driver's back (unmounted by hand).
+    pub fn lose(&self, path: &Path) {
+        self.mounted.lock().unwrap_or_else(|p| p.into_inner()).remove(path);
+    }
+
     /// True when the fake holds a mount at `path`.
     pub fn is_mounted(&self, path: &Path) -> bool {
         self.mounted.lock().unwrap_or_else(|p| p.into_inner()).contains_key(path)

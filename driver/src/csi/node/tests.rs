@@ -722,3 +722,74 @@ async fn a_lazy_volume_is_recorded_as_lazy() {
     node.node_unpublish_volume(Request::new(unpublish)).await.unwrap();
     assert!(!crate::volume::mounter::listed_in_mountinfo(&target).unwrap());
 }
+
+/// The fake mounter, reading the volume records as each tmpfs is mounted: what a driver killed
+/// at that moment would leave its successor.
+struct Peeking {
+    mounter: Arc<FakeMounter>,
+    store: Arc<FileVolumeStore>,
+    seen: std::sync::Mutex<Vec<Vec<crate::volume::store::VolumeRecord>>>,
+}
+
+impl crate::volume::mounter::Mounter for Peeking {
+    fn mount_tmpfs(&self, at: &crate::volume::target_dir::OpenDir, size: u64, tag: &str) -> VolumeResult<()> {
+        self.seen.lock().unwrap().push(self.store.load_all().unwrap().0);
+        self.mounter.mount_tmpfs(at, size, tag)
+    }
+    fn mount_fuse(&self, at: &crate::volume::target_dir::OpenDir, tag: &str) -> VolumeResult<std::os::fd::OwnedFd> {
+        self.mounter.mount_fuse(at, tag)
+    }
+    fn remount(&self, root: &crate::volume::target_dir::OpenDir, read_only: bool) -> VolumeResult<()> {
+        self.mounter.remount(root, read_only)
+    }
+    fn unmount(&self, root: &crate::volume::target_dir::OpenDir) -> VolumeResult<()> {
+        self.mounter.unmount(root)
+    }
+    fn mount_source(
+        &self,
+        parent: &crate::volume::target_dir::OpenDir,
+        dir: &crate::volume::target_dir::OpenDir,
+    ) -> VolumeResult<Option<MountSource>> {
+        self.mounter.mount_source(parent, dir)
+    }
+    fn mount_device(
+        &self,
+        parent: &crate::volume::target_dir::OpenDir,
+        dir: &crate::volume::target_dir::OpenDir,
+    ) -> VolumeResult<Option<u64>> {
+        self.mounter.mount_device(parent, dir)
+    }
+}
+
+type VolumeResult<T> = crate::volume::error::Result<T>;
+
+#[tokio::test]
+async fn a_volume_published_again_over_a_lost_mount_names_every_directory_it_made_before_mounting() {
+    let fixture = fixture(settings(false));
+    let peeking =
+        Arc::new(Peeking { mounter: fixture.mounter.clone(), store: fixture.store.clone(), seen: Default::default() });
+    let service = NodeService::new(
+        "node-1".into(),
+        VolumeSettings { kubelet_dir: fixture.dir.path().to_path_buf(), ..settings(false) },
+        peeking.clone(),
+        fixture.store.clone(),
+        Arc::new(StaticDirSource::new(fixture.dir.path().join("shares"))),
+        Vec::new(),
+    );
+    let node = NodeGrpc::new(Arc::new(service));
+    let request = request(&fixture, "csi-1", "cluster-ca");
+    let target = PathBuf::from(&request.target_path);
+    node.node_publish_volume(Request::new(request.clone())).await.unwrap();
+    let made = fixture.store.load_all().unwrap().0[0].created_dirs.clone();
+    assert!(!made.is_empty());
+    // Its tmpfs goes behind the driver's back; kubelet publishes it again: the directories
+    // stand, made by the first publish, and the record in place before the new mount still
+    // names them (a driver killed then would take them back at its next start).
+    fixture.mounter.lose(&target);
+    node.node_publish_volume(Request::new(request)).await.unwrap();
+    let seen = peeking.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2, "two mounts");
+    assert_eq!(seen[1].len(), 1);
+    assert!(!seen[1][0].complete, "the record before the mount is the incomplete one");
+    assert_eq!(seen[1][0].created_dirs, made);
+}
