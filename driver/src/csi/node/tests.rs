@@ -220,6 +220,24 @@ async fn a_mount_it_did_not_make_is_never_replaced_or_unmounted() {
 }
 
 #[tokio::test]
+async fn its_own_tmpfs_found_without_a_record_is_written_again_not_mounted_over() {
+    let fixture = fixture(settings(false));
+    let request = request(&fixture, "csi-1", "cluster-ca");
+    let target = PathBuf::from(&request.target_path);
+    fs::create_dir_all(&target).unwrap();
+    // What a publish whose record was lost leaves: the volume's own tagged tmpfs.
+    let own = MountSource { fs_type: "tmpfs".into(), source: mount_tag("csi-1") };
+    fixture.mounter.mount_foreign(&target, own);
+    publish(&fixture, request).await.unwrap();
+    assert!(
+        fixture.mounter.actions().iter().all(|a| !matches!(a, MountAction::MountTmpfs { .. })),
+        "no second tmpfs over its own: {:?}",
+        fixture.mounter.actions()
+    );
+    assert_eq!(fs::read_to_string(target.join("ca.crt")).unwrap(), "PEM", "its content written");
+}
+
+#[tokio::test]
 async fn a_second_operation_on_a_busy_volume_or_target_is_aborted_and_touches_nothing() {
     let fixture = fixture(settings(false));
     let first = request(&fixture, "csi-1", "cluster-ca");
