@@ -191,9 +191,19 @@ async fn a_hung_volume_delays_no_other_volumes_revocation_and_can_be_unpublished
         .expect("unpublished while the refresh's fetch hangs");
     assert_eq!(source.waiting(), 1, "the fetch was still hanging when unpublish answered");
     assert_eq!(node.volume_ids_where(|_| true), ["csi-other"], "the stuck volume is no longer published");
+    // Published again meanwhile with other arguments (another share): the late answer is the
+    // old publish's and must not be written into the new one.
+    let mut again = publish(root, "stuck");
+    again.ask.attributes.insert("share".into(), "stuck-again".into());
+    source.answer("stuck-again", Ok(secret("republished")));
+    let republish = node.clone();
+    tokio::task::spawn_blocking(move || republish.publish(&again)).await.unwrap().unwrap();
+    let stuck_password = target(root, "stuck").join("password");
+    assert_eq!(std::fs::read_to_string(&stuck_password).unwrap(), "republished");
 
-    // Released, the late answer finds the volume gone and writes nothing (the fake mounter
-    // leaves the files it never really mounted: the version they are at must not move).
+    // Released, the late answer finds the volume published otherwise and writes nothing (the
+    // fake mounter leaves the files it never really mounted: the version they are at must not
+    // move).
     let version = std::fs::read_link(target(root, "stuck").join("..data")).ok();
     assert!(version.is_some(), "the positive control: the version link is there");
     source.answer("stuck", Ok(secret("changed")));
@@ -202,6 +212,7 @@ async fn a_hung_volume_delays_no_other_volumes_revocation_and_can_be_unpublished
     // The late refresh has ended once it is counted (as unchanged: it wrote nothing).
     eventually("the late refresh ended", || refreshes(&metrics, "unchanged") == unchanged + 1).await;
     assert_eq!(std::fs::read_link(target(root, "stuck").join("..data")).ok(), version, "nothing was written");
+    assert_eq!(std::fs::read_to_string(&stuck_password).unwrap(), "republished");
     let _ = stop.send(true);
     refresher.await.unwrap();
 }
