@@ -811,3 +811,56 @@ async fn a_volume_published_again_over_a_lost_mount_names_every_directory_it_mad
     assert!(!seen[1][0].complete, "the record before the mount is the incomplete one");
     assert_eq!(seen[1][0].created_dirs, made);
 }
+
+/// A source that notes the passes it is told of and the pass each volume is asked within.
+#[derive(Default)]
+struct PassRecorder {
+    noted: std::sync::Mutex<Vec<String>>,
+}
+
+impl ContentSource for PassRecorder {
+    fn ready(&self) -> bool {
+        true
+    }
+
+    fn content(&self, _: &VolumeAsk) -> Result<crate::volume::atomic_writer::Payload> {
+        Ok([("f".to_string(), crate::volume::atomic_writer::FileContent::new("x"))].into())
+    }
+
+    fn content_in_pass(
+        &self,
+        ask: &VolumeAsk,
+        pass: crate::content::PassId,
+    ) -> Result<crate::volume::atomic_writer::Payload> {
+        self.noted.lock().unwrap().push(format!("{} in {}", ask.volume_id, pass.0));
+        self.content(ask)
+    }
+
+    fn start_pass(&self, pass: crate::content::PassId) {
+        self.noted.lock().unwrap().push(format!("start {}", pass.0));
+    }
+
+    fn end_pass(&self, pass: crate::content::PassId) {
+        self.noted.lock().unwrap().push(format!("end {}", pass.0));
+    }
+}
+
+#[tokio::test]
+async fn a_refresh_pass_is_started_and_ended_at_the_source_around_its_volumes() {
+    let fixture = fixture(settings(false));
+    let source = Arc::new(PassRecorder::default());
+    let node = NodeService::new(
+        "node-1".into(),
+        VolumeSettings { kubelet_dir: fixture.dir.path().to_path_buf(), ..settings(false) },
+        fixture.mounter.clone(),
+        fixture.store.clone(),
+        source.clone(),
+        Vec::new(),
+    );
+    let node = NodeGrpc::new(Arc::new(node));
+    node.node_publish_volume(Request::new(request(&fixture, "csi-1", "unused"))).await.unwrap();
+    node.service.refresh_all();
+    node.service.refresh_all();
+    // The source's shared answers live for one pass: it must hear each pass end.
+    assert_eq!(*source.noted.lock().unwrap(), ["start 0", "csi-1 in 0", "end 0", "start 1", "csi-1 in 1", "end 1"]);
+}
