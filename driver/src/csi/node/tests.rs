@@ -695,8 +695,9 @@ async fn attributes_are_judged_at_a_new_publish_and_never_empty_a_published_volu
     assert_eq!(fs::read_to_string(target.join("password")).unwrap(), "rotated");
 }
 
-/// A source whose every volume is the lazy files `0` (a provider's, fetched when opened).
-struct LazySource(Arc<crate::content::external::lazy_files::LazyFiles>);
+/// A source whose every volume is the lazy files `0` (a provider's, fetched when opened), to
+/// which access is denied while `1` says so (what a refresh asks of a lazy volume).
+struct LazySource(Arc<crate::content::external::lazy_files::LazyFiles>, std::sync::atomic::AtomicBool);
 
 impl ContentSource for LazySource {
     fn ready(&self) -> bool {
@@ -704,7 +705,10 @@ impl ContentSource for LazySource {
     }
 
     fn content(&self, _: &VolumeAsk) -> Result<crate::volume::atomic_writer::Payload> {
-        Err(Error::Internal("a lazy volume has no content laid out".into()))
+        match self.1.load(std::sync::atomic::Ordering::SeqCst) {
+            true => Err(Error::Denied("access to the provider was withdrawn".into())),
+            false => Ok(Default::default()),
+        }
     }
 
     fn lazy(&self, _: &VolumeAsk) -> Result<Option<Arc<crate::content::external::lazy_files::LazyFiles>>> {
@@ -713,10 +717,11 @@ impl ContentSource for LazySource {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lazy_volume_is_recorded_as_lazy() {
+async fn a_lazy_volume_is_recorded_as_lazy_and_a_refresh_withdraws_and_gives_back_its_files() {
     assert!(nix::unistd::geteuid().is_root(), "mounting FUSE needs root: run the test command as root");
     let helper = crate::content::external::lazy_files::tests::Helper::new(&[("db-password", "s3cret")]);
     let files = Arc::new(helper.files(std::time::Duration::from_secs(3600)));
+    let source = Arc::new(LazySource(files.clone(), Default::default()));
     // Real mounts below a directory that unmounts whatever a failure leaves.
     let dir = crate::mounted_dir::MountedDir::new();
     let store = Arc::new(FileVolumeStore::open(dir.path().join("state")).unwrap());
@@ -725,7 +730,7 @@ async fn a_lazy_volume_is_recorded_as_lazy() {
         VolumeSettings { kubelet_dir: dir.path().to_path_buf(), ..settings(false) },
         Arc::new(crate::volume::mounter::LinuxMounter),
         store.clone(),
-        Arc::new(LazySource(files)),
+        source.clone(),
         Vec::new(),
     ));
     let node = NodeGrpc::new(service);
@@ -735,6 +740,15 @@ async fn a_lazy_volume_is_recorded_as_lazy() {
     let (records, _) = store.load_all().unwrap();
     assert_eq!(records.len(), 1);
     assert!(records[0].lazy, "recorded as lazy: a restart detaches its dead mount instead of keeping it");
+    let refresh = || settled(node.service.refresh_all());
+    assert_eq!(refresh(), [("csi-lazy".to_string(), false)], "access unchanged");
+    source.1.store(true, std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(refresh(), [("csi-lazy".to_string(), true)], "withdrawn");
+    assert!(files.withdrawn(), "its files no longer open");
+    assert_eq!(refresh(), [("csi-lazy".to_string(), false)], "withdrawn already");
+    source.1.store(false, std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(refresh(), [("csi-lazy".to_string(), true)], "given back");
+    assert!(!files.withdrawn());
     let target_path = target.to_string_lossy().into_owned();
     let unpublish = NodeUnpublishVolumeRequest { volume_id: "csi-lazy".into(), target_path };
     node.node_unpublish_volume(Request::new(unpublish)).await.unwrap();
