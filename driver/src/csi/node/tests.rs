@@ -878,3 +878,45 @@ async fn a_refresh_pass_is_started_and_ended_at_the_source_around_its_volumes() 
     // The source's shared answers live for one pass: it must hear each pass end.
     assert_eq!(*source.noted.lock().unwrap(), ["start 0", "csi-1 in 0", "end 0", "start 1", "csi-1 in 1", "end 1"]);
 }
+
+/// A provider-like source whose one object is at version `0`, its file saying that version.
+#[derive(Default)]
+struct Versioned(std::sync::Mutex<String>);
+
+impl ContentSource for Versioned {
+    fn ready(&self) -> bool {
+        true
+    }
+
+    fn content(&self, _: &VolumeAsk) -> Result<crate::volume::atomic_writer::Payload> {
+        let version = self.0.lock().unwrap().clone();
+        Ok([("db".to_string(), crate::volume::atomic_writer::FileContent::new(version))].into())
+    }
+
+    fn object_versions(&self, _: &str) -> std::collections::BTreeMap<String, String> {
+        [("db".to_string(), self.0.lock().unwrap().clone())].into()
+    }
+}
+
+#[tokio::test]
+async fn the_providers_object_versions_are_recorded_as_a_refresh_changes_them() {
+    let fixture = fixture(settings(false));
+    let source = Arc::new(Versioned::default());
+    *source.0.lock().unwrap() = "v1".into();
+    let node = NodeService::new(
+        "node-1".into(),
+        VolumeSettings { kubelet_dir: fixture.dir.path().to_path_buf(), ..settings(false) },
+        fixture.mounter.clone(),
+        fixture.store.clone(),
+        source.clone(),
+        Vec::new(),
+    );
+    let node = NodeGrpc::new(Arc::new(node));
+    node.node_publish_volume(Request::new(request(&fixture, "csi-1", "unused"))).await.unwrap();
+    let recorded = || fixture.store.load_all().unwrap().0[0].object_versions.clone();
+    assert_eq!(recorded(), [("db".to_string(), "v1".to_string())].into());
+    *source.0.lock().unwrap() = "v2".into();
+    assert_eq!(settled(node.service.refresh_all()), [("csi-1".to_string(), true)]);
+    // What a restarted driver sends the provider back: the versions of the content it shows.
+    assert_eq!(recorded(), [("db".to_string(), "v2".to_string())].into());
+}
