@@ -100,6 +100,13 @@ fn used_by_mounts(volumes: &[Published]) -> u64 {
         .sum()
 }
 
+/// What the driver's metrics say its volumes' content costs.
+fn content_bytes(metrics: &sharedresource_csi_driver::metrics::Metrics) -> u64 {
+    let text = metrics.encode();
+    let line = text.lines().find_map(|line| line.strip_prefix("sharedresource_csi_driver_content_bytes "));
+    line.and_then(|value| value.trim().parse().ok()).unwrap_or_else(|| panic!("no content_bytes in {text}"))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_namespace_is_refused_beyond_its_part_while_another_is_served_and_a_restart_keeps_the_count() {
     assert!(support::is_root(), "real mounts need root: run the test command as root");
@@ -149,9 +156,16 @@ async fn one_namespace_is_refused_beyond_its_part_while_another_is_served_and_a_
     let (again, _) = fill(&mut node, root, "attacker", 100).await;
     assert_eq!(again.len(), 1, "the freed MiB is the namespace's again");
 
-    // Restarted, the driver holds what it finds mounted: the namespace is still full.
+    // Restarted, the driver holds what it finds mounted, measured (not each volume's whole
+    // tmpfsSize, which would make 14 MiB of these 7 volumes): the namespace is still full.
     running.stop().await;
-    let (mut node, running) = Running::start(plugin(root)).await;
+    let restarted = plugin(root);
+    let metrics = restarted.metrics.clone();
+    let (mut node, running) = Running::start(restarted).await;
+    let mounted: Vec<Published> = attacker[1..].iter().chain(&again).chain(&victim).chain(&third).cloned().collect();
+    let (kernel, held) = (used_by_mounts(&mounted), content_bytes(&metrics));
+    assert!(kernel >= 7 * MIB, "the positive control: the mounts hold the files ({kernel} bytes)");
+    assert!(held >= kernel && held <= 8 * MIB, "held {held} bytes for mounts holding {kernel}");
     let (after, refused) = fill(&mut node, root, "attacker", 200).await;
     assert!(after.is_empty(), "a restart forgot what the namespace holds");
     assert_eq!(refused.code(), Code::ResourceExhausted);
