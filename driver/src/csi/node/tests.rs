@@ -502,6 +502,19 @@ async fn with_refresh_off_volumes_keep_their_content_but_not_a_withdrawn_share()
     assert!(!target.join("ca.crt").exists());
 }
 
+/// The Node service over the fixture's mounter and store, its content from `source`.
+fn node_over(fixture: &Fixture, source: Arc<dyn ContentSource>) -> NodeGrpc {
+    let node = NodeService::new(
+        "node-1".into(),
+        VolumeSettings { kubelet_dir: fixture.dir.path().to_path_buf(), ..settings(false) },
+        fixture.mounter.clone(),
+        fixture.store.clone(),
+        source,
+        Vec::new(),
+    );
+    NodeGrpc::new(Arc::new(node))
+}
+
 /// The value of gauge `name` in what `metrics` reports.
 fn gauge(metrics: &crate::metrics::Metrics, name: &str) -> i64 {
     let text = metrics.encode();
@@ -528,15 +541,7 @@ impl ContentSource for SecretSource {
 #[tokio::test]
 async fn a_refresh_asks_with_the_secrets_of_the_last_publish() {
     let fixture = fixture(settings(false));
-    let node = NodeService::new(
-        "node-1".into(),
-        VolumeSettings { kubelet_dir: fixture.dir.path().to_path_buf(), ..settings(false) },
-        fixture.mounter.clone(),
-        fixture.store.clone(),
-        Arc::new(SecretSource),
-        Vec::new(),
-    );
-    let node = NodeGrpc::new(Arc::new(node));
+    let node = node_over(&fixture, Arc::new(SecretSource));
     let mut request = request(&fixture, "csi-1", "unused");
     request.secrets.insert("password".into(), "P1".into());
     let file = PathBuf::from(&request.target_path).join("password");
@@ -863,15 +868,7 @@ impl ContentSource for PassRecorder {
 async fn a_refresh_pass_is_started_and_ended_at_the_source_around_its_volumes() {
     let fixture = fixture(settings(false));
     let source = Arc::new(PassRecorder::default());
-    let node = NodeService::new(
-        "node-1".into(),
-        VolumeSettings { kubelet_dir: fixture.dir.path().to_path_buf(), ..settings(false) },
-        fixture.mounter.clone(),
-        fixture.store.clone(),
-        source.clone(),
-        Vec::new(),
-    );
-    let node = NodeGrpc::new(Arc::new(node));
+    let node = node_over(&fixture, source.clone());
     node.node_publish_volume(Request::new(request(&fixture, "csi-1", "unused"))).await.unwrap();
     node.service.refresh_all();
     node.service.refresh_all();
@@ -903,15 +900,7 @@ async fn the_providers_object_versions_are_recorded_as_a_refresh_changes_them() 
     let fixture = fixture(settings(false));
     let source = Arc::new(Versioned::default());
     *source.0.lock().unwrap() = "v1".into();
-    let node = NodeService::new(
-        "node-1".into(),
-        VolumeSettings { kubelet_dir: fixture.dir.path().to_path_buf(), ..settings(false) },
-        fixture.mounter.clone(),
-        fixture.store.clone(),
-        source.clone(),
-        Vec::new(),
-    );
-    let node = NodeGrpc::new(Arc::new(node));
+    let node = node_over(&fixture, source.clone());
     node.node_publish_volume(Request::new(request(&fixture, "csi-1", "unused"))).await.unwrap();
     let recorded = || fixture.store.load_all().unwrap().0[0].object_versions.clone();
     assert_eq!(recorded(), [("db".to_string(), "v1".to_string())].into());
