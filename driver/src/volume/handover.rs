@@ -24,11 +24,18 @@ use crate::volume::lazy_filesystem::HandedLazyVolume;
 /// rather than read into memory.
 pub const MAX_FRAME_BYTES: u64 = 256 << 20;
 
-/// One volume as it travels (its descriptor apart).
-#[derive(serde::Serialize, serde::Deserialize)]
+/// One volume as it travels (its descriptor apart), as received.
+#[derive(serde::Deserialize)]
 struct Frame {
     volume_id: String,
     volume: HandedLazyVolume,
+}
+
+/// The same, as sent: borrowed, so its contents are not copied to be encoded.
+#[derive(serde::Serialize)]
+struct FrameSent<'a> {
+    volume_id: &'a str,
+    volume: &'a HandedLazyVolume,
 }
 
 fn failed(what: &str, error: impl std::fmt::Display) -> Error {
@@ -37,8 +44,8 @@ fn failed(what: &str, error: impl std::fmt::Display) -> Error {
 
 /// Sends volume `volume_id`, its state `volume` and its connection `device`.
 pub fn send(socket: &UnixStream, volume_id: &str, volume: &HandedLazyVolume, device: BorrowedFd) -> Result<()> {
-    let frame = Frame { volume_id: volume_id.to_string(), volume: volume.clone() };
-    let json = serde_json::to_vec(&frame).map_err(|error| failed("encoding a volume", error))?;
+    let json =
+        serde_json::to_vec(&FrameSent { volume_id, volume }).map_err(|error| failed("encoding a volume", error))?;
     if json.len() as u64 > MAX_FRAME_BYTES {
         return Err(Error::Handover(format!(
             "the handover of lazy volumes: volume {} holds {} bytes of state, more than {MAX_FRAME_BYTES}",

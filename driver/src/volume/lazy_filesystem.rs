@@ -44,8 +44,6 @@ const MAX_INODES: usize = 8192;
 /// A lazy volume being served; dropping it lets the session end once the kernel lets go of the
 /// mount (its unmount).
 pub struct LazyMount {
-    files: Arc<LazyFiles>,
-    reads_served: Arc<AtomicU64>,
     filesystem: Arc<LazyFilesystem>,
     session: Session,
 }
@@ -71,22 +69,26 @@ impl LazyMount {
     /// made, its entries belonging to `group` (the pod's fsGroup) when given: answers the
     /// kernel's first request (the protocol's handshake) before returning.
     pub fn serve(volume_id: &str, device: OwnedFd, files: Arc<LazyFiles>, group: Option<u32>) -> Result<LazyMount> {
-        let filesystem = Arc::new(LazyFilesystem {
+        let filesystem = LazyFilesystem {
             volume: quote(volume_id),
-            files: files.clone(),
+            files,
             inodes: Mutex::new(Inodes::default()),
             open_files: Arc::default(),
             notifier: Arc::default(),
-            reads_served: Arc::default(),
+            reads_served: AtomicU64::new(0),
             mounted: SystemTime::now(),
             group: group.unwrap_or(0),
-        });
-        let connection = session::handshake(device).map_err(serving)?;
+        };
+        LazyMount::start(filesystem, session::handshake(device).map_err(serving)?)
+    }
+
+    /// Serves `filesystem` on `connection`, whose handshake is made.
+    fn start(filesystem: LazyFilesystem, connection: Paused) -> Result<LazyMount> {
+        let filesystem = Arc::new(filesystem);
         // Set before the session serves anything: no open can need it earlier.
         let _ = filesystem.notifier.set(connection.device.clone());
         let session = Serving::resume(connection, filesystem.clone(), SESSION_THREAD).map_err(serving)?;
-        let reads_served = filesystem.reads_served.clone();
-        Ok(LazyMount { files, reads_served, filesystem, session: Session::Serving(session) })
+        Ok(LazyMount { filesystem, session: Session::Serving(session) })
     }
 
     /// Stops reading the kernel's requests at a request boundary and waits at most `within`
@@ -167,31 +169,27 @@ impl LazyMount {
         }
         let open_files = OpenFiles::import(handed.open_files, &contents).map_err(invalid)?;
         let (seconds, nanos) = handed.mounted;
-        let filesystem = Arc::new(LazyFilesystem {
+        let filesystem = LazyFilesystem {
             volume: quote(volume_id),
-            files: files.clone(),
+            files,
             inodes: Mutex::new(inodes),
             open_files: Arc::new(Mutex::new(open_files)),
             notifier: Arc::default(),
-            reads_served: Arc::default(),
+            reads_served: AtomicU64::new(0),
             mounted: std::time::UNIX_EPOCH + Duration::new(seconds, nanos),
             group: handed.group,
-        });
-        let connection = Paused::handed(device, handed.negotiated);
-        let _ = filesystem.notifier.set(connection.device.clone());
-        let session = Serving::resume(connection, filesystem.clone(), SESSION_THREAD).map_err(serving)?;
-        let reads_served = filesystem.reads_served.clone();
-        Ok(LazyMount { files, reads_served, filesystem, session: Session::Serving(session) })
+        };
+        LazyMount::start(filesystem, Paused::handed(device, handed.negotiated))
     }
 
     /// What the volume serves.
     pub fn files(&self) -> &Arc<LazyFiles> {
-        &self.files
+        &self.filesystem.files
     }
 
     /// How many reads the kernel asked of the driver: none for what its page cache holds.
     pub fn reads_served(&self) -> u64 {
-        self.reads_served.load(Ordering::Relaxed)
+        self.filesystem.reads_served.load(Ordering::Relaxed)
     }
 }
 
@@ -283,7 +281,7 @@ struct LazyFilesystem {
     open_files: Arc<Mutex<OpenFiles>>,
     /// Tells the kernel to drop what it keeps of a file whose paged content changes.
     notifier: Arc<OnceLock<Device>>,
-    reads_served: Arc<AtomicU64>,
+    reads_served: AtomicU64,
     mounted: SystemTime,
     group: u32,
 }

@@ -239,11 +239,11 @@ pub fn handshake(device: OwnedFd) -> Result<Paused, SessionError> {
         }
     };
     let request = wire::parse(&buffer[..length])?;
-    if !matches!(request.operation, Operation::Init { .. }) {
+    let Operation::Init(init) = request.operation else {
         let _ = nix::unistd::write(device.as_fd(), &wire::error(request.header.unique, Errno::EIO as i32));
         return Err(SessionError::NoInit);
-    }
-    let (answer, agreed) = wire::init_reply(request.header.unique, &request.operation);
+    };
+    let (answer, agreed) = wire::init_reply(request.header.unique, &init);
     nix::unistd::write(device.as_fd(), &answer)?;
     Ok(Paused { device: Device(Arc::new(device)), negotiated: agreed?, owed: Arc::default() })
 }
@@ -379,7 +379,7 @@ fn dispatch<F: Filesystem>(filesystem: &F, device: &Device, owed: &Arc<Owed>, by
             reply.send(&wire::statfs(unique));
         }
         // A second handshake on one connection is the kernel's mistake, or someone else's.
-        Operation::Init { .. } => reply().error(Errno::EIO),
+        Operation::Init(_) => reply().error(Errno::EIO),
         // Everything else (writes, links, extended attributes): not implemented, which the
         // kernel remembers for the ones it may skip.
         Operation::Other(_) => reply().error(Errno::ENOSYS),

@@ -69,6 +69,19 @@ pub struct Negotiated {
     pub minor: u32,
 }
 
+/// The kernel's side of the handshake (`struct fuse_init_in`, its first four fields).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Init {
+    /// The kernel's major version.
+    pub major: u32,
+    /// The kernel's minor version.
+    pub minor: u32,
+    /// The most the kernel reads ahead.
+    pub max_readahead: u32,
+    /// What the kernel can do (`FUSE_*` init flags).
+    pub flags: u32,
+}
+
 /// Why a request could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WireError {
@@ -93,16 +106,7 @@ pub struct Header {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Operation<'a> {
     /// The handshake.
-    Init {
-        /// The kernel's major version.
-        major: u32,
-        /// The kernel's minor version.
-        minor: u32,
-        /// The most the kernel reads ahead.
-        max_readahead: u32,
-        /// What the kernel can do (`FUSE_*` init flags).
-        flags: u32,
-    },
+    Init(Init),
     /// A name in the directory `nodeid`.
     Lookup {
         /// The name, without its NUL.
@@ -183,7 +187,9 @@ pub fn parse(bytes: &[u8]) -> Result<Request<'_>, WireError> {
     let word = |at| u32_at(body, at).ok_or_else(short);
     let long = |at| u64_at(body, at).ok_or_else(short);
     let operation = match code {
-        opcode::INIT => Operation::Init { major: word(0)?, minor: word(4)?, max_readahead: word(8)?, flags: word(12)? },
+        opcode::INIT => {
+            Operation::Init(Init { major: word(0)?, minor: word(4)?, max_readahead: word(8)?, flags: word(12)? })
+        }
         opcode::LOOKUP => {
             // The name, NUL-terminated.
             let name = body.split(|&b| b == 0).next().unwrap_or_default();
@@ -217,10 +223,8 @@ fn reply(unique: u64, error: i32, body: &[u8]) -> Vec<u8> {
 
 /// The answer to `INIT`, and what was agreed; an error when the kernel's version is not one we
 /// speak (the kernel is told so, and ends the connection).
-pub fn init_reply(unique: u64, operation: &Operation) -> (Vec<u8>, Result<Negotiated, WireError>) {
-    let Operation::Init { major, minor, max_readahead, flags } = *operation else {
-        return (error(unique, nix::libc::EIO), Err(WireError::Short(0)));
-    };
+pub fn init_reply(unique: u64, init: &Init) -> (Vec<u8>, Result<Negotiated, WireError>) {
+    let Init { major, minor, max_readahead, flags } = *init;
     if major != MAJOR || minor < OLDEST_MINOR {
         return (error(unique, nix::libc::EPROTO), Err(WireError::Version(major, minor)));
     }

@@ -57,7 +57,8 @@ fn a_request_cut_short_is_an_error_not_a_panic() {
 fn init_agrees_on_the_lower_minor_and_refuses_a_kernel_too_old() {
     let body: Vec<u8> = [7u32, 40, 131072, u32::MAX].iter().flat_map(|v| v.to_le_bytes()).collect();
     let init = request(opcode::INIT, 1, 0, &body);
-    let (bytes, agreed) = init_reply(1, &parse(&init).unwrap().operation);
+    let Operation::Init(kernel) = parse(&init).unwrap().operation else { panic!("not INIT") };
+    let (bytes, agreed) = init_reply(1, &kernel);
     assert_eq!(agreed, Ok(Negotiated { minor: MINOR }));
     assert_eq!(bytes.len(), 16 + 64);
     assert_eq!(&bytes[16..20], &7u32.to_le_bytes());
@@ -68,7 +69,8 @@ fn init_agrees_on_the_lower_minor_and_refuses_a_kernel_too_old() {
 
     let body: Vec<u8> = [7u32, 27, 131072, 0].iter().flat_map(|v| v.to_le_bytes()).collect();
     let old = request(opcode::INIT, 2, 0, &body);
-    let (bytes, agreed) = init_reply(2, &parse(&old).unwrap().operation);
+    let Operation::Init(kernel) = parse(&old).unwrap().operation else { panic!("not INIT") };
+    let (bytes, agreed) = init_reply(2, &kernel);
     assert_eq!(agreed, Err(WireError::Version(7, 27)));
     assert_eq!(&bytes[4..8], &(-nix::libc::EPROTO).to_le_bytes());
 }
