@@ -35,7 +35,15 @@ fn with_the_pods_fs_group_files_and_directories_belong_to_it_and_it_may_read_the
     let writer = AtomicWriter::new(dir.path()).with_group(Some(2000));
     let mut content = payload(&[("nested/dir/key", "two")]);
     content.insert("private".into(), FileContent { data: b"one".to_vec(), mode: 0o400 });
+    let above = |path: &Path| {
+        let meta = fs::metadata(path).unwrap();
+        (meta.gid(), meta.mode())
+    };
+    let (root_before, parent_before) = (above(dir.path()), above(dir.path().parent().unwrap()));
     assert!(writer.write(&content).unwrap());
+    // Only the version's own directories are given: never the volume's root, nor above it.
+    assert_eq!(above(dir.path()), root_before);
+    assert_eq!(above(dir.path().parent().unwrap()), parent_before);
     let of = |path: &Path| {
         let meta = fs::metadata(path).unwrap();
         (meta.gid(), meta.mode() & 0o7777)
