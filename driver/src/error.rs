@@ -27,6 +27,10 @@ pub enum RunError {
         #[source]
         source: volume::error::Cause,
     },
+    /// Another driver holds the node and offered a handover, which failed: that driver keeps
+    /// serving everything.
+    #[error("{0}")]
+    Handover(String),
     /// The configuration cannot be run as it stands (checked again where it is used).
     #[error("{0}")]
     Config(String),

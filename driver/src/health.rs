@@ -28,6 +28,9 @@ use crate::metrics::Metrics;
 pub struct Health {
     /// Set once the CSI socket serves.
     pub serving: AtomicBool,
+    /// Set once this driver handed its volumes to a successor: it serves nothing any more and
+    /// waits to be stopped.
+    pub handed_over: AtomicBool,
     /// Where content comes from.
     pub content: Arc<dyn ContentSource>,
     /// The metrics.
@@ -45,6 +48,10 @@ impl Health {
         };
         match request.uri().path() {
             "/healthz" => text(StatusCode::OK, "ok\n"),
+            "/readyz" if self.handed_over.load(Ordering::SeqCst) => text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "not ready: this driver handed its volumes to a successor and waits to be stopped\n",
+            ),
             "/readyz" if !self.serving.load(Ordering::SeqCst) => {
                 text(StatusCode::SERVICE_UNAVAILABLE, "not ready: the CSI socket is not serving yet\n")
             }
@@ -160,6 +167,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let health = Health {
             serving: AtomicBool::new(false),
+            handed_over: AtomicBool::new(false),
             content: Arc::new(crate::content::StaticDirSource::new(dir.path().join("shares"))),
             metrics: Arc::new(Metrics::new()),
         };
@@ -173,6 +181,9 @@ mod tests {
         assert_eq!(get("/readyz"), StatusCode::SERVICE_UNAVAILABLE, "the static directory does not exist yet");
         std::fs::create_dir(dir.path().join("shares")).unwrap();
         assert_eq!(get("/readyz"), StatusCode::OK);
+        health.handed_over.store(true, Ordering::SeqCst);
+        assert_eq!(get("/readyz"), StatusCode::SERVICE_UNAVAILABLE, "handed over: never ready again");
+        assert_eq!(get("/healthz"), StatusCode::OK, "but alive, until it is stopped");
         assert_eq!(get("/metrics"), StatusCode::OK);
         assert_eq!(get("/nope"), StatusCode::NOT_FOUND);
     }
@@ -216,6 +227,7 @@ mod tests {
         std::fs::create_dir(dir.path().join("shares")).unwrap();
         let health = Arc::new(Health {
             serving: AtomicBool::new(true),
+            handed_over: AtomicBool::new(false),
             content: Arc::new(crate::content::StaticDirSource::new(dir.path().join("shares"))),
             metrics: Arc::new(Metrics::new()),
         });

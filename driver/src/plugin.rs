@@ -2,6 +2,7 @@
 //! instance stops before it touches anything), records recovered, services built, everything
 //! served until shutdown, and shutdown bounded whatever the clients do.
 
+use std::collections::HashSet;
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -24,7 +25,9 @@ use crate::csi::socket::{self, Clients};
 use crate::error::{Result, RunError};
 use crate::health::{self, Health};
 use crate::metrics::Metrics;
-use crate::volume::lock::StateLock;
+use crate::volume::handover::offer::Offer;
+use crate::volume::handover::take::{self, TakenVolume};
+use crate::volume::lock::{LockError, StateLock};
 use crate::volume::mounter::Mounter;
 use crate::volume::recovery::recover;
 use crate::volume::service::{NodeService, VolumeSettings};
@@ -84,19 +87,21 @@ impl Plugin {
     }
 
     /// The Node service over the volumes a previous run published and recovery kept (what was
-    /// interrupted is undone first, what is no longer there is forgotten).
-    fn recovered_node_service(&self) -> Result<Arc<NodeService>> {
+    /// interrupted is undone first, what is no longer there is forgotten), serving the lazy
+    /// volumes a predecessor handed over (`taken`).
+    fn recovered_node_service(&self, taken: Vec<TakenVolume>) -> Result<Arc<NodeService>> {
         let store = Arc::new(FileVolumeStore::open(&self.config.state_dir)?);
         let (records, problems) = store.load_all()?;
         for problem in problems {
             warn!(problem = %crate::quote::Logged(&problem), "unreadable volume record ignored");
         }
         let kubelet_dir = self.config.kubelet_dir.clone();
-        let (kept, dropped) = recover(records, self.mounter.as_ref(), store.as_ref(), &kubelet_dir);
+        let handed: HashSet<String> = taken.iter().map(|volume| volume.volume_id.clone()).collect();
+        let (kept, dropped) = recover(records, self.mounter.as_ref(), store.as_ref(), &kubelet_dir, &handed);
         for line in dropped {
             info!("{}", crate::quote::Logged(&line));
         }
-        info!(volumes = kept.len(), "recovered published volumes");
+        info!(volumes = kept.len(), handed_over = handed.len(), "recovered published volumes");
         let settings = VolumeSettings {
             tmpfs_bytes: self.config.tmpfs_size,
             host_read_only: self.config.host_read_only,
@@ -107,30 +112,61 @@ impl Plugin {
         let store: Arc<dyn VolumeStore> = store;
         let service =
             NodeService::new(self.node_id.clone(), settings, self.mounter.clone(), store, self.content.clone(), kept);
-        Ok(Arc::new(service.with_metrics(self.metrics.clone())))
+        let service = Arc::new(service.with_metrics(self.metrics.clone()));
+        for line in service.adopt_lazy(taken) {
+            warn!("{}", crate::quote::Logged(&line));
+        }
+        Ok(service)
     }
 
     /// What must be this process's alone on the node, taken before anything is read or served:
-    /// the state directory's lock, the CSI socket and (when registering) the registration socket.
-    fn claim_node(&self) -> Result<(StateLock, socket::BoundSocket, Option<socket::BoundSocket>)> {
-        let lock = StateLock::acquire(&self.config.state_dir)?;
-        let csi_socket = socket::bind(&self.csi_socket)?;
+    /// the state directory's lock, the CSI socket and (when registering) the registration
+    /// socket. When another driver holds the lock and offers a handover, its lazy volumes are
+    /// taken first (returned), then the lock it lets go of, and its sockets are replaced in
+    /// place; a driver that offers none keeps the node, and this one stops.
+    async fn claim_node(&self) -> Result<ClaimedNode> {
+        let (lock, taken) = match StateLock::acquire(&self.config.state_dir) {
+            Ok(lock) => (lock, None),
+            Err(LockError::Held(message)) => {
+                let (state_dir, content) = (self.config.state_dir.clone(), self.content.clone());
+                let asked = tokio::task::spawn_blocking(move || take::ask(&state_dir, content.as_ref()))
+                    .await
+                    .map_err(|error| RunError::Handover(format!("the handover's task: {error}")))?;
+                match asked.map_err(|error| RunError::Handover(error.to_string()))? {
+                    None => return Err(LockError::Held(format!("{message} (it offers no handover)")).into()),
+                    Some(taken) => (StateLock::acquire(&self.config.state_dir)?, Some(taken)),
+                }
+            }
+            Err(error) => return Err(error.into()),
+        };
+        let bind = |path: &std::path::Path| match taken {
+            Some(_) => socket::bind_in_place_of(path),
+            None => socket::bind(path),
+        };
+        let csi_socket = bind(&self.csi_socket)?;
         let registration_socket = if self.register {
-            Some(socket::bind(&self.config.registry_dir.join(format!("{DRIVER_NAME}-reg.sock")))?)
+            Some(bind(&self.config.registry_dir.join(format!("{DRIVER_NAME}-reg.sock")))?)
         } else {
             None
         };
-        Ok((lock, csi_socket, registration_socket))
+        if let Some(taken) = &taken {
+            info!(volumes = taken.len(), "took over the running driver's lazy volumes and the node");
+        }
+        Ok(ClaimedNode { lock, csi_socket, registration_socket, taken: taken.unwrap_or_default() })
     }
 
     /// Serves until `shutdown` completes, then removes its sockets. After `shutdown`, requests
     /// in flight get `shutdownTimeoutSeconds` to finish; then the servers are dropped with
-    /// whatever connections are still open.
+    /// whatever connections are still open. A successor's handover (see `volume::handover`)
+    /// stops the serving early: this driver then waits, not ready, for `shutdown`, leaving its
+    /// socket files to the successor.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<()> {
-        let (_lock, csi_socket, registration_socket) = self.claim_node()?;
-        let node = self.recovered_node_service()?;
+        let ClaimedNode { lock, csi_socket, registration_socket, taken } = self.claim_node().await?;
+        let node = self.recovered_node_service(taken)?;
+        let offer = Offer::open(&self.config.state_dir)?;
         let health = Arc::new(Health {
             serving: std::sync::atomic::AtomicBool::new(false),
+            handed_over: std::sync::atomic::AtomicBool::new(false),
             content: self.content.clone(),
             metrics: self.metrics.clone(),
         });
@@ -140,35 +176,65 @@ impl Plugin {
         };
         let csi_routes = Routes::new(IdentityServer::new(IdentityService::new(self.content.clone())))
             .add_service(NodeServer::new(NodeGrpc::new(node.clone())));
+        let mut sockets_kept = vec![csi_socket.keeper()];
+        sockets_kept.extend(registration_socket.as_ref().map(|socket| socket.keeper()));
 
+        // `stop_node` ends what serves the node (the sockets, the refresher): at shutdown, or
+        // once a successor took the volumes; `stop` ends everything (the health port too).
+        let (stop_node, node_stopped) = watch::channel(false);
         let (stop, stopped) = watch::channel(false);
         let until_stopped = |mut stopped: watch::Receiver<bool>| async move {
             let _ = stopped.wait_for(|stop| *stop).await;
         };
-        let csi = socket::serve(csi_socket, csi_routes, Clients::AsSent, until_stopped(stopped.clone()));
+        let csi = socket::serve(csi_socket, csi_routes, Clients::AsSent, until_stopped(node_stopped.clone()));
         let registration = async {
             let Some(registration_socket) = registration_socket else {
                 return Ok(());
             };
             let routes = Routes::new(RegistrationServer::new(RegistrationService::new(self.csi_socket.clone())));
-            socket::serve(registration_socket, routes, Clients::KubeletRegistration, until_stopped(stopped.clone()))
-                .await
+            socket::serve(
+                registration_socket,
+                routes,
+                Clients::KubeletRegistration,
+                until_stopped(node_stopped.clone()),
+            )
+            .await
         };
         let refresher = crate::volume::refresh::run(
             node.clone(),
             self.content.changes(),
             Duration::from_secs(self.config.refresh_seconds),
-            stopped.clone(),
+            node_stopped.clone(),
         );
         let health_port = async {
             if let Some(listener) = health_listener {
                 health::serve(listener, health.clone(), until_stopped(stopped.clone())).await;
             }
         };
+        let offering = async {
+            let let_go = || {
+                // The successor replaces the socket files in place: they are not removed here.
+                for kept in &sockets_kept {
+                    kept.store(true, std::sync::atomic::Ordering::SeqCst);
+                }
+                health.handed_over.store(true, std::sync::atomic::Ordering::SeqCst);
+                let _ = stop_node.send(true);
+                drop(lock);
+            };
+            tokio::select! {
+                offered = offer.serve(node.clone(), let_go) => {
+                    if let Err(error) = offered {
+                        warn!(problem = %crate::quote::Logged(&error), "no handover can be offered");
+                    }
+                }
+                () = until_stopped(stopped.clone()) => {}
+            }
+        };
         health.serving.store(true, std::sync::atomic::Ordering::SeqCst);
         info!(socket = %self.csi_socket.display(), "serving CSI Identity and Node");
         let signal = async {
             shutdown.await;
+            let _ = stop_node.send(true);
             let _ = stop.send(true);
         };
         let grace = Duration::from_secs(self.config.shutdown_timeout_seconds);
@@ -177,7 +243,7 @@ impl Plugin {
             tokio::time::sleep(grace).await;
         };
         tokio::select! {
-            (csi, registration, (), (), ()) = async { tokio::join!(csi, registration, signal, refresher, health_port) } => {
+            (csi, registration, (), (), (), ()) = async { tokio::join!(csi, registration, signal, refresher, health_port, offering) } => {
                 csi.and(registration)
             }
             () = deadline => {
@@ -187,3 +253,14 @@ impl Plugin {
         }
     }
 }
+
+/// What [`Plugin::claim_node`] took.
+struct ClaimedNode {
+    lock: StateLock,
+    csi_socket: socket::BoundSocket,
+    registration_socket: Option<socket::BoundSocket>,
+    taken: Vec<TakenVolume>,
+}
+
+#[cfg(test)]
+mod tests;

@@ -224,47 +224,77 @@ fn a_sigkill_in_the_middle_of_a_large_publish_is_undone_at_restart_and_nothing_e
     );
 }
 
+/// The identity of the file at `path`, if any.
+fn identity(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::symlink_metadata(path).ok().map(|metadata| (metadata.dev(), metadata.ino()))
+}
+
 #[test]
-fn a_second_instance_refuses_to_start_and_the_first_keeps_serving() {
+fn a_second_instance_takes_the_node_over_and_the_first_waits_for_its_sigterm() {
     let dir = node_dir();
     let first = Driver::start(dir.path(), "");
     let socket = first.socket();
     assert_eq!(probe(&socket), Some(true));
+    let first_socket = identity(&socket).expect("the first driver's socket");
 
-    // Same configuration: the state directory is taken.
-    let (code, stderr) = Driver::start(dir.path(), "").wait(Duration::from_secs(10));
-    assert_eq!(code, Some(2), "{stderr}");
-    assert!(
-        stderr.contains(&format!(
-            "another sharedresource-csi-driver (pid {}) is running on the state directory",
-            first.child.id()
-        )),
-        "{stderr}"
-    );
+    // Same configuration, as a DaemonSet's rolling update starts it: it asks the first for a
+    // handover (no lazy volume to take) and serves the node in its place.
+    let mut second = Driver::start(dir.path(), "");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while identity(&socket) == Some(first_socket) {
+        assert!(second.child.try_wait().unwrap().is_none(), "the second driver exited");
+        assert!(Instant::now() < deadline, "the second driver never took the socket's path");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(probe(&socket), Some(true), "the second driver serves");
+    let mut first = first;
+    assert!(first.child.try_wait().unwrap().is_none(), "the first driver waits for its SIGTERM");
+    first.signal(Signal::SIGTERM);
+    assert_eq!(first.wait(Duration::from_secs(15)).0, Some(0));
+    assert!(identity(&socket).is_some_and(|now| now != first_socket), "the second driver's socket stays");
+    assert_eq!(probe(&socket), Some(true), "and answers");
+
     // Another state directory, the same endpoint: the live socket is not taken over.
     let other = Driver::config(dir.path(), "");
     let text = std::fs::read_to_string(&other).unwrap().replace("/state", "/state-2");
     std::fs::write(&other, text).unwrap();
-    let mut second = Command::new(env!("CARGO_BIN_EXE_sharedresource-csi-driver"))
+    let mut third = Command::new(env!("CARGO_BIN_EXE_sharedresource-csi-driver"))
         .args(["--endpoint", &format!("unix://{}", socket.display()), "--node-id", "n1", "--config"])
         .arg(&other)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let status = second.wait().unwrap();
+    let status = third.wait().unwrap();
     let mut stderr = String::new();
-    second.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    third.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
     assert_eq!(status.code(), Some(2), "{stderr}");
     assert!(
         stderr.contains("is served by a live process (another instance of the driver?); refusing to take it over"),
         "{stderr}"
     );
-
-    assert!(socket.exists(), "the refused instances removed nothing");
-    assert_eq!(probe(&socket), Some(true), "the first instance still answers");
-    first.signal(Signal::SIGTERM);
-    assert_eq!(first.wait(Duration::from_secs(15)).0, Some(0));
+    assert_eq!(probe(&socket), Some(true), "the second driver still answers");
+    second.signal(Signal::SIGTERM);
+    assert_eq!(second.wait(Duration::from_secs(15)).0, Some(0));
     assert!(!socket.exists(), "its own socket is removed on exit");
+}
+
+#[test]
+fn a_lock_holder_that_offers_no_handover_keeps_the_node_and_a_second_instance_stops() {
+    let dir = node_dir();
+    // What a driver from before handovers holds: the lock, and no offer socket.
+    std::fs::create_dir_all(dir.path().join("state")).unwrap();
+    let file = std::fs::File::create(dir.path().join("state/driver.lock")).unwrap();
+    let held = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock).unwrap();
+    let (code, stderr) = Driver::start(dir.path(), "").wait(Duration::from_secs(10));
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("another sharedresource-csi-driver (pid unknown) is running on the state directory")
+            && stderr.contains("; refusing to start (it offers no handover)"),
+        "{stderr}"
+    );
+    assert!(!dir.path().join("csi.sock").exists(), "nothing bound");
+    drop(held);
 }
 
 #[test]

@@ -67,6 +67,18 @@ pub trait ContentSource: Send + Sync {
         let _ = ask;
         Ok(None)
     }
+    /// The files of a lazy volume a predecessor process served as `handed` (its handover, at
+    /// a planned restart): laid out as they were, nothing fetched. A source without lazy
+    /// volumes has none to take.
+    fn lazy_handed(
+        &self,
+        handed: external::lazy_files::HandedFiles,
+    ) -> Result<std::sync::Arc<external::lazy_files::LazyFiles>> {
+        Err(error::Error::Unservable(format!(
+            "provider {}: this driver's content source serves no lazy volumes",
+            crate::quote::quote(&handed.provider)
+        )))
+    }
     /// What the volume's provider answered last, by object (recorded with the volume and
     /// passed back in its ask); empty for sources without such versions.
     fn object_versions(&self, volume_id: &str) -> std::collections::BTreeMap<String, String> {

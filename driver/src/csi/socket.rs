@@ -7,6 +7,8 @@ use std::fs;
 use std::future::Future;
 use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::net::UnixListener;
 use tokio_stream::StreamExt as _;
@@ -36,10 +38,23 @@ pub struct BoundSocket {
     // The socket file's identity when bound: whatever is at the path later is removed only if
     // it is still this file (a successor may have replaced it).
     identity: (u64, u64),
+    // Set when the file is left for a successor to replace (a handover): never removed then.
+    kept: Arc<AtomicBool>,
+}
+
+impl BoundSocket {
+    /// What, once set, leaves the socket file in place when this socket stops being served
+    /// (a successor that took a handover replaces it: kubelet never sees it go).
+    pub fn keeper(&self) -> Arc<AtomicBool> {
+        self.kept.clone()
+    }
 }
 
 impl Drop for BoundSocket {
     fn drop(&mut self) {
+        if self.kept.load(Ordering::SeqCst) {
+            return;
+        }
         let still_ours = fs::symlink_metadata(&self.path).is_ok_and(|m| (m.dev(), m.ino()) == self.identity);
         if still_ours {
             let _ = fs::remove_file(&self.path);
@@ -70,13 +85,47 @@ pub fn bind(path: &Path) -> Result<BoundSocket> {
         fs::create_dir_all(parent).map_err(|e| RunError::step(format!("creating {}", quote_path(parent)), e))?;
     }
     let listener = UnixListener::bind(path).map_err(|e| RunError::step(format!("binding {}", quote_path(path)), e))?;
+    bound_at(listener, path)
+}
+
+/// Binds `path` in place of the socket a predecessor that handed its volumes over left there
+/// (a live one, or one it stopped serving): bound beside it and renamed over it, so the path
+/// never lacks a socket (kubelet's plugin watcher sees no removal). Any other kind of file is
+/// still an error naming it.
+pub fn bind_in_place_of(path: &Path) -> Result<BoundSocket> {
+    if fs::symlink_metadata(path).is_ok_and(|metadata| !metadata.file_type().is_socket()) {
+        return Err(RunError::Taken(format!(
+            "{} exists and is not a socket; refusing to replace it",
+            quote_path(path)
+        )));
+    }
+    let mut beside = path.as_os_str().to_owned();
+    beside.push(".successor");
+    let beside = PathBuf::from(beside);
+    let _ = fs::remove_file(&beside);
+    let listener =
+        UnixListener::bind(&beside).map_err(|e| RunError::step(format!("binding {}", quote_path(&beside)), e))?;
+    // Its mode before it takes the path: kubelet may connect at once.
+    fs::set_permissions(&beside, fs::Permissions::from_mode(0o660))
+        .map_err(|e| RunError::step(format!("setting the mode of {}", quote_path(&beside)), e))?;
+    fs::rename(&beside, path)
+        .map_err(|e| RunError::step(format!("renaming {} over {}", quote_path(&beside), quote_path(path)), e))?;
+    bound_at(listener, path)
+}
+
+/// `listener`, whose socket file is at `path`, made 0660.
+fn bound_at(listener: UnixListener, path: &Path) -> Result<BoundSocket> {
     let metadata =
         fs::symlink_metadata(path).map_err(|e| RunError::step(format!("inspecting {}", quote_path(path)), e))?;
-    let bound =
-        BoundSocket { listener: Some(listener), path: path.to_path_buf(), identity: (metadata.dev(), metadata.ino()) };
+    let socket = BoundSocket {
+        listener: Some(listener),
+        path: path.to_path_buf(),
+        identity: (metadata.dev(), metadata.ino()),
+        kept: Arc::default(),
+    };
     fs::set_permissions(path, fs::Permissions::from_mode(0o660))
         .map_err(|e| RunError::step(format!("setting the mode of {}", quote_path(path)), e))?;
-    Ok(bound)
+    Ok(socket)
 }
 
 /// How the bytes of a connection reach the gRPC server.

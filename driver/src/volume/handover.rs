@@ -15,6 +15,7 @@ use rustix::net::{
     SendFlags,
 };
 
+use crate::content::external::lazy_files::HandedFiles;
 use crate::quote::quote;
 use crate::volume::error::{Error, Result};
 use crate::volume::lazy_filesystem::HandedLazyVolume;
@@ -24,32 +25,66 @@ use crate::volume::lazy_filesystem::HandedLazyVolume;
 /// rather than read into memory.
 pub const MAX_FRAME_BYTES: u64 = 256 << 20;
 
-/// One volume as it travels (its descriptor apart), as received.
-#[derive(serde::Deserialize)]
-struct Frame {
-    volume_id: String,
-    volume: HandedLazyVolume,
+/// One lazy volume as it travels, its descriptor apart: what its mount's kernel side holds and
+/// what its files are made of.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct HandedVolume {
+    /// The volume's id.
+    pub volume_id: String,
+    /// What the kernel holds of its mount.
+    pub mount: HandedLazyVolume,
+    /// What its files are made of.
+    pub files: HandedFiles,
 }
 
-/// The same, as sent: borrowed, so its contents are not copied to be encoded.
-#[derive(serde::Serialize)]
-struct FrameSent<'a> {
-    volume_id: &'a str,
-    volume: &'a HandedLazyVolume,
+/// What the two processes say besides the volumes, one 8-byte word each: the successor asks,
+/// the predecessor sends every volume and the end, the successor says it has taken them (or
+/// refuses them), and the predecessor, once it has let go of the node (its lock released, its
+/// sockets no longer served), says so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Word {
+    /// "Hand me your lazy volumes."
+    Ask,
+    /// "I serve them from now on."
+    Taken,
+    /// "I cannot serve them: keep them."
+    Refused,
+    /// "The node is yours."
+    LetGo,
+}
+
+const WORDS: [(Word, &[u8; 8]); 4] =
+    [(Word::Ask, b"IGH1ASK_"), (Word::Taken, b"IGH1TAKE"), (Word::Refused, b"IGH1NOPE"), (Word::LetGo, b"IGH1GONE")];
+
+/// Says `word`.
+pub fn say(mut socket: &UnixStream, word: Word) -> Result<()> {
+    let bytes = WORDS.iter().find(|(known, _)| *known == word).map(|(_, bytes)| *bytes).unwrap_or(b"IGH1NOPE");
+    socket.write_all(bytes).map_err(|error| failed(&format!("saying {word:?}"), error))
+}
+
+/// The next word said; an error naming what was expected when it is none of them (or the
+/// socket closed, or its read timeout passed).
+pub fn hear(mut socket: &UnixStream, expected: &str) -> Result<Word> {
+    let mut bytes = [0u8; 8];
+    socket.read_exact(&mut bytes).map_err(|error| failed(&format!("waiting for {expected}"), error))?;
+    WORDS
+        .iter()
+        .find(|(_, known)| **known == bytes)
+        .map(|(word, _)| *word)
+        .ok_or_else(|| failed(&format!("waiting for {expected}"), "the other side said something else"))
 }
 
 fn failed(what: &str, error: impl std::fmt::Display) -> Error {
     Error::Handover(format!("the handover of lazy volumes: {what}: {error}"))
 }
 
-/// Sends volume `volume_id`, its state `volume` and its connection `device`.
-pub fn send(socket: &UnixStream, volume_id: &str, volume: &HandedLazyVolume, device: BorrowedFd) -> Result<()> {
-    let json =
-        serde_json::to_vec(&FrameSent { volume_id, volume }).map_err(|error| failed("encoding a volume", error))?;
+/// Sends `volume` and its connection `device`.
+pub fn send(socket: &UnixStream, volume: &HandedVolume, device: BorrowedFd) -> Result<()> {
+    let json = serde_json::to_vec(volume).map_err(|error| failed("encoding a volume", error))?;
     if json.len() as u64 > MAX_FRAME_BYTES {
         return Err(Error::Handover(format!(
             "the handover of lazy volumes: volume {} holds {} bytes of state, more than {MAX_FRAME_BYTES}",
-            quote(volume_id),
+            quote(&volume.volume_id),
             json.len()
         )));
     }
@@ -78,11 +113,11 @@ fn send_header(socket: &UnixStream, length: u64, device: Option<BorrowedFd>) -> 
     writer.write_all(&header[sent..]).map_err(|error| failed("sending a frame's length", error))
 }
 
-/// The next volume sent: its id, its state and its connection; `None` once the sender said
+/// The next volume sent and its connection; `None` once the sender said
 /// every volume was sent. Anything else (the socket closed early, a frame without its
 /// descriptor or with more, a frame too large, JSON that is not a volume) is an error naming
 /// what is wrong, quoting none of the frame (it holds file contents).
-pub fn receive(socket: &UnixStream) -> Result<Option<(String, HandedLazyVolume, OwnedFd)>> {
+pub fn receive(socket: &UnixStream) -> Result<Option<(HandedVolume, OwnedFd)>> {
     let mut header = [0u8; 8];
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
     let mut control = RecvAncillaryBuffer::new(&mut space);
@@ -119,11 +154,14 @@ pub fn receive(socket: &UnixStream) -> Result<Option<(String, HandedLazyVolume, 
     }
     let mut json = vec![0u8; length as usize];
     reader.read_exact(&mut json).map_err(|error| failed("receiving a frame", error))?;
-    let frame: Frame = serde_json::from_slice(&json).map_err(|error| {
+    let volume: HandedVolume = serde_json::from_slice(&json).map_err(|error| {
         failed("reading a frame", format!("not a volume's state (line {}, column {})", error.line(), error.column()))
     })?;
-    Ok(devices.pop().map(|device| (frame.volume_id, frame.volume, device)))
+    Ok(devices.pop().map(|device| (volume, device)))
 }
+
+pub mod offer;
+pub mod take;
 
 #[cfg(test)]
 mod tests;

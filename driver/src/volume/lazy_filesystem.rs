@@ -482,4 +482,4 @@ impl Filesystem for LazyFilesystem {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

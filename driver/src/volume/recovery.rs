@@ -6,12 +6,14 @@
 //! unmounted too. A mount the driver did not make, a directory it did not create or one that is
 //! not empty is left exactly as it is. kubelet publishes again whatever it still wants.
 //!
-//! A lazy volume is never kept: the FUSE session that served it ended with the previous
-//! process (no start of the driver takes a handover yet: `volume::handover`), so its mount is
-//! detached and its record dropped. A container that already had it
-//! keeps a dead mount (reads fail with ENOTCONN) until its pod is restarted; kubelet's next
-//! publish of the volume (a new pod, or the CSIDriver's republish) serves it again.
+//! A lazy volume is kept only when the previous process handed it over (`volume::handover`:
+//! this process holds its connection now). Any other lazy volume's FUSE session ended with the
+//! process that served it (a crash, SIGKILL, an OOM kill, a stop without a successor), so its
+//! mount is detached and its record dropped. A container that already had it keeps a dead mount
+//! (reads fail with ENOTCONN) until its pod is restarted; kubelet's next publish of the volume
+//! (a new pod, or the CSIDriver's republish) serves it again.
 
+use std::collections::HashSet;
 use std::path::Path;
 
 use crate::quote::{quote, quote_path};
@@ -22,13 +24,15 @@ use crate::volume::store::{VolumeRecord, VolumeStore};
 use crate::volume::target_dir;
 use crate::volume::target_path::TargetPath;
 
-/// Keeps the finished records still backed by their own mount, takes back the others' own
-/// creations, and returns what was kept along with a line for each record dropped.
+/// Keeps the finished records still backed by their own mount, and the lazy ones in `handed`
+/// (handed over by the previous process, not yet served here), takes back the others' own creations, and returns what was kept along with a
+/// line for each record dropped.
 pub fn recover(
     records: Vec<VolumeRecord>,
     mounter: &dyn Mounter,
     store: &dyn VolumeStore,
     kubelet_dir: &Path,
+    handed: &HashSet<String>,
 ) -> (Vec<PublishedVolume>, Vec<String>) {
     let mut kept = Vec::new();
     let mut dropped = Vec::new();
@@ -36,6 +40,18 @@ pub fn recover(
         let volume = quote(&record.volume_id);
         let target = quote_path(&record.target_path);
         let mut lines = Vec::new();
+        // A lazy volume handed over is served by nobody until this process takes it over:
+        // looking at its target now would wait on a request only this process can answer. Its
+        // predecessor served it until the handover, so it is mounted; it is kept unseen.
+        if record.complete && record.lazy && handed.contains(&record.volume_id) {
+            match TargetPath::parse(&record.target_path.to_string_lossy(), kubelet_dir) {
+                Ok(path) => {
+                    kept.push(PublishedVolume { record, target: path });
+                    continue;
+                }
+                Err(error) => lines.push(error.to_string()),
+            }
+        }
         // A target that is no longer kubelet's (the configuration changed) is not walked at all.
         let own_mount = TargetPath::parse(&record.target_path.to_string_lossy(), kubelet_dir).and_then(|path| {
             let Some(opened) = target_dir::open(kubelet_dir, &path)? else { return Ok(None) };
@@ -156,7 +172,7 @@ mod tests {
         for r in &records {
             f.store.put(r, true).unwrap();
         }
-        let (kept, dropped) = recover(records, &f.mounter, f.store.as_ref(), &root);
+        let (kept, dropped) = recover(records, &f.mounter, f.store.as_ref(), &root, &Default::default());
         assert_eq!(kept.iter().map(|v| v.record.volume_id.as_str()).collect::<Vec<_>>(), ["kept"]);
         assert_eq!(
             dropped,
@@ -180,7 +196,7 @@ mod tests {
         f.mounter.mount_tmpfs(&open(&root, &target).target, 1, &mount_tag("half")).unwrap();
         let half = VolumeRecord { complete: false, ..record("half", target.clone(), &[]) };
         f.store.put(&half, true).unwrap();
-        let (kept, dropped) = recover(vec![half], &f.mounter, f.store.as_ref(), &root);
+        let (kept, dropped) = recover(vec![half], &f.mounter, f.store.as_ref(), &root, &Default::default());
         assert!(kept.is_empty());
         assert!(dropped[0].ends_with("was interrupted; its tmpfs is unmounted; record dropped"), "{}", dropped[0]);
         assert!(!f.mounter.is_mounted(&target), "its own tmpfs is unmounted");
@@ -197,7 +213,7 @@ mod tests {
         std::fs::create_dir_all(&target).unwrap();
         let early = VolumeRecord { complete: false, ..record("early", target.clone(), &[&target]) };
         f.store.put(&early, true).unwrap();
-        let (kept, dropped) = recover(vec![early], &f.mounter, f.store.as_ref(), &root);
+        let (kept, dropped) = recover(vec![early], &f.mounter, f.store.as_ref(), &root, &Default::default());
         assert!(kept.is_empty());
         assert_eq!(dropped, [format!("volume \"early\": target {target:?} was interrupted; record dropped")]);
         assert!(!target.exists(), "the target it created is removed");
@@ -216,7 +232,7 @@ mod tests {
         // A hostile or stale record claiming the whole pod directory and the root.
         let claims: Vec<&Path> = vec![&target, target.parent().unwrap(), root.as_path(), Path::new("/etc")];
         let hostile = VolumeRecord { complete: false, ..record("hostile", target.clone(), &claims) };
-        let (kept, dropped) = recover(vec![hostile], &f.mounter, f.store.as_ref(), &root);
+        let (kept, dropped) = recover(vec![hostile], &f.mounter, f.store.as_ref(), &root, &Default::default());
         assert!(kept.is_empty());
         assert!(dropped[0].contains("holds a mount the driver did not make, left alone"), "{}", dropped[0]);
         assert!(f.mounter.is_mounted(&target), "the foreign mount stays");

@@ -9,8 +9,8 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
 use tracing::{info, warn};
 
@@ -23,6 +23,7 @@ use crate::quote::{Logged, quote, quote_path};
 use crate::volume::atomic_writer::{AtomicWriter, check_key};
 use crate::volume::content_budget::{BudgetLimits, ContentBudget, ENTRY_BYTES, LazyCharge, Payer, VOLUME_BYTES};
 use crate::volume::error::{Error, Result};
+use crate::volume::handover::take::TakenVolume;
 use crate::volume::lazy_filesystem::LazyMount;
 use crate::volume::mounter::Mounter;
 use crate::volume::ownership::{Ownership, mount_tag, ownership};
@@ -89,7 +90,8 @@ pub struct NodeService {
     tokens: Mutex<HashMap<String, Tokens>>,
     // The nodePublishSecretRef data of each volume's last publish: in memory only, as tokens.
     secrets: Mutex<HashMap<String, PublishSecrets>>,
-    // The lazy volumes this process serves through FUSE (none survives it: see recovery).
+    // The lazy volumes this process serves through FUSE (a successor takes them over at a
+    // planned restart: `volume::handover`; none survives a crash: see recovery).
     lazy_mounts: Mutex<HashMap<String, LazyMount>>,
     // Volume ids and targets with an operation under way: a second one on either is told to
     // retry (ABORTED), as the specification asks, instead of racing the first.
@@ -99,6 +101,12 @@ pub struct NodeService {
     // What the volumes' tmpfs pages cost the driver's memory, node-wide and per namespace.
     budget: ContentBudget,
     passes: AtomicU64,
+    // Held (shared) by every publish, unpublish and refresh for its whole run, and exclusively
+    // by a handover to a successor, which so waits for those under way.
+    operations: RwLock<()>,
+    // Set once a handover starts: every operation from then on is refused; cleared again only
+    // when the handover fails (the volumes stay this process's).
+    handing_over: AtomicBool,
 }
 
 impl NodeService {
@@ -135,6 +143,8 @@ impl NodeService {
             stale: Mutex::default(),
             budget,
             passes: AtomicU64::new(0),
+            operations: RwLock::new(()),
+            handing_over: AtomicBool::new(false),
         }
     }
 
@@ -163,6 +173,69 @@ impl NodeService {
     /// kubelet's root, as configured.
     pub fn kubelet_dir(&self) -> &Path {
         &self.settings.kubelet_dir
+    }
+
+    /// The right to run one operation, held for all of it; refused with `refusal` once this
+    /// process hands its volumes to a successor (which serves the retry).
+    fn operation(&self, refusal: fn(String) -> Error) -> Result<RwLockReadGuard<'_, ()>> {
+        let held = self.operations.read().unwrap_or_else(|p| p.into_inner());
+        if self.handing_over.load(Ordering::SeqCst) {
+            return Err(refusal("this driver is handing its volumes to its successor, which serves the retry".into()));
+        }
+        Ok(held)
+    }
+
+    /// Hands the lazy volumes this process serves to a successor: stops taking publishes,
+    /// unpublishes and refreshes, waits for those under way, then lets `hand` send every lazy
+    /// volume. Done (`Ok`), the volumes are the successor's: this process drops its side of
+    /// them and refuses every operation from then on. Failed, `hand` has resumed them and
+    /// operations are taken again.
+    pub fn hand_over_lazy(&self, hand: impl FnOnce(&mut HashMap<String, LazyMount>) -> Result<()>) -> Result<()> {
+        self.handing_over.store(true, Ordering::SeqCst);
+        let _all = self.operations.write().unwrap_or_else(|p| p.into_inner());
+        let mut mounts = self.lazy_mounts.lock().unwrap_or_else(|p| p.into_inner());
+        let handed = hand(&mut mounts);
+        match handed {
+            // The successor holds its own descriptors of the connections: closing these ends
+            // nothing.
+            Ok(()) => mounts.clear(),
+            Err(_) => self.handing_over.store(false, Ordering::SeqCst),
+        }
+        handed
+    }
+
+    /// Serves the lazy volumes a predecessor handed over (`taken`), each under its record
+    /// (which recovery kept): what the kernel holds of each mount stays true, and its files'
+    /// memory counts for its namespace from now on. A volume without such a record, or one
+    /// that cannot be served, is taken down as recovery takes down a dead lazy volume. A line
+    /// for each volume not served.
+    pub fn adopt_lazy(&self, taken: Vec<TakenVolume>) -> Vec<String> {
+        let mut lines = Vec::new();
+        for volume in taken {
+            let id = volume.volume_id;
+            let Some(published) = self.published(&id).filter(|published| published.record.lazy) else {
+                lines.push(format!("volume {}: handed over but not recorded as lazy here; not served", quote(&id)));
+                continue;
+            };
+            let charge = LazyCharge { budget: self.budget.clone(), payer: payer_of(&published.record) };
+            volume.files.charge_to(Arc::new(charge));
+            match LazyMount::take_over(&id, volume.mount, volume.device, volume.files) {
+                Ok(mount) => {
+                    self.lazy_mounts.lock().unwrap_or_else(|p| p.into_inner()).insert(id, mount);
+                }
+                Err(error) => {
+                    self.volumes.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+                    let mut line = format!("volume {}: handed over but not served ({error}); taken down", quote(&id));
+                    for problem in self.take_down(&published, true) {
+                        line.push_str("; ");
+                        line.push_str(&problem);
+                    }
+                    lines.push(line);
+                }
+            }
+        }
+        self.count_volumes();
+        lines
     }
 
     /// Marks `volume_id` and `target` busy until the claim is dropped (ABORTED meanwhile).
@@ -263,6 +336,7 @@ impl NodeService {
 
     /// Publishes a checked request.
     pub fn publish(&self, request: &Publish) -> Result<()> {
+        let _operation = self.operation(Error::Handover)?;
         let root = self.kubelet_dir();
         let target = &request.target;
         let _claim = self.claim(&request.ask.volume_id, target.as_path())?;
@@ -531,6 +605,11 @@ impl NodeService {
     /// writes nothing. Another operation holding the volume answers ABORTED (retry).
     pub fn refresh_volume(&self, volume_id: &str, pass: Option<PassId>) -> Option<Result<bool>> {
         let volume = self.published(volume_id)?;
+        // Handing over, refreshes are not failures: the successor refreshes.
+        let _operation = match self.operation(Error::Busy) {
+            Ok(operation) => operation,
+            Err(refused) => return Some(Err(refused)),
+        };
         let fetched = self.fetch(&volume, pass);
         let result =
             self.claim(volume_id, volume.target.as_path()).and_then(|_claim| match self.published(volume_id) {
@@ -683,6 +762,7 @@ impl NodeService {
             return Err(Error::Refused("target_path is required".into()));
         }
         let target = TargetPath::parse(target, self.kubelet_dir())?;
+        let _operation = self.operation(Error::Handover)?;
         let _claim = self.claim(volume_id, target.as_path())?;
         let Some(volume) = self.published(volume_id).filter(|volume| volume.target == target) else {
             // No record (never the driver's, or lost with its state directory): only a tmpfs

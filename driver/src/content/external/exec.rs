@@ -19,7 +19,7 @@ use super::helper_protocol::{MountReply, mount_arguments, mount_options};
 use super::helper_run::{self, HelperFailure};
 use serde_json::{Map, Value};
 
-use super::lazy_files::{GETS_PER_VOLUME, LazyFiles};
+use super::lazy_files::{GETS_PER_VOLUME, HandedFiles, LazyFiles};
 use super::provider::{ExecProvider, FetchMode};
 use crate::content::ask::VolumeAsk;
 use crate::content::error::{Error, Result};
@@ -115,6 +115,21 @@ impl ExecProviders {
         let (reply, options) = self.mount(provider, ask).await?;
         let permits = (self.permits.clone(), ask.pod.namespace.clone());
         LazyFiles::new(provider.clone(), permits, reply, options, tokio::runtime::Handle::current())
+            .map(|files| files.with_memory_limit(self.max_volume_bytes))
+    }
+
+    /// The files of a lazy volume a predecessor process served as `handed`: its provider must
+    /// still be configured here, in lazy mode (a successor given other providers cannot serve
+    /// what the predecessor did, and says which).
+    pub fn lazy_handed(&self, handed: HandedFiles) -> Result<LazyFiles> {
+        let name = quote(&handed.provider);
+        let Some(provider) = self.get(&handed.provider) else {
+            return Err(Error::Missing(format!("provider {name} is not configured in this driver")));
+        };
+        if provider.mode != FetchMode::Lazy {
+            return Err(Error::Unservable(format!("provider {name} no longer fetches files when opened")));
+        }
+        LazyFiles::from_handed(handed, provider.clone(), self.permits.clone(), tokio::runtime::Handle::current())
             .map(|files| files.with_memory_limit(self.max_volume_bytes))
     }
 

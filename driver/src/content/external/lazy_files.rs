@@ -193,6 +193,46 @@ struct Cached {
 /// the helper once.
 type Slot = Arc<tokio::sync::Mutex<Option<Cached>>>;
 
+/// The files of a lazy volume as they travel to a successor process (see
+/// [`LazyFiles::handed`]). Its options hold the pod's tokens: never printed.
+#[derive(Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct HandedFiles {
+    /// The provider's name.
+    pub provider: String,
+    /// The namespace whose share of the node's helpers its gets take.
+    pub namespace: String,
+    enable_dirs: Vec<String>,
+    mount_param: Vec<String>,
+    files: BTreeMap<String, Vec<String>>,
+    rooted: bool,
+    options: Map<String, Value>,
+    withdrawn: bool,
+}
+
+#[cfg(test)]
+impl HandedFiles {
+    /// The files of provider `vault` serving directory `secrets` for namespace `team-a`,
+    /// passing a token on each get.
+    pub fn example() -> HandedFiles {
+        HandedFiles {
+            provider: "vault".into(),
+            namespace: "team-a".into(),
+            enable_dirs: vec!["secrets".into()],
+            mount_param: vec!["token".into()],
+            files: BTreeMap::new(),
+            rooted: false,
+            options: Map::from_iter([("token".to_string(), Value::from("t0ken"))]),
+            withdrawn: false,
+        }
+    }
+}
+
+impl std::fmt::Debug for HandedFiles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HandedFiles(provider {}, namespace {})", self.provider, self.namespace)
+    }
+}
+
 /// The files of one lazy volume.
 pub struct LazyFiles {
     provider: ExecProvider,
@@ -371,6 +411,43 @@ impl LazyFiles {
         };
         *cached = Some(Cached { content: content.clone(), fetched: Instant::now() });
         Ok(content)
+    }
+
+    /// What a successor needs to serve these files as this process does without asking the
+    /// helper's `mount` again: the provider's name, the namespace its gets count for, the
+    /// helper's answer and the options (tokens among them) each `get` passes, and whether
+    /// access is withdrawn (a successor must not give back what a revocation took).
+    pub fn handed(&self) -> HandedFiles {
+        HandedFiles {
+            provider: self.provider.name.as_str().to_string(),
+            namespace: self.permits.1.clone(),
+            enable_dirs: self.reply.enable_dirs.clone(),
+            mount_param: self.reply.mount_param.clone(),
+            files: self.reply.files.clone(),
+            rooted: self.reply.rooted,
+            options: self.options.clone(),
+            withdrawn: self.withdrawn(),
+        }
+    }
+
+    /// The files a predecessor served as `handed`, served by `provider` (which must be the one
+    /// `handed` names, in lazy mode) with this node's helper `slots`: laid out and checked as
+    /// at publish, nothing fetched; withdrawn if they were.
+    pub fn from_handed(
+        handed: HandedFiles,
+        provider: ExecProvider,
+        slots: Arc<FairSlots>,
+        runtime: tokio::runtime::Handle,
+    ) -> Result<LazyFiles> {
+        let reply = MountReply {
+            enable_dirs: handed.enable_dirs,
+            mount_param: handed.mount_param,
+            files: handed.files,
+            rooted: handed.rooted,
+        };
+        let files = LazyFiles::new(provider, (slots, handed.namespace), reply, handed.options, runtime)?;
+        files.withdrawn.store(handed.withdrawn, Ordering::SeqCst);
+        Ok(files)
     }
 
     /// `bytes` under an id of its own, counted in the volume's memory; refused when the volume

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use super::exec::ExecProviders;
-use super::lazy_files::LazyFiles;
+use super::lazy_files::{HandedFiles, LazyFiles};
 use super::provider::{FetchMode, Provider};
 use super::secrets_store::SecretsStoreClient;
 use crate::content::ask::VolumeAsk;
@@ -81,6 +81,11 @@ impl Providers {
             Some(provider) => self.exec.lazy_files(provider, ask).await,
             None => Err(Error::Internal(format!("provider {} does not fetch files when opened", quote(name)))),
         }
+    }
+
+    /// The files of a lazy volume a predecessor process served as `handed`.
+    pub fn lazy_handed(&self, handed: HandedFiles) -> Result<LazyFiles> {
+        self.exec.lazy_handed(handed)
     }
 
     /// What the volume's provider answered last, by object.

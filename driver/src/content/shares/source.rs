@@ -32,7 +32,7 @@ use crate::apiserver_client::ApiserverClients;
 use crate::content::ask::{PodInfo, VolumeAsk};
 use crate::content::changes::Changes;
 use crate::content::error::{Error, Result};
-use crate::content::external::lazy_files::LazyFiles;
+use crate::content::external::lazy_files::{HandedFiles, LazyFiles};
 use crate::content::external::provider_class;
 use crate::content::external::providers::Providers;
 use crate::content::payload::Payload;
@@ -505,6 +505,12 @@ impl ContentSource for KubernetesSource {
 
     fn lazy(&self, request: &VolumeAsk) -> Result<Option<Arc<LazyFiles>>> {
         self.runtime.block_on(self.lazy_files(request))
+    }
+
+    fn lazy_handed(&self, handed: HandedFiles) -> Result<Arc<LazyFiles>> {
+        // On the source's runtime: the files' gets run there.
+        let _entered = self.runtime.enter();
+        self.providers.lazy_handed(handed).map(Arc::new)
     }
 
     fn changes(&self) -> Option<Arc<Changes>> {

@@ -622,8 +622,13 @@ async fn a_republish_with_new_tokens_rewrites_the_volume_and_a_restart_waits_for
         let text = fs::read(record.unwrap().path()).unwrap_or_default();
         assert!(!String::from_utf8_lossy(&text).contains("T2"), "a token reached the state directory");
     }
-    let (kept, dropped) =
-        crate::volume::recovery::recover(records, fixture.mounter.as_ref(), fixture.store.as_ref(), fixture.dir.path());
+    let (kept, dropped) = crate::volume::recovery::recover(
+        records,
+        fixture.mounter.as_ref(),
+        fixture.store.as_ref(),
+        fixture.dir.path(),
+        &Default::default(),
+    );
     assert!(dropped.is_empty(), "{dropped:?}");
     let restarted = service(kept);
     let refreshed = restarted.service.refresh_all();

@@ -8,7 +8,11 @@ use super::*;
 use crate::volume::fuse::wire::Negotiated;
 use crate::volume::lazy_open_files::OpenFilesState;
 
-fn volume() -> HandedLazyVolume {
+fn volume(volume_id: &str) -> HandedVolume {
+    HandedVolume { volume_id: volume_id.into(), mount: mount(), files: HandedFiles::example() }
+}
+
+fn mount() -> HandedLazyVolume {
     HandedLazyVolume {
         negotiated: Negotiated { minor: 31 },
         mounted: (1_700_000_000, 5),
@@ -23,15 +27,15 @@ fn volume() -> HandedLazyVolume {
 fn a_volume_and_its_descriptor_arrive_together_and_the_end_is_said() {
     let (sender, receiver) = UnixStream::pair().unwrap();
     let (mut pipe_out, pipe_in) = std::io::pipe().unwrap();
-    send(&sender, "csi-a", &volume(), pipe_in.as_fd()).unwrap();
-    send(&sender, "csi-b", &volume(), pipe_in.as_fd()).unwrap();
+    send(&sender, &volume("csi-a"), pipe_in.as_fd()).unwrap();
+    send(&sender, &volume("csi-b"), pipe_in.as_fd()).unwrap();
     send_end(&sender).unwrap();
     drop(pipe_in);
 
-    let (id, received, device) = receive(&receiver).unwrap().unwrap();
-    assert_eq!((id.as_str(), &received), ("csi-a", &volume()));
-    let (id, _, second) = receive(&receiver).unwrap().unwrap();
-    assert_eq!(id, "csi-b");
+    let (received, device) = receive(&receiver).unwrap().unwrap();
+    assert_eq!(received, volume("csi-a"));
+    let (received, second) = receive(&receiver).unwrap().unwrap();
+    assert_eq!(received.volume_id, "csi-b");
     assert!(receive(&receiver).unwrap().is_none(), "the end");
     // The descriptor received is the very pipe sent: what is written to it comes out.
     std::fs::File::from(device).write_all(b"same file").unwrap();
@@ -110,4 +114,25 @@ fn what_a_broken_or_hostile_sender_writes_is_refused_naming_it() {
     drop(sender);
     let error = receive(&receiver).unwrap_err().to_string();
     assert_eq!(error, "the handover of lazy volumes: receiving a frame: the sender closed the socket before the end");
+}
+
+#[test]
+fn each_word_is_heard_as_said_and_anything_else_is_refused() {
+    let (sender, receiver) = UnixStream::pair().unwrap();
+    for word in [Word::Ask, Word::Taken, Word::Refused, Word::LetGo] {
+        say(&sender, word).unwrap();
+        assert_eq!(hear(&receiver, "a word").unwrap(), word);
+    }
+    (&sender).write_all(b"GET / HT").unwrap();
+    let error = hear(&receiver, "a successor's request").unwrap_err().to_string();
+    assert_eq!(
+        error,
+        "the handover of lazy volumes: waiting for a successor's request: the other side said something else"
+    );
+    drop(sender);
+    let error = hear(&receiver, "the successor to take the volumes").unwrap_err().to_string();
+    assert!(
+        error.starts_with("the handover of lazy volumes: waiting for the successor to take the volumes: "),
+        "{error}"
+    );
 }

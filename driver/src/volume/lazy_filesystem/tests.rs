@@ -257,7 +257,7 @@ fn a_lazy_volume_whose_server_is_gone_is_unmounted_at_recovery_and_its_record_dr
 
     let store = FileVolumeStore::open(dir.path().join("state")).unwrap();
     store.put(&lazy_record(volume_id, &text, created, Some(1)), true).unwrap();
-    let (kept, dropped) = recover(store.load_all().unwrap().0, &LinuxMounter, &store, dir.path());
+    let (kept, dropped) = recover(store.load_all().unwrap().0, &LinuxMounter, &store, dir.path(), &Default::default());
     assert!(kept.is_empty(), "{kept:?}");
     assert_eq!(dropped.len(), 1);
     assert!(
@@ -281,7 +281,7 @@ fn a_dead_fuse_mount_the_driver_did_not_make_is_left_alone_at_recovery() {
     drop(opened);
     let store = FileVolumeStore::open(dir.path().join("state")).unwrap();
     store.put(&lazy_record("csi-lazy-mine", &text, created, None), true).unwrap();
-    let (kept, dropped) = recover(store.load_all().unwrap().0, &LinuxMounter, &store, dir.path());
+    let (kept, dropped) = recover(store.load_all().unwrap().0, &LinuxMounter, &store, dir.path(), &Default::default());
     let still_mounted = listed_in_mountinfo(&text).unwrap();
     nix::mount::umount2(&text, nix::mount::MntFlags::MNT_DETACH).unwrap();
     assert!(kept.is_empty(), "{kept:?}");
@@ -362,7 +362,7 @@ impl Served {
 
 /// A container reading its secret in a loop on a thread of its own, each read a new open (a
 /// request every time), until stopped; the first read that is not `s3cret` ends it.
-struct LoopingReader {
+pub(crate) struct LoopingReader {
     stop: Arc<std::sync::atomic::AtomicBool>,
     reads: Arc<std::sync::atomic::AtomicU64>,
     result: std::sync::mpsc::Receiver<Result<u64, String>>,
@@ -370,7 +370,7 @@ struct LoopingReader {
 }
 
 impl LoopingReader {
-    fn start(file: PathBuf) -> LoopingReader {
+    pub(crate) fn start(file: PathBuf) -> LoopingReader {
         use std::sync::atomic::Ordering;
         let (stop, reads) =
             (Arc::new(std::sync::atomic::AtomicBool::new(false)), Arc::new(std::sync::atomic::AtomicU64::new(0)));
@@ -393,16 +393,16 @@ impl LoopingReader {
         LoopingReader { stop, reads, result, thread }
     }
 
-    fn reads(&self) -> u64 {
+    pub(crate) fn reads(&self) -> u64 {
         self.reads.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    fn finished(&self) -> bool {
+    pub(crate) fn finished(&self) -> bool {
         self.thread.is_finished()
     }
 
     /// Waits (a minute at most) until the reader has read `count` times in all.
-    fn wait_for(&self, count: u64, what: &str) {
+    pub(crate) fn wait_for(&self, count: u64, what: &str) {
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         while self.reads() < count {
             assert!(!self.finished(), "{what}: the reader ended");
@@ -413,7 +413,7 @@ impl LoopingReader {
 
     /// Stops it: how many reads it made, or the first that failed. Bounded, so a volume that
     /// answers nothing fails the test instead of hanging it.
-    fn stop(self) -> Result<u64, String> {
+    pub(crate) fn stop(self) -> Result<u64, String> {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
         let outcome = self.result.recv_timeout(Duration::from_secs(60)).expect("the reader stops");
         self.thread.join().unwrap();
@@ -488,13 +488,18 @@ fn a_lazy_volume_handed_over_a_real_socket_is_served_on_by_its_successor_with_no
     let (sending, receiving) = std::os::unix::net::UnixStream::pair().unwrap();
     let (handed, device) = served.mount.hand_over(Duration::from_secs(30)).unwrap();
     assert_eq!(handed.group, 2000);
-    handover::send(&sending, "csi-lazy-handover", &handed, device.as_fd()).unwrap();
+    let volume = handover::HandedVolume {
+        volume_id: "csi-lazy-handover".into(),
+        mount: handed,
+        files: served.mount.files().handed(),
+    };
+    handover::send(&sending, &volume, device.as_fd()).unwrap();
     handover::send_end(&sending).unwrap();
     drop(device);
-    let (volume_id, handed, device) = handover::receive(&receiving).unwrap().unwrap();
+    let (volume, device) = handover::receive(&receiving).unwrap().unwrap();
     assert!(handover::receive(&receiving).unwrap().is_none());
     let files = Arc::new(served.runtime.block_on(async { served.helper.files(HOUR) }));
-    let successor = LazyMount::take_over(&volume_id, handed, device, files.clone()).unwrap();
+    let successor = LazyMount::take_over(&volume.volume_id, volume.mount, device, files.clone()).unwrap();
     // The predecessor goes, closing its descriptors: the connection lives on in the successor's.
     drop(std::mem::replace(&mut served.mount, successor));
     reader.wait_for(reader.reads() + 20, "after the handover");

@@ -94,16 +94,21 @@ impl Helper {
         calls.lines().filter(|line| line.starts_with("get ")).map(String::from).collect()
     }
 
-    /// The volume's files, fetched through this helper on the current runtime.
-    pub(crate) fn files(&self, cache_ttl: Duration) -> LazyFiles {
-        let provider = ExecProvider {
+    /// The lazy provider `vault-cli` running this helper.
+    pub(crate) fn provider(&self, cache_ttl: Duration) -> ExecProvider {
+        ExecProvider {
             name: ObjectName::parse("vault-cli").unwrap(),
             helper: self.path("helper"),
             mode: super::super::provider::FetchMode::Lazy,
             timeout: Duration::from_secs(60),
             cache_ttl,
             max_file_bytes: 1 << 20,
-        };
+        }
+    }
+
+    /// The volume's files, fetched through this helper on the current runtime.
+    pub(crate) fn files(&self, cache_ttl: Duration) -> LazyFiles {
+        let provider = self.provider(cache_ttl);
         let options = mount_options(&crate::content::ask::VolumeAsk::example(&[("provider", "vault-cli")])).unwrap();
         let reply = reply(r#"{"enable-dirs": ["secrets"], "mount-param": ["kubernetes.io/pod.name"],}"#);
         LazyFiles::new(

@@ -1,0 +1,281 @@
+//! Two drivers on one node, as a DaemonSet's rolling update with `maxSurge: 1` runs them: the
+//! second finds the first holding the node and takes its lazy volumes over a real socket (real
+//! FUSE mounts, real descriptors passed, the real CSI socket replaced in place), while a
+//! container reads its secret in a loop and keeps a file open; or, unable to serve them, it
+//! refuses and stops, and the first serves on as before.
+
+use std::collections::{BTreeMap, HashMap};
+use std::os::fd::AsFd as _;
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use inline_guard_proto::csi::v1::identity_client::IdentityClient;
+use inline_guard_proto::csi::v1::node_client::NodeClient;
+use inline_guard_proto::csi::v1::volume_capability::{AccessMode, AccessType, MountVolume};
+use inline_guard_proto::csi::v1::{
+    NodePublishVolumeRequest, NodeUnpublishVolumeRequest, ProbeRequest, VolumeCapability,
+};
+
+use super::*;
+use crate::content::ask::VolumeAsk;
+use crate::content::error::Result as ContentResult;
+use crate::content::external::exec::ExecProviders;
+use crate::content::external::lazy_files::tests::Helper;
+use crate::content::external::lazy_files::{HandedFiles, LazyFiles};
+use crate::content::external::provider::ExecProvider;
+use crate::content::payload::Payload;
+use crate::volume::lazy_filesystem::tests::LoopingReader;
+use crate::volume::mounter::listed_in_mountinfo;
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+/// Every volume a lazy volume of provider `vault-cli` (when this driver has it), run on the
+/// source's own runtime as the Kubernetes source runs its providers.
+struct LazyProviderSource {
+    providers: ExecProviders,
+    runtime: tokio::runtime::Handle,
+}
+
+impl ContentSource for LazyProviderSource {
+    fn ready(&self) -> bool {
+        true
+    }
+
+    fn content(&self, _: &VolumeAsk) -> ContentResult<Payload> {
+        Ok(Payload::new())
+    }
+
+    fn lazy(&self, ask: &VolumeAsk) -> ContentResult<Option<Arc<LazyFiles>>> {
+        let Some(provider) = self.providers.get("vault-cli") else {
+            return Ok(None);
+        };
+        self.runtime.block_on(self.providers.lazy_files(provider, ask)).map(|files| Some(Arc::new(files)))
+    }
+
+    fn lazy_handed(&self, handed: HandedFiles) -> ContentResult<Arc<LazyFiles>> {
+        let _entered = self.runtime.enter();
+        self.providers.lazy_handed(handed).map(Arc::new)
+    }
+}
+
+/// A driver running on a thread of its own, until stopped.
+struct RunningDriver {
+    stop: tokio::sync::oneshot::Sender<()>,
+    thread: std::thread::JoinHandle<std::result::Result<(), String>>,
+}
+
+impl RunningDriver {
+    /// A driver on `root` whose providers are `providers` (none: it cannot serve lazy volumes).
+    fn start(root: &Path, providers: &[(String, ExecProvider)], runtime: &tokio::runtime::Handle) -> RunningDriver {
+        let mut plugin = Plugin::in_directory(root, root.join("csi.sock"));
+        plugin.content = Arc::new(LazyProviderSource {
+            providers: ExecProviders::new(providers.iter().cloned().collect::<BTreeMap<_, _>>(), 4),
+            runtime: runtime.clone(),
+        });
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+            runtime
+                .block_on(plugin.run(async {
+                    let _ = stopped.await;
+                }))
+                .map_err(|error| error.to_string())
+        });
+        RunningDriver { stop, thread }
+    }
+
+    /// Stops it (its SIGTERM): how its run ended.
+    fn stop(self) -> std::result::Result<(), String> {
+        let _ = self.stop.send(());
+        self.thread.join().unwrap()
+    }
+}
+
+/// The identity of the file at `path`, once there is one.
+fn identity(path: &Path) -> Option<(u64, u64)> {
+    std::fs::symlink_metadata(path).ok().map(|metadata| (metadata.dev(), metadata.ino()))
+}
+
+/// Waits (a minute at most) for `done`.
+fn wait_until(what: &str, done: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}: not within a minute");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn target(root: &Path) -> PathBuf {
+    root.join("pods/u-1/volumes/kubernetes.io~csi/secrets/mount")
+}
+
+fn publish_request(root: &Path) -> NodePublishVolumeRequest {
+    let context: HashMap<String, String> = [
+        ("csi.storage.k8s.io/ephemeral", "true"),
+        ("csi.storage.k8s.io/pod.name", "web"),
+        ("csi.storage.k8s.io/pod.namespace", "apps"),
+        ("csi.storage.k8s.io/pod.uid", "u-1"),
+        ("csi.storage.k8s.io/serviceAccount.name", "web"),
+        ("provider", "vault-cli"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    NodePublishVolumeRequest {
+        volume_id: "csi-lazy".into(),
+        target_path: target(root).to_string_lossy().into_owned(),
+        volume_capability: Some(VolumeCapability {
+            access_type: Some(AccessType::Mount(MountVolume::default())),
+            access_mode: Some(AccessMode { mode: 2 }),
+        }),
+        readonly: true,
+        volume_context: context,
+        ..Default::default()
+    }
+}
+
+/// What kubelet would call on the node's CSI socket, as a client of its own.
+struct Kubelet {
+    runtime: tokio::runtime::Runtime,
+    socket: PathBuf,
+}
+
+impl Kubelet {
+    fn new(root: &Path) -> Kubelet {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        Kubelet { runtime, socket: root.join("csi.sock") }
+    }
+
+    fn channel(&self) -> tonic::transport::Channel {
+        let channel = crate::test_client::unix_channel(self.socket.clone(), Duration::from_secs(60));
+        self.runtime.block_on(channel).unwrap()
+    }
+
+    fn probe(&self) -> Option<bool> {
+        let mut identity = IdentityClient::new(self.channel());
+        self.runtime.block_on(identity.probe(ProbeRequest {})).unwrap().into_inner().ready
+    }
+
+    fn publish(&self, root: &Path) -> std::result::Result<(), tonic::Status> {
+        let mut node = NodeClient::new(self.channel());
+        self.runtime.block_on(node.node_publish_volume(publish_request(root))).map(drop)
+    }
+
+    fn unpublish(&self, root: &Path) -> std::result::Result<(), tonic::Status> {
+        let mut node = NodeClient::new(self.channel());
+        let request = NodeUnpublishVolumeRequest {
+            volume_id: "csi-lazy".into(),
+            target_path: target(root).to_string_lossy().into_owned(),
+        };
+        self.runtime.block_on(node.node_unpublish_volume(request)).map(drop)
+    }
+}
+
+/// The node's directory (whatever a failed test leaves mounted below it is unmounted with it),
+/// a helper serving `db-password` and `api-key`, the provider running it, and the runtime the
+/// providers' helpers run on.
+fn node() -> (crate::mounted_dir::MountedDir, Helper, Vec<(String, ExecProvider)>, tokio::runtime::Runtime) {
+    assert!(nix::unistd::geteuid().is_root(), "mounting needs root: run the test command as root");
+    let dir = crate::mounted_dir::MountedDir::new();
+    std::fs::create_dir_all(dir.path().join("shares")).unwrap();
+    let helper = Helper::new(&[("db-password", "s3cret"), ("api-key", "k3y")]);
+    let providers = vec![("vault-cli".to_string(), helper.provider(HOUR))];
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    (dir, helper, providers, runtime)
+}
+
+/// The records in the node's state directory.
+fn records(root: &Path) -> usize {
+    let entries = std::fs::read_dir(root.join("state")).unwrap();
+    entries.filter(|entry| entry.as_ref().unwrap().path().extension().is_some_and(|e| e == "json")).count()
+}
+
+#[test]
+fn a_successor_takes_the_lazy_volumes_over_while_a_container_reads_on_then_serves_the_node_alone() {
+    let (dir, helper, providers, runtime) = node();
+    let root = dir.path();
+    let kubelet = Kubelet::new(root);
+    let first = RunningDriver::start(root, &providers, runtime.handle());
+    kubelet.publish(root).unwrap();
+    assert_eq!(records(root), 1, "the positive control: the volume's record");
+    let file = target(root).join("secrets/db-password");
+    // A handle the container keeps open across the handover, and a container reading in a loop.
+    let held = std::fs::File::open(&file).unwrap();
+    let mut first_read = String::new();
+    std::io::Read::read_to_string(&mut &held, &mut first_read).unwrap();
+    assert_eq!(first_read, "s3cret");
+    let reader = LoopingReader::start(file.clone());
+    reader.wait_for(20, "before the handover");
+    let first_socket = identity(&root.join("csi.sock")).expect("the first driver's socket");
+
+    let second = RunningDriver::start(root, &providers, runtime.handle());
+    wait_until("the successor's socket in place of the first's", || {
+        identity(&root.join("csi.sock")).is_some_and(|now| now != first_socket)
+    });
+    assert_eq!(kubelet.probe(), Some(true), "the successor serves the node's socket");
+    reader.wait_for(reader.reads() + 20, "after the handover");
+    assert!(!first.thread.is_finished(), "the first driver stays up, not ready, until it is stopped");
+
+    // A file never opened before is fetched by the successor (the first let go of its side).
+    let gets = helper.gets().len();
+    assert_eq!(std::fs::read_to_string(target(root).join("secrets/api-key")).unwrap(), "k3y");
+    assert_eq!(helper.gets().len(), gets + 1, "fetched through the successor");
+    // The handle kept open reads through the successor, its pages dropped first so that the
+    // kernel asks for them by the handle's number.
+    nix::fcntl::posix_fadvise(held.as_fd(), 0, 0, nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED).unwrap();
+    let mut again = Vec::new();
+    std::io::Seek::rewind(&mut &held).unwrap();
+    std::io::Read::read_to_end(&mut &held, &mut again).unwrap();
+    assert_eq!(again, b"s3cret");
+    drop(held);
+
+    // Stopped, the first driver leaves the successor's socket where it is.
+    first.stop().unwrap();
+    assert_eq!(identity(&root.join("csi.sock")).map(|now| now != first_socket), Some(true));
+    assert_eq!(kubelet.probe(), Some(true), "the successor still serves");
+    let reads = reader.stop().expect("no read failed across the handover");
+    assert!(reads >= 40, "{reads} reads");
+
+    // The successor owns the volume: kubelet's unpublish reaches it and takes it down.
+    kubelet.unpublish(root).unwrap();
+    assert!(!listed_in_mountinfo(&target(root)).unwrap(), "unmounted by the successor");
+    second.stop().unwrap();
+    assert!(!root.join("csi.sock").exists(), "the successor removes its own socket on exit");
+    assert_eq!(records(root), 0, "no record left");
+}
+
+#[test]
+fn a_successor_that_cannot_serve_a_lazy_volume_refuses_it_and_the_first_driver_serves_on() {
+    let (dir, helper, providers, runtime) = node();
+    let root = dir.path();
+    let kubelet = Kubelet::new(root);
+    let first = RunningDriver::start(root, &providers, runtime.handle());
+    kubelet.publish(root).unwrap();
+    let reader = LoopingReader::start(target(root).join("secrets/db-password"));
+    reader.wait_for(20, "before the handover");
+    let first_socket = identity(&root.join("csi.sock")).expect("the first driver's socket");
+
+    // A successor configured without the volume's provider.
+    let refused = RunningDriver::start(root, &[], runtime.handle()).thread.join().unwrap().unwrap_err();
+    assert!(
+        refused.contains(
+            "the lazy volume \"csi-lazy\" cannot be served by this driver: provider \"vault-cli\" is not \
+             configured in this driver; the running driver keeps serving it"
+        ),
+        "{refused}"
+    );
+    reader.wait_for(reader.reads() + 20, "after the refused handover");
+    assert_eq!(identity(&root.join("csi.sock")), Some(first_socket), "the first driver's socket is untouched");
+    // The first driver serves on: a file never opened is fetched, and kubelet's unpublish
+    // reaches it.
+    assert_eq!(std::fs::read_to_string(target(root).join("secrets/api-key")).unwrap(), "k3y");
+    assert!(helper.gets().iter().any(|get| get.starts_with("get secrets/api-key")), "{:?}", helper.gets());
+    reader.stop().expect("no read failed across the refused handover");
+    assert_eq!(kubelet.probe(), Some(true));
+    kubelet.unpublish(root).unwrap();
+    assert!(!listed_in_mountinfo(&target(root)).unwrap());
+    first.stop().unwrap();
+    assert!(!root.join("csi.sock").exists());
+}

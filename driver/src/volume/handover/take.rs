@@ -1,0 +1,81 @@
+//! The successor's side of a handover: a driver that finds the state directory's lock held asks
+//! the holder, on its offer socket, for its lazy volumes; lays each one's files out again from
+//! what travelled (no helper runs); says it has taken them only once every one could be laid
+//! out (otherwise it refuses, and the predecessor resumes them all); and waits for the
+//! predecessor to let go of the node before it takes the lock.
+
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::offer::SOCKET_FILE;
+use super::{HandedVolume, Word, hear, receive, say};
+use crate::content::ContentSource;
+use crate::content::external::lazy_files::LazyFiles;
+use crate::quote::{quote, quote_path};
+use crate::volume::error::{Error, Result};
+use crate::volume::lazy_filesystem::HandedLazyVolume;
+
+/// How long one read or write of the handover may wait for the other side: the predecessor
+/// pauses each volume (at most its own bound on answers owed) and stops its sockets between
+/// two of them.
+pub const STEP_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A lazy volume taken over: what its mount's kernel side holds, its files laid out again and
+/// this process's descriptor of its connection.
+pub struct TakenVolume {
+    /// The volume's id.
+    pub volume_id: String,
+    /// What the kernel holds of its mount.
+    pub mount: HandedLazyVolume,
+    /// Its files, laid out from what travelled.
+    pub files: Arc<LazyFiles>,
+    /// This process's descriptor of its FUSE connection.
+    pub device: OwnedFd,
+}
+
+/// Asks the driver holding `state_dir` for its lazy volumes, laying their files out with
+/// `content`. `None` when it offers none (no offer socket, or nobody answers on it: a driver
+/// from before handovers); the volumes, once the predecessor has let go of the node; an error
+/// when the handover failed (the predecessor then keeps serving everything).
+pub fn ask(state_dir: &Path, content: &dyn ContentSource) -> Result<Option<Vec<TakenVolume>>> {
+    let path = state_dir.join(SOCKET_FILE);
+    let socket = match UnixStream::connect(&path) {
+        Ok(socket) => socket,
+        Err(error) if matches!(error.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused) => {
+            return Ok(None);
+        }
+        Err(error) => {
+            return Err(Error::Handover(format!("asking {} for a handover: {error}", quote_path(&path))));
+        }
+    };
+    let timeouts =
+        socket.set_read_timeout(Some(STEP_TIMEOUT)).and_then(|()| socket.set_write_timeout(Some(STEP_TIMEOUT)));
+    timeouts.map_err(|error| Error::Handover(format!("setting the handover's timeouts: {error}")))?;
+    say(&socket, Word::Ask)?;
+    let mut taken = Vec::new();
+    while let Some((volume, device)) = receive(&socket)? {
+        let HandedVolume { volume_id, mount, files } = volume;
+        match content.lazy_handed(files) {
+            Ok(files) => taken.push(TakenVolume { volume_id, mount, files, device }),
+            Err(error) => {
+                // Refused as a whole: the predecessor keeps serving every volume, this process
+                // stops, and the rollout waits (the DaemonSet's maxUnavailable: 0).
+                let _ = say(&socket, Word::Refused);
+                return Err(Error::Handover(format!(
+                    "the lazy volume {} cannot be served by this driver: {error}; the running driver keeps serving it",
+                    quote(&volume_id)
+                )));
+            }
+        }
+    }
+    say(&socket, Word::Taken)?;
+    match hear(&socket, "the running driver to let go of the node")? {
+        Word::LetGo => Ok(Some(taken)),
+        other => {
+            Err(Error::Handover(format!("the running driver answered {other:?} instead of letting go of the node")))
+        }
+    }
+}
