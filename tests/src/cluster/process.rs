@@ -66,6 +66,36 @@ impl ChildProcess {
         }
     }
 
+    /// Its log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGTERM, and its exit status once it exits within `bound` (SIGKILL and an error naming
+    /// it otherwise).
+    pub fn terminate(&mut self, bound: std::time::Duration) -> Result<std::process::ExitStatus, String> {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).map_err(|e| format!("{}: {e}", self.name))?;
+        let deadline = std::time::Instant::now() + bound;
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => return Ok(status),
+                Ok(None) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Ok(None) => {
+                    self.kill();
+                    return Err(format!(
+                        "{} did not exit within {bound:?} of its SIGTERM\n{}",
+                        self.name,
+                        self.log_tail(30)
+                    ));
+                }
+                Err(e) => return Err(format!("{}: {e}", self.name)),
+            }
+        }
+    }
+
     /// SIGKILL, and reap.
     pub fn kill(&mut self) {
         let _ = self.child.kill();

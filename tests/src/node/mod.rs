@@ -196,6 +196,36 @@ impl Node {
         Ok(())
     }
 
+    /// A planned restart, as a DaemonSet's rolling update with `maxSurge: 1` makes it: a new
+    /// driver starts beside the running one and takes the node over (its lazy volumes among
+    /// it); once the old one says it has let go of the node, it is stopped with SIGTERM and must
+    /// exit 0 within its shutdown bound.
+    pub fn hand_over_driver(&self) -> Result<(), String> {
+        let dir = self.dir.as_ref().ok_or("the node is torn down")?.path();
+        let mut guard = self.driver.lock().unwrap_or_else(|p| p.into_inner());
+        let mut old = guard.take().ok_or("no driver runs on the node")?;
+        let mut successor = self.plugin.start(dir, "driver-successor")?;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !old.log_text().contains("this driver has let go of the node") {
+            successor.ensure_running()?;
+            old.ensure_running()?;
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "the running driver did not hand the node over within 60 s\n{}\n{}",
+                    old.log_tail(20),
+                    successor.log_tail(20)
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let status = old.terminate(Duration::from_secs(20))?;
+        if !status.success() {
+            return Err(format!("the driver that handed the node over exited {status}\n{}", old.log_tail(20)));
+        }
+        *guard = Some(successor);
+        Ok(())
+    }
+
     /// Stops the driver (SIGKILL), rewrites its configuration with the YAML lines `extra` added
     /// ([`PluginFiles::configure`]; `""` is the node's own) and starts it again.
     pub fn restart_driver_with(&self, extra: &str) -> Result<(), String> {

@@ -1,11 +1,12 @@
 //! A lazy `exec` provider on the real node: the node's driver configured with the shipped
 //! example helper (wrapped to log its calls) in mode lazy. The pod's container, running as a user
 //! other than root, starts with the volume mounted and the helper asked only `mount`; once the
-//! test lets it read, the helper's `get` runs, once for many reads within the TTL. Then the
-//! behaviour the documentation promises for a driver restart: the FUSE session ends with the
-//! old process, so the running container's reads fail with "Transport endpoint is not
-//! connected" (a pod using a lazy volume must be restarted), and deleting the pod still leaves
-//! nothing on the node.
+//! test lets it read, the helper's `get` runs, once for many reads within the TTL. Then a
+//! planned restart (a new driver beside the old one, as the DaemonSet's rolling update starts
+//! it): the old driver hands the volume over and exits 0 on its SIGTERM, and the running
+//! container reads on, no read failed, with no new `mount`. Then an unplanned one (SIGKILL):
+//! the FUSE session ends with the process, so the container's reads fail with "Transport
+//! endpoint is not connected" as documented; deleting the pod still leaves nothing on the node.
 
 use serde_json::json;
 
@@ -77,7 +78,21 @@ pub async fn a_pod_on_the_node_reads_a_lazy_providers_file_when_it_first_opens_i
         return Err(format!("three reads within the TTL made the helper calls {after:?}; expected one get"));
     }
 
-    // The driver restarted: the FUSE session ended with the old process, as documented.
+    // A planned restart: the successor takes the volume over while the container reads on.
+    let reads_before = last_read(&node.container_log(NAMESPACE, POD, "reader"))?;
+    node.hand_over_driver()?;
+    let wanted = format!("read {}: from-the-helper", reads_before + 3);
+    wait_for_log(node, NAMESPACE, POD, "three more reads after the handover", |line| line == wanted).await?;
+    let log = node.container_log(NAMESPACE, POD, "reader");
+    if let Some(failed) = log.iter().find(|line| line.starts_with("read ") && !line.ends_with(": from-the-helper")) {
+        return Err(format!("across the handover the container read {failed:?}"));
+    }
+    let handed = helper_calls(work.path());
+    if handed.iter().filter(|call| call.starts_with("mount ")).count() != 1 {
+        return Err(format!("the handover ran the helper's mount again: {handed:?}"));
+    }
+
+    // An unplanned restart: the FUSE session ended with the killed process, as documented.
     node.restart_driver_with(&config)?;
     let broken = "Transport endpoint is not connected";
     wait_for_log(node, NAMESPACE, POD, "the running container's reads after a driver restart", |line| {
@@ -87,7 +102,17 @@ pub async fn a_pod_on_the_node_reads_a_lazy_providers_file_when_it_first_opens_i
     delete_and_wait(suite, NAMESPACE, POD).await?;
     nothing_left(node, &uid(&pod))?;
     println!(
-        "the container read lazily with helper calls {after:?}; after a driver restart its reads failed: {broken}"
+        "the container read lazily with helper calls {after:?}; across a handover it read on ({} reads, helper \
+         calls {handed:?}); after a SIGKILL restart its reads failed: {broken}",
+        reads_before + 3
     );
     Ok(())
+}
+
+/// The number of the container's last read (`read N: ...`).
+fn last_read(log: &[String]) -> Result<u64, String> {
+    log.iter()
+        .rev()
+        .find_map(|line| line.strip_prefix("read ")?.split_once(':')?.0.parse().ok())
+        .ok_or_else(|| format!("the container logged no read: {log:?}"))
 }

@@ -914,3 +914,33 @@ async fn the_providers_object_versions_are_recorded_as_a_refresh_changes_them() 
     // What a restarted driver sends the provider back: the versions of the content it shows.
     assert_eq!(recorded(), [("db".to_string(), "v2".to_string())].into());
 }
+
+#[tokio::test]
+async fn a_handover_refuses_every_operation_once_done_and_none_when_it_failed() {
+    let fixture = fixture(settings(false));
+    publish(&fixture, request(&fixture, "csi-1", "cluster-ca")).await.unwrap();
+    let target = target_of(&fixture, "csi-1").to_string_lossy().into_owned();
+
+    // A handover that fails (the successor refused) leaves every operation open.
+    let failed = fixture.service.hand_over_lazy(|_| Err(crate::volume::error::Error::Handover("refused".into())));
+    assert_eq!(failed.unwrap_err().to_string(), "refused");
+    publish(&fixture, request(&fixture, "csi-2", "cluster-ca")).await.unwrap();
+    assert_eq!(settled(fixture.service.refresh_all()).len(), 2, "refreshed");
+
+    // Done: publishes and unpublishes are UNAVAILABLE (kubelet's retry reaches the successor),
+    // refreshes are not made and not counted as failures, and nothing is taken down.
+    fixture.service.hand_over_lazy(|_| Ok(())).unwrap();
+    let refused = publish(&fixture, request(&fixture, "csi-3", "cluster-ca")).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+    assert!(refused.message().contains("handing its volumes to its successor"), "{}", refused.message());
+    let unpublish = NodeUnpublishVolumeRequest { volume_id: "csi-1".into(), target_path: target.clone() };
+    let refused = fixture.node.node_unpublish_volume(Request::new(unpublish)).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+    for (volume, result) in fixture.service.refresh_all() {
+        assert!(matches!(result, Err(crate::volume::error::Error::Busy(_))), "{volume}: {result:?}");
+    }
+    let metrics = fixture.service.metrics().encode();
+    assert!(metrics.contains("sharedresource_csi_driver_volumes_stale 0"), "a refresh not made is no failure");
+    assert!(fs::read_to_string(PathBuf::from(&target).join("ca.crt")).is_ok(), "the volume is still there");
+    assert!(!PathBuf::from(request(&fixture, "csi-3", "cluster-ca").target_path).exists(), "nothing published");
+}
