@@ -254,6 +254,11 @@ fn a_second_instance_takes_the_node_over_and_the_first_waits_for_its_sigterm() {
     assert_eq!(first.wait(Duration::from_secs(15)).0, Some(0));
     assert!(identity(&socket).is_some_and(|now| now != first_socket), "the second driver's socket stays");
     assert_eq!(probe(&socket), Some(true), "and answers");
+    let offer = dir.path().join("state/handover.sock");
+    assert!(
+        std::os::unix::net::UnixStream::connect(&offer).is_ok(),
+        "and so does its offer, which the first left alone"
+    );
 
     // Another state directory, the same endpoint: the live socket is not taken over.
     let other = Driver::config(dir.path(), "");
@@ -277,6 +282,7 @@ fn a_second_instance_takes_the_node_over_and_the_first_waits_for_its_sigterm() {
     second.signal(Signal::SIGTERM);
     assert_eq!(second.wait(Duration::from_secs(15)).0, Some(0));
     assert!(!socket.exists(), "its own socket is removed on exit");
+    assert!(!offer.exists(), "and its offer");
 }
 
 #[test]

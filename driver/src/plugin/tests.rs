@@ -193,7 +193,7 @@ fn records(root: &Path) -> usize {
 }
 
 #[test]
-fn a_successor_takes_the_lazy_volumes_over_while_a_container_reads_on_then_serves_the_node_alone() {
+fn successors_take_the_lazy_volumes_over_rollout_after_rollout_while_a_container_reads_on() {
     let (dir, helper, providers, runtime) = node();
     let root = dir.path();
     let kubelet = Kubelet::new(root);
@@ -233,16 +233,26 @@ fn a_successor_takes_the_lazy_volumes_over_while_a_container_reads_on_then_serve
 
     // Stopped, the first driver leaves the successor's socket where it is.
     first.stop().unwrap();
-    assert_eq!(identity(&root.join("csi.sock")).map(|now| now != first_socket), Some(true));
+    let second_socket = identity(&root.join("csi.sock")).expect("the second driver's socket");
+    assert_ne!(second_socket, first_socket);
     assert_eq!(kubelet.probe(), Some(true), "the successor still serves");
-    let reads = reader.stop().expect("no read failed across the handover");
-    assert!(reads >= 40, "{reads} reads");
 
-    // The successor owns the volume: kubelet's unpublish reaches it and takes it down.
-    kubelet.unpublish(root).unwrap();
-    assert!(!listed_in_mountinfo(&target(root)).unwrap(), "unmounted by the successor");
+    // The next rollout: the successor offers a handover in turn (the first left its offer
+    // alone), and a third driver takes the volume from it.
+    let third = RunningDriver::start(root, &providers, runtime.handle());
+    wait_until("the third driver's socket in place of the second's", || {
+        identity(&root.join("csi.sock")).is_some_and(|now| now != second_socket)
+    });
+    reader.wait_for(reader.reads() + 20, "after the second handover");
     second.stop().unwrap();
-    assert!(!root.join("csi.sock").exists(), "the successor removes its own socket on exit");
+    let reads = reader.stop().expect("no read failed across either handover");
+    assert!(reads >= 60, "{reads} reads");
+
+    // The last driver owns the volume: kubelet's unpublish reaches it and takes it down.
+    kubelet.unpublish(root).unwrap();
+    assert!(!listed_in_mountinfo(&target(root)).unwrap(), "unmounted by the last driver");
+    third.stop().unwrap();
+    assert!(!root.join("csi.sock").exists(), "the last driver removes its own socket on exit");
     assert_eq!(records(root), 0, "no record left");
 }
 

@@ -43,7 +43,7 @@ pub fn recover(
         // A lazy volume handed over is served by nobody until this process takes it over:
         // looking at its target now would wait on a request only this process can answer. Its
         // predecessor served it until the handover, so it is mounted; it is kept unseen.
-        if record.complete && record.lazy && handed.contains(&record.volume_id) {
+        if record.lazy && handed.contains(&record.volume_id) {
             match TargetPath::parse(&record.target_path.to_string_lossy(), kubelet_dir) {
                 Ok(path) => {
                     kept.push(PublishedVolume { record, target: path });

@@ -186,4 +186,4 @@ fn checked_files(answer: MountResponse) -> std::result::Result<(Payload, Vec<Obj
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

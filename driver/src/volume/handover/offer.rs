@@ -8,7 +8,7 @@
 //! nobody had asked.
 
 use std::os::fd::AsFd as _;
-use std::os::unix::fs::PermissionsExt as _;
+use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,7 +32,32 @@ pub const ANSWERS_OWED_WITHIN: Duration = Duration::from_secs(30);
 /// The offer, listening.
 pub struct Offer {
     listener: std::os::unix::net::UnixListener,
+    file: OfferFile,
+}
+
+/// The offer socket's file, removed when the offer ends (a stop without a handover) while it is
+/// still this offer's: after a handover the path is the successor's offer.
+struct OfferFile {
     path: PathBuf,
+    identity: Option<(u64, u64)>,
+}
+
+impl OfferFile {
+    /// Removes the file now, and never again.
+    fn remove(&mut self) {
+        if let Some(identity) = self.identity.take() {
+            let still_ours = std::fs::symlink_metadata(&self.path).is_ok_and(|m| (m.dev(), m.ino()) == identity);
+            if still_ours {
+                let _ = std::fs::remove_file(&self.path);
+            }
+        }
+    }
+}
+
+impl Drop for OfferFile {
+    fn drop(&mut self) {
+        self.remove();
+    }
 }
 
 impl Offer {
@@ -50,7 +75,8 @@ impl Offer {
         let listener = std::os::unix::net::UnixListener::bind(&path).map_err(|error| failed("binding", error))?;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
             .map_err(|error| failed("setting the mode of", error))?;
-        Ok(Offer { listener, path })
+        let metadata = std::fs::symlink_metadata(&path).map_err(|error| failed("inspecting", error))?;
+        Ok(Offer { listener, file: OfferFile { identity: Some((metadata.dev(), metadata.ino())), path } })
     }
 
     /// Waits for a successor and hands `node`'s lazy volumes to the first whose handover
@@ -58,7 +84,8 @@ impl Offer {
     /// successor has taken the volumes, before it is told the node is its: it releases what the
     /// successor takes next (the lock, the sockets). Returns after that.
     pub async fn serve(self, node: Arc<NodeService>, let_go: impl FnOnce()) -> Result<()> {
-        let Offer { listener, path } = self;
+        let Offer { listener, mut file } = self;
+        let path = file.path.clone();
         listener
             .set_nonblocking(true)
             .map_err(|error| Error::Handover(format!("offering a handover: {}: {error}", quote_path(&path))))?;
@@ -83,6 +110,9 @@ impl Offer {
             .and_then(|handed| handed);
             match handed {
                 Ok((socket, count)) => {
+                    // Before the word: the successor opens its own offer at the same path once
+                    // it has it, and that one must stay.
+                    file.remove();
                     let_go();
                     if let Err(error) = say(&socket, Word::LetGo) {
                         warn!(problem = %Logged(&error), "telling the successor that the node is its failed; it finds the lock free");
@@ -91,7 +121,6 @@ impl Offer {
                         volumes = count,
                         "lazy volumes handed over to the successor; this driver has let go of the node"
                     );
-                    let _ = std::fs::remove_file(&path);
                     return Ok(());
                 }
                 Err(error) => {

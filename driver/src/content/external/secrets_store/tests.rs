@@ -15,7 +15,7 @@ use sharedresource_api::object_name::ObjectName;
 
 /// A provider answering every `Mount` with `answer` after `delay`, keeping the requests.
 #[derive(Clone)]
-struct FakeProvider {
+pub(crate) struct FakeProvider {
     answer: Arc<Mutex<std::result::Result<MountResponse, Status>>>,
     delay: Duration,
     requests: Arc<Mutex<Vec<MountRequest>>>,
@@ -34,10 +34,10 @@ impl CsiDriverProvider for FakeProvider {
     }
 }
 
-struct Served {
+pub(crate) struct Served {
     provider: FakeProvider,
     client: SecretsStoreClient,
-    socket: std::path::PathBuf,
+    pub(crate) socket: std::path::PathBuf,
     _dir: tempfile::TempDir,
 }
 
@@ -45,7 +45,8 @@ struct Served {
 /// hang test waits for one, with its own short timeout.
 const PATIENT: Duration = Duration::from_secs(60);
 
-async fn serve(answer: std::result::Result<MountResponse, Status>, delay: Duration) -> Served {
+/// A fake provider answering `answer` after `delay`, served on the current runtime.
+pub(crate) async fn serve(answer: std::result::Result<MountResponse, Status>, delay: Duration) -> Served {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("vault.sock");
     let provider = FakeProvider { answer: Arc::new(Mutex::new(answer)), delay, requests: Arc::default() };
@@ -68,7 +69,8 @@ fn ask() -> VolumeAsk {
     VolumeAsk::example(&[("provider", "vault"), ("roleName", "db")])
 }
 
-fn answer(files: &[(&str, i32, &str)], versions: &[(&str, &str)]) -> MountResponse {
+/// An answer to `Mount` of `files` (path, mode, contents) at object `versions`.
+pub(crate) fn answer(files: &[(&str, i32, &str)], versions: &[(&str, &str)]) -> MountResponse {
     MountResponse {
         object_version: versions
             .iter()

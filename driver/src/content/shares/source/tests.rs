@@ -657,3 +657,25 @@ fn the_changes_it_hands_out_are_the_feed_its_watches_write() {
     // One feed: a volume layer listening to a copy would never hear of a grant or object change.
     assert!(Arc::ptr_eq(&first, &second));
 }
+
+#[test]
+fn a_released_volume_s_object_versions_are_forgotten() {
+    use crate::content::external::provider::{Provider, SecretsStoreProvider};
+    use crate::content::external::secrets_store::tests::{answer, serve};
+    let runtime = runtime();
+    let served = runtime.block_on(serve(Ok(answer(&[("db/password", 0, "s3cret")], &[("db", "7")])), Duration::ZERO));
+    let provider = SecretsStoreProvider {
+        name: ObjectName::parse("vault").unwrap(),
+        socket: served.socket.clone(),
+        timeout: Duration::from_secs(60),
+        max_message_bytes: 64 << 10,
+    };
+    let providers = Providers::new([("vault".to_string(), Provider::SecretsStore(provider))].into(), 4);
+    let source = source(everything(), &runtime).with_providers(providers);
+    let ask = VolumeAsk { attributes: [("provider".to_string(), "vault".to_string())].into(), ..request("web") };
+    assert_eq!(source.content(&ask).unwrap()["db/password"].data, b"s3cret");
+    let versions = source.object_versions("csi-1");
+    assert_eq!(versions, [("db".to_string(), "7".to_string())].into(), "the positive control: kept while published");
+    source.released("csi-1");
+    assert!(source.object_versions("csi-1").is_empty(), "forgotten once the volume is unpublished");
+}
