@@ -125,34 +125,44 @@ impl Plugin {
     /// taken first (returned), then the lock it lets go of, and its sockets are replaced in
     /// place; a driver that offers none keeps the node, and this one stops.
     async fn claim_node(&self) -> Result<ClaimedNode> {
-        let (lock, taken) = match StateLock::acquire(&self.config.state_dir) {
-            Ok(lock) => (lock, None),
-            Err(LockError::Held(message)) => {
-                let (state_dir, content) = (self.config.state_dir.clone(), self.content.clone());
-                let asked = tokio::task::spawn_blocking(move || take::ask(&state_dir, content.as_ref()))
-                    .await
-                    .map_err(|error| RunError::Handover(format!("the handover's task: {error}")))?;
-                match asked.map_err(|error| RunError::Handover(error.to_string()))? {
-                    None => return Err(LockError::Held(format!("{message} (it offers no handover)")).into()),
-                    Some(taken) => (StateLock::acquire(&self.config.state_dir)?, Some(taken)),
-                }
-            }
+        let registration_path = self.config.registry_dir.join(format!("{DRIVER_NAME}-reg.sock"));
+        let registration_path = self.register.then_some(registration_path.as_path());
+        let lock = match StateLock::acquire(&self.config.state_dir) {
+            Ok(lock) => lock,
+            Err(LockError::Held(message)) => return self.take_node_over(message, registration_path).await,
             Err(error) => return Err(error.into()),
         };
-        let bind = |path: &std::path::Path| match taken {
-            Some(_) => socket::bind_in_place_of(path),
-            None => socket::bind(path),
+        let csi_socket = socket::bind(&self.csi_socket)?;
+        let registration_socket = registration_path.map(socket::bind).transpose()?;
+        Ok(ClaimedNode { lock, csi_socket, registration_socket, taken: Vec::new() })
+    }
+
+    /// The node, from the driver holding its lock (`held` says who): this driver's sockets are
+    /// bound beside the holder's first (what fails there fails before anything is taken), then
+    /// its lazy volumes are asked for, then the lock it lets go of is taken and the sockets are
+    /// put in place of its own. A holder that offers no handover keeps the node.
+    async fn take_node_over(&self, held: String, registration_path: Option<&std::path::Path>) -> Result<ClaimedNode> {
+        let csi_beside = socket::bind_beside(&self.csi_socket)?;
+        let registration_beside = registration_path.map(socket::bind_beside).transpose()?;
+        let (state_dir, content) = (self.config.state_dir.clone(), self.content.clone());
+        let asked = tokio::task::spawn_blocking(move || {
+            let asked = take::ask(&state_dir, content.as_ref());
+            let Some(taken) = asked.map_err(|error| RunError::Handover(error.to_string()))? else {
+                return Ok(None);
+            };
+            // The predecessor releases the lock as it lets go of the node.
+            let lock = StateLock::acquire_within(&state_dir, take::STEP_TIMEOUT)?;
+            Ok::<_, RunError>(Some((lock, taken)))
+        })
+        .await
+        .map_err(|error| RunError::Handover(format!("the handover's task: {error}")))?;
+        let Some((lock, taken)) = asked? else {
+            return Err(LockError::Held(format!("{held} (it offers no handover)")).into());
         };
-        let csi_socket = bind(&self.csi_socket)?;
-        let registration_socket = if self.register {
-            Some(bind(&self.config.registry_dir.join(format!("{DRIVER_NAME}-reg.sock")))?)
-        } else {
-            None
-        };
-        if let Some(taken) = &taken {
-            info!(volumes = taken.len(), "took over the running driver's lazy volumes and the node");
-        }
-        Ok(ClaimedNode { lock, csi_socket, registration_socket, taken: taken.unwrap_or_default() })
+        info!(volumes = taken.len(), "took over the running driver's lazy volumes and the node");
+        let csi_socket = csi_beside.put_in_place()?;
+        let registration_socket = registration_beside.map(socket::Beside::put_in_place).transpose()?;
+        Ok(ClaimedNode { lock, csi_socket, registration_socket, taken })
     }
 
     /// Serves until `shutdown` completes, then removes its sockets. After `shutdown`, requests
@@ -161,19 +171,25 @@ impl Plugin {
     /// stops the serving early: this driver then waits, not ready, for `shutdown`, leaving its
     /// socket files to the successor.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<()> {
+        // Bound first: what can fail is to fail before a predecessor's volumes are taken (a
+        // successor that stopped after taking them would leave them to nobody).
+        let health_listener = match self.config.health_address {
+            Some(address) => Some(health::bind(address).await?),
+            None => None,
+        };
         let ClaimedNode { lock, csi_socket, registration_socket, taken } = self.claim_node().await?;
         let node = self.recovered_node_service(taken)?;
-        let offer = Offer::open(&self.config.state_dir)?;
+        // Without an offer this driver still serves; only its successor cannot take its lazy
+        // volumes over (it then stops, and the rollout waits).
+        let offer = Offer::open(&self.config.state_dir)
+            .inspect_err(|error| warn!(problem = %crate::quote::Logged(error), "no handover can be offered"))
+            .ok();
         let health = Arc::new(Health {
             serving: std::sync::atomic::AtomicBool::new(false),
             handed_over: std::sync::atomic::AtomicBool::new(false),
             content: self.content.clone(),
             metrics: self.metrics.clone(),
         });
-        let health_listener = match self.config.health_address {
-            Some(address) => Some(health::bind(address).await?),
-            None => None,
-        };
         let csi_routes = Routes::new(IdentityServer::new(IdentityService::new(self.content.clone())))
             .add_service(NodeServer::new(NodeGrpc::new(node.clone())));
         let mut sockets_kept = vec![csi_socket.keeper()];
@@ -211,6 +227,8 @@ impl Plugin {
                 health::serve(listener, health.clone(), until_stopped(stopped.clone())).await;
             }
         };
+        // Held until this driver lets go of the node to a successor, or to the end of `run`.
+        let lock = std::sync::Mutex::new(Some(lock));
         let offering = async {
             let let_go = || {
                 // The successor replaces the socket files in place: they are not removed here.
@@ -219,7 +237,10 @@ impl Plugin {
                 }
                 health.handed_over.store(true, std::sync::atomic::Ordering::SeqCst);
                 let _ = stop_node.send(true);
-                drop(lock);
+                drop(lock.lock().unwrap_or_else(|p| p.into_inner()).take());
+            };
+            let Some(offer) = offer else {
+                return;
             };
             tokio::select! {
                 offered = offer.serve(node.clone(), let_go) => {

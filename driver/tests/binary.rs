@@ -300,6 +300,12 @@ fn a_lock_holder_that_offers_no_handover_keeps_the_node_and_a_second_instance_st
         "{stderr}"
     );
     assert!(!dir.path().join("csi.sock").exists(), "nothing bound");
+    let beside: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name())
+        .filter(|name| name.to_string_lossy().starts_with('~'))
+        .collect();
+    assert!(beside.is_empty(), "nothing left beside where its sockets would go: {beside:?}");
     drop(held);
 }
 

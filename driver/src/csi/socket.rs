@@ -89,28 +89,67 @@ pub fn bind(path: &Path) -> Result<BoundSocket> {
 }
 
 /// Binds `path` in place of the socket a predecessor that handed its volumes over left there
-/// (a live one, or one it stopped serving): bound beside it and renamed over it, so the path
-/// never lacks a socket (kubelet's plugin watcher sees no removal). Any other kind of file is
-/// still an error naming it.
+/// (a live one, or one it stopped serving): [`bind_beside`], then [`Beside::put_in_place`].
 pub fn bind_in_place_of(path: &Path) -> Result<BoundSocket> {
+    bind_beside(path)?.put_in_place()
+}
+
+/// A socket bound beside the path it is to take, before the taking: what could fail in binding
+/// it fails while nothing at the path has changed (a successor asks its predecessor for the
+/// node only once its sockets are bound). Dropped without being put in place, its file goes.
+#[derive(Debug)]
+pub struct Beside {
+    listener: Option<UnixListener>,
+    beside: PathBuf,
+    path: PathBuf,
+}
+
+/// Binds a socket beside `path`, under a name no longer than its own (a socket's path is
+/// bounded, 108 bytes, and one that fits must not be refused for a longer temporary name), made
+/// 0660 before it takes the path (kubelet may connect at once). Any other kind of file at
+/// `path` is an error naming it.
+pub fn bind_beside(path: &Path) -> Result<Beside> {
     if fs::symlink_metadata(path).is_ok_and(|metadata| !metadata.file_type().is_socket()) {
         return Err(RunError::Taken(format!(
             "{} exists and is not a socket; refusing to replace it",
             quote_path(path)
         )));
     }
-    let mut beside = path.as_os_str().to_owned();
-    beside.push(".successor");
-    let beside = PathBuf::from(beside);
+    let name = path.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
+    let shortened: String = name.chars().take(name.chars().count().saturating_sub(1)).collect();
+    let beside = path.with_file_name(format!("~{shortened}"));
     let _ = fs::remove_file(&beside);
+    if let Some(parent) = path.parent() {
+        fs::create_dir_all(parent).map_err(|e| RunError::step(format!("creating {}", quote_path(parent)), e))?;
+    }
     let listener =
         UnixListener::bind(&beside).map_err(|e| RunError::step(format!("binding {}", quote_path(&beside)), e))?;
-    // Its mode before it takes the path: kubelet may connect at once.
-    fs::set_permissions(&beside, fs::Permissions::from_mode(0o660))
-        .map_err(|e| RunError::step(format!("setting the mode of {}", quote_path(&beside)), e))?;
-    fs::rename(&beside, path)
-        .map_err(|e| RunError::step(format!("renaming {} over {}", quote_path(&beside), quote_path(path)), e))?;
-    bound_at(listener, path)
+    let bound = Beside { listener: Some(listener), beside, path: path.to_path_buf() };
+    fs::set_permissions(&bound.beside, fs::Permissions::from_mode(0o660))
+        .map_err(|e| RunError::step(format!("setting the mode of {}", quote_path(&bound.beside)), e))?;
+    Ok(bound)
+}
+
+impl Beside {
+    /// Renames the socket over its path, so the path never lacks a socket (kubelet's plugin
+    /// watcher sees no removal of the registration socket).
+    pub fn put_in_place(mut self) -> Result<BoundSocket> {
+        let Some(listener) = self.listener.take() else {
+            return Err(RunError::Fault(format!("{} was put in place already", quote_path(&self.path))));
+        };
+        fs::rename(&self.beside, &self.path).map_err(|e| {
+            RunError::step(format!("renaming {} over {}", quote_path(&self.beside), quote_path(&self.path)), e)
+        })?;
+        bound_at(listener, &self.path)
+    }
+}
+
+impl Drop for Beside {
+    fn drop(&mut self) {
+        if self.listener.is_some() {
+            let _ = fs::remove_file(&self.beside);
+        }
+    }
 }
 
 /// `listener`, whose socket file is at `path`, made 0660.
@@ -212,6 +251,41 @@ mod tests {
         let file = dir.path().join("file");
         fs::write(&file, "keep me").unwrap();
         assert!(bind(&file).is_err());
+        assert_eq!(fs::read_to_string(&file).unwrap(), "keep me");
+    }
+
+    #[tokio::test]
+    async fn a_successor_binds_in_place_of_a_live_socket_at_the_longest_path_a_socket_may_have() {
+        let dir = tempfile::tempdir().unwrap();
+        // 107 bytes: the longest path a socket may have (sun_path holds 108 with its NUL).
+        let name = "s".repeat(107 - dir.path().as_os_str().len() - 1);
+        let path = dir.path().join(name);
+        assert_eq!(path.as_os_str().len(), 107);
+        let predecessor = bind(&path).unwrap();
+        let before = fs::symlink_metadata(&path).unwrap().ino();
+
+        let successor = bind_in_place_of(&path).unwrap();
+        assert_ne!(fs::symlink_metadata(&path).unwrap().ino(), before, "the path is the successor's socket now");
+        assert_eq!(fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o660);
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1, "nothing left beside it");
+        // The predecessor's keeper set (a handover): its stop leaves the successor's file.
+        predecessor.keeper().store(true, Ordering::SeqCst);
+        drop(predecessor);
+        assert!(std::os::unix::net::UnixStream::connect(&path).is_ok(), "the successor answers there");
+        drop(successor);
+        assert!(!path.exists(), "the successor removes its own socket");
+
+        // Bound beside and dropped (the predecessor offered nothing): nothing changed.
+        let kept = bind(&path).unwrap();
+        let before = fs::symlink_metadata(&path).unwrap().ino();
+        drop(bind_beside(&path).unwrap());
+        assert_eq!(fs::symlink_metadata(&path).unwrap().ino(), before, "the path is untouched");
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1, "and nothing is left beside it");
+        drop(kept);
+
+        let file = dir.path().join("file");
+        fs::write(&file, "keep me").unwrap();
+        assert!(bind_in_place_of(&file).is_err());
         assert_eq!(fs::read_to_string(&file).unwrap(), "keep me");
     }
 }

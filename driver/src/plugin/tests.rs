@@ -69,7 +69,18 @@ struct RunningDriver {
 impl RunningDriver {
     /// A driver on `root` whose providers are `providers` (none: it cannot serve lazy volumes).
     fn start(root: &Path, providers: &[(String, ExecProvider)], runtime: &tokio::runtime::Handle) -> RunningDriver {
+        RunningDriver::start_with_health(root, providers, runtime, None)
+    }
+
+    /// The same, with its health port on `health`.
+    fn start_with_health(
+        root: &Path,
+        providers: &[(String, ExecProvider)],
+        runtime: &tokio::runtime::Handle,
+        health: Option<std::net::SocketAddr>,
+    ) -> RunningDriver {
         let mut plugin = Plugin::in_directory(root, root.join("csi.sock"));
+        plugin.config.health_address = health;
         plugin.content = Arc::new(LazyProviderSource {
             providers: ExecProviders::new(providers.iter().cloned().collect::<BTreeMap<_, _>>(), 4),
             runtime: runtime.clone(),
@@ -288,4 +299,28 @@ fn a_successor_that_cannot_serve_a_lazy_volume_refuses_it_and_the_first_driver_s
     assert!(!listed_in_mountinfo(&target(root)).unwrap());
     first.stop().unwrap();
     assert!(!root.join("csi.sock").exists());
+}
+
+#[test]
+fn a_successor_that_cannot_start_stops_before_it_takes_anything() {
+    let (dir, _helper, providers, runtime) = node();
+    let root = dir.path();
+    let kubelet = Kubelet::new(root);
+    let first = RunningDriver::start(root, &providers, runtime.handle());
+    kubelet.publish(root).unwrap();
+    let reader = LoopingReader::start(target(root).join("secrets/db-password"));
+    reader.wait_for(20, "before the successor starts");
+    let first_socket = identity(&root.join("csi.sock")).expect("the first driver's socket");
+
+    // Its health port is taken (two drivers sharing a network, a port in use): it stops before
+    // asking for anything, so the volume stays with the first driver.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = Some(taken.local_addr().unwrap());
+    let stopped = RunningDriver::start_with_health(root, &providers, runtime.handle(), port).thread.join().unwrap();
+    assert!(stopped.unwrap_err().starts_with("binding the health port"), "it stops at its health port");
+    reader.wait_for(reader.reads() + 20, "after the successor stopped");
+    assert_eq!(identity(&root.join("csi.sock")), Some(first_socket), "the first driver's socket is untouched");
+    reader.stop().expect("no read failed");
+    kubelet.unpublish(root).unwrap();
+    first.stop().unwrap();
 }

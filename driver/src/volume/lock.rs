@@ -78,6 +78,22 @@ impl StateLock {
     }
 }
 
+impl StateLock {
+    /// [`StateLock::acquire`], waiting up to `patience` for a holder that is letting go of it
+    /// (a predecessor after a handover).
+    pub fn acquire_within(state_dir: &Path, patience: std::time::Duration) -> Result<StateLock, LockError> {
+        let deadline = std::time::Instant::now() + patience;
+        loop {
+            match StateLock::acquire(state_dir) {
+                Err(LockError::Held(_)) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                taken => return taken,
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -94,5 +110,19 @@ mod tests {
         );
         drop(first);
         StateLock::acquire(dir.path()).unwrap();
+    }
+
+    #[test]
+    fn a_holder_letting_go_is_waited_for_within_the_patience_and_not_beyond() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = StateLock::acquire(dir.path()).unwrap();
+        let refused = StateLock::acquire_within(dir.path(), std::time::Duration::from_millis(100)).unwrap_err();
+        assert!(matches!(refused, LockError::Held(_)), "{refused}");
+        let letting_go = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            drop(first);
+        });
+        StateLock::acquire_within(dir.path(), std::time::Duration::from_secs(60)).unwrap();
+        letting_go.join().unwrap();
     }
 }

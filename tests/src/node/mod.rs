@@ -204,7 +204,7 @@ impl Node {
         let dir = self.dir.as_ref().ok_or("the node is torn down")?.path();
         let mut guard = self.driver.lock().unwrap_or_else(|p| p.into_inner());
         let mut old = guard.take().ok_or("no driver runs on the node")?;
-        let mut successor = self.plugin.start(dir, "driver-successor")?;
+        let mut successor = self.plugin.start_beside(dir, "driver-successor")?;
         let deadline = Instant::now() + Duration::from_secs(60);
         while !old.log_text().contains("this driver has let go of the node") {
             successor.ensure_running()?;

@@ -108,6 +108,28 @@ impl PluginFiles {
 
     /// Starts the driver process, logging to `dir/NAME.log`.
     pub fn start(&self, dir: &Path, name: &str) -> Result<ChildProcess, String> {
+        self.start_with(dir, name, &self.config)
+    }
+
+    /// Starts a second driver process beside the running one (its successor), logging to
+    /// `dir/NAME.log`: the configuration as written, but its health port a free one of its own
+    /// (two pods of the DaemonSet each have theirs; on this node they share the host's).
+    pub fn start_beside(&self, dir: &Path, name: &str) -> Result<ChildProcess, String> {
+        let text = std::fs::read_to_string(&self.config).map_err(|e| format!("{}: {e}", self.config.display()))?;
+        let port = crate::cluster::free_port()?;
+        let text: Vec<String> = text
+            .lines()
+            .map(|line| match line.starts_with("healthAddress:") {
+                true => format!("healthAddress: 127.0.0.1:{port}"),
+                false => line.to_string(),
+            })
+            .collect();
+        let config = dir.join(format!("{name}.yaml"));
+        std::fs::write(&config, text.join("\n") + "\n").map_err(|e| format!("{}: {e}", config.display()))?;
+        self.start_with(dir, name, &config)
+    }
+
+    fn start_with(&self, dir: &Path, name: &str, config: &Path) -> Result<ChildProcess, String> {
         let exe = std::env::current_exe().map_err(|e| e.to_string())?;
         ChildProcess::spawn(
             name,
@@ -118,7 +140,7 @@ impl PluginFiles {
                 "--node-id".into(),
                 super::kubelet::NODE_NAME.into(),
                 "--config".into(),
-                self.config.display().to_string(),
+                config.display().to_string(),
             ],
             &[(DRIVER_CHILD_ENV, "1")],
             dir,

@@ -84,8 +84,11 @@ pub async fn a_pod_on_the_node_reads_a_lazy_providers_file_when_it_first_opens_i
     let wanted = format!("read {}: from-the-helper", reads_before + 3);
     wait_for_log(node, NAMESPACE, POD, "three more reads after the handover", |line| line == wanted).await?;
     let log = node.container_log(NAMESPACE, POD, "reader");
-    if let Some(failed) = log.iter().find(|line| line.starts_with("read ") && !line.ends_with(": from-the-helper")) {
-        return Err(format!("across the handover the container read {failed:?}"));
+    let since = log.iter().skip_while(|line| !line.starts_with(&format!("read {reads_before}:")));
+    if let Some(failed) =
+        since.filter(|line| line.starts_with("read ")).find(|line| !line.ends_with(": from-the-helper"))
+    {
+        return Err(format!("across the handover the container read {failed:?}: {log:?}"));
     }
     let handed = helper_calls(work.path());
     if handed.iter().filter(|call| call.starts_with("mount ")).count() != 1 {
