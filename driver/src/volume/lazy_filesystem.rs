@@ -3,8 +3,10 @@
 //! owned by root, which the kernel enforces (`default_permissions`) for any user of the
 //! container (`allow_other`). A file's content is had when it is opened (the helper's `get`, or
 //! the cache within its TTL) and that open file reads that content to its end, whatever comes
-//! after. A file opened again with the content it was last opened with is read through the
-//! kernel's page cache, which keeps its pages: one trip to the driver per open, the open itself.
+//! after. Content a file is opened with is stored in the kernel's page cache as it is opened
+//! (with the size the kernel holds of the file, which `sendfile(2)` readers go by), and a file
+//! opened again with the same content is read from there: one trip to the driver per open, the
+//! open itself.
 //! When its content changes, [`OpenFiles`] decides how the kernel's one page cache and one size
 //! per file stay true to every open handle (opens of new content are served by direct I/O while
 //! handles of the old one read through the page cache; with none left, the kernel's pages and
@@ -346,9 +348,13 @@ async fn open_with(
         }
     };
     let notifier = notifier.get().cloned();
+    let stored = content.clone();
     // Dropping pages may wait on reads of them that the session's thread answers: not here.
+    // The new content is stored in the kernel's page cache, which sets the size it holds: a
+    // reader by sendfile(2) reads the pages up to that size without asking for a newer one,
+    // so a size left at what the file showed before its first fetch (0) would read nothing.
     let dropped = tokio::task::spawn_blocking(move || match notifier {
-        Some(device) => device.invalidate_inode(ino),
+        Some(device) => device.invalidate_inode(ino).and_then(|()| device.store(ino, &stored)),
         None => Err(std::io::Error::other("no notifier yet")),
     })
     .await

@@ -83,12 +83,13 @@ pub async fn a_pod_on_the_node_reads_a_lazy_providers_file_when_it_first_opens_i
     node.hand_over_driver()?;
     let wanted = format!("read {}: from-the-helper", reads_before + 3);
     wait_for_log(node, NAMESPACE, POD, "three more reads after the handover", |line| line == wanted).await?;
+    // Every read, the first included (busybox's cat copies with sendfile(2), which reads what
+    // the kernel holds without asking for a newer size), and none failed across the handover.
     let log = node.container_log(NAMESPACE, POD, "reader");
-    let since = log.iter().skip_while(|line| !line.starts_with(&format!("read {reads_before}:")));
     if let Some(failed) =
-        since.filter(|line| line.starts_with("read ")).find(|line| !line.ends_with(": from-the-helper"))
+        log.iter().filter(|line| line.starts_with("read ")).find(|line| !line.ends_with(": from-the-helper"))
     {
-        return Err(format!("across the handover the container read {failed:?}: {log:?}"));
+        return Err(format!("the container read {failed:?}: {log:?}"));
     }
     let handed = helper_calls(work.path());
     if handed.iter().filter(|call| call.starts_with("mount ")).count() != 1 {

@@ -33,6 +33,14 @@ impl Device {
     pub fn invalidate_inode(&self, ino: u64) -> std::io::Result<()> {
         self.send(&wire::inval_inode(ino, 0, 0)).map_err(std::io::Error::from)
     }
+
+    /// Puts `data` in the kernel's page cache of inode `ino`, the size it holds of the file
+    /// set to cover it: readers it serves from there without asking (`sendfile(2)` and
+    /// `splice(2)` never ask for a newer size) see the whole content.
+    pub fn store(&self, ino: u64, data: &[u8]) -> std::io::Result<()> {
+        let message = wire::store(ino, data).ok_or_else(|| std::io::Error::other("content past 4 GiB"))?;
+        self.send(&message).map_err(std::io::Error::from)
+    }
 }
 
 /// The requests a read-only filesystem answers itself; the session answers the rest.

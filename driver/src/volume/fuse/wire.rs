@@ -61,6 +61,9 @@ pub const FOPEN_NOFLUSH: u32 = 1 << 5;
 /// `FUSE_NOTIFY_INVAL_INODE`.
 const NOTIFY_INVAL_INODE: i32 = 2;
 
+/// `FUSE_NOTIFY_STORE`.
+const NOTIFY_STORE: i32 = 4;
+
 /// What the kernel and we agreed on at `INIT`: kept, and handed to a successor, because the
 /// kernel sends `INIT` once per connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -406,6 +409,20 @@ pub fn inval_inode(ino: u64, offset: i64, length: i64) -> Vec<u8> {
     body.extend_from_slice(&length.to_le_bytes());
     // A notification is a reply to no request (unique 0), its code where a reply's error is.
     reply(0, NOTIFY_INVAL_INODE, &body)
+}
+
+/// A notification that the kernel store `data` in inode `ino`'s page cache from offset 0, the
+/// size it holds of the file growing to cover it (`fuse_notify_store_out`: node id, offset,
+/// size, padding, then the data). `None` for data past what one notification can say (4 GiB).
+pub fn store(ino: u64, data: &[u8]) -> Option<Vec<u8>> {
+    let size = u32::try_from(data.len()).ok()?;
+    let mut body = Vec::with_capacity(24 + data.len());
+    body.extend_from_slice(&ino.to_le_bytes());
+    body.extend_from_slice(&0u64.to_le_bytes());
+    body.extend_from_slice(&size.to_le_bytes());
+    body.extend_from_slice(&0u32.to_le_bytes());
+    body.extend_from_slice(data);
+    Some(reply(0, NOTIFY_STORE, &body))
 }
 
 #[cfg(test)]
