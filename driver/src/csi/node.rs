@@ -104,4 +104,4 @@ impl Node for NodeGrpc {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -4,7 +4,7 @@
 //! container reads its secret in a loop and keeps a file open; or, unable to serve them, it
 //! refuses and stops, and the first serves on as before.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::os::fd::AsFd as _;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
@@ -13,10 +13,7 @@ use std::time::{Duration, Instant};
 
 use inline_guard_proto::csi::v1::identity_client::IdentityClient;
 use inline_guard_proto::csi::v1::node_client::NodeClient;
-use inline_guard_proto::csi::v1::volume_capability::{AccessMode, AccessType, MountVolume};
-use inline_guard_proto::csi::v1::{
-    NodePublishVolumeRequest, NodeUnpublishVolumeRequest, ProbeRequest, VolumeCapability,
-};
+use inline_guard_proto::csi::v1::{NodePublishVolumeRequest, NodeUnpublishVolumeRequest, ProbeRequest};
 
 use super::*;
 use crate::content::ask::VolumeAsk;
@@ -119,32 +116,15 @@ fn wait_until(what: &str, done: impl Fn() -> bool) {
 }
 
 fn target(root: &Path) -> PathBuf {
-    root.join("pods/u-1/volumes/kubernetes.io~csi/secrets/mount")
+    root.join("pods/csi-lazy/volumes/kubernetes.io~csi/shared/mount")
 }
 
+/// kubelet's publish of volume `csi-lazy` of provider `vault-cli`.
 fn publish_request(root: &Path) -> NodePublishVolumeRequest {
-    let context: HashMap<String, String> = [
-        ("csi.storage.k8s.io/ephemeral", "true"),
-        ("csi.storage.k8s.io/pod.name", "web"),
-        ("csi.storage.k8s.io/pod.namespace", "apps"),
-        ("csi.storage.k8s.io/pod.uid", "u-1"),
-        ("csi.storage.k8s.io/serviceAccount.name", "web"),
-        ("provider", "vault-cli"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
-    NodePublishVolumeRequest {
-        volume_id: "csi-lazy".into(),
-        target_path: target(root).to_string_lossy().into_owned(),
-        volume_capability: Some(VolumeCapability {
-            access_type: Some(AccessType::Mount(MountVolume::default())),
-            access_mode: Some(AccessMode { mode: 2 }),
-        }),
-        readonly: true,
-        volume_context: context,
-        ..Default::default()
-    }
+    let mut request = crate::csi::node::tests::request_at(root, "csi-lazy", "unused");
+    request.volume_context.remove("share");
+    request.volume_context.insert("provider".into(), "vault-cli".into());
+    request
 }
 
 /// What kubelet would call on the node's CSI socket, as a client of its own.
@@ -184,17 +164,37 @@ impl Kubelet {
     }
 }
 
-/// The node's directory (whatever a failed test leaves mounted below it is unmounted with it),
-/// a helper serving `db-password` and `api-key`, the provider running it, and the runtime the
-/// providers' helpers run on.
-fn node() -> (crate::mounted_dir::MountedDir, Helper, Vec<(String, ExecProvider)>, tokio::runtime::Runtime) {
+/// A node (whatever a failed test leaves mounted below its directory is unmounted with it)
+/// whose first driver serves the lazy volume of a helper serving `db-password` and `api-key`,
+/// read in a loop by a container (20 reads made).
+struct Serving {
+    dir: crate::mounted_dir::MountedDir,
+    helper: Helper,
+    providers: Vec<(String, ExecProvider)>,
+    // The runtime the providers' helpers run on.
+    runtime: tokio::runtime::Runtime,
+    kubelet: Kubelet,
+    first: RunningDriver,
+    reader: LoopingReader,
+    first_socket: (u64, u64),
+}
+
+fn serving() -> Serving {
     assert!(nix::unistd::geteuid().is_root(), "mounting needs root: run the test command as root");
     let dir = crate::mounted_dir::MountedDir::new();
-    std::fs::create_dir_all(dir.path().join("shares")).unwrap();
+    let root = dir.path();
+    std::fs::create_dir_all(root.join("shares")).unwrap();
     let helper = Helper::new(&[("db-password", "s3cret"), ("api-key", "k3y")]);
     let providers = vec![("vault-cli".to_string(), helper.provider(HOUR))];
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    (dir, helper, providers, runtime)
+    let kubelet = Kubelet::new(root);
+    let first = RunningDriver::start(root, &providers, runtime.handle());
+    kubelet.publish(root).unwrap();
+    assert_eq!(records(root), 1, "the positive control: the volume's record");
+    let reader = LoopingReader::start(target(root).join("secrets/db-password"));
+    reader.wait_for(20, "before anything else starts");
+    let first_socket = identity(&root.join("csi.sock")).expect("the first driver's socket");
+    Serving { dir, helper, providers, runtime, kubelet, first, reader, first_socket }
 }
 
 /// The records in the node's state directory.
@@ -205,21 +205,13 @@ fn records(root: &Path) -> usize {
 
 #[test]
 fn successors_take_the_lazy_volumes_over_rollout_after_rollout_while_a_container_reads_on() {
-    let (dir, helper, providers, runtime) = node();
+    let Serving { dir, helper, providers, runtime, kubelet, first, reader, first_socket } = serving();
     let root = dir.path();
-    let kubelet = Kubelet::new(root);
-    let first = RunningDriver::start(root, &providers, runtime.handle());
-    kubelet.publish(root).unwrap();
-    assert_eq!(records(root), 1, "the positive control: the volume's record");
-    let file = target(root).join("secrets/db-password");
-    // A handle the container keeps open across the handover, and a container reading in a loop.
-    let held = std::fs::File::open(&file).unwrap();
+    // A handle the container keeps open across the handover.
+    let held = std::fs::File::open(target(root).join("secrets/db-password")).unwrap();
     let mut first_read = String::new();
     std::io::Read::read_to_string(&mut &held, &mut first_read).unwrap();
     assert_eq!(first_read, "s3cret");
-    let reader = LoopingReader::start(file.clone());
-    reader.wait_for(20, "before the handover");
-    let first_socket = identity(&root.join("csi.sock")).expect("the first driver's socket");
 
     let second = RunningDriver::start(root, &providers, runtime.handle());
     wait_until("the successor's socket in place of the first's", || {
@@ -269,14 +261,8 @@ fn successors_take_the_lazy_volumes_over_rollout_after_rollout_while_a_container
 
 #[test]
 fn a_successor_that_cannot_serve_a_lazy_volume_refuses_it_and_the_first_driver_serves_on() {
-    let (dir, helper, providers, runtime) = node();
+    let Serving { dir, helper, runtime, kubelet, first, reader, first_socket, .. } = serving();
     let root = dir.path();
-    let kubelet = Kubelet::new(root);
-    let first = RunningDriver::start(root, &providers, runtime.handle());
-    kubelet.publish(root).unwrap();
-    let reader = LoopingReader::start(target(root).join("secrets/db-password"));
-    reader.wait_for(20, "before the handover");
-    let first_socket = identity(&root.join("csi.sock")).expect("the first driver's socket");
 
     // A successor configured without the volume's provider.
     let refused = RunningDriver::start(root, &[], runtime.handle()).thread.join().unwrap().unwrap_err();
@@ -303,14 +289,8 @@ fn a_successor_that_cannot_serve_a_lazy_volume_refuses_it_and_the_first_driver_s
 
 #[test]
 fn a_successor_that_cannot_start_stops_before_it_takes_anything() {
-    let (dir, _helper, providers, runtime) = node();
+    let Serving { dir, providers, runtime, kubelet, first, reader, first_socket, .. } = serving();
     let root = dir.path();
-    let kubelet = Kubelet::new(root);
-    let first = RunningDriver::start(root, &providers, runtime.handle());
-    kubelet.publish(root).unwrap();
-    let reader = LoopingReader::start(target(root).join("secrets/db-password"));
-    reader.wait_for(20, "before the successor starts");
-    let first_socket = identity(&root.join("csi.sock")).expect("the first driver's socket");
 
     // Its health port is taken (two drivers sharing a network, a port in use): it stops before
     // asking for anything, so the volume stays with the first driver.

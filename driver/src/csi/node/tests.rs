@@ -59,7 +59,8 @@ fn request(fixture: &Fixture, volume_id: &str, share: &str) -> NodePublishVolume
     request_at(fixture.dir.path(), volume_id, share)
 }
 
-fn request_at(root: &Path, volume_id: &str, share: &str) -> NodePublishVolumeRequest {
+/// kubelet's publish of `volume_id` showing `share`, at its target below `root`.
+pub(crate) fn request_at(root: &Path, volume_id: &str, share: &str) -> NodePublishVolumeRequest {
     let context: HashMap<String, String> = [
         ("csi.storage.k8s.io/ephemeral", "true"),
         ("csi.storage.k8s.io/pod.name", "web"),

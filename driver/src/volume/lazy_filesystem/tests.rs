@@ -529,3 +529,57 @@ fn a_files_first_read_by_sendfile_gets_its_content() {
     assert_eq!(String::from_utf8_lossy(&first.stdout), "s3cret", "{first:?}");
     served.unmount();
 }
+
+#[test]
+fn a_handed_over_volume_that_does_not_hold_together_is_taken_down_and_an_unrecorded_one_is_not_served() {
+    use crate::volume::handover::take::TakenVolume;
+    use crate::volume::recovery::recover;
+    use crate::volume::service::{NodeService, VolumeSettings};
+    use crate::volume::store::{FileVolumeStore, VolumeStore};
+
+    let runtime = runtime();
+    let helper = Helper::new(&[("db-password", "s3cret")]);
+    let (dir, text, opened, created) = created_target();
+    let volume_id = "csi-lazy-broken";
+    // Mounted by the predecessor and handed over: this process holds the connection.
+    let device = LinuxMounter.mount_fuse(&opened.target, &mount_tag(volume_id)).unwrap();
+    drop(opened);
+    let store = Arc::new(FileVolumeStore::open(dir.path().join("state")).unwrap());
+    store.put(&lazy_record(volume_id, &text, created, None), true).unwrap();
+    let handed = [volume_id.to_string()].into();
+    let (kept, dropped) = recover(store.load_all().unwrap().0, &LinuxMounter, store.as_ref(), dir.path(), &handed);
+    assert_eq!((kept.len(), dropped.len()), (1, 0), "kept, unseen: {dropped:?}");
+    let service = NodeService::new(
+        "node-1".into(),
+        VolumeSettings::for_tests(dir.path().to_path_buf(), false),
+        Arc::new(LinuxMounter),
+        store.clone(),
+        Arc::new(crate::content::StaticDirSource::new(dir.path().join("shares"))),
+        kept,
+    );
+    // Its state does not hold together (one path, two inodes); another volume has no record.
+    let broken = HandedLazyVolume {
+        negotiated: crate::volume::fuse::wire::Negotiated { minor: 31 },
+        mounted: (0, 0),
+        group: 0,
+        inodes: vec!["secrets".into(), "secrets".into()],
+        open_files: crate::volume::lazy_open_files::OpenFilesState { handles: vec![], pages: vec![], next_handle: 1 },
+        contents: vec![],
+    };
+    let files = || Arc::new(runtime.block_on(async { helper.files(HOUR) }));
+    let unrecorded = std::fs::File::open("/dev/null").unwrap().into();
+    let lines = service.adopt_lazy(vec![
+        TakenVolume { volume_id: volume_id.into(), mount: broken.clone(), files: files(), device },
+        TakenVolume { volume_id: "csi-nobody".into(), mount: broken, files: files(), device: unrecorded },
+    ]);
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(
+        lines[0].starts_with("volume \"csi-lazy-broken\": handed over but not served (the handed-over lazy volume \"csi-lazy-broken\": the path \"secrets\" has two inodes); taken down"),
+        "{}",
+        lines[0]
+    );
+    assert_eq!(lines[1], "volume \"csi-nobody\": handed over but not recorded as lazy here; not served");
+    assert!(!listed_in_mountinfo(&text).unwrap(), "its mount is taken down");
+    assert!(store.load_all().unwrap().0.is_empty(), "and its record");
+    assert!(service.volume_ids_where(|_| true).is_empty(), "and the service forgot it");
+}
