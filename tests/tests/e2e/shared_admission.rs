@@ -8,7 +8,7 @@
 //! and judged like written ones.
 
 use std::collections::BTreeMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
@@ -184,8 +184,15 @@ async fn access_is_checked_at_creation(suite: &Suite) -> Outcome {
         |served: &str| after.get(served).copied().unwrap_or_default() - before.get(served).copied().unwrap_or_default();
     let (asked, held, joined) = (delta("asked"), delta("held"), delta("joined"));
     // Counted again where the webhook cannot count: the apiserver's audit log of the reviews it
-    // was sent about the burst's account (written before each review's answer: blocking mode).
-    let reviewed = reviews_about(suite, &burst_user)? - reviews_before;
+    // was sent about the burst's account. Its ResponseComplete events are written once the
+    // answer has gone out, so the last one may land just after the webhook counted its answer:
+    // the log is read again for a while before the two counts are said to differ.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut reviewed = reviews_about(suite, &burst_user)? - reviews_before;
+    while reviewed < asked as usize && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        reviewed = reviews_about(suite, &burst_user)? - reviews_before;
+    }
     if reviewed != asked as usize {
         return Err(format!(
             "the webhook counts {asked} SubjectAccessReviews for the burst, the apiserver's audit log {reviewed}"

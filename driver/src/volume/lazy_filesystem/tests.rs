@@ -60,6 +60,14 @@ fn a_lazy_volume_is_read_by_any_user_each_file_fetched_at_its_first_open() {
     let root = opened.reopen().unwrap();
     let source = LinuxMounter.mount_source(&opened.parent, &root).unwrap().unwrap();
     assert!(source.is("inline-guard:lazy-test"), "the driver's own, by its tag: {source:?}");
+    // Read-only and data only, as the kernel lists the mount's own flags.
+    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let point = text.to_str().unwrap();
+    let flags = table.lines().map(|line| line.split(' ').collect::<Vec<_>>()).find(|f| f.len() > 5 && f[4] == point);
+    let flags: Vec<&str> = flags.expect("the mount is listed")[5].split(',').collect();
+    for wanted in ["ro", "nosuid", "nodev", "noexec"] {
+        assert!(flags.contains(&wanted), "{wanted} missing from {flags:?}");
+    }
 
     let names: Vec<String> =
         std::fs::read_dir(&text).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
