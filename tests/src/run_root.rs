@@ -220,17 +220,36 @@ pub fn processes_mentioning(needle: &str) -> Vec<(u32, String)> {
 }
 
 /// SIGKILLs every process whose command line contains `needle` (containerd's shims name its
-/// state directory in their arguments) and waits until they are gone. Returns what it killed.
+/// state directory in their arguments) and waits until they are gone. Looks again after each
+/// round: a process killed in one (containerd, a shim's starter) may have started another (a
+/// pod's shim, which outlives it) between the round's look and its kill. Returns what it
+/// killed.
 pub fn kill_processes_mentioning(needle: &str) -> Vec<String> {
-    let found = processes_mentioning(needle);
-    for (pid, _) in &found {
-        let _ = Command::new("kill").args(["-9", &pid.to_string()]).output();
+    let mut killed = Vec::new();
+    let mut quiet = 0;
+    for _ in 0..20 {
+        let found = processes_mentioning(needle);
+        if found.is_empty() {
+            // A process being forked and exec'd shows no command line for a moment: nothing
+            // is left only once two looks a moment apart find nothing.
+            quiet += 1;
+            if quiet == 2 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(250));
+            continue;
+        }
+        quiet = 0;
+        for (pid, _) in &found {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).output();
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline && found.iter().any(|(pid, _)| is_alive(*pid)) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        killed.extend(found.into_iter().map(|(pid, cmdline)| format!("{pid} {cmdline}")));
     }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline && found.iter().any(|(pid, _)| is_alive(*pid)) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    found.into_iter().map(|(pid, cmdline)| format!("{pid} {cmdline}")).collect()
+    killed
 }
 
 /// `runc delete --force` of every container in every runc root the run's containerd used
@@ -330,9 +349,12 @@ fn tear_down_on_signal(dir: PathBuf) -> Result<(), String> {
             // The scenarios' threads run on until the exit: one may have made a directory (or
             // started a child, which dies with this process) meanwhile. Swept again until a
             // look finds nothing.
-            for _ in 0..5 {
-                std::thread::sleep(Duration::from_millis(100));
-                if !dir.exists() {
+            // A pod's shim whose start was under way outlives the containerd that started it
+            // and names the directory after it is gone: looked for too.
+            let needle = dir.to_string_lossy().into_owned();
+            for _ in 0..10 {
+                std::thread::sleep(Duration::from_millis(200));
+                if !dir.exists() && processes_mentioning(&needle).is_empty() {
                     break;
                 }
                 let again = sweep(&dir);
