@@ -118,7 +118,17 @@ pub fn bind_beside(path: &Path) -> Result<Beside> {
     let name = path.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
     let shortened: String = name.chars().take(name.chars().count().saturating_sub(1)).collect();
     let beside = path.with_file_name(format!("~{shortened}"));
-    let _ = fs::remove_file(&beside);
+    // Only a socket there is one a successor left (killed before it put it in place).
+    if let Ok(metadata) = fs::symlink_metadata(&beside) {
+        if !metadata.file_type().is_socket() {
+            return Err(RunError::Taken(format!(
+                "{} exists and is not a socket; refusing to replace it",
+                quote_path(&beside)
+            )));
+        }
+        fs::remove_file(&beside)
+            .map_err(|e| RunError::step(format!("removing the stale socket {}", quote_path(&beside)), e))?;
+    }
     if let Some(parent) = path.parent() {
         fs::create_dir_all(parent).map_err(|e| RunError::step(format!("creating {}", quote_path(parent)), e))?;
     }
@@ -287,5 +297,10 @@ mod tests {
         fs::write(&file, "keep me").unwrap();
         assert!(bind_in_place_of(&file).is_err());
         assert_eq!(fs::read_to_string(&file).unwrap(), "keep me");
+        // A file of someone else's where the socket would be bound beside: left alone.
+        let other = dir.path().join("~csi.soc");
+        fs::write(&other, "theirs").unwrap();
+        assert!(bind_beside(&dir.path().join("csi.sock")).is_err());
+        assert_eq!(fs::read_to_string(&other).unwrap(), "theirs");
     }
 }

@@ -68,9 +68,12 @@ impl Offer {
         let failed = |what: &str, error: std::io::Error| {
             Error::Handover(format!("offering a handover: {what} {}: {error}", quote_path(&path)))
         };
-        match std::fs::remove_file(&path) {
-            Err(error) if error.kind() != std::io::ErrorKind::NotFound => return Err(failed("removing", error)),
-            _ => {}
+        // A dead predecessor's offer socket is replaced; anything else there is left alone.
+        if let Ok(metadata) = std::fs::symlink_metadata(&path) {
+            if !std::os::unix::fs::FileTypeExt::is_socket(&metadata.file_type()) {
+                return Err(failed("refusing to replace", std::io::Error::other("it is not a socket")));
+            }
+            std::fs::remove_file(&path).map_err(|error| failed("removing", error))?;
         }
         let listener = std::os::unix::net::UnixListener::bind(&path).map_err(|error| failed("binding", error))?;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
