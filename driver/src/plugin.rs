@@ -144,9 +144,10 @@ impl Plugin {
     async fn take_node_over(&self, held: String, registration_path: Option<&std::path::Path>) -> Result<ClaimedNode> {
         let csi_beside = socket::bind_beside(&self.csi_socket)?;
         let registration_beside = registration_path.map(socket::bind_beside).transpose()?;
-        let (state_dir, content) = (self.config.state_dir.clone(), self.content.clone());
+        let (state_dir, content, tmpfs_size) =
+            (self.config.state_dir.clone(), self.content.clone(), self.config.tmpfs_size);
         let asked = tokio::task::spawn_blocking(move || {
-            let asked = take::ask(&state_dir, content.as_ref());
+            let asked = take::ask(&state_dir, content.as_ref(), tmpfs_size);
             let Some(taken) = asked.map_err(|error| RunError::Handover(error.to_string()))? else {
                 return Ok(None);
             };
@@ -181,7 +182,7 @@ impl Plugin {
         let node = self.recovered_node_service(taken)?;
         // Without an offer this driver still serves; only its successor cannot take its lazy
         // volumes over (it then stops, and the rollout waits).
-        let offer = Offer::open(&self.config.state_dir)
+        let offer = Offer::open(&self.config.state_dir, self.config.tmpfs_size)
             .inspect_err(|error| warn!(problem = %crate::quote::Logged(error), "no handover can be offered"))
             .ok();
         let health = Arc::new(Health {

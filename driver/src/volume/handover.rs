@@ -20,10 +20,16 @@ use crate::quote::quote;
 use crate::volume::error::{Error, Result};
 use crate::volume::lazy_filesystem::HandedLazyVolume;
 
-/// The most bytes of JSON one volume's frame may hold: its open files' contents travel in it,
-/// and a lazy volume holds at most its size (tmpfsSize) of them; anything beyond is refused
-/// rather than read into memory.
-pub const MAX_FRAME_BYTES: u64 = 256 << 20;
+/// The most bytes of JSON one volume's frame may hold on a node whose volumes are at most
+/// `tmpfs_size` bytes: its files' contents travel in it, and a lazy volume holds at most
+/// tmpfsSize of them, base64 in the JSON (4 bytes for 3) beside their names and numbers; so
+/// twice tmpfsSize, and never under 256 MiB. Anything beyond is refused rather than read into
+/// memory (a successor configured with a smaller tmpfsSize than its predecessor may refuse the
+/// handover: the predecessor then serves on).
+pub fn frame_bound(tmpfs_size: u64) -> u64 {
+    const FLOOR: u64 = 256 << 20;
+    FLOOR.max(tmpfs_size.saturating_mul(2))
+}
 
 /// One lazy volume as it travels, its descriptor apart: what its mount's kernel side holds and
 /// what its files are made of.
@@ -78,12 +84,12 @@ fn failed(what: &str, error: impl std::fmt::Display) -> Error {
     Error::Handover(format!("the handover of lazy volumes: {what}: {error}"))
 }
 
-/// Sends `volume` and its connection `device`.
-pub fn send(socket: &UnixStream, volume: &HandedVolume, device: BorrowedFd) -> Result<()> {
+/// Sends `volume` and its connection `device`, in a frame of at most `bound` bytes.
+pub fn send(socket: &UnixStream, volume: &HandedVolume, device: BorrowedFd, bound: u64) -> Result<()> {
     let json = serde_json::to_vec(volume).map_err(|error| failed("encoding a volume", error))?;
-    if json.len() as u64 > MAX_FRAME_BYTES {
+    if json.len() as u64 > bound {
         return Err(Error::Handover(format!(
-            "the handover of lazy volumes: volume {} holds {} bytes of state, more than {MAX_FRAME_BYTES}",
+            "the handover of lazy volumes: volume {} holds {} bytes of state, more than {bound}",
             quote(&volume.volume_id),
             json.len()
         )));
@@ -113,11 +119,11 @@ fn send_header(socket: &UnixStream, length: u64, device: Option<BorrowedFd>) -> 
     writer.write_all(&header[sent..]).map_err(|error| failed("sending a frame's length", error))
 }
 
-/// The next volume sent and its connection; `None` once the sender said
-/// every volume was sent. Anything else (the socket closed early, a frame without its
-/// descriptor or with more, a frame too large, JSON that is not a volume) is an error naming
-/// what is wrong, quoting none of the frame (it holds file contents).
-pub fn receive(socket: &UnixStream) -> Result<Option<(HandedVolume, OwnedFd)>> {
+/// The next volume sent and its connection; `None` once the sender said every volume was sent.
+/// Anything else (the socket closed early, a frame without its descriptor or with more, a frame
+/// of more than `bound` bytes, JSON that is not a volume) is an error naming what is wrong,
+/// quoting none of the frame (it holds file contents).
+pub fn receive(socket: &UnixStream, bound: u64) -> Result<Option<(HandedVolume, OwnedFd)>> {
     let mut header = [0u8; 8];
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
     let mut control = RecvAncillaryBuffer::new(&mut space);
@@ -149,8 +155,8 @@ pub fn receive(socket: &UnixStream) -> Result<Option<(HandedVolume, OwnedFd)>> {
         (_, 1) => {}
         (_, count) => return Err(failed("receiving a frame", format!("it carried {count} descriptors, not one"))),
     }
-    if length > MAX_FRAME_BYTES {
-        return Err(failed("receiving a frame", format!("it holds {length} bytes, more than {MAX_FRAME_BYTES}")));
+    if length > bound {
+        return Err(failed("receiving a frame", format!("it holds {length} bytes, more than {bound}")));
     }
     let mut json = vec![0u8; length as usize];
     reader.read_exact(&mut json).map_err(|error| failed("receiving a frame", error))?;

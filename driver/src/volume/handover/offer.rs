@@ -33,6 +33,8 @@ pub const ANSWERS_OWED_WITHIN: Duration = Duration::from_secs(30);
 pub struct Offer {
     listener: std::os::unix::net::UnixListener,
     file: OfferFile,
+    /// The largest frame sent ([`super::frame_bound`]).
+    frame_bound: u64,
 }
 
 /// The offer socket's file, removed when the offer ends (a stop without a handover) while it is
@@ -61,9 +63,10 @@ impl Drop for OfferFile {
 }
 
 impl Offer {
-    /// Listens on `state_dir`'s offer socket. Called with the state lock held, so whatever is
-    /// at the path is a dead predecessor's and is replaced.
-    pub fn open(state_dir: &Path) -> Result<Offer> {
+    /// Listens on `state_dir`'s offer socket, for a node whose volumes are at most `tmpfs_size`
+    /// bytes. Called with the state lock held, so whatever is at the path is a dead
+    /// predecessor's and is replaced.
+    pub fn open(state_dir: &Path, tmpfs_size: u64) -> Result<Offer> {
         let path = state_dir.join(SOCKET_FILE);
         let failed = |what: &str, error: std::io::Error| {
             Error::Handover(format!("offering a handover: {what} {}: {error}", quote_path(&path)))
@@ -79,7 +82,8 @@ impl Offer {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
             .map_err(|error| failed("setting the mode of", error))?;
         let metadata = std::fs::symlink_metadata(&path).map_err(|error| failed("inspecting", error))?;
-        Ok(Offer { listener, file: OfferFile { identity: Some((metadata.dev(), metadata.ino())), path } })
+        let file = OfferFile { identity: Some((metadata.dev(), metadata.ino())), path };
+        Ok(Offer { listener, file, frame_bound: super::frame_bound(tmpfs_size) })
     }
 
     /// Waits for a successor and hands `node`'s lazy volumes to the first whose handover
@@ -87,7 +91,7 @@ impl Offer {
     /// successor has taken the volumes, before it is told the node is its: it releases what the
     /// successor takes next (the lock, the sockets). Returns after that.
     pub async fn serve(self, node: Arc<NodeService>, let_go: impl FnOnce()) -> Result<()> {
-        let Offer { listener, mut file } = self;
+        let Offer { listener, mut file, frame_bound } = self;
         let path = file.path.clone();
         listener
             .set_nonblocking(true)
@@ -106,7 +110,7 @@ impl Offer {
             let node = node.clone();
             let handed = tokio::task::spawn_blocking(move || {
                 let socket = blocking(socket)?;
-                hand_off(&socket, &node).map(|count| (socket, count))
+                hand_off(&socket, &node, frame_bound).map(|count| (socket, count))
             })
             .await
             .map_err(|error| Error::Handover(format!("the handover's task: {error}")))
@@ -146,7 +150,7 @@ fn blocking(socket: tokio::net::UnixStream) -> Result<std::os::unix::net::UnixSt
 
 /// One successor's handover, from its request to its word that it has taken every volume; how
 /// many were handed.
-fn hand_off(socket: &std::os::unix::net::UnixStream, node: &NodeService) -> Result<usize> {
+fn hand_off(socket: &std::os::unix::net::UnixStream, node: &NodeService, frame_bound: u64) -> Result<usize> {
     match hear(socket, "a successor's request")? {
         Word::Ask => {}
         other => return Err(Error::Handover(format!("a successor said {other:?} instead of asking"))),
@@ -157,7 +161,7 @@ fn hand_off(socket: &std::os::unix::net::UnixStream, node: &NodeService) -> Resu
             for (volume_id, mount) in mounts.iter_mut() {
                 let (state, device) = mount.hand_over(ANSWERS_OWED_WITHIN)?;
                 let volume = HandedVolume { volume_id: volume_id.clone(), mount: state, files: mount.files().handed() };
-                send(socket, &volume, device.as_fd())?;
+                send(socket, &volume, device.as_fd(), frame_bound)?;
                 count += 1;
             }
             send_end(socket)?;

@@ -43,7 +43,7 @@ pub struct TakenVolume {
 /// from before handovers); the volumes once this process has said it took them (the lock is
 /// then to be taken as the predecessor lets go of it); an error when the handover failed
 /// before that (the predecessor then keeps serving everything).
-pub fn ask(state_dir: &Path, content: &dyn ContentSource) -> Result<Option<Vec<TakenVolume>>> {
+pub fn ask(state_dir: &Path, content: &dyn ContentSource, tmpfs_size: u64) -> Result<Option<Vec<TakenVolume>>> {
     let path = state_dir.join(SOCKET_FILE);
     let socket = match UnixStream::connect(&path) {
         Ok(socket) => socket,
@@ -59,7 +59,7 @@ pub fn ask(state_dir: &Path, content: &dyn ContentSource) -> Result<Option<Vec<T
     timeouts.map_err(|error| Error::Handover(format!("setting the handover's timeouts: {error}")))?;
     say(&socket, Word::Ask)?;
     let mut taken = Vec::new();
-    while let Some((volume, device)) = receive(&socket)? {
+    while let Some((volume, device)) = receive(&socket, super::frame_bound(tmpfs_size))? {
         let HandedVolume { volume_id, mount, files } = volume;
         match content.lazy_handed(files) {
             Ok(files) => taken.push(TakenVolume { volume_id, mount, files, device }),

@@ -27,16 +27,16 @@ fn mount() -> HandedLazyVolume {
 fn a_volume_and_its_descriptor_arrive_together_and_the_end_is_said() {
     let (sender, receiver) = UnixStream::pair().unwrap();
     let (mut pipe_out, pipe_in) = std::io::pipe().unwrap();
-    send(&sender, &volume("csi-a"), pipe_in.as_fd()).unwrap();
-    send(&sender, &volume("csi-b"), pipe_in.as_fd()).unwrap();
+    send(&sender, &volume("csi-a"), pipe_in.as_fd(), BOUND).unwrap();
+    send(&sender, &volume("csi-b"), pipe_in.as_fd(), BOUND).unwrap();
     send_end(&sender).unwrap();
     drop(pipe_in);
 
-    let (received, device) = receive(&receiver).unwrap().unwrap();
+    let (received, device) = receive(&receiver, BOUND).unwrap().unwrap();
     assert_eq!(received, volume("csi-a"));
-    let (received, second) = receive(&receiver).unwrap().unwrap();
+    let (received, second) = receive(&receiver, BOUND).unwrap().unwrap();
     assert_eq!(received.volume_id, "csi-b");
-    assert!(receive(&receiver).unwrap().is_none(), "the end");
+    assert!(receive(&receiver, BOUND).unwrap().is_none(), "the end");
     // The descriptor received is the very pipe sent: what is written to it comes out.
     std::fs::File::from(device).write_all(b"same file").unwrap();
     drop(second);
@@ -56,6 +56,35 @@ fn raw(socket: &UnixStream, bytes: &[u8], device: Option<BorrowedFd>) {
     let sent = rustix::net::sendmsg(socket, &[IoSlice::new(bytes)], &mut control, SendFlags::empty()).unwrap();
     let mut writer = socket;
     writer.write_all(&bytes[sent..]).unwrap();
+}
+
+/// The bound of a node with the shipped tmpfsSize (8 MiB): the floor.
+const BOUND: u64 = 256 << 20;
+
+#[test]
+fn a_frame_may_hold_twice_tmpfs_size_and_never_less_than_256_mib() {
+    assert_eq!(frame_bound(8 << 20), BOUND);
+    assert_eq!(frame_bound(128 << 20), BOUND);
+    assert_eq!(frame_bound(512 << 20), 1 << 30, "a volume's content, base64, and its names fit");
+    assert_eq!(frame_bound(u64::MAX), u64::MAX);
+}
+
+#[test]
+fn a_frame_beyond_the_bound_is_refused_by_either_side() {
+    let (_pipe_out, pipe_in) = std::io::pipe().unwrap();
+    let (sender, receiver) = UnixStream::pair().unwrap();
+    let json = serde_json::to_vec(&volume("csi-a")).unwrap().len() as u64;
+    let error = send(&sender, &volume("csi-a"), pipe_in.as_fd(), json - 1).unwrap_err().to_string();
+    assert_eq!(
+        error,
+        format!("the handover of lazy volumes: volume \"csi-a\" holds {json} bytes of state, more than {}", json - 1)
+    );
+    send(&sender, &volume("csi-a"), pipe_in.as_fd(), json).unwrap();
+    let error = receive(&receiver, json - 1).unwrap_err().to_string();
+    assert_eq!(
+        error,
+        format!("the handover of lazy volumes: receiving a frame: it holds {json} bytes, more than {}", json - 1)
+    );
 }
 
 #[test]
@@ -99,7 +128,7 @@ fn what_a_broken_or_hostile_sender_writes_is_refused_naming_it() {
     for case in cases {
         let (sender, receiver) = UnixStream::pair().unwrap();
         raw(&sender, &case.bytes, case.with_descriptor.then(|| pipe_in.as_fd()));
-        let error = receive(&receiver).unwrap_err().to_string();
+        let error = receive(&receiver, BOUND).unwrap_err().to_string();
         assert!(error.starts_with(case.expected), "{}: {error}", case.name);
         assert!(!error.contains("s3cret"), "{}: {error}", case.name);
     }
@@ -107,12 +136,12 @@ fn what_a_broken_or_hostile_sender_writes_is_refused_naming_it() {
     let (sender, receiver) = UnixStream::pair().unwrap();
     raw(&sender, &50u64.to_le_bytes(), Some(pipe_in.as_fd()));
     drop(sender);
-    let error = receive(&receiver).unwrap_err().to_string();
+    let error = receive(&receiver, BOUND).unwrap_err().to_string();
     assert!(error.starts_with("the handover of lazy volumes: receiving a frame: "), "cut short: {error}");
 
     let (sender, receiver) = UnixStream::pair().unwrap();
     drop(sender);
-    let error = receive(&receiver).unwrap_err().to_string();
+    let error = receive(&receiver, BOUND).unwrap_err().to_string();
     assert_eq!(error, "the handover of lazy volumes: receiving a frame: the sender closed the socket before the end");
 }
 

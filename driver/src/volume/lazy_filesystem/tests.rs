@@ -501,11 +501,11 @@ fn a_lazy_volume_handed_over_a_real_socket_is_served_on_by_its_successor_with_no
         mount: handed,
         files: served.mount.files().handed(),
     };
-    handover::send(&sending, &volume, device.as_fd()).unwrap();
+    handover::send(&sending, &volume, device.as_fd(), 256 << 20).unwrap();
     handover::send_end(&sending).unwrap();
     drop(device);
-    let (volume, device) = handover::receive(&receiving).unwrap().unwrap();
-    assert!(handover::receive(&receiving).unwrap().is_none());
+    let (volume, device) = handover::receive(&receiving, 256 << 20).unwrap().unwrap();
+    assert!(handover::receive(&receiving, 256 << 20).unwrap().is_none());
     let files = Arc::new(served.runtime.block_on(async { served.helper.files(HOUR) }));
     let successor = LazyMount::take_over(&volume.volume_id, volume.mount, device, files.clone()).unwrap();
     // The predecessor goes, closing its descriptors: the connection lives on in the successor's.
