@@ -18,12 +18,11 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use inline_guard_benches::lazy_bench::{FILE_BYTES, MOUNT_REPLY, lazy_provider, online_cores, pin_to};
 use inline_guard_benches::percentile;
-use sharedresource_api::ObjectName;
 use sharedresource_csi_driver::content::ask::{PodInfo, VolumeAsk};
 use sharedresource_csi_driver::content::external::helper_protocol::{MountReply, mount_options};
 use sharedresource_csi_driver::content::external::lazy_files::LazyFiles;
-use sharedresource_csi_driver::content::external::provider::{ExecProvider, FetchMode};
 use sharedresource_csi_driver::volume::lazy_filesystem::LazyMount;
 use sharedresource_csi_driver::volume::mounter::{LinuxMounter, Mounter};
 use sharedresource_csi_driver::volume::target_dir;
@@ -31,23 +30,6 @@ use sharedresource_csi_driver::volume::target_path::TargetPath;
 
 const READS: usize = 5000;
 const ROUNDS: usize = 5;
-const FILE_BYTES: usize = 4096;
-
-const HELPER: &str = r#"#!/bin/sh
-case "$1" in
-mount) echo '{"enable-dirs": ["s"], "mount-param": [], "files": {"s": ["f"]}}' ;;
-get) head -c 4096 /dev/zero | tr '\0' 'x' ;;
-*) exit 1 ;;
-esac
-"#;
-
-fn pin_to(core: usize) -> Result<(), String> {
-    let mut set = nix::sched::CpuSet::new();
-    set.set(core).map_err(|e| format!("CPU {core}: {e}"))?;
-    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set)
-        .map_err(|e| format!("pinning to CPU {core}: {e}"))
-}
-
 /// Open, read to the end, close: `READS` times; each one's duration.
 fn reads(path: &Path) -> Result<Vec<Duration>, String> {
     let mut buffer = Vec::with_capacity(2 * FILE_BYTES);
@@ -108,17 +90,14 @@ fn main() -> Result<(), String> {
     // end, on SIGINT/SIGTERM, and by the next run if this one is killed (inline_guard_tests::run_root).
     let _run = inline_guard_tests::run_root::claim_until_dropped()?;
     let json = std::env::args().skip_while(|a| a != "--json").nth(1);
-    let cores = nix::unistd::sysconf(nix::unistd::SysconfVar::_NPROCESSORS_ONLN).ok().flatten().unwrap_or(1);
+    let cores = online_cores();
     let pinned = cores >= 2;
     let same_core = std::env::var_os("SAME_CORE").is_some();
     if pinned {
         pin_to(0)?;
     }
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let helper = dir.path().join("helper");
-    std::fs::write(&helper, HELPER).map_err(|e| e.to_string())?;
-    use std::os::unix::fs::PermissionsExt as _;
-    std::fs::set_permissions(&helper, std::fs::Permissions::from_mode(0o755)).map_err(|e| e.to_string())?;
+    let provider = lazy_provider(dir.path())?;
 
     // Made while this thread is on CPU 0: the runtime's and the session's threads stay there.
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -129,15 +108,7 @@ fn main() -> Result<(), String> {
     let target_text = dir.path().join("pods/u/volumes/kubernetes.io~csi/lazy/mount");
     let target = TargetPath::parse(target_text.to_str().unwrap_or_default(), dir.path()).map_err(|e| e.to_string())?;
     let opened = target_dir::create(dir.path(), &target, &mut Vec::new()).map_err(|e| e.to_string())?;
-    let provider = ExecProvider {
-        name: ObjectName::parse("bench").map_err(|e| e.to_string())?,
-        helper,
-        mode: FetchMode::Lazy,
-        timeout: Duration::from_secs(30),
-        cache_ttl: Duration::from_secs(3600),
-        max_file_bytes: 1 << 20,
-    };
-    let reply = MountReply::parse(br#"{"enable-dirs": ["s"], "mount-param": [], "files": {"s": ["f"]}}"#)?;
+    let reply = MountReply::parse(MOUNT_REPLY)?;
     let options = mount_options(&ask(&target_text)).map_err(|e| e.to_string())?;
     let permits = (sharedresource_csi_driver::fair_slots::FairSlots::halved(4), "bench".to_string());
     let files = Arc::new(

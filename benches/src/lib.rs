@@ -3,6 +3,7 @@
 
 pub mod apiserver_metrics;
 pub mod floor;
+pub mod lazy_bench;
 pub mod process_cpu;
 pub mod profile;
 pub mod report;

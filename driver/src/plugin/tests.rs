@@ -16,46 +16,14 @@ use inline_guard_proto::csi::v1::node_client::NodeClient;
 use inline_guard_proto::csi::v1::{NodePublishVolumeRequest, NodeUnpublishVolumeRequest, ProbeRequest};
 
 use super::*;
-use crate::content::ask::VolumeAsk;
-use crate::content::error::Result as ContentResult;
 use crate::content::external::exec::ExecProviders;
 use crate::content::external::lazy_files::tests::Helper;
-use crate::content::external::lazy_files::{HandedFiles, LazyFiles};
+use crate::content::external::lazy_only::LazyOnlySource;
 use crate::content::external::provider::ExecProvider;
-use crate::content::payload::Payload;
 use crate::volume::lazy_filesystem::tests::LoopingReader;
 use crate::volume::mounter::listed_in_mountinfo;
 
 const HOUR: Duration = Duration::from_secs(3600);
-
-/// Every volume a lazy volume of provider `vault-cli` (when this driver has it), run on the
-/// source's own runtime as the Kubernetes source runs its providers.
-struct LazyProviderSource {
-    providers: ExecProviders,
-    runtime: tokio::runtime::Handle,
-}
-
-impl ContentSource for LazyProviderSource {
-    fn ready(&self) -> bool {
-        true
-    }
-
-    fn content(&self, _: &VolumeAsk) -> ContentResult<Payload> {
-        Ok(Payload::new())
-    }
-
-    fn lazy(&self, ask: &VolumeAsk) -> ContentResult<Option<Arc<LazyFiles>>> {
-        let Some(provider) = self.providers.get("vault-cli") else {
-            return Ok(None);
-        };
-        self.runtime.block_on(self.providers.lazy_files(provider, ask)).map(|files| Some(Arc::new(files)))
-    }
-
-    fn lazy_handed(&self, handed: HandedFiles) -> ContentResult<Arc<LazyFiles>> {
-        let _entered = self.runtime.enter();
-        self.providers.lazy_handed(handed).map(Arc::new)
-    }
-}
 
 /// A driver running on a thread of its own, until stopped.
 struct RunningDriver {
@@ -78,8 +46,10 @@ impl RunningDriver {
     ) -> RunningDriver {
         let mut plugin = Plugin::in_directory(root, root.join("csi.sock"));
         plugin.config.health_address = health;
-        plugin.content = Arc::new(LazyProviderSource {
+        // Every volume a lazy volume of provider `vault-cli`, when this driver has it.
+        plugin.content = Arc::new(LazyOnlySource {
             providers: ExecProviders::new(providers.iter().cloned().collect::<BTreeMap<_, _>>(), 4),
+            provider: "vault-cli".into(),
             runtime: runtime.clone(),
         });
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

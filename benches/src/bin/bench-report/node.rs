@@ -1,5 +1,6 @@
-//! The driver on the node: publish and unpublish on real tmpfs, a lazy file's read through FUSE,
-//! shares and providers against a real kube-apiserver, and the node's view at scale.
+//! The driver on the node: publish and unpublish on real tmpfs, a lazy file's read through FUSE
+//! (and across the driver's handover), shares and providers against a real kube-apiserver, and
+//! the node's view at scale.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -12,6 +13,7 @@ use crate::results::{Results, met, number, write_plot};
 pub fn write(w: &mut String, results: &Results, plots: &Path) -> Result<(), String> {
     driver(w, results);
     lazy_read(w, results);
+    handover_read(w, results);
     shares(w, results);
     providers(w, results);
     match &results.scale {
@@ -99,6 +101,47 @@ fn lazy_read(w: &mut String, results: &Results) {
         "\n`get` calls to the helper in all: {} (one per file); every other read was served from the driver's cache.\n",
         lazy["gets"]
     );
+}
+
+/// A lazy file read in a loop while the driver hands the node over to a successor: each read's
+/// time before, during and after the handovers.
+fn handover_read(w: &mut String, results: &Results) {
+    let title = "## A lazy file's read across the driver's handover";
+    let Some(handover) = &results.handover_read else {
+        let _ = writeln!(w, "{title}\n\nNot measured in this run: `handover_read` needs root.\n");
+        return;
+    };
+    let _ = writeln!(
+        w,
+        "{title}\n\nA cached {}-byte file of a lazy provider volume, read in a loop (open, read to the end, close) \
+         while the driver serving it hands the node to a successor started beside it, {} times in a row (two whole \
+         drivers, real FUSE); {} reads, none failed; {}. A read is during a handover when it overlaps one: from the \
+         successor's start to its first answer on the node's CSI socket.\n",
+        handover["file_bytes"],
+        handover["handovers"],
+        handover["reads"],
+        handover["machine"].as_str().unwrap_or_default()
+    );
+    let _ = writeln!(w, "| reads | count | p50 | p99 | max |");
+    let _ = writeln!(w, "|---|---|---|---|---|");
+    let phases =
+        [("before", "before the first handover"), ("during", "during a handover"), ("after", "after the last")];
+    for (phase, name) in phases {
+        let phase = &handover[phase];
+        let _ = writeln!(
+            w,
+            "| {name} | {} | {:.1} µs | {:.1} µs | {:.1} µs |",
+            phase["reads"],
+            number(&phase["p50_us"]),
+            number(&phase["p99_us"]),
+            number(&phase["max_us"])
+        );
+    }
+    let took: Vec<String> = handover["handover_ms"]
+        .as_array()
+        .map(|all| all.iter().map(|ms| format!("{:.1} ms", number(ms))).collect())
+        .unwrap_or_default();
+    let _ = writeln!(w, "\nEach handover, the successor's start to its first answer: {}.\n", took.join(", "));
 }
 
 fn shares(w: &mut String, results: &Results) {

@@ -22,6 +22,8 @@ pub struct Results {
     pub driver: Option<Value>,
     /// `lazy_read`.
     pub lazy_read: Option<Value>,
+    /// `handover_read`.
+    pub handover_read: Option<Value>,
     /// `shares_latency`.
     pub shares: Option<Value>,
     /// `providers_latency`.
@@ -51,6 +53,7 @@ impl Results {
             apiserver: optional("apiserver.json"),
             driver: optional("driver.json"),
             lazy_read: optional("lazy-read.json"),
+            handover_read: optional("handover-read.json"),
             shares: optional("shares.json"),
             providers: optional("providers.json"),
             scale: optional("scale.json"),

@@ -18,6 +18,8 @@ pub mod exec;
 pub mod helper_protocol;
 pub mod helper_run;
 pub mod lazy_files;
+#[cfg(any(test, feature = "test-util"))]
+pub mod lazy_only;
 pub mod provider;
 pub mod provider_class;
 pub mod providers;

@@ -1,0 +1,45 @@
+//! A content source whose every volume is a lazy volume of one `exec` provider, for tests and
+//! benchmarks of the lazy path through whole drivers (feature `test-util`): no cluster and no
+//! access check; the helpers run on a runtime of their own, as the Kubernetes source runs them.
+
+use std::sync::Arc;
+
+use crate::content::ContentSource;
+use crate::content::ask::VolumeAsk;
+use crate::content::error::Result;
+use crate::content::external::exec::ExecProviders;
+use crate::content::external::lazy_files::{HandedFiles, LazyFiles};
+use crate::content::payload::Payload;
+
+/// Every volume a lazy volume of `provider` when `providers` has it; otherwise an empty eager
+/// volume (a driver configured without it cannot take that provider's volumes over).
+pub struct LazyOnlySource {
+    /// The node's `exec` providers.
+    pub providers: ExecProviders,
+    /// The one every volume is of.
+    pub provider: String,
+    /// Where the helpers run.
+    pub runtime: tokio::runtime::Handle,
+}
+
+impl ContentSource for LazyOnlySource {
+    fn ready(&self) -> bool {
+        true
+    }
+
+    fn content(&self, _: &VolumeAsk) -> Result<Payload> {
+        Ok(Payload::new())
+    }
+
+    fn lazy(&self, ask: &VolumeAsk) -> Result<Option<Arc<LazyFiles>>> {
+        let Some(provider) = self.providers.get(&self.provider) else {
+            return Ok(None);
+        };
+        self.runtime.block_on(self.providers.lazy_files(provider, ask)).map(|files| Some(Arc::new(files)))
+    }
+
+    fn lazy_handed(&self, handed: HandedFiles) -> Result<Arc<LazyFiles>> {
+        let _entered = self.runtime.enter();
+        self.providers.lazy_handed(handed).map(Arc::new)
+    }
+}
