@@ -319,6 +319,25 @@ mod tests {
         assert_eq!(unescape_mountinfo("/var/lib/a\\040b"), "/var/lib/a b");
         assert_eq!(unescape_mountinfo("/plain"), "/plain");
         assert_eq!(unescape_mountinfo("/tail\\04"), "/tail\\04");
+        // Every digit counts, each by its place: a backslash is \134, a tab \011.
+        assert_eq!(unescape_mountinfo("/a\\134b\\011c"), "/a\\b\tc");
+    }
+
+    #[test]
+    fn the_fake_gives_each_mount_a_device_numbered_after_the_mounts_and_calls_before_it() {
+        // The volume layer's tests tell a mount from another at the same path by its device, as
+        // the driver does on a node: the fake's devices differ, 1000 + mounts + calls so far.
+        let fake = FakeMounter::default();
+        let source = MountSource { fs_type: "tmpfs".into(), source: "elsewhere".into() };
+        fake.mount_foreign(Path::new("/a"), source.clone());
+        fake.record(MountAction::Unmount { target: "/x".into() });
+        fake.mount_foreign(Path::new("/b"), source.clone());
+        fake.mount_foreign(Path::new("/c"), source);
+        let mounted = fake.mounted.lock().unwrap();
+        let mut devices: Vec<(&str, u64)> =
+            mounted.iter().map(|(path, (_, device))| (path.to_str().unwrap(), *device)).collect();
+        devices.sort();
+        assert_eq!(devices, [("/a", 1000), ("/b", 1002), ("/c", 1003)]);
     }
 
     #[test]
