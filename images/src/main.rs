@@ -18,10 +18,18 @@ use layout::ImageSpec;
 #[derive(Debug, Parser)]
 #[command(version, about = "Builds a program's container image as an OCI layout in a tar, offline and reproducibly")]
 struct Flags {
-    /// A program (a release binary); the first is the entrypoint, the others are there to be
-    /// named by a container's `command`.
-    #[arg(long = "binary", required = true)]
+    /// A program (a release binary), with the libraries it loads; the first is the entrypoint
+    /// unless `--entrypoint` says otherwise, the others are there to be named by a container's
+    /// `command`.
+    #[arg(long = "binary", required_unless_present = "files")]
     binaries: Vec<PathBuf>,
+    /// A file copied as it is, `HOST_PATH:IMAGE_PATH` (executable in the image when it is on the
+    /// host); nothing it loads comes with it (the example providers' static busybox, scripts).
+    #[arg(long = "file")]
+    files: Vec<String>,
+    /// The entrypoint, one argument per flag, instead of the first binary.
+    #[arg(long = "entrypoint")]
+    entrypoint: Vec<String>,
     /// The repository, without a tag.
     #[arg(long)]
     repository: String,
@@ -56,15 +64,22 @@ fn main() -> ExitCode {
 }
 
 fn run(flags: Flags) -> Result<()> {
-    let rootfs = rootfs::rootfs(&flags.binaries, flags.uid)?;
-    let name = flags.binaries[0].file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
+    let files = flags.files.iter().map(|file| rootfs::CopiedFile::parse(file)).collect::<Result<Vec<_>>>()?;
+    let rootfs = rootfs::rootfs(&flags.binaries, &files, flags.uid)?;
+    let entrypoint = match (flags.entrypoint.is_empty(), flags.binaries.first()) {
+        (false, _) => flags.entrypoint.clone(),
+        (true, Some(first)) => {
+            vec![rootfs::program_path(first.file_name().and_then(|n| n.to_str()).unwrap_or_default())]
+        }
+        (true, None) => return Err(Error::Input("an image without a --binary needs its --entrypoint".into())),
+    };
     let spec = ImageSpec {
         repository: flags.repository.clone(),
         version: flags.version.clone(),
         revision: flags.revision,
         source: flags.source,
         created: flags.created,
-        entrypoint: vec![rootfs::program_path(&name)],
+        entrypoint,
         user: format!("{0}:{0}", flags.uid),
     };
     let write = |source| Error::Write { path: flags.out.display().to_string(), source };

@@ -14,8 +14,30 @@ pub fn program_path(name: &str) -> String {
     format!("/usr/local/bin/{name}")
 }
 
-/// The image's files for `binaries`, run as `uid` (0 for root).
-pub fn rootfs(binaries: &[PathBuf], uid: u32) -> Result<Layer> {
+/// A file copied into the image as it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CopiedFile {
+    /// Where it is read from.
+    pub host: PathBuf,
+    /// Where it goes in the image (absolute).
+    pub image: String,
+}
+
+impl CopiedFile {
+    /// `HOST_PATH:IMAGE_PATH`; the image's path absolute, without `..` or empty parts.
+    pub fn parse(flag: &str) -> Result<Self> {
+        let refused = |why: &str| Error::Input(format!("--file {}: {why}", crate::error::bounded(flag.as_bytes())));
+        let (host, image) = flag.rsplit_once(':').ok_or_else(|| refused("not HOST_PATH:IMAGE_PATH"))?;
+        let parts = image.strip_prefix('/').ok_or_else(|| refused("the image's path must be absolute"))?;
+        if host.is_empty() || parts.split('/').any(|part| part.is_empty() || part == "." || part == "..") {
+            return Err(refused("a path is empty, or the image's path has an empty, `.` or `..` part"));
+        }
+        Ok(CopiedFile { host: PathBuf::from(host), image: image.to_string() })
+    }
+}
+
+/// The image's files for `binaries` and `files`, run as `uid` (0 for root).
+pub fn rootfs(binaries: &[PathBuf], files: &[CopiedFile], uid: u32) -> Result<Layer> {
     let mut layer = Layer::default();
     for binary in binaries {
         let name = binary
@@ -26,6 +48,16 @@ pub fn rootfs(binaries: &[PathBuf], uid: u32) -> Result<Layer> {
         for library in libraries(binary)? {
             layer.add_file(&library, 0o755, read(Path::new(&library))?);
         }
+    }
+    for file in files {
+        use std::os::unix::fs::PermissionsExt as _;
+        let metadata =
+            std::fs::metadata(&file.host).map_err(|e| Error::Input(format!("{}: {e}", file.host.display())))?;
+        if !metadata.is_file() {
+            return Err(Error::Input(format!("{}: not a regular file", file.host.display())));
+        }
+        let mode = if metadata.permissions().mode() & 0o111 != 0 { 0o755 } else { 0o644 };
+        layer.add_file(&file.image, mode, read(&file.host)?);
     }
     let (passwd, group) = accounts(uid);
     layer.add_file("/etc/passwd", 0o644, passwd.into_bytes());
@@ -109,6 +141,53 @@ mod tests {
     fn a_missing_library_is_an_error_naming_it() {
         let error = parse_ldd("\tlibfoo.so.1 => not found\n").unwrap_err();
         assert_eq!(error.to_string(), "a library the program needs is missing: libfoo.so.1 => not found");
+    }
+
+    #[test]
+    fn a_copied_file_names_a_host_path_and_an_absolute_image_path() {
+        let file = CopiedFile::parse("/tmp/x/helper.sh:/providers/helper.sh").unwrap();
+        assert_eq!(file, CopiedFile { host: PathBuf::from("/tmp/x/helper.sh"), image: "/providers/helper.sh".into() });
+        for refused in
+            ["helper.sh", "/tmp/helper.sh:providers/helper.sh", "/h:/providers/../etc/passwd", "/h:/a//b", ":/a"]
+        {
+            let error = CopiedFile::parse(refused).unwrap_err().to_string();
+            assert!(error.starts_with(&format!("--file {refused}: ")), "{refused}: {error}");
+        }
+    }
+
+    #[test]
+    fn a_copied_file_keeps_its_content_and_is_executable_when_it_is_on_the_host() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let (script, data) = (dir.path().join("helper.sh"), dir.path().join("data"));
+        std::fs::write(&script, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o700)).unwrap();
+        std::fs::write(&data, "x").unwrap();
+        let files = [
+            CopiedFile { host: script.clone(), image: "/providers/helper.sh".into() },
+            CopiedFile { host: data, image: "/providers/data".into() },
+        ];
+        let tar = rootfs(&[], &files, 0).unwrap().to_tar(0).unwrap();
+        let mut found = Vec::new();
+        for entry in tar::Archive::new(tar.as_slice()).entries().unwrap() {
+            let mut entry = entry.unwrap();
+            let path = entry.path().unwrap().display().to_string();
+            if path.starts_with("providers/") && entry.header().entry_type().is_file() {
+                let mode = entry.header().mode().unwrap();
+                let mut content = String::new();
+                std::io::Read::read_to_string(&mut entry, &mut content).unwrap();
+                found.push((path, mode, content));
+            }
+        }
+        assert_eq!(
+            found,
+            [
+                ("providers/data".to_string(), 0o644, "x".to_string()),
+                ("providers/helper.sh".to_string(), 0o755, "#!/bin/sh\n".to_string())
+            ]
+        );
+        let missing = [CopiedFile { host: dir.path().join("missing"), image: "/m".into() }];
+        assert!(rootfs(&[], &missing, 0).unwrap_err().to_string().contains("missing"));
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! `images/build`, run as the README says: both images are OCI layouts whose programs start in
+//! `images/build`, run as the README says: the images are OCI layouts whose programs start in
 //! a root holding only what the image holds, under the size targets, naming the commit, with
 //! no path of the machine that built them; and a second build gives the same bytes.
 
@@ -50,7 +50,7 @@ fn chroot() -> &'static str {
 }
 
 #[test]
-fn both_images_build_offline_the_same_twice_and_start_in_their_own_root() {
+fn the_images_build_offline_the_same_twice_and_start_in_their_own_root() {
     let first = tempfile::tempdir().unwrap();
     let second = tempfile::tempdir().unwrap();
     let said = build(first.path());
@@ -105,4 +105,73 @@ fn both_images_build_offline_the_same_twice_and_start_in_their_own_root() {
             );
         }
     }
+    example_providers_install_a_helper_that_runs_without_a_shell_of_the_drivers(first.path(), second.path(), &said);
+}
+
+/// The example providers' image: the same twice; its entrypoint, given the driver's helper
+/// directory, copies the example helper and the static busybox it runs on into it; and the
+/// helper then answers from a root holding nothing else (the driver's image has no shell),
+/// with an empty environment, as the driver runs it.
+fn example_providers_install_a_helper_that_runs_without_a_shell_of_the_drivers(
+    first: &Path,
+    second: &Path,
+    said: &str,
+) {
+    let name = "example-providers";
+    let archive = std::fs::read(first.join(format!("{name}.tar"))).unwrap();
+    assert!(archive == std::fs::read(second.join(format!("{name}.tar"))).unwrap(), "{name}: two builds differ");
+    let files = files(&archive);
+    let entry = &json(&files["index.json"])["manifests"][0];
+    let version = env!("CARGO_PKG_VERSION");
+    assert_eq!(entry["annotations"]["io.containerd.image.name"], format!("ghcr.io/inline-guard/{name}:{version}"));
+    assert!(said.contains(entry["digest"].as_str().unwrap()), "images/build told the digest of {name}: {said}");
+    let manifest = json(blob(&files, &entry["digest"]));
+    let config = json(blob(&files, &manifest["config"]["digest"]));
+    let entrypoint: Vec<String> = serde_json::from_value(config["config"]["Entrypoint"].clone()).unwrap();
+    assert_eq!(entrypoint, ["/providers/busybox", "cp", "-pR", "/providers/."]);
+    assert_eq!(config["config"]["User"], "0:0");
+
+    let image = tempfile::tempdir().unwrap();
+    tar::Archive::new(blob(&files, &manifest["layers"][0]["digest"])).unpack(image.path()).unwrap();
+    let helpers = "/usr/libexec/inline-guard";
+    std::fs::create_dir_all(image.path().join(helpers.trim_start_matches('/'))).unwrap();
+    let installed =
+        Command::new(chroot()).arg(image.path()).args(&entrypoint).arg(helpers).env_clear().output().unwrap();
+    assert!(installed.status.success(), "the entrypoint failed: {}", String::from_utf8_lossy(&installed.stderr));
+
+    // The driver's root: the helper directory as the init container filled it, and the vault
+    // the example helper reads; no /bin/sh.
+    let root = tempfile::tempdir().unwrap();
+    let directory = root.path().join(helpers.trim_start_matches('/'));
+    std::fs::create_dir_all(&directory).unwrap();
+    for file in ["busybox", "exec-helper.sh"] {
+        std::fs::copy(image.path().join(helpers.trim_start_matches('/')).join(file), directory.join(file)).unwrap();
+    }
+    let helper = std::fs::read_to_string(directory.join("exec-helper.sh")).unwrap();
+    assert!(helper.starts_with(&format!("#!{helpers}/busybox sh\n")), "{}", helper.lines().next().unwrap_or_default());
+    let pod = root.path().join("var/lib/inline-guard/example-vault/team-a/web");
+    std::fs::create_dir_all(&pod).unwrap();
+    std::fs::write(pod.join("db-password"), "from-the-vault").unwrap();
+    assert!(!root.path().join("bin/sh").exists());
+    // As in a container, /proc is mounted (busybox's shell runs its own tools through
+    // /proc/self/exe), in a mount namespace of the helper's own that goes with it.
+    std::fs::create_dir_all(root.path().join("proc")).unwrap();
+    let run = |arguments: &[&str]| {
+        let output = Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "--", "/bin/sh", "-c"])
+            .arg(format!(r#"mount -t proc proc "$0/proc" && exec {} "$0" "$@""#, chroot()))
+            .arg(root.path())
+            .arg(format!("{helpers}/exec-helper.sh"))
+            .args(arguments)
+            .env_clear()
+            .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{arguments:?}: {}", String::from_utf8_lossy(&output.stderr));
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let options = r#"{"kubernetes.io/pod.namespace":"team-a","kubernetes.io/pod.name":"web"}"#;
+    let answer = run(&["mount", "/mnt", options]);
+    assert!(answer.contains(r#""files": {"secrets": ["db-password"]}"#), "{answer}");
+    assert_eq!(run(&["get", "secrets/db-password", "team-a", "web"]), "from-the-vault");
 }

@@ -1,5 +1,6 @@
-//! Installed as shipped: both images built by `images/build` and imported into the node's
-//! containerd, the shipped manifests applied with a real `kubectl apply -k` through a test
+//! Installed as shipped: the images built by `images/build` and imported into the node's
+//! containerd (the example providers' image installing the example helper through the
+//! example-providers Component, for a lazy volume read across the DaemonSet's rolls), the shipped manifests applied with a real `kubectl apply -k` through a test
 //! overlay (`overlay.rs` writes what it changes and why into the overlay itself), on a control
 //! plane with production authorization (Node and RBAC; NodeRestriction and ServiceAccount
 //! admission) and a real node (kubelet and containerd). The serving certificate comes from
@@ -12,6 +13,7 @@
 
 mod attack;
 mod kubectl;
+mod lazy;
 mod overlay;
 mod rollout;
 mod workload;
@@ -41,7 +43,7 @@ const DRIVER_USER: &str = "system:serviceaccount:inline-guard-driver:sharedresou
 const READ_GRANTS_USER: &str = "system:serviceaccount:inline-guard-driver:sharedresource-read-grants";
 const WEBHOOK_USER: &str = "system:serviceaccount:inline-guard-system:csi-volume-admission";
 /// The images' repositories, in `images/build`'s order.
-const IMAGES: [&str; 2] = ["csi-volume-admission", "sharedresource-csi-driver"];
+const IMAGES: [&str; 3] = ["csi-volume-admission", "sharedresource-csi-driver", "example-providers"];
 
 /// No step may hang the run: the cold image build is the longest part.
 const BOUND: Duration = Duration::from_secs(2400);
@@ -187,15 +189,25 @@ async fn steps(this: &Installation) -> Outcome {
         return Err(format!("the rollout restart changed answers: {}", tally.summary()));
     }
 
+    // A lazy volume of the example exec provider, its helper installed from its own image by
+    // the example-providers Component, read five times a second across the upgrade and the
+    // rollout restart below (lazy.rs): each roll hands its FUSE connection to the new driver.
+    workload::grant_provider(&this.admin, lazy::PROVIDER).await?;
+    let mut lazy_file = lazy::LazyFile::new(&this.example_vault(), "lazy-first")?;
+    let lazy_pod = this.create_patched(lazy::pod()).await?;
+    let mut lazy_reads = lazy_file.read_after(&this.node, 0).await?;
+
     // An upgrade: images tagged with a new version, `apply -k` again; the DaemonSet rolls while
     // a workload keeps its volume.
     let upgraded = format!("{version}-upgrade");
     let pod = this.create_reader("across-upgrade").await?;
     seen = wait_for_content(&this.node, "across-upgrade", "third", 0).await?;
     this.images(version, Some(&upgraded)).await?;
+    let before_upgrade = this.driver_pod().await?;
     this.write_overlay(Some(&upgraded))?;
     this.kubectl.run(&["apply", "-k", &path(&overlay)]).await?;
     this.wait_rolled_out().await?;
+    let upgraded_driver = this.wait_for_new_driver_pod(&before_upgrade).await?;
     let image = this.driver_image().await?;
     if !image.ends_with(&format!(":{upgraded}")) {
         return Err(format!("after the upgrade the driver runs {image}, not the {upgraded} image"));
@@ -204,11 +216,26 @@ async fn steps(this: &Installation) -> Outcome {
     workload::set_content(&this.admin, "fourth").await?;
     wait_for_content(&this.node, "across-upgrade", "fourth", seen).await?;
     println!("deploy: upgraded to {image}; the workload read on and saw the next change");
+    lazy_file.set("lazy-second")?;
+    lazy_reads = lazy_file.read_after(&this.node, lazy_reads).await?;
+    println!("deploy: the lazy volume was read across the upgrade; the new driver served its next value");
 
-    // Removed: the workload first (as a user would), then everything `apply -k` made.
+    // `kubectl rollout restart` of the DaemonSet: the same handover, the same image.
+    let restart = ["rollout", "restart", "daemonset/sharedresource-csi-driver", "-n", DRIVER_NAMESPACE];
+    this.kubectl.run(&restart).await?;
+    this.wait_rolled_out().await?;
+    this.wait_for_new_driver_pod(&upgraded_driver).await?;
+    lazy_file.set("lazy-third")?;
+    lazy_file.read_after(&this.node, lazy_reads).await?;
+    println!("deploy: the lazy volume was read across kubectl rollout restart; the new driver served its next value");
+
+    // Removed: the workloads first (as a user would), then everything `apply -k` made.
     this.node.volume_present(&pod)?;
     delete_and_wait(&this.admin, CONSUMER, "across-upgrade").await?;
     this.node.nothing_left(&pod)?;
+    this.node.volume_present(&lazy_pod)?;
+    delete_and_wait(&this.admin, CONSUMER, lazy::POD).await?;
+    this.node.nothing_left(&lazy_pod)?;
     this.uninstalled_leaves_nothing(&overlay).await
 }
 
@@ -239,7 +266,7 @@ impl Installation {
     /// A pod of `reader`, granted `use` of the provider, reads its object; deleted, it leaves
     /// nothing.
     async fn provider_served(&self) -> Outcome {
-        workload::grant_provider(&self.admin).await?;
+        workload::grant_provider(&self.admin, "e2e").await?;
         let pods = Api::<Pod>::namespaced(self.admin.clone(), CONSUMER);
         let name = "store-reader";
         let pod: Pod = serde_json::from_value(workload::provider_reader_pod(name)).map_err(|e| e.to_string())?;
@@ -253,12 +280,20 @@ impl Installation {
         self.node.nothing_left(&uid)
     }
 
+    /// The host directory the example helper serves from: made before the DaemonSet mounts it.
+    fn example_vault(&self) -> PathBuf {
+        self.dir.join("example-vault")
+    }
+
     fn write_overlay(&self, image_tag: Option<&str>) -> Outcome {
         let port = self.cluster.url().rsplit(':').next().and_then(|p| p.parse().ok()).ok_or("the apiserver's port")?;
+        let vault = self.example_vault();
+        std::fs::create_dir_all(&vault).map_err(|e| format!("{}: {e}", vault.display()))?;
         let overlay = Overlay {
             kubelet_root: &self.node.kubelet_dirs.root,
             state_dir: &self.node.plugin.state,
             providers_dir: &self.dir.join("providers"),
+            example_vault: &vault,
             apiserver: (POD_NETWORK_GATEWAY, port),
             image_tag,
         };
@@ -378,8 +413,15 @@ impl Installation {
     /// Creates a reader pod; it must come back patched read-only (the mutating webhook, called
     /// through its Service). Returns its uid.
     async fn create_reader(&self, name: &str) -> Result<String, String> {
+        self.create_patched(reader_pod(name)).await
+    }
+
+    /// Creates `pod` (one CSI volume, no `readOnly`) in the consumer's namespace; it must come
+    /// back patched read-only. Returns its uid.
+    async fn create_patched(&self, pod: serde_json::Value) -> Result<String, String> {
         let pods = Api::<Pod>::namespaced(self.admin.clone(), CONSUMER);
-        let pod: Pod = serde_json::from_value(reader_pod(name)).map_err(|e| e.to_string())?;
+        let pod: Pod = serde_json::from_value(pod).map_err(|e| e.to_string())?;
+        let name = pod.metadata.name.clone().unwrap_or_default();
         let created = pods.create(&Default::default(), &pod).await.map_err(|e| format!("creating {name}: {e}"))?;
         let spec = created.spec.as_ref().ok_or("a pod without a spec")?;
         let read_only = spec.volumes.as_ref().and_then(|v| v[0].csi.as_ref()).and_then(|c| c.read_only);

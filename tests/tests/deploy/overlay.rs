@@ -17,7 +17,9 @@ pub struct Overlay<'a> {
     pub providers_dir: &'a Path,
     /// The apiserver's address on the pod network (`HOST:PORT`).
     pub apiserver: (&'a str, u16),
-    /// A tag for both images other than the shipped one (an upgrade).
+    /// The host directory the example helper serves from (its stand-in for a vault).
+    pub example_vault: &'a Path,
+    /// A tag for every image other than the shipped one (an upgrade).
     pub image_tag: Option<&'a str>,
 }
 
@@ -31,7 +33,14 @@ const PROVIDERS: &str = "/var/run/secrets-store-csi-providers";
 const PROVIDERS_INDEX: usize = 5;
 /// The provider the scenario runs on the node, as an operator names one in `driver.yaml`: its
 /// socket is the default, `PROVIDERS/e2e.sock`, inside the driver's container.
-pub const PROVIDER_CONFIG: &str = "providers:\n- {name: e2e, kind: secrets-store, timeout: 10s}\n";
+/// And the example `exec` provider in mode lazy, its helper installed by the example-providers
+/// Component (a fetched file served for 1 s before the helper is asked again, so a change in
+/// its vault shows within seconds).
+pub const PROVIDER_CONFIG: &str = "providers:\n- {name: e2e, kind: secrets-store, timeout: 10s}\n\
+    - {name: example, kind: exec, helper: /usr/libexec/inline-guard/exec-helper.sh, mode: lazy, cacheTTL: 1s}\n";
+/// The example-providers Component, and the host directory it mounts for the example helper.
+const EXAMPLE_PROVIDERS: &str = "config/deploy/driver/example-providers";
+const EXAMPLE_VAULT: &str = "/var/lib/inline-guard/example-vault";
 
 /// Writes `dir/kustomization.yaml`; the certificate Component must be in `dir/tls`.
 pub fn write(dir: &Path, overlay: &Overlay) -> Result<(), String> {
@@ -80,19 +89,33 @@ pub fn write(dir: &Path, overlay: &Overlay) -> Result<(), String> {
         )
     };
     let images = match overlay.image_tag {
-        Some(tag) => format!(
-            "images:\n  - name: ghcr.io/inline-guard/csi-volume-admission\n    newTag: {tag}\n  - name: ghcr.io/inline-guard/sharedresource-csi-driver\n    newTag: {tag}\n"
-        ),
+        Some(tag) => ["csi-volume-admission", "sharedresource-csi-driver", "example-providers"]
+            .iter()
+            .fold("images:\n".to_string(), |text, name| {
+                text + &format!("  - name: ghcr.io/inline-guard/{name}\n    newTag: {tag}\n")
+            }),
         None => String::new(),
     };
+    // The Component's vault, by volume name (the Component's volumes come after the
+    // DaemonSet's, in an order kustomize chooses); the shipped path checked here instead.
+    let component = std::fs::read_to_string(repo_root().join(EXAMPLE_PROVIDERS).join("kustomization.yaml"))
+        .map_err(|e| format!("{EXAMPLE_PROVIDERS}: {e}"))?;
+    if !component.contains(&format!("path: {EXAMPLE_VAULT}\n")) {
+        return Err(format!("{EXAMPLE_PROVIDERS} no longer mounts {EXAMPLE_VAULT}: the overlay must follow it"));
+    }
+    let vault = format!(
+        "  - patch: |\n      apiVersion: apps/v1\n      kind: DaemonSet\n      metadata: {{name: sharedresource-csi-driver, namespace: inline-guard-driver}}\n      spec:\n        template:\n          spec:\n            volumes:\n              - {{name: example-vault, hostPath: {{path: {}, type: Directory}}}}\n",
+        overlay.example_vault.display()
+    );
     let mut text = String::from(
         "# The suite's overlay: the shipped manifests, changed only where this node differs.
 # - kubelet's root directory: the suite's kubelet keeps it under the run's own directory, never
 #   the machine's /var/lib/kubelet (a real node's kubelet may be using it), so the driver's host
-#   paths follow it, and its records go to the run's directory as well; so does the host's
-#   directory of Secrets Store provider sockets.
-# - driver.yaml names the suite's Secrets Store provider (upstream's provider API), as an
-#   operator configures one.
+#   paths follow it, and its records go to the run's directory as well; so do the host's
+#   directory of Secrets Store provider sockets and the example helper's vault.
+# - driver.yaml names the suite's Secrets Store provider (upstream's provider API) and the
+#   example exec provider, as an operator configures them; the example-providers Component
+#   installs the example's helper.
 # - the apiserver's address: no kube-proxy runs here, so the `kubernetes` Service's ClusterIP,
 #   which in-cluster clients dial, leads nowhere; they dial its endpoint instead.
 # - the serving certificate: `csi-volume-admission certificate` (no cert-manager runs here).
@@ -107,7 +130,9 @@ kind: Kustomization
         "../".repeat(up),
         repo_root().join("config/deploy").display().to_string().trim_start_matches('/')
     );
-    text += &format!("resources:\n  - {deploy}\n  - {deploy}/driver\ncomponents:\n  - tls\n");
+    text += &format!(
+        "resources:\n  - {deploy}\n  - {deploy}/driver\ncomponents:\n  - tls\n  - {deploy}/driver/example-providers\n"
+    );
     text += &images;
     text += "patches:\n  - target: {kind: DaemonSet, name: sharedresource-csi-driver}\n    patch: |\n";
     for operation in &operations {
@@ -118,6 +143,7 @@ kind: Kustomization
         "      - op: replace\n        path: /data/driver.yaml\n        value: {}\n",
         serde_json::to_string(&config).map_err(|e| e.to_string())?
     );
+    text += &vault;
     text += &environment("DaemonSet", "inline-guard-driver", "sharedresource-csi-driver", "driver");
     text += &environment("Deployment", "inline-guard-system", "csi-volume-admission", "webhook");
     text += &environment("Deployment", "inline-guard-driver", "sharedresource-read-grants", "controller");

@@ -192,17 +192,18 @@ pub fn start_provider(program: &Path, dir: &Path) -> Result<ChildProcess, String
     ChildProcess::spawn("e2e-provider", program, &arguments, &[], dir)
 }
 
-/// A Role and RoleBinding that let `reader` use the provider `e2e`.
-pub async fn grant_provider(admin: &kube::Client) -> Result<(), String> {
+/// A Role and RoleBinding that let `reader` use `provider`.
+pub async fn grant_provider(admin: &kube::Client, provider: &str) -> Result<(), String> {
+    let role = format!("use-{provider}");
     apply(
         admin,
         json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "use-e2e", "namespace": CONSUMER},
-            "rules": [{"apiGroups": ["sharedresource.inlineguard.dev"], "resources": ["providers"], "resourceNames": ["e2e"], "verbs": ["use"]}]
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": role, "namespace": CONSUMER},
+            "rules": [{"apiGroups": ["sharedresource.inlineguard.dev"], "resources": ["providers"], "resourceNames": [provider], "verbs": ["use"]}]
         }),
     )
     .await?;
-    bind_reader(admin, "reader-uses-e2e", "use-e2e").await
+    bind_reader(admin, &format!("reader-uses-{provider}"), &role).await
 }
 
 /// A pod reading the provider's object, written like [`reader_pod`]'s (no `readOnly`, no node).
