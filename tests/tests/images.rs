@@ -118,7 +118,8 @@ fn example_providers_install_a_helper_that_runs_without_a_shell_of_the_drivers(
     said: &str,
 ) {
     let name = "example-providers";
-    let archive = std::fs::read(first.join(format!("{name}.tar"))).unwrap();
+    let archive = std::fs::read(first.join(format!("{name}.tar")))
+        .unwrap_or_else(|e| panic!("{name}.tar was not built ({e}): images/build said: {said}"));
     assert!(archive == std::fs::read(second.join(format!("{name}.tar"))).unwrap(), "{name}: two builds differ");
     let files = files(&archive);
     let entry = &json(&files["index.json"])["manifests"][0];
