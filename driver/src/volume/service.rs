@@ -610,10 +610,20 @@ impl NodeService {
             Ok(operation) => operation,
             Err(refused) => return Some(Err(refused)),
         };
+        // A volume showing tokens: a republish that brings new ones while this content is
+        // fetched writes the volume with them itself, and this older content must not roll the
+        // token file back (it is dropped: the republish read the content afresh).
+        let shows_tokens = volume.record.attributes.contains_key(PROJECTION_ATTRIBUTE);
+        let tokens = self.tokens_of(volume_id);
         let fetched = self.fetch(&volume, pass);
         let result =
             self.claim(volume_id, volume.target.as_path()).and_then(|_claim| match self.published(volume_id) {
-                Some(current) if current.record.same_publish(&volume.record) => self.apply(&current, fetched?, false),
+                Some(current)
+                    if current.record.same_publish(&volume.record)
+                        && !(shows_tokens && self.tokens_of(volume_id) != tokens) =>
+                {
+                    self.apply(&current, fetched?, false)
+                }
                 _ => Ok(false),
             });
         self.metrics.refresh(match &result {

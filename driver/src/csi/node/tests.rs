@@ -649,6 +649,56 @@ async fn a_republish_with_new_tokens_rewrites_the_volume_and_a_restart_waits_for
     assert_eq!(fs::read_to_string(&share_file).unwrap(), "T1", "kept as published");
 }
 
+/// [`TokenSource`] that, the first time it answers while `race` holds a republish, runs that
+/// republish to its end before answering: kubelet's republish with new tokens lands while a
+/// refresh's content is being fetched with the old ones.
+#[derive(Default)]
+struct RacedTokenSource {
+    race: std::sync::Mutex<Option<Box<dyn FnOnce() + Send>>>,
+}
+
+impl ContentSource for RacedTokenSource {
+    fn ready(&self) -> bool {
+        true
+    }
+
+    fn content(&self, request: &VolumeAsk) -> Result<crate::volume::atomic_writer::Payload> {
+        let answer = TokenSource.content(request);
+        let race = self.race.lock().unwrap().take();
+        if let Some(race) = race {
+            race();
+        }
+        answer
+    }
+}
+
+#[tokio::test]
+async fn a_refresh_fetched_with_old_tokens_never_rolls_back_a_republish_s_new_ones() {
+    let fixture = fixture(settings(false));
+    let source = Arc::new(RacedTokenSource::default());
+    let node = Arc::new(node_over(&fixture, source.clone()));
+    let mut request = request(&fixture, "csi-1", "unused");
+    request.volume_context.insert("projection".into(), "app".into());
+    let token_file = PathBuf::from(&request.target_path).join("token");
+    node.node_publish_volume(Request::new(with_token(request.clone(), Some("T1")))).await.unwrap();
+    assert_eq!(fs::read_to_string(&token_file).unwrap(), "T1");
+
+    let (racing, renewed) = (node.clone(), with_token(request.clone(), Some("T2")));
+    *source.race.lock().unwrap() = Some(Box::new(move || {
+        let republished = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            runtime.block_on(racing.node_publish_volume(Request::new(renewed))).map(drop)
+        });
+        republished.join().unwrap().unwrap();
+    }));
+    let refreshed = node.service.refresh_all();
+    assert!(source.race.lock().unwrap().is_none(), "the positive control: the republish ran during the refresh");
+    assert_eq!(fs::read_to_string(&token_file).unwrap(), "T2", "the republish's token stays: {refreshed:?}");
+    // The next refresh uses the new tokens.
+    assert_eq!(settled(node.service.refresh_all()), [("csi-1".to_string(), false)]);
+    assert_eq!(fs::read_to_string(&token_file).unwrap(), "T2");
+}
+
 /// [`Scripted`], refusing the attributes of a new publish while `picky` is set.
 #[derive(Default)]
 struct Picky {
