@@ -614,13 +614,13 @@ impl NodeService {
         // fetched writes the volume with them itself, and this older content must not roll the
         // token file back (it is dropped: the republish read the content afresh).
         let shows_tokens = volume.record.attributes.contains_key(PROJECTION_ATTRIBUTE);
-        let tokens = self.tokens_of(volume_id);
+        let tokens = shows_tokens.then(|| self.tokens_of(volume_id));
         let fetched = self.fetch(&volume, pass);
         let result =
             self.claim(volume_id, volume.target.as_path()).and_then(|_claim| match self.published(volume_id) {
                 Some(current)
                     if current.record.same_publish(&volume.record)
-                        && !(shows_tokens && self.tokens_of(volume_id) != tokens) =>
+                        && tokens.as_ref().is_none_or(|tokens| self.tokens_of(volume_id) == *tokens) =>
                 {
                     self.apply(&current, fetched?, false)
                 }
