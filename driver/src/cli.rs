@@ -78,8 +78,10 @@ fn init_logging() {
 }
 
 /// Standard error that swallows write failures: tracing-subscriber panics when it cannot report a
-/// failed write, and a closed log pipe must not take the node plugin down. (The admission
-/// server's logger does the same, in its own crate.)
+/// failed write, and a closed log pipe must not take the node plugin down. Written twice, here
+/// and in the admission server's `serve`: the two binaries share only the shares' API crate,
+/// which has no business carrying a logger, and a crate of its own for twelve lines would cost
+/// more to follow than the copy.
 struct LossyStderr;
 
 impl std::io::Write for LossyStderr {

@@ -20,7 +20,8 @@
   report.py report              REPORT.md (on stdout), from scope.tsv, outcomes/*.json and
                                 equivalent.tsv
   report.py check               says on stderr what falls short and exits 1: a piece not run, a
-                                scoped path no mutant of which was tested, a piece under 90 %, a
+                                scoped path no mutant of which was tested, a piece whose code
+                                changed since it was run (stale), a piece under 90 %, a
                                 surviving mutant neither killed nor listed in equivalent.tsv (or
                                 one listed there that no longer survives)
 
@@ -32,6 +33,7 @@ import fnmatch
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 from collections import defaultdict
@@ -160,7 +162,9 @@ def code_of(text):
     return text
 
 
-def unchanged(base, paths):
+def changed_since(base, paths):
+    """The tracked files `paths` name whose code (above a trailing test module) differs at
+    `base` from the working tree, or that `base` does not have."""
     files = [f for f in tracked_files() if any(matches(path, f) for path in paths)]
     changed = []
     for file in files:
@@ -168,9 +172,20 @@ def unchanged(base, paths):
         with open(os.path.join(ROOT, file)) as now:
             if before.returncode != 0 or code_of(before.stdout) != code_of(now.read()):
                 changed.append(file)
+    return changed
+
+
+def unchanged(base, paths):
+    changed = changed_since(base, paths)
     for file in changed:
         print(f"tests/mutation: {file}: its code changed since {base} (not only its tests)", file=sys.stderr)
     sys.exit(1 if changed else 0)
+
+
+def base_of(data):
+    """The commit a piece's mutants were made from: the first tree it names (a rerun of its
+    survivors is refused unless the code is the same as there)."""
+    return re.match(r"[0-9a-f]+", data["tree"]).group(0)
 
 
 def equivalents():
@@ -227,9 +242,14 @@ def problems():
         if data is None:
             found.append(f"piece {piece}: not run (tests/mutation/run {piece})")
             continue
-        for _, path, _ in (line for line in lines if line[0] == piece):
+        paths = [path for p, path, _ in lines if p == piece]
+        for path in paths:
             if not any(matches(path, m["file"]) for m in data["mutants"]):
                 found.append(f"piece {piece}: no mutant of {path} was tested")
+        # The outcomes are of the code as it was: a change to it since makes them stale.
+        base = base_of(data)
+        found.extend(f"piece {piece}: the code of {file} changed since {base}: rerun tests/mutation/run {piece}"
+                     for file in changed_since(base, paths))
         kinds = tally(data, listed)
         value = score(kinds)
         if value is not None and value < TARGET:
@@ -282,7 +302,8 @@ def report():
     out.append("\n## Falling short\n")
     found = problems()
     out.extend(f"- {problem}" for problem in found) if found else out.append(
-        "Nothing: every piece run, every scoped path mutated, every piece at or above 90 %.")
+        "Nothing: every piece run on the code as it is, every scoped path mutated, every piece at or "
+        "above 90 %.")
     print("\n".join(out))
 
 

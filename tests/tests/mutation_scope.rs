@@ -1,8 +1,10 @@
 //! The mutation report cannot drift from what was run: every path of `tests/mutation/scope.tsv`
 //! names a file of the tree (a rename cannot silently empty a piece), every mutant in the
 //! committed outcomes belongs to its piece's scope, and each row of `tests/mutation/REPORT.md` is
-//! the one the committed outcomes make (or says the piece was not run). `tests/mutation/run`
-//! writes both; this runs in every test run, without mutating anything.
+//! the one the committed outcomes make (or says the piece was not run), and a piece whose code
+//! changed since its mutants were made is named stale in the report's "Falling short" (so a
+//! change to a safety path cannot leave an old score standing as if it were current).
+//! `tests/mutation/run` writes both; this runs in every test run, without mutating anything.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -137,4 +139,72 @@ fn the_report_shows_what_the_committed_outcomes_hold_and_nothing_else() {
             "tests/mutation/REPORT.md lacks the row the committed outcomes make for piece {piece}:\n{expected}\n(rewrite it with `python3 tests/mutation/report.py report > tests/mutation/REPORT.md`)"
         );
     }
+}
+
+/// What mutants are made of: `text` above a trailing `#[cfg(test)] mod tests` (tests may change
+/// without making a piece stale), as `report.py` reads it.
+fn code_of(text: &str) -> String {
+    let lines: Vec<&str> = text.split('\n').collect();
+    for number in 0..lines.len().saturating_sub(1) {
+        if lines[number].trim() == "#[cfg(test)]" && lines[number + 1].starts_with("mod tests") {
+            return lines[..number].join("\n");
+        }
+    }
+    text.to_string()
+}
+
+/// `git args...` in the checkout, its output; `None` when it fails.
+fn git(args: &[&str]) -> Option<String> {
+    let output = std::process::Command::new("git").args(args).current_dir(repo_root()).output().expect("git runs");
+    output.status.success().then(|| String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+#[test]
+fn code_of_drops_only_a_trailing_test_module() {
+    let file = "fn f() {}\n\n#[cfg(test)]\nmod tests {\n    #[test]\n    fn t() {}\n}\n";
+    assert_eq!(code_of(file), "fn f() {}\n");
+    assert_eq!(code_of("fn f() {}\n"), "fn f() {}\n", "no test module: all of it is code");
+    let changed_test = file.replace("fn t()", "fn u()");
+    assert_eq!(code_of(file), code_of(&changed_test), "a test's change is no code change");
+    assert_ne!(code_of(file), code_of(&file.replace("fn f()", "fn g()")), "a code change is one");
+}
+
+#[test]
+fn a_piece_whose_code_changed_since_its_run_is_named_stale_in_the_report() {
+    let root = repo_root();
+    let scope = scope();
+    let report = std::fs::read_to_string(root.join("tests/mutation/REPORT.md")).expect("tests/mutation/REPORT.md");
+    let tracked = git(&["ls-files", "*.rs"]).expect("git ls-files: the suite runs in a git checkout");
+    let (mut expected, mut read_from_history) = (Vec::new(), 0);
+    for entry in std::fs::read_dir(root.join("tests/mutation/outcomes")).expect("tests/mutation/outcomes").flatten() {
+        let Some(piece) = entry.file_name().to_string_lossy().strip_suffix(".json").map(str::to_string) else {
+            continue;
+        };
+        let data: Value = serde_json::from_str(&std::fs::read_to_string(entry.path()).unwrap()).unwrap();
+        let tree = data["tree"].as_str().expect("outcomes: a tree");
+        let base: String = tree.chars().take_while(char::is_ascii_hexdigit).collect();
+        assert!(!base.is_empty(), "outcomes/{piece}.json names no commit: {tree:?}");
+        let paths: Vec<&str> = scope.iter().filter(|(p, _)| *p == piece).map(|(_, path)| path.as_str()).collect();
+        for file in tracked.lines().filter(|file| paths.iter().any(|path| in_scope(path, file))) {
+            let before = git(&["show", &format!("{base}:{file}")]);
+            read_from_history += usize::from(before.is_some());
+            let now = std::fs::read_to_string(root.join(file)).expect("a tracked file");
+            if before.is_none_or(|before| code_of(&before) != code_of(&now)) {
+                expected.push(format!(
+                    "- piece {piece}: the code of {file} changed since {base}: rerun tests/mutation/run {piece}"
+                ));
+            }
+        }
+    }
+    // The comparison saw history: a checkout without it would call every file changed.
+    assert!(read_from_history > 0, "no scoped file could be read at its piece's commit: is the history there?");
+    expected.sort();
+    let mut named: Vec<String> =
+        report.lines().filter(|line| line.contains(": the code of ")).map(str::to_string).collect();
+    named.sort();
+    assert_eq!(
+        named, expected,
+        "tests/mutation/REPORT.md must name exactly the pieces whose code changed since they were run \
+         (rewrite it with `python3 tests/mutation/report.py report > tests/mutation/REPORT.md`, or rerun them)"
+    );
 }

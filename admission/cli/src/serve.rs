@@ -197,7 +197,8 @@ impl Termination {
 }
 
 /// Standard error that swallows write failures. tracing-subscriber panics when it cannot even
-/// report a failed write, and a closed log pipe must not take the webhook down with it.
+/// report a failed write, and a closed log pipe must not take the webhook down with it. The
+/// driver's `cli` has the same writer: see there why it is written twice.
 struct LossyStderr;
 
 impl std::io::Write for LossyStderr {

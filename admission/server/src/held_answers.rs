@@ -13,8 +13,9 @@ use std::time::{Duration, Instant};
 use lru::LruCache;
 use tokio::sync::watch;
 
-/// How a request was answered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// How a request was answered (its metric label is the variant's name in snake case).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub enum Served {
     /// From an answer held since an earlier question.
     Held,

@@ -1,4 +1,6 @@
-//! The server's Prometheus metrics, exposed as text on the health port.
+//! The server's Prometheus metrics, exposed as text on the health port. A label's value is its
+//! enum variant's name in snake case (derived, as the driver's are), so a new variant cannot be
+//! exported under a label written by hand for another.
 
 use std::sync::OnceLock;
 use std::sync::atomic::AtomicU64;
@@ -12,19 +14,23 @@ use prometheus_client::registry::Registry;
 
 use crate::held_answers::Served;
 
-/// Which admission endpoint answered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// Which admission endpoint answered; its label is the path it serves (`other` for any other).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, strum::IntoStaticStr)]
 pub enum Endpoint {
     /// `POST /validate`.
+    #[strum(serialize = "/validate")]
     Validate,
     /// `POST /mutate`.
+    #[strum(serialize = "/mutate")]
     Mutate,
     /// Any other path.
+    #[strum(serialize = "other")]
     Other,
 }
 
 /// What the server answered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub enum Decision {
     /// `allowed: true`.
     Allowed,
@@ -45,8 +51,9 @@ struct EndpointLabels {
     path: &'static str,
 }
 
-/// The kind of object a cache holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// The kind of object a cache holds; its label is its singular resource name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, strum::IntoStaticStr)]
+#[strum(serialize_all = "lowercase")]
 pub enum CacheKind {
     /// Namespaces.
     Namespace,
@@ -60,7 +67,8 @@ struct CacheLabels {
 }
 
 /// Whether a certificate reload took.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub enum ReloadResult {
     /// The new pair is served.
     Success,
@@ -74,7 +82,8 @@ struct ReloadLabels {
 }
 
 /// What SharedResourceAdmission asked the cluster.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub enum ShareQuestion {
     /// Whether a share exists.
     Share,
@@ -96,37 +105,10 @@ struct StatusLabels {
     status: u16,
 }
 
-impl Endpoint {
-    fn label(self) -> &'static str {
-        match self {
-            Endpoint::Validate => "/validate",
-            Endpoint::Mutate => "/mutate",
-            Endpoint::Other => "other",
-        }
-    }
-}
-
-impl Decision {
-    fn label(self) -> &'static str {
-        match self {
-            Decision::Allowed => "allowed",
-            Decision::Denied => "denied",
-            Decision::Rejected => "rejected",
-        }
-    }
-}
-
 impl CacheKind {
-    fn label(self) -> &'static str {
-        self.singular()
-    }
-
     /// `namespace` or `csidriver`.
     pub fn singular(self) -> &'static str {
-        match self {
-            CacheKind::Namespace => "namespace",
-            CacheKind::CsiDriver => "csidriver",
-        }
+        self.into()
     }
 
     /// Whether decisions read the label `key` on objects of this kind.
@@ -142,15 +124,6 @@ impl CacheKind {
         match self {
             CacheKind::Namespace => "namespaces",
             CacheKind::CsiDriver => "csidrivers",
-        }
-    }
-}
-
-impl ReloadResult {
-    fn label(self) -> &'static str {
-        match self {
-            ReloadResult::Success => "success",
-            ReloadResult::Failure => "failure",
         }
     }
 }
@@ -263,18 +236,9 @@ impl Metrics {
 
     /// Counts one lookup of SharedResourceAdmission.
     pub fn share_lookup(&self, question: ShareQuestion, served: Served, ok: bool) {
-        let question = match question {
-            ShareQuestion::Share => "share",
-            ShareQuestion::Projection => "projection",
-            ShareQuestion::Access => "access",
-        };
-        let served = match served {
-            Served::Held => "held",
-            Served::Joined => "joined",
-            Served::Asked => "asked",
-        };
         let result = if ok { "ok" } else { "failed" };
-        self.share_lookups.get_or_create(&ShareLookupLabels { question, served, result }).inc();
+        let labels = ShareLookupLabels { question: question.into(), served: served.into(), result };
+        self.share_lookups.get_or_create(&labels).inc();
     }
 
     /// Counts a request answered with an HTTP error status.
@@ -284,10 +248,10 @@ impl Metrics {
 
     /// Counts one answered request and its latency.
     pub fn observe_request(&self, path: Endpoint, decision: Decision, seconds: f64) {
-        let label = path.label();
+        let label = path.into();
         self.request_series[path as usize][decision as usize]
             .get_or_init(|| {
-                self.requests.get_or_create(&RequestLabels { path: label, decision: decision.label() }).clone()
+                self.requests.get_or_create(&RequestLabels { path: label, decision: decision.into() }).clone()
             })
             .inc();
         self.latency_series[path as usize]
@@ -297,7 +261,7 @@ impl Metrics {
 
     /// Records the size and sync state of a cache.
     pub fn set_cache(&self, kind: CacheKind, objects: usize, synced: bool, updated_unix_seconds: f64) {
-        let labels = CacheLabels { kind: kind.label() };
+        let labels = CacheLabels { kind: kind.into() };
         self.cache_objects.get_or_create(&labels).set(i64::try_from(objects).unwrap_or(i64::MAX));
         self.cache_synced.get_or_create(&labels).set(i64::from(synced));
         self.cache_last_update.get_or_create(&labels).set(updated_unix_seconds);
@@ -310,12 +274,12 @@ impl Metrics {
 
     /// Counts a failed watch.
     pub fn watch_error(&self, kind: CacheKind) {
-        self.watch_errors.get_or_create(&CacheLabels { kind: kind.label() }).inc();
+        self.watch_errors.get_or_create(&CacheLabels { kind: kind.into() }).inc();
     }
 
     /// Counts a certificate reload.
     pub fn tls_reload(&self, result: ReloadResult) {
-        self.tls_reloads.get_or_create(&ReloadLabels { result: result.label() }).inc();
+        self.tls_reloads.get_or_create(&ReloadLabels { result: result.into() }).inc();
     }
 
     /// The Prometheus text exposition of every metric.
@@ -352,6 +316,42 @@ mod tests {
             "csi_volume_admission_tls_reloads_total{result=\"failure\"} 1",
             "csi_volume_admission_unanswered_requests_total{status=\"429\"} 1",
             "csi_volume_admission_requests_in_flight 0",
+        ] {
+            assert!(text.contains(line), "missing {line:?} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn every_label_value_is_the_one_dashboards_read() {
+        let label = |value: &'static str| value;
+        let cases: [(&str, &str); 16] = [
+            (label(Endpoint::Validate.into()), "/validate"),
+            (label(Endpoint::Mutate.into()), "/mutate"),
+            (label(Endpoint::Other.into()), "other"),
+            (label(Decision::Allowed.into()), "allowed"),
+            (label(Decision::Denied.into()), "denied"),
+            (label(Decision::Rejected.into()), "rejected"),
+            (label(CacheKind::Namespace.into()), "namespace"),
+            (label(CacheKind::CsiDriver.into()), "csidriver"),
+            (label(ReloadResult::Success.into()), "success"),
+            (label(ReloadResult::Failure.into()), "failure"),
+            (label(ShareQuestion::Share.into()), "share"),
+            (label(ShareQuestion::Projection.into()), "projection"),
+            (label(ShareQuestion::Access.into()), "access"),
+            (label(Served::Held.into()), "held"),
+            (label(Served::Joined.into()), "joined"),
+            (label(Served::Asked.into()), "asked"),
+        ];
+        for (derived, documented) in cases {
+            assert_eq!(derived, documented);
+        }
+        let metrics = Metrics::new();
+        metrics.share_lookup(ShareQuestion::Access, Served::Joined, false);
+        metrics.set_cache(CacheKind::CsiDriver, 1, false, 0.0);
+        let text = metrics.encode();
+        for line in [
+            "csi_volume_admission_share_lookups_total{question=\"access\",served=\"joined\",result=\"failed\"} 1",
+            "csi_volume_admission_cache_synced{kind=\"csidriver\"} 0",
         ] {
             assert!(text.contains(line), "missing {line:?} in\n{text}");
         }

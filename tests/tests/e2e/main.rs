@@ -8,33 +8,15 @@
 //! (`inline_guard_tests::run_root`): swept at exit (a leak fails the run), on SIGINT/SIGTERM, and
 //! by the next run if this one is killed.
 
-mod admission_tables;
-mod audit_command;
-mod cold_cache;
-mod csi_sanity;
-mod hostile_projections;
-mod kubelet_publish;
-mod kubelet_registration;
-mod lazy_provider;
+// One module per capability, its scenarios in files below it.
+mod admission;
+mod driver;
 mod manifests;
-mod match_conditions;
-mod native_policies;
 mod node;
-mod node_lazy_provider;
-mod node_projection;
-mod node_secrets_store;
 mod projections;
 mod providers;
-mod rbac;
-mod read_grants;
-mod read_only;
-mod relabel;
-mod secrets_store;
-mod shared_admission;
 mod shares;
 mod support;
-mod webhook_restart;
-mod workloads;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -51,158 +33,95 @@ type Scenario = Box<dyn Fn(&Suite) -> Pin<Box<dyn Future<Output = Outcome> + Sen
 /// No scenario may hang the run.
 const SCENARIO_BOUND: Duration = Duration::from_secs(180);
 
+/// One scenario: its name, as libtest filters it, and its body.
+fn scenario<F>(name: &'static str, body: F) -> (&'static str, Scenario)
+where
+    F: for<'s> Fn(&'s Suite) -> Pin<Box<dyn Future<Output = Outcome> + Send + 's>> + Send + Sync + 'static,
+{
+    (name, Box::new(body))
+}
+
+/// `"name" => |s| call(s, ...)`, one per scenario: the call is the scenario's async function.
+macro_rules! scenarios {
+    ($($name:literal => |$suite:ident| $call:expr),* $(,)?) => {
+        vec![$(scenario($name, |$suite| Box::pin($call))),*]
+    };
+}
+
 fn scenarios() -> Vec<(&'static str, Scenario)> {
-    vec![
-        ("admission::enforce_table", Box::new(|s| Box::pin(admission_tables::table(s, "enforce")))),
-        ("admission::warn_table", Box::new(|s| Box::pin(admission_tables::table(s, "warn")))),
-        ("admission::audit_table", Box::new(|s| Box::pin(admission_tables::table(s, "audit")))),
-        (
-            "admission::workloads_warned_by_default_denied_when_enforced",
-            Box::new(|s| Box::pin(workloads::warned_by_default_denied_when_enforced(s))),
-        ),
-        (
-            "admission::match_conditions_send_only_objects_with_csi_volumes",
-            Box::new(|s| Box::pin(match_conditions::only_objects_with_csi_volumes_are_sent(s))),
-        ),
-        (
-            "admission::generated_match_conditions_change_no_answer",
-            Box::new(|s| Box::pin(match_conditions::generated_conditions_change_no_answer(s))),
-        ),
-        (
-            "admission::stale_mutating_configuration_refused_not_silently_admitted",
-            Box::new(|s| {
-                Box::pin(match_conditions::a_stale_mutating_configuration_is_refused_not_silently_admitted(s))
-            }),
-        ),
-        ("admission::read_only_forced_on_every_mount", Box::new(|s| Box::pin(read_only::forced_on_every_mount(s)))),
-        ("admission::driver_relabel_governs_the_next_pod", Box::new(|s| Box::pin(relabel::driver_relabel(s)))),
-        ("admission::namespace_relabel_governs_the_next_pod", Box::new(|s| Box::pin(relabel::namespace_relabel(s)))),
-        ("admission::cold_cache_no_spurious_violation", Box::new(|s| Box::pin(cold_cache::no_spurious_violation(s)))),
-        ("admission::cold_cache_no_spurious_admission", Box::new(|s| Box::pin(cold_cache::no_spurious_admission(s)))),
-        (
-            "admission::webhook_killed_and_restarted_admits_nothing_forbidden",
-            Box::new(|s| Box::pin(webhook_restart::no_forbidden_pod_admitted(s))),
-        ),
-        (
-            "admission::shared_resource_refusals_come_at_creation",
-            Box::new(|s| Box::pin(shared_admission::the_drivers_refusals_come_at_creation(s))),
-        ),
-        (
-            "admission::audit_command_reports_what_tightening_would_deny",
-            Box::new(|s| Box::pin(audit_command::reports_what_tightening_would_deny(s))),
-        ),
-        (
-            "manifests::rbac_grants_the_webhook_exactly_what_it_needs",
-            Box::new(|s| Box::pin(rbac::webhook_gets_exactly_what_it_needs(s))),
-        ),
-        (
-            "manifests::driver_reads_only_what_shares_name",
-            Box::new(|s| Box::pin(read_grants::driver_reads_only_what_shares_name(s))),
-        ),
-        (
-            "manifests::read_grants_controller_sees_only_objects_of_its_own_name",
-            Box::new(|s| Box::pin(read_grants::the_read_grants_controller_sees_only_objects_of_its_own_name(s))),
-        ),
-        (
-            "manifests::deploy_pass_server_side_dry_run",
-            Box::new(|s| Box::pin(manifests::deploy_manifests_pass_dry_run(s))),
-        ),
-        ("manifests::examples_pass_server_side_dry_run", Box::new(|s| Box::pin(manifests::examples_pass_dry_run(s)))),
-        (
-            "driver::publish_as_kubelet_admitted_pod_served_unguarded_pod_refused",
-            Box::new(|s| Box::pin(kubelet_publish::admitted_pod_publishes_unguarded_pod_is_refused(s))),
-        ),
-        (
-            "driver::registration_answers_grpc_go_dialled_as_kubelet",
-            Box::new(|s| Box::pin(kubelet_registration::grpc_go_dialled_as_kubelet_registers_the_driver(s))),
-        ),
-        ("node::kubelet_registers_the_driver", Box::new(|s| Box::pin(node::kubelet_registers_the_driver(s)))),
-        ("node::kubelet_is_held_to_its_node", Box::new(|s| Box::pin(node::kubelet_is_held_to_its_node(s)))),
-        (
-            "node::container_reads_sees_updates_cannot_write_and_nothing_is_left",
-            Box::new(|s| Box::pin(node::container_reads_sees_updates_cannot_write_and_nothing_is_left(s))),
-        ),
-        (
-            "node::host_read_only_makes_the_drivers_own_mount_read_only",
-            Box::new(|s| Box::pin(node::host_read_only_makes_the_drivers_own_mount_read_only(s))),
-        ),
-        (
-            "node::pod_without_read_only_never_starts",
-            Box::new(|s| Box::pin(node::pod_without_read_only_never_starts(s))),
-        ),
-        (
-            "node::webhooks_refuse_one_pod_and_patch_another_that_runs",
-            Box::new(|s| Box::pin(node::webhooks_refuse_one_pod_and_patch_another_that_runs(s))),
-        ),
-        (
-            "admission::native_policies_decide_as_the_webhook",
-            Box::new(|s| Box::pin(native_policies::native_policies_decide_as_the_webhook(s))),
-        ),
-        (
-            "node::an_annotated_pod_gets_its_share_injected_and_reads_it",
-            Box::new(|s| Box::pin(node::an_annotated_pod_gets_its_share_injected_and_reads_it(s))),
-        ),
-        (
-            "node::pod_without_access_waits_and_starts_once_granted",
-            Box::new(|s| Box::pin(node::pod_without_access_waits_and_starts_once_granted(s))),
-        ),
-        (
-            "node::driver_killed_under_a_running_pod_which_still_reads_and_unpublishes",
-            Box::new(|s| Box::pin(node::driver_killed_under_a_running_pod_which_still_reads_and_unpublishes(s))),
-        ),
-        (
-            "node::kubelet_passes_the_token_and_the_container_reads_the_composed_volume",
-            Box::new(|s| {
-                Box::pin(node_projection::kubelet_passes_the_token_and_the_container_reads_the_composed_volume(s))
-            }),
-        ),
-        (
-            "projections::sources_compose_update_atomically_revoke_as_one_and_tokens_follow_republish",
-            Box::new(|s| {
-                Box::pin(projections::sources_compose_update_atomically_revoke_as_one_and_tokens_follow_republish(s))
-            }),
-        ),
-        (
-            "projections::hostile_share_names_never_reach_the_apiserver_and_revocation_still_arrives",
-            Box::new(|s| {
-                Box::pin(
-                    hostile_projections::hostile_share_names_never_reach_the_apiserver_and_revocation_still_arrives(s),
-                )
-            }),
-        ),
-        (
-            "shares::access_updates_revocation_and_deletion_reach_the_files",
-            Box::new(|s| Box::pin(shares::access_updates_revocation_and_deletion_reach_the_files(s))),
-        ),
-        (
-            "shares::driver_killed_and_restarted_keeps_and_refreshes_the_volume",
-            Box::new(|s| Box::pin(shares::driver_killed_and_restarted_keeps_and_refreshes_the_volume(s))),
-        ),
-        (
-            "providers::an_exec_provider_serves_the_pods_own_files_to_whom_rbac_grants_use",
-            Box::new(|s| Box::pin(providers::an_exec_provider_serves_the_pods_own_files_to_whom_rbac_grants_use(s))),
-        ),
-        (
-            "providers::a_lazy_exec_provider_fetches_each_file_when_first_opened",
-            Box::new(|s| Box::pin(lazy_provider::a_lazy_exec_provider_fetches_each_file_when_first_opened(s))),
-        ),
-        (
-            "providers::a_secrets_store_provider_serves_its_objects_to_whom_rbac_grants_use",
-            Box::new(|s| {
-                Box::pin(secrets_store::a_secrets_store_provider_serves_its_objects_to_whom_rbac_grants_use(s))
-            }),
-        ),
-        (
-            "node::a_pod_on_the_node_reads_a_secrets_store_providers_object",
-            Box::new(|s| Box::pin(node_secrets_store::a_pod_on_the_node_reads_a_secrets_store_providers_object(s))),
-        ),
-        (
-            "node::a_pod_on_the_node_reads_a_lazy_providers_file_when_it_first_opens_it",
-            Box::new(|s| {
-                Box::pin(node_lazy_provider::a_pod_on_the_node_reads_a_lazy_providers_file_when_it_first_opens_it(s))
-            }),
-        ),
-        ("driver::csi_sanity", Box::new(|s| Box::pin(csi_sanity::passes_its_node_and_identity_specs(s)))),
+    scenarios![
+        "admission::enforce_table" => |s| admission::tables::table(s, "enforce"),
+        "admission::warn_table" => |s| admission::tables::table(s, "warn"),
+        "admission::audit_table" => |s| admission::tables::table(s, "audit"),
+        "admission::workloads_warned_by_default_denied_when_enforced" =>
+            |s| admission::workloads::warned_by_default_denied_when_enforced(s),
+        "admission::match_conditions_send_only_objects_with_csi_volumes" =>
+            |s| admission::match_conditions::only_objects_with_csi_volumes_are_sent(s),
+        "admission::generated_match_conditions_change_no_answer" =>
+            |s| admission::match_conditions::generated_conditions_change_no_answer(s),
+        "admission::stale_mutating_configuration_refused_not_silently_admitted" =>
+            |s| admission::match_conditions::a_stale_mutating_configuration_is_refused_not_silently_admitted(s),
+        "admission::read_only_forced_on_every_mount" => |s| admission::read_only::forced_on_every_mount(s),
+        "admission::driver_relabel_governs_the_next_pod" => |s| admission::relabel::driver_relabel(s),
+        "admission::namespace_relabel_governs_the_next_pod" => |s| admission::relabel::namespace_relabel(s),
+        "admission::cold_cache_no_spurious_violation" => |s| admission::cold_cache::no_spurious_violation(s),
+        "admission::cold_cache_no_spurious_admission" => |s| admission::cold_cache::no_spurious_admission(s),
+        "admission::webhook_killed_and_restarted_admits_nothing_forbidden" =>
+            |s| admission::webhook_restart::no_forbidden_pod_admitted(s),
+        "admission::shared_resource_refusals_come_at_creation" =>
+            |s| admission::shared_admission::the_drivers_refusals_come_at_creation(s),
+        "admission::audit_command_reports_what_tightening_would_deny" =>
+            |s| admission::audit_command::reports_what_tightening_would_deny(s),
+        "manifests::rbac_grants_the_webhook_exactly_what_it_needs" =>
+            |s| manifests::rbac::webhook_gets_exactly_what_it_needs(s),
+        "manifests::driver_reads_only_what_shares_name" =>
+            |s| manifests::read_grants::driver_reads_only_what_shares_name(s),
+        "manifests::read_grants_controller_sees_only_objects_of_its_own_name" =>
+            |s| manifests::read_grants::the_read_grants_controller_sees_only_objects_of_its_own_name(s),
+        "manifests::deploy_pass_server_side_dry_run" => |s| manifests::dry_run::deploy_manifests_pass_dry_run(s),
+        "manifests::examples_pass_server_side_dry_run" => |s| manifests::dry_run::examples_pass_dry_run(s),
+        "driver::publish_as_kubelet_admitted_pod_served_unguarded_pod_refused" =>
+            |s| driver::kubelet_publish::admitted_pod_publishes_unguarded_pod_is_refused(s),
+        "driver::registration_answers_grpc_go_dialled_as_kubelet" =>
+            |s| driver::kubelet_registration::grpc_go_dialled_as_kubelet_registers_the_driver(s),
+        "node::kubelet_registers_the_driver" => |s| node::kubelet_registers_the_driver(s),
+        "node::kubelet_is_held_to_its_node" => |s| node::kubelet_is_held_to_its_node(s),
+        "node::container_reads_sees_updates_cannot_write_and_nothing_is_left" =>
+            |s| node::container_reads_sees_updates_cannot_write_and_nothing_is_left(s),
+        "node::host_read_only_makes_the_drivers_own_mount_read_only" =>
+            |s| node::host_read_only_makes_the_drivers_own_mount_read_only(s),
+        "node::pod_without_read_only_never_starts" => |s| node::pod_without_read_only_never_starts(s),
+        "node::webhooks_refuse_one_pod_and_patch_another_that_runs" =>
+            |s| node::webhooks_refuse_one_pod_and_patch_another_that_runs(s),
+        "admission::native_policies_decide_as_the_webhook" =>
+            |s| admission::native_policies::native_policies_decide_as_the_webhook(s),
+        "node::an_annotated_pod_gets_its_share_injected_and_reads_it" =>
+            |s| node::an_annotated_pod_gets_its_share_injected_and_reads_it(s),
+        "node::pod_without_access_waits_and_starts_once_granted" =>
+            |s| node::pod_without_access_waits_and_starts_once_granted(s),
+        "node::driver_killed_under_a_running_pod_which_still_reads_and_unpublishes" =>
+            |s| node::driver_killed_under_a_running_pod_which_still_reads_and_unpublishes(s),
+        "node::kubelet_passes_the_token_and_the_container_reads_the_composed_volume" =>
+            |s| node::projection::kubelet_passes_the_token_and_the_container_reads_the_composed_volume(s),
+        "projections::sources_compose_update_atomically_revoke_as_one_and_tokens_follow_republish" =>
+            |s| projections::sources_compose_update_atomically_revoke_as_one_and_tokens_follow_republish(s),
+        "projections::hostile_share_names_never_reach_the_apiserver_and_revocation_still_arrives" =>
+            |s| projections::hostile::hostile_share_names_never_reach_the_apiserver_and_revocation_still_arrives(s),
+        "shares::access_updates_revocation_and_deletion_reach_the_files" =>
+            |s| shares::access_updates_revocation_and_deletion_reach_the_files(s),
+        "shares::driver_killed_and_restarted_keeps_and_refreshes_the_volume" =>
+            |s| shares::driver_killed_and_restarted_keeps_and_refreshes_the_volume(s),
+        "providers::an_exec_provider_serves_the_pods_own_files_to_whom_rbac_grants_use" =>
+            |s| providers::an_exec_provider_serves_the_pods_own_files_to_whom_rbac_grants_use(s),
+        "providers::a_lazy_exec_provider_fetches_each_file_when_first_opened" =>
+            |s| providers::lazy::a_lazy_exec_provider_fetches_each_file_when_first_opened(s),
+        "providers::a_secrets_store_provider_serves_its_objects_to_whom_rbac_grants_use" =>
+            |s| providers::secrets_store::a_secrets_store_provider_serves_its_objects_to_whom_rbac_grants_use(s),
+        "node::a_pod_on_the_node_reads_a_secrets_store_providers_object" =>
+            |s| node::secrets_store::a_pod_on_the_node_reads_a_secrets_store_providers_object(s),
+        "node::a_pod_on_the_node_reads_a_lazy_providers_file_when_it_first_opens_it" =>
+            |s| node::lazy_provider::a_pod_on_the_node_reads_a_lazy_providers_file_when_it_first_opens_it(s),
+        "driver::csi_sanity" => |s| driver::csi_sanity::passes_its_node_and_identity_specs(s),
     ]
 }
 

@@ -4,6 +4,10 @@
 //! namespace, granted to the pod's service account by a RoleBinding, the driver running as its
 //! ServiceAccount with the shipped RBAC.
 
+pub mod lazy_provider;
+pub mod projection;
+pub mod secrets_store;
+
 use std::time::{Duration, Instant};
 
 use inline_guard_tests::node::Node;

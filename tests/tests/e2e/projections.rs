@@ -6,6 +6,8 @@
 //! from a SharedSecret, a SharedConfigMap, pod facts and a token; every change arrives through
 //! the driver's watches (its periodic refresh is an hour away).
 
+pub mod hostile;
+
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
@@ -23,7 +25,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use tonic::Code;
 
-use crate::kubelet_publish::{channel, kubelet_request, publish_as_kubelet};
+use crate::driver::kubelet_publish::{channel, kubelet_request, publish_as_kubelet};
 use crate::shares::{
     InProcessDriver, apply_file, create_object, create_shared_secret, unpublish_as_kubelet, wait_for_view,
 };

@@ -4,6 +4,9 @@
 //! shares: granted, the pod reads the files its own identity picks; not granted, PERMISSION_DENIED
 //! naming the provider; the grant deleted, the volume is emptied through the driver's watches.
 
+pub mod lazy;
+pub mod secrets_store;
+
 use std::path::{Path, PathBuf};
 
 use inline_guard_proto::csi::v1::node_client::NodeClient;
@@ -15,7 +18,7 @@ use sharedresource_csi_driver::content::external::provider::{ProviderConfig, che
 use sharedresource_csi_driver::content::external::providers::Providers;
 use tonic::Code;
 
-use crate::kubelet_publish::{channel, kubelet_request, publish_as_kubelet};
+use crate::driver::kubelet_publish::{channel, kubelet_request, publish_as_kubelet};
 use crate::shares::{InProcessDriver, create_object, files, unpublish_as_kubelet, use_grant, wait_for_view};
 use crate::support::{
     Outcome, SHARED_RESOURCE_DRIVER, Suite, create, create_namespace, create_service_account, pods_path,

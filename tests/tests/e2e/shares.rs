@@ -20,7 +20,7 @@ use sharedresource_csi_driver::content::shares::source::KubernetesSource;
 use sharedresource_csi_driver::plugin::Plugin;
 use tonic::Code;
 
-use crate::kubelet_publish::{channel, kubelet_request, publish_as_kubelet};
+use crate::driver::kubelet_publish::{channel, kubelet_request, publish_as_kubelet};
 use crate::support::{
     Outcome, SHARED_RESOURCE_DRIVER, Suite, create, create_namespace, create_service_account, pods_path,
     wait_established,

@@ -1,6 +1,6 @@
 //! The apiserver questions against a stand-in apiserver (a service answering kube's client in
 //! process, by path): what each answer and each failure becomes. The real apiserver's answers
-//! are the end-to-end suite's (`tests/tests/e2e/shared_admission.rs`).
+//! are the end-to-end suite's (`tests/tests/e2e/admission/shared_admission.rs`).
 
 use std::convert::Infallible;
 

@@ -531,7 +531,7 @@ fn a_lazy_volume_handed_over_a_real_socket_is_served_on_by_its_successor_with_no
 fn a_files_first_read_by_sendfile_gets_its_content() {
     // busybox's cat copies with sendfile(2), which the kernel serves from the page cache up to
     // the size it holds, without asking the filesystem for a newer one (unlike read(2)).
-    assert!(std::path::Path::new("/bin/busybox").exists(), "busybox-static (tests/run installs it)");
+    assert!(std::path::Path::new("/bin/busybox").exists(), "busybox-static (tests/node-packages installs it)");
     let served = Served::new("csi-lazy-sendfile", None);
     let first = Command::new("/bin/busybox").arg("cat").arg(served.file()).output().unwrap();
     assert_eq!(String::from_utf8_lossy(&first.stdout), "s3cret", "{first:?}");

@@ -15,7 +15,7 @@ use kube::api::{Api, DeleteParams};
 use serde_json::{Value, json};
 use sharedresource_csi_driver::volume::mounter::listed_in_mountinfo;
 
-use crate::kubelet_publish::{channel, kubelet_request, publish_as_kubelet};
+use crate::driver::kubelet_publish::{channel, kubelet_request, publish_as_kubelet};
 use crate::providers::{
     helper_calls, logging_example_helper, one_provider, pod_of_provider, provider_scene, refused_use, unpublished,
 };

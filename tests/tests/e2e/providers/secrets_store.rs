@@ -14,7 +14,7 @@ use inline_guard_proto::csi::v1::node_client::NodeClient;
 use inline_guard_tests::cluster::ChildProcess;
 use serde_json::{Value, json};
 
-use crate::kubelet_publish::{channel, kubelet_request, publish_as_kubelet};
+use crate::driver::kubelet_publish::{channel, kubelet_request, publish_as_kubelet};
 use crate::providers::one_provider;
 use crate::shares::{InProcessDriver, files, wait_for_view};
 use crate::support::{Outcome, SHARED_RESOURCE_DRIVER, Suite};

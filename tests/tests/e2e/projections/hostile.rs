@@ -16,7 +16,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::{Value, json};
 use tonic::Code;
 
-use crate::kubelet_publish::{channel, kubelet_request, publish_as_kubelet};
+use crate::driver::kubelet_publish::{channel, kubelet_request, publish_as_kubelet};
 use crate::shares::{
     DRIVER_USER, InProcessDriver, WITHIN, apply_file, create_object, create_shared_secret, still_mounted,
     unpublish_as_kubelet, wait_for_view,

@@ -20,7 +20,7 @@ use inline_guard_tests::repo_root;
 use inline_guard_tests::webhook::{WebhookServer, admission_policy_path, generated_policies, register};
 use serde_json::{Value, json};
 
-use crate::match_conditions::{self, add_debug_container, equivalence_cases, pod_with_read_only};
+use crate::admission::match_conditions::{self, add_debug_container, equivalence_cases, pod_with_read_only};
 use crate::support::{
     Answer, Outcome, PROFILE, SERVICE_ACCOUNT, SHARED_RESOURCE_DRIVER, Suite, WEBHOOK_LABEL, create, create_csi_driver,
     create_namespace, deployment, dry_run_until, pod,

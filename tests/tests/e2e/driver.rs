@@ -1,0 +1,6 @@
+//! The driver on a real socket, spoken to as kubelet speaks to it: NodePublishVolume built from
+//! stored pods, registration dialled by grpc-go, and csi-sanity's node and identity specs.
+
+pub mod csi_sanity;
+pub mod kubelet_publish;
+pub mod kubelet_registration;
