@@ -25,6 +25,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::unpoisoned::UnpoisonedMutex;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use kube::client::ConfigExt;
@@ -104,7 +105,7 @@ impl WatchConnections {
             WatchConnections::Fixed(client) => return Ok(WatchLease { client: client.clone(), held: None }),
             WatchConnections::Pooled { config, connections } => (config, connections),
         };
-        let mut connections = connections.lock().unwrap_or_else(|p| p.into_inner());
+        let mut connections = connections.locked();
         let room =
             connections.iter().find(|(_, count)| count.load(Ordering::Relaxed) + streams <= WATCHES_PER_CONNECTION);
         let (client, count) = match room {
@@ -124,7 +125,7 @@ impl WatchConnections {
     fn connections(&self) -> usize {
         match self {
             WatchConnections::Fixed(_) => 1,
-            WatchConnections::Pooled { connections, .. } => connections.lock().unwrap_or_else(|p| p.into_inner()).len(),
+            WatchConnections::Pooled { connections, .. } => connections.locked().len(),
         }
     }
 }

@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use crate::unpoisoned::UnpoisonedMutex;
 use tokio::sync::Notify;
 
 /// A pool of slots with a bound per owner.
@@ -63,7 +64,7 @@ impl FairSlots {
 
     /// A slot for `owner` if one is free for it now.
     pub fn try_acquire(self: &Arc<Self>, owner: &str) -> Option<FairSlot> {
-        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        let mut held = self.held.locked();
         let of_owner = held.by_owner.get(owner).copied().unwrap_or(0);
         if held.total >= self.total || of_owner >= self.per_owner {
             return None;
@@ -76,7 +77,7 @@ impl FairSlots {
     /// How many slots `owner` holds now.
     #[cfg(test)]
     pub fn held_by(&self, owner: &str) -> usize {
-        self.held.lock().unwrap_or_else(|p| p.into_inner()).by_owner.get(owner).copied().unwrap_or(0)
+        self.held.locked().by_owner.get(owner).copied().unwrap_or(0)
     }
 }
 
@@ -88,7 +89,7 @@ pub struct FairSlot {
 
 impl Drop for FairSlot {
     fn drop(&mut self) {
-        let mut held = self.slots.held.lock().unwrap_or_else(|p| p.into_inner());
+        let mut held = self.slots.held.locked();
         held.total = held.total.saturating_sub(1);
         if let Some(count) = held.by_owner.get_mut(&self.owner) {
             *count = count.saturating_sub(1);

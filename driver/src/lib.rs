@@ -16,7 +16,8 @@
 //!
 //! Beside them: `plugin` assembles the services on their sockets; `config` (and `config_file`,
 //! its reader), `cli`, `error` (why the process could not start or stopped serving),
-//! `health` and `metrics`, `quote` (bounded quoting of input), `dir_tree`, `fair_slots` (pools
+//! `health` and `metrics`, `quote` (bounded quoting of input), `unpoisoned` (locks that outlive a
+//! panicking holder), `dir_tree`, `fair_slots` (pools
 //! no one namespace can hold whole: publishes, refreshes, helpers), the apiserver client
 //! stack; and `read_grants`, the small controller that lets the driver read exactly what shares
 //! name.
@@ -39,6 +40,7 @@ pub mod quote;
 pub mod read_grants;
 #[cfg(feature = "test-util")]
 pub mod test_client;
+pub mod unpoisoned;
 pub mod volume;
 
 /// The driver's registered name.

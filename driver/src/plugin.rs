@@ -25,6 +25,7 @@ use crate::csi::socket::{self, Clients};
 use crate::error::{Result, RunError};
 use crate::health::{self, Health};
 use crate::metrics::Metrics;
+use crate::unpoisoned::UnpoisonedMutex;
 use crate::volume::handover::offer::Offer;
 use crate::volume::handover::take::{self, TakenVolume};
 use crate::volume::lock::{LockError, StateLock};
@@ -238,7 +239,7 @@ impl Plugin {
                 }
                 health.handed_over.store(true, std::sync::atomic::Ordering::SeqCst);
                 let _ = stop_node.send(true);
-                drop(lock.lock().unwrap_or_else(|p| p.into_inner()).take());
+                drop(lock.locked().take());
             };
             let Some(offer) = offer else {
                 return;

@@ -175,7 +175,7 @@ fn a_host_read_only_volume_is_refreshed_through_its_descriptor_and_stays_read_on
     use std::sync::Arc;
 
     use sharedresource_csi_driver::content::StaticDirSource;
-    use sharedresource_csi_driver::csi::request::check;
+    use sharedresource_csi_driver::csi::request::{check, check_unpublish};
     use sharedresource_csi_driver::volume::mounter::LinuxMounter;
     use sharedresource_csi_driver::volume::service::{NodeService, VolumeSettings};
     use sharedresource_csi_driver::volume::store::FileVolumeStore;
@@ -210,7 +210,9 @@ fn a_host_read_only_volume_is_refreshed_through_its_descriptor_and_stays_read_on
     assert!(matches!(refreshed[..], [(ref volume, Ok(true))] if volume == "csi-1"), "{refreshed:?}");
     assert_eq!(std::fs::read_to_string(target.join("ca.crt")).unwrap(), "rotated");
     assert_eq!(erofs(&target), Some(30), "read-only again after the refresh");
-    service.unpublish("csi-1", &target.to_string_lossy()).unwrap();
+    let unpublish =
+        NodeUnpublishVolumeRequest { volume_id: "csi-1".into(), target_path: target.to_string_lossy().into() };
+    service.unpublish(&check_unpublish(&unpublish, dir.path()).unwrap()).unwrap();
     assert!(!dir.path().join("pods").exists());
 }
 

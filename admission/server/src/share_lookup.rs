@@ -13,10 +13,12 @@ use async_trait::async_trait;
 use inline_guard_admission::{FactsError, Known, ShareFacts};
 use k8s_openapi::api::authorization::v1::SubjectAccessReview;
 use kube::Client;
-use kube::api::{Api, ApiResource, DynamicObject, PostParams};
+use kube::api::{Api, PostParams};
 use sharedresource_api::access::AccessQuestion;
 use sharedresource_api::projection::ProjectionSpec;
-use sharedresource_api::{API_GROUP, ObjectName, ShareKind};
+use sharedresource_api::projection::spec::SharedProjection;
+use sharedresource_api::shares::{SharedConfigMap, SharedSecret};
+use sharedresource_api::{ObjectName, ShareKind};
 
 use crate::held_answers::{HeldAnswers, Served};
 use crate::metrics::{Metrics, ShareQuestion};
@@ -62,16 +64,6 @@ pub struct ApiserverQuestions {
     timeout: Duration,
 }
 
-fn resource(kind: &str, plural: &str) -> ApiResource {
-    ApiResource {
-        group: API_GROUP.into(),
-        version: "v1alpha1".into(),
-        api_version: format!("{API_GROUP}/v1alpha1"),
-        kind: kind.into(),
-        plural: plural.into(),
-    }
-}
-
 impl ApiserverQuestions {
     /// `lookup`, bounded by the timeout, its failure in words.
     async fn bounded<T>(&self, lookup: impl Future<Output = Result<T, kube::Error>>) -> Result<T, String> {
@@ -86,20 +78,29 @@ impl ApiserverQuestions {
 #[async_trait]
 impl ShareQuestions for ApiserverQuestions {
     async fn share_exists(&self, kind: ShareKind, name: &ObjectName) -> Result<bool, String> {
-        let api = Api::<DynamicObject>::all_with(self.client.clone(), &resource(kind.kind(), kind.resource()));
-        self.bounded(api.get_metadata_opt(name.as_str())).await.map(|found| found.is_some())
+        let (client, name) = (self.client.clone(), name.as_str());
+        match kind {
+            ShareKind::Secret => {
+                self.bounded(Api::<SharedSecret>::all(client).get_metadata_opt(name)).await.map(|found| found.is_some())
+            }
+            ShareKind::ConfigMap => self
+                .bounded(Api::<SharedConfigMap>::all(client).get_metadata_opt(name))
+                .await
+                .map(|found| found.is_some()),
+        }
     }
 
     async fn projection(&self, namespace: &str, name: &ObjectName) -> Result<Projection, String> {
-        let projections = resource("SharedProjection", "sharedprojections");
-        let api = Api::<DynamicObject>::namespaced_with(self.client.clone(), namespace, &projections);
-        let Some(object) = self.bounded(api.get_opt(name.as_str())).await? else {
-            return Ok(None);
+        let api = Api::<SharedProjection>::namespaced(self.client.clone(), namespace);
+        let found = match tokio::time::timeout(self.timeout, api.get_opt(name.as_str())).await {
+            Ok(Ok(found)) => found,
+            Ok(Err(kube::Error::SerdeError(error))) => {
+                return Err(format!("SharedProjection {namespace}/{name} does not decode: {error}"));
+            }
+            Ok(Err(error)) => return Err(error.to_string()),
+            Err(_) => return Err(format!("no answer within {:?}", self.timeout)),
         };
-        let spec = object.data.get("spec").cloned().unwrap_or_default();
-        let spec: ProjectionSpec = serde_json::from_value(spec)
-            .map_err(|error| format!("SharedProjection {namespace}/{name} does not decode: {error}"))?;
-        Ok(Some(Arc::new(spec)))
+        Ok(found.map(|projection| Arc::new(projection.spec)))
     }
 
     async fn may_use(&self, question: &AccessQuestion) -> Result<bool, String> {

@@ -2,8 +2,9 @@
 //! the admission plugin (at creation) refuse the same things with the same words: the volume
 //! attributes a pod may give ([`volume_attributes`]), object names as typed values
 //! ([`object_name`]), the two kinds of share ([`share_kind`]), the file-name rule every key
-//! follows ([`key`]), the `SharedProjection` API with the check that needs no data
-//! ([`projection`]), and the access question with its refusal ([`access`]). Pure: no I/O, no
+//! follows ([`key`]), the `SharedSecret` and `SharedConfigMap` API ([`shares`]), the
+//! `SharedProjection` API with the check that needs no data ([`projection`]), and the access
+//! question with its refusal ([`access`]): every custom resource of the driver. Pure: no I/O, no
 //! clock, no client.
 
 pub mod access;
@@ -14,6 +15,7 @@ pub mod object_name;
 pub mod projection;
 pub mod quote;
 pub mod share_kind;
+pub mod shares;
 pub mod volume_attributes;
 
 pub use invalid::{Invalid, Result};

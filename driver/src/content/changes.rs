@@ -16,6 +16,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use crate::unpoisoned::UnpoisonedMutex;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -163,7 +164,7 @@ impl Pending {
 impl Changes {
     /// Every volume is to be refreshed.
     pub fn everything(&self) {
-        self.pending.lock().unwrap_or_else(|p| p.into_inner()).everything = true;
+        self.pending.locked().everything = true;
         self.wake.notify_one();
     }
 
@@ -171,8 +172,8 @@ impl Changes {
     /// projections showing it.
     pub fn share(&self, attribute: &str, value: &str) {
         let named = (attribute.to_string(), value.to_string());
-        let users = self.users.lock().unwrap_or_else(|p| p.into_inner()).get(&named).cloned().unwrap_or_default();
-        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        let users = self.users.locked().get(&named).cloned().unwrap_or_default();
+        let mut pending = self.pending.locked();
         pending.shares.insert(named);
         pending.projections.extend(users);
         drop(pending);
@@ -182,7 +183,7 @@ impl Changes {
     /// The volumes of projection `name` in `namespace` are to be refreshed.
     pub fn projection(&self, namespace: &str, name: &str) {
         let key = (namespace.to_string(), name.to_string());
-        self.pending.lock().unwrap_or_else(|p| p.into_inner()).projections.insert(key);
+        self.pending.locked().projections.insert(key);
         self.wake.notify_one();
     }
 
@@ -191,7 +192,7 @@ impl Changes {
     /// noted of it before.
     pub fn projection_uses<'a>(&self, namespace: &str, name: &str, shares: impl Iterator<Item = (&'a str, &'a str)>) {
         let key = (namespace.to_string(), name.to_string());
-        let mut users = self.users.lock().unwrap_or_else(|p| p.into_inner());
+        let mut users = self.users.locked();
         users.retain(|_, projections| {
             projections.remove(&key);
             !projections.is_empty()
@@ -225,7 +226,7 @@ impl Changes {
             return;
         }
         let now = Instant::now();
-        let mut looks = self.looks.lock().unwrap_or_else(|p| p.into_inner());
+        let mut looks = self.looks.locked();
         for (index, delay) in GRANT_LOOKS.into_iter().enumerate() {
             // The window that ends at or after the look is due.
             let window = (now + delay - self.epoch).as_nanos().div_ceil(WINDOW.as_nanos()) as u64;
@@ -241,7 +242,7 @@ impl Changes {
     /// dropped.
     pub async fn deliver_grant_looks(&self) {
         loop {
-            let next = self.looks.lock().unwrap_or_else(|p| p.into_inner()).keys().next().copied();
+            let next = self.looks.locked().keys().next().copied();
             let Some(window) = next else {
                 self.looks_added.notified().await;
                 continue;
@@ -253,7 +254,7 @@ impl Changes {
                 _ = self.looks_added.notified() => continue,
             }
             let (first, again) = {
-                let mut looks = self.looks.lock().unwrap_or_else(|p| p.into_inner());
+                let mut looks = self.looks.locked();
                 let later = looks.split_off(&(window + 1));
                 let mut due = WindowLooks::default();
                 for window in std::mem::replace(&mut *looks, later).into_values() {
@@ -266,7 +267,7 @@ impl Changes {
             if let Some(listener) = self.grant_listener.get() {
                 (listener.0)(GrantLook::Window { first: &first, again: &again });
             }
-            self.pending.lock().unwrap_or_else(|p| p.into_inner()).accounts.extend(first.into_iter().chain(again));
+            self.pending.locked().accounts.extend(first.into_iter().chain(again));
             self.wake.notify_one();
         }
     }
@@ -279,7 +280,7 @@ impl Changes {
 
     /// Takes everything noted so far, without waiting.
     pub fn take(&self) -> Pending {
-        std::mem::take(&mut *self.pending.lock().unwrap_or_else(|p| p.into_inner()))
+        std::mem::take(&mut *self.pending.locked())
     }
 }
 

@@ -11,7 +11,7 @@ use inline_guard_proto::csi::v1::{
 use tonic::{Request, Response, Status};
 
 use crate::csi::error::Error;
-use crate::csi::request::check;
+use crate::csi::request::{check, check_unpublish};
 use crate::fair_slots::FairSlots;
 use crate::metrics::CallResult;
 use crate::volume::service::NodeService;
@@ -71,8 +71,10 @@ impl Node for NodeGrpc {
         &self,
         request: Request<NodeUnpublishVolumeRequest>,
     ) -> std::result::Result<Response<NodeUnpublishVolumeResponse>, Status> {
-        let request = request.into_inner();
-        let answer = self.blocking(move |service| service.unpublish(&request.volume_id, &request.target_path)).await;
+        let answer = match check_unpublish(request.get_ref(), self.service.kubelet_dir()) {
+            Ok(checked) => self.blocking(move |service| service.unpublish(&checked)).await,
+            Err(error) => Err(Status::from(error)),
+        };
         self.service.metrics().unpublish(CallResult::of(answer.as_ref().err().map(Status::code)));
         answer?;
         Ok(Response::new(NodeUnpublishVolumeResponse {}))

@@ -1,18 +1,19 @@
-//! A NodePublishVolume request checked in a fixed order, each failure with the specification's
-//! code and a message that says what to change. The readonly refusal is the driver's half of the
+//! NodePublishVolume and NodeUnpublishVolume requests checked in a fixed order, each failure
+//! with the specification's code and a message that says what to change. The readonly refusal is the driver's half of the
 //! two-sided guarantee: even where the mutating webhook is not deployed, no container gets a
 //! writable view of shared content.
 
 use std::path::Path;
 
-use inline_guard_proto::csi::v1::NodePublishVolumeRequest;
 use inline_guard_proto::csi::v1::volume_capability::AccessType;
+use inline_guard_proto::csi::v1::{NodePublishVolumeRequest, NodeUnpublishVolumeRequest};
 
 use crate::content::ask::PublishSecrets;
 use crate::content::ask::{PodInfo, VolumeAsk};
 use crate::content::projection::tokens::Tokens;
 use crate::csi::error::{Error, Result};
-use crate::volume::publish::{Publish, check_volume_id};
+use crate::quote::quote;
+use crate::volume::checked::{Publish, Unpublish};
 use crate::volume::target_path::TargetPath;
 
 /// `"true"` for inline ephemeral volumes (kubelet sets it).
@@ -84,6 +85,35 @@ pub fn check(request: &NodePublishVolumeRequest, kubelet_dir: &Path) -> Result<P
     Ok(Publish { target, mount_flags, mount_group, ask })
 }
 
+/// Checks `request` in the order: volume_id, target_path (present, then kubelet's layout under
+/// `kubelet_dir`).
+pub fn check_unpublish(request: &NodeUnpublishVolumeRequest, kubelet_dir: &Path) -> Result<Unpublish> {
+    check_volume_id(&request.volume_id)?;
+    if request.target_path.is_empty() {
+        return Err(Error::Request("target_path is required".into()));
+    }
+    let target = TargetPath::parse(&request.target_path, kubelet_dir)?;
+    Ok(Unpublish { volume_id: request.volume_id.clone(), target })
+}
+
+/// The longest volume id accepted: far above kubelet's (`csi-` and 64 hex digits) and CSI's
+/// advised 128 bytes, low enough that a record stays small.
+const MAX_VOLUME_ID_BYTES: usize = 4096;
+
+/// A volume id is required, and bounded.
+fn check_volume_id(volume_id: &str) -> Result<()> {
+    if volume_id.is_empty() {
+        return Err(Error::Request("volume_id is required".into()));
+    }
+    if volume_id.len() > MAX_VOLUME_ID_BYTES {
+        return Err(Error::Request(format!(
+            "volume_id {} is longer than {MAX_VOLUME_ID_BYTES} bytes",
+            quote(volume_id)
+        )));
+    }
+    Ok(())
+}
+
 /// The volume capability's `volume_mount_group` (kubelet passes the pod's `fsGroup` there,
 /// since the driver has the VOLUME_MOUNT_GROUP capability): empty for none, else a group id.
 fn mount_group(text: &str) -> Result<Option<u32>> {
@@ -93,7 +123,7 @@ fn mount_group(text: &str) -> Result<Option<u32>> {
     text.parse::<u32>().map(Some).map_err(|_| {
         Error::Request(format!(
             "volume_capability.mount.volume_mount_group {} is not a group id (a number, the pod's fsGroup)",
-            crate::quote::quote(text)
+            quote(text)
         ))
     })
 }
@@ -277,5 +307,40 @@ mod tests {
         assert_eq!(refused, format!("volume_id \"{}\"... (1048576 bytes) is longer than 4096 bytes", "v".repeat(256)));
         request.volume_id = "v".repeat(4096);
         check(&request, Path::new("/var/lib/kubelet")).unwrap();
+    }
+
+    #[test]
+    fn an_unpublish_is_checked_at_the_wire_in_order_as_a_publish_is() {
+        let root = Path::new("/var/lib/kubelet");
+        let valid = || NodeUnpublishVolumeRequest {
+            volume_id: "csi-8d2c".into(),
+            target_path: "/var/lib/kubelet/pods/u/volumes/kubernetes.io~csi/shared/mount".into(),
+        };
+        let checked = check_unpublish(&valid(), root).unwrap();
+        assert_eq!(checked.volume_id, "csi-8d2c");
+        assert_eq!(checked.target.as_path(), Path::new(&valid().target_path));
+        let refusal = |request: NodeUnpublishVolumeRequest| match check_unpublish(&request, root) {
+            Err(Error::Request(message)) => message,
+            other => panic!("expected a refused request, got {other:?}"),
+        };
+        assert_eq!(
+            refusal(NodeUnpublishVolumeRequest { volume_id: String::new(), ..valid() }),
+            "volume_id is required"
+        );
+        assert_eq!(
+            refusal(NodeUnpublishVolumeRequest { volume_id: String::new(), target_path: String::new() }),
+            "volume_id is required",
+            "the volume id is checked first"
+        );
+        assert!(
+            refusal(NodeUnpublishVolumeRequest { volume_id: "v".repeat(4097), ..valid() })
+                .ends_with("is longer than 4096 bytes")
+        );
+        assert_eq!(
+            refusal(NodeUnpublishVolumeRequest { target_path: String::new(), ..valid() }),
+            "target_path is required"
+        );
+        let outside = NodeUnpublishVolumeRequest { target_path: "/etc/mount".into(), ..valid() };
+        assert!(check_unpublish(&outside, root).is_err(), "a target outside kubelet's layout is refused");
     }
 }

@@ -23,10 +23,10 @@ use super::plan::{
     DriverAccount, Existing, GRANT_NAME, MANAGED_BY, MANAGED_BY_LABEL, Step, binding, role, steps, wanted,
 };
 use crate::content::error::Result;
-use crate::content::shares::api::{SharedConfigMap, SharedSecret};
 use crate::content::shares::apiserver::ask;
 use crate::content::shares::kind::ShareKind;
 use crate::quote::Logged;
+use sharedresource_api::shares::{SharedConfigMap, SharedSecret};
 
 /// How long after a change the controller waits for the changes that come with it (a share
 /// created with others, its own writes coming back) before it acts.

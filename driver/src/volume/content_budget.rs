@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::content::payload::Payload;
 use crate::quote::quote;
+use crate::unpoisoned::UnpoisonedMutex;
 use crate::volume::error::{Error, Result};
 
 /// tmpfs charges whole pages of data.
@@ -114,7 +115,7 @@ impl ContentBudget {
     }
 
     fn ledger(&self) -> std::sync::MutexGuard<'_, Ledger> {
-        self.ledger.lock().unwrap_or_else(|p| p.into_inner())
+        self.ledger.locked()
     }
 
     /// Why `bytes` more for `payer`'s volume do not fit what `ledger` holds, if they do not;

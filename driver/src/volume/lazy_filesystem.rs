@@ -31,6 +31,7 @@ use tracing::warn;
 use crate::content::error::Error as ContentError;
 use crate::content::external::lazy_files::{EntryKind, Fetched, LazyFiles};
 use crate::quote::{Logged, quote};
+use crate::unpoisoned::UnpoisonedMutex;
 use crate::volume::error::{Error, Result};
 use crate::volume::fuse::session::{self, Device, Filesystem, Paused, Reply, Serving};
 use crate::volume::fuse::wire::{Attr, Entries, FOPEN_DIRECT_IO, FOPEN_KEEP_CACHE, FOPEN_NOFLUSH, Kind, Negotiated};
@@ -130,13 +131,13 @@ impl LazyMount {
         };
         let device = paused.duplicate().map_err(|error| Error::local("handing a lazy volume over", error))?;
         let filesystem = &self.filesystem;
-        let (open_files, contents) = filesystem.open_files.lock().unwrap_or_else(|p| p.into_inner()).export();
+        let (open_files, contents) = filesystem.open_files.locked().export();
         let since = filesystem.mounted.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         let handed = HandedLazyVolume {
             negotiated: paused.negotiated,
             mounted: (since.as_secs(), since.subsec_nanos()),
             group: filesystem.group,
-            inodes: filesystem.inodes.lock().unwrap_or_else(|p| p.into_inner()).paths.clone(),
+            inodes: filesystem.inodes.locked().paths.clone(),
             open_files,
             contents: contents.into_iter().map(|(id, content)| HandedContent::of(id, &content)).collect(),
         };
@@ -290,7 +291,7 @@ struct LazyFilesystem {
 
 impl LazyFilesystem {
     fn path(&self, ino: u64) -> Option<String> {
-        self.inodes.lock().unwrap_or_else(|p| p.into_inner()).path(ino).map(String::from)
+        self.inodes.locked().path(ino).map(String::from)
     }
 
     /// The attributes of `path`, and how long the kernel may keep them: a directory's for the
@@ -299,7 +300,7 @@ impl LazyFilesystem {
     /// 0 before it is fetched, and the kernel keeps neither.
     fn attributes(&self, ino: u64, path: &str, kind: EntryKind) -> (Attr, Duration) {
         let file = || {
-            let paged = self.open_files.lock().unwrap_or_else(|p| p.into_inner()).paged_size(ino);
+            let paged = self.open_files.locked().paged_size(ino);
             match paged {
                 Some(size) => (size, self.ttl()),
                 None => (self.files.cached(path).map_or(0, |(size, _)| size), Duration::ZERO),
@@ -336,7 +337,7 @@ async fn open_with(
     content: Fetched,
     volume: &str,
 ) -> (bool, u64) {
-    let lock = || open_files.lock().unwrap_or_else(|p| p.into_inner());
+    let lock = || open_files.locked();
     let switch = {
         let mut open_files = lock();
         match open_files.mode(ino, &content) {
@@ -389,7 +390,7 @@ impl Filesystem for LazyFilesystem {
         let Some(kind) = self.files.layout().kind(&path) else {
             return reply.error(Errno::ENOENT);
         };
-        let Some(ino) = self.inodes.lock().unwrap_or_else(|p| p.into_inner()).number(&path) else {
+        let Some(ino) = self.inodes.locked().number(&path) else {
             warn!(volume = %self.volume, "a lazy volume ran out of inodes; a new name was refused");
             return reply.error(Errno::ENFILE);
         };
@@ -421,7 +422,7 @@ impl Filesystem for LazyFilesystem {
         // unless the paged content changes (dropping the kernel's pages may wait on reads this
         // thread serves).
         if let Some(content) = self.files.cached_content(&path) {
-            let mut open_files = self.open_files.lock().unwrap_or_else(|p| p.into_inner());
+            let mut open_files = self.open_files.locked();
             let mode = open_files.mode(ino, &content);
             if mode != OpenMode::Switch {
                 let (paged, handle) = open_files.open(ino, content, mode);
@@ -446,7 +447,7 @@ impl Filesystem for LazyFilesystem {
 
     fn read(&self, fh: u64, offset: u64, size: u32, reply: Reply) {
         self.reads_served.fetch_add(1, Ordering::Relaxed);
-        let open_files = self.open_files.lock().unwrap_or_else(|p| p.into_inner());
+        let open_files = self.open_files.locked();
         let Some(content) = open_files.content(fh) else {
             return reply.error(Errno::EBADF);
         };
@@ -456,7 +457,7 @@ impl Filesystem for LazyFilesystem {
     }
 
     fn release(&self, fh: u64, reply: Reply) {
-        self.open_files.lock().unwrap_or_else(|p| p.into_inner()).release(fh);
+        self.open_files.locked().release(fh);
         reply.ok();
     }
 
@@ -468,7 +469,7 @@ impl Filesystem for LazyFilesystem {
             return reply.error(Errno::ENOTDIR);
         };
         let mut all = vec![(ino, Kind::Directory, ".".to_string()), (ino, Kind::Directory, "..".to_string())];
-        let mut inodes = self.inodes.lock().unwrap_or_else(|p| p.into_inner());
+        let mut inodes = self.inodes.locked();
         for (name, kind) in listing {
             let child = if path.is_empty() { name.to_string() } else { format!("{path}/{name}") };
             let Some(number) = inodes.number(&child) else {

@@ -1,18 +1,21 @@
-//! A volume's life on the node: publish and unpublish (`service`), refresh, kubelet's target
-//! paths and their symlink-free walk, the mounter, the atomic writer and the node's content
-//! budget it writes within, the volume records, recovery after a restart, and the state lock.
+//! A volume's life on the node: the requests the wire checked (`checked`), publish, unpublish
+//! and one volume's refresh (`service`), the one table of live volumes (`live`), the refresher,
+//! kubelet's target paths and their symlink-free walk, the mounter, the atomic writer and the
+//! node's content budget it writes within, the volume records, recovery after a restart, and
+//! the state lock.
 
 pub mod atomic_writer;
+pub mod checked;
 pub mod content_budget;
 pub mod error;
 pub mod fuse;
 pub mod handover;
 pub mod lazy_filesystem;
 pub mod lazy_open_files;
+pub mod live;
 pub mod lock;
 pub mod mounter;
 pub mod ownership;
-pub mod publish;
 pub mod published;
 pub mod recovery;
 pub mod refresh;

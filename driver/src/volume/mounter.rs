@@ -16,6 +16,7 @@ use nix::mount::{MntFlags, MsFlags, mount, umount2};
 use nix::sys::stat::Mode;
 
 use crate::quote::quote_path;
+use crate::unpoisoned::UnpoisonedMutex;
 use crate::volume::error::{Error, Result};
 use crate::volume::target_dir::OpenDir;
 
@@ -241,12 +242,12 @@ pub struct FakeMounter {
 impl FakeMounter {
     /// Everything asked so far, in order.
     pub fn actions(&self) -> Vec<MountAction> {
-        self.actions.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.actions.locked().clone()
     }
 
     /// Makes the next `mount_tmpfs` fail with `message`.
     pub fn fail_next_mount(&self, message: &str) {
-        *self.fail_next_mount.lock().unwrap_or_else(|p| p.into_inner()) = Some(message.to_string());
+        *self.fail_next_mount.locked() = Some(message.to_string());
     }
 
     /// Pretends something else is mounted at `path`.
@@ -256,30 +257,30 @@ impl FakeMounter {
 
     /// Mounts `source` at `path` with a device number of its own.
     fn insert(&self, path: &Path, source: MountSource) {
-        let mut mounted = self.mounted.lock().unwrap_or_else(|p| p.into_inner());
-        let device = 1000 + mounted.len() as u64 + self.actions.lock().unwrap_or_else(|p| p.into_inner()).len() as u64;
+        let mut mounted = self.mounted.locked();
+        let device = 1000 + mounted.len() as u64 + self.actions.locked().len() as u64;
         mounted.insert(path.to_path_buf(), (source, device));
     }
 
     /// Pretends the mount at `path` went away behind the driver's back (unmounted by hand).
     pub fn lose(&self, path: &Path) {
-        self.mounted.lock().unwrap_or_else(|p| p.into_inner()).remove(path);
+        self.mounted.locked().remove(path);
     }
 
     /// True when the fake holds a mount at `path`.
     pub fn is_mounted(&self, path: &Path) -> bool {
-        self.mounted.lock().unwrap_or_else(|p| p.into_inner()).contains_key(path)
+        self.mounted.locked().contains_key(path)
     }
 
     fn record(&self, action: MountAction) {
-        self.actions.lock().unwrap_or_else(|p| p.into_inner()).push(action);
+        self.actions.locked().push(action);
     }
 }
 
 impl Mounter for FakeMounter {
     fn mount_tmpfs(&self, at: &OpenDir, size_bytes: u64, tag: &str) -> Result<()> {
         self.record(MountAction::MountTmpfs { target: at.path().to_path_buf(), size_bytes, tag: tag.to_string() });
-        if let Some(message) = self.fail_next_mount.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        if let Some(message) = self.fail_next_mount.locked().take() {
             return Err(Error::Fault(message));
         }
         self.insert(at.path(), MountSource { fs_type: "tmpfs".into(), source: tag.into() });
@@ -297,16 +298,16 @@ impl Mounter for FakeMounter {
 
     fn unmount(&self, root: &OpenDir) -> Result<()> {
         self.record(MountAction::Unmount { target: root.path().to_path_buf() });
-        self.mounted.lock().unwrap_or_else(|p| p.into_inner()).remove(root.path());
+        self.mounted.locked().remove(root.path());
         Ok(())
     }
 
     fn mount_source(&self, _parent: &OpenDir, dir: &OpenDir) -> Result<Option<MountSource>> {
-        Ok(self.mounted.lock().unwrap_or_else(|p| p.into_inner()).get(dir.path()).map(|(source, _)| source.clone()))
+        Ok(self.mounted.locked().get(dir.path()).map(|(source, _)| source.clone()))
     }
 
     fn mount_device(&self, _parent: &OpenDir, dir: &OpenDir) -> Result<Option<u64>> {
-        Ok(self.mounted.lock().unwrap_or_else(|p| p.into_inner()).get(dir.path()).map(|(_, device)| *device))
+        Ok(self.mounted.locked().get(dir.path()).map(|(_, device)| *device))
     }
 }
 

@@ -22,6 +22,7 @@ use crate::content::PassId;
 use crate::content::changes::{Changes, Pending};
 use crate::fair_slots::FairSlots;
 use crate::quote::{Logged, quote};
+use crate::unpoisoned::UnpoisonedMutex;
 use crate::volume::error::Error;
 use crate::volume::service::NodeService;
 
@@ -147,7 +148,7 @@ impl Refresher {
         let guard = Arc::new(PassGuard { node: self.node.clone(), pass });
         for (volume_id, (namespace, lane)) in due {
             let fresh = {
-                let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+                let mut in_flight = self.in_flight.locked();
                 if in_flight.running.contains(&volume_id) {
                     let again = in_flight.again.entry(volume_id.clone()).or_insert(lane);
                     *again = again.with(lane);
@@ -183,7 +184,7 @@ impl Refresher {
                 tokio::time::sleep(RETRY_BUSY_AFTER).await;
                 continue;
             }
-            let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+            let mut in_flight = self.in_flight.locked();
             match in_flight.again.remove(&volume_id) {
                 Some(again) => lane = again,
                 None => {

@@ -25,6 +25,7 @@ use super::provider::ExecProvider;
 use crate::content::error::{Error, Result};
 use crate::content::payload::check_key;
 use crate::quote::quote;
+use crate::unpoisoned::UnpoisonedMutex;
 
 /// The most files one lazy volume keeps in memory at once: as many as a helper may list, so a
 /// container looking up ever new names in an open directory cannot grow the driver without end.
@@ -354,7 +355,7 @@ impl LazyFiles {
 
     /// The cached content of `path` and how long it stays fresh, unless a fetch of it is under way.
     fn fresh(&self, path: &str) -> Option<(Fetched, Duration)> {
-        let slot = self.cache.lock().unwrap_or_else(|p| p.into_inner()).get(path).cloned()?;
+        let slot = self.cache.locked().get(path).cloned()?;
         let cached = slot.try_lock().ok()?;
         let cached = cached.as_ref()?;
         let fresh_for = self.cache_ttl().checked_sub(cached.fetched.elapsed()).filter(|left| !left.is_zero())?;
@@ -366,7 +367,7 @@ impl LazyFiles {
     pub fn set_withdrawn(&self, withdrawn: bool) -> bool {
         let was = self.withdrawn.swap(withdrawn, Ordering::SeqCst);
         if withdrawn {
-            self.cache.lock().unwrap_or_else(|p| p.into_inner()).clear();
+            self.cache.locked().clear();
         }
         was != withdrawn
     }
@@ -491,7 +492,7 @@ impl LazyFiles {
     /// The cache entry of `path`, made if missing; `None` when the cache is full of fresh
     /// entries (the file is then fetched without being kept).
     fn slot(&self, path: &str) -> Option<Slot> {
-        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        let mut cache = self.cache.locked();
         if let Some(slot) = cache.get(path) {
             return Some(slot.clone());
         }

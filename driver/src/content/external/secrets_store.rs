@@ -24,6 +24,7 @@ use crate::content::ask::VolumeAsk;
 use crate::content::error::{Error, Result};
 use crate::content::payload::{DEFAULT_MODE, FileContent, Payload, check_key};
 use crate::quote::{quote, quote_path};
+use crate::unpoisoned::UnpoisonedMutex;
 
 /// The permission upstream's driver sends: 0644 as a JSON number.
 const PERMISSION: &str = "420";
@@ -88,18 +89,18 @@ impl SecretsStoreClient {
             }
             Refusal::Unservable(why) => Error::Unservable(format!("provider {name}: {why}")),
         })?;
-        self.versions.lock().unwrap_or_else(|p| p.into_inner()).insert(ask.volume_id.clone(), versions);
+        self.versions.locked().insert(ask.volume_id.clone(), versions);
         Ok(payload)
     }
 
     /// Forgets what the provider answered for `volume_id` (the volume is gone).
     pub fn release(&self, volume_id: &str) {
-        self.versions.lock().unwrap_or_else(|p| p.into_inner()).remove(volume_id);
+        self.versions.locked().remove(volume_id);
     }
 
     /// What the provider answered last for `volume_id`, if it served the volume.
     pub fn object_versions(&self, volume_id: &str) -> Option<BTreeMap<String, String>> {
-        let versions = self.versions.lock().unwrap_or_else(|p| p.into_inner());
+        let versions = self.versions.locked();
         versions.get(volume_id).map(|v| v.iter().map(|v| (v.id.clone(), v.version.clone())).collect())
     }
 

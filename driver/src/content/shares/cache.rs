@@ -9,9 +9,10 @@ use std::sync::Mutex;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
-use super::api::ObjectRef;
 use super::kind::ShareKind;
 use crate::content::payload::Payload;
+use crate::unpoisoned::UnpoisonedMutex;
+use sharedresource_api::shares::ObjectRef;
 
 type ObjectKey = (ShareKind, String, String);
 /// A share as the watch holds it: the object it names and the conditions it reports.
@@ -36,7 +37,7 @@ struct ReadsSinceList {
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
+    mutex.locked()
 }
 
 impl ShareCache {

@@ -19,6 +19,7 @@ use super::grants::{RoleKey, accounts_granted, role_granted};
 use super::watch::Watchable;
 use crate::content::changes::{Accounts, Changes};
 use crate::metrics::Metrics;
+use crate::unpoisoned::UnpoisonedMutex;
 
 /// Bindings listed per page. Every tenant can make bindings in its own namespace, each up to
 /// etcd's 1.5 MiB (a long subject list, large annotations), and a relist reads a page whole
@@ -41,7 +42,7 @@ struct Grants(Mutex<HashMap<BindingKey, Grant>>);
 impl Grants {
     /// Records what `binding` grants now (`None`: nothing to anyone); returns what it granted.
     fn set(&self, binding: BindingKey, grant: Option<Grant>) -> Option<Grant> {
-        let mut grants = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut grants = self.0.locked();
         match grant {
             Some(grant) => grants.insert(binding, grant),
             None => grants.remove(&binding),
@@ -50,14 +51,14 @@ impl Grants {
 
     /// Replaces every binding of `kind` by a relist's.
     fn relisted(&self, kind: &'static str, listed: HashMap<BindingKey, Grant>) {
-        let mut grants = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut grants = self.0.locked();
         grants.retain(|(of, _, _), _| *of != kind);
         grants.extend(listed);
     }
 
     /// The service accounts the bindings of `role` grant it to.
     fn accounts_of(&self, role: &RoleKey) -> Vec<Accounts> {
-        let grants = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let grants = self.0.locked();
         grants.values().filter(|(of, _)| of == role).flat_map(|(_, accounts)| accounts.iter().cloned()).collect()
     }
 }

@@ -25,6 +25,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::content::changes::{Accounts, GrantLook};
+use crate::unpoisoned::UnpoisonedMutex;
 use sharedresource_api::access::AccessQuestion;
 
 /// How long an answer serves unless a grant's change concerns it, by default.
@@ -81,7 +82,7 @@ impl HeldAnswers {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Held> {
-        self.held.lock().unwrap_or_else(|p| p.into_inner())
+        self.held.locked()
     }
 
     /// The held answer to `question`, if it is not due yet.

@@ -8,8 +8,8 @@ use k8s_openapi::{ClusterResourceScope, NamespaceResourceScope};
 use kube::Resource;
 use serde::de::DeserializeOwned;
 
-use super::api::{ObjectRef, SharedConfigMap, SharedSecret};
 use crate::content::payload::{FileContent, Payload};
+use sharedresource_api::shares::{ObjectRef, SharedConfigMap, SharedSecret};
 
 pub use sharedresource_api::ShareKind;
 pub use sharedresource_api::share_kind::{SHARED_CONFIG_MAP_ATTRIBUTE, SHARED_SECRET_ATTRIBUTE};

@@ -1,8 +1,7 @@
-//! Shares backed by the cluster: the API types, the access check a pod's service account must
-//! pass, the content source that reads a share's backing Secret or ConfigMap, and the watches
-//! that make a change apply at once.
+//! Shares backed by the cluster (their API types are `sharedresource_api::shares`): the access
+//! check a pod's service account must pass, the content source that reads a share's backing
+//! Secret or ConfigMap, and the watches that make a change apply at once.
 
-pub mod api;
 pub mod apiserver;
 pub mod cache;
 pub mod grant_watch;

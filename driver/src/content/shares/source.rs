@@ -21,7 +21,6 @@ use kube::Resource as _;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use tracing::warn;
 
-use super::api::{ObjectRef, SharedConfigMap, SharedSecret};
 use super::apiserver::{DEFAULT_REQUEST_TIMEOUT, ask};
 use super::cache::ShareCache;
 use super::held_answers::{DEFAULT_ACCESS_RECHECK, HeldAnswers};
@@ -39,10 +38,12 @@ use crate::content::payload::Payload;
 use crate::content::{ContentSource, PassId};
 use crate::metrics::{AccessResult, Metrics};
 use crate::quote::{Logged, quote};
+use crate::unpoisoned::UnpoisonedMutex;
 use sharedresource_api::access::{AccessQuestion, Guarded};
 use sharedresource_api::missing::share_not_found;
 use sharedresource_api::object_name::{NamespaceName, ObjectName};
 use sharedresource_api::projection::spec::ProjectionSpec;
+use sharedresource_api::shares::{ObjectRef, SharedConfigMap, SharedSecret};
 use sharedresource_api::volume_attributes::PROVIDER_ATTRIBUTE;
 use sharedresource_api::volume_attributes::selection;
 use sharedresource_api::{Selection, VolumeAttributes};
@@ -215,7 +216,7 @@ impl KubernetesSource {
 
     fn with_pass<T>(&self, pass: Option<PassId>, use_it: impl FnOnce(&mut Pass) -> T) -> Option<T> {
         let pass = pass?;
-        self.passes.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&pass).map(use_it)
+        self.passes.locked().get_mut(&pass).map(use_it)
     }
 
     /// `compute`'s answer for `key`, shared within pass `pass` through the map `field` picks.
@@ -526,11 +527,11 @@ impl ContentSource for KubernetesSource {
     }
 
     fn start_pass(&self, pass: PassId) {
-        self.passes.lock().unwrap_or_else(|p| p.into_inner()).insert(pass, Pass::default());
+        self.passes.locked().insert(pass, Pass::default());
     }
 
     fn end_pass(&self, pass: PassId) {
-        let pass = self.passes.lock().unwrap_or_else(|p| p.into_inner()).remove(&pass);
+        let pass = self.passes.locked().remove(&pass);
         if let Some(pass) = pass {
             // Spawned, not awaited: a pass may end anywhere (its last volume's task, shutdown),
             // and the statuses are a report, not part of any volume's refresh.

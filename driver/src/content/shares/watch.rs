@@ -19,14 +19,15 @@ use kube::runtime::{WatchStreamExt as _, watcher as watch_stream};
 use kube::{Client, Resource};
 use tracing::warn;
 
-use super::api::{ObjectRef, SharedConfigMap, SharedSecret};
 use super::cache::{CachedShare, ShareCache};
 use super::kind::{Share, ShareKind};
 use crate::apiserver_client::WatchConnections;
 use crate::content::changes::Changes;
 use crate::metrics::Metrics;
+use crate::unpoisoned::UnpoisonedMutex;
 use sharedresource_api::object_name::{NamespaceName, ObjectName};
 use sharedresource_api::projection::spec::SharedProjection;
+use sharedresource_api::shares::{ObjectRef, SharedConfigMap, SharedSecret};
 
 /// The backing objects volumes were served from, and the shares that named them: only their
 /// changes matter, and only those shares' volumes are refreshed. They are the only Secrets and
@@ -51,7 +52,7 @@ impl Default for Served {
 impl Served {
     /// Notes that share `share` of `kind` served its backing object `namespace/name`.
     pub fn note(&self, kind: ShareKind, namespace: &str, name: &str, share: &str) {
-        let mut objects = self.objects.lock().unwrap_or_else(|p| p.into_inner());
+        let mut objects = self.objects.locked();
         let key = (kind, namespace.to_string(), name.to_string());
         let new_object = !objects.contains_key(&key);
         objects.entry(key).or_default().insert(share.to_string());
@@ -63,13 +64,13 @@ impl Served {
 
     /// Whether a volume was served from object `namespace/name` of `kind`.
     fn contains(&self, kind: ShareKind, namespace: &str, name: &str) -> bool {
-        let objects = self.objects.lock().unwrap_or_else(|p| p.into_inner());
+        let objects = self.objects.locked();
         objects.contains_key(&(kind, namespace.to_string(), name.to_string()))
     }
 
     /// The shares that served backing object `namespace/name` of `kind`.
     fn shares_of(&self, kind: ShareKind, namespace: &str, name: &str) -> Vec<String> {
-        let served = self.objects.lock().unwrap_or_else(|p| p.into_inner());
+        let served = self.objects.locked();
         served
             .get(&(kind, namespace.to_string(), name.to_string()))
             .map(|s| s.iter().cloned().collect())

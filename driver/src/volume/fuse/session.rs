@@ -17,6 +17,7 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use tracing::warn;
 
 use super::wire::{self, Attr, Entries, Negotiated, Operation};
+use crate::unpoisoned::UnpoisonedMutex;
 
 /// The connection's `/dev/fuse` descriptor: every reply and notification is one write to it.
 #[derive(Clone)]
@@ -69,7 +70,7 @@ struct Owed {
 
 impl Owed {
     fn lock(&self) -> std::sync::MutexGuard<'_, usize> {
-        self.count.lock().unwrap_or_else(|p| p.into_inner())
+        self.count.locked()
     }
 
     /// Waits until nothing is owed, at most `within`; whether nothing is.

@@ -172,7 +172,7 @@ fn hand_off(socket: &std::os::unix::net::UnixStream, node: &NodeService, frame_b
             }
         })();
         if sent.is_err() {
-            for mount in mounts.values_mut() {
+            for (_, mount) in mounts.iter_mut() {
                 if let Err(error) = mount.resume() {
                     warn!(problem = %Logged(&error), "a lazy volume could not be served again after a failed handover");
                 }

@@ -12,8 +12,8 @@ use crate::content::ask::{PodInfo, VolumeAsk};
 use crate::content::error::{Error as ContentError, Result};
 use crate::content::payload::{FileContent, Payload};
 use crate::metrics::Metrics;
+use crate::volume::checked::{Publish, Unpublish};
 use crate::volume::mounter::FakeMounter;
-use crate::volume::publish::Publish;
 use crate::volume::service::VolumeSettings;
 use crate::volume::store::FileVolumeStore;
 use crate::volume::target_path::TargetPath;
@@ -184,8 +184,11 @@ async fn a_hung_volume_delays_no_other_volumes_revocation_and_can_be_unpublished
 
     // The hung volume's pod goes away: unpublish does not wait for its fetch.
     let unpublish = node.clone();
-    let stuck_target = target(root, "stuck").to_string_lossy().into_owned();
-    tokio::task::spawn_blocking(move || unpublish.unpublish("csi-stuck", &stuck_target))
+    let stuck = Unpublish {
+        volume_id: "csi-stuck".into(),
+        target: TargetPath::parse(&target(root, "stuck").to_string_lossy(), root).unwrap(),
+    };
+    tokio::task::spawn_blocking(move || unpublish.unpublish(&stuck))
         .await
         .unwrap()
         .expect("unpublished while the refresh's fetch hangs");

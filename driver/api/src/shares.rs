@@ -1,14 +1,15 @@
 //! The shares API: cluster-scoped `SharedSecret` and `SharedConfigMap` of the group
 //! `sharedresource.inlineguard.dev`, version `v1alpha1`, each naming one backing object in one
-//! namespace. Their CRDs (`config/deploy/driver/crds.yaml`) are generated from these types.
+//! namespace. The driver's CRDs (`config/deploy/driver/crds.yaml`: these two and
+//! `SharedProjection`) are generated from the types of this crate.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-pub use sharedresource_api::API_GROUP as GROUP;
-pub use sharedresource_api::access::USE_VERB;
+pub use crate::API_GROUP as GROUP;
+pub use crate::access::USE_VERB;
 
 /// A namespaced object named by a share.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -69,28 +70,26 @@ pub struct SharedConfigMapSpec {
     pub description: Option<String>,
 }
 
-/// The shares' CRDs and the projections' as one YAML stream: what `config/deploy/driver/crds.yaml` holds.
-pub fn crds_yaml() -> Result<String, String> {
-    use kube::CustomResourceExt as _;
-    let mut text = String::from(
-        "# Generated from driver/src/shares/api.rs; `UPDATE_CRDS=1 cargo test -p sharedresource-csi-driver crds` rewrites it.\n",
-    );
-    for crd in
-        [SharedSecret::crd(), SharedConfigMap::crd(), sharedresource_api::projection::spec::SharedProjection::crd()]
-    {
-        text.push_str("---\n");
-        text.push_str(&serde_saphyr::to_string(&crd).map_err(|e| e.to_string())?);
-    }
-    Ok(text)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// The shares' CRDs and the projections' as one YAML stream: what `config/deploy/driver/crds.yaml` holds.
+    fn crds_yaml() -> Result<String, String> {
+        use kube::CustomResourceExt as _;
+        let mut text = String::from(
+            "# Generated from driver/api/src/shares.rs and projection/spec.rs; `UPDATE_CRDS=1 cargo test -p sharedresource-api crds` rewrites it.\n",
+        );
+        for crd in [SharedSecret::crd(), SharedConfigMap::crd(), crate::projection::spec::SharedProjection::crd()] {
+            text.push_str("---\n");
+            text.push_str(&serde_saphyr::to_string(&crd).map_err(|e| e.to_string())?);
+        }
+        Ok(text)
+    }
+
     #[test]
     fn the_shipped_crds_are_generated_from_these_types() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/deploy/driver/crds.yaml");
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/deploy/driver/crds.yaml");
         let generated = crds_yaml().unwrap();
         if std::env::var_os("UPDATE_CRDS").is_some_and(|v| v == "1") {
             std::fs::create_dir_all(path.parent().unwrap()).unwrap();

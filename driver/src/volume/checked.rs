@@ -1,11 +1,10 @@
-//! A publish that passed the CSI checks, in the volume layer's terms: where kubelet wants the
-//! volume, the mount flags it asked for, and what the volume asks of its content source.
+//! The requests that passed the CSI checks (`csi::request`), in the volume layer's terms: a
+//! publish (where kubelet wants the volume, the mount flags it asked for, what the volume asks
+//! of its content source) and an unpublish (which volume, from where).
 
 use std::fmt;
 
 use crate::content::ask::VolumeAsk;
-use crate::quote::quote;
-use crate::volume::error::{Error, Result};
 use crate::volume::target_path::TargetPath;
 
 /// A checked publish.
@@ -40,20 +39,11 @@ impl fmt::Debug for Publish {
     }
 }
 
-/// The longest volume id accepted: far above kubelet's (`csi-` and 64 hex digits) and CSI's
-/// advised 128 bytes, low enough that a record stays small.
-const MAX_VOLUME_ID_BYTES: usize = 4096;
-
-/// A volume id is required, and bounded.
-pub fn check_volume_id(volume_id: &str) -> Result<()> {
-    if volume_id.is_empty() {
-        return Err(Error::Refused("volume_id is required".into()));
-    }
-    if volume_id.len() > MAX_VOLUME_ID_BYTES {
-        return Err(Error::Refused(format!(
-            "volume_id {} is longer than {MAX_VOLUME_ID_BYTES} bytes",
-            quote(volume_id)
-        )));
-    }
-    Ok(())
+/// A checked unpublish.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unpublish {
+    /// The volume kubelet takes down.
+    pub volume_id: String,
+    /// Where kubelet had it mounted.
+    pub target: TargetPath,
 }
