@@ -393,7 +393,17 @@ fn a_2000_level_path_publishes_refreshes_and_unpublishes_under_256_open_files() 
 
     runtime.block_on(async {
         let mut node = NodeClient::new(channel(driver.socket()).await);
-        node.node_unpublish_volume(support::unpublish_request("csi-deep", &target)).await.unwrap();
+        // The refresh runs every second and holds the volume while it writes the deep tree: an
+        // unpublish meanwhile is told ABORTED, which kubelet retries, and so does this.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            match node.node_unpublish_volume(support::unpublish_request("csi-deep", &target)).await {
+                Err(status) if status.code() == tonic::Code::Aborted && Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                answer => break answer.unwrap(),
+            };
+        }
     });
     assert!(!listed_in_mountinfo(&target).unwrap(), "unmounted");
     assert!(!target.exists(), "the target the driver made is gone");
