@@ -67,11 +67,12 @@ pub struct ApiserverQuestions {
 impl ApiserverQuestions {
     /// `lookup`, bounded by the timeout, its failure in words.
     async fn bounded<T>(&self, lookup: impl Future<Output = Result<T, kube::Error>>) -> Result<T, String> {
-        match tokio::time::timeout(self.timeout, lookup).await {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(error)) => Err(error.to_string()),
-            Err(_) => Err(format!("no answer within {:?}", self.timeout)),
-        }
+        self.within(lookup).await?.map_err(|error| error.to_string())
+    }
+
+    /// `lookup`'s own answer, or the timeout's failure in words.
+    async fn within<T>(&self, lookup: impl Future<Output = T>) -> Result<T, String> {
+        tokio::time::timeout(self.timeout, lookup).await.map_err(|_| format!("no answer within {:?}", self.timeout))
     }
 }
 
@@ -92,13 +93,12 @@ impl ShareQuestions for ApiserverQuestions {
 
     async fn projection(&self, namespace: &str, name: &ObjectName) -> Result<Projection, String> {
         let api = Api::<SharedProjection>::namespaced(self.client.clone(), namespace);
-        let found = match tokio::time::timeout(self.timeout, api.get_opt(name.as_str())).await {
-            Ok(Ok(found)) => found,
-            Ok(Err(kube::Error::SerdeError(error))) => {
+        let found = match self.within(api.get_opt(name.as_str())).await? {
+            Ok(found) => found,
+            Err(kube::Error::SerdeError(error)) => {
                 return Err(format!("SharedProjection {namespace}/{name} does not decode: {error}"));
             }
-            Ok(Err(error)) => return Err(error.to_string()),
-            Err(_) => return Err(format!("no answer within {:?}", self.timeout)),
+            Err(error) => return Err(error.to_string()),
         };
         Ok(found.map(|projection| Arc::new(projection.spec)))
     }
