@@ -22,7 +22,7 @@ use inline_guard_benches::lazy_bench::{FILE_BYTES, MOUNT_REPLY, lazy_provider, o
 use inline_guard_benches::percentile;
 use sharedresource_csi_driver::content::ask::{PodInfo, VolumeAsk};
 use sharedresource_csi_driver::content::external::helper_protocol::{MountReply, mount_options};
-use sharedresource_csi_driver::content::external::lazy_files::LazyFiles;
+use sharedresource_csi_driver::content::external::lazy_files::HelperFiles;
 use sharedresource_csi_driver::volume::lazy_filesystem::LazyMount;
 use sharedresource_csi_driver::volume::mounter::{LinuxMounter, Mounter};
 use sharedresource_csi_driver::volume::target_dir;
@@ -112,7 +112,7 @@ fn main() -> Result<(), String> {
     let options = mount_options(&ask(&target_text)).map_err(|e| e.to_string())?;
     let permits = (sharedresource_csi_driver::fair_slots::FairSlots::halved(4), "bench".to_string());
     let files = Arc::new(
-        LazyFiles::new(provider, permits, reply, options, runtime.handle().clone()).map_err(|e| e.to_string())?,
+        HelperFiles::new(provider, permits, reply, options, runtime.handle().clone()).map_err(|e| e.to_string())?,
     );
     let device = LinuxMounter.mount_fuse(&opened.target, "inline-guard:bench-lazy").map_err(|e| e.to_string())?;
     let mount = LazyMount::serve("bench-lazy", device, files.clone(), None).map_err(|e| e.to_string())?;

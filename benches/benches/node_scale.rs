@@ -38,7 +38,7 @@ use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::{Value, json};
 use sharedresource_csi_driver::apiserver_client::ApiserverClients;
-use sharedresource_csi_driver::content::shares::source::KubernetesSource;
+use sharedresource_csi_driver::content::KubernetesSource;
 use sharedresource_csi_driver::plugin::Plugin;
 use sharedresource_csi_driver::test_client::unix_channel;
 use sharedresource_csi_driver::volume::mounter::FakeMounter;

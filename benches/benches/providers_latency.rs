@@ -23,9 +23,9 @@ use inline_guard_proto::csi::v1::node_client::NodeClient;
 use inline_guard_tests::cluster::{ChildProcess, Cluster};
 use serde_json::json;
 use sharedresource_csi_driver::apiserver_client::ApiserverClients;
+use sharedresource_csi_driver::content::KubernetesSource;
 use sharedresource_csi_driver::content::external::provider::{ProviderConfig, check_providers};
 use sharedresource_csi_driver::content::external::providers::Providers;
-use sharedresource_csi_driver::content::shares::source::KubernetesSource;
 use sharedresource_csi_driver::plugin::Plugin;
 use sharedresource_csi_driver::test_client::unix_channel;
 

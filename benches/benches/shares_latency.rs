@@ -24,7 +24,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 use sharedresource_csi_driver::apiserver_client::ApiserverClients;
-use sharedresource_csi_driver::content::shares::source::KubernetesSource;
+use sharedresource_csi_driver::content::KubernetesSource;
 use sharedresource_csi_driver::plugin::Plugin;
 use sharedresource_csi_driver::test_client::unix_channel;
 

@@ -10,9 +10,9 @@ use clap::Parser;
 
 use crate::apiserver_client::ApiserverClients;
 use crate::config::{DriverConfig, SourceKind};
+use crate::content::KubernetesSource;
 use crate::content::external::provider::check_providers;
 use crate::content::external::providers::Providers;
-use crate::content::shares::source::KubernetesSource;
 use crate::content::{ContentSource, StaticDirSource};
 use crate::csi::socket::socket_path;
 use crate::metrics::Metrics;

@@ -19,10 +19,12 @@
 //! `health` and `metrics`, `quote` (bounded quoting of input), `unpoisoned` (locks that outlive a
 //! panicking holder), `dir_tree`, `fair_slots` (pools
 //! no one namespace can hold whole: publishes, refreshes, helpers), the apiserver client
-//! stack; and `read_grants`, the small controller that lets the driver read exactly what shares
+//! stack and the one way its requests are made (`apiserver_request`: timed, their failures told
+//! in general terms); and `read_grants`, the small controller that lets the driver read exactly what shares
 //! name.
 
 pub mod apiserver_client;
+pub mod apiserver_request;
 pub mod cli;
 pub mod config;
 pub mod config_file;

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use crate::content::projection::tokens::Tokens;
+use crate::content::tokens::Tokens;
 
 /// The pod a volume is published for.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -99,7 +99,7 @@ impl VolumeAsk {
                 service_account: "reader".into(),
             },
             attributes: attributes.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-            tokens: crate::content::projection::tokens::Tokens::default(),
+            tokens: crate::content::tokens::Tokens::default(),
             secrets: PublishSecrets::default(),
             object_versions: BTreeMap::new(),
         }

@@ -32,6 +32,13 @@ pub enum Error {
     Internal(String),
 }
 
+// A request the apiserver did not answer is content that may be had later.
+impl From<crate::apiserver_request::RequestFailed> for Error {
+    fn from(failed: crate::apiserver_request::RequestFailed) -> Error {
+        Error::Unavailable(failed.0)
+    }
+}
+
 // The vocabulary crate's refusal (attributes, a projection's spec, a key) is this layer's
 // `Invalid`: the words stay, the code is decided at the wire.
 impl From<sharedresource_api::Invalid> for Error {

@@ -1,21 +1,30 @@
-//! What a volume holds, and where it comes from: the trait every source implements, what a
-//! volume asks of it ([`ask`]), the files it answers with ([`payload`]), what changed and whom it
-//! concerns ([`changes`]), and the sources: the cluster's shares ([`shares`]), projections of
-//! several sources ([`projection`]), secrets kept outside Kubernetes through the providers of
-//! the node's configuration ([`external`]), and a directory of static shares for demos
-//! ([`static_dir`]). Nothing here knows the CSI wire, and nothing here writes where a volume is
-//! mounted.
+//! What a volume holds, and where it comes from. The face the volume layer sees: the trait every
+//! source implements, what a volume asks of it ([`ask`], with the [`tokens`] kubelet passed), the
+//! files it answers with ([`payload`]) or a lazy volume's files ([`lazy`]), why it could not
+//! ([`error`]), and what changed and whom it concerns ([`changes`]). Behind it, the cluster's
+//! source ([`kubernetes_source`], the one dispatcher) sends each volume to one source: the
+//! cluster's shares ([`shares`]), projections of several sources ([`projection`]), or secrets
+//! kept outside Kubernetes through the providers of the node's configuration ([`external`]);
+//! each reads the cluster only through the floor below them ([`cluster`]). A directory of
+//! static shares for demos is a source of its own ([`static_dir`]). Nothing here knows the CSI
+//! wire, and nothing here writes where a volume is mounted; `driver/tests/layers.rs` holds the
+//! imports to these floors.
 
 pub mod ask;
 pub mod changes;
+pub mod cluster;
 pub mod error;
 pub mod external;
+pub mod kubernetes_source;
+pub mod lazy;
 pub mod payload;
 pub mod projection;
 pub mod shares;
 pub mod static_dir;
+pub mod tokens;
 
 pub use ask::{PodInfo, VolumeAsk};
+pub use kubernetes_source::KubernetesSource;
 pub use payload::Payload;
 pub use static_dir::StaticDirSource;
 
@@ -63,17 +72,14 @@ pub trait ContentSource: Send + Sync {
     /// For a volume whose files are fetched only when opened (a lazy provider's), those files
     /// once the pod may have them; `None` for a volume whose content is laid out in full
     /// ([`ContentSource::content`]).
-    fn lazy(&self, ask: &VolumeAsk) -> Result<Option<std::sync::Arc<external::lazy_files::LazyFiles>>> {
+    fn lazy(&self, ask: &VolumeAsk) -> Result<Option<std::sync::Arc<dyn lazy::LazyFiles>>> {
         let _ = ask;
         Ok(None)
     }
     /// The files of a lazy volume a predecessor process served as `handed` (its handover, at
     /// a planned restart): laid out as they were, nothing fetched. A source without lazy
     /// volumes has none to take.
-    fn lazy_handed(
-        &self,
-        handed: external::lazy_files::HandedFiles,
-    ) -> Result<std::sync::Arc<external::lazy_files::LazyFiles>> {
+    fn lazy_handed(&self, handed: lazy::HandedFiles) -> Result<std::sync::Arc<dyn lazy::LazyFiles>> {
         Err(error::Error::Unservable(format!(
             "provider {}: this driver's content source serves no lazy volumes",
             crate::quote::quote(&handed.provider)

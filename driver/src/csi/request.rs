@@ -10,7 +10,7 @@ use inline_guard_proto::csi::v1::{NodePublishVolumeRequest, NodeUnpublishVolumeR
 
 use crate::content::ask::PublishSecrets;
 use crate::content::ask::{PodInfo, VolumeAsk};
-use crate::content::projection::tokens::Tokens;
+use crate::content::tokens::Tokens;
 use crate::csi::error::{Error, Result};
 use crate::quote::quote;
 use crate::volume::checked::{Publish, Unpublish};

@@ -22,10 +22,9 @@ use tracing::{info, warn};
 use super::plan::{
     DriverAccount, Existing, GRANT_NAME, MANAGED_BY, MANAGED_BY_LABEL, Step, binding, role, steps, wanted,
 };
-use crate::content::error::Result;
-use crate::content::shares::apiserver::ask;
-use crate::content::shares::kind::ShareKind;
+use crate::apiserver_request::{RequestFailed, ask};
 use crate::quote::Logged;
+use sharedresource_api::ShareKind;
 use sharedresource_api::shares::{SharedConfigMap, SharedSecret};
 
 /// How long after a change the controller waits for the changes that come with it (a share
@@ -157,7 +156,7 @@ async fn reconcile(client: &Client, stores: &Stores, driver: &DriverAccount, tim
 }
 
 /// Takes one step.
-async fn take(client: &Client, step: &Step, driver: &DriverAccount, timeout: Duration) -> Result<()> {
+async fn take(client: &Client, step: &Step, driver: &DriverAccount, timeout: Duration) -> Result<(), RequestFailed> {
     let apply = PatchParams::apply(MANAGED_BY).force();
     match step {
         Step::ApplyRole(namespace, readable) => {
@@ -182,7 +181,7 @@ async fn take(client: &Client, step: &Step, driver: &DriverAccount, timeout: Dur
 }
 
 /// Deletes the controller's object of `api`'s kind and namespace; one already gone is deleted.
-async fn delete_if_present<K>(api: Api<K>, timeout: Duration) -> Result<()>
+async fn delete_if_present<K>(api: Api<K>, timeout: Duration) -> Result<(), RequestFailed>
 where
     K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
 {

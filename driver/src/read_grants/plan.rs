@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::content::shares::kind::ShareKind;
+use sharedresource_api::ShareKind;
 use sharedresource_api::object_name::{InvalidName, NamespaceName, ObjectName};
 
 /// The name of the Role and the RoleBinding the controller keeps in each backing namespace.

@@ -231,7 +231,7 @@ pub struct LazyCharge {
     pub payer: Payer,
 }
 
-impl crate::content::external::lazy_files::MemoryCharge for LazyCharge {
+impl crate::content::lazy::MemoryCharge for LazyCharge {
     fn grow(&self, bytes: u64) -> std::result::Result<(), String> {
         self.budget.grow(&self.payer, bytes).map_err(|refusal| refusal.to_string())
     }
@@ -400,7 +400,7 @@ mod tests {
 
     #[test]
     fn a_lazy_volume_s_charge_counts_and_refuses_through_the_budget() {
-        use crate::content::external::lazy_files::MemoryCharge as _;
+        use crate::content::lazy::MemoryCharge as _;
         let budget = ContentBudget::new(BudgetLimits { node_bytes: 8 * MIB, namespace_bytes: 2 * MIB });
         let charge = LazyCharge { budget: budget.clone(), payer: payer("lazy", "tenant") };
         charge.grow(MIB).unwrap();

@@ -15,7 +15,7 @@ use rustix::net::{
     SendFlags,
 };
 
-use crate::content::external::lazy_files::HandedFiles;
+use crate::content::lazy::HandedFiles;
 use crate::quote::quote;
 use crate::volume::error::{Error, Result};
 use crate::volume::lazy_filesystem::HandedLazyVolume;

@@ -29,7 +29,7 @@ use nix::errno::Errno;
 use tracing::warn;
 
 use crate::content::error::Error as ContentError;
-use crate::content::external::lazy_files::{EntryKind, Fetched, LazyFiles};
+use crate::content::lazy::{EntryKind, Fetched, LazyFiles};
 use crate::quote::{Logged, quote};
 use crate::unpoisoned::UnpoisonedMutex;
 use crate::volume::error::{Error, Result};
@@ -71,7 +71,7 @@ impl LazyMount {
     /// Serves `files` for volume `volume_id` on `device`, the descriptor of a FUSE mount just
     /// made, its entries belonging to `group` (the pod's fsGroup) when given: answers the
     /// kernel's first request (the protocol's handshake) before returning.
-    pub fn serve(volume_id: &str, device: OwnedFd, files: Arc<LazyFiles>, group: Option<u32>) -> Result<LazyMount> {
+    pub fn serve(volume_id: &str, device: OwnedFd, files: Arc<dyn LazyFiles>, group: Option<u32>) -> Result<LazyMount> {
         let filesystem = LazyFilesystem {
             volume: quote(volume_id),
             files,
@@ -152,7 +152,7 @@ impl LazyMount {
         volume_id: &str,
         handed: HandedLazyVolume,
         device: OwnedFd,
-        files: Arc<LazyFiles>,
+        files: Arc<dyn LazyFiles>,
     ) -> Result<LazyMount> {
         let invalid = |why: String| Error::Handover(format!("the handed-over lazy volume {}: {why}", quote(volume_id)));
         if handed.inodes.len() > MAX_INODES {
@@ -186,7 +186,7 @@ impl LazyMount {
     }
 
     /// What the volume serves.
-    pub fn files(&self) -> &Arc<LazyFiles> {
+    pub fn files(&self) -> &Arc<dyn LazyFiles> {
         &self.filesystem.files
     }
 
@@ -279,7 +279,7 @@ impl Inodes {
 
 struct LazyFilesystem {
     volume: String,
-    files: Arc<LazyFiles>,
+    files: Arc<dyn LazyFiles>,
     inodes: Mutex<Inodes>,
     open_files: Arc<Mutex<OpenFiles>>,
     /// Tells the kernel to drop what it keeps of a file whose paged content changes.
@@ -387,7 +387,7 @@ impl Filesystem for LazyFilesystem {
             return reply.error(Errno::ENOENT);
         };
         let path = if parent.is_empty() { name.to_string() } else { format!("{parent}/{name}") };
-        let Some(kind) = self.files.layout().kind(&path) else {
+        let Some(kind) = self.files.kind(&path) else {
             return reply.error(Errno::ENOENT);
         };
         let Some(ino) = self.inodes.locked().number(&path) else {
@@ -402,7 +402,7 @@ impl Filesystem for LazyFilesystem {
         let Some(path) = self.path(ino) else {
             return reply.error(Errno::ENOENT);
         };
-        match self.files.layout().kind(&path) {
+        match self.files.kind(&path) {
             Some(kind) => {
                 let (attributes, ttl) = self.attributes(ino, &path, kind);
                 reply.attr(&attributes, ttl);
@@ -465,7 +465,7 @@ impl Filesystem for LazyFilesystem {
         let Some(path) = self.path(ino) else {
             return reply.error(Errno::ENOENT);
         };
-        let Some(listing) = self.files.layout().listing(&path) else {
+        let Some(listing) = self.files.listing(&path) else {
             return reply.error(Errno::ENOTDIR);
         };
         let mut all = vec![(ino, Kind::Directory, ".".to_string()), (ino, Kind::Directory, "..".to_string())];
@@ -476,7 +476,7 @@ impl Filesystem for LazyFilesystem {
                 break;
             };
             let kind = if kind == EntryKind::Directory { Kind::Directory } else { Kind::File };
-            all.push((number, kind, name.to_string()));
+            all.push((number, kind, name));
         }
         drop(inodes);
         for (index, (number, kind, name)) in all.into_iter().enumerate().skip(offset as usize) {

@@ -19,7 +19,7 @@
 
 use std::collections::HashMap;
 
-use crate::content::external::lazy_files::Fetched;
+use crate::content::lazy::Fetched;
 
 /// How an open is to be answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

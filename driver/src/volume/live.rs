@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::content::ask::PublishSecrets;
-use crate::content::projection::tokens::Tokens;
+use crate::content::tokens::Tokens;
 use crate::quote::{quote, quote_path};
 use crate::unpoisoned::UnpoisonedMutex;
 use crate::volume::error::{Error, Result};

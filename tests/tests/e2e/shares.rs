@@ -15,8 +15,8 @@ use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
+use sharedresource_csi_driver::content::KubernetesSource;
 use sharedresource_csi_driver::content::external::providers::Providers;
-use sharedresource_csi_driver::content::shares::source::KubernetesSource;
 use sharedresource_csi_driver::plugin::Plugin;
 use tonic::Code;
 

@@ -5,7 +5,7 @@
 //! them all. A helper that fails, times out or says too much keeps what the volume shows
 //! (UNAVAILABLE: not now); a helper that lists nothing to fetch, or a file it may not name,
 //! withdraws it. In lazy mode, the answer to `mount` lays the volume out and each file is
-//! fetched when opened ([`LazyFiles`]).
+//! fetched when opened ([`HelperFiles`]).
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -19,10 +19,11 @@ use super::helper_protocol::{MountReply, mount_arguments, mount_options};
 use super::helper_run::{self, HelperFailure};
 use serde_json::{Map, Value};
 
-use super::lazy_files::{GETS_PER_VOLUME, HandedFiles, LazyFiles};
+use super::lazy_files::{GETS_PER_VOLUME, HelperFiles};
 use super::provider::{ExecProvider, FetchMode};
 use crate::content::ask::VolumeAsk;
 use crate::content::error::{Error, Result};
+use crate::content::lazy::HandedFiles;
 use crate::content::payload::{FileContent, Payload};
 use crate::quote::quote;
 
@@ -111,17 +112,17 @@ impl ExecProviders {
 
     /// The files of a lazy provider's volume: the helper's answer to `mount`, each file fetched
     /// when first opened.
-    pub async fn lazy_files(&self, provider: &ExecProvider, ask: &VolumeAsk) -> Result<LazyFiles> {
+    pub async fn lazy_files(&self, provider: &ExecProvider, ask: &VolumeAsk) -> Result<HelperFiles> {
         let (reply, options) = self.mount(provider, ask).await?;
         let permits = (self.permits.clone(), ask.pod.namespace.clone());
-        LazyFiles::new(provider.clone(), permits, reply, options, tokio::runtime::Handle::current())
+        HelperFiles::new(provider.clone(), permits, reply, options, tokio::runtime::Handle::current())
             .map(|files| files.with_memory_limit(self.max_volume_bytes))
     }
 
     /// The files of a lazy volume a predecessor process served as `handed`: its provider must
     /// still be configured here, in lazy mode (a successor given other providers cannot serve
     /// what the predecessor did, and says which).
-    pub fn lazy_handed(&self, handed: HandedFiles) -> Result<LazyFiles> {
+    pub fn lazy_handed(&self, handed: HandedFiles) -> Result<HelperFiles> {
         let name = quote(&handed.provider);
         let Some(provider) = self.get(&handed.provider) else {
             return Err(Error::Missing(format!("provider {name} is not configured in this driver")));
@@ -129,7 +130,7 @@ impl ExecProviders {
         if provider.mode != FetchMode::Lazy {
             return Err(Error::Unservable(format!("provider {name} no longer fetches files when opened")));
         }
-        LazyFiles::from_handed(handed, provider.clone(), self.permits.clone(), tokio::runtime::Handle::current())
+        HelperFiles::from_handed(handed, provider.clone(), self.permits.clone(), tokio::runtime::Handle::current())
             .map(|files| files.with_memory_limit(self.max_volume_bytes))
     }
 

@@ -75,10 +75,8 @@ pub fn mount_options(ask: &VolumeAsk) -> Result<Map<String, Value>, String> {
                 (audience.to_string(), serde_json::json!({ "token": token }))
             })
             .collect();
-        options.insert(
-            crate::content::projection::tokens::TOKENS_KEY.to_string(),
-            Value::String(Value::Object(tokens).to_string()),
-        );
+        options
+            .insert(crate::content::tokens::TOKENS_KEY.to_string(), Value::String(Value::Object(tokens).to_string()));
     }
     Ok(options)
 }
@@ -207,7 +205,7 @@ fn without_trailing_commas(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::content::projection::tokens::Tokens;
+    use crate::content::tokens::Tokens;
 
     fn ask(attributes: &[(&str, &str)]) -> VolumeAsk {
         VolumeAsk::example(attributes)
@@ -238,7 +236,7 @@ mod tests {
     #[test]
     fn tokens_are_passed_in_kubelets_shape() {
         let context = [(
-            crate::content::projection::tokens::TOKENS_KEY.to_string(),
+            crate::content::tokens::TOKENS_KEY.to_string(),
             r#"{"vault":{"token":"T1","expirationTimestamp":"2026-11-27T10:00:00Z"}}"#.to_string(),
         )]
         .into();

@@ -56,6 +56,27 @@ fn said(stderr: &str) -> String {
     if stderr.trim().is_empty() { String::new() } else { format!("; it said: {}", stderr.trim_end()) }
 }
 
+/// How often a start refused because the helper's file is open for writing is tried again.
+const BUSY_RETRIES: u32 = 12;
+
+/// `command` started. A helper whose file some process still holds open for writing cannot be
+/// executed (ETXTBSY): a helper being replaced in place, or, in a process that starts programs
+/// from several threads, a child forked while another thread was writing a file, which holds
+/// the file open until it execs. Both pass within moments, so such a start is tried again a
+/// few times, a little later each time, before it counts as failed.
+async fn spawn(command: &mut tokio::process::Command) -> std::io::Result<tokio::process::Child> {
+    let mut tries = 0;
+    loop {
+        match command.spawn() {
+            Err(error) if error.raw_os_error() == Some(nix::errno::Errno::ETXTBSY as i32) && tries < BUSY_RETRIES => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(20 * u64::from(tries))).await;
+            }
+            started => return started,
+        }
+    }
+}
+
 /// Runs `helper` with `arguments`; its standard output when it exits 0 within `timeout` having
 /// printed at most `max_output` bytes.
 pub async fn run(
@@ -64,7 +85,8 @@ pub async fn run(
     timeout: Duration,
     max_output: u64,
 ) -> Result<Vec<u8>, HelperFailure> {
-    let mut child = tokio::process::Command::new(helper)
+    let mut command = tokio::process::Command::new(helper);
+    command
         .args(arguments)
         .env_clear()
         .env("PATH", HELPER_PATH)
@@ -73,9 +95,8 @@ pub async fn run(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(HelperFailure::Start)?;
+        .kill_on_drop(true);
+    let mut child = spawn(&mut command).await.map_err(HelperFailure::Start)?;
     let group = child.id().and_then(|id| i32::try_from(id).ok()).map(Pid::from_raw);
     let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
         return Err(HelperFailure::Read(std::io::Error::other("no pipes to the helper")));
@@ -147,6 +168,36 @@ mod tests {
 
     async fn run_sh(script: &str, timeout: Duration, max: u64) -> Result<Vec<u8>, HelperFailure> {
         run(Path::new("/bin/sh"), &sh(script), timeout, max).await
+    }
+
+    #[tokio::test]
+    async fn a_helper_still_open_for_writing_is_started_once_the_writer_lets_go_and_not_before() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let helper = dir.path().join("helper");
+        std::fs::write(&helper, "#!/bin/sh\nprintf started\n").unwrap();
+        std::fs::set_permissions(&helper, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let args: [OsString; 0] = [];
+
+        // Held open for writing for good: every try is refused, and the last refusal is the answer.
+        let writer = std::fs::OpenOptions::new().write(true).open(&helper).unwrap();
+        let error = run(&helper, &args, Duration::from_secs(30), 100).await.unwrap_err();
+        let HelperFailure::Start(cause) = &error else { panic!("{error:?}") };
+        assert_eq!(cause.raw_os_error(), Some(nix::errno::Errno::ETXTBSY as i32), "{cause}");
+
+        // Let go of while the first tries are refused: started.
+        let closer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            drop(writer);
+        });
+        let writer_again = std::fs::OpenOptions::new().write(true).open(&helper).unwrap();
+        let closer_again = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            drop(writer_again);
+        });
+        assert_eq!(run(&helper, &args, Duration::from_secs(30), 100).await.unwrap(), b"started");
+        closer.join().unwrap();
+        closer_again.join().unwrap();
     }
 
     #[tokio::test]

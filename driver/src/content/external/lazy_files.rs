@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures_util::future::BoxFuture;
 use serde_json::{Map, Value};
 use tokio::sync::Semaphore;
 
@@ -23,6 +24,7 @@ use super::helper_protocol::MountReply;
 use super::helper_run;
 use super::provider::ExecProvider;
 use crate::content::error::{Error, Result};
+use crate::content::lazy::{EntryKind, Fetched, HandedFiles, LazyFiles, MemoryCharge};
 use crate::content::payload::check_key;
 use crate::quote::quote;
 use crate::unpoisoned::UnpoisonedMutex;
@@ -35,27 +37,8 @@ pub const MAX_CACHED_FILES: usize = super::helper_protocol::MAX_LISTED_FILES;
 /// the node's whole bound on helpers (`helperConcurrency`) from the other volumes.
 pub const GETS_PER_VOLUME: usize = 2;
 
-/// Where a lazy volume's content in memory is also counted, besides its own bound: the node's
-/// content budget, for the volume's namespace (given by the volume layer, which keeps it).
-pub trait MemoryCharge: Send + Sync {
-    /// Counts `bytes` more; refused (nothing counted) when that would exceed the budget, saying
-    /// which.
-    fn grow(&self, bytes: u64) -> std::result::Result<(), String>;
-    /// Counts `bytes` fewer.
-    fn shrink(&self, bytes: u64);
-}
-
 /// The node's helper slots and the namespace a volume's gets are counted against.
 pub type HelperSlots = (Arc<FairSlots>, String);
-
-/// What a path of the volume is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EntryKind {
-    /// A directory (the root, an enabled directory, or one on the way to either).
-    Directory,
-    /// A file the helper serves.
-    File,
-}
 
 /// A directory of the volume.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -133,57 +116,6 @@ impl LazyLayout {
     }
 }
 
-/// A file's content as a `get` had it. Its `id` names the content: a later `get` that brings
-/// the same bytes keeps the id, so whoever keeps an id (the kernel's page cache of the file)
-/// knows whether content is unchanged without keeping the content itself. Its bytes count
-/// against their volume's bound for as long as anything (the cache, an open file) holds them.
-#[derive(Debug, Clone)]
-pub struct Fetched {
-    /// Unique in its volume per distinct content had.
-    pub id: u64,
-    held: Arc<Held>,
-}
-
-/// Bytes in memory, counted in their volume's `live` (and its charge, when it has one) while
-/// they are.
-struct Held {
-    bytes: Box<[u8]>,
-    live: Arc<AtomicU64>,
-    charge: Option<Arc<dyn MemoryCharge>>,
-}
-
-impl std::fmt::Debug for Held {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} bytes", self.bytes.len())
-    }
-}
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        self.live.fetch_sub(self.bytes.len() as u64, Ordering::Relaxed);
-        if let Some(charge) = &self.charge {
-            charge.shrink(self.bytes.len() as u64);
-        }
-    }
-}
-
-impl Fetched {
-    /// Content `id` of `bytes`, counted in no volume: for tests of what keeps contents.
-    #[cfg(test)]
-    pub fn detached(id: u64, bytes: &[u8]) -> Fetched {
-        let live = Arc::new(AtomicU64::new(bytes.len() as u64));
-        Fetched { id, held: Arc::new(Held { bytes: bytes.into(), live, charge: None }) }
-    }
-}
-
-impl std::ops::Deref for Fetched {
-    type Target = [u8];
-
-    fn deref(&self) -> &[u8] {
-        &self.held.bytes
-    }
-}
-
 /// A file's content, as fetched at one moment.
 struct Cached {
     content: Fetched,
@@ -194,14 +126,12 @@ struct Cached {
 /// the helper once.
 type Slot = Arc<tokio::sync::Mutex<Option<Cached>>>;
 
-/// The files of a lazy volume as they travel to a successor process (see
-/// [`LazyFiles::handed`]). Its options hold the pod's tokens: never printed.
-#[derive(Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct HandedFiles {
-    /// The provider's name.
-    pub provider: String,
-    /// The namespace whose share of the node's helpers its gets take.
-    pub namespace: String,
+/// What a successor needs of a helper's lazy volume besides its provider and namespace (see
+/// [`HandedFiles`]): the helper's answer to `mount`, the options (tokens among them) each `get`
+/// passes, and whether access is withdrawn (a successor must not give back what a revocation
+/// took). Its field names are the handover's wire form: renaming one breaks upgrades.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct HelperState {
     enable_dirs: Vec<String>,
     mount_param: Vec<String>,
     files: BTreeMap<String, Vec<String>>,
@@ -210,32 +140,26 @@ pub struct HandedFiles {
     withdrawn: bool,
 }
 
-#[cfg(test)]
-impl HandedFiles {
-    /// The files of provider `vault` serving directory `secrets` for namespace `team-a`,
-    /// passing a token on each get.
-    pub fn example() -> HandedFiles {
-        HandedFiles {
-            provider: "vault".into(),
-            namespace: "team-a".into(),
-            enable_dirs: vec!["secrets".into()],
-            mount_param: vec!["token".into()],
-            files: BTreeMap::new(),
-            rooted: false,
-            options: Map::from_iter([("token".to_string(), Value::from("t0ken"))]),
-            withdrawn: false,
+impl HelperState {
+    /// The state as the handover's JSON object.
+    fn into_map(self) -> Map<String, Value> {
+        match serde_json::to_value(self) {
+            Ok(Value::Object(map)) => map,
+            // A struct of strings, lists, maps and booleans is always an object.
+            _ => Map::new(),
         }
     }
-}
 
-impl std::fmt::Debug for HandedFiles {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "HandedFiles(provider {}, namespace {})", self.provider, self.namespace)
+    /// The state a predecessor handed over, or why it cannot be read: the field and the kind of
+    /// fault only, never a value (the options hold tokens).
+    fn from_map(map: Map<String, Value>) -> std::result::Result<HelperState, String> {
+        serde_path_to_error::deserialize(Value::Object(map))
+            .map_err(|error| format!("{} is not in this version's form ({:?})", error.path(), error.inner().classify()))
     }
 }
 
-/// The files of one lazy volume.
-pub struct LazyFiles {
+/// The files of one lazy volume of an `exec` provider: each fetched by the helper's `get`.
+pub struct HelperFiles {
     provider: ExecProvider,
     permits: HelperSlots,
     own_permits: Semaphore,
@@ -256,13 +180,13 @@ pub struct LazyFiles {
 }
 
 // The options carry the pod's tokens: never printed.
-impl std::fmt::Debug for LazyFiles {
+impl std::fmt::Debug for HelperFiles {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "LazyFiles(provider {}, {:?})", self.provider.name.as_str(), self.layout)
+        write!(f, "HelperFiles(provider {}, {:?})", self.provider.name.as_str(), self.layout)
     }
 }
 
-impl LazyFiles {
+impl HelperFiles {
     /// The files `reply` describes, fetched from `provider` with `options`' values for its
     /// `mount-param` keys, within the node's helper slots `permits` (the pool, and the namespace
     /// whose part the volume's gets take), on `runtime`.
@@ -272,14 +196,14 @@ impl LazyFiles {
         reply: MountReply,
         options: Map<String, Value>,
         runtime: tokio::runtime::Handle,
-    ) -> Result<LazyFiles> {
+    ) -> Result<HelperFiles> {
         let name = quote(provider.name.as_str());
         let unservable = |why: String| Error::Unservable(format!("provider {name}: the helper's mount: {why}"));
         let layout = LazyLayout::of(&reply).map_err(unservable)?;
         // Every `get` needs the values of `mount-param`: a key the options lack fails here,
         // at publish, not at each open.
         reply.get_arguments("", &options).map_err(unservable)?;
-        Ok(LazyFiles {
+        Ok(HelperFiles {
             provider,
             permits,
             own_permits: Semaphore::new(GETS_PER_VOLUME),
@@ -300,15 +224,9 @@ impl LazyFiles {
     /// The same files, holding at most `bytes` of content in memory at once, cached or open
     /// (the volume's tmpfsSize: a lazy volume keeps no more in the driver's memory than an eager
     /// one may in its tmpfs).
-    pub fn with_memory_limit(mut self, bytes: u64) -> LazyFiles {
+    pub fn with_memory_limit(mut self, bytes: u64) -> HelperFiles {
         self.max_live_bytes = bytes;
         self
-    }
-
-    /// Counts the content held in memory in `charge` too from now on (once: a later charge is
-    /// ignored). Content held before is not counted there.
-    pub fn charge_to(&self, charge: Arc<dyn MemoryCharge>) {
-        let _ = self.charge.set(charge);
     }
 
     /// The bytes of content held in memory for the volume, cached or open.
@@ -322,35 +240,9 @@ impl LazyFiles {
         &self.layout
     }
 
-    /// How long content is served before the helper is asked again (and how long the kernel
-    /// may keep what it was told of names and sizes).
-    pub fn cache_ttl(&self) -> Duration {
-        self.provider.cache_ttl
-    }
-
-    /// Where reads run their helper calls.
-    pub fn runtime(&self) -> &tokio::runtime::Handle {
-        &self.runtime
-    }
-
     /// How many `get`s this volume has run.
     pub fn gets(&self) -> u64 {
         self.gets.load(Ordering::Relaxed)
-    }
-
-    /// The size of `path` and how long it stays fresh, when its content is cached and fresh.
-    pub fn cached(&self, path: &str) -> Option<(u64, Duration)> {
-        self.fresh(path).map(|(content, fresh_for)| (content.len() as u64, fresh_for))
-    }
-
-    /// The content of `path` when it is cached, fresh and not withdrawn, without waiting: what
-    /// an open answers at once, without a trip through the runtime; `None` otherwise (then
-    /// [`LazyFiles::read`]).
-    pub fn cached_content(&self, path: &str) -> Option<Fetched> {
-        if self.withdrawn() {
-            return None;
-        }
-        self.fresh(path).map(|(content, _)| content)
     }
 
     /// The cached content of `path` and how long it stays fresh, unless a fetch of it is under way.
@@ -362,73 +254,9 @@ impl LazyFiles {
         Some((cached.content.clone(), fresh_for))
     }
 
-    /// Withdraws the volume's files (`true`: access was lost) or gives them back; whether that
-    /// changed anything. Withdrawn, every open fails and nothing stays cached.
-    pub fn set_withdrawn(&self, withdrawn: bool) -> bool {
-        let was = self.withdrawn.swap(withdrawn, Ordering::SeqCst);
-        if withdrawn {
-            self.cache.locked().clear();
-        }
-        was != withdrawn
-    }
-
     /// Whether the volume's files are withdrawn.
     pub fn withdrawn(&self) -> bool {
         self.withdrawn.load(Ordering::SeqCst)
-    }
-
-    /// The content of the file at `path`: from the cache within the TTL, otherwise from the
-    /// helper's `get`. Withdrawn: [`Error::Denied`]; no such file: [`Error::Missing`]; the
-    /// helper failing: [`Error::Unavailable`], for this file only.
-    pub async fn read(&self, path: &str) -> Result<Fetched> {
-        let name = quote(self.provider.name.as_str());
-        if self.withdrawn() {
-            return Err(Error::Denied(format!("provider {name}: access to the volume's files was withdrawn")));
-        }
-        if self.layout.kind(path) != Some(EntryKind::File) {
-            return Err(Error::Missing(format!("provider {name}: no file {}", quote(path))));
-        }
-        let Some(slot) = self.slot(path) else {
-            let bytes = self.get(path).await?;
-            return self.new_content(bytes);
-        };
-        let mut cached = slot.lock().await;
-        if let Some(fresh) = cached.as_ref().filter(|c| c.fetched.elapsed() < self.cache_ttl()) {
-            return Ok(fresh.content.clone());
-        }
-        let bytes = self.get(path).await?;
-        // A revocation while the helper ran: its answer is not kept, nor served.
-        if self.withdrawn() {
-            return Err(Error::Denied(format!("provider {name}: access to the volume's files was withdrawn")));
-        }
-        let content = match cached.take() {
-            Some(before) if *before.content == *bytes => before.content,
-            replaced => {
-                // The old content leaves the cache first: what only the cache held is given
-                // back before the new content is counted.
-                drop(replaced);
-                self.new_content(bytes)?
-            }
-        };
-        *cached = Some(Cached { content: content.clone(), fetched: Instant::now() });
-        Ok(content)
-    }
-
-    /// What a successor needs to serve these files as this process does without asking the
-    /// helper's `mount` again: the provider's name, the namespace its gets count for, the
-    /// helper's answer and the options (tokens among them) each `get` passes, and whether
-    /// access is withdrawn (a successor must not give back what a revocation took).
-    pub fn handed(&self) -> HandedFiles {
-        HandedFiles {
-            provider: self.provider.name.as_str().to_string(),
-            namespace: self.permits.1.clone(),
-            enable_dirs: self.reply.enable_dirs.clone(),
-            mount_param: self.reply.mount_param.clone(),
-            files: self.reply.files.clone(),
-            rooted: self.reply.rooted,
-            options: self.options.clone(),
-            withdrawn: self.withdrawn(),
-        }
     }
 
     /// The files a predecessor served as `handed`, served by `provider` (which must be the one
@@ -439,15 +267,18 @@ impl LazyFiles {
         provider: ExecProvider,
         slots: Arc<FairSlots>,
         runtime: tokio::runtime::Handle,
-    ) -> Result<LazyFiles> {
+    ) -> Result<HelperFiles> {
+        let state = HelperState::from_map(handed.state).map_err(|why| {
+            Error::Unservable(format!("provider {}: the files handed over: {why}", quote(&handed.provider)))
+        })?;
         let reply = MountReply {
-            enable_dirs: handed.enable_dirs,
-            mount_param: handed.mount_param,
-            files: handed.files,
-            rooted: handed.rooted,
+            enable_dirs: state.enable_dirs,
+            mount_param: state.mount_param,
+            files: state.files,
+            rooted: state.rooted,
         };
-        let files = LazyFiles::new(provider, (slots, handed.namespace), reply, handed.options, runtime)?;
-        files.withdrawn.store(handed.withdrawn, Ordering::SeqCst);
+        let files = HelperFiles::new(provider, (slots, handed.namespace), reply, state.options, runtime)?;
+        files.withdrawn.store(state.withdrawn, Ordering::SeqCst);
         Ok(files)
     }
 
@@ -472,21 +303,8 @@ impl LazyFiles {
             self.live_bytes.fetch_sub(size, Ordering::Relaxed);
             return Err(Error::TooLarge(format!("provider {}: {refusal}", quote(self.provider.name.as_str()))));
         }
-        let held = Held { bytes: bytes.into_boxed_slice(), live: self.live_bytes.clone(), charge };
-        Ok(Fetched { id: self.contents.fetch_add(1, Ordering::Relaxed) + 1, held: Arc::new(held) })
-    }
-
-    /// Content `id`, as the process that served the volume before named it, of `bytes`: the
-    /// content of a file it handed over open. Counted in the volume's memory (never refused:
-    /// it was held within the same bound there), and in its charge when one is set and has
-    /// room; the ids this volume gives from now on come after it.
-    pub fn adopt(&self, id: u64, bytes: Vec<u8>) -> Fetched {
-        self.contents.fetch_max(id, Ordering::Relaxed);
-        let size = bytes.len() as u64;
-        self.live_bytes.fetch_add(size, Ordering::Relaxed);
-        let charge = self.charge.get().cloned().filter(|charge| charge.grow(size).is_ok());
-        let held = Held { bytes: bytes.into_boxed_slice(), live: self.live_bytes.clone(), charge };
-        Fetched { id, held: Arc::new(held) }
+        let id = self.contents.fetch_add(1, Ordering::Relaxed) + 1;
+        Ok(Fetched::counted(id, bytes.into_boxed_slice(), self.live_bytes.clone(), charge))
     }
 
     /// The cache entry of `path`, made if missing; `None` when the cache is full of fresh
@@ -526,6 +344,112 @@ impl LazyFiles {
         helper_run::run(&provider.helper, &arguments, provider.timeout, provider.max_file_bytes).await.map_err(
             |failure| Error::Unavailable(format!("provider {name}: the helper's get {} {failure}", quote(path))),
         )
+    }
+
+    /// The content of the file at `path`: from the cache within the TTL, otherwise from the
+    /// helper's `get`. Withdrawn: [`Error::Denied`]; no such file: [`Error::Missing`]; the
+    /// helper failing: [`Error::Unavailable`], for this file only.
+    async fn read_now(&self, path: &str) -> Result<Fetched> {
+        let name = quote(self.provider.name.as_str());
+        if self.withdrawn() {
+            return Err(Error::Denied(format!("provider {name}: access to the volume's files was withdrawn")));
+        }
+        if self.layout.kind(path) != Some(EntryKind::File) {
+            return Err(Error::Missing(format!("provider {name}: no file {}", quote(path))));
+        }
+        let Some(slot) = self.slot(path) else {
+            let bytes = self.get(path).await?;
+            return self.new_content(bytes);
+        };
+        let mut cached = slot.lock().await;
+        if let Some(fresh) = cached.as_ref().filter(|c| c.fetched.elapsed() < self.cache_ttl()) {
+            return Ok(fresh.content.clone());
+        }
+        let bytes = self.get(path).await?;
+        // A revocation while the helper ran: its answer is not kept, nor served.
+        if self.withdrawn() {
+            return Err(Error::Denied(format!("provider {name}: access to the volume's files was withdrawn")));
+        }
+        let content = match cached.take() {
+            Some(before) if *before.content == *bytes => before.content,
+            replaced => {
+                // The old content leaves the cache first: what only the cache held is given
+                // back before the new content is counted.
+                drop(replaced);
+                self.new_content(bytes)?
+            }
+        };
+        *cached = Some(Cached { content: content.clone(), fetched: Instant::now() });
+        Ok(content)
+    }
+}
+
+impl LazyFiles for HelperFiles {
+    fn kind(&self, path: &str) -> Option<EntryKind> {
+        self.layout.kind(path)
+    }
+
+    fn listing(&self, path: &str) -> Option<Vec<(String, EntryKind)>> {
+        Some(self.layout.listing(path)?.map(|(name, kind)| (name.to_string(), kind)).collect())
+    }
+
+    fn charge_to(&self, charge: Arc<dyn MemoryCharge>) {
+        let _ = self.charge.set(charge);
+    }
+
+    fn cache_ttl(&self) -> Duration {
+        self.provider.cache_ttl
+    }
+
+    fn runtime(&self) -> &tokio::runtime::Handle {
+        &self.runtime
+    }
+
+    fn cached(&self, path: &str) -> Option<(u64, Duration)> {
+        self.fresh(path).map(|(content, fresh_for)| (content.len() as u64, fresh_for))
+    }
+
+    fn cached_content(&self, path: &str) -> Option<Fetched> {
+        if self.withdrawn() {
+            return None;
+        }
+        self.fresh(path).map(|(content, _)| content)
+    }
+
+    fn set_withdrawn(&self, withdrawn: bool) -> bool {
+        let was = self.withdrawn.swap(withdrawn, Ordering::SeqCst);
+        if withdrawn {
+            self.cache.locked().clear();
+        }
+        was != withdrawn
+    }
+
+    fn read<'a>(&'a self, path: &'a str) -> BoxFuture<'a, Result<Fetched>> {
+        Box::pin(self.read_now(path))
+    }
+
+    fn handed(&self) -> HandedFiles {
+        let state = HelperState {
+            enable_dirs: self.reply.enable_dirs.clone(),
+            mount_param: self.reply.mount_param.clone(),
+            files: self.reply.files.clone(),
+            rooted: self.reply.rooted,
+            options: self.options.clone(),
+            withdrawn: self.withdrawn(),
+        };
+        HandedFiles {
+            provider: self.provider.name.as_str().to_string(),
+            namespace: self.permits.1.clone(),
+            state: state.into_map(),
+        }
+    }
+
+    fn adopt(&self, id: u64, bytes: Vec<u8>) -> Fetched {
+        self.contents.fetch_max(id, Ordering::Relaxed);
+        let size = bytes.len() as u64;
+        self.live_bytes.fetch_add(size, Ordering::Relaxed);
+        let charge = self.charge.get().cloned().filter(|charge| charge.grow(size).is_ok());
+        Fetched::counted(id, bytes.into_boxed_slice(), self.live_bytes.clone(), charge)
     }
 }
 

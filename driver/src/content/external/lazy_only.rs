@@ -8,7 +8,7 @@ use crate::content::ContentSource;
 use crate::content::ask::VolumeAsk;
 use crate::content::error::Result;
 use crate::content::external::exec::ExecProviders;
-use crate::content::external::lazy_files::{HandedFiles, LazyFiles};
+use crate::content::lazy::{HandedFiles, LazyFiles};
 use crate::content::payload::Payload;
 
 /// Every volume a lazy volume of `provider` when `providers` has it; otherwise an empty eager
@@ -31,15 +31,16 @@ impl ContentSource for LazyOnlySource {
         Ok(Payload::new())
     }
 
-    fn lazy(&self, ask: &VolumeAsk) -> Result<Option<Arc<LazyFiles>>> {
+    fn lazy(&self, ask: &VolumeAsk) -> Result<Option<Arc<dyn LazyFiles>>> {
         let Some(provider) = self.providers.get(&self.provider) else {
             return Ok(None);
         };
-        self.runtime.block_on(self.providers.lazy_files(provider, ask)).map(|files| Some(Arc::new(files)))
+        let files = self.runtime.block_on(self.providers.lazy_files(provider, ask))?;
+        Ok(Some(Arc::new(files)))
     }
 
-    fn lazy_handed(&self, handed: HandedFiles) -> Result<Arc<LazyFiles>> {
+    fn lazy_handed(&self, handed: HandedFiles) -> Result<Arc<dyn LazyFiles>> {
         let _entered = self.runtime.enter();
-        self.providers.lazy_handed(handed).map(Arc::new)
+        Ok(Arc::new(self.providers.lazy_handed(handed)?))
     }
 }

@@ -1,7 +1,8 @@
 //! Secrets kept outside Kubernetes (a vault, a KMS, a file server), fetched on the node by a
 //! provider the node's configuration names, with the pod's identity passed along for the
 //! provider's own auditing and authorization. Which service accounts may use a provider is RBAC
-//! (verb `use` on `providers`, asked as for shares, in `shares::source`).
+//! (verb `use` on `providers`, asked as for shares, through the cluster floor in
+//! `provider_volume`, which also reads a SecretProviderClass's parameters, `provider_class`).
 //!
 //! The configuration checked into typed providers (`provider`), the node's providers by name
 //! (`providers`), and the two kinds: helper programs speaking the FUSE flexVolume design's
@@ -22,5 +23,6 @@ pub mod lazy_files;
 pub mod lazy_only;
 pub mod provider;
 pub mod provider_class;
+pub mod provider_volume;
 pub mod providers;
 pub mod secrets_store;

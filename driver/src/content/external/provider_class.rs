@@ -5,15 +5,14 @@
 //! (syncing to Kubernetes Secrets) are not used: this driver never writes Secrets.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::Value;
 
 use super::helper_protocol::PROVIDER_ATTRIBUTE;
 use crate::content::ask::VolumeAsk;
+use crate::content::cluster::Cluster;
 use crate::content::error::{Error, Result};
-use crate::content::shares::apiserver::ask;
 use crate::quote::quote;
 use sharedresource_api::object_name::{NamespaceName, ObjectName};
 
@@ -73,11 +72,10 @@ pub fn with_parameters(ask: &VolumeAsk, provider: &str, parameters: BTreeMap<Str
     VolumeAsk { attributes, ..ask.clone() }
 }
 
-/// The parameters of class `class` in the volume's pod's namespace, read within `timeout` and
+/// The parameters of class `class` in the volume's pod's namespace, read from `cluster` and
 /// checked to be for `provider`.
 pub async fn class_parameters(
-    client: &kube::Client,
-    timeout: Duration,
+    cluster: &Cluster,
     volume: &VolumeAsk,
     class: &ObjectName,
     provider: &str,
@@ -86,10 +84,10 @@ pub async fn class_parameters(
         .map_err(|error| Error::Invalid(format!("the pod's namespace {error}")))?;
     let kind = GroupVersionKind::gvk("secrets-store.csi.x-k8s.io", "v1", "SecretProviderClass");
     let resource = ApiResource::from_gvk_with_plural(&kind, "secretproviderclasses");
-    let api = Api::<DynamicObject>::namespaced_with(client.clone(), namespace.as_str(), &resource);
+    let api = Api::<DynamicObject>::namespaced_with(cluster.client().clone(), namespace.as_str(), &resource);
     let shown = format!("{}/{}", namespace.as_str(), quote(class.as_str()));
     let what = || format!("reading SecretProviderClass {shown}");
-    match ask(timeout, what, api.get_opt(class.as_str())).await? {
+    match cluster.ask(what, api.get_opt(class.as_str())).await? {
         Some(object) => parameters(object.data.get("spec").unwrap_or(&Value::Null), &shown, provider),
         None => Err(Error::Missing(format!(
             "SecretProviderClass {shown} does not exist (or the Secrets Store CSI Driver's CRD is not installed)"

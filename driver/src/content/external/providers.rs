@@ -4,11 +4,12 @@
 use std::collections::BTreeMap;
 
 use super::exec::ExecProviders;
-use super::lazy_files::{HandedFiles, LazyFiles};
+use super::lazy_files::HelperFiles;
 use super::provider::{FetchMode, Provider};
 use super::secrets_store::SecretsStoreClient;
 use crate::content::ask::VolumeAsk;
 use crate::content::error::{Error, Result};
+use crate::content::lazy::HandedFiles;
 use crate::content::payload::Payload;
 use crate::quote::quote;
 
@@ -76,7 +77,7 @@ impl Providers {
     }
 
     /// The files of `ask`'s volume of lazy provider `name`, fetched when opened.
-    pub async fn lazy_files(&self, name: &str, ask: &VolumeAsk) -> Result<LazyFiles> {
+    pub async fn lazy_files(&self, name: &str, ask: &VolumeAsk) -> Result<HelperFiles> {
         match self.exec.get(name).filter(|provider| provider.mode == FetchMode::Lazy) {
             Some(provider) => self.exec.lazy_files(provider, ask).await,
             None => Err(Error::Internal(format!("provider {} does not fetch files when opened", quote(name)))),
@@ -84,7 +85,7 @@ impl Providers {
     }
 
     /// The files of a lazy volume a predecessor process served as `handed`.
-    pub fn lazy_handed(&self, handed: HandedFiles) -> Result<LazyFiles> {
+    pub fn lazy_handed(&self, handed: HandedFiles) -> Result<HelperFiles> {
         self.exec.lazy_handed(handed)
     }
 

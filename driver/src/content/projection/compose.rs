@@ -16,7 +16,7 @@ pub use sharedresource_api::projection::check::check_spec;
 use crate::content::error::{Error, Result};
 use crate::content::payload::{DEFAULT_MODE, FileContent, Payload};
 use crate::content::projection::downward::{PodFacts, PodField, render};
-use crate::content::projection::tokens::Tokens;
+use crate::content::tokens::Tokens;
 use crate::quote::quote;
 
 /// What the sources hold, fetched by the caller after the access checks.

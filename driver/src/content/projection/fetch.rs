@@ -13,115 +13,130 @@ use super::compose::{SourceData, check_spec, compose};
 use super::downward::{PodFacts, PodField};
 use crate::content::PassId;
 use crate::content::ask::VolumeAsk;
+use crate::content::cluster::Cluster;
 use crate::content::error::{Error, Result};
 use crate::content::payload::Payload;
-use crate::content::shares::kind::ShareKind;
-use crate::content::shares::source::KubernetesSource;
+use crate::content::shares;
 use crate::quote::quote;
+use sharedresource_api::ShareKind;
 use sharedresource_api::missing::projection_not_found;
 use sharedresource_api::object_name::{NamespaceName, ObjectName};
 use sharedresource_api::projection::spec::{ProjectionSpec, SharedProjection, SourceKind};
 
-impl KubernetesSource {
-    /// The files of projection `name` for the pod of `request`.
-    pub(crate) async fn projection_payload(
-        &self,
-        request: &VolumeAsk,
-        name: &ObjectName,
-        pass: Option<PassId>,
-    ) -> Result<Payload> {
-        let namespace = pod_namespace(request)?;
-        let key = (namespace.clone(), name.clone());
-        let spec = self.shared(pass, key, |pass| &mut pass.projections, self.projection(&namespace, name)).await?;
-        let Some(spec) = spec else {
-            return Err(Error::Missing(projection_not_found(namespace.as_str(), name)));
-        };
-        // Checked before anything else is asked: a share name that is not an object name is
-        // refused here, never spelled into a request, and before any access check.
-        if let Err(error) = check_spec(&spec) {
-            self.change_log().projection_uses(namespace.as_str(), name.as_str(), std::iter::empty());
-            return Err(in_projection(&namespace, name, error.into()));
-        }
-        let shares = shares_of(&spec)?;
-        // Noted before anything is fetched: a share that fails now must still wake this
-        // projection's volumes when it changes.
-        let named = shares.iter().map(|(kind, share)| (kind.attribute(), share.as_str()));
-        self.change_log().projection_uses(namespace.as_str(), name.as_str(), named);
+/// What this node's driver allows a projection.
+#[derive(Debug, Clone, Copy)]
+pub struct ProjectionOptions {
+    /// Whether pods may be read for their labels and annotations (`podMetadata`).
+    pub pod_metadata: bool,
+    /// The most bytes one volume's content may hold (`tmpfsSize`): a projection composing more
+    /// is refused before it is held.
+    pub content_limit: u64,
+}
 
-        let fetched = futures_util::future::join_all(
-            shares.iter().map(|(kind, share)| self.share_payload(&request.pod, *kind, share, pass)),
-        )
-        .await;
-        let mut data = SourceData { tokens: request.tokens.clone(), ..SourceData::default() };
-        let mut failures = Vec::new();
-        for ((kind, share), payload) in shares.into_iter().zip(fetched) {
-            match payload {
-                Ok(payload) => {
-                    let object = payload.into_iter().map(|(key, file)| (key, file.data)).collect();
-                    data.shares.insert((kind, share.as_str().to_string()), object);
-                }
-                Err(error) => failures.push(error),
+/// The files of projection `name` for the pod of `request`, read from `cluster` within
+/// `options`.
+pub async fn payload(
+    cluster: &Cluster,
+    options: &ProjectionOptions,
+    request: &VolumeAsk,
+    name: &ObjectName,
+    pass: Option<PassId>,
+) -> Result<Payload> {
+    let namespace = pod_namespace(request)?;
+    let key = (namespace.clone(), name.clone());
+    let spec = cluster.shared(pass, key, |pass| &mut pass.projections, projection(cluster, &namespace, name)).await?;
+    let Some(spec) = spec else {
+        return Err(Error::Missing(projection_not_found(namespace.as_str(), name)));
+    };
+    // Checked before anything else is asked: a share name that is not an object name is
+    // refused here, never spelled into a request, and before any access check.
+    if let Err(error) = check_spec(&spec) {
+        cluster.changes().projection_uses(namespace.as_str(), name.as_str(), std::iter::empty());
+        return Err(in_projection(&namespace, name, error.into()));
+    }
+    let named_shares = shares_of(&spec)?;
+    // Noted before anything is fetched: a share that fails now must still wake this
+    // projection's volumes when it changes.
+    let named = named_shares.iter().map(|(kind, share)| (kind.attribute(), share.as_str()));
+    cluster.changes().projection_uses(namespace.as_str(), name.as_str(), named);
+
+    let fetched = futures_util::future::join_all(
+        named_shares.iter().map(|(kind, share)| shares::source::payload(cluster, &request.pod, *kind, share, pass)),
+    )
+    .await;
+    let mut data = SourceData { tokens: request.tokens.clone(), ..SourceData::default() };
+    let mut failures = Vec::new();
+    for ((kind, share), payload) in named_shares.into_iter().zip(fetched) {
+        match payload {
+            Ok(payload) => {
+                let object = payload.into_iter().map(|(key, file)| (key, file.data)).collect();
+                data.shares.insert((kind, share.as_str().to_string()), object);
             }
+            Err(error) => failures.push(error),
         }
-        // A source withdrawn (refused, gone) outranks one that could not be read now: the
-        // volume is emptied rather than kept on the strength of another source's outage.
-        if let Some(error) = failures.iter().position(Error::withdraws_content).or((!failures.is_empty()).then_some(0))
-        {
-            return Err(failures.swap_remove(error));
-        }
-        data.pod = self.pod_facts(request, &spec).await.map_err(|e| in_projection(&namespace, name, e))?;
-        compose(&spec, &data, self.content_limit).map_err(|e| in_projection(&namespace, name, e))
     }
+    // A source withdrawn (refused, gone) outranks one that could not be read now: the
+    // volume is emptied rather than kept on the strength of another source's outage.
+    if let Some(error) = failures.iter().position(Error::withdraws_content).or((!failures.is_empty()).then_some(0)) {
+        return Err(failures.swap_remove(error));
+    }
+    data.pod = pod_facts(cluster, options, request, &spec).await.map_err(|e| in_projection(&namespace, name, e))?;
+    compose(&spec, &data, options.content_limit).map_err(|e| in_projection(&namespace, name, e))
+}
 
-    /// The spec of projection `name` in `namespace`, `None` when it does not exist.
-    async fn projection(&self, namespace: &NamespaceName, name: &ObjectName) -> Result<Option<ProjectionSpec>> {
-        let what = || format!("reading SharedProjection {namespace}/{}", quote(name.as_str()));
-        let api = Api::<SharedProjection>::namespaced(self.client().clone(), namespace.as_str());
-        let found = self.ask(what, api.get_opt(name.as_str())).await?;
-        Ok(found.map(|projection| projection.spec))
-    }
+/// The spec of projection `name` in `namespace`, `None` when it does not exist.
+async fn projection(cluster: &Cluster, namespace: &NamespaceName, name: &ObjectName) -> Result<Option<ProjectionSpec>> {
+    let what = || format!("reading SharedProjection {namespace}/{}", quote(name.as_str()));
+    let api = Api::<SharedProjection>::namespaced(cluster.client().clone(), namespace.as_str());
+    let found = cluster.ask(what, api.get_opt(name.as_str())).await?;
+    Ok(found.map(|projection| projection.spec))
+}
 
-    /// What the driver knows of the pod: names from kubelet; labels and annotations from the
-    /// apiserver, read only when an item shows them, only from the pod of this uid, and only
-    /// when reading pods is allowed (`podMetadata`), refused naming the item otherwise.
-    async fn pod_facts(&self, request: &VolumeAsk, spec: &ProjectionSpec) -> Result<PodFacts> {
-        let pod = &request.pod;
-        let mut facts = PodFacts {
-            name: pod.name.clone(),
-            namespace: pod.namespace.clone(),
-            uid: pod.uid.clone(),
-            service_account_name: pod.service_account.clone(),
-            ..PodFacts::default()
-        };
-        let needs_object = spec.sources.iter().enumerate().find_map(|(index, source)| {
-            let items = &source.pod_info.as_ref()?.items;
-            let item = items.iter().find(|i| PodField::parse(&i.field_path).is_ok_and(|f| f.needs_pod_object()))?;
-            Some((index, item))
-        });
-        let Some((index, item)) = needs_object else {
-            return Ok(facts);
-        };
-        if !self.pod_metadata {
-            return Err(Error::Unservable(format!(
-                "sources[{index}] (podInfo) shows {} of the pod, and this node's driver does not read pods \
-                 (podMetadata is off in its configuration; config/deploy/driver/pod-metadata.yaml opts in)",
-                quote(&item.field_path)
-            )));
-        }
-        let namespace = pod_namespace(request)?;
-        let name = ObjectName::parse(&pod.name)
-            .map_err(|error| Error::Invalid(format!("the pod's name from kubelet: {error}")))?;
-        let what = || format!("reading pod {namespace}/{name} for its labels and annotations");
-        let api = Api::<Pod>::namespaced(self.client().clone(), namespace.as_str());
-        let found = self.ask(what, api.get_opt(name.as_str())).await?;
-        // A pod of the same name but another uid is a successor: its labels are not this one's.
-        let Some(object) = found.filter(|found| found.metadata.uid.as_deref() == Some(pod.uid.as_str())) else {
-            return Err(Error::Missing(format!("pod {namespace}/{name} (uid {}) not found", quote(&pod.uid))));
-        };
-        facts.labels = object.metadata.labels.unwrap_or_default().into_iter().collect::<BTreeMap<_, _>>();
-        facts.annotations = object.metadata.annotations.unwrap_or_default().into_iter().collect::<BTreeMap<_, _>>();
-        Ok(facts)
+/// What the driver knows of the pod: names from kubelet; labels and annotations from the
+/// apiserver, read only when an item shows them, only from the pod of this uid, and only when
+/// reading pods is allowed (`podMetadata`), refused naming the item otherwise.
+async fn pod_facts(
+    cluster: &Cluster,
+    options: &ProjectionOptions,
+    request: &VolumeAsk,
+    spec: &ProjectionSpec,
+) -> Result<PodFacts> {
+    let pod = &request.pod;
+    let mut facts = PodFacts {
+        name: pod.name.clone(),
+        namespace: pod.namespace.clone(),
+        uid: pod.uid.clone(),
+        service_account_name: pod.service_account.clone(),
+        ..PodFacts::default()
+    };
+    let needs_object = spec.sources.iter().enumerate().find_map(|(index, source)| {
+        let items = &source.pod_info.as_ref()?.items;
+        let item = items.iter().find(|i| PodField::parse(&i.field_path).is_ok_and(|f| f.needs_pod_object()))?;
+        Some((index, item))
+    });
+    let Some((index, item)) = needs_object else {
+        return Ok(facts);
+    };
+    if !options.pod_metadata {
+        return Err(Error::Unservable(format!(
+            "sources[{index}] (podInfo) shows {} of the pod, and this node's driver does not read pods \
+             (podMetadata is off in its configuration; config/deploy/driver/pod-metadata.yaml opts in)",
+            quote(&item.field_path)
+        )));
     }
+    let namespace = pod_namespace(request)?;
+    let name = ObjectName::parse(&pod.name)
+        .map_err(|error| Error::Invalid(format!("the pod's name from kubelet: {error}")))?;
+    let what = || format!("reading pod {namespace}/{name} for its labels and annotations");
+    let api = Api::<Pod>::namespaced(cluster.client().clone(), namespace.as_str());
+    let found = cluster.ask(what, api.get_opt(name.as_str())).await?;
+    // A pod of the same name but another uid is a successor: its labels are not this one's.
+    let Some(object) = found.filter(|found| found.metadata.uid.as_deref() == Some(pod.uid.as_str())) else {
+        return Err(Error::Missing(format!("pod {namespace}/{name} (uid {}) not found", quote(&pod.uid))));
+    };
+    facts.labels = object.metadata.labels.unwrap_or_default().into_iter().collect::<BTreeMap<_, _>>();
+    facts.annotations = object.metadata.annotations.unwrap_or_default().into_iter().collect::<BTreeMap<_, _>>();
+    Ok(facts)
 }
 
 /// The pod's namespace from kubelet, checked before it goes into a request.

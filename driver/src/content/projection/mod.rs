@@ -2,11 +2,10 @@
 //! the rules of kubelet's `projected` volume (items, paths, modes, collisions): the spec's
 //! vocabulary and its static checks (`api`), the composition of resolved data into one payload
 //! (`compose`), the downward API's rendering of pod facts (`downward`, with Go's printable table
-//! in `go_printable`), the tokens kubelet passes (`tokens`), and the fetching of a projection's
+//! in `go_printable`), and the fetching of a projection's
 //! sources from the cluster, each share access-checked (`fetch`).
 
 pub mod compose;
 pub mod downward;
 pub mod fetch;
 pub mod go_printable;
-pub mod tokens;

@@ -574,7 +574,7 @@ impl ContentSource for TokenSource {
 }
 
 fn with_token(mut request: NodePublishVolumeRequest, token: Option<&str>) -> NodePublishVolumeRequest {
-    let key = crate::content::projection::tokens::TOKENS_KEY.to_string();
+    let key = crate::content::tokens::TOKENS_KEY.to_string();
     match token {
         Some(token) => request.volume_context.insert(key, format!(r#"{{"a":{{"token":"{token}"}}}}"#)),
         None => request.volume_context.remove(&key),
@@ -758,7 +758,7 @@ async fn attributes_are_judged_at_a_new_publish_and_never_empty_a_published_volu
 
 /// A source whose every volume is the lazy files `0` (a provider's, fetched when opened), to
 /// which access is denied while `1` says so (what a refresh asks of a lazy volume).
-struct LazySource(Arc<crate::content::external::lazy_files::LazyFiles>, std::sync::atomic::AtomicBool);
+struct LazySource(Arc<dyn crate::content::lazy::LazyFiles>, std::sync::atomic::AtomicBool);
 
 impl ContentSource for LazySource {
     fn ready(&self) -> bool {
@@ -772,7 +772,7 @@ impl ContentSource for LazySource {
         }
     }
 
-    fn lazy(&self, _: &VolumeAsk) -> Result<Option<Arc<crate::content::external::lazy_files::LazyFiles>>> {
+    fn lazy(&self, _: &VolumeAsk) -> Result<Option<Arc<dyn crate::content::lazy::LazyFiles>>> {
         Ok(Some(self.0.clone()))
     }
 }

@@ -15,7 +15,7 @@ use tracing::warn;
 use super::offer::SOCKET_FILE;
 use super::{HandedVolume, Word, hear, receive, say};
 use crate::content::ContentSource;
-use crate::content::external::lazy_files::LazyFiles;
+use crate::content::lazy::LazyFiles;
 use crate::quote::{Logged, quote, quote_path};
 use crate::volume::error::{Error, Result};
 use crate::volume::lazy_filesystem::HandedLazyVolume;
@@ -33,7 +33,7 @@ pub struct TakenVolume {
     /// What the kernel holds of its mount.
     pub mount: HandedLazyVolume,
     /// Its files, laid out from what travelled.
-    pub files: Arc<LazyFiles>,
+    pub files: Arc<dyn LazyFiles>,
     /// This process's descriptor of its FUSE connection.
     pub device: OwnedFd,
 }

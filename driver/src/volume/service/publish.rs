@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use tracing::warn;
 
-use crate::content::external::lazy_files::LazyFiles;
+use crate::content::lazy::LazyFiles;
 use crate::quote::{Logged, quote, quote_path};
 use crate::volume::atomic_writer::{Payload, check_key};
 use crate::volume::checked::Publish;
@@ -26,7 +26,7 @@ use sharedresource_api::volume_attributes::PROJECTION_ATTRIBUTE;
 /// FUSE as they are opened.
 enum Shown {
     Files(Payload),
-    Lazy(Arc<LazyFiles>),
+    Lazy(Arc<dyn LazyFiles>),
 }
 
 /// What a publish has made so far: directories, its mount, that mount's device once seen, and

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::*;
 use crate::content::ask::PodInfo;
 use crate::content::external::concurrency_probe;
-use crate::content::projection::tokens::Tokens;
+use crate::content::tokens::Tokens;
 use sharedresource_api::object_name::ObjectName;
 
 /// A vault directory and the example helper reading it, wrapped to log each call (and how many

@@ -107,11 +107,11 @@ impl Helper {
     }
 
     /// The volume's files, fetched through this helper on the current runtime.
-    pub(crate) fn files(&self, cache_ttl: Duration) -> LazyFiles {
+    pub(crate) fn files(&self, cache_ttl: Duration) -> HelperFiles {
         let provider = self.provider(cache_ttl);
         let options = mount_options(&crate::content::ask::VolumeAsk::example(&[("provider", "vault-cli")])).unwrap();
         let reply = reply(r#"{"enable-dirs": ["secrets"], "mount-param": ["kubernetes.io/pod.name"],}"#);
-        LazyFiles::new(
+        HelperFiles::new(
             provider,
             (FairSlots::new(4, 4), "apps".to_string()),
             reply,
@@ -317,7 +317,7 @@ async fn withdrawn_access_fails_every_read_and_keeps_nothing() {
 async fn a_mount_param_the_options_lack_is_refused_at_publish() {
     let helper = Helper::new(&[]);
     let provider = helper.files(HOUR).provider.clone();
-    let error = LazyFiles::new(
+    let error = HelperFiles::new(
         provider,
         (FairSlots::new(1, 1), "apps".to_string()),
         reply(r#"{"enable-dirs": ["secrets"], "mount-param": ["vault-role"]}"#),
@@ -332,4 +332,52 @@ async fn a_mount_param_the_options_lack_is_refused_at_publish() {
                 .into()
         )
     );
+}
+
+/// The handover's JSON as the version before the content face wrote it (every field at the top
+/// level): what a successor of this version must read, and the form it must write for a
+/// successor of that version.
+const HANDED_BY_EARLIER_VERSIONS: &str = r#"{"provider": "vault-cli", "namespace": "apps",
+    "enable_dirs": ["secrets"], "mount_param": ["kubernetes.io/pod.name"], "files": {}, "rooted": false,
+    "options": {"kubernetes.io/pod.name": "web"}, "withdrawn": true}"#;
+
+#[tokio::test]
+async fn files_handed_over_keep_the_wire_form_of_earlier_versions_both_ways() {
+    let helper = Helper::new(&[("db-password", "s3cret")]);
+    let earlier: HandedFiles = serde_json::from_str(HANDED_BY_EARLIER_VERSIONS).unwrap();
+    let files = HelperFiles::from_handed(
+        earlier.clone(),
+        helper.provider(HOUR),
+        FairSlots::new(4, 4),
+        tokio::runtime::Handle::current(),
+    )
+    .unwrap();
+    assert_eq!(
+        files.read("secrets/db-password").await.unwrap_err(),
+        Error::Denied("provider \"vault-cli\": access to the volume's files was withdrawn".into()),
+        "a revocation is handed over with the files"
+    );
+    assert_eq!(files.kind("secrets"), Some(EntryKind::Directory), "laid out as the predecessor had them");
+    let written = serde_json::to_value(files.handed()).unwrap();
+    assert_eq!(written, serde_json::from_str::<Value>(HANDED_BY_EARLIER_VERSIONS).unwrap());
+    assert_eq!(files.handed(), earlier);
+}
+
+#[tokio::test]
+async fn handed_state_of_another_form_is_refused_naming_the_field_never_its_value() {
+    let helper = Helper::new(&[]);
+    let mut handed: HandedFiles = serde_json::from_str(HANDED_BY_EARLIER_VERSIONS).unwrap();
+    handed.state.insert("options".into(), Value::from("t0ken-that-must-not-show"));
+    let error = HelperFiles::from_handed(
+        handed,
+        helper.provider(HOUR),
+        FairSlots::new(1, 1),
+        tokio::runtime::Handle::current(),
+    )
+    .unwrap_err();
+    let Error::Unservable(message) = &error else { panic!("{error:?}") };
+    assert!(
+        message.starts_with("provider \"vault-cli\": the files handed over: options is not in this version's form")
+    );
+    assert!(!message.contains("t0ken"), "{message}");
 }

@@ -2,7 +2,7 @@
 //! meet (the design's collision cases).
 
 use super::*;
-use crate::content::projection::tokens::TOKENS_KEY;
+use crate::content::tokens::TOKENS_KEY;
 use sharedresource_api::projection::spec::{FieldItem, PodInfoProjection, TokenProjection};
 
 fn secret(name: &str, items: Option<Vec<KeyItem>>) -> ProjectionSource {

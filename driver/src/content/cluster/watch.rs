@@ -20,11 +20,12 @@ use kube::{Client, Resource};
 use tracing::warn;
 
 use super::cache::{CachedShare, ShareCache};
-use super::kind::{Share, ShareKind};
+use super::share_types::Share;
 use crate::apiserver_client::WatchConnections;
 use crate::content::changes::Changes;
 use crate::metrics::Metrics;
 use crate::unpoisoned::UnpoisonedMutex;
+use sharedresource_api::ShareKind;
 use sharedresource_api::object_name::{NamespaceName, ObjectName};
 use sharedresource_api::projection::spec::SharedProjection;
 use sharedresource_api::shares::{ObjectRef, SharedConfigMap, SharedSecret};

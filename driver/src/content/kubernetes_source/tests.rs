@@ -13,6 +13,8 @@ use serde_json::{Value, json};
 use super::*;
 use crate::content::PassId;
 use crate::content::ask::PodInfo;
+use crate::content::error::Error;
+use sharedresource_api::object_name::ObjectName;
 
 /// What the fake apiserver holds.
 #[derive(Clone)]

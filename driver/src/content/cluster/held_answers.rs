@@ -167,7 +167,7 @@ impl HeldAnswers {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::content::shares::kind::ShareKind;
+    use sharedresource_api::ShareKind;
     use sharedresource_api::access::Guarded;
 
     fn question(namespace: &str, account: &str, share: &str) -> AccessQuestion {

@@ -2,9 +2,21 @@
 //! exists, and whether the driver can read it. Computed from what a refresh pass saw; written
 //! only when it differs from what the share already reports, with `lastTransitionTime` moved
 //! only for a condition whose status changed, so the drivers of many nodes seeing the same facts
-//! agree and do not rewrite each other.
+//! agree and do not rewrite each other. Written when a refresh pass ends ([`write_statuses`]).
+
+use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{Api, Patch, PatchParams};
+use sharedresource_api::ShareKind;
+use sharedresource_api::object_name::ObjectName;
+use sharedresource_api::shares::{SharedConfigMap, SharedSecret};
+use tracing::warn;
+
+use super::pass::SeenShares;
+use super::share_types::Share;
+use crate::apiserver_request::{RequestFailed, ask};
+use crate::quote::{Logged, quote};
 
 /// The condition saying whether the backing object exists.
 pub const EXISTS: &str = "BackingObjectExists";
@@ -66,6 +78,38 @@ pub fn desired(current: &[Condition], seen: &Seen, what: &str, now: Time) -> Opt
             })
             .collect(),
     )
+}
+
+/// Writes the status of every share a pass saw whose conditions changed, with `client`, each
+/// request given up after `timeout`.
+pub async fn write_statuses(client: kube::Client, timeout: Duration, seen: SeenShares) {
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    for ((kind, share), (backing, current, seen)) in seen {
+        let what = format!("{} {}/{}", kind.backing_kind(), backing.namespace, backing.name);
+        let Some(conditions) = desired(&current, &seen, &what, now.clone()) else { continue };
+        // Only shares a pass found are seen, so the name is one the apiserver gave.
+        let Ok(name) = ObjectName::parse(&share) else { continue };
+        let patch = Patch::Merge(serde_json::json!({"status": {"conditions": conditions}}));
+        let request = || format!("writing the status of {} {}", kind.kind(), quote(&share));
+        let written = match kind {
+            ShareKind::Secret => write_status::<SharedSecret>(&client, &name, &patch, (timeout, request)).await,
+            ShareKind::ConfigMap => write_status::<SharedConfigMap>(&client, &name, &patch, (timeout, request)).await,
+        };
+        if let Err(error) = written {
+            warn!(error = %Logged(&error), "could not write the share's status");
+        }
+    }
+}
+
+/// Writes `patch` to the status of share `name` of kind `S`, given up after `timeout`.
+async fn write_status<S: Share>(
+    client: &kube::Client,
+    name: &ObjectName,
+    patch: &Patch<serde_json::Value>,
+    (timeout, what): (Duration, impl Fn() -> String),
+) -> Result<(), RequestFailed> {
+    let api = Api::<S>::all(client.clone());
+    ask(timeout, what, api.patch_status(name.as_str(), &PatchParams::default(), patch)).await.map(drop)
 }
 
 #[cfg(test)]

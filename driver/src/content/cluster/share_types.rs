@@ -7,12 +7,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::{ClusterResourceScope, NamespaceResourceScope};
 use kube::Resource;
 use serde::de::DeserializeOwned;
+use sharedresource_api::ShareKind;
 
 use crate::content::payload::{FileContent, Payload};
 use sharedresource_api::shares::{ObjectRef, SharedConfigMap, SharedSecret};
-
-pub use sharedresource_api::ShareKind;
-pub use sharedresource_api::share_kind::{SHARED_CONFIG_MAP_ATTRIBUTE, SHARED_SECRET_ATTRIBUTE};
 
 /// A kind of share as a type, for code that reads, watches or writes shares and their objects
 /// without caring which kind: [`SharedSecret`] and [`SharedConfigMap`].

@@ -9,9 +9,9 @@ use std::sync::Mutex;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
-use super::kind::ShareKind;
 use crate::content::payload::Payload;
 use crate::unpoisoned::UnpoisonedMutex;
+use sharedresource_api::ShareKind;
 use sharedresource_api::shares::ObjectRef;
 
 type ObjectKey = (ShareKind, String, String);

@@ -1,6 +1,7 @@
-//! Every request the Kubernetes source makes passes through [`ask`]: it is given up after the
+//! Every request the driver's binaries make passes through [`ask`]: it is given up after the
 //! request timeout, so one stalled call cannot hold a volume (or, through it, any other) for
-//! longer; and its failure is told in the driver's own words. The apiserver's text can name
+//! longer; and its failure is told in the driver's own words ([`RequestFailed`], which the
+//! content layer reads as `Unavailable`). The apiserver's text can name
 //! the driver's ServiceAccount and the RBAC rule it lacks: that goes to the driver's log
 //! (bounded), never into the error kubelet turns into the pod's event.
 
@@ -9,31 +10,36 @@ use std::time::Duration;
 
 use tracing::warn;
 
-use crate::content::error::{Error, Result};
 use crate::quote::Logged;
 
 /// How long one request may take unless configured (`requestTimeoutSeconds`).
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// `call`'s answer, or an `Unavailable` error that says what failed and how in general terms.
+/// A request the apiserver did not answer, or not in time: what was asked and how it failed, in
+/// general terms (never the apiserver's own message).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct RequestFailed(pub String);
+
+/// `call`'s answer, or why it failed, saying what was asked and how in general terms.
 /// `what` describes the request ("reading SharedSecret \"db\""), from validated names and
 /// quoted input only; it is built only when the request fails.
 pub async fn ask<T>(
     timeout: Duration,
     what: impl FnOnce() -> String,
     call: impl Future<Output = std::result::Result<T, kube::Error>>,
-) -> Result<T> {
+) -> Result<T, RequestFailed> {
     match tokio::time::timeout(timeout, call).await {
         Ok(Ok(answer)) => Ok(answer),
         Ok(Err(error)) => {
             let what = what();
             warn!(request = %Logged(&what), error = %Logged(&error), "the apiserver request failed");
-            Err(Error::Unavailable(format!("{what}: {}; the driver's log has the details", in_general(&error))))
+            Err(RequestFailed(format!("{what}: {}; the driver's log has the details", in_general(&error))))
         }
         Err(_) => {
             let what = what();
             warn!(request = %Logged(&what), ?timeout, "the apiserver did not answer in time; the request was given up");
-            Err(Error::Unavailable(format!("{what}: the apiserver did not answer within {} s", timeout.as_secs_f64())))
+            Err(RequestFailed(format!("{what}: the apiserver did not answer within {} s", timeout.as_secs_f64())))
         }
     }
 }
@@ -70,7 +76,7 @@ mod tests {
         let error = ask(Duration::from_millis(20), || "reading SharedSecret \"db\"".into(), never).await.unwrap_err();
         assert_eq!(
             error,
-            Error::Unavailable("reading SharedSecret \"db\": the apiserver did not answer within 0.02 s".into())
+            RequestFailed("reading SharedSecret \"db\": the apiserver did not answer within 0.02 s".into())
         );
     }
 

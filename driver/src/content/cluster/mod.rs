@@ -1,0 +1,194 @@
+//! The content layer's one way to the cluster: [`Cluster`], the handle every cluster-backed
+//! source reads through. It holds the apiserver client and the runtime its calls run on, the
+//! request timeout ([`Cluster::ask`]), the watches and what they keep (the shares and their
+//! backing objects' latest copies in [`cache`], which objects were served in [`watch`], the
+//! grants' changes in [`grant_watch`] and [`grants`]), the access answers held until a grant's
+//! change may concern them ([`held_answers`], asked in [`access`]), the refresh passes and what
+//! each saw ([`pass`], the shares' status written from it in [`share_status`]), and the metrics.
+//! The two kinds of share as types for code generic over them are in [`share_types`].
+//!
+//! The sources (shares, projection, external) import this floor and the content face, never
+//! each other's insides (a projection reads shares through the shares' source).
+
+pub mod access;
+pub mod cache;
+pub mod grant_watch;
+pub mod grants;
+pub mod held_answers;
+pub mod pass;
+pub mod share_status;
+pub mod share_types;
+pub mod watch;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use self::cache::ShareCache;
+use self::held_answers::{DEFAULT_ACCESS_RECHECK, HeldAnswers};
+use self::pass::Pass;
+use self::watch::{Served, watch_changes};
+use crate::apiserver_client::ApiserverClients;
+use crate::apiserver_request::DEFAULT_REQUEST_TIMEOUT;
+use crate::content::PassId;
+use crate::content::changes::Changes;
+use crate::content::error::Result;
+use crate::metrics::Metrics;
+use crate::unpoisoned::UnpoisonedMutex;
+
+/// The cluster as the content layer sees it: one client, one timeout, one set of watches and
+/// caches, shared by every source that reads the cluster.
+pub struct Cluster {
+    client: kube::Client,
+    // Publish and refresh run on the blocking pool; the client's calls run on this runtime.
+    runtime: tokio::runtime::Handle,
+    served: Arc<Served>,
+    cache: Arc<ShareCache>,
+    answers: Arc<HeldAnswers>,
+    changes: Arc<Changes>,
+    passes: Mutex<HashMap<PassId, Pass>>,
+    metrics: Arc<Metrics>,
+    request_timeout: Duration,
+    watches: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.watches.abort();
+    }
+}
+
+impl Cluster {
+    /// The cluster `clients` talk to (requests on one client, watches on the other), on
+    /// `runtime`, counting into `metrics`, whose watches start now. Each request is given up
+    /// after 10 s ([`Cluster::with_request_timeout`] changes it).
+    pub fn new(
+        clients: impl Into<ApiserverClients>,
+        runtime: tokio::runtime::Handle,
+        metrics: Arc<Metrics>,
+    ) -> Cluster {
+        let ApiserverClients { requests: client, watches: watch_connections } = clients.into();
+        let served = Arc::new(Served::default());
+        let cache = Arc::new(ShareCache::default());
+        let changes = Arc::new(Changes::default());
+        let answers = Arc::new(HeldAnswers::new(DEFAULT_ACCESS_RECHECK));
+        changes.on_grant_looks({
+            let answers = answers.clone();
+            move |look| answers.look(look)
+        });
+        let watches = runtime.spawn(watch_changes(
+            watch_connections,
+            served.clone(),
+            cache.clone(),
+            changes.clone(),
+            metrics.clone(),
+        ));
+        Cluster {
+            client,
+            runtime,
+            served,
+            cache,
+            answers,
+            changes,
+            passes: Mutex::default(),
+            metrics,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            watches,
+        }
+    }
+
+    /// The same cluster, giving up each request after `timeout`.
+    pub fn with_request_timeout(mut self, timeout: Duration) -> Cluster {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// The same cluster, holding an access answer for about `recheck` (±10%) unless a grant's
+    /// change concerns it first.
+    pub fn with_access_recheck(self, recheck: Duration) -> Cluster {
+        self.answers.set_recheck(recheck);
+        self
+    }
+
+    /// The client requests are made with.
+    pub fn client(&self) -> &kube::Client {
+        &self.client
+    }
+
+    /// The runtime the client's calls run on.
+    pub fn runtime(&self) -> &tokio::runtime::Handle {
+        &self.runtime
+    }
+
+    /// How long one request may take.
+    pub fn request_timeout(&self) -> Duration {
+        self.request_timeout
+    }
+
+    /// Where what changed is noted.
+    pub fn changes(&self) -> &Arc<Changes> {
+        &self.changes
+    }
+
+    /// The backing objects served, by the shares that named them.
+    pub fn served(&self) -> &Served {
+        &self.served
+    }
+
+    /// The watches' latest copies of shares and backing objects.
+    pub fn cache(&self) -> &ShareCache {
+        &self.cache
+    }
+
+    /// `call`'s answer within the request timeout, its failure in the driver's words.
+    pub async fn ask<T>(
+        &self,
+        what: impl FnOnce() -> String,
+        call: impl std::future::Future<Output = std::result::Result<T, kube::Error>>,
+    ) -> Result<T> {
+        Ok(crate::apiserver_request::ask(self.request_timeout, what, call).await?)
+    }
+
+    /// `use_it` on pass `pass`, when there is one and it has not ended.
+    pub fn with_pass<T>(&self, pass: Option<PassId>, use_it: impl FnOnce(&mut Pass) -> T) -> Option<T> {
+        let pass = pass?;
+        self.passes.locked().get_mut(&pass).map(use_it)
+    }
+
+    /// `compute`'s answer for `key`, shared within pass `pass` through the map `field` picks.
+    pub async fn shared<K, V, F>(
+        &self,
+        pass: Option<PassId>,
+        key: K,
+        field: fn(&mut Pass) -> &mut HashMap<K, V>,
+        compute: F,
+    ) -> Result<V>
+    where
+        K: std::hash::Hash + Eq,
+        V: Clone,
+        F: std::future::Future<Output = Result<V>>,
+    {
+        if let Some(Some(value)) = self.with_pass(pass, |p| field(p).get(&key).cloned()) {
+            return Ok(value);
+        }
+        let value = compute.await?;
+        self.with_pass(pass, |p| field(p).insert(key, value.clone()));
+        Ok(value)
+    }
+
+    /// Refresh pass `pass` starts: answers may be shared within it from now on.
+    pub fn start_pass(&self, pass: PassId) {
+        self.passes.locked().insert(pass, Pass::default());
+    }
+
+    /// Refresh pass `pass` is over: its shared answers are dropped, and the status of every
+    /// share it saw is written where it changed.
+    pub fn end_pass(&self, pass: PassId) {
+        let pass = self.passes.locked().remove(&pass);
+        if let Some(pass) = pass {
+            // Spawned, not awaited: a pass may end anywhere (its last volume's task, shutdown),
+            // and the statuses are a report, not part of any volume's refresh.
+            self.runtime.spawn(share_status::write_statuses(self.client.clone(), self.request_timeout, pass.seen));
+        }
+    }
+}
