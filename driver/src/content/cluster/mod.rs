@@ -120,11 +120,6 @@ impl Cluster {
         &self.runtime
     }
 
-    /// How long one request may take.
-    pub fn request_timeout(&self) -> Duration {
-        self.request_timeout
-    }
-
     /// Where what changed is noted.
     pub fn changes(&self) -> &Arc<Changes> {
         &self.changes
