@@ -5,14 +5,17 @@
   report.py record PIECE OUTCOMES TREE SECONDS
                                 turns cargo-mutants' outcomes.json of one piece into the committed
                                 outcomes/PIECE.json (on stdout): each mutant's file, name, outcome
-  report.py survivors PIECE     the survivors of PIECE's committed outcomes not listed in
-                                equivalent.tsv, one anchored regular expression per line (for
+  report.py survivors PIECE     the mutants of PIECE's committed outcomes to test again: the
+                                survivors not listed in equivalent.tsv, and those listed there
+                                that a test caught (a listed mutant behaves as the original, so
+                                its catch was a test failing for another reason: it is tested
+                                again to tell); one anchored regular expression per line (for
                                 cargo-mutants' --re); fails if the piece was not run
   report.py merge PIECE OUTCOMES TREE SECONDS
                                 PIECE's committed outcomes with the survivors' new outcomes from a
                                 run of them alone on TREE (on stdout); the piece then names both
                                 trees and its time is the sum; fails unless every mutant of
-                                OUTCOMES was a survivor of the piece
+                                OUTCOMES was one `survivors` names
   report.py unchanged BASE PATH...
                                 exits 1, naming the file, unless each tracked file the paths name
                                 holds the same code at BASE as in the working tree above its test
@@ -125,10 +128,15 @@ def survivors(piece):
     data = recorded().get(piece)
     if data is None:
         sys.exit(f"tests/mutation: piece {piece} has no committed outcomes: run it whole first")
-    listed = equivalents()
-    for mutant in data["mutants"]:
-        if mutant["outcome"] == "missed" and mutant["name"] not in listed:
-            print("^" + re_escape(mutant["name"]) + "$")
+    for name in to_test_again(data, equivalents()):
+        print("^" + re_escape(name) + "$")
+
+
+def to_test_again(data, listed):
+    """The mutants of one piece's outcomes that `tests/mutation/run --survivors` tests again."""
+    return [m["name"] for m in data["mutants"]
+            if (m["outcome"] == "missed" and m["name"] not in listed)
+            or (m["outcome"] in ("caught", "timeout") and m["name"] in listed)]
 
 
 def re_escape(text):
@@ -142,10 +150,11 @@ def merge(piece, outcomes_path, tree, seconds):
         sys.exit(f"tests/mutation: piece {piece} has no committed outcomes to merge into")
     rerun = json.loads(record_json(piece, outcomes_path, tree, seconds))
     by_name = {m["name"]: m for m in data["mutants"]}
+    wanted = set(to_test_again(data, equivalents()))
     for mutant in rerun["mutants"]:
         before = by_name.get(mutant["name"])
-        if before is None or before["outcome"] != "missed":
-            sys.exit(f"tests/mutation: {mutant['name']} was not a survivor of piece {piece}")
+        if before is None or mutant["name"] not in wanted:
+            sys.exit(f"tests/mutation: {mutant['name']} was not a mutant of piece {piece} to test again")
         before["outcome"] = mutant["outcome"]
         before["tree"] = tree
     data["tree"] = f"{data['tree']}; survivors on {tree}"
