@@ -1,6 +1,6 @@
 //! The CSIVolumeAdmission decision core: plain data in (namespace labels, CSIDriver labels, a pod
 //! spec), a verdict and a read-only patch out; the shared-resource driver's volume rules on a pod
-//! spec (`shared_volumes`); and the shares a pod asks for by annotation (`share_injection`). No
+//! spec (`shared_volumes`, `sub_path`); and the shares a pod asks for by annotation (`share_injection`). No
 //! I/O, no async, no logging.
 //!
 //! The hosts (the in-process chain, the webhook, `check`) look facts up and pass them in; this crate
@@ -19,6 +19,7 @@ pub mod read_only_check;
 pub mod settings;
 pub mod share_injection;
 pub mod shared_volumes;
+pub mod sub_path;
 pub mod verdict;
 
 pub use driver_profile::{DriverLabelSource, DriverProfile};
@@ -34,6 +35,7 @@ pub use share_injection::{
     INJECT_ANNOTATION, InjectEntry, InjectSource, InjectionPlan, not_injected_message, parse_injection, plan_injection,
 };
 pub use shared_volumes::{SharedVolume, refusal_message, shared_volumes};
+pub use sub_path::sub_path_warnings;
 pub use verdict::{Subject, SubjectKind, Verdict, evaluate};
 
 /// Labels as Kubernetes object metadata carries them.

@@ -79,6 +79,13 @@ pub struct VolumeMountView<'a> {
     pub mount_path: Cow<'a, str>,
     /// `readOnly`.
     pub read_only: Option<bool>,
+    /// `subPath`: a path inside the volume mounted instead of its root; kubelet binds what it
+    /// resolves to when the container starts, so later changes of the volume never reach it.
+    #[serde(deserialize_with = "nullable")]
+    pub sub_path: Cow<'a, str>,
+    /// `subPathExpr`: the same, with the container's environment expanded into the path.
+    #[serde(deserialize_with = "nullable")]
+    pub sub_path_expr: Cow<'a, str>,
 }
 
 /// Text that no longer borrows from the body it was read from.
@@ -130,6 +137,8 @@ impl ContainerView<'_> {
                     name: owned(mount.name),
                     mount_path: owned(mount.mount_path),
                     read_only: mount.read_only,
+                    sub_path: owned(mount.sub_path),
+                    sub_path_expr: owned(mount.sub_path_expr),
                 })
                 .collect(),
         }
@@ -152,7 +161,7 @@ mod tests {
     #[test]
     fn reads_only_what_admission_needs_and_skips_the_rest() {
         let spec: PodSpecView = serde_json::from_str(
-            r#"{"containers":[{"name":"app","image":"x","env":[{"name":"A","value":"1"}],"volumeMounts":[{"name":"v","mountPath":"/v","readOnly":false}]}],
+            r#"{"containers":[{"name":"app","image":"x","env":[{"name":"A","value":"1"}],"volumeMounts":[{"name":"v","mountPath":"/v","readOnly":false,"subPath":"tls.crt"}]}],
                 "volumes":[{"name":"v","csi":{"driver":"d","volumeAttributes":{"a":"b"}}},{"name":"p","projected":{"sources":[]}}],
                 "initContainers":null,"runtimeClassName":"kata","nodeSelector":{"a":"b"}}"#,
         )
@@ -177,6 +186,8 @@ mod tests {
                         name: "v".into(),
                         mount_path: "/v".into(),
                         read_only: Some(false),
+                        sub_path: "tls.crt".into(),
+                        sub_path_expr: "".into(),
                     }],
                 }],
                 init_containers: vec![],
@@ -198,7 +209,7 @@ mod tests {
     fn an_owned_spec_keeps_everything_it_was_read_with() {
         let body = r#"{"volumes":[{"name":"v","csi":{"driver":"d","readOnly":true}}],
             "containers":[{"name":"app","volumeMounts":[{"name":"v","readOnly":false}]}],
-            "initContainers":[{"name":"init","volumeMounts":[{"name":"v"}]}],
+            "initContainers":[{"name":"init","volumeMounts":[{"name":"v","subPathExpr":"$(POD)"}]}],
             "ephemeralContainers":[{"name":"debug","volumeMounts":[{"name":"v","readOnly":true}]}],
             "runtimeClassName":"kata"}"#
             .to_string();
@@ -208,6 +219,7 @@ mod tests {
         assert_eq!(owned, borrowed_again());
         assert!(matches!(owned.volumes[0].name, Cow::Owned(_)));
         assert!(matches!(owned.containers[0].volume_mounts[0].name, Cow::Owned(_)));
+        assert!(matches!(owned.init_containers[0].volume_mounts[0].sub_path_expr, Cow::Owned(_)));
 
         fn borrowed_again() -> PodSpecView<'static> {
             let mount =
@@ -218,7 +230,10 @@ mod tests {
                     csi: Some(CsiVolumeView { driver: "d".into(), read_only: Some(true), ..Default::default() }),
                 }],
                 containers: vec![ContainerView { name: "app".into(), volume_mounts: vec![mount("v", Some(false))] }],
-                init_containers: vec![ContainerView { name: "init".into(), volume_mounts: vec![mount("v", None)] }],
+                init_containers: vec![ContainerView {
+                    name: "init".into(),
+                    volume_mounts: vec![VolumeMountView { sub_path_expr: "$(POD)".into(), ..mount("v", None) }],
+                }],
                 ephemeral_containers: vec![ContainerView {
                     name: "debug".into(),
                     volume_mounts: vec![mount("v", Some(true))],

@@ -38,13 +38,14 @@ pub fn refusal_message(object: &str, refused: &[(&str, String)]) -> Option<Strin
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use sharedresource_api::{ObjectName, Selection, ShareKind};
 
     use super::*;
     use crate::pod_spec::{CsiVolumeView, VolumeView};
 
-    fn volume(name: &str, driver: &str, attributes: &[(&str, &str)]) -> VolumeView<'static> {
+    /// An inline CSI volume of `driver`, read-only, with `attributes`.
+    pub(crate) fn volume(name: &str, driver: &str, attributes: &[(&str, &str)]) -> VolumeView<'static> {
         let volume_attributes = attributes.iter().map(|(k, v)| (k.to_string().into(), v.to_string().into())).collect();
         VolumeView {
             name: name.to_string().into(),

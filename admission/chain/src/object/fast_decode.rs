@@ -223,15 +223,20 @@ fn container<'a>(cursor: &mut JsonCursor<'a>) -> Step<ContainerView<'a>> {
 
 fn volume_mount<'a>(cursor: &mut JsonCursor<'a>) -> Step<VolumeMountView<'a>> {
     let (mut name, mut mount_path, mut read_only) = (None, None, None);
+    let (mut sub_path, mut sub_path_expr) = (None, None);
     cursor.object(|cursor, key| match key {
         "name" => once(&mut name, cursor.string()?),
         "mountPath" => once(&mut mount_path, cursor.string()?),
         "readOnly" => once(&mut read_only, cursor.optional(JsonCursor::bool)?),
+        "subPath" => once(&mut sub_path, cursor.optional(JsonCursor::string)?),
+        "subPathExpr" => once(&mut sub_path_expr, cursor.optional(JsonCursor::string)?),
         _ => cursor.skip(),
     })?;
     Ok(VolumeMountView {
         name: name.unwrap_or_default(),
         mount_path: mount_path.unwrap_or_default(),
         read_only: read_only.flatten(),
+        sub_path: sub_path.flatten().unwrap_or_default(),
+        sub_path_expr: sub_path_expr.flatten().unwrap_or_default(),
     })
 }

@@ -6,7 +6,8 @@
 //! made, so a Deployment created before its RoleBinding is not lost. A lookup that fails (the
 //! apiserver down or slow) admits with a warning and an audit annotation: the driver checks
 //! again at every mount, so availability wins here. A `SharedProjection` that the driver's
-//! `check_spec` refuses is denied on create and update. Shares asked for by annotation are judged
+//! `check_spec` refuses is denied on create and update. A container mounting one of the driver's
+//! volumes with `subPath` or `subPathExpr` is warned: it never sees the volume change. Shares asked for by annotation are judged
 //! as the injected volumes they become (see [`with_injection`]).
 
 use std::sync::Arc;
@@ -15,6 +16,7 @@ use async_trait::async_trait;
 use futures_util::future::{join, join_all};
 use inline_guard_policy::{
     PodSpecView, not_injected_message, parse_injection, plan_injection, refusal_message, shared_volumes,
+    sub_path_warnings,
 };
 use sharedresource_api::access::{AccessQuestion, Guarded};
 use sharedresource_api::missing::{projection_not_found, share_not_found};
@@ -95,6 +97,8 @@ impl ValidationInterface for SharedResourceAdmission {
                         && inject == object.injection()
                 });
             if unchanged {
+                // Its mounts may have changed all the same.
+                recorder.warn_all(sub_path_warnings(written));
                 return Ok(());
             }
         }
@@ -103,6 +107,7 @@ impl ValidationInterface for SharedResourceAdmission {
             None => None,
         };
         let spec = injected.as_ref().unwrap_or(written);
+        recorder.warn_all(sub_path_warnings(spec));
         let volumes = shared_volumes(spec);
         if volumes.is_empty() {
             return Ok(());

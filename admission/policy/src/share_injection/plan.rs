@@ -236,6 +236,7 @@ fn append_mounts(
         name: mount.name.into(),
         mount_path: mount.mount_path.into(),
         read_only: Some(true),
+        ..Default::default()
     }));
 }
 

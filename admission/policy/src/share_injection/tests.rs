@@ -112,6 +112,7 @@ fn container(name: &str, mounts: &[(&str, &str)]) -> ContainerView<'static> {
                 name: volume.to_string().into(),
                 mount_path: path.to_string().into(),
                 read_only: None,
+                ..Default::default()
             })
             .collect(),
     }

@@ -5,7 +5,8 @@
 //! does not let `use` its share; a workload with such a template is admitted with the same words
 //! as a warning, and admitted pods follow once the RoleBinding exists. A burst of 100 pods asks
 //! RBAC a handful of times, counted at the webhook. Shares asked for by annotation are injected,
-//! and judged like written ones.
+//! and judged like written ones. A pod mounting a share with `subPath` is admitted with the
+//! warning that it will never see the share change.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -82,6 +83,20 @@ pub async fn the_drivers_refusals_come_at_creation(suite: &Suite) -> Outcome {
     let answer =
         create(admin, &pods_path(NAMESPACE), &pod("good", &[("shared", SHARED_RESOURCE_DRIVER)]), true).await?;
     expect("a pod naming a share", &answer, 201, "")?;
+    if !answer.warnings.is_empty() {
+        return Err(format!("a pod naming a share: expected no warning, got {:?}", answer.warnings));
+    }
+
+    let mut sub_path = pod("sub-path", &[("shared", SHARED_RESOURCE_DRIVER)]);
+    sub_path["spec"]["containers"][0]["volumeMounts"][0]["subPath"] = json!("ca.crt");
+    let answer = create(admin, &pods_path(NAMESPACE), &sub_path, true).await?;
+    expect("a pod mounting a share with subPath", &answer, 201, "")?;
+    let warning = "container \"app\" mounts volume \"shared\" of CSIDriver sharedresource.csi.inlineguard.dev with \
+        subPath \"ca.crt\": it will never see an update or a revocation of the volume's content (kubelet binds what the \
+        path was when the container started); mount the volume without subPath and read the file under its mountPath";
+    if answer.warnings != [warning] {
+        return Err(format!("{POD_WEBHOOK}: expected exactly the warning {warning:?}, got {:?}", answer.warnings));
+    }
     access_is_checked_at_creation(suite).await
 }
 

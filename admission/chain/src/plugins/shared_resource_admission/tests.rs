@@ -422,3 +422,42 @@ fn an_unchanged_workload_update_is_not_warned_again_and_a_changed_annotation_is_
         ]
     );
 }
+
+fn with_sub_path_mount(mut object: Value, spec: &[&str]) -> Value {
+    let mut at = &mut object;
+    for key in spec {
+        at = &mut at[*key];
+    }
+    at["containers"] = json!([{"name": "app", "volumeMounts": [
+        {"name": "shared", "mountPath": "/etc/tls.crt", "subPath": "tls.crt"},
+        {"name": "other", "mountPath": "/etc/other", "subPath": "x"}]}]);
+    object
+}
+
+const SUB_PATH_WARNING: &str = "container \"app\" mounts volume \"shared\" of CSIDriver sharedresource.csi.inlineguard.dev \
+    with subPath \"tls.crt\": it will never see an update or a revocation of the volume's content (kubelet binds what the \
+    path was when the container started); mount the volume without subPath and read the file under its mountPath";
+
+#[test]
+fn a_sub_path_mount_of_the_drivers_volume_is_admitted_and_warned() {
+    let pods = GroupVersionResource::v1("", "pods");
+    let pod = with_sub_path_mount(pod(json!({"sharedSecret": "db"})), &["spec"]);
+    let (result, warnings) = run(&request(Operation::Create, pods, pod));
+    assert_eq!(result, Ok(()));
+    assert_eq!(warnings, [SUB_PATH_WARNING]);
+}
+
+#[test]
+fn a_workload_is_warned_of_a_sub_path_mount_even_when_its_volumes_did_not_change() {
+    let deployments = GroupVersionResource::v1("apps", "deployments");
+    let changed = with_sub_path_mount(deployment(json!({"sharedSecret": "db"})), &["spec", "template", "spec"]);
+    let (result, warnings) = run(&request(Operation::Create, deployments.clone(), changed.clone()));
+    assert_eq!((result, warnings), (Ok(()), vec![SUB_PATH_WARNING.to_string()]));
+
+    let mut update = request(Operation::Update, deployments.clone(), changed);
+    update.old_object =
+        Some(AdmissionObject::from_value(&deployments, &deployment(json!({"sharedSecret": "db"}))).unwrap());
+    let table = Arc::new(cluster());
+    assert_eq!(run_with(table.clone(), &update), (Ok(()), vec![SUB_PATH_WARNING.to_string()]));
+    assert_eq!(*table.lookups.lock().unwrap(), 0, "the volumes were judged when they were written");
+}
