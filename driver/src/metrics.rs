@@ -1,6 +1,7 @@
 //! What the driver counts, exported in OpenMetrics text on its health port: publishes and
-//! unpublishes by result, access checks by result, refreshes and revocations, volumes published,
-//! watch errors, and the publish latency.
+//! unpublishes by result, their failures and refreshes' by kind (`error_type`), access checks by
+//! result, refreshes and revocations, volumes published, watch errors, and the publish latency.
+//! docs/driver.md maps them to the Secrets Store CSI Driver's metrics.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -12,6 +13,12 @@ use prometheus_client::registry::Registry;
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct ResultLabels {
     result: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ErrorLabels {
+    /// One of the closed set the domain errors name (`csi::error::Error::error_type`).
+    error_type: &'static str,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -93,6 +100,9 @@ pub struct Metrics {
     registry: Registry,
     publishes: Family<ResultLabels, Counter>,
     unpublishes: Family<ResultLabels, Counter>,
+    publish_errors: Family<ErrorLabels, Counter>,
+    unpublish_errors: Family<ErrorLabels, Counter>,
+    refresh_errors: Family<ErrorLabels, Counter>,
     access_checks: Family<ResultLabels, Counter>,
     refreshes: Family<ResultLabels, Counter>,
     revocations: Counter,
@@ -117,6 +127,24 @@ impl Metrics {
         registry.register("publishes", "NodePublishVolume calls by result (a gRPC code, or ok)", publishes.clone());
         let unpublishes = Family::<ResultLabels, Counter>::default();
         registry.register("unpublishes", "NodeUnpublishVolume calls by result", unpublishes.clone());
+        let publish_errors = Family::<ErrorLabels, Counter>::default();
+        registry.register(
+            "publish_errors",
+            "NodePublishVolume calls that failed, by the kind of failure",
+            publish_errors.clone(),
+        );
+        let unpublish_errors = Family::<ErrorLabels, Counter>::default();
+        registry.register(
+            "unpublish_errors",
+            "NodeUnpublishVolume calls that failed, by the kind of failure",
+            unpublish_errors.clone(),
+        );
+        let refresh_errors = Family::<ErrorLabels, Counter>::default();
+        registry.register(
+            "refresh_errors",
+            "Volume refreshes that failed (the volume keeps its content), by the kind of failure",
+            refresh_errors.clone(),
+        );
         let access_checks = Family::<ResultLabels, Counter>::default();
         registry.register(
             "access_checks",
@@ -155,6 +183,9 @@ impl Metrics {
             registry,
             publishes,
             unpublishes,
+            publish_errors,
+            unpublish_errors,
+            refresh_errors,
             access_checks,
             refreshes,
             revocations,
@@ -166,15 +197,17 @@ impl Metrics {
         }
     }
 
-    /// Counts a publish answered with `result` after `seconds`.
-    pub fn publish(&self, result: CallResult, seconds: f64) {
+    /// Counts a publish answered with `result` after `seconds`, and its failure's kind.
+    pub fn publish(&self, result: CallResult, error_type: Option<&'static str>, seconds: f64) {
         self.publishes.get_or_create(&ResultLabels { result: result.into() }).inc();
+        count_error(&self.publish_errors, error_type);
         self.publish_seconds.observe(seconds);
     }
 
-    /// Counts an unpublish answered with `result`.
-    pub fn unpublish(&self, result: CallResult) {
+    /// Counts an unpublish answered with `result`, and its failure's kind.
+    pub fn unpublish(&self, result: CallResult, error_type: Option<&'static str>) {
         self.unpublishes.get_or_create(&ResultLabels { result: result.into() }).inc();
+        count_error(&self.unpublish_errors, error_type);
     }
 
     /// Counts an access check.
@@ -182,9 +215,10 @@ impl Metrics {
         self.access_checks.get_or_create(&ResultLabels { result: result.into() }).inc();
     }
 
-    /// Counts a volume refreshed.
-    pub fn refresh(&self, result: RefreshResult) {
+    /// Counts a volume refreshed, and a failure's kind.
+    pub fn refresh(&self, result: RefreshResult, error_type: Option<&'static str>) {
         self.refreshes.get_or_create(&ResultLabels { result: result.into() }).inc();
+        count_error(&self.refresh_errors, error_type);
     }
 
     /// Counts a volume emptied by a refresh.
@@ -221,6 +255,12 @@ impl Metrics {
     }
 }
 
+fn count_error(family: &Family<ErrorLabels, Counter>, error_type: Option<&'static str>) {
+    if let Some(error_type) = error_type {
+        family.get_or_create(&ErrorLabels { error_type }).inc();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -228,21 +268,29 @@ mod tests {
     #[test]
     fn every_metric_is_exported_with_its_labels() {
         let metrics = Metrics::new();
-        metrics.publish(CallResult::of(None), 0.002);
-        metrics.publish(CallResult::of(Some(tonic::Code::PermissionDenied)), 0.001);
-        metrics.publish(CallResult::of(Some(tonic::Code::ResourceExhausted)), 0.001);
-        metrics.unpublish(CallResult::Ok);
+        metrics.publish(CallResult::of(None), None, 0.002);
+        metrics.publish(CallResult::of(Some(tonic::Code::PermissionDenied)), Some("AccessDenied"), 0.001);
+        metrics.publish(CallResult::of(Some(tonic::Code::ResourceExhausted)), Some("OverBudget"), 0.001);
+        metrics.unpublish(CallResult::Ok, None);
+        metrics.unpublish(CallResult::InvalidArgument, Some("TargetRefused"));
         metrics.access_check(AccessResult::Denied);
-        metrics.refresh(RefreshResult::Changed);
+        metrics.refresh(RefreshResult::Changed, None);
+        metrics.refresh(RefreshResult::Failed, Some("ApiserverUnavailable"));
         metrics.revocation();
         metrics.set_volumes(3);
         metrics.watch_error("Secret");
         let text = metrics.encode();
+        assert_eq!(text.matches("{error_type=").count(), 4, "a success counts no error:\n{text}");
         for line in [
             "sharedresource_csi_driver_publishes_total{result=\"ok\"} 1",
             "sharedresource_csi_driver_publishes_total{result=\"permission_denied\"} 1",
             "sharedresource_csi_driver_publishes_total{result=\"resource_exhausted\"} 1",
             "sharedresource_csi_driver_unpublishes_total{result=\"ok\"} 1",
+            "sharedresource_csi_driver_publish_errors_total{error_type=\"AccessDenied\"} 1",
+            "sharedresource_csi_driver_publish_errors_total{error_type=\"OverBudget\"} 1",
+            "sharedresource_csi_driver_unpublish_errors_total{error_type=\"TargetRefused\"} 1",
+            "sharedresource_csi_driver_refresh_errors_total{error_type=\"ApiserverUnavailable\"} 1",
+            "sharedresource_csi_driver_refreshes_total{result=\"failed\"} 1",
             "sharedresource_csi_driver_access_checks_total{result=\"denied\"} 1",
             "sharedresource_csi_driver_refreshes_total{result=\"changed\"} 1",
             "sharedresource_csi_driver_revocations_total 1",

@@ -51,6 +51,20 @@ impl From<sharedresource_api::Invalid> for Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
+    /// The failure's kind as the metrics' `error_type` label names it (PascalCase, as the
+    /// Secrets Store CSI Driver's are): a closed set, so the label's values are bounded.
+    pub fn error_type(&self) -> &'static str {
+        match self {
+            Error::Invalid(_) => "InvalidContentRequest",
+            Error::Missing(_) => "ObjectNotFound",
+            Error::Denied(_) => "AccessDenied",
+            Error::Unservable(_) => "Unservable",
+            Error::TooLarge(_) => "ContentTooLarge",
+            Error::Unavailable(_) => "ApiserverUnavailable",
+            Error::Internal(_) => "ContentInternal",
+        }
+    }
+
     /// Whether the error says the content may no longer be had (access refused; the share,
     /// projection or object gone; a request or object that cannot be served), as opposed to:
     /// not now (the apiserver did not answer, a fault of the driver). A refresh empties a

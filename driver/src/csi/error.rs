@@ -64,6 +64,17 @@ fn code(error: &Error) -> Code {
     }
 }
 
+impl Error {
+    /// The failure's kind as the metrics' `error_type` label names it.
+    pub fn error_type(&self) -> &'static str {
+        match self {
+            Error::Request(_) => "InvalidRequest",
+            Error::Task(_) => "TaskFailed",
+            Error::Volume(volume) => volume.error_type(),
+        }
+    }
+}
+
 impl From<Error> for Status {
     fn from(error: Error) -> Status {
         let message = crate::quote::without_percent(error.to_string());
@@ -103,9 +114,26 @@ mod tests {
             (Content::Unavailable("a".into()).into(), Code::Unavailable),
             (Content::Internal("a".into()).into(), Code::Internal),
         ];
+        let mut error_types = std::collections::BTreeSet::new();
         for (error, code) in cases {
             let described = format!("{error:?}");
+            assert!(error_types.insert(error.error_type()), "{described}: error_type {} twice", error.error_type());
             assert_eq!(Status::from(error).code(), code, "{described}");
+        }
+    }
+
+    #[test]
+    fn error_types_name_the_failure_not_its_message() {
+        let cases: Vec<(Error, &str)> = vec![
+            (Error::Request("readonly is required".into()), "InvalidRequest"),
+            (Volume::OverBudget("namespace a over 64 MiB".into()).into(), "OverBudget"),
+            (Volume::TooLarge("6 MiB into a 4 MiB tmpfs".into()).into(), "TmpfsTooSmall"),
+            (Content::Missing("Secret \"x\" not found".into()).into(), "ObjectNotFound"),
+            (Content::Denied("may not use".into()).into(), "AccessDenied"),
+            (Content::Unavailable("timed out".into()).into(), "ApiserverUnavailable"),
+        ];
+        for (error, error_type) in cases {
+            assert_eq!(error.error_type(), error_type, "{error:?}");
         }
     }
 

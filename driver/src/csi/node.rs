@@ -39,10 +39,9 @@ impl NodeGrpc {
     async fn blocking<T: Send + 'static>(
         &self,
         work: impl FnOnce(&NodeService) -> crate::volume::error::Result<T> + Send + 'static,
-    ) -> std::result::Result<T, Status> {
+    ) -> crate::csi::error::Result<T> {
         let service = self.service.clone();
-        let done = tokio::task::spawn_blocking(move || work(&service)).await.map_err(Error::from)?;
-        done.map_err(|error| Status::from(Error::from(error)))
+        Ok(tokio::task::spawn_blocking(move || work(&service)).await??)
     }
 }
 
@@ -58,11 +57,12 @@ impl Node for NodeGrpc {
                 let _slot = self.publishes.acquire(&checked.ask.pod.namespace).await;
                 self.blocking(move |service| service.publish(&checked)).await
             }
-            Err(error) => Err(Status::from(error)),
+            Err(error) => Err(error),
         };
-        self.service
-            .metrics()
-            .publish(CallResult::of(answer.as_ref().err().map(Status::code)), started.elapsed().as_secs_f64());
+        let error_type = answer.as_ref().err().map(Error::error_type);
+        let answer = answer.map_err(Status::from);
+        let result = CallResult::of(answer.as_ref().err().map(Status::code));
+        self.service.metrics().publish(result, error_type, started.elapsed().as_secs_f64());
         answer?;
         Ok(Response::new(NodePublishVolumeResponse {}))
     }
@@ -73,9 +73,11 @@ impl Node for NodeGrpc {
     ) -> std::result::Result<Response<NodeUnpublishVolumeResponse>, Status> {
         let answer = match check_unpublish(request.get_ref(), self.service.kubelet_dir()) {
             Ok(checked) => self.blocking(move |service| service.unpublish(&checked)).await,
-            Err(error) => Err(Status::from(error)),
+            Err(error) => Err(error),
         };
-        self.service.metrics().unpublish(CallResult::of(answer.as_ref().err().map(Status::code)));
+        let error_type = answer.as_ref().err().map(Error::error_type);
+        let answer = answer.map_err(Status::from);
+        self.service.metrics().unpublish(CallResult::of(answer.as_ref().err().map(Status::code)), error_type);
         answer?;
         Ok(Response::new(NodeUnpublishVolumeResponse {}))
     }

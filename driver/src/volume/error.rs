@@ -57,6 +57,23 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
+    /// The failure's kind as the metrics' `error_type` label names it; the content layer's
+    /// failures by their own kinds.
+    pub fn error_type(&self) -> &'static str {
+        match self {
+            Error::Content(content) => content.error_type(),
+            Error::Refused(_) => "TargetRefused",
+            Error::Busy(_) => "Busy",
+            Error::Conflict(_) => "Conflict",
+            Error::Foreign(_) => "ForeignMount",
+            Error::TooLarge(_) => "TmpfsTooSmall",
+            Error::OverBudget(_) => "OverBudget",
+            Error::Local { .. } => "LocalFailure",
+            Error::Fault(_) => "LocalFault",
+            Error::Handover(_) => "Handover",
+        }
+    }
+
     /// A local step that failed: `context` says what the driver was doing, `source` how it failed.
     pub fn local(context: impl Into<String>, source: impl Into<Cause>) -> Error {
         Error::Local { context: context.into(), source: source.into() }

@@ -663,6 +663,9 @@ pub async fn access_updates_revocation_and_deletion_reach_the_files(suite: &Suit
             "sharedresource_csi_driver_publishes_total{result=\"ok\"} 3",
             "sharedresource_csi_driver_publishes_total{result=\"permission_denied\"} 1",
             "sharedresource_csi_driver_publishes_total{result=\"not_found\"} 1",
+            // The same two failures by their kind.
+            "sharedresource_csi_driver_publish_errors_total{error_type=\"AccessDenied\"} 1",
+            "sharedresource_csi_driver_publish_errors_total{error_type=\"ObjectNotFound\"} 1",
             "sharedresource_csi_driver_volumes_published 0",
         ] {
             if !counted.contains(line) {

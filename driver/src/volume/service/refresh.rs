@@ -92,11 +92,12 @@ impl NodeService {
                 Some((current, now)) if now == generation => self.apply(&current, fetched?, false),
                 _ => Ok(false),
             });
-        self.metrics.refresh(match &result {
+        let counted = match &result {
             Ok(true) => RefreshResult::Changed,
             Ok(false) => RefreshResult::Unchanged,
             Err(_) => RefreshResult::Failed,
-        });
+        };
+        self.metrics.refresh(counted, result.as_ref().err().map(Error::error_type));
         self.note_refresh(volume_id, &result);
         Some(result)
     }
