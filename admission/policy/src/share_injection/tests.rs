@@ -168,6 +168,10 @@ fn injection_adds_one_read_only_volume_per_source_and_a_mount_in_every_container
     assert_eq!(spec.volumes.len(), 3);
     assert_eq!(spec.volumes[1].csi.as_ref().map(|csi| csi.read_only), Some(Some(true)));
     assert_eq!(spec.containers[1].volume_mounts.len(), 3);
+    // The spec the validating plugins then judge has the injected mounts as the patch writes
+    // them: read-only, whole (no sub path).
+    let injected_mount = &spec.containers[1].volume_mounts[0];
+    assert_eq!((injected_mount.read_only, &*injected_mount.sub_path), (Some(true), ""));
     // Injecting again into the injected spec: nothing to do.
     let again = plan_injection(&spec, &entries).unwrap();
     assert!(again.is_empty());
