@@ -78,7 +78,8 @@ async fn start_node(cluster: &Cluster, index: usize) -> Result<SimNode, String> 
     plugin.mounter = Arc::new(FakeMounter::default());
     // Requests over HTTP/1.1, watches over HTTP/2, as the driver's binary has them.
     let config = cluster.config_as(DRIVER, &DRIVER_GROUPS).await?;
-    let clients = ApiserverClients::new(config).map_err(|e| e.to_string())?;
+    let clients = ApiserverClients::new(config, sharedresource_csi_driver::apiserver_rate::RateLayer::shipped())
+        .map_err(|e| e.to_string())?;
     plugin.content =
         Arc::new(KubernetesSource::new(clients, tokio::runtime::Handle::current(), plugin.metrics.clone()));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -157,7 +157,11 @@ fn main() {
         let socket = dir.path().join("csi.sock");
         let mut plugin = Plugin::in_directory(dir.path(), socket.clone());
         plugin.config.refresh_seconds = 3600;
-        let clients = ApiserverClients::new(cluster.config_as(DRIVER, &DRIVER_GROUPS).await.unwrap()).unwrap();
+        let clients = ApiserverClients::new(
+            cluster.config_as(DRIVER, &DRIVER_GROUPS).await.unwrap(),
+            sharedresource_csi_driver::apiserver_rate::RateLayer::shipped(),
+        )
+        .unwrap();
         let source = KubernetesSource::new(clients, tokio::runtime::Handle::current(), plugin.metrics.clone());
         plugin.content = Arc::new(source.with_providers(providers));
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -102,7 +102,7 @@ fn main() {
         let mut plugin = Plugin::in_directory(dir.path(), socket.clone());
         plugin.config.refresh_seconds = 3600;
         // Requests over HTTP/1.1, watches over HTTP/2, as the driver's binary has them.
-        let clients = ApiserverClients::new(cluster.config_as(DRIVER, &DRIVER_GROUPS).await.unwrap()).unwrap();
+        let clients = ApiserverClients::new(cluster.config_as(DRIVER, &DRIVER_GROUPS).await.unwrap(), sharedresource_csi_driver::apiserver_rate::RateLayer::shipped()).unwrap();
         plugin.content = Arc::new(KubernetesSource::new(clients, tokio::runtime::Handle::current(), plugin.metrics.clone()));
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let running = tokio::spawn(plugin.run(async {

@@ -25,6 +25,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::apiserver_rate::RateLayer;
 use crate::unpoisoned::UnpoisonedMutex;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -49,10 +50,14 @@ pub struct ApiserverClients {
 }
 
 impl ApiserverClients {
-    /// The clients for `config`: requests over HTTP/1.1, watches over HTTP/2. A proxy in the
-    /// configuration is refused, as kube's own client built without proxy support refuses it.
-    pub fn new(config: kube::Config) -> Result<ApiserverClients, kube::Error> {
-        Ok(ApiserverClients { requests: client(config.clone())?, watches: Arc::new(WatchConnections::new(config)?) })
+    /// The clients for `config`: requests over HTTP/1.1, watches over HTTP/2, each request and
+    /// each watch's start taking a token of `rate` first. A proxy in the configuration is
+    /// refused, as kube's own client built without proxy support refuses it.
+    pub fn new(config: kube::Config, rate: RateLayer) -> Result<ApiserverClients, kube::Error> {
+        Ok(ApiserverClients {
+            requests: client(config.clone(), rate.clone())?,
+            watches: Arc::new(WatchConnections::new(config, rate)?),
+        })
     }
 }
 
@@ -69,6 +74,8 @@ pub enum WatchConnections {
     Pooled {
         /// What each connection is opened with.
         config: Box<kube::Config>,
+        /// The rate every connection's watches start at, shared with the requests.
+        rate: RateLayer,
         /// Each connection's client with its count of leased streams.
         connections: Mutex<Vec<(kube::Client, Arc<AtomicUsize>)>>,
     },
@@ -94,16 +101,16 @@ impl Drop for WatchLease {
 impl WatchConnections {
     /// HTTP/2 connections for `config`. The first connection's client is made now, so what
     /// `config` lacks is told at start; it connects when its first watch starts.
-    pub fn new(config: kube::Config) -> Result<WatchConnections, kube::Error> {
-        let first = (http2_client(config.clone())?, Arc::new(AtomicUsize::new(0)));
-        Ok(WatchConnections::Pooled { config: Box::new(config), connections: Mutex::new(vec![first]) })
+    pub fn new(config: kube::Config, rate: RateLayer) -> Result<WatchConnections, kube::Error> {
+        let first = (http2_client(config.clone(), rate.clone())?, Arc::new(AtomicUsize::new(0)));
+        Ok(WatchConnections::Pooled { config: Box::new(config), rate, connections: Mutex::new(vec![first]) })
     }
 
     /// A client for `streams` more watches: on a connection with room for them, else a new one.
     pub fn lease(&self, streams: usize) -> Result<WatchLease, kube::Error> {
-        let (config, connections) = match self {
+        let (config, rate, connections) = match self {
             WatchConnections::Fixed(client) => return Ok(WatchLease { client: client.clone(), held: None }),
-            WatchConnections::Pooled { config, connections } => (config, connections),
+            WatchConnections::Pooled { config, rate, connections } => (config, rate, connections),
         };
         let mut connections = connections.locked();
         let room =
@@ -111,7 +118,7 @@ impl WatchConnections {
         let (client, count) = match room {
             Some((client, count)) => (client.clone(), count.clone()),
             None => {
-                let opened = (http2_client(config.as_ref().clone())?, Arc::new(AtomicUsize::new(0)));
+                let opened = (http2_client(config.as_ref().clone(), rate.clone())?, Arc::new(AtomicUsize::new(0)));
                 connections.push(opened.clone());
                 opened
             }
@@ -130,9 +137,10 @@ impl WatchConnections {
     }
 }
 
-/// A client for `config` whose connections never wait on Nagle's algorithm. A proxy in the
-/// configuration is refused (with kube's error for it) rather than silently bypassed.
-pub fn client(config: kube::Config) -> Result<kube::Client, kube::Error> {
+/// A client for `config` whose connections never wait on Nagle's algorithm, and whose requests
+/// each take a token of `rate`. A proxy in the configuration is refused (with kube's error for
+/// it) rather than silently bypassed.
+pub fn client(config: kube::Config, rate: RateLayer) -> Result<kube::Client, kube::Error> {
     refuse_proxy(&config)?;
     let tls = config.rustls_https_connector_with_connector(tcp_connector())?;
     let mut timed = hyper_timeout::TimeoutConnector::new(tls);
@@ -141,7 +149,10 @@ pub fn client(config: kube::Config) -> Result<kube::Client, kube::Error> {
     timed.set_write_timeout(config.write_timeout);
     timed.set_reset_reader_on_write(config.reset_reader_on_write);
     let http = hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build(timed);
+    // The token is taken outside the retries: a retried request (a 429, a 503) is one request
+    // of the caller's, as client-go counts it.
     let service = ServiceBuilder::new()
+        .layer(rate)
         .layer(config.base_uri_layer())
         .option_layer(config.default_retry.then(|| RetryLayer::new(RetryPolicy::server_retry())))
         .option_layer(config.auth_layer()?)
@@ -163,7 +174,7 @@ fn refuse_proxy(config: &kube::Config) -> Result<(), kube::Error> {
 }
 
 /// A client for `config` whose requests share one HTTP/2 connection, kept alive by pings.
-fn http2_client(config: kube::Config) -> Result<kube::Client, kube::Error> {
+fn http2_client(config: kube::Config, rate: RateLayer) -> Result<kube::Client, kube::Error> {
     refuse_proxy(&config)?;
     // ALPN offers h2 only: the builder sets it from `enable_http2`.
     let tls = config.rustls_client_config()?;
@@ -179,6 +190,7 @@ fn http2_client(config: kube::Config) -> Result<kube::Client, kube::Error> {
         .http2_keep_alive_while_idle(true)
         .build(https);
     let service = ServiceBuilder::new()
+        .layer(rate)
         .layer(config.base_uri_layer())
         .option_layer(config.auth_layer()?)
         .layer(config.extra_headers_layer()?)
@@ -215,7 +227,7 @@ mod tests {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let mut config = kube::Config::new("https://127.0.0.1:6443".parse().unwrap());
         config.proxy_url = Some("http://proxy.example.invalid:3128".parse().unwrap());
-        let refused = ApiserverClients::new(config).err().expect("refused");
+        let refused = ApiserverClients::new(config, RateLayer::new(1, 1)).err().expect("refused");
         assert!(refused.to_string().contains("proxy.example.invalid"), "{refused}");
     }
 
@@ -223,7 +235,7 @@ mod tests {
     async fn a_watch_goes_to_a_connection_with_room_and_a_full_one_opens_another() {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let config = kube::Config::new("https://127.0.0.1:6443".parse().unwrap());
-        let connections = WatchConnections::new(config).unwrap();
+        let connections = WatchConnections::new(config, RateLayer::new(1, 1)).unwrap();
         let cluster_wide = connections.lease(7).unwrap();
         let mut objects: Vec<_> = (7..WATCHES_PER_CONNECTION).map(|_| connections.lease(1).unwrap()).collect();
         assert_eq!(connections.connections(), 1, "{WATCHES_PER_CONNECTION} streams fit on one connection");

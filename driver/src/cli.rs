@@ -96,11 +96,13 @@ impl std::io::Write for LossyStderr {
     }
 }
 
-/// A client for `kubeconfig`, else for `$KUBECONFIG` or the in-cluster service account.
+/// A client for `kubeconfig`, else for `$KUBECONFIG` or the in-cluster service account, whose
+/// requests take tokens of `rate`.
 pub(crate) async fn kube_client(
     kubeconfig: Option<&std::path::Path>,
+    rate: crate::apiserver_rate::RateLayer,
 ) -> Result<kube::Client, Box<dyn std::error::Error>> {
-    Ok(crate::apiserver_client::client(kube_config(kubeconfig).await?)?)
+    Ok(crate::apiserver_client::client(kube_config(kubeconfig).await?, rate)?)
 }
 
 /// The configuration for `kubeconfig`, else for `$KUBECONFIG` or the in-cluster service account.
@@ -150,8 +152,9 @@ fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
         SourceKind::Kubernetes => {
             // kube's client spawns its buffer's task: it is made on the runtime.
             let clients = runtime.block_on(async {
+                let rate = crate::apiserver_rate::RateLayer::new(config.apiserver_qps, config.apiserver_burst);
                 let config = kube_config(config.kubeconfig.as_deref()).await?;
-                Ok::<_, Box<dyn std::error::Error>>(ApiserverClients::new(config)?)
+                Ok::<_, Box<dyn std::error::Error>>(ApiserverClients::new(config, rate)?)
             })?;
             let timeout = std::time::Duration::from_secs(config.request_timeout_seconds);
             Arc::new(

@@ -56,6 +56,13 @@ pub struct DriverConfig {
     /// keeps its content and is tried again at the next change or tick).
     #[serde(deserialize_with = "seconds")]
     pub request_timeout_seconds: u64,
+    /// Requests a second the driver sends the apiserver after a burst (client-go's `QPS`);
+    /// a whole number, at least 1. See `apiserver_rate`.
+    #[serde(rename = "apiserverQPS", deserialize_with = "at_least_one")]
+    pub apiserver_qps: u32,
+    /// Requests the driver may send at once after a quiet time (client-go's `Burst`); at least 1.
+    #[serde(deserialize_with = "at_least_one")]
+    pub apiserver_burst: u32,
     /// Whether content updates reach published volumes (a volume's own `refreshResource` can
     /// turn them off too). Off, a volume keeps what it was published with; losing access still
     /// empties it.
@@ -94,6 +101,8 @@ impl Default for DriverConfig {
             refresh_seconds: 60,
             access_recheck_seconds: 600,
             request_timeout_seconds: 10,
+            apiserver_qps: crate::apiserver_rate::DEFAULT_QPS,
+            apiserver_burst: crate::apiserver_rate::DEFAULT_BURST,
             refresh: true,
             pod_metadata: false,
             health_address: None,
@@ -202,6 +211,11 @@ fn seconds<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> 
     nonzero(u64::deserialize(deserializer)?)
 }
 
+fn at_least_one<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u32, D::Error> {
+    let value = nonzero(u64::deserialize(deserializer)?)?;
+    u32::try_from(value).map_err(|_| serde::de::Error::custom("too large"))
+}
+
 fn count<'de, D: Deserializer<'de>>(deserializer: D) -> Result<usize, D::Error> {
     let value = nonzero(u64::deserialize(deserializer)?)?;
     usize::try_from(value).map_err(|_| serde::de::Error::custom("too large"))
@@ -261,6 +275,20 @@ mod tests {
         assert_eq!(config.registry_dir, PathBuf::from("/var/lib/kubelet/plugins_registry"));
         assert_eq!(config.kubelet_dir, PathBuf::from("/var/lib/kubelet"));
         assert_eq!(config.shutdown_timeout_seconds, 10);
+        assert_eq!((config.apiserver_qps, config.apiserver_burst), (100, 200));
+    }
+
+    #[test]
+    fn the_apiserver_rate_is_a_whole_number_of_at_least_one() {
+        let config = parse("apiserverQPS: 5\napiserverBurst: 10").unwrap();
+        assert_eq!((config.apiserver_qps, config.apiserver_burst), (5, 10));
+        assert!(parse("apiserverQPS: 0").unwrap_err().contains("greater than zero"));
+        assert!(parse("apiserverBurst: 0").unwrap_err().contains("greater than zero"));
+        let fraction = parse("apiserverQPS: 2.5").unwrap_err();
+        assert_eq!(fraction, "driver.yaml: apiserverQPS: invalid u64 at line 1, column 15");
+        assert!(parse("apiserverQps: 5").unwrap_err().contains("unknown field `apiserverQps`"));
+        let defaults = DriverConfig::default();
+        assert_eq!((defaults.apiserver_qps, defaults.apiserver_burst), (100, 200));
     }
 
     #[test]

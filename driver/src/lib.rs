@@ -24,6 +24,7 @@
 //! name.
 
 pub mod apiserver_client;
+pub mod apiserver_rate;
 pub mod apiserver_request;
 pub mod cli;
 pub mod config;

@@ -26,6 +26,12 @@ struct Flags {
     /// How long one request to the apiserver may take.
     #[arg(long, value_name = "SECONDS", default_value_t = 10)]
     request_timeout_seconds: u64,
+    /// Requests a second to the apiserver after a burst (client-go's QPS).
+    #[arg(long, value_name = "N", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
+    apiserver_qps: u32,
+    /// Requests sent at once after a quiet time (client-go's Burst).
+    #[arg(long, value_name = "N", default_value_t = 40, value_parser = clap::value_parser!(u32).range(1..))]
+    apiserver_burst: u32,
 }
 
 /// Parses `args` (the program name first) and runs until SIGTERM or SIGINT: 0 then, 2 when it
@@ -46,7 +52,8 @@ fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
         // Caught before the controller starts: a signal must stop it, not kill the process.
         let mut terminate = signal(SignalKind::terminate())?;
         let mut interrupt = signal(SignalKind::interrupt())?;
-        let client = crate::cli::kube_client(flags.kubeconfig.as_deref()).await?;
+        let rate = crate::apiserver_rate::RateLayer::new(flags.apiserver_qps, flags.apiserver_burst);
+        let client = crate::cli::kube_client(flags.kubeconfig.as_deref(), rate).await?;
         tokio::select! {
             () = super::controller::run(client, driver, timeout) => {}
             _ = terminate.recv() => {}
