@@ -35,6 +35,9 @@ pub struct AuditEvent {
     /// The request's body, where the audit policy logs it (`level: Request`).
     #[serde(default)]
     pub request_object: Option<serde_json::Value>,
+    /// When the apiserver received the request (RFC 3339, microseconds, UTC).
+    #[serde(default)]
+    pub request_received_timestamp: String,
     /// Audit annotations, a webhook's prefixed with the webhook's name.
     #[serde(default)]
     pub annotations: BTreeMap<String, String>,

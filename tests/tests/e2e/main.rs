@@ -84,6 +84,8 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
             |s| driver::kubelet_publish::admitted_pod_publishes_unguarded_pod_is_refused(s),
         "driver::registration_answers_grpc_go_dialled_as_kubelet" =>
             |s| driver::kubelet_registration::grpc_go_dialled_as_kubelet_registers_the_driver(s),
+        "driver::apiserver_rate_spaces_the_drivers_requests" =>
+            |s| driver::apiserver_rate::the_drivers_requests_keep_to_its_rate(s),
         "node::kubelet_registers_the_driver" => |s| node::kubelet_registers_the_driver(s),
         "node::kubelet_is_held_to_its_node" => |s| node::kubelet_is_held_to_its_node(s),
         "node::container_reads_sees_updates_cannot_write_and_nothing_is_left" =>
