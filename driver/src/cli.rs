@@ -169,6 +169,27 @@ fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
             )
         }
     };
+    let registered = Arc::new(tokio::sync::watch::channel(false).0);
+    if config.startup_taint {
+        if flags.no_registration {
+            return Err("startupTaint needs the driver's own registration with kubelet (it waits for kubelet's \
+                        answer to it): drop --no-registration"
+                .into());
+        }
+        // Made on the runtime (kube's client spawns its buffer's task there), with the same rate
+        // of requests as the content source's.
+        let client = runtime.block_on(async {
+            let rate = crate::apiserver_rate::RateLayer::new(config.apiserver_qps, config.apiserver_burst);
+            kube_client(config.kubeconfig.as_deref(), rate).await
+        })?;
+        let timeout = std::time::Duration::from_secs(config.request_timeout_seconds);
+        runtime.spawn(crate::startup_taint::remove_when_registered(
+            client,
+            flags.node_id.clone(),
+            registered.subscribe(),
+            timeout,
+        ));
+    }
     let plugin = Plugin {
         config,
         csi_socket: socket_path(&flags.endpoint)?,
@@ -177,6 +198,7 @@ fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
         mounter: Arc::new(LinuxMounter),
         content,
         metrics,
+        registered,
     };
     let served = runtime.block_on(async {
         use tokio::signal::unix::{SignalKind, signal};

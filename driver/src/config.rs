@@ -71,6 +71,10 @@ pub struct DriverConfig {
     /// labels or annotations. Off by default: reading pods needs `get pods` cluster-wide
     /// (`config/deploy/driver/pod-metadata.yaml`); off, such a projection is refused at publish.
     pub pod_metadata: bool,
+    /// Remove the startup taint (`sharedresource.csi.inlineguard.dev/agent-not-ready`) from this
+    /// node once kubelet has registered the driver (see `startup_taint`). Needs the driver's own
+    /// registration and the RBAC of `config/deploy/driver/startup-taint.yaml`.
+    pub startup_taint: bool,
     /// The plain-HTTP health port (`/healthz`, `/readyz`, `/metrics`); none when unset.
     pub health_address: Option<std::net::SocketAddr>,
     /// After SIGTERM, how long requests in flight may take before the driver exits anyway (an
@@ -105,6 +109,7 @@ impl Default for DriverConfig {
             apiserver_burst: crate::apiserver_rate::DEFAULT_BURST,
             refresh: true,
             pod_metadata: false,
+            startup_taint: false,
             health_address: None,
             shutdown_timeout_seconds: 10,
             providers: Vec::new(),

@@ -41,6 +41,7 @@ pub mod mounted_dir;
 pub mod plugin;
 pub mod quote;
 pub mod read_grants;
+pub mod startup_taint;
 #[cfg(feature = "test-util")]
 pub mod test_client;
 pub mod unpoisoned;

@@ -50,6 +50,8 @@ pub struct Plugin {
     pub content: Arc<dyn ContentSource>,
     /// What the driver counts.
     pub metrics: Arc<Metrics>,
+    /// Set to true when kubelet says it registered the driver.
+    pub registered: Arc<watch::Sender<bool>>,
 }
 
 impl Plugin {
@@ -84,6 +86,7 @@ impl Plugin {
             mounter: Arc::new(crate::volume::mounter::LinuxMounter),
             content: Arc::new(crate::content::StaticDirSource::new(shares)),
             metrics: Arc::new(Metrics::new()),
+            registered: Arc::new(watch::channel(false).0),
         }
     }
 
@@ -209,7 +212,10 @@ impl Plugin {
             let Some(registration_socket) = registration_socket else {
                 return Ok(());
             };
-            let routes = Routes::new(RegistrationServer::new(RegistrationService::new(self.csi_socket.clone())));
+            let routes = Routes::new(RegistrationServer::new(RegistrationService::new(
+                self.csi_socket.clone(),
+                self.registered.clone(),
+            )));
             socket::serve(
                 registration_socket,
                 routes,

@@ -3,9 +3,11 @@
 //! sidecar needed (running with one stays possible: it simply serves this same API).
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use inline_guard_proto::pluginregistration::registration_server::Registration;
 use inline_guard_proto::pluginregistration::{InfoRequest, PluginInfo, RegistrationStatus, RegistrationStatusResponse};
+use tokio::sync::watch;
 use tonic::{Request, Response, Status};
 use tracing::{error, info};
 
@@ -18,12 +20,14 @@ pub const SUPPORTED_VERSIONS: [&str; 1] = ["1.0.0"];
 #[derive(Debug, Clone)]
 pub struct RegistrationService {
     csi_socket: PathBuf,
+    registered: Arc<watch::Sender<bool>>,
 }
 
 impl RegistrationService {
-    /// Tells kubelet the CSI socket is at `csi_socket`.
-    pub fn new(csi_socket: PathBuf) -> RegistrationService {
-        RegistrationService { csi_socket }
+    /// Tells kubelet the CSI socket is at `csi_socket`, and `registered` when kubelet says it
+    /// registered the driver (the startup taint waits for that).
+    pub fn new(csi_socket: PathBuf, registered: Arc<watch::Sender<bool>>) -> RegistrationService {
+        RegistrationService { csi_socket, registered }
     }
 }
 
@@ -45,9 +49,27 @@ impl Registration for RegistrationService {
         let status = request.into_inner();
         if status.plugin_registered {
             info!("registered with kubelet");
+            self.registered.send_replace(true);
         } else {
             error!(error = %crate::quote::Logged(&status.error), "kubelet refused the registration");
         }
         Ok(Response::new(RegistrationStatusResponse {}))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn kubelets_notice_of_a_registration_is_told_a_refusal_is_not() {
+        let (sender, receiver) = watch::channel(false);
+        let service = RegistrationService::new(PathBuf::from("/csi.sock"), Arc::new(sender));
+        let refused = RegistrationStatus { plugin_registered: false, error: "versions".into() };
+        service.notify_registration_status(Request::new(refused)).await.unwrap();
+        assert!(!*receiver.borrow(), "a refused registration is not a registration");
+        let registered = RegistrationStatus { plugin_registered: true, error: String::new() };
+        service.notify_registration_status(Request::new(registered)).await.unwrap();
+        assert!(*receiver.borrow());
     }
 }

@@ -44,6 +44,13 @@ rules:
     resources:
       - group: ""
         resources: [secrets, configmaps]
+  # Who changes Nodes (not their status) and CSINodes: the startup taint's order is read here.
+  - level: Metadata
+    resources:
+      - group: ""
+        resources: [nodes]
+      - group: storage.k8s.io
+        resources: [csinodes]
   # Every request for the shares and projections, so a suite can see what the driver asked
   # for by name (and that a name it refused was never asked for).
   - level: Metadata

@@ -86,6 +86,8 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
             |s| driver::kubelet_registration::grpc_go_dialled_as_kubelet_registers_the_driver(s),
         "driver::apiserver_rate_spaces_the_drivers_requests" =>
             |s| driver::apiserver_rate::the_drivers_requests_keep_to_its_rate(s),
+        "driver::startup_taint_removed_only_once_kubelet_lists_the_driver" =>
+            |s| driver::startup_taint::removed_only_once_kubelet_lists_the_driver(s),
         "node::kubelet_registers_the_driver" => |s| node::kubelet_registers_the_driver(s),
         "node::kubelet_is_held_to_its_node" => |s| node::kubelet_is_held_to_its_node(s),
         "node::container_reads_sees_updates_cannot_write_and_nothing_is_left" =>

@@ -1,0 +1,159 @@
+//! The startup taint, opt-in (`startupTaint: true`): nodes join the cluster tainted
+//! [`STARTUP_TAINT_KEY`] (kubelet's `--register-with-taints`, or a node pool's startup taints), so
+//! no pod lands on them before this driver can serve it, and the driver removes the taint from
+//! its own Node once kubelet has it: after kubelet told this process its registration succeeded
+//! (`NotifyRegistrationStatus`, which kubelet sends only after it wrote the driver into the
+//! node's CSINode) and the CSINode lists the driver, read back from the apiserver. Never before:
+//! a taint removed at the driver's start, before kubelet had registered it, let 7 of 7 pods fail
+//! with "driver name ... not found in the list of registered CSI drivers" (aws-efs-csi-driver
+//! #1936).
+//!
+//! The RBAC that lets it (`config/deploy/driver/startup-taint.yaml`) is `patch nodes`, which RBAC
+//! cannot narrow to one node; a ValidatingAdmissionPolicy there narrows it to the Node named by
+//! the driver's own token (its `authentication.kubernetes.io/node-name`) and to this one change.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Taint};
+use k8s_openapi::api::storage::v1::CSINode;
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use crate::DRIVER_NAME;
+use crate::apiserver_request::{RequestFailed, ask};
+use crate::quote::Logged;
+
+/// The taint's key; any effect (NoSchedule, NoExecute) is removed.
+pub const STARTUP_TAINT_KEY: &str = "sharedresource.csi.inlineguard.dev/agent-not-ready";
+
+/// The first wait after a step that failed; doubled each time up to [`LONGEST_WAIT`].
+const FIRST_WAIT: Duration = Duration::from_millis(200);
+const LONGEST_WAIT: Duration = Duration::from_secs(30);
+
+/// `taints` without the startup taint, or `None` when it has none (nothing to change).
+pub fn without_startup_taint(taints: &[Taint]) -> Option<Vec<Taint>> {
+    let kept: Vec<Taint> = taints.iter().filter(|taint| taint.key != STARTUP_TAINT_KEY).cloned().collect();
+    (kept.len() != taints.len()).then_some(kept)
+}
+
+/// Whether `csi_node` lists this driver.
+pub fn lists_the_driver(csi_node: &CSINode) -> bool {
+    csi_node.spec.drivers.iter().any(|driver| driver.name == DRIVER_NAME)
+}
+
+/// Waits until `registered` says kubelet registered this process, then until Node `node`'s
+/// CSINode lists the driver, then removes the startup taint from the Node (if it has one).
+/// Each request is given up after `timeout` and tried again with backoff; it returns once the
+/// Node has no startup taint, or when `registered`'s sender is gone (the driver is stopping).
+pub async fn remove_when_registered(
+    client: kube::Client,
+    node: String,
+    mut registered: watch::Receiver<bool>,
+    timeout: Duration,
+) {
+    if registered.wait_for(|registered| *registered).await.is_err() {
+        return;
+    }
+    let mut wait = FIRST_WAIT;
+    loop {
+        match step(&client, &node, timeout).await {
+            Ok(Step::Done) => return,
+            Ok(Step::NotListed) => {}
+            Err(failed) => warn!(error = %Logged(&failed.0), "removing the startup taint failed; trying again"),
+        }
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(LONGEST_WAIT);
+    }
+}
+
+/// What one attempt found.
+enum Step {
+    /// The Node has no startup taint (now, or already).
+    Done,
+    /// kubelet's registration is not in the CSINode yet.
+    NotListed,
+}
+
+async fn step(client: &kube::Client, node: &str, timeout: Duration) -> Result<Step, RequestFailed> {
+    let csi_nodes = kube::Api::<CSINode>::all(client.clone());
+    let csi_node =
+        ask(timeout, || format!("reading CSINode {}", crate::quote::quote(node)), csi_nodes.get_opt(node)).await?;
+    if !csi_node.as_ref().is_some_and(lists_the_driver) {
+        return Ok(Step::NotListed);
+    }
+    let nodes = kube::Api::<Node>::all(client.clone());
+    let current = ask(timeout, || format!("reading Node {}", crate::quote::quote(node)), nodes.get(node)).await?;
+    let taints = current.spec.as_ref().and_then(|spec| spec.taints.as_deref()).unwrap_or_default();
+    let Some(kept) = without_startup_taint(taints) else {
+        info!("the Node has no startup taint");
+        return Ok(Step::Done);
+    };
+    // The resourceVersion makes the patch conditional: a taint another client added meanwhile
+    // is never overwritten (409 Conflict, and the next attempt reads the Node again).
+    let patch = json!({
+        "metadata": {"resourceVersion": current.metadata.resource_version},
+        "spec": {"taints": kept},
+    });
+    let what = || format!("removing the startup taint from Node {}", crate::quote::quote(node));
+    ask(timeout, what, nodes.patch(node, &PatchParams::default(), &Patch::Merge(&patch))).await?;
+    info!("registered with kubelet and listed in the CSINode: the startup taint is removed");
+    Ok(Step::Done)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::storage::v1::{CSINodeDriver, CSINodeSpec};
+
+    fn taint(key: &str, effect: &str) -> Taint {
+        Taint { key: key.into(), effect: effect.into(), ..Default::default() }
+    }
+
+    #[test]
+    fn only_the_startup_taint_is_taken_away_whatever_its_effect() {
+        let taints = [
+            taint("node.kubernetes.io/not-ready", "NoSchedule"),
+            taint(STARTUP_TAINT_KEY, "NoSchedule"),
+            taint(STARTUP_TAINT_KEY, "NoExecute"),
+            taint("dedicated", "NoSchedule"),
+        ];
+        assert_eq!(
+            without_startup_taint(&taints),
+            Some(vec![taint("node.kubernetes.io/not-ready", "NoSchedule"), taint("dedicated", "NoSchedule")])
+        );
+        assert_eq!(without_startup_taint(&taints[..1]), None, "nothing to change");
+        assert_eq!(without_startup_taint(&[]), None);
+        assert_eq!(without_startup_taint(&taints[1..2]), Some(vec![]));
+    }
+
+    #[test]
+    fn a_csinode_lists_the_driver_only_by_its_name() {
+        let with = |names: &[&str]| CSINode {
+            spec: CSINodeSpec {
+                drivers: names
+                    .iter()
+                    .map(|name| CSINodeDriver { name: name.to_string(), node_id: "n".into(), ..Default::default() })
+                    .collect(),
+            },
+            ..Default::default()
+        };
+        assert!(lists_the_driver(&with(&["ebs.csi.aws.com", DRIVER_NAME])));
+        assert!(!lists_the_driver(&with(&["ebs.csi.aws.com"])));
+        assert!(!lists_the_driver(&with(&[])));
+    }
+
+    #[tokio::test]
+    async fn nothing_is_asked_before_kubelet_registered_the_driver_and_a_stopping_driver_gives_up() {
+        // A client that would fail every request: the wait must end before any is made.
+        let config = kube::Config::new("https://127.0.0.1:1".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let (sender, receiver) = watch::channel(false);
+        let removing = tokio::spawn(remove_when_registered(client, "n".into(), receiver, Duration::from_millis(10)));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!removing.is_finished(), "it waits for the registration");
+        drop(sender);
+        tokio::time::timeout(Duration::from_secs(5), removing).await.unwrap().unwrap();
+    }
+}
