@@ -17,7 +17,9 @@ use crate::content::{ContentSource, StaticDirSource};
 use crate::csi::socket::socket_path;
 use crate::metrics::Metrics;
 use crate::plugin::Plugin;
+use crate::pod_event_sink::ApiserverPodEvents;
 use crate::volume::mounter::LinuxMounter;
+use crate::volume::pod_events::{NoEvents, PodEvents};
 
 #[derive(Parser)]
 #[command(
@@ -142,6 +144,7 @@ fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
     let providers = check_providers(&config.providers)?;
     // Checked before anything starts: a budget that could not hold is a configuration error.
     config.budget_limits()?;
+    let mut events: Arc<dyn PodEvents> = Arc::new(NoEvents);
     let content: Arc<dyn ContentSource> = match config.source()? {
         SourceKind::Static if !providers.is_empty() => {
             return Err(
@@ -157,6 +160,12 @@ fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
                 Ok::<_, Box<dyn std::error::Error>>(ApiserverClients::new(config, rate)?)
             })?;
             let timeout = std::time::Duration::from_secs(config.request_timeout_seconds);
+            events = Arc::new(ApiserverPodEvents::new(
+                clients.requests.clone(),
+                runtime.handle().clone(),
+                &flags.node_id,
+                timeout,
+            ));
             Arc::new(
                 KubernetesSource::new(clients, runtime.handle().clone(), metrics.clone())
                     .with_request_timeout(timeout)
@@ -199,6 +208,7 @@ fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
         content,
         metrics,
         registered,
+        events,
     };
     let served = runtime.block_on(async {
         use tokio::signal::unix::{SignalKind, signal};

@@ -39,6 +39,7 @@ pub mod metrics;
 #[cfg(feature = "test-util")]
 pub mod mounted_dir;
 pub mod plugin;
+pub mod pod_event_sink;
 pub mod quote;
 pub mod read_grants;
 pub mod startup_taint;

@@ -30,6 +30,7 @@ use crate::volume::handover::offer::Offer;
 use crate::volume::handover::take::{self, TakenVolume};
 use crate::volume::lock::{LockError, StateLock};
 use crate::volume::mounter::Mounter;
+use crate::volume::pod_events::PodEvents;
 use crate::volume::recovery::recover;
 use crate::volume::service::{NodeService, VolumeSettings};
 use crate::volume::store::{FileVolumeStore, VolumeStore};
@@ -52,6 +53,8 @@ pub struct Plugin {
     pub metrics: Arc<Metrics>,
     /// Set to true when kubelet says it registered the driver.
     pub registered: Arc<watch::Sender<bool>>,
+    /// Where the refresher's Events on pods go.
+    pub events: Arc<dyn PodEvents>,
 }
 
 impl Plugin {
@@ -87,6 +90,7 @@ impl Plugin {
             content: Arc::new(crate::content::StaticDirSource::new(shares)),
             metrics: Arc::new(Metrics::new()),
             registered: Arc::new(watch::channel(false).0),
+            events: Arc::new(crate::volume::pod_events::NoEvents),
         }
     }
 
@@ -229,6 +233,7 @@ impl Plugin {
             self.content.changes(),
             Duration::from_secs(self.config.refresh_seconds),
             node_stopped.clone(),
+            self.events.clone(),
         );
         let health_port = async {
             if let Some(listener) = health_listener {

@@ -16,6 +16,7 @@ pub mod live;
 pub mod lock;
 pub mod mounter;
 pub mod ownership;
+pub mod pod_events;
 pub mod published;
 pub mod recovery;
 pub mod refresh;

@@ -10,10 +10,13 @@
 //! A volume already being refreshed when a new change touches it is refreshed once more when
 //! its refresh ends (with fresh answers), so no change is lost and no volume is refreshed twice
 //! at once. A volume another operation holds (a publish, an unpublish) is tried again shortly.
+//!
+//! What a refresh did is told to the volume's pod as an Event, paced (`pod_events`): new
+//! content in place, or an update that could not be applied.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
@@ -24,6 +27,7 @@ use crate::fair_slots::FairSlots;
 use crate::quote::{Logged, quote};
 use crate::unpoisoned::UnpoisonedMutex;
 use crate::volume::error::Error;
+use crate::volume::pod_events::{EventPacing, PodEvents, PodRef, Refreshed, VolumeOfPod, mounts};
 use crate::volume::service::NodeService;
 
 /// How many volumes are refreshed at once in each lane: enough that a few stalled ones (each
@@ -59,11 +63,12 @@ impl Lane {
     }
 }
 
-/// A volume to refresh: its id and the namespace its slots are counted against.
+/// A volume to refresh: its id, and its pod (whose namespace its slots are counted against, and
+/// whom its Events are about).
 #[derive(Debug, Clone)]
 struct Due {
     volume_id: String,
-    namespace: String,
+    of: VolumeOfPod,
 }
 
 /// Ends a pass at the content source once its last volume is done with it.
@@ -79,14 +84,15 @@ impl Drop for PassGuard {
 }
 
 /// Refreshes `node`'s volumes as `changes` (when the source can tell) and the tick every
-/// `every` say, until `stopped` turns true.
+/// `every` say, until `stopped` turns true, telling `events` what the refreshes did.
 pub async fn run(
     node: Arc<NodeService>,
     changes: Option<Arc<Changes>>,
     every: Duration,
     stopped: watch::Receiver<bool>,
+    events: Arc<dyn PodEvents>,
 ) {
-    Refresher::new(node).run(changes, every, stopped).await;
+    Refresher::new(node, events).run(changes, every, stopped).await;
 }
 
 /// The refresher's parts, shared by the loop and every volume's task.
@@ -96,15 +102,19 @@ struct Refresher {
     access_slots: Arc<FairSlots>,
     content_slots: Arc<FairSlots>,
     in_flight: Arc<Mutex<InFlight>>,
+    events: Arc<dyn PodEvents>,
+    pacing: Arc<Mutex<EventPacing>>,
 }
 
 impl Refresher {
-    fn new(node: Arc<NodeService>) -> Refresher {
+    fn new(node: Arc<NodeService>, events: Arc<dyn PodEvents>) -> Refresher {
         Refresher {
             node,
             access_slots: FairSlots::halved(CONCURRENT_REFRESHES),
             content_slots: FairSlots::halved(CONCURRENT_REFRESHES),
             in_flight: Arc::default(),
+            events,
+            pacing: Arc::default(),
         }
     }
 
@@ -139,14 +149,14 @@ impl Refresher {
                 true => Lane::Access,
                 false => Lane::Content,
             };
-            Some((namespace.clone(), lane))
+            Some((volume_of_pod(record), lane))
         });
         if due.is_empty() {
             return;
         }
         let pass = self.node.start_pass();
         let guard = Arc::new(PassGuard { node: self.node.clone(), pass });
-        for (volume_id, (namespace, lane)) in due {
+        for (volume_id, (of, lane)) in due {
             let fresh = {
                 let mut in_flight = self.in_flight.locked();
                 if in_flight.running.contains(&volume_id) {
@@ -158,7 +168,7 @@ impl Refresher {
                 }
             };
             if fresh {
-                tokio::spawn(self.clone().refresh(Due { volume_id, namespace }, lane, Some(guard.clone())));
+                tokio::spawn(self.clone().refresh(Due { volume_id, of }, lane, Some(guard.clone())));
             }
         }
     }
@@ -166,9 +176,9 @@ impl Refresher {
     /// Refreshes one volume in `lane` (within `pass` at first), again while changes touched it
     /// meanwhile.
     async fn refresh(self, due: Due, mut lane: Lane, mut pass: Option<Arc<PassGuard>>) {
-        let Due { volume_id, namespace } = due;
+        let Due { volume_id, of } = due;
         loop {
-            let permit = self.slots(lane).acquire(&namespace).await;
+            let permit = self.slots(lane).acquire(&of.pod.namespace).await;
             let node = self.node.clone();
             let id = volume_id.clone();
             let this_pass = pass.take();
@@ -179,6 +189,7 @@ impl Refresher {
             .unwrap_or_else(|error| Some(Err(Error::local("the refresh failed", error))));
             drop(permit);
             let busy = matches!(result, Some(Err(Error::Busy(_))));
+            self.tell(&volume_id, &of, &result);
             report(&volume_id, result);
             if busy {
                 tokio::time::sleep(RETRY_BUSY_AFTER).await;
@@ -193,6 +204,39 @@ impl Refresher {
                 }
             }
         }
+    }
+}
+
+impl Refresher {
+    /// Tells `of`'s pod what a refresh of `volume_id` did, when the pacing lets it.
+    fn tell(&self, volume_id: &str, of: &VolumeOfPod, result: &Option<crate::volume::error::Result<bool>>) {
+        let refreshed = match result {
+            None => {
+                self.pacing.locked().forget(volume_id);
+                return;
+            }
+            // Another operation holds the volume: it is tried again shortly, nothing happened.
+            Some(Err(Error::Busy(_))) => return,
+            Some(Ok(true)) => Refreshed::Changed,
+            Some(Ok(false)) => Refreshed::Unchanged,
+            Some(Err(error)) => Refreshed::Failed { why: error.to_string() },
+        };
+        let event = self.pacing.locked().event(volume_id, of, &refreshed, Instant::now());
+        if let Some(event) = event {
+            self.events.tell(event);
+        }
+    }
+}
+
+/// `record`'s volume as its pod's Events name it: the pod, the volume's name in the pod (the
+/// directory kubelet made for it above the target), what it mounts.
+fn volume_of_pod(record: &crate::volume::store::VolumeRecord) -> VolumeOfPod {
+    let pod = &record.pod;
+    let volume = record.target_path.parent().and_then(|dir| dir.file_name()).map(|name| name.to_string_lossy());
+    VolumeOfPod {
+        pod: PodRef { namespace: pod.namespace.clone(), name: pod.name.clone(), uid: pod.uid.clone() },
+        volume: volume.map(|name| name.into_owned()).unwrap_or_default(),
+        mounts: mounts(&record.attributes),
     }
 }
 

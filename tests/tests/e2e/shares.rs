@@ -4,7 +4,7 @@
 //! files a container would see, and every change arrives through the driver's watches (its
 //! periodic refresh is an hour away).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use inline_guard_proto::csi::v1::NodeUnpublishVolumeRequest;
@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 use sharedresource_csi_driver::content::KubernetesSource;
 use sharedresource_csi_driver::content::external::providers::Providers;
 use sharedresource_csi_driver::plugin::Plugin;
+use sharedresource_csi_driver::pod_event_sink::ApiserverPodEvents;
 use tonic::Code;
 
 use crate::driver::kubelet_publish::{channel, kubelet_request, publish_as_kubelet};
@@ -124,12 +125,39 @@ impl InProcessDriver {
         providers: Providers,
         refresh_seconds: u64,
     ) -> Result<InProcessDriver, String> {
-        let groups = ["system:serviceaccounts", "system:serviceaccounts:inline-guard-driver", "system:authenticated"];
-        let client = suite.cluster.client_as(DRIVER_USER, &groups).await?;
+        let plugin = |dir: &Path, socket: PathBuf| {
+            let mut plugin = Plugin::in_directory(dir, socket);
+            plugin.config.refresh_seconds = refresh_seconds;
+            plugin
+        };
+        InProcessDriver::start_plugin(suite, providers, plugin).await
+    }
+
+    /// [`InProcessDriver::start`] with volumes of `tmpfs_size` bytes, telling pods of their
+    /// volumes' content in Events, as the shipped driver does.
+    pub async fn start_telling_events(suite: &Suite, tmpfs_size: u64) -> Result<InProcessDriver, String> {
+        let client = driver_client(suite).await?;
+        let plugin = move |dir: &Path, socket: PathBuf| {
+            let mut plugin = Plugin::in_directory(dir, socket);
+            plugin.config.tmpfs_size = tmpfs_size;
+            let timeout = Duration::from_secs(10);
+            let events = ApiserverPodEvents::new(client, tokio::runtime::Handle::current(), "in-process", timeout);
+            plugin.events = std::sync::Arc::new(events);
+            plugin
+        };
+        InProcessDriver::start_plugin(suite, Providers::default(), plugin).await
+    }
+
+    /// The driver `plugin` makes for a directory and socket, reading the cluster.
+    async fn start_plugin(
+        suite: &Suite,
+        providers: Providers,
+        plugin: impl FnOnce(&Path, PathBuf) -> Plugin,
+    ) -> Result<InProcessDriver, String> {
+        let client = driver_client(suite).await?;
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let socket = dir.path().join("csi.sock");
-        let mut plugin = Plugin::in_directory(dir.path(), socket.clone());
-        plugin.config.refresh_seconds = refresh_seconds;
+        let mut plugin = plugin(dir.path(), socket.clone());
         let metrics = plugin.metrics.clone();
         // It reads pods, as the suite's node does: the projection scenarios show pod labels.
         let source = KubernetesSource::new(client, tokio::runtime::Handle::current(), metrics.clone());
@@ -154,6 +182,12 @@ impl InProcessDriver {
         stopped?;
         if left.is_empty() { Ok(()) } else { Err(format!("the scenario left these mounted (now unmounted): {left:?}")) }
     }
+}
+
+/// A client acting as the driver's ServiceAccount, with its groups (RBAC decides what it may do).
+async fn driver_client(suite: &Suite) -> Result<kube::Client, String> {
+    let groups = ["system:serviceaccounts", "system:serviceaccounts:inline-guard-driver", "system:authenticated"];
+    suite.cluster.client_as(DRIVER_USER, &groups).await
 }
 
 /// NodeUnpublishVolume retried on ABORTED (a refresh of the volume is under way), as kubelet
@@ -266,7 +300,7 @@ pub async fn wait_for_view<T: PartialEq>(
     }
 }
 
-async fn wait_for_files(target: &Path, what: &str, expected: &[(&str, &str)]) -> Outcome {
+pub async fn wait_for_files(target: &Path, what: &str, expected: &[(&str, &str)]) -> Outcome {
     let expected: Vec<(String, String)> = expected.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     wait_for_view(target, what, files, &expected, |files| format!("{files:?}")).await.map(drop)
 }

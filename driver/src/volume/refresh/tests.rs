@@ -14,6 +14,7 @@ use crate::content::payload::{FileContent, Payload};
 use crate::metrics::Metrics;
 use crate::volume::checked::{Publish, Unpublish};
 use crate::volume::mounter::FakeMounter;
+use crate::volume::pod_events::{NoEvents, PodEvent};
 use crate::volume::service::VolumeSettings;
 use crate::volume::store::FileVolumeStore;
 use crate::volume::target_path::TargetPath;
@@ -168,7 +169,8 @@ async fn a_hung_volume_delays_no_other_volumes_revocation_and_can_be_unpublished
         node.publish(&publish(root, pod)).unwrap();
     }
     let (stop, stopped) = watch::channel(false);
-    let refresher = tokio::spawn(run(node.clone(), source.changes(), Duration::from_secs(3600), stopped));
+    let refresher =
+        tokio::spawn(run(node.clone(), source.changes(), Duration::from_secs(3600), stopped, Arc::new(NoEvents)));
 
     // One volume's source hangs; the other's access is revoked.
     let password = target(root, "other").join("password");
@@ -225,10 +227,8 @@ async fn a_change_during_a_refresh_refreshes_the_volume_again_afterwards() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     let source = Arc::new(Gated::default());
-    let node = node_over(root, source.clone(), Arc::new(Metrics::new()));
-    source.answer("web", Ok(secret("one")));
-    node.publish(&publish(root, "web")).unwrap();
-    let refresher = Refresher::new(node.clone());
+    let node = web_published(root, &source);
+    let refresher = Refresher::new(node.clone(), Arc::new(NoEvents));
     source.hold("web");
     let _release = ReleaseOnDrop(source.clone());
     refresher.dispatch(&Pending::everything());
@@ -257,7 +257,7 @@ async fn hung_tenant_and_a_victim(root: &Path, source: &Arc<Gated>) -> (Arc<Node
     }
     source.answer("victim", Ok(secret("one")));
     node.publish(&publish_in(root, "victim", "victim", "reader")).unwrap();
-    let refresher = Refresher::new(node.clone());
+    let refresher = Refresher::new(node.clone(), Arc::new(NoEvents));
     for pod in &slow {
         source.hold(pod);
     }
@@ -294,10 +294,8 @@ async fn a_revocation_never_waits_behind_other_volumes_refreshes() {
     let (_node, refresher) = hung_tenant_and_a_victim(root, &source).await;
     let _release = ReleaseOnDrop(source.clone());
     // Every content slot is taken: another namespace's slow volumes hold the rest.
-    let others: Vec<Due> = (0..CONCURRENT_REFRESHES)
-        .map(|n| Due { volume_id: format!("other-{n}"), namespace: format!("other-{}", n % 2) })
-        .collect();
-    let held: Vec<_> = others.iter().filter_map(|due| refresher.content_slots.try_acquire(&due.namespace)).collect();
+    let others: Vec<String> = (0..CONCURRENT_REFRESHES).map(|n| format!("other-{}", n % 2)).collect();
+    let held: Vec<_> = others.iter().filter_map(|namespace| refresher.content_slots.try_acquire(namespace)).collect();
     assert!(refresher.content_slots.try_acquire("victim").is_none(), "the positive control: no content slot is free");
     let password = target(root, "victim").join("password");
     assert!(password.exists(), "the positive control: the file is there before the revocation");
@@ -309,4 +307,50 @@ async fn a_revocation_never_waits_behind_other_volumes_refreshes() {
     refresher.dispatch(&grant_changed);
     eventually("the victim's volume was emptied", || !password.exists()).await;
     drop(held);
+}
+
+/// A node with pod `web`'s volume published, its content "one".
+fn web_published(root: &Path, source: &Arc<Gated>) -> Arc<NodeService> {
+    let node = node_over(root, source.clone(), Arc::new(Metrics::new()));
+    source.answer("web", Ok(secret("one")));
+    node.publish(&publish(root, "web")).unwrap();
+    node
+}
+
+/// The Events the refresher told, in order.
+#[derive(Default)]
+struct Told(Mutex<Vec<PodEvent>>);
+
+impl PodEvents for Told {
+    fn tell(&self, event: PodEvent) {
+        self.0.lock().unwrap().push(event);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pod_is_told_of_new_content_and_of_an_update_that_could_not_be_applied() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let source = Arc::new(Gated::default());
+    let node = web_published(root, &source);
+    let told = Arc::new(Told::default());
+    let refresher = Refresher::new(node.clone(), told.clone());
+    let password = target(root, "web").join("password");
+
+    source.answer("web", Ok(secret("two")));
+    refresher.dispatch(&Pending::everything());
+    eventually("the update was written", || std::fs::read_to_string(&password).is_ok_and(|s| s == "two")).await;
+    eventually("the refresher let go of the volume", || refresher.in_flight.lock().unwrap().running.is_empty()).await;
+    source.answer("web", Err(ContentError::Unavailable("the apiserver did not answer within 10 s".into())));
+    refresher.dispatch(&Pending::everything());
+    eventually("the failure was told", || told.0.lock().unwrap().len() == 2).await;
+
+    let told = told.0.lock().unwrap();
+    let pod = &told[0].pod;
+    assert_eq!((pod.namespace.as_str(), pod.name.as_str(), pod.uid.as_str()), ("apps", "web", "web"));
+    assert_eq!((told[0].warning, told[0].reason), (false, "ContentUpdated"));
+    assert!(told[0].note.starts_with("volume \"shared\" (its content): new content is in place"), "{}", told[0].note);
+    assert_eq!((told[1].warning, told[1].reason), (true, "ContentNotUpdated"));
+    assert!(told[1].note.ends_with("still served: the apiserver did not answer within 10 s"), "{}", told[1].note);
+    assert_eq!(std::fs::read_to_string(&password).unwrap(), "two", "the previous content is still served");
 }

@@ -1,0 +1,278 @@
+//! What the refresher tells a pod about its volumes' content, and how often: a Normal Event when
+//! new content is in place, a Warning when an update could not be applied and the previous
+//! content is still served (which kubelet never shows: it only hears of a publish). Each is paced
+//! per volume, so a share changing every second, or a failure lasting a day, costs the pod's
+//! namespace a bounded number of Events. The decisions are here; the sink that creates the
+//! Events (`crate::pod_event_sink`) is the I/O at the edge, given to the refresher at start.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use sharedresource_api::quote::quote;
+use sharedresource_api::share_kind::{SHARED_CONFIG_MAP_ATTRIBUTE, SHARED_SECRET_ATTRIBUTE};
+use sharedresource_api::volume_attributes::{PROJECTION_ATTRIBUTE, PROVIDER_ATTRIBUTE};
+
+/// A new version is told at most this often per volume; changes in between are counted in the
+/// next Event.
+pub const UPDATED_AT_MOST_EVERY: Duration = Duration::from_secs(10);
+/// A failing update is told at most this often per volume while it keeps failing.
+pub const NOT_UPDATED_AT_MOST_EVERY: Duration = Duration::from_secs(300);
+/// The longest reason quoted from an error in a note (an Event's note holds at most 1 KiB).
+const MAX_WHY_BYTES: usize = 600;
+
+/// The pod an Event is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodRef {
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// Its uid.
+    pub uid: String,
+}
+
+/// One Event to create.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodEvent {
+    /// The pod it is about.
+    pub pod: PodRef,
+    /// A Warning (else Normal).
+    pub warning: bool,
+    /// `ContentUpdated` or `ContentNotUpdated`.
+    pub reason: &'static str,
+    /// What happened, in the driver's words; never a value of the content.
+    pub note: String,
+}
+
+/// Where Events go.
+pub trait PodEvents: Send + Sync {
+    /// Creates `event` (in the background: the refresher never waits for the apiserver).
+    fn tell(&self, event: PodEvent);
+}
+
+/// No Events: the static source, and tests that do not look for them.
+pub struct NoEvents;
+
+impl PodEvents for NoEvents {
+    fn tell(&self, _: PodEvent) {}
+}
+
+/// What a refresh of a volume did, as its pod may hear of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refreshed {
+    /// New content is in place (an update, a revocation that emptied it, a restoration).
+    Changed,
+    /// The content was current.
+    Unchanged,
+    /// The content could not be updated; the previous content is served. `why` is the error, in
+    /// the words kubelet would show for a publish.
+    Failed {
+        /// Why.
+        why: String,
+    },
+}
+
+/// One volume as its pod's Events name it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeOfPod {
+    /// The pod.
+    pub pod: PodRef,
+    /// The volume's name in the pod (kubelet's directory name for it).
+    pub volume: String,
+    /// What it mounts: `SharedSecret "db"`, `SharedProjection "app"`, `provider "vault"`.
+    pub mounts: String,
+}
+
+/// When each volume was last told of, so each is told at most so often.
+#[derive(Debug, Default)]
+pub struct EventPacing {
+    volumes: HashMap<String, Paced>,
+}
+
+#[derive(Debug, Default)]
+struct Paced {
+    /// When a new version was last told.
+    updated: Option<Instant>,
+    /// Versions not told since.
+    untold: u32,
+    /// When the failure going on was last told (`None`: none going on, or not told yet).
+    failing: Option<Instant>,
+}
+
+impl EventPacing {
+    /// The Event to create for `volume_id`'s refresh at `now`, if any.
+    pub fn event(
+        &mut self,
+        volume_id: &str,
+        of: &VolumeOfPod,
+        refreshed: &Refreshed,
+        now: Instant,
+    ) -> Option<PodEvent> {
+        self.forget_quiet(now);
+        let paced = self.volumes.entry(volume_id.to_string()).or_default();
+        let (warning, reason, note) = match refreshed {
+            Refreshed::Unchanged => {
+                paced.failing = None;
+                return None;
+            }
+            Refreshed::Changed => {
+                paced.failing = None;
+                if paced.updated.is_some_and(|at| now.saturating_duration_since(at) < UPDATED_AT_MOST_EVERY) {
+                    paced.untold += 1;
+                    return None;
+                }
+                let earlier = match std::mem::take(&mut paced.untold) {
+                    0 => String::new(),
+                    1 => " (after 1 change not told: Events about a volume come at most every 10 s)".to_string(),
+                    n => format!(" (after {n} changes not told: Events about a volume come at most every 10 s)"),
+                };
+                paced.updated = Some(now);
+                let note = format!(
+                    "volume {:?} ({}): new content is in place{earlier}; the volume's ..data link names each version",
+                    of.volume, of.mounts
+                );
+                (false, "ContentUpdated", note)
+            }
+            Refreshed::Failed { why } => {
+                if paced.failing.is_some_and(|at| now.saturating_duration_since(at) < NOT_UPDATED_AT_MOST_EVERY) {
+                    return None;
+                }
+                paced.failing = Some(now);
+                let why = crate::quote::bounded(why.clone(), MAX_WHY_BYTES);
+                let note = format!(
+                    "volume {:?} ({}): the content could not be updated and the previous content is still served: {why}",
+                    of.volume, of.mounts
+                );
+                (true, "ContentNotUpdated", note)
+            }
+        };
+        Some(PodEvent { pod: of.pod.clone(), warning, reason, note })
+    }
+
+    /// Drops `volume_id` (unpublished).
+    pub fn forget(&mut self, volume_id: &str) {
+        self.volumes.remove(volume_id);
+    }
+
+    /// Drops the volumes told of so long ago that they would be told again at once anyway: the
+    /// map holds no more than the volumes active in the last few minutes.
+    fn forget_quiet(&mut self, now: Instant) {
+        let quiet =
+            |at: Option<Instant>| at.is_none_or(|at| now.saturating_duration_since(at) >= NOT_UPDATED_AT_MOST_EVERY);
+        self.volumes.retain(|_, paced| !(quiet(paced.updated) && quiet(paced.failing)));
+    }
+}
+
+/// What a volume with `attributes` mounts, for messages: `SharedSecret "db"`, `SharedConfigMap
+/// "ca"`, `SharedProjection "app"`, `provider "vault"`; names quoted and bounded.
+pub fn mounts(attributes: &std::collections::BTreeMap<String, String>) -> String {
+    let named = [
+        (SHARED_SECRET_ATTRIBUTE, "SharedSecret"),
+        (SHARED_CONFIG_MAP_ATTRIBUTE, "SharedConfigMap"),
+        (PROJECTION_ATTRIBUTE, "SharedProjection"),
+        (PROVIDER_ATTRIBUTE, "provider"),
+    ];
+    named
+        .iter()
+        .find_map(|(attribute, kind)| attributes.get(*attribute).map(|name| format!("{kind} {}", quote(name))))
+        .unwrap_or_else(|| "its content".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn of() -> VolumeOfPod {
+        VolumeOfPod {
+            pod: PodRef { namespace: "team-a".into(), name: "web".into(), uid: "u-1".into() },
+            volume: "db".into(),
+            mounts: "SharedSecret \"db\"".into(),
+        }
+    }
+
+    fn failed(why: &str) -> Refreshed {
+        Refreshed::Failed { why: why.into() }
+    }
+
+    #[test]
+    fn a_change_is_told_then_at_most_every_ten_seconds_counting_what_was_not() {
+        let mut pacing = EventPacing::default();
+        let start = Instant::now();
+        let first = pacing.event("v", &of(), &Refreshed::Changed, start).unwrap();
+        assert_eq!(
+            first,
+            PodEvent {
+                pod: of().pod,
+                warning: false,
+                reason: "ContentUpdated",
+                note: "volume \"db\" (SharedSecret \"db\"): new content is in place; the volume's ..data link names each version"
+                    .into(),
+            }
+        );
+        assert_eq!(pacing.event("v", &of(), &Refreshed::Changed, start + Duration::from_secs(3)), None);
+        assert_eq!(pacing.event("v", &of(), &Refreshed::Changed, start + Duration::from_secs(6)), None);
+        assert_eq!(pacing.event("v", &of(), &Refreshed::Unchanged, start + Duration::from_secs(8)), None);
+        let next = pacing.event("v", &of(), &Refreshed::Changed, start + UPDATED_AT_MOST_EVERY).unwrap();
+        assert_eq!(
+            next.note,
+            "volume \"db\" (SharedSecret \"db\"): new content is in place (after 2 changes not told: Events about a \
+             volume come at most every 10 s); the volume's ..data link names each version"
+        );
+        // Another volume of the same pod has its own pace.
+        assert!(pacing.event("w", &of(), &Refreshed::Changed, start + Duration::from_secs(11)).is_some());
+    }
+
+    #[test]
+    fn a_failure_is_told_at_once_then_every_five_minutes_while_it_lasts_and_again_after_a_recovery() {
+        let mut pacing = EventPacing::default();
+        let start = Instant::now();
+        let warning = pacing.event("v", &of(), &failed("the content (70 KiB) does not fit"), start).unwrap();
+        assert!(warning.warning);
+        assert_eq!(warning.reason, "ContentNotUpdated");
+        assert_eq!(
+            warning.note,
+            "volume \"db\" (SharedSecret \"db\"): the content could not be updated and the previous content is still \
+             served: the content (70 KiB) does not fit"
+        );
+        assert_eq!(pacing.event("v", &of(), &failed("again"), start + Duration::from_secs(299)), None);
+        assert!(pacing.event("v", &of(), &failed("again"), start + NOT_UPDATED_AT_MOST_EVERY).is_some());
+        // Recovered (unchanged content read fine), then failing anew: told at once.
+        let later = start + NOT_UPDATED_AT_MOST_EVERY + Duration::from_secs(1);
+        assert_eq!(pacing.event("v", &of(), &Refreshed::Unchanged, later), None);
+        assert!(pacing.event("v", &of(), &failed("anew"), later + Duration::from_secs(1)).is_some());
+    }
+
+    #[test]
+    fn a_long_reason_is_cut_and_a_forgotten_volume_starts_afresh() {
+        let mut pacing = EventPacing::default();
+        let start = Instant::now();
+        let warning = pacing.event("v", &of(), &failed(&"y".repeat(10_000)), start).unwrap();
+        assert!(warning.note.len() < 1024, "an Event's note holds 1 KiB: {}", warning.note.len());
+        assert!(pacing.event("v", &of(), &Refreshed::Changed, start).is_some());
+        assert!(pacing.event("v", &of(), &Refreshed::Changed, start + Duration::from_secs(1)).is_none());
+        pacing.forget("v");
+        assert!(pacing.event("v", &of(), &Refreshed::Changed, start + Duration::from_secs(2)).is_some());
+    }
+
+    #[test]
+    fn volumes_quiet_for_five_minutes_are_not_kept() {
+        let mut pacing = EventPacing::default();
+        let start = Instant::now();
+        for n in 0..100 {
+            pacing.event(&format!("v{n}"), &of(), &Refreshed::Changed, start);
+        }
+        assert_eq!(pacing.volumes.len(), 100);
+        pacing.event("last", &of(), &Refreshed::Changed, start + NOT_UPDATED_AT_MOST_EVERY);
+        assert_eq!(pacing.volumes.len(), 1);
+    }
+
+    #[test]
+    fn what_a_volume_mounts_is_named_by_its_selecting_attribute() {
+        let attributes = |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        assert_eq!(mounts(&attributes(&[("sharedSecret", "db"), ("refreshResource", "true")])), "SharedSecret \"db\"");
+        assert_eq!(mounts(&attributes(&[("sharedConfigMap", "ca")])), "SharedConfigMap \"ca\"");
+        assert_eq!(mounts(&attributes(&[("projection", "app")])), "SharedProjection \"app\"");
+        assert_eq!(mounts(&attributes(&[("provider", "vault"), ("role", "x")])), "provider \"vault\"");
+        assert_eq!(mounts(&attributes(&[("share", "demo")])), "its content");
+    }
+}

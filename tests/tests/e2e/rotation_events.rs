@@ -1,0 +1,136 @@
+//! Rotation the application can see: the driver in process, as its ServiceAccount with the
+//! shipped RBAC, tells a pod through Events (`events.k8s.io/v1`, read back from the apiserver)
+//! when its volume's content changed, and when an update could not be applied (content larger
+//! than the volume's tmpfsSize) while the previous content is still served.
+
+use std::time::{Duration, Instant};
+
+use inline_guard_proto::csi::v1::node_client::NodeClient;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use serde_json::{Value, json};
+use sharedresource_csi_driver::DRIVER_NAME;
+
+use crate::driver::kubelet_publish::{channel, kubelet_request, publish_as_kubelet};
+use crate::shares::{
+    InProcessDriver, apply_file, create_object, create_shared_secret, unpublish_as_kubelet, use_grant,
+};
+use crate::support::{Outcome, Suite, create, create_namespace, create_service_account, pods_path, wait_established};
+
+const OWNER: &str = "events-owner";
+const CONSUMER: &str = "events-consumer";
+const SHARE: &str = "events-app";
+/// Small, so that one update can be too large for it.
+const TMPFS: u64 = 64 << 10;
+
+fn reader() -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "reader"},
+        "spec": {
+            "serviceAccountName": "reader",
+            "containers": [{"name": "app", "image": "registry.invalid/app:1", "volumeMounts": [{"name": "app", "mountPath": "/app"}]}],
+            "volumes": [{"name": "app", "csi": {"driver": DRIVER_NAME, "readOnly": true, "volumeAttributes": {"sharedSecret": SHARE}}}]
+        }
+    })
+}
+
+/// The driver's Events about pod `uid` so far: (type, reason, note).
+async fn events_about(admin: &kube::Client, uid: &str) -> Result<Vec<(String, String, String)>, String> {
+    let events = Api::<Event>::namespaced(admin.clone(), CONSUMER).list(&ListParams::default()).await;
+    Ok(events
+        .map_err(|e| e.to_string())?
+        .items
+        .into_iter()
+        .filter(|event| event.regarding.as_ref().and_then(|r| r.uid.as_deref()) == Some(uid))
+        .filter(|event| event.reporting_controller.as_deref() == Some(DRIVER_NAME))
+        .map(|event| {
+            (event.type_.unwrap_or_default(), event.reason.unwrap_or_default(), event.note.unwrap_or_default())
+        })
+        .collect())
+}
+
+/// Waits (up to `within`) until the driver told pod `uid` an Event of `reason`; its note.
+async fn told(admin: &kube::Client, uid: &str, reason: &str, within: Duration) -> Result<(String, String), String> {
+    let deadline = Instant::now() + within;
+    loop {
+        let events = events_about(admin, uid).await?;
+        if let Some((kind, _, note)) = events.iter().find(|(_, r, _)| r == reason) {
+            return Ok((kind.clone(), note.clone()));
+        }
+        if Instant::now() > deadline {
+            return Err(format!("no {reason} Event on the pod within {within:?}; the driver's Events: {events:?}"));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+pub async fn content_changes_and_failed_updates_are_told_on_the_pod(suite: &Suite) -> Outcome {
+    let admin = &suite.admin;
+    apply_file(suite, "config/deploy/driver/crds.yaml").await?;
+    wait_established(admin, "sharedsecrets.sharedresource.inlineguard.dev").await?;
+    apply_file(suite, "config/deploy/driver/rbac.yaml").await?;
+    for namespace in [OWNER, CONSUMER] {
+        create_namespace(admin, namespace, "none", &[]).await?;
+    }
+    create_service_account(admin, CONSUMER, "reader").await?;
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "app-creds"}, "stringData": {"password": "first"}});
+    create_object(suite, &format!("/api/v1/namespaces/{OWNER}/secrets"), secret).await?;
+    create_shared_secret(suite, SHARE, OWNER, "app-creds").await?;
+    let (role, binding) = use_grant(CONSUMER, "sharedsecrets", SHARE, ("use-app", "reader-uses-app"));
+    create_object(suite, &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{CONSUMER}/roles"), role).await?;
+    create_object(suite, &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{CONSUMER}/rolebindings"), binding)
+        .await?;
+    let answer = create(admin, &pods_path(CONSUMER), &reader(), false).await?;
+    if answer.status != 201 {
+        return Err(format!("creating the reader pod: {} {}", answer.status, answer.message()));
+    }
+    let pod: Pod = serde_json::from_value(answer.body).map_err(|e| e.to_string())?;
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+
+    let driver = InProcessDriver::start_telling_events(suite, TMPFS).await?;
+    let mut node = NodeClient::new(channel(driver.socket.clone()).await?);
+    let target = driver.dir.path().join("pods/reader/volumes/kubernetes.io~csi/app/mount");
+    let outcome = async {
+        let request = kubelet_request(&pod, "app", &target)?;
+        publish_as_kubelet(&mut node, &request).await.map_err(|e| format!("publish: {e}"))?;
+        crate::shares::wait_for_files(&target, "published", &[("password", "first")]).await?;
+        if !events_about(admin, &uid).await?.is_empty() {
+            return Err("a publish was told as an Event of the driver's (kubelet tells publishes)".into());
+        }
+
+        // An update: told within 5 s, naming the volume and the share, never the content.
+        let secrets = Api::<Secret>::namespaced(admin.clone(), OWNER);
+        let update = json!({"stringData": {"password": "second"}});
+        secrets.patch("app-creds", &PatchParams::default(), &Patch::Merge(&update)).await.map_err(|e| e.to_string())?;
+        let changed = Instant::now();
+        crate::shares::wait_for_files(&target, "after the update", &[("password", "second")]).await?;
+        let (kind, note) = told(admin, &uid, "ContentUpdated", Duration::from_secs(5)).await?;
+        let expected = format!("volume \"app\" (SharedSecret \"{SHARE}\"): new content is in place; the volume's ..data link names each version");
+        if (kind.as_str(), note.as_str()) != ("Normal", expected.as_str()) {
+            return Err(format!("expected a Normal Event {expected:?}, got {kind} {note:?}"));
+        }
+        println!("rotation events: ContentUpdated on the pod {:?} after the Secret's update", changed.elapsed());
+
+        // An update too large for the volume: a Warning saying why; the previous content stays.
+        let large = json!({"stringData": {"password": "second", "blob": "x".repeat(2 * TMPFS as usize)}});
+        secrets.patch("app-creds", &PatchParams::default(), &Patch::Merge(&large)).await.map_err(|e| e.to_string())?;
+        let (kind, note) = told(admin, &uid, "ContentNotUpdated", Duration::from_secs(10)).await?;
+        let prefix = format!("volume \"app\" (SharedSecret \"{SHARE}\"): the content could not be updated and the previous content is still served: ");
+        if kind != "Warning" || !note.starts_with(&prefix) {
+            return Err(format!("expected a Warning starting {prefix:?}, got {kind} {note:?}"));
+        }
+        if note.contains("second") || note.contains("xxxx") {
+            return Err(format!("an Event quoted the content: {note:?}"));
+        }
+        let files = crate::shares::files(&target);
+        if files != [("password".to_string(), "second".to_string())] {
+            return Err(format!("after the failed update the volume should still serve the previous content, it has {files:?}"));
+        }
+        println!("rotation events: ContentNotUpdated: {note}");
+        unpublish_as_kubelet(&mut node, request.volume_id, request.target_path).await
+    }
+    .await;
+    let stopped = driver.stop().await;
+    outcome.and(stopped)
+}
