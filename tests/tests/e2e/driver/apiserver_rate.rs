@@ -1,6 +1,7 @@
 //! The driver's apiserver rate, seen by the apiserver: requests sent all at once through the
-//! driver's client stack, with a bucket of 2 a second and a burst of 1, reach the apiserver at
-//! least half a second apart (its audit log's receive times, not the client's clock).
+//! driver's client stack, with a bucket of 2 a second and a burst of 1, reach the apiserver
+//! spread over the 2 s the bucket spaces them by (its audit log's receive times, not the
+//! client's clock); sent without the limit, they arrive within milliseconds.
 
 use std::time::{Duration, Instant};
 
@@ -20,6 +21,9 @@ pub async fn the_drivers_requests_keep_to_its_rate(suite: &Suite) -> Outcome {
     // A share: the suite's audit policy logs every request for one.
     let shares =
         kube::Api::<kube::api::DynamicObject>::all_with(clients.requests.clone(), &crate::shares::shared_secrets());
+    // One request first, of another name (not counted below): it opens the connection and takes
+    // the burst's token, so the measured ones pay no handshake and each waits for its token.
+    let _ = shares.get_opt("rate-probe-warm-up").await;
     // All at once: only the bucket spaces them. Each is refused (the probe may read nothing),
     // which the apiserver logs like any other request.
     let sent = futures_util::future::join_all((0..REQUESTS).map(|_| shares.get_opt("rate-probe"))).await;
@@ -33,6 +37,7 @@ pub async fn the_drivers_requests_keep_to_its_rate(suite: &Suite) -> Outcome {
             .audit_events()?
             .iter()
             .filter(|event| event.acting_user() == PROBE && event.stage == "ResponseComplete")
+            .filter(|event| event.object_ref.as_ref().is_some_and(|object| object.name == "rate-probe"))
             .map(|event| seconds_of_day(&event.request_received_timestamp))
             .collect::<Result<_, _>>()?;
         if received.len() >= REQUESTS || Instant::now() > deadline {
@@ -44,13 +49,19 @@ pub async fn the_drivers_requests_keep_to_its_rate(suite: &Suite) -> Outcome {
     if received.len() != REQUESTS {
         return Err(format!("the audit log shows {} requests of the probe, expected {REQUESTS}", received.len()));
     }
-    // A token every 0.5 s: each request is received at least that long after the one before
-    // (10 ms for the log's rounding and the clocks' reading).
+    // A token every 0.5 s: the five were sent 2 s apart from first to last. Each one's way to
+    // the apiserver takes its own time (on a busy machine, tens of milliseconds apart), so the
+    // spread is asked to be over 1.5 s, never exactly 2; without the limit it is milliseconds.
     let gaps: Vec<f64> = received.windows(2).map(|pair| pair[1] - pair[0]).collect();
-    if gaps.iter().any(|gap| *gap < 0.49) {
-        return Err(format!("requests reached the apiserver closer than 0.5 s apart: gaps {gaps:?} s"));
+    let spread = received[REQUESTS - 1] - received[0];
+    if spread < 1.5 {
+        return Err(format!(
+            "{REQUESTS} requests reached the apiserver within {spread:.3} s (gaps {gaps:?} s), not spread over 2 s"
+        ));
     }
-    println!("apiserver rate: {REQUESTS} requests sent at once arrived {gaps:.2?} s apart (2 a second, burst 1)");
+    println!(
+        "apiserver rate: {REQUESTS} requests sent at once arrived over {spread:.2} s, {gaps:.2?} s apart (2 a second, burst 1)"
+    );
     Ok(())
 }
 
