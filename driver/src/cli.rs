@@ -185,8 +185,8 @@ fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
                         answer to it): drop --no-registration"
                 .into());
         }
-        // Made on the runtime (kube's client spawns its buffer's task there), with the same rate
-        // of requests as the content source's.
+        // Made on the runtime (kube's client spawns its buffer's task there), with a bucket of
+        // its own at the configured rate: it asks a few times at start, then never again.
         let client = runtime.block_on(async {
             let rate = crate::apiserver_rate::RateLayer::new(config.apiserver_qps, config.apiserver_burst);
             kube_client(config.kubeconfig.as_deref(), rate).await

@@ -19,6 +19,8 @@ pub const UPDATED_AT_MOST_EVERY: Duration = Duration::from_secs(10);
 pub const NOT_UPDATED_AT_MOST_EVERY: Duration = Duration::from_secs(300);
 /// The longest reason quoted from an error in a note (an Event's note holds at most 1 KiB).
 const MAX_WHY_BYTES: usize = 600;
+/// The longest note, with the `...` a cut adds: within the apiserver's 1 KiB.
+const MAX_NOTE_BYTES: usize = 1000;
 
 /// The pod an Event is about.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -146,6 +148,9 @@ impl EventPacing {
                 (true, "ContentNotUpdated", note)
             }
         };
+        // The apiserver refuses a note over 1 KiB; the volume's name and the share's are
+        // bounded, but together with the reason they could reach it.
+        let note = crate::quote::bounded(note, MAX_NOTE_BYTES);
         Some(PodEvent { pod: of.pod.clone(), warning, reason, note })
     }
 
@@ -248,6 +253,9 @@ mod tests {
         let start = Instant::now();
         let warning = pacing.event("v", &of(), &failed(&"y".repeat(10_000)), start).unwrap();
         assert!(warning.note.len() < 1024, "an Event's note holds 1 KiB: {}", warning.note.len());
+        let long = VolumeOfPod { volume: "v".repeat(253), mounts: "m".repeat(400), ..of() };
+        let warning = pacing.event("w", &long, &failed(&"y".repeat(10_000)), start).unwrap();
+        assert!(warning.note.len() <= 1024, "names at their longest still fit: {}", warning.note.len());
         assert!(pacing.event("v", &of(), &Refreshed::Changed, start).is_some());
         assert!(pacing.event("v", &of(), &Refreshed::Changed, start + Duration::from_secs(1)).is_none());
         pacing.forget("v");
