@@ -154,6 +154,6 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(!removing.is_finished(), "it waits for the registration");
         drop(sender);
-        tokio::time::timeout(Duration::from_secs(5), removing).await.unwrap().unwrap();
+        tokio::time::timeout(Duration::from_secs(60), removing).await.unwrap().unwrap();
     }
 }

