@@ -20,8 +20,9 @@
 //! panicking holder), `dir_tree`, `fair_slots` (pools
 //! no one namespace can hold whole: publishes, refreshes, helpers), the apiserver client
 //! stack and the one way its requests are made (`apiserver_request`: timed, their failures told
-//! in general terms); and `read_grants`, the small controller that lets the driver read exactly what shares
-//! name.
+//! in general terms); `read_grants`, the small controller that lets the driver read exactly what shares
+//! name; and `rollout`, its opt-in second duty: restarting labelled workloads when a share they
+//! mount changes.
 
 pub mod apiserver_client;
 pub mod apiserver_rate;
@@ -30,6 +31,7 @@ pub mod cli;
 pub mod config;
 pub mod config_file;
 pub mod content;
+pub mod controller_pacing;
 pub mod csi;
 pub mod dir_tree;
 pub mod error;
@@ -42,6 +44,7 @@ pub mod plugin;
 pub mod pod_event_sink;
 pub mod quote;
 pub mod read_grants;
+pub mod rollout;
 pub mod startup_taint;
 #[cfg(feature = "test-util")]
 pub mod test_client;

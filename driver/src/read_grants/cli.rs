@@ -1,5 +1,6 @@
 //! The command line of `sharedresource-read-grants`: which cluster, which ServiceAccount the
-//! grants are for, then the controller until SIGTERM.
+//! grants are for, whether it restarts workloads on a share's change (`crate::rollout`), then the
+//! controllers until SIGTERM.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -32,6 +33,14 @@ struct Flags {
     /// Requests sent at once after a quiet time (client-go's Burst).
     #[arg(long, value_name = "N", default_value_t = 40, value_parser = clap::value_parser!(u32).range(1..))]
     apiserver_burst: u32,
+    /// Also restart the workloads labelled `sharedresource.inlineguard.dev/restart-on-change=true`
+    /// when a share their pods mount changes (needs config/deploy/driver/rollout-on-change.yaml).
+    #[arg(long)]
+    rollout_on_change: bool,
+    /// With --rollout-on-change: the most labelled workloads followed in one namespace (those
+    /// beyond are logged and not restarted).
+    #[arg(long, value_name = "N", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    rollout_workloads_per_namespace: u32,
 }
 
 /// Parses `args` (the program name first) and runs until SIGTERM or SIGINT: 0 then, 2 when it
@@ -54,8 +63,18 @@ fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
         let mut interrupt = signal(SignalKind::interrupt())?;
         let rate = crate::apiserver_rate::RateLayer::new(flags.apiserver_qps, flags.apiserver_burst);
         let client = crate::cli::kube_client(flags.kubeconfig.as_deref(), rate).await?;
+        let rollout = async {
+            if flags.rollout_on_change {
+                let settings = crate::rollout::controller::RolloutSettings {
+                    workloads_per_namespace: flags.rollout_workloads_per_namespace as usize,
+                    timeout,
+                };
+                crate::rollout::controller::run(client.clone(), settings).await;
+            }
+        };
+        let grants = super::controller::run(client.clone(), driver, timeout);
         tokio::select! {
-            () = super::controller::run(client, driver, timeout) => {}
+            _ = futures_util::future::join(grants, rollout) => {}
             _ = terminate.recv() => {}
             _ = interrupt.recv() => {}
         }

@@ -4,7 +4,7 @@
 //! RoleBindings (selected by its label: it never touches another object), and after any change
 //! applies the difference (server-side apply, so two replicas agree rather than fight). Nothing
 //! is removed before every watch has listed: a controller that has not yet seen the shares must
-//! not take grants away. A failed step is retried with backoff (up to 30 s), so a grant for a
+//! not take grants away. A failed step is retried with backoff (`controller_pacing`), so a grant for a
 //! namespace created after its share arrives within that; every request has a timeout.
 
 use std::sync::Arc;
@@ -23,17 +23,10 @@ use super::plan::{
     DriverAccount, Existing, GRANT_NAME, MANAGED_BY, MANAGED_BY_LABEL, Step, binding, role, steps, wanted,
 };
 use crate::apiserver_request::{RequestFailed, ask};
+use crate::controller_pacing::PassPacing;
 use crate::quote::Logged;
 use sharedresource_api::ShareKind;
 use sharedresource_api::shares::{SharedConfigMap, SharedSecret};
-
-/// How long after a change the controller waits for the changes that come with it (a share
-/// created with others, its own writes coming back) before it acts.
-const SETTLE: Duration = Duration::from_millis(200);
-/// The longest wait before a failed step is tried again.
-const MAX_RETRY: Duration = Duration::from_secs(30);
-/// How often everything is compared even when nothing was seen to change.
-const RESYNC: Duration = Duration::from_secs(300);
 
 /// What the controller watches, each kept by a reflector: the shares whole (cluster-scoped, made
 /// by the cluster's operators), and of Roles and RoleBindings only those of its own name and
@@ -72,27 +65,16 @@ pub async fn run(client: Client, driver: DriverAccount, timeout: Duration) {
         }
     }
     info!("every watch has listed; keeping the driver's read grants");
-    let mut retry = Duration::from_secs(1);
+    let mut pacing = PassPacing::default();
     loop {
         let failed = reconcile(&client, &stores, &driver, timeout).await;
-        let wait = if failed {
-            let wait = retry;
-            retry = (retry * 2).min(MAX_RETRY);
-            wait
-        } else {
-            retry = Duration::from_secs(1);
-            RESYNC
-        };
-        tokio::select! {
-            _ = changed.notified() => tokio::time::sleep(SETTLE).await,
-            _ = tokio::time::sleep(wait) => {}
-        }
+        pacing.next_pass(&changed, failed).await;
     }
 }
 
 /// A reflector of `api` (as `config` selects) kept current in the background until the runtime
 /// ends; every event notifies `changed`.
-fn follow<K>(api: Api<K>, config: watcher::Config, changed: Arc<Notify>) -> Store<K>
+pub(crate) fn follow<K>(api: Api<K>, config: watcher::Config, changed: Arc<Notify>) -> Store<K>
 where
     K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
 {

@@ -30,9 +30,15 @@ pub fn run_driver_if_child() {
 /// Starts the read-grants controller as the identity in `kubeconfig`, logging to
 /// `dir/read-grants.log`.
 pub fn start_read_grants(kubeconfig: &Path, dir: &Path) -> Result<ChildProcess, String> {
+    start_read_grants_as("read-grants", kubeconfig, dir, &[])
+}
+
+/// [`start_read_grants`] with `extra` arguments, logging to `dir/<name>.log`.
+pub fn start_read_grants_as(name: &str, kubeconfig: &Path, dir: &Path, extra: &[&str]) -> Result<ChildProcess, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let args = ["--kubeconfig".into(), kubeconfig.display().to_string()];
-    ChildProcess::spawn("read-grants", &exe, &args, &[(DRIVER_CHILD_ENV, READ_GRANTS)], dir)
+    let mut args = vec!["--kubeconfig".into(), kubeconfig.display().to_string()];
+    args.extend(extra.iter().map(|arg| (*arg).to_owned()));
+    ChildProcess::spawn(name, &exe, &args, &[(DRIVER_CHILD_ENV, READ_GRANTS)], dir)
 }
 
 /// Where the driver of a node keeps what.

@@ -1,0 +1,273 @@
+//! Rollout on change: the read-grants controller as its shipped ServiceAccount, with
+//! `rollout-on-change.yaml` applied and `--rollout-on-change`, against the real apiserver and
+//! kube-controller-manager's Deployment controller. A labelled Deployment whose share's Secret
+//! changes is restarted once (its template's restartedAt set once, and the Deployment controller's
+//! ReplicaSets, an independent count, one more); a label-only change, the share's deletion (a revocation) and its return
+//! with the same content restart nothing; a workload whose pods may not `use` the share is
+//! recorded, never restarted; an unlabelled one is never touched; a namespace labelling more
+//! workloads than the controller follows gets only its bound while another namespace is served;
+//! a change made while the controller is down restarts once when it is back.
+
+use std::time::{Duration, Instant};
+
+use inline_guard_tests::cluster::ChildProcess;
+use inline_guard_tests::node::plugin::start_read_grants_as;
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use serde_json::{Value, json};
+use sharedresource_csi_driver::DRIVER_NAME;
+use sharedresource_csi_driver::rollout::plan::{OBSERVED_ANNOTATION, RESTART_LABEL, RESTARTED_AT_ANNOTATION};
+
+use crate::shares::{WITHIN, apply_file, create_object, create_shared_secret, shared_secrets, use_grant};
+use crate::support::{
+    Outcome, READ_GRANTS_USER, Suite, create_namespace, create_service_account, deployments_path, wait_established,
+};
+
+const OWNER: &str = "rollout-owner";
+const APP: &str = "rollout-app";
+const DENIED: &str = "rollout-denied";
+const FLOOD: &str = "rollout-flood";
+const DB: &str = "rollout-db";
+const CONTROL: &str = "rollout-control";
+/// The controller's bound per namespace in this scenario.
+const PER_NAMESPACE: usize = 3;
+/// How many workloads [`FLOOD`] labels: more than the bound.
+const FLOODED: usize = 5;
+
+fn deployment(name: &str, share: &str, labelled: bool) -> Value {
+    let labels = if labelled { json!({RESTART_LABEL: "true"}) } else { json!({}) };
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "serviceAccountName": "reader",
+                    "containers": [{"name": "app", "image": "registry.invalid/app:1", "volumeMounts": [{"name": "db", "mountPath": "/db"}]}],
+                    "volumes": [{"name": "db", "csi": {"driver": DRIVER_NAME, "readOnly": true, "volumeAttributes": {"sharedSecret": share}}}]
+                }
+            }
+        }
+    })
+}
+
+/// What the apiserver holds of a Deployment: its template's restartedAt, its record, and how many
+/// ReplicaSets the Deployment controller made for it (one per template it rolled out). (Not its
+/// generation: a Deployment's moves with its annotations too.)
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Seen {
+    restarted_at: Option<String>,
+    observed: Option<String>,
+    replica_sets: usize,
+}
+
+async fn seen(admin: &kube::Client, namespace: &str, name: &str) -> Result<Seen, String> {
+    let deployment = Api::<Deployment>::namespaced(admin.clone(), namespace)
+        .get(name)
+        .await
+        .map_err(|e| format!("reading Deployment {namespace}/{name}: {e}"))?;
+    let template = deployment.spec.and_then(|spec| spec.template.metadata).and_then(|meta| meta.annotations);
+    let sets = Api::<ReplicaSet>::namespaced(admin.clone(), namespace)
+        .list(&ListParams::default().labels(&format!("app={name}")))
+        .await
+        .map_err(|e| format!("listing the ReplicaSets of {namespace}/{name}: {e}"))?;
+    Ok(Seen {
+        replica_sets: sets.items.len(),
+        restarted_at: template.and_then(|a| a.get(RESTARTED_AT_ANNOTATION).cloned()),
+        observed: deployment.metadata.annotations.and_then(|a| a.get(OBSERVED_ANNOTATION).cloned()),
+    })
+}
+
+/// Waits (up to [`WITHIN`]) until `namespace/name` is as `wanted` says; what it is then.
+async fn wait_for(
+    admin: &kube::Client,
+    namespace: &str,
+    name: &str,
+    what: &str,
+    wanted: impl Fn(&Seen) -> bool,
+) -> Result<Seen, String> {
+    let started = Instant::now();
+    loop {
+        let now = seen(admin, namespace, name).await?;
+        if wanted(&now) {
+            println!("{namespace}/{name}: {what} after {:?}", started.elapsed());
+            return Ok(now);
+        }
+        if started.elapsed() > WITHIN {
+            return Err(format!("{namespace}/{name}: not {what} within {WITHIN:?}; it is {now:?}"));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn set_secret(admin: &kube::Client, name: &str, patch: Value) -> Outcome {
+    Api::<Secret>::namespaced(admin.clone(), OWNER)
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map(drop)
+        .map_err(|e| format!("changing Secret {OWNER}/{name}: {e}"))
+}
+
+/// Changes the control share's Secret and waits until its workload is restarted again: a pass of
+/// the controller that saw everything done before.
+async fn control_round(admin: &kube::Client, value: &str) -> Outcome {
+    let before = seen(admin, APP, CONTROL).await?.restarted_at;
+    set_secret(admin, CONTROL, json!({"stringData": {"k": value}})).await?;
+    wait_for(admin, APP, CONTROL, "restarted for the control change", |s| s.restarted_at != before).await.map(drop)
+}
+
+fn start_controller(suite: &Suite) -> Result<ChildProcess, String> {
+    let kubeconfig = suite.cluster.kubeconfig_as(READ_GRANTS_USER)?;
+    let bound = PER_NAMESPACE.to_string();
+    let args = ["--rollout-on-change", "--rollout-workloads-per-namespace", bound.as_str()];
+    start_read_grants_as("read-grants-rollout", &kubeconfig, suite.cluster.run_dir(), &args)
+}
+
+async fn flood_seen(admin: &kube::Client) -> Result<Vec<Seen>, String> {
+    let mut all = Vec::new();
+    for i in 0..FLOODED {
+        all.push(seen(admin, FLOOD, &format!("f{i}")).await?);
+    }
+    Ok(all)
+}
+
+pub async fn labelled_workloads_restart_once_per_change_never_for_a_revocation(suite: &Suite) -> Outcome {
+    let admin = &suite.admin;
+    apply_file(suite, "config/deploy/driver/rollout-on-change.yaml").await?;
+    wait_established(admin, "sharedsecrets.sharedresource.inlineguard.dev").await?;
+    for namespace in [OWNER, APP, DENIED, FLOOD] {
+        create_namespace(admin, namespace, "none", &[]).await?;
+        create_service_account(admin, namespace, "reader").await?;
+    }
+    for (name, value) in [(DB, "v1"), (CONTROL, "c0")] {
+        let secret =
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "stringData": {"k": value}});
+        create_object(suite, &format!("/api/v1/namespaces/{OWNER}/secrets"), secret).await?;
+        create_shared_secret(suite, name, OWNER, name).await?;
+    }
+    // APP and FLOOD may use both shares; DENIED may use none.
+    for namespace in [APP, FLOOD] {
+        for share in [DB, CONTROL] {
+            let (role, binding) = use_grant(
+                namespace,
+                "sharedsecrets",
+                share,
+                (&format!("use-{share}"), &format!("reader-uses-{share}")),
+            );
+            create_object(suite, &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/roles"), role)
+                .await?;
+            create_object(
+                suite,
+                &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings"),
+                binding,
+            )
+            .await?;
+        }
+    }
+    let mut workloads = vec![
+        (APP, deployment("web", DB, true)),
+        (APP, deployment(CONTROL, CONTROL, true)),
+        (APP, deployment("unlabelled", DB, false)),
+        (DENIED, deployment("web", DB, true)),
+    ];
+    workloads.extend((0..FLOODED).map(|i| (FLOOD, deployment(&format!("f{i}"), DB, true))));
+    for (namespace, object) in workloads {
+        create_object(suite, &deployments_path(namespace), object).await?;
+    }
+    let mut controller = start_controller(suite)?;
+
+    // First sight: recorded, not restarted.
+    let recorded = |s: &Seen| s.observed.is_some();
+    let first = wait_for(admin, APP, "web", "recorded", recorded).await?;
+    wait_for(admin, APP, CONTROL, "recorded", recorded).await?;
+    let denied_first = wait_for(admin, DENIED, "web", "recorded", recorded).await?;
+    for (namespace, seen) in [(APP, &first), (DENIED, &denied_first)] {
+        if seen.restarted_at.is_some() {
+            return Err(format!("{namespace}/web was restarted on first sight: {seen:?}"));
+        }
+    }
+    // FLOOD's: as many recorded as the bound (a workload created just before a change and not
+    // yet recorded takes the changed content as its first sight, docs/driver.md).
+    let started = Instant::now();
+    while flood_seen(admin).await?.iter().filter(|s| s.observed.is_some()).count() < PER_NAMESPACE {
+        if started.elapsed() > WITHIN {
+            return Err(format!("{FLOOD}: not {PER_NAMESPACE} workloads recorded within {WITHIN:?}"));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let db_entry = first.observed.clone().unwrap_or_default();
+    if !db_entry.starts_with("SharedSecret/rollout-db=") {
+        return Err(format!("the record of {APP}/web is {db_entry:?}"));
+    }
+
+    // The Secret changes: the labelled workload restarts once.
+    let changed = Instant::now();
+    set_secret(admin, DB, json!({"stringData": {"k": "v2"}})).await?;
+    wait_for(admin, APP, "web", "restarted", |s| s.restarted_at.is_some()).await?;
+    println!("restarted {:?} after the Secret's update", changed.elapsed());
+    // The Deployment controller rolled it: a second ReplicaSet.
+    let restarted = wait_for(admin, APP, "web", "rolled out anew", |s| s.replica_sets == 2).await?;
+    if restarted.observed == first.observed {
+        return Err(format!("after one change {APP}/web is {restarted:?} (first {first:?})"));
+    }
+    // Its pods may not use the share: the new version recorded, no restart.
+    let denied = wait_for(admin, DENIED, "web", "recorded anew", |s| s.observed != denied_first.observed).await?;
+    if denied.restarted_at.is_some() || denied.replica_sets != 1 {
+        return Err(format!("{DENIED}/web, whose pods may not use the share, was restarted: {denied:?}"));
+    }
+
+    // A label-only change, then the share deleted (a revocation), then back with the same
+    // content: no restart, each seen past by a control round.
+    control_round(admin, "c1").await?;
+    set_secret(admin, DB, json!({"metadata": {"labels": {"touched": "yes"}}})).await?;
+    control_round(admin, "c2").await?;
+    let shares = Api::<kube::api::DynamicObject>::all_with(admin.clone(), &shared_secrets());
+    shares.delete(DB, &DeleteParams::default()).await.map_err(|e| format!("deleting the share: {e}"))?;
+    control_round(admin, "c3").await?;
+    create_shared_secret(suite, DB, OWNER, DB).await?;
+    control_round(admin, "c4").await?;
+    let after_revocation = seen(admin, APP, "web").await?;
+    if after_revocation != restarted {
+        return Err(format!("{APP}/web changed without a content change: {after_revocation:?}, was {restarted:?}"));
+    }
+
+    // The bound: of FLOOD's labelled workloads, exactly PER_NAMESPACE are followed (recorded and
+    // restarted), while APP's were served above.
+    let flood = flood_seen(admin).await?;
+    let followed = flood.iter().filter(|s| s.observed.is_some()).count();
+    let flood_restarted = flood.iter().filter(|s| s.restarted_at.is_some()).count();
+    if (followed, flood_restarted) != (PER_NAMESPACE, PER_NAMESPACE) {
+        return Err(format!(
+            "{FLOOD} labels {FLOODED} workloads: {followed} followed and {flood_restarted} restarted, wanted {PER_NAMESPACE} each: {flood:?}"
+        ));
+    }
+    if !controller.log_text().contains("not restarted on a share's change") {
+        return Err(format!(
+            "the controller did not log the workloads it does not follow:\n{}",
+            controller.log_tail(20)
+        ));
+    }
+
+    // Changed while the controller is down: restarted once when it is back.
+    drop(controller);
+    set_secret(admin, DB, json!({"stringData": {"k": "v3"}})).await?;
+    controller = start_controller(suite)?;
+    let again = wait_for(admin, APP, "web", "restarted after the controller's return", |s| {
+        s.restarted_at != restarted.restarted_at && s.replica_sets == 3
+    })
+    .await?;
+    control_round(admin, "c5").await?;
+    let settled = seen(admin, APP, "web").await?;
+    if settled != again || again.observed == restarted.observed {
+        return Err(format!("after the controller's return {APP}/web is {settled:?} (restarted as {again:?})"));
+    }
+    let unlabelled = seen(admin, APP, "unlabelled").await?;
+    if unlabelled != (Seen { restarted_at: None, observed: None, replica_sets: 1 }) {
+        return Err(format!("the unlabelled Deployment was touched: {unlabelled:?}"));
+    }
+    drop(controller);
+    Ok(())
+}
