@@ -44,3 +44,43 @@ fn the_mounted_configuration_is_valid_and_the_documented_default() {
     let config = AdmissionConfig::parse(Path::new("config/deploy/config.yaml#admission.yaml"), embedded).unwrap();
     assert_eq!(config, AdmissionConfig::embedded_default());
 }
+
+/// The objects of a manifest file.
+fn objects_of(file: &str) -> Vec<serde_json::Value> {
+    let path = repo_root().join(file);
+    let text = std::fs::read_to_string(&path).unwrap();
+    read_documents(&path, &text).unwrap().into_iter().map(|document| document.value).collect()
+}
+
+/// Each shipped PodMonitor scrapes the pods it is for: its namespace, a selector their template's
+/// labels match, and the name of one of their container ports (the apiserver's dry-run checks
+/// its schema only; a misspelt port would scrape nothing, silently).
+#[test]
+fn each_pod_monitor_selects_its_workloads_pods_and_names_their_metrics_port() {
+    for (monitor_file, workload_file, kind) in [
+        ("config/deploy/driver/pod-monitor.yaml", "config/deploy/driver/daemonset.yaml", "DaemonSet"),
+        ("config/deploy/pod-monitor.yaml", "config/deploy/deployment.yaml", "Deployment"),
+    ] {
+        let monitor = &objects_of(monitor_file)[0];
+        assert_eq!(monitor["kind"], "PodMonitor", "{monitor_file}");
+        let workload = objects_of(workload_file).into_iter().find(|o| o["kind"] == kind).unwrap();
+        assert_eq!(monitor["metadata"]["namespace"], workload["metadata"]["namespace"], "{monitor_file}");
+        let labels = workload["spec"]["template"]["metadata"]["labels"].as_object().unwrap();
+        let selector = monitor["spec"]["selector"]["matchLabels"].as_object().unwrap();
+        assert!(!selector.is_empty(), "{monitor_file} selects every pod of its namespace");
+        for (key, value) in selector {
+            assert_eq!(labels.get(key), Some(value), "{monitor_file}: the {kind}'s pods lack {key}={value}");
+        }
+        let ports: Vec<&serde_json::Value> = workload["spec"]["template"]["spec"]["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|c| c["ports"].as_array().into_iter().flatten())
+            .map(|p| &p["name"])
+            .collect();
+        for endpoint in monitor["spec"]["podMetricsEndpoints"].as_array().unwrap() {
+            assert!(ports.contains(&&endpoint["port"]), "{monitor_file}: no container port {}", endpoint["port"]);
+            assert_eq!(endpoint["path"], "/metrics", "{monitor_file}");
+        }
+    }
+}
