@@ -46,11 +46,33 @@ impl TokenBucket {
     /// (zero when the bucket had one). A waiting request's token is reserved at once, so the
     /// next request waits behind it.
     pub fn reserve(&mut self, now: Instant) -> Duration {
+        self.refill(now);
+        self.tokens -= 1.0;
+        if self.tokens >= 0.0 { Duration::ZERO } else { Duration::from_secs_f64(-self.tokens / self.qps) }
+    }
+
+    /// Takes a token for something done at `now` if the bucket has one: false, taking
+    /// nothing, when it has not (what cannot wait is dropped instead).
+    pub fn try_take(&mut self, now: Instant) -> bool {
+        self.refill(now);
+        let taken = self.tokens >= 1.0;
+        if taken {
+            self.tokens -= 1.0;
+        }
+        taken
+    }
+
+    /// Whether the bucket is full at `now`: as if it had never been used.
+    pub fn is_full(&mut self, now: Instant) -> bool {
+        self.refill(now);
+        self.tokens >= self.burst
+    }
+
+    /// Adds the tokens earned since the last look, up to `burst`.
+    fn refill(&mut self, now: Instant) {
         let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
         self.tokens = (self.tokens + elapsed * self.qps).min(self.burst);
         self.at = now.max(self.at);
-        self.tokens -= 1.0;
-        if self.tokens >= 0.0 { Duration::ZERO } else { Duration::from_secs_f64(-self.tokens / self.qps) }
     }
 }
 

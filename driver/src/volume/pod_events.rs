@@ -2,13 +2,17 @@
 //! new content is in place, a Warning when an update could not be applied and the previous
 //! content is still served (which kubelet never shows: it only hears of a publish). Each is paced
 //! per volume, so a share changing every second, or a failure lasting a day, costs the pod's
-//! namespace a bounded number of Events. The decisions are here; the sink that creates the
+//! namespace a bounded number of Events; and each namespace has a bucket of Events of its own,
+//! so one whose many volumes all change (its own ConfigMap, churned, behind many projections)
+//! cannot spend the driver's apiserver rate that every other namespace's volumes need. The decisions are here; the sink that creates the
 //! Events (`crate::pod_event_sink`) is the I/O at the edge, given to the refresher at start.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use sharedresource_api::quote::quote;
+
+use crate::apiserver_rate::TokenBucket;
 use sharedresource_api::share_kind::{SHARED_CONFIG_MAP_ATTRIBUTE, SHARED_SECRET_ATTRIBUTE};
 use sharedresource_api::volume_attributes::{PROJECTION_ATTRIBUTE, PROVIDER_ATTRIBUTE};
 
@@ -17,6 +21,12 @@ use sharedresource_api::volume_attributes::{PROJECTION_ATTRIBUTE, PROVIDER_ATTRI
 pub const UPDATED_AT_MOST_EVERY: Duration = Duration::from_secs(10);
 /// A failing update is told at most this often per volume while it keeps failing.
 pub const NOT_UPDATED_AT_MOST_EVERY: Duration = Duration::from_secs(300);
+/// Events a second one namespace's volumes may cost, after a burst of [`NAMESPACE_EVENT_BURST`];
+/// an Event beyond is not created (a change is counted in the volume's next Event, a failure
+/// told at its next refresh).
+pub const NAMESPACE_EVENTS_PER_SECOND: u32 = 1;
+/// Events one namespace's volumes may cost at once after a quiet time.
+pub const NAMESPACE_EVENT_BURST: u32 = 20;
 /// The longest reason quoted from an error in a note (an Event's note holds at most 1 KiB).
 const MAX_WHY_BYTES: usize = 600;
 /// The longest note, with the `...` a cut adds: within the apiserver's 1 KiB.
@@ -85,10 +95,12 @@ pub struct VolumeOfPod {
     pub mounts: String,
 }
 
-/// When each volume was last told of, so each is told at most so often.
+/// When each volume was last told of, so each is told at most so often, and each namespace's
+/// bucket of Events.
 #[derive(Debug, Default)]
 pub struct EventPacing {
     volumes: HashMap<String, Paced>,
+    namespaces: HashMap<String, TokenBucket>,
 }
 
 #[derive(Debug, Default)]
@@ -119,14 +131,16 @@ impl EventPacing {
             }
             Refreshed::Changed => {
                 paced.failing = None;
-                if paced.updated.is_some_and(|at| now.saturating_duration_since(at) < UPDATED_AT_MOST_EVERY) {
+                if paced.updated.is_some_and(|at| now.saturating_duration_since(at) < UPDATED_AT_MOST_EVERY)
+                    || !take_namespace_token(&mut self.namespaces, &of.pod.namespace, now)
+                {
                     paced.untold += 1;
                     return None;
                 }
                 let earlier = match std::mem::take(&mut paced.untold) {
                     0 => String::new(),
-                    1 => " (after 1 change not told: Events about a volume come at most every 10 s)".to_string(),
-                    n => format!(" (after {n} changes not told: Events about a volume come at most every 10 s)"),
+                    1 => format!(" (after 1 change not told: {PACE})"),
+                    n => format!(" (after {n} changes not told: {PACE})"),
                 };
                 paced.updated = Some(now);
                 let note = format!(
@@ -136,7 +150,9 @@ impl EventPacing {
                 (false, "ContentUpdated", note)
             }
             Refreshed::Failed { why } => {
-                if paced.failing.is_some_and(|at| now.saturating_duration_since(at) < NOT_UPDATED_AT_MOST_EVERY) {
+                if paced.failing.is_some_and(|at| now.saturating_duration_since(at) < NOT_UPDATED_AT_MOST_EVERY)
+                    || !take_namespace_token(&mut self.namespaces, &of.pod.namespace, now)
+                {
                     return None;
                 }
                 paced.failing = Some(now);
@@ -164,8 +180,22 @@ impl EventPacing {
     fn forget_quiet(&mut self, now: Instant) {
         let quiet =
             |at: Option<Instant>| at.is_none_or(|at| now.saturating_duration_since(at) >= NOT_UPDATED_AT_MOST_EVERY);
-        self.volumes.retain(|_, paced| !(quiet(paced.updated) && quiet(paced.failing)));
+        // A volume with changes not told is kept until they are (or it is unpublished).
+        self.volumes.retain(|_, paced| paced.untold > 0 || !(quiet(paced.updated) && quiet(paced.failing)));
+        // A full bucket is what a namespace never seen gets: nothing is lost by forgetting it.
+        self.namespaces.retain(|_, bucket| !bucket.is_full(now));
     }
+}
+
+/// What the note of an Event after untold changes says of the pace.
+const PACE: &str = "Events about a volume come at most every 10 s, and about a namespace's volumes at most 1 a second";
+
+/// Takes a token of `namespace`'s bucket of Events at `now`, if it has one.
+fn take_namespace_token(namespaces: &mut HashMap<String, TokenBucket>, namespace: &str, now: Instant) -> bool {
+    namespaces
+        .entry(namespace.to_owned())
+        .or_insert_with(|| TokenBucket::new(NAMESPACE_EVENTS_PER_SECOND, NAMESPACE_EVENT_BURST, now))
+        .try_take(now)
 }
 
 /// What a volume with `attributes` mounts, for messages: `SharedSecret "db"`, `SharedConfigMap
@@ -221,7 +251,8 @@ mod tests {
         assert_eq!(
             next.note,
             "volume \"db\" (SharedSecret \"db\"): new content is in place (after 2 changes not told: Events about a \
-             volume come at most every 10 s); the volume's ..data link names each version"
+             volume come at most every 10 s, and about a namespace's volumes at most 1 a second); the volume's ..data \
+             link names each version"
         );
         // Another volume of the same pod has its own pace.
         assert!(pacing.event("w", &of(), &Refreshed::Changed, start + Duration::from_secs(11)).is_some());
@@ -267,11 +298,54 @@ mod tests {
         let mut pacing = EventPacing::default();
         let start = Instant::now();
         for n in 0..100 {
-            pacing.event(&format!("v{n}"), &of(), &Refreshed::Changed, start);
+            pacing.event(&format!("v{n}"), &of_namespace(&format!("n{n}")), &Refreshed::Changed, start);
         }
-        assert_eq!(pacing.volumes.len(), 100);
+        assert_eq!((pacing.volumes.len(), pacing.namespaces.len()), (100, 100));
         pacing.event("last", &of(), &Refreshed::Changed, start + NOT_UPDATED_AT_MOST_EVERY);
-        assert_eq!(pacing.volumes.len(), 1);
+        assert_eq!((pacing.volumes.len(), pacing.namespaces.len()), (1, 1));
+    }
+
+    fn of_namespace(namespace: &str) -> VolumeOfPod {
+        VolumeOfPod { pod: PodRef { namespace: namespace.into(), ..of().pod }, ..of() }
+    }
+
+    /// One namespace's thousand volumes all changing every second for a minute cost it the
+    /// burst and then one Event a second, while another namespace's volume is told every time.
+    #[test]
+    fn one_namespace_flooding_gets_its_bucket_and_another_is_told_on() {
+        let mut pacing = EventPacing::default();
+        let start = Instant::now();
+        let (mut flood, mut other) = (0, 0);
+        for second in 0..60u64 {
+            let now = start + Duration::from_secs(second);
+            for n in 0..1000 {
+                flood +=
+                    usize::from(pacing.event(&format!("a{n}"), &of_namespace("a"), &Refreshed::Changed, now).is_some());
+            }
+            if second % 10 == 0 {
+                other += usize::from(pacing.event("b", &of_namespace("b"), &Refreshed::Changed, now).is_some());
+            }
+        }
+        let bound = NAMESPACE_EVENT_BURST as usize + 59 * NAMESPACE_EVENTS_PER_SECOND as usize;
+        assert_eq!(flood, bound, "the flooding namespace's Events: the burst, then one a second");
+        assert_eq!(other, 6, "the other namespace's volume, changing every 10 s, told each time");
+    }
+
+    /// A failure the namespace's bucket had no room for is told at the volume's next refresh.
+    #[test]
+    fn a_failure_dropped_for_the_namespace_is_told_at_the_next_refresh() {
+        let mut pacing = EventPacing::default();
+        let start = Instant::now();
+        for n in 0..NAMESPACE_EVENT_BURST {
+            assert!(pacing.event(&format!("v{n}"), &of(), &Refreshed::Changed, start).is_some());
+        }
+        assert_eq!(pacing.event("f", &of(), &failed("too large"), start), None);
+        assert_eq!(pacing.event("c", &of(), &Refreshed::Changed, start), None);
+        assert!(pacing.event("f", &of(), &failed("too large"), start + Duration::from_secs(1)).is_some());
+        // The change not told is kept (however quiet the volume) and counted when it is told.
+        let later = start + NOT_UPDATED_AT_MOST_EVERY;
+        let told = pacing.event("c", &of(), &Refreshed::Changed, later).unwrap();
+        assert!(told.note.contains("(after 1 change not told: "), "{}", told.note);
     }
 
     #[test]
