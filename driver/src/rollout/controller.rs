@@ -278,6 +278,7 @@ async fn pass(client: &Client, shares: &BTreeMap<ShareRef, Backing>, followed: &
             Decision::Nothing => continue,
             Decision::Restart { observed, changed } => {
                 let mut denied = BTreeSet::new();
+                let mut unchecked = false;
                 for share in &changed {
                     match may_use(client, &key.namespace, &summary.service_account, share, &mut answers, timeout).await
                     {
@@ -287,11 +288,13 @@ async fn pass(client: &Client, shares: &BTreeMap<ShareRef, Backing>, followed: &
                         }
                         Err(error) => {
                             warn!(workload = %key, error = %Logged(&error), "not restarted yet: its access could not be checked");
-                            failed = true;
+                            unchecked = true;
                         }
                     }
                 }
-                if failed {
+                // Neither restarted nor recorded: the next pass asks again.
+                if unchecked {
+                    failed = true;
                     continue;
                 }
                 Decision::Restart { observed, changed }.excluding(&denied)
