@@ -15,6 +15,7 @@ mod attack;
 mod kubectl;
 mod lazy;
 mod overlay;
+mod restart_on_change;
 mod rollout;
 mod workload;
 
@@ -144,6 +145,10 @@ async fn steps(this: &Installation) -> Outcome {
 
     // Denied through the Service with the exact message.
     this.denied_with_the_exact_message().await?;
+
+    // Rollout on change, opted in by the overlay: a labelled Deployment reading the share is
+    // restarted once when its Secret changes, and its new pod reads the new content.
+    restart_on_change::restarted_once_when_its_share_changes(&this.admin, &this.node, "second", "rolled").await?;
 
     // A Secrets Store provider's object read by a pod granted `use` of it: the driver dials the
     // provider's socket through the shipped providers directory.

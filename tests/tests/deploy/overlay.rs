@@ -41,6 +41,8 @@ pub const PROVIDER_CONFIG: &str = "providers:\n- {name: e2e, kind: secrets-store
 /// The example-providers Component, and the host directory it mounts for the example helper.
 const EXAMPLE_PROVIDERS: &str = "config/deploy/driver/example-providers";
 const EXAMPLE_VAULT: &str = "/var/lib/inline-guard/example-vault";
+/// The opt-in to restarting labelled workloads when a share they mount changes.
+const ROLLOUT_ON_CHANGE: &str = "config/deploy/driver/rollout-on-change.yaml";
 
 /// Writes `dir/kustomization.yaml`; the certificate Component must be in `dir/tls`.
 pub fn write(dir: &Path, overlay: &Overlay) -> Result<(), String> {
@@ -119,6 +121,8 @@ pub fn write(dir: &Path, overlay: &Overlay) -> Result<(), String> {
 # - the apiserver's address: no kube-proxy runs here, so the `kubernetes` Service's ClusterIP,
 #   which in-cluster clients dial, leads nowhere; they dial its endpoint instead.
 # - the serving certificate: `csi-volume-admission certificate` (no cert-manager runs here).
+# - an opt-in, as an operator takes one: rollout-on-change.yaml copied here, and the read-grants
+#   controller given --rollout-on-change.
 apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 ",
@@ -130,14 +134,19 @@ kind: Kustomization
         "../".repeat(up),
         repo_root().join("config/deploy").display().to_string().trim_start_matches('/')
     );
+    // An opt-in file, copied beside the overlay: kustomize loads no file from outside its root.
+    let opt_in = repo_root().join(ROLLOUT_ON_CHANGE);
+    std::fs::copy(&opt_in, dir.join("rollout-on-change.yaml")).map_err(|e| format!("{}: {e}", opt_in.display()))?;
     text += &format!(
-        "resources:\n  - {deploy}\n  - {deploy}/driver\ncomponents:\n  - tls\n  - {deploy}/driver/example-providers\n"
+        "resources:\n  - {deploy}\n  - {deploy}/driver\n  - rollout-on-change.yaml\ncomponents:\n  - tls\n  - {deploy}/driver/example-providers\n"
     );
     text += &images;
     text += "patches:\n  - target: {kind: DaemonSet, name: sharedresource-csi-driver}\n    patch: |\n";
     for operation in &operations {
         text += &format!("      {operation}\n");
     }
+    text += "  - target: {kind: Deployment, name: sharedresource-read-grants}\n    patch: |\n";
+    text += "      - {op: add, path: /spec/template/spec/containers/0/args/-, value: \"--rollout-on-change\"}\n";
     text += "  - target: {kind: ConfigMap, name: sharedresource-csi-driver}\n    patch: |\n";
     text += &format!(
         "      - op: replace\n        path: /data/driver.yaml\n        value: {}\n",
