@@ -44,11 +44,15 @@ rules:
     resources:
       - group: ""
         resources: [secrets, configmaps]
-  # Who changes Nodes (not their status) and CSINodes: the startup taint's order is read here.
+  # Who changes Nodes (not their status) and CSINodes: the startup taint's order is read here,
+  # with the CSINodes' bodies (driver names and node ids, nothing secret) to see which write
+  # listed the driver.
   - level: Metadata
     resources:
       - group: ""
         resources: [nodes]
+  - level: Request
+    resources:
       - group: storage.k8s.io
         resources: [csinodes]
   # Every request for the shares and projections, so a suite can see what the driver asked

@@ -55,12 +55,14 @@ fn share_mounts_under(root: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// Starts kubelet in `dir` against `kubeconfig` and `runtime_socket`.
+/// Starts kubelet in `dir` against `kubeconfig` and `runtime_socket`, registering its Node with
+/// a `NoSchedule` taint of each key of `taints` (as a node pool's startup taints are).
 pub fn start(
     kubelet: &Path,
     dir: &Path,
     kubeconfig: &Path,
     runtime_socket: &Path,
+    taints: &[&str],
 ) -> Result<(ChildProcess, KubeletDirs), String> {
     let dirs = KubeletDirs { root: dir.join("root"), pod_logs: dir.join("pod-logs") };
     for created in [&dirs.root, &dirs.pod_logs] {
@@ -94,11 +96,14 @@ serializeImagePulls: false
 resolvConf: ""
 syncFrequency: 5s
 nodeStatusUpdateFrequency: 2s
+registerWithTaints: [{taints}]
 "#,
         port = free_port()?,
         healthz = free_port()?,
         runtime = runtime_socket.display(),
         pod_logs = dirs.pod_logs.display(),
+        taints =
+            taints.iter().map(|key| format!("{{key: \"{key}\", effect: NoSchedule}}")).collect::<Vec<_>>().join(", "),
     );
     std::fs::write(&config, text).map_err(|e| format!("{}: {e}", config.display()))?;
     let process = ChildProcess::spawn(

@@ -91,14 +91,20 @@ impl Node {
         admin: &kube::Client,
         driver_kubeconfig: &Path,
     ) -> Result<Node, String> {
-        Node::start_with(cluster, peers, admin, driver_kubeconfig, true).await
+        Node::start_with(cluster, peers, admin, driver_kubeconfig, true, &[]).await
     }
 
     /// Starts containerd, imports the images and starts kubelet, without the driver: for the
     /// driver installed as its DaemonSet. [`Node::plugin`] says where that one's files go.
-    pub async fn start_without_driver(cluster: &Cluster, peers: &Peers, admin: &kube::Client) -> Result<Node, String> {
+    /// Its Node registers with a `NoSchedule` taint of each key of `taints`.
+    pub async fn start_without_driver(
+        cluster: &Cluster,
+        peers: &Peers,
+        admin: &kube::Client,
+        taints: &[&str],
+    ) -> Result<Node, String> {
         // The layout's kubeconfig is never read: no driver process is started from it.
-        Node::start_with(cluster, peers, admin, Path::new("/nonexistent"), false).await
+        Node::start_with(cluster, peers, admin, Path::new("/nonexistent"), false, taints).await
     }
 
     async fn start_with(
@@ -107,6 +113,7 @@ impl Node {
         admin: &kube::Client,
         driver_kubeconfig: &Path,
         run_driver: bool,
+        taints: &[&str],
     ) -> Result<Node, String> {
         let dir = tempfile::Builder::new().prefix("node-").tempdir().map_err(|e| e.to_string())?;
         let root = dir.path().to_path_buf();
@@ -118,7 +125,7 @@ impl Node {
         // kubelet's own identity, not the admin's: the Node authorizer and NodeRestriction hold it.
         let kubelet_kubeconfig = cluster.node_kubeconfig(NODE_NAME)?;
         let (kubelet, kubelet_dirs) =
-            kubelet::start(&peers.kubelet, &root.join("kubelet"), &kubelet_kubeconfig, &containerd.socket)?;
+            kubelet::start(&peers.kubelet, &root.join("kubelet"), &kubelet_kubeconfig, &containerd.socket, taints)?;
         let health = format!("127.0.0.1:{}", crate::cluster::free_port()?).parse().map_err(|e| format!("{e}"))?;
         let plugin = PluginFiles::kubernetes(&root.join("driver"), &kubelet_dirs.root, driver_kubeconfig, 60, health)?;
         let driver = if run_driver { Some(plugin.start(&root, "driver")?) } else { None };

@@ -17,6 +17,7 @@ mod lazy;
 mod overlay;
 mod restart_on_change;
 mod rollout;
+mod startup_taint;
 mod workload;
 
 use std::path::{Path, PathBuf};
@@ -30,6 +31,7 @@ use inline_guard_tests::peers::peers;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use serde_json::json;
+use sharedresource_csi_driver::startup_taint::STARTUP_TAINT_KEY;
 
 use kubectl::Kubectl;
 use overlay::Overlay;
@@ -86,7 +88,8 @@ async fn run() -> Outcome {
     let peers = peers()?;
     let cluster = Cluster::start_with_scheduler(&peers).await?;
     let admin = cluster.client().await?;
-    let node = Node::start_without_driver(&cluster, &peers, &admin).await?;
+    // Registered with the startup taint, which the overlay opts in to (startup_taint.rs).
+    let node = Node::start_without_driver(&cluster, &peers, &admin, &[STARTUP_TAINT_KEY]).await?;
     let kubectl = Kubectl { binary: peers.kubectl.clone(), kubeconfig: cluster.kubeconfig().to_path_buf() };
     let dir = cluster.run_dir().join("deploy");
     std::fs::create_dir_all(dir.join("overlay")).map_err(|e| e.to_string())?;
@@ -115,7 +118,11 @@ async fn steps(this: &Installation) -> Outcome {
         .await
         .map_err(|e| format!("labelling node {NODE_NAME} as a control-plane node: {e}"))?;
 
-    // Installed and Ready through the shipped probes.
+    // A pod reading a share, created before anything is installed: the startup taint holds it.
+    let early = startup_taint::pod_held_off_by_the_taint(&this.admin).await?;
+
+    // Installed and Ready through the shipped probes (the webhook's and the controller's pods
+    // only once the driver has taken the startup taint off).
     this.write_overlay(None)?;
     let started = Instant::now();
     let applied = this.kubectl.run(&["apply", "-k", &path(&overlay)]).await?;
@@ -129,12 +136,18 @@ async fn steps(this: &Installation) -> Outcome {
     // Registered with kubelet from inside its container; nothing else runs a driver here.
     this.wait_registered().await?;
     let first_driver = this.driver_pod().await?;
+    startup_taint::removed_after_kubelet_listed_the_driver(&this.admin, &this.cluster).await?;
 
     // A share served to a pod the scheduler placed, patched read-only by the webhook through
     // its Service, kept fresh, revoked and restored.
     workload::share_and_grant(&this.admin, "first").await?;
     let pod = this.create_reader("reader").await?;
     let mut seen = wait_for_content(&this.node, "reader", "first", 0).await?;
+    // The pod made before the driver was placed once the taint went, and reads the share too.
+    wait_for_content(&this.node, startup_taint::EARLY, "first", 0).await?;
+    this.node.volume_present(&early)?;
+    delete_and_wait(&this.admin, CONSUMER, startup_taint::EARLY).await?;
+    this.node.nothing_left(&early)?;
     this.driver_acted_as_its_service_account()?;
     workload::set_content(&this.admin, "second").await?;
     seen = wait_for_content(&this.node, "reader", "second", seen).await?;

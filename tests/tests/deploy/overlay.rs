@@ -41,8 +41,9 @@ pub const PROVIDER_CONFIG: &str = "providers:\n- {name: e2e, kind: secrets-store
 /// The example-providers Component, and the host directory it mounts for the example helper.
 const EXAMPLE_PROVIDERS: &str = "config/deploy/driver/example-providers";
 const EXAMPLE_VAULT: &str = "/var/lib/inline-guard/example-vault";
-/// The opt-in to restarting labelled workloads when a share they mount changes.
-const ROLLOUT_ON_CHANGE: &str = "config/deploy/driver/rollout-on-change.yaml";
+/// The opt-in files of `config/deploy/driver` the overlay takes: restarting labelled workloads
+/// when a share they mount changes, and the startup taint.
+const OPT_INS: [&str; 2] = ["rollout-on-change.yaml", "startup-taint.yaml"];
 
 /// Writes `dir/kustomization.yaml`; the certificate Component must be in `dir/tls`.
 pub fn write(dir: &Path, overlay: &Overlay) -> Result<(), String> {
@@ -84,7 +85,11 @@ pub fn write(dir: &Path, overlay: &Overlay) -> Result<(), String> {
     let providers = format!("/spec/template/spec/volumes/{PROVIDERS_INDEX}/hostPath/path");
     operations.push(json_op("test", &providers, PROVIDERS));
     operations.push(json_op("replace", &providers, &overlay.providers_dir.display().to_string()));
-    let config = shipped_config(&root, &state)? + PROVIDER_CONFIG;
+    let shipped = shipped_config(&root, &state)?;
+    if shipped.contains("startupTaint") {
+        return Err("the shipped driver.yaml now sets startupTaint: the overlay must follow it".into());
+    }
+    let config = shipped + "startupTaint: true\n" + PROVIDER_CONFIG;
     let environment = |kind: &str, namespace: &str, name: &str, container: &str| {
         format!(
             "  - patch: |\n      apiVersion: apps/v1\n      kind: {kind}\n      metadata: {{name: {name}, namespace: {namespace}}}\n      spec:\n        template:\n          spec:\n            containers:\n              - name: {container}\n                env:\n                  - {{name: KUBERNETES_SERVICE_HOST, value: \"{host}\"}}\n                  - {{name: KUBERNETES_SERVICE_PORT, value: \"{port}\"}}\n"
@@ -121,8 +126,9 @@ pub fn write(dir: &Path, overlay: &Overlay) -> Result<(), String> {
 # - the apiserver's address: no kube-proxy runs here, so the `kubernetes` Service's ClusterIP,
 #   which in-cluster clients dial, leads nowhere; they dial its endpoint instead.
 # - the serving certificate: `csi-volume-admission certificate` (no cert-manager runs here).
-# - an opt-in, as an operator takes one: rollout-on-change.yaml copied here, and the read-grants
-#   controller given --rollout-on-change.
+# - opt-ins, as an operator takes them: rollout-on-change.yaml copied here, and the read-grants
+#   controller given --rollout-on-change; startup-taint.yaml copied here, and `startupTaint: true`
+#   in driver.yaml (this node's kubelet registers with the taint).
 apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 ",
@@ -134,11 +140,14 @@ kind: Kustomization
         "../".repeat(up),
         repo_root().join("config/deploy").display().to_string().trim_start_matches('/')
     );
-    // An opt-in file, copied beside the overlay: kustomize loads no file from outside its root.
-    let opt_in = repo_root().join(ROLLOUT_ON_CHANGE);
-    std::fs::copy(&opt_in, dir.join("rollout-on-change.yaml")).map_err(|e| format!("{}: {e}", opt_in.display()))?;
+    // Opt-in files, copied beside the overlay: kustomize loads no file from outside its root.
+    for opt_in in OPT_INS {
+        let from = repo_root().join("config/deploy/driver").join(opt_in);
+        std::fs::copy(&from, dir.join(opt_in)).map_err(|e| format!("{}: {e}", from.display()))?;
+    }
     text += &format!(
-        "resources:\n  - {deploy}\n  - {deploy}/driver\n  - rollout-on-change.yaml\ncomponents:\n  - tls\n  - {deploy}/driver/example-providers\n"
+        "resources:\n  - {deploy}\n  - {deploy}/driver\n  - {}\ncomponents:\n  - tls\n  - {deploy}/driver/example-providers\n",
+        OPT_INS.join("\n  - ")
     );
     text += &images;
     text += "patches:\n  - target: {kind: DaemonSet, name: sharedresource-csi-driver}\n    patch: |\n";
