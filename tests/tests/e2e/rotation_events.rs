@@ -11,6 +11,9 @@ use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 use sharedresource_csi_driver::DRIVER_NAME;
+use sharedresource_csi_driver::volume::pod_events::{
+    NAMESPACE_EVENT_BURST, NAMESPACE_EVENTS_PER_SECOND, UPDATED_AT_MOST_EVERY,
+};
 
 use crate::driver::kubelet_publish::{channel, kubelet_request, publish_as_kubelet};
 use crate::shares::{
@@ -131,6 +134,130 @@ pub async fn content_changes_and_failed_updates_are_told_on_the_pod(suite: &Suit
         }
         println!("rotation events: ContentNotUpdated: {note}");
         unpublish_as_kubelet(&mut node, request.volume_id, request.target_path).await
+    }
+    .await;
+    let stopped = driver.stop().await;
+    outcome.and(stopped)
+}
+
+/// The namespace whose many volumes flood, the calm one beside it, and their share's owner.
+const FLOOD: &str = "events-flood";
+const CALM: &str = "events-calm";
+const FLOOD_OWNER: &str = "events-flood-owner";
+const FLOOD_SHARE: &str = "events-flood";
+/// The flooding pod's volumes: more than a namespace's burst of Events.
+const FLOOD_VOLUMES: usize = 30;
+/// How many times the share's Secret changes, each after a volume's own pace (10 s) has passed.
+const CHANGES: usize = 3;
+
+/// A pod of `namespace` mounting the flood's share `volumes` times.
+fn mounting(name: &str, volumes: usize) -> Value {
+    let volumes: Vec<Value> = (0..volumes)
+        .map(|i| json!({"name": format!("v{i}"), "csi": {"driver": DRIVER_NAME, "readOnly": true, "volumeAttributes": {"sharedSecret": FLOOD_SHARE}}}))
+        .collect();
+    json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {"serviceAccountName": "reader", "containers": [{"name": "app", "image": "registry.invalid/app:1"}], "volumes": volumes}
+    })
+}
+
+/// The driver's Events in `namespace` (every pod of it).
+async fn events_in(admin: &kube::Client, namespace: &str) -> Result<usize, String> {
+    let events = Api::<Event>::namespaced(admin.clone(), namespace).list(&ListParams::default()).await;
+    Ok(events
+        .map_err(|e| e.to_string())?
+        .items
+        .iter()
+        .filter(|event| event.reporting_controller.as_deref() == Some(DRIVER_NAME))
+        .count())
+}
+
+/// One namespace's pod with 30 volumes of a share, another namespace's pod with one, the share's
+/// Secret changed three times 11 s apart: the calm namespace's pod is told every change, while the
+/// flooding namespace's Events, counted by the apiserver, stay within its bucket (20, then 1 a
+/// second) however many of its volumes changed (90 changes were there to tell).
+pub async fn one_namespaces_many_volumes_cannot_spend_the_events_of_another(suite: &Suite) -> Outcome {
+    let admin = &suite.admin;
+    apply_file(suite, "config/deploy/driver/crds.yaml").await?;
+    wait_established(admin, "sharedsecrets.sharedresource.inlineguard.dev").await?;
+    apply_file(suite, "config/deploy/driver/rbac.yaml").await?;
+    for namespace in [FLOOD_OWNER, FLOOD, CALM] {
+        create_namespace(admin, namespace, "none", &[]).await?;
+    }
+    let secret =
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "flood-creds"}, "stringData": {"v": "0"}});
+    create_object(suite, &format!("/api/v1/namespaces/{FLOOD_OWNER}/secrets"), secret).await?;
+    create_shared_secret(suite, FLOOD_SHARE, FLOOD_OWNER, "flood-creds").await?;
+    let mut pods = Vec::new();
+    for (namespace, volumes) in [(FLOOD, FLOOD_VOLUMES), (CALM, 1)] {
+        create_service_account(admin, namespace, "reader").await?;
+        let (role, binding) = use_grant(namespace, "sharedsecrets", FLOOD_SHARE, ("use-flood", "reader-uses-flood"));
+        create_object(suite, &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/roles"), role).await?;
+        create_object(
+            suite,
+            &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings"),
+            binding,
+        )
+        .await?;
+        let answer = create(admin, &pods_path(namespace), &mounting(namespace, volumes), false).await?;
+        if answer.status != 201 {
+            return Err(format!("creating pod {namespace}: {} {}", answer.status, answer.message()));
+        }
+        let pod: Pod = serde_json::from_value(answer.body).map_err(|e| e.to_string())?;
+        pods.push((pod, volumes));
+    }
+
+    let driver = InProcessDriver::start_telling_events(suite, TMPFS).await?;
+    let mut node = NodeClient::new(channel(driver.socket.clone()).await?);
+    let outcome = async {
+        let mut published = Vec::new();
+        for (pod, volumes) in &pods {
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            for i in 0..*volumes {
+                let target = driver.dir.path().join(format!("pods/{name}/volumes/kubernetes.io~csi/v{i}/mount"));
+                let request = kubelet_request(pod, &format!("v{i}"), &target)?;
+                publish_as_kubelet(&mut node, &request).await.map_err(|e| format!("publish {name}/v{i}: {e}"))?;
+                published.push((request, target));
+            }
+        }
+        let secrets = Api::<Secret>::namespaced(admin.clone(), FLOOD_OWNER);
+        let first_change = Instant::now();
+        for change in 1..=CHANGES {
+            if change > 1 {
+                // Past each volume's own pace, so every volume has a change to tell.
+                tokio::time::sleep(UPDATED_AT_MOST_EVERY + Duration::from_secs(1)).await;
+            }
+            let update = json!({"stringData": {"v": change.to_string()}});
+            secrets.patch("flood-creds", &PatchParams::default(), &Patch::Merge(&update)).await.map_err(|e| e.to_string())?;
+            for (_, target) in &published {
+                crate::shares::wait_for_files(target, "after the update", &[("v", &change.to_string())]).await?;
+            }
+            // The calm namespace's pod is told this change (its Events counted by the apiserver).
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while events_in(admin, CALM).await? < change {
+                if Instant::now() > deadline {
+                    return Err(format!("the calm namespace's pod was not told change {change} within 60 s"));
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        // Whatever was created is in by now: the calm pod's last Event came after the flood's.
+        let elapsed = first_change.elapsed().as_secs();
+        let flood = events_in(admin, FLOOD).await?;
+        let bound = NAMESPACE_EVENT_BURST as usize + (elapsed as usize + 1) * NAMESPACE_EVENTS_PER_SECOND as usize;
+        println!(
+            "rotation events: {} changes of {FLOOD_VOLUMES} volumes in {FLOOD} made {flood} Events in {elapsed} s (bound {bound}); \
+             {CALM}'s one volume told {} times",
+            CHANGES * FLOOD_VOLUMES,
+            events_in(admin, CALM).await?
+        );
+        if flood < NAMESPACE_EVENT_BURST as usize || flood > bound {
+            return Err(format!("{FLOOD}'s volumes made {flood} Events in {elapsed} s: wanted its burst at least and at most {bound}"));
+        }
+        for (request, _) in published {
+            unpublish_as_kubelet(&mut node, request.volume_id, request.target_path).await?;
+        }
+        Ok(())
     }
     .await;
     let stopped = driver.stop().await;
