@@ -23,7 +23,8 @@ use kube::{Client, Resource};
 use serde_json::json;
 use sharedresource_api::ShareKind;
 use sharedresource_api::access::{AccessQuestion, Guarded};
-use sharedresource_api::shares::{SharedConfigMap, SharedSecret};
+use sharedresource_api::object_name::{NamespaceName, ObjectName};
+use sharedresource_api::shares::{ObjectRef, SharedConfigMap, SharedSecret};
 use tokio::sync::{Notify, oneshot};
 use tracing::{info, warn};
 
@@ -101,24 +102,23 @@ pub async fn run(client: Client, settings: RolloutSettings) {
     }
 }
 
-/// Every share and the object it names.
+/// Every share and the object it names. A share naming something that is no object name (a
+/// namespace `a,b`, a name `x,metadata.namespace=y`) names nothing: its text never reaches a
+/// field selector.
 fn shares_now(secrets: &Store<SharedSecret>, config_maps: &Store<SharedConfigMap>) -> BTreeMap<ShareRef, Backing> {
-    let secrets = secrets.state().into_iter().filter_map(|share| {
-        let object = &share.spec.secret_ref;
-        let name = share.metadata.name.clone()?;
-        Some((
-            ShareRef { kind: ShareKind::Secret, name },
-            (ShareKind::Secret, object.namespace.clone(), object.name.clone()),
-        ))
-    });
-    let config_maps = config_maps.state().into_iter().filter_map(|share| {
-        let object = &share.spec.config_map_ref;
-        let name = share.metadata.name.clone()?;
-        Some((
-            ShareRef { kind: ShareKind::ConfigMap, name },
-            (ShareKind::ConfigMap, object.namespace.clone(), object.name.clone()),
-        ))
-    });
+    let named = |kind: ShareKind, share: Option<String>, object: &ObjectRef| {
+        let namespace = NamespaceName::parse(&object.namespace).ok()?;
+        let name = ObjectName::parse(&object.name).ok()?;
+        Some((ShareRef { kind, name: share? }, (kind, namespace.as_str().to_owned(), name.as_str().to_owned())))
+    };
+    let secrets = secrets
+        .state()
+        .into_iter()
+        .filter_map(|share| named(ShareKind::Secret, share.metadata.name.clone(), &share.spec.secret_ref));
+    let config_maps = config_maps
+        .state()
+        .into_iter()
+        .filter_map(|share| named(ShareKind::ConfigMap, share.metadata.name.clone(), &share.spec.config_map_ref));
     secrets.chain(config_maps).collect()
 }
 
