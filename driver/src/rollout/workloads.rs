@@ -104,41 +104,21 @@ impl std::fmt::Display for Skipped {
     }
 }
 
-/// The key and summary of `workload`, or `None` for one without a name or namespace.
+/// The key and summary of `workload` (`None` for the summary: its pods mount too many shares),
+/// or `None` for one without a name or namespace. A workload without a template mounts nothing.
 pub fn summarize<K: Workload>(workload: &K) -> Option<(WorkloadKey, Option<Summary>)> {
     let meta = workload.meta();
     let key = WorkloadKey { namespace: meta.namespace.clone()?, kind: K::KIND, name: meta.name.clone()? };
-    let Some(template) = workload.template() else { return Some((key, Some(empty_summary(workload)))) };
-    let spec = template.spec.as_ref();
-    let shares = match spec.map(mounted_shares) {
-        Some(Some(shares)) => shares,
-        Some(None) => return Some((key, None)),
-        None => BTreeSet::new(),
-    };
+    let spec = workload.template().and_then(|template| template.spec.as_ref());
+    let Some(shares) = spec.map_or(Some(BTreeSet::new()), mounted_shares) else { return Some((key, None)) };
     let service_account = spec
         .and_then(|spec| spec.service_account_name.clone().or_else(|| spec.service_account.clone()))
         .filter(|name| !name.is_empty())
         .unwrap_or_else(|| "default".to_owned());
     let observed =
         parse_observed(meta.annotations.as_ref().and_then(|a| a.get(OBSERVED_ANNOTATION)).map(String::as_str));
-    Some((
-        key,
-        Some(Summary {
-            shares,
-            observed,
-            service_account,
-            resource_version: meta.resource_version.clone().unwrap_or_default(),
-        }),
-    ))
-}
-
-fn empty_summary<K: Workload>(workload: &K) -> Summary {
-    Summary {
-        shares: BTreeSet::new(),
-        observed: Observed::new(),
-        service_account: "default".to_owned(),
-        resource_version: workload.meta().resource_version.clone().unwrap_or_default(),
-    }
+    let resource_version = meta.resource_version.clone().unwrap_or_default();
+    Some((key, Some(Summary { shares, observed, service_account, resource_version })))
 }
 
 /// The followed workloads, at most `per_namespace` in each namespace.

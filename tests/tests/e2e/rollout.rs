@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use sharedresource_csi_driver::DRIVER_NAME;
 use sharedresource_csi_driver::rollout::plan::{OBSERVED_ANNOTATION, RESTART_LABEL, RESTARTED_AT_ANNOTATION};
 
-use crate::shares::{WITHIN, apply_file, create_object, create_shared_secret, shared_secrets, use_grant};
+use crate::shares::{WITHIN, apply_file, create_object, create_shared_secret, create_use_grant, shared_secrets};
 use crate::support::{
     Outcome, READ_GRANTS_USER, Suite, create_namespace, create_service_account, deployments_path, wait_established,
 };
@@ -151,20 +151,7 @@ pub async fn labelled_workloads_restart_once_per_change_never_for_a_revocation(s
     // APP and FLOOD may use both shares; DENIED may use none.
     for namespace in [APP, FLOOD] {
         for share in [DB, CONTROL] {
-            let (role, binding) = use_grant(
-                namespace,
-                "sharedsecrets",
-                share,
-                (&format!("use-{share}"), &format!("reader-uses-{share}")),
-            );
-            create_object(suite, &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/roles"), role)
-                .await?;
-            create_object(
-                suite,
-                &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings"),
-                binding,
-            )
-            .await?;
+            create_use_grant(suite, namespace, "sharedsecrets", share).await?;
         }
     }
     let mut workloads = vec![

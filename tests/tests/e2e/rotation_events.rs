@@ -17,7 +17,7 @@ use sharedresource_csi_driver::volume::pod_events::{
 
 use crate::driver::kubelet_publish::{channel, kubelet_request, publish_as_kubelet};
 use crate::shares::{
-    InProcessDriver, apply_file, create_object, create_shared_secret, unpublish_as_kubelet, use_grant,
+    InProcessDriver, apply_file, create_object, create_shared_secret, create_use_grant, unpublish_as_kubelet,
 };
 use crate::support::{Outcome, Suite, create, create_namespace, create_service_account, pods_path, wait_established};
 
@@ -80,10 +80,7 @@ pub async fn content_changes_and_failed_updates_are_told_on_the_pod(suite: &Suit
     let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "app-creds"}, "stringData": {"password": "first"}});
     create_object(suite, &format!("/api/v1/namespaces/{OWNER}/secrets"), secret).await?;
     create_shared_secret(suite, SHARE, OWNER, "app-creds").await?;
-    let (role, binding) = use_grant(CONSUMER, "sharedsecrets", SHARE, ("use-app", "reader-uses-app"));
-    create_object(suite, &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{CONSUMER}/roles"), role).await?;
-    create_object(suite, &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{CONSUMER}/rolebindings"), binding)
-        .await?;
+    create_use_grant(suite, CONSUMER, "sharedsecrets", SHARE).await?;
     let answer = create(admin, &pods_path(CONSUMER), &reader(), false).await?;
     if answer.status != 201 {
         return Err(format!("creating the reader pod: {} {}", answer.status, answer.message()));
@@ -191,14 +188,7 @@ pub async fn one_namespaces_many_volumes_cannot_spend_the_events_of_another(suit
     let mut pods = Vec::new();
     for (namespace, volumes) in [(FLOOD, FLOOD_VOLUMES), (CALM, 1)] {
         create_service_account(admin, namespace, "reader").await?;
-        let (role, binding) = use_grant(namespace, "sharedsecrets", FLOOD_SHARE, ("use-flood", "reader-uses-flood"));
-        create_object(suite, &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/roles"), role).await?;
-        create_object(
-            suite,
-            &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings"),
-            binding,
-        )
-        .await?;
+        create_use_grant(suite, namespace, "sharedsecrets", FLOOD_SHARE).await?;
         let answer = create(admin, &pods_path(namespace), &mounting(namespace, volumes), false).await?;
         if answer.status != 201 {
             return Err(format!("creating pod {namespace}: {} {}", answer.status, answer.message()));

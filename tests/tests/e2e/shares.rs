@@ -76,6 +76,15 @@ pub fn use_grant(namespace: &str, resource: &str, name: &str, (role, binding): (
     (role_object, binding_object)
 }
 
+/// Creates [`use_grant`]'s Role and RoleBinding, named `use-NAME` and `reader-uses-NAME`.
+pub async fn create_use_grant(suite: &Suite, namespace: &str, resource: &str, name: &str) -> Outcome {
+    let (role, binding) =
+        use_grant(namespace, resource, name, (&format!("use-{name}"), &format!("reader-uses-{name}")));
+    create_object(suite, &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/roles"), role).await?;
+    create_object(suite, &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings"), binding)
+        .await
+}
+
 fn share(name: &str) -> Value {
     json!({
         "apiVersion": "sharedresource.inlineguard.dev/v1alpha1", "kind": "SharedSecret",
