@@ -75,7 +75,7 @@ pub(crate) mod tests {
             refusal_message("web", &refused).as_deref(),
             Some(
                 "web has volumes the shared-resource driver would refuse at mount: \
-                 volume \"typo\": volumeAttributes[\"refreshResouce\"] is not an attribute of this driver: a sharedSecret volume takes \"sharedSecret\" and \"refreshResource\" only; \
+                 volume \"typo\": volumeAttributes[\"refreshResouce\"] is not an attribute of this driver: a sharedSecret volume takes \"sharedSecret\", \"refreshResource\" and \"optional\" only; \
                  volume \"none\": volumeAttributes lacks \"sharedSecret\", \"sharedConfigMap\" or \"projection\": name what to mount"
             )
         );

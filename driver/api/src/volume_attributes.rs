@@ -5,8 +5,9 @@
 //!
 //! A volume names exactly one thing to mount: a share (`sharedSecret`, `sharedConfigMap`), a
 //! projection in the pod's namespace (`projection`) or a provider of the node (`provider`). A
-//! share's or a projection's volume takes `refreshResource` besides, and nothing else: an
-//! unknown key is a typo the user wants to hear about, not a setting silently ignored. A
+//! share's or a projection's volume takes `refreshResource` besides, a share's `optional` too,
+//! and nothing else: an unknown key is a typo the user wants to hear about, not a setting
+//! silently ignored. (A projection marks each of its sources optional instead.) A
 //! provider's volume passes its other attributes to the provider as parameters, except keys
 //! under the prefixes that carry a pod's identity.
 
@@ -26,6 +27,9 @@ pub const PROVIDER_ATTRIBUTE: &str = "provider";
 pub const CLASS_ATTRIBUTE: &str = "secretProviderClass";
 /// The attribute that turns refreshing off for one volume (`"false"`; default `"true"`).
 pub const REFRESH_ATTRIBUTE: &str = "refreshResource";
+/// The attribute that lets a share's volume be served empty while its share or backing object
+/// does not exist (`"true"`; default `"false"`), as kubelet's `secret` volume's `optional`.
+pub const OPTIONAL_ATTRIBUTE: &str = "optional";
 /// The key prefixes that carry a pod's identity: the driver's (and kubelet's) to set, never a
 /// volume attribute's (a pod naming another namespace there would speak for a pod it is not).
 pub const RESERVED_PREFIXES: [&str; 2] = ["kubernetes.io/", "csi.storage.k8s.io/"];
@@ -52,6 +56,10 @@ pub struct VolumeAttributes {
     pub selection: Selection,
     /// Whether content changes reach the volume after publish (`refreshResource`, default true).
     pub refresh: bool,
+    /// Whether a share that does not exist, or whose backing object does not, serves an empty
+    /// volume (filled when it appears) instead of failing the mount (`optional`, shares only,
+    /// default false). The pod must still be allowed to use the share.
+    pub optional: bool,
 }
 
 impl VolumeAttributes {
@@ -63,23 +71,29 @@ impl VolumeAttributes {
         V: AsRef<str>,
     {
         let selection = selection(attributes)?;
-        let refresh = match attributes.get(REFRESH_ATTRIBUTE).map(AsRef::as_ref) {
-            None | Some("true") => true,
-            Some("false") => false,
-            Some(other) => {
-                return Err(Invalid(format!(
-                    "volumeAttributes[{REFRESH_ATTRIBUTE:?}] is {}: it is \"true\" (the default) or \"false\"",
-                    quote(other)
-                )));
-            }
-        };
+        let refresh = flag(attributes, REFRESH_ATTRIBUTE, true)?;
+        let mut optional = false;
         match &selection {
-            Selection::Share(..) | Selection::Projection(_) => {
+            Selection::Share(..) => {
                 let selecting = selecting_attribute(&selection);
-                let mut keys = attributes.keys().map(Borrow::borrow);
-                if let Some(other) = keys.find(|key: &&str| *key != selecting && *key != REFRESH_ATTRIBUTE) {
+                let own = [selecting, REFRESH_ATTRIBUTE, OPTIONAL_ATTRIBUTE];
+                if let Some(other) = attributes.keys().map(Borrow::borrow).find(|key: &&str| !own.contains(key)) {
                     return Err(Invalid(format!(
-                        "volumeAttributes[{}] is not an attribute of this driver: a {selecting} volume takes {selecting:?} and {REFRESH_ATTRIBUTE:?} only",
+                        "volumeAttributes[{}] is not an attribute of this driver: a {selecting} volume takes {selecting:?}, {REFRESH_ATTRIBUTE:?} and {OPTIONAL_ATTRIBUTE:?} only",
+                        quote(other)
+                    )));
+                }
+                optional = flag(attributes, OPTIONAL_ATTRIBUTE, false)?;
+            }
+            Selection::Projection(_) => {
+                let mut keys = attributes.keys().map(Borrow::borrow);
+                if let Some(other) = keys.find(|key: &&str| *key != PROJECTION_ATTRIBUTE && *key != REFRESH_ATTRIBUTE) {
+                    let optional = match other == OPTIONAL_ATTRIBUTE {
+                        true => " (a projection marks each source optional in its spec)",
+                        false => "",
+                    };
+                    return Err(Invalid(format!(
+                        "volumeAttributes[{}] is not an attribute of this driver: a {PROJECTION_ATTRIBUTE} volume takes {PROJECTION_ATTRIBUTE:?} and {REFRESH_ATTRIBUTE:?} only{optional}",
                         quote(other)
                     )));
                 }
@@ -93,7 +107,20 @@ impl VolumeAttributes {
                 }
             }
         }
-        Ok(VolumeAttributes { selection, refresh })
+        Ok(VolumeAttributes { selection, refresh, optional })
+    }
+}
+
+/// The value of the `"true"`/`"false"` attribute `key`, `default` when absent.
+fn flag<K: Borrow<str> + Ord, V: AsRef<str>>(attributes: &BTreeMap<K, V>, key: &str, default: bool) -> Result<bool> {
+    match attributes.get(key).map(AsRef::as_ref) {
+        None => Ok(default),
+        Some("true") => Ok(true),
+        Some("false") => Ok(false),
+        Some(other) => Err(Invalid(format!(
+            "volumeAttributes[{key:?}] is {}: it is \"true\" or \"false\" (the default: \"{default}\")",
+            quote(other)
+        ))),
     }
 }
 

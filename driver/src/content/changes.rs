@@ -1,6 +1,6 @@
 //! What changed since the last refresh: everything (a watch started, the periodic tick), the
 //! shares and projections some events name, or the service accounts a grant given or taken may
-//! concern. Watches note changes here; the refresher takes them and refreshes only the volumes
+//! concern; and, for the pods to hear of, the optional objects volumes began to lack. Watches note changes here; the refresher takes them and refreshes only the volumes
 //! they touch, so an update to one Secret rewrites the volumes of the shares backed by it (and of
 //! the projections naming those shares), and a RoleBinding of one service account re-checks only
 //! its pods' volumes, not every volume of the node.
@@ -133,6 +133,26 @@ pub struct Pending {
     pub projections: HashSet<ProjectionKey>,
     /// The volumes of pods whose service account is among these.
     pub accounts: HashSet<Accounts>,
+    /// What volumes began to lack of what they mark optional, for their pods to hear of (no
+    /// refresh: the content computed already says it). At most [`MAX_PENDING_ABSENCES`].
+    pub absences: Vec<Absence>,
+}
+
+/// The most absences held for the refresher: beyond, an absence is not told (the volume is
+/// served as it should be; only the courtesy of an Event is lost).
+pub const MAX_PENDING_ABSENCES: usize = 1024;
+
+/// Optional objects a volume's content began to lack: it is served without them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Absence {
+    /// The pod the volume is published for.
+    pub pod: crate::content::ask::PodInfo,
+    /// The pod's name for the volume.
+    pub volume_name: String,
+    /// The volume's attributes (what it mounts).
+    pub attributes: BTreeMap<String, String>,
+    /// What it lacks, each said as the error would have said it had it not been optional.
+    pub absent: Vec<String>,
 }
 
 impl Pending {
@@ -147,6 +167,8 @@ impl Pending {
         self.shares.extend(other.shares);
         self.projections.extend(other.projections);
         self.accounts.extend(other.accounts);
+        let room = MAX_PENDING_ABSENCES.saturating_sub(self.absences.len());
+        self.absences.extend(other.absences.into_iter().take(room));
     }
 
     /// Whether a volume with `attributes`, for a pod of `namespace` running as `service_account`,
@@ -176,6 +198,17 @@ impl Changes {
         let mut pending = self.pending.locked();
         pending.shares.insert(named);
         pending.projections.extend(users);
+        drop(pending);
+        self.wake.notify_one();
+    }
+
+    /// A volume began to lack optional objects: its pod is to hear of it (dropped when
+    /// [`MAX_PENDING_ABSENCES`] are waiting already).
+    pub fn absent(&self, absence: Absence) {
+        let mut pending = self.pending.locked();
+        if pending.absences.len() < MAX_PENDING_ABSENCES {
+            pending.absences.push(absence);
+        }
         drop(pending);
         self.wake.notify_one();
     }

@@ -8,8 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::apiserver_client::ApiserverClients;
+use crate::content::absences::Absences;
 use crate::content::ask::VolumeAsk;
-use crate::content::changes::Changes;
+use crate::content::changes::{Absence, Changes};
 use crate::content::cluster::Cluster;
 use crate::content::error::Result;
 use crate::content::external::provider_volume;
@@ -18,9 +19,10 @@ use crate::content::lazy::{HandedFiles, LazyFiles};
 use crate::content::payload::Payload;
 use crate::content::projection::fetch::{self, ProjectionOptions};
 use crate::content::shares;
+use crate::content::shares::source::ShareFiles;
 use crate::content::{ContentSource, PassId};
 use crate::metrics::Metrics;
-use sharedresource_api::volume_attributes::selection;
+use sharedresource_api::volume_attributes::{OPTIONAL_ATTRIBUTE, selection};
 use sharedresource_api::{Selection, VolumeAttributes};
 
 /// Shares, projections and providers' volumes, read from the cluster.
@@ -29,6 +31,8 @@ pub struct KubernetesSource {
     projections: ProjectionOptions,
     /// The providers of secrets kept outside Kubernetes this node runs.
     providers: Providers,
+    /// What each volume lacks of what it marks optional.
+    absences: Absences,
 }
 
 impl KubernetesSource {
@@ -44,6 +48,7 @@ impl KubernetesSource {
             cluster: Cluster::new(clients, runtime, metrics),
             projections: ProjectionOptions { pod_metadata: false, content_limit: u64::MAX },
             providers: Providers::default(),
+            absences: Absences::default(),
         }
     }
 
@@ -86,14 +91,33 @@ impl KubernetesSource {
         self.cluster.changes()
     }
 
-    /// The files of `request`'s volume, from the source of what it names.
+    /// The files of `request`'s volume, from the source of what it names; what it began to lack
+    /// of what it marks optional is told to its pod (through the changes, to the refresher).
     async fn payload(&self, request: &VolumeAsk, pass: Option<PassId>) -> Result<Payload> {
         let cluster = &self.cluster;
-        match volume_of(request)? {
-            Selection::Share(kind, share) => shares::source::payload(cluster, &request.pod, kind, &share, pass).await,
-            Selection::Projection(name) => fetch::payload(cluster, &self.projections, request, &name, pass).await,
-            Selection::Provider(name) => provider_volume::payload(cluster, &self.providers, request, &name, pass).await,
+        let (files, absent) = match volume_of(request)? {
+            Selection::Share(kind, share) => {
+                let optional = request.attributes.get(OPTIONAL_ATTRIBUTE).is_some_and(|value| value == "true");
+                match shares::source::payload(cluster, &request.pod, kind, &share, optional, pass).await? {
+                    ShareFiles::Read(files) => (files, Vec::new()),
+                    ShareFiles::Absent(what) => (Payload::new(), vec![what]),
+                }
+            }
+            Selection::Projection(name) => fetch::payload(cluster, &self.projections, request, &name, pass).await?,
+            Selection::Provider(name) => {
+                (provider_volume::payload(cluster, &self.providers, request, &name, pass).await?, Vec::new())
+            }
+        };
+        let begun = self.absences.note(&request.volume_id, absent);
+        if !begun.is_empty() {
+            cluster.changes().absent(Absence {
+                pod: request.pod.clone(),
+                volume_name: request.volume_name.clone(),
+                attributes: request.attributes.clone(),
+                absent: begun,
+            });
         }
+        Ok(files)
     }
 }
 
@@ -138,6 +162,7 @@ impl ContentSource for KubernetesSource {
 
     fn released(&self, volume_id: &str) {
         self.providers.release(volume_id);
+        self.absences.forget(volume_id);
     }
 
     fn object_versions(&self, volume_id: &str) -> std::collections::BTreeMap<String, String> {

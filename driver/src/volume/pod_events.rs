@@ -170,6 +170,23 @@ impl EventPacing {
         Some(PodEvent { pod: of.pod.clone(), warning, reason, note })
     }
 
+    /// The Event telling `of`'s pod that its volume is served without `absent` (objects it marks
+    /// optional that do not exist), at `now`, if its namespace's bucket has room. Told once
+    /// when an absence begins (the content source says when), so no per-volume pace.
+    pub fn absent(&mut self, of: &VolumeOfPod, absent: &[String], now: Instant) -> Option<PodEvent> {
+        self.forget_quiet(now);
+        if absent.is_empty() || !take_namespace_token(&mut self.namespaces, &of.pod.namespace, now) {
+            return None;
+        }
+        let what = crate::quote::bounded(absent.join("; "), MAX_WHY_BYTES);
+        let note = format!(
+            "volume {:?} ({}) is served without what it marks optional, until that exists: {what}",
+            of.volume, of.mounts
+        );
+        let note = crate::quote::bounded(note, MAX_NOTE_BYTES);
+        Some(PodEvent { pod: of.pod.clone(), warning: false, reason: "OptionalObjectMissing", note })
+    }
+
     /// Drops `volume_id` (unpublished).
     pub fn forget(&mut self, volume_id: &str) {
         self.volumes.remove(volume_id);
@@ -227,6 +244,32 @@ mod tests {
 
     fn failed(why: &str) -> Refreshed {
         Refreshed::Failed { why: why.into() }
+    }
+
+    #[test]
+    fn an_absence_is_told_in_a_normal_event_within_the_namespaces_bucket() {
+        let mut pacing = EventPacing::default();
+        let start = Instant::now();
+        let absent = ["Secret infra/db, shared by SharedSecret \"db\", not found".to_string()];
+        assert_eq!(
+            pacing.absent(&of(), &absent, start),
+            Some(PodEvent {
+                pod: of().pod,
+                warning: false,
+                reason: "OptionalObjectMissing",
+                note: "volume \"db\" (SharedSecret \"db\") is served without what it marks optional, until that \
+                       exists: Secret infra/db, shared by SharedSecret \"db\", not found"
+                    .into(),
+            })
+        );
+        assert_eq!(pacing.absent(&of(), &[], start), None, "nothing lacking, nothing told");
+        for _ in 1..NAMESPACE_EVENT_BURST {
+            assert!(pacing.absent(&of(), &absent, start).is_some());
+        }
+        assert_eq!(pacing.absent(&of(), &absent, start), None, "the namespace's bucket is spent");
+        let mut elsewhere = of();
+        elsewhere.pod.namespace = "team-b".into();
+        assert!(pacing.absent(&elsewhere, &absent, start).is_some(), "another namespace's is not");
     }
 
     #[test]

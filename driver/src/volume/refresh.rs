@@ -12,7 +12,8 @@
 //! at once. A volume another operation holds (a publish, an unpublish) is tried again shortly.
 //!
 //! What a refresh did is told to the volume's pod as an Event, paced (`pod_events`): new
-//! content in place, or an update that could not be applied.
+//! content in place, or an update that could not be applied; and what a volume began to lack of
+//! what it marks optional (the content source notes it with the changes).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -22,7 +23,7 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::content::PassId;
-use crate::content::changes::{Changes, Pending};
+use crate::content::changes::{Absence, Changes, Pending};
 use crate::fair_slots::FairSlots;
 use crate::quote::{Logged, quote};
 use crate::unpoisoned::UnpoisonedMutex;
@@ -134,6 +135,7 @@ impl Refresher {
                 pending = next_change(changes.as_deref()) => pending,
                 _ = stopped.wait_for(|stop| *stop) => return,
             };
+            self.tell_absences(&pending.absences);
             self.dispatch(&pending);
         }
     }
@@ -224,6 +226,25 @@ impl Refresher {
         let event = self.pacing.locked().event(volume_id, of, &refreshed, Instant::now());
         if let Some(event) = event {
             self.events.tell(event);
+        }
+    }
+}
+
+impl Refresher {
+    /// Tells each pod what its volume began to lack of what it marks optional, when its
+    /// namespace's Events allow.
+    fn tell_absences(&self, absences: &[Absence]) {
+        for absence in absences {
+            let pod = &absence.pod;
+            let of = VolumeOfPod {
+                pod: PodRef { namespace: pod.namespace.clone(), name: pod.name.clone(), uid: pod.uid.clone() },
+                volume: absence.volume_name.clone(),
+                mounts: mounts(&absence.attributes),
+            };
+            let event = self.pacing.locked().absent(&of, &absence.absent, Instant::now());
+            if let Some(event) = event {
+                self.events.tell(event);
+            }
         }
     }
 }

@@ -97,6 +97,12 @@ pub struct ShareProjection {
     /// The keys to show and where; every key under its own name when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub items: Option<Vec<KeyItem>>,
+    /// A share, or its backing object, that does not exist contributes no files instead of
+    /// failing the volume, and a key an item names that the object lacks is skipped (kubelet's
+    /// projected `secret` source's `optional`); the files appear when the object does. The pod
+    /// must still be allowed to use the share.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub optional: bool,
 }
 
 /// One key of a share, placed at a path.

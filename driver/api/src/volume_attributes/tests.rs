@@ -45,11 +45,11 @@ fn each_refusal_names_what_is_wrong() {
         (&[("provider", "Vault")], "provider name \"Vault\" is not a valid object name: RULE"),
         (
             &[("sharedSecret", "db"), ("refreshResource", "no")],
-            "volumeAttributes[\"refreshResource\"] is \"no\": it is \"true\" (the default) or \"false\"",
+            "volumeAttributes[\"refreshResource\"] is \"no\": it is \"true\" or \"false\" (the default: \"true\")",
         ),
         (
             &[("sharedSecret", "db"), ("refreshResouce", "false")],
-            "volumeAttributes[\"refreshResouce\"] is not an attribute of this driver: a sharedSecret volume takes \"sharedSecret\" and \"refreshResource\" only",
+            "volumeAttributes[\"refreshResouce\"] is not an attribute of this driver: a sharedSecret volume takes \"sharedSecret\", \"refreshResource\" and \"optional\" only",
         ),
         (
             &[("projection", "app"), ("csi.storage.k8s.io/pod.namespace", "kube-system")],

@@ -43,7 +43,14 @@ pub fn desired(current: &[Condition], seen: &Seen, what: &str, now: Time) -> Opt
             (("True", "Found", format!("{what} exists")), ("True", "Read", format!("{what} is read by the driver")))
         }
         Seen::Missing => (
-            ("False", "NotFound", format!("{what} does not exist")),
+            (
+                "False",
+                "NotFound",
+                format!(
+                    "{what} does not exist: volumes marking the share optional are served without it until it \
+                     does, the others are refused"
+                ),
+            ),
             ("False", "NotFound", format!("{what} does not exist")),
         ),
         Seen::Unreadable(why) => (
@@ -130,7 +137,11 @@ mod tests {
         );
         assert_eq!(desired(&read, &Seen::Read, what, at(20)), None, "the same facts write nothing");
         let missing = desired(&read, &Seen::Missing, what, at(30)).unwrap();
-        assert_eq!(missing[0].message, "Secret infra/db-creds does not exist");
+        assert_eq!(
+            missing[0].message,
+            "Secret infra/db-creds does not exist: volumes marking the share optional are served without it until it \
+             does, the others are refused"
+        );
         assert!(missing.iter().all(|c| c.status == "False" && c.last_transition_time == at(30)));
         let unreadable = desired(&missing, &Seen::Unreadable("forbidden".into()), what, at(40)).unwrap();
         assert_eq!((unreadable[0].status.as_str(), unreadable[0].last_transition_time.clone()), ("Unknown", at(40)));

@@ -177,6 +177,61 @@ fn each_refusal_names_what_is_missing() {
     assert!(matches!(unreachable, Err(Error::Unavailable(_))), "{unreachable:?}");
 }
 
+/// `request("web")` marking its share optional.
+fn optional_request() -> VolumeAsk {
+    let mut ask = request("web");
+    ask.attributes.insert("optional".into(), "true".into());
+    ask
+}
+
+#[test]
+fn an_optional_share_that_is_missing_serves_nothing_and_its_pod_hears_of_it_once() {
+    let runtime = runtime();
+    let source = source(Cluster { share: false, ..everything() }, &runtime);
+    assert_eq!(source.content(&optional_request()), Ok(Payload::new()), "the share does not exist");
+    let told = source.change_log().take().absences;
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert_eq!(told[0].absent, ["SharedSecret \"db\" not found"]);
+    assert_eq!((told[0].pod.name.as_str(), told[0].volume_name.as_str()), ("web", "shared"));
+    assert_eq!(source.content(&optional_request()), Ok(Payload::new()));
+    assert!(source.change_log().take().absences.is_empty(), "told once while it lasts");
+
+    let source = self::source(Cluster { secret: false, ..everything() }, &runtime);
+    assert_eq!(source.content(&optional_request()), Ok(Payload::new()), "the Secret does not exist");
+    let told = source.change_log().take().absences;
+    assert_eq!(told[0].absent, ["Secret infra/db-creds, shared by SharedSecret \"db\", not found"]);
+    // Unpublished: forgotten, so a new publish under the same id is told again.
+    source.released("csi-1");
+    source.content(&optional_request()).unwrap();
+    assert_eq!(source.change_log().take().absences.len(), 1);
+
+    let whole = self::source(everything(), &runtime);
+    assert_eq!(whole.content(&optional_request()).unwrap().keys().collect::<Vec<_>>(), ["password"]);
+    assert!(whole.change_log().take().absences.is_empty(), "nothing lacking, nothing told");
+}
+
+#[test]
+fn optional_never_turns_a_denial_or_an_outage_into_an_empty_volume() {
+    let runtime = runtime();
+    for (name, cluster) in [
+        ("share missing, use denied", Cluster { share: false, allowed: Some(false), ..everything() }),
+        ("secret missing, use denied", Cluster { secret: false, allowed: Some(false), ..everything() }),
+        ("share missing, access unanswered", Cluster { share: false, allowed: None, ..everything() }),
+        ("secret missing, access unanswered", Cluster { secret: false, allowed: None, ..everything() }),
+    ] {
+        let source = source(cluster, &runtime);
+        let answer = source.content(&optional_request());
+        assert!(answer.is_err(), "{name}: {answer:?}");
+        assert!(!matches!(answer, Err(Error::Missing(_)) if name.ends_with("unanswered")), "{name}: {answer:?}");
+        assert!(source.change_log().take().absences.is_empty(), "{name}: nothing told");
+    }
+    // `"false"` is the default's spelling: a missing share fails the volume.
+    let mut not_optional = request("web");
+    not_optional.attributes.insert("optional".into(), "false".into());
+    let answer = source(Cluster { share: false, ..everything() }, &runtime).content(&not_optional);
+    assert_eq!(answer, Err(Error::Missing("SharedSecret \"db\" not found".into())));
+}
+
 /// One access check per (service account, share): shared within a pass, then held across
 /// passes and publishes until a look at grants concerns the account (or a grant watch relists).
 #[test]

@@ -149,6 +149,9 @@ fn share_files(
     };
     let mut files = Vec::with_capacity(items.len());
     for KeyItem { key, path, mode, optional } in items {
+        // An optional source skips every key its object lacks, as kubelet's projected sources
+        // do (its object may not exist at all: then it lacks them all).
+        let optional = *optional || share.optional;
         match object.get(key) {
             Some(value) => files.push(SourceFile {
                 path: path.clone(),
@@ -156,10 +159,10 @@ fn share_files(
                 mode: mode.unwrap_or(default_mode),
                 explicit: true,
             }),
-            None if *optional => {}
+            None if optional => {}
             None => {
                 return Err(Error::Unservable(format!(
-                    "{label}: the backing object has no key {} (mark the item optional to skip it)",
+                    "{label}: the backing object has no key {} (mark the item, or the source, optional to skip it)",
                     quote(key)
                 )));
             }

@@ -2,9 +2,10 @@
 //! namespace, each share it names through the same access check and read as a volume of one
 //! share, the pod's labels and annotations when a `podInfo` item shows them, and the tokens
 //! kubelet passed; then composed into one payload. All or nothing, as kubelet's projected
-//! volume: one source refused, missing or unreadable fails the whole volume, naming it.
+//! volume: one source refused, missing or unreadable fails the whole volume, naming it; a
+//! source marked optional whose share or object does not exist shows nothing instead.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
@@ -17,6 +18,7 @@ use crate::content::cluster::Cluster;
 use crate::content::error::{Error, Result};
 use crate::content::payload::Payload;
 use crate::content::shares;
+use crate::content::shares::source::ShareFiles;
 use crate::quote::quote;
 use sharedresource_api::ShareKind;
 use sharedresource_api::missing::projection_not_found;
@@ -34,14 +36,14 @@ pub struct ProjectionOptions {
 }
 
 /// The files of projection `name` for the pod of `request`, read from `cluster` within
-/// `options`.
+/// `options`, and what its optional sources lacked (each said as the error would have said it).
 pub async fn payload(
     cluster: &Cluster,
     options: &ProjectionOptions,
     request: &VolumeAsk,
     name: &ObjectName,
     pass: Option<PassId>,
-) -> Result<Payload> {
+) -> Result<(Payload, Vec<String>)> {
     let namespace = pod_namespace(request)?;
     let key = (namespace.clone(), name.clone());
     let spec = cluster.shared(pass, key, |pass| &mut pass.projections, projection(cluster, &namespace, name)).await?;
@@ -57,23 +59,30 @@ pub async fn payload(
     let named_shares = shares_of(&spec)?;
     // Noted before anything is fetched: a share that fails now must still wake this
     // projection's volumes when it changes.
-    let named = named_shares.iter().map(|(kind, share)| (kind.attribute(), share.as_str()));
+    let named = named_shares.keys().map(|(kind, share)| (kind.attribute(), share.as_str()));
     cluster.changes().projection_uses(namespace.as_str(), name.as_str(), named);
 
-    let fetched = futures_util::future::join_all(
-        named_shares.iter().map(|(kind, share)| shares::source::payload(cluster, &request.pod, *kind, share, pass)),
-    )
+    let fetched = futures_util::future::join_all(named_shares.iter().map(|((kind, share), optional)| {
+        shares::source::payload(cluster, &request.pod, *kind, share, *optional, pass)
+    }))
     .await;
     let mut data = SourceData { tokens: request.tokens.clone(), ..SourceData::default() };
     let mut failures = Vec::new();
-    for ((kind, share), payload) in named_shares.into_iter().zip(fetched) {
-        match payload {
-            Ok(payload) => {
-                let object = payload.into_iter().map(|(key, file)| (key, file.data)).collect();
-                data.shares.insert((kind, share.as_str().to_string()), object);
+    let mut absent = Vec::new();
+    for (((kind, share), _), payload) in named_shares.into_iter().zip(fetched) {
+        let object = match payload {
+            Ok(ShareFiles::Read(payload)) => payload.into_iter().map(|(key, file)| (key, file.data)).collect(),
+            // Its sources are all optional: they show no key of it.
+            Ok(ShareFiles::Absent(what)) => {
+                absent.push(what);
+                BTreeMap::new()
             }
-            Err(error) => failures.push(error),
-        }
+            Err(error) => {
+                failures.push(error);
+                continue;
+            }
+        };
+        data.shares.insert((kind, share.as_str().to_string()), object);
     }
     // A source withdrawn (refused, gone) outranks one that could not be read now: the
     // volume is emptied rather than kept on the strength of another source's outage.
@@ -81,7 +90,8 @@ pub async fn payload(
         return Err(failures.swap_remove(error));
     }
     data.pod = pod_facts(cluster, options, request, &spec).await.map_err(|e| in_projection(&namespace, name, e))?;
-    compose(&spec, &data, options.content_limit).map_err(|e| in_projection(&namespace, name, e))
+    let files = compose(&spec, &data, options.content_limit).map_err(|e| in_projection(&namespace, name, e))?;
+    Ok((files, absent))
 }
 
 /// The spec of projection `name` in `namespace`, `None` when it does not exist.
@@ -145,10 +155,11 @@ fn pod_namespace(request: &VolumeAsk) -> Result<NamespaceName> {
         .map_err(|error| Error::Invalid(format!("the pod's namespace from kubelet: {error}")))
 }
 
-/// The shares a projection names, each once, in a fixed order; a name that is not an object
-/// name is refused naming its source (`check_spec` refuses it first, with the same words).
-pub fn shares_of(spec: &ProjectionSpec) -> Result<BTreeSet<(ShareKind, ObjectName)>> {
-    let mut shares = BTreeSet::new();
+/// The shares a projection names, each once, in a fixed order, with whether it may be absent
+/// (every source naming it is optional); a name that is not an object name is refused naming
+/// its source (`check_spec` refuses it first, with the same words).
+pub fn shares_of(spec: &ProjectionSpec) -> Result<BTreeMap<(ShareKind, ObjectName), bool>> {
+    let mut shares = BTreeMap::new();
     for (index, source) in spec.sources.iter().enumerate() {
         let (kind, share) = match source.kind() {
             Some(SourceKind::SharedSecret(share)) => (ShareKind::Secret, share),
@@ -158,7 +169,7 @@ pub fn shares_of(spec: &ProjectionSpec) -> Result<BTreeSet<(ShareKind, ObjectNam
         let name = ObjectName::parse(&share.name).map_err(|error| {
             Error::Invalid(format!("sources[{index}] ({}): the share name {error}", kind.attribute()))
         })?;
-        shares.insert((kind, name));
+        *shares.entry((kind, name)).or_insert(true) &= share.optional;
     }
     Ok(shares)
 }

@@ -6,7 +6,9 @@
 //! deleted share or backing object empties it; an apiserver that cannot be reached changes
 //! nothing (the error is reported and the refresh retried). Within one refresh pass, answers are
 //! shared between volumes: one access check per service account and share, one read per share
-//! and backing object. Everything is asked through the [`Cluster`].
+//! and backing object. Everything is asked through the [`Cluster`]. A volume marking the share
+//! optional is served no files, instead of failing, while the share or its object does not
+//! exist: never while its pod may not use the share.
 
 use kube::Resource as _;
 use kube::api::Api;
@@ -38,15 +40,27 @@ fn backing_of(kind: ShareKind, share: &ObjectName, named: &ObjectRef) -> Result<
     Ok((NamespaceName::parse(&named.namespace).map_err(broken)?, ObjectName::parse(&named.name).map_err(broken)?))
 }
 
+/// What a share gives a volume.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ShareFiles {
+    /// Its backing object's files.
+    Read(Payload),
+    /// No files: the volume marks the share optional and it, or its backing object, does not
+    /// exist (said as the error would have said it).
+    Absent(String),
+}
+
 /// The files of share `share` of `kind` for `pod`, once its service account is allowed to use
-/// it.
+/// it. When `optional`, a share or backing object that does not exist is [`ShareFiles::Absent`]
+/// instead of an error, but only to a pod allowed to use the share: a denial stays a denial.
 pub async fn payload(
     cluster: &Cluster,
     pod: &PodInfo,
     kind: ShareKind,
     share: &ObjectName,
+    optional: bool,
     pass: Option<PassId>,
-) -> Result<Payload> {
+) -> Result<ShareFiles> {
     let question = AccessQuestion {
         namespace: pod.namespace.clone(),
         service_account: pod.service_account.clone(),
@@ -59,7 +73,14 @@ pub async fn payload(
         cluster.shared(pass, (kind, share.clone()), |p| &mut p.shares, find_share(cluster, kind, share)),
         cluster.allowed_in(&question, pass),
     );
-    let (named, conditions) = found?.ok_or_else(|| Error::Missing(share_not_found(kind, share)))?;
+    let Some((named, conditions)) = found? else {
+        let missing = share_not_found(kind, share);
+        // An apiserver that cannot answer the access question fails the volume, as ever.
+        return match optional && allowed? {
+            true => Ok(ShareFiles::Absent(missing)),
+            false => Err(Error::Missing(missing)),
+        };
+    };
     if !allowed? {
         return Err(Error::Denied(question.denial()));
     }
@@ -73,14 +94,19 @@ pub async fn payload(
         Err(error) => Seen::Unreadable(error.to_string()),
     };
     cluster.with_pass(pass, |p| p.seen.insert((kind, share.as_str().to_string()), (named, conditions, seen)));
-    payload?.ok_or_else(|| {
-        Error::Missing(format!(
-            "{} {namespace}/{name}, shared by {} {}, not found",
-            kind.backing_kind(),
-            kind.kind(),
-            quote(share.as_str())
-        ))
-    })
+    if let Some(files) = payload? {
+        return Ok(ShareFiles::Read(files));
+    }
+    let missing = format!(
+        "{} {namespace}/{name}, shared by {} {}, not found",
+        kind.backing_kind(),
+        kind.kind(),
+        quote(share.as_str())
+    );
+    match optional {
+        true => Ok(ShareFiles::Absent(missing)),
+        false => Err(Error::Missing(missing)),
+    }
 }
 
 /// The object a share names and the conditions it reports, `None` when the share does not

@@ -63,7 +63,7 @@ pub async fn the_drivers_refusals_come_at_creation(suite: &Suite) -> Outcome {
     let updated = merge_patch(admin, &format!("{}/app", projections_path()), &update).await?;
     expect("an update making the projection collide", &updated, 422, &denied_by(PROJECTIONS_WEBHOOK, collision))?;
 
-    let typo = "volumeAttributes[\"refreshResouce\"] is not an attribute of this driver: a sharedSecret volume takes \"sharedSecret\" and \"refreshResource\" only";
+    let typo = "volumeAttributes[\"refreshResouce\"] is not an attribute of this driver: a sharedSecret volume takes \"sharedSecret\", \"refreshResource\" and \"optional\" only";
     let attributes = json!({"sharedSecret": "db", "refreshResouce": "false"});
     let mut bad_pod = pod("typo", &[("shared", SHARED_RESOURCE_DRIVER)]);
     bad_pod["spec"]["volumes"][0]["csi"]["volumeAttributes"] = attributes.clone();

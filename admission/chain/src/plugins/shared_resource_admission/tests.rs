@@ -221,7 +221,7 @@ fn offline_access_is_reported_not_checked_and_the_default_account_is_named() {
     );
 }
 
-const TYPO: &str = "volumeAttributes[\"refreshResouce\"] is not an attribute of this driver: a sharedSecret volume takes \"sharedSecret\" and \"refreshResource\" only";
+const TYPO: &str = "volumeAttributes[\"refreshResouce\"] is not an attribute of this driver: a sharedSecret volume takes \"sharedSecret\", \"refreshResource\" and \"optional\" only";
 
 #[test]
 fn a_pod_the_driver_would_refuse_is_refused_at_creation_in_the_drivers_words() {

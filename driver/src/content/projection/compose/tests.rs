@@ -6,11 +6,17 @@ use crate::content::tokens::TOKENS_KEY;
 use sharedresource_api::projection::spec::{FieldItem, PodInfoProjection, TokenProjection};
 
 fn secret(name: &str, items: Option<Vec<KeyItem>>) -> ProjectionSource {
-    ProjectionSource { shared_secret: Some(ShareProjection { name: name.into(), items }), ..Default::default() }
+    ProjectionSource {
+        shared_secret: Some(ShareProjection { name: name.into(), items, optional: false }),
+        ..Default::default()
+    }
 }
 
 fn config_map(name: &str, items: Option<Vec<KeyItem>>) -> ProjectionSource {
-    ProjectionSource { shared_config_map: Some(ShareProjection { name: name.into(), items }), ..Default::default() }
+    ProjectionSource {
+        shared_config_map: Some(ShareProjection { name: name.into(), items, optional: false }),
+        ..Default::default()
+    }
 }
 
 fn item(key: &str, path: &str) -> KeyItem {
@@ -92,7 +98,7 @@ fn a_missing_key_fails_the_volume_unless_its_item_is_optional() {
     assert!(matches!(error, Error::Unservable(_)));
     assert_eq!(
         error.to_string(),
-        "sources[0] (sharedSecret \"db\"): the backing object has no key \"absent\" (mark the item optional to skip it)"
+        "sources[0] (sharedSecret \"db\"): the backing object has no key \"absent\" (mark the item, or the source, optional to skip it)"
     );
 
     let mut optional = item("absent", "x");
@@ -100,6 +106,19 @@ fn a_missing_key_fails_the_volume_unless_its_item_is_optional() {
     let payload =
         compose(&spec(vec![secret("db", Some(vec![optional, item("user", "u")]))]), &data(), u64::MAX).unwrap();
     assert_eq!(payload.keys().collect::<Vec<_>>(), ["u"]);
+}
+
+#[test]
+fn an_optional_source_skips_every_key_its_object_lacks_and_an_object_that_is_not_there() {
+    let mut source = secret("db", Some(vec![item("absent", "x"), item("user", "u")]));
+    source.shared_secret.as_mut().unwrap().optional = true;
+    let payload = compose(&spec(vec![source.clone()]), &data(), u64::MAX).unwrap();
+    assert_eq!(payload.keys().collect::<Vec<_>>(), ["u"], "the key it has is shown");
+    // Its object absent: the caller hands an empty one, and the source shows nothing.
+    let mut absent = data();
+    absent.shares.insert((ShareKind::Secret, "db".into()), BTreeMap::new());
+    let payload = compose(&spec(vec![source, token("vault", "token")]), &absent, u64::MAX).unwrap();
+    assert_eq!(payload.keys().collect::<Vec<_>>(), ["token"], "the other sources are still laid out");
 }
 
 #[test]
