@@ -38,9 +38,13 @@ fn reader() -> Value {
     })
 }
 
-/// The driver's Events about pod `uid` so far: (type, reason, note).
-async fn events_about(admin: &kube::Client, uid: &str) -> Result<Vec<(String, String, String)>, String> {
-    let events = Api::<Event>::namespaced(admin.clone(), CONSUMER).list(&ListParams::default()).await;
+/// The driver's Events about pod `uid` of `namespace` so far: (type, reason, note).
+pub async fn events_about(
+    admin: &kube::Client,
+    namespace: &str,
+    uid: &str,
+) -> Result<Vec<(String, String, String)>, String> {
+    let events = Api::<Event>::namespaced(admin.clone(), namespace).list(&ListParams::default()).await;
     Ok(events
         .map_err(|e| e.to_string())?
         .items
@@ -53,16 +57,35 @@ async fn events_about(admin: &kube::Client, uid: &str) -> Result<Vec<(String, St
         .collect())
 }
 
-/// Waits (up to `within`) until the driver told pod `uid` an Event of `reason`; its note.
+/// Waits (up to `within`) until the driver told pod `uid` of [`CONSUMER`] an Event of `reason`;
+/// its note.
 async fn told(admin: &kube::Client, uid: &str, reason: &str, within: Duration) -> Result<(String, String), String> {
+    told_times(admin, CONSUMER, uid, reason, 1, within).await
+}
+
+/// Waits (up to `within`) until the driver told pod `uid` of `namespace` `times` Events of
+/// `reason`; the type and note of the `times`th.
+pub async fn told_times(
+    admin: &kube::Client,
+    namespace: &str,
+    uid: &str,
+    reason: &str,
+    times: usize,
+    within: Duration,
+) -> Result<(String, String), String> {
     let deadline = Instant::now() + within;
     loop {
-        let events = events_about(admin, uid).await?;
-        if let Some((kind, _, note)) = events.iter().find(|(_, r, _)| r == reason) {
+        let mut events = events_about(admin, namespace, uid).await?;
+        // Listed in creation order (their names end in the time they were made).
+        events.retain(|(_, r, _)| r == reason);
+        if let Some((kind, _, note)) = events.get(times.wrapping_sub(1)) {
             return Ok((kind.clone(), note.clone()));
         }
         if Instant::now() > deadline {
-            return Err(format!("no {reason} Event on the pod within {within:?}; the driver's Events: {events:?}"));
+            let events = events_about(admin, namespace, uid).await?;
+            return Err(format!(
+                "no {times}th {reason} Event on the pod within {within:?}; the driver's Events: {events:?}"
+            ));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -95,7 +118,7 @@ pub async fn content_changes_and_failed_updates_are_told_on_the_pod(suite: &Suit
         let request = kubelet_request(&pod, "app", &target)?;
         publish_as_kubelet(&mut node, &request).await.map_err(|e| format!("publish: {e}"))?;
         crate::shares::wait_for_files(&target, "published", &[("password", "first")]).await?;
-        if !events_about(admin, &uid).await?.is_empty() {
+        if !events_about(admin, CONSUMER, &uid).await?.is_empty() {
             return Err("a publish was told as an Event of the driver's (kubelet tells publishes)".into());
         }
 

@@ -228,7 +228,7 @@ pub fn shared_secrets() -> kube::api::ApiResource {
 }
 
 /// Waits until SharedSecret `name` reports `wanted` (type, status) conditions.
-async fn wait_for_conditions(admin: &kube::Client, name: &str, wanted: &[(&str, &str)]) -> Outcome {
+pub async fn wait_for_conditions(admin: &kube::Client, name: &str, wanted: &[(&str, &str)]) -> Outcome {
     let shares = Api::<kube::api::DynamicObject>::all_with(admin.clone(), &shared_secrets());
     let deadline = Instant::now() + WITHIN;
     loop {

@@ -75,10 +75,15 @@ pub async fn payload(
     );
     let Some((named, conditions)) = found? else {
         let missing = share_not_found(kind, share);
-        // An apiserver that cannot answer the access question fails the volume, as ever.
-        return match optional && allowed? {
+        if !optional {
+            return Err(Error::Missing(missing));
+        }
+        // An optional volume is refused what its pod could not have once the share exists
+        // (that is what its user must fix), and an apiserver that cannot answer the access
+        // question fails it, as ever.
+        return match allowed? {
             true => Ok(ShareFiles::Absent(missing)),
-            false => Err(Error::Missing(missing)),
+            false => Err(Error::Denied(question.denial())),
         };
     };
     if !allowed? {
