@@ -104,6 +104,8 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
             |s| admission::native_policies::native_policies_decide_as_the_webhook(s),
         "node::an_annotated_pod_gets_its_share_injected_and_reads_it" =>
             |s| node::an_annotated_pod_gets_its_share_injected_and_reads_it(s),
+        "node::an_optional_share_reaches_a_running_container_once_its_secret_exists" =>
+            |s| node::an_optional_share_reaches_a_running_container_once_its_secret_exists(s),
         "node::pod_without_access_waits_and_starts_once_granted" =>
             |s| node::pod_without_access_waits_and_starts_once_granted(s),
         "node::driver_killed_under_a_running_pod_which_still_reads_and_unpublishes" =>

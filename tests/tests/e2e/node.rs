@@ -511,6 +511,42 @@ pub async fn driver_killed_under_a_running_pod_which_still_reads_and_unpublishes
 /// Shares scenario on the node: a pod whose service account may not use the share never starts,
 /// its events carrying PERMISSION_DENIED; granted access later, kubelet's retry mounts the volume
 /// and the container reads it.
+/// A pod on the node mounting a share marked optional whose Secret does not exist yet: it
+/// starts with an empty volume and is told why, then reads the Secret once it is created.
+pub async fn an_optional_share_reaches_a_running_container_once_its_secret_exists(suite: &Suite) -> Outcome {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let node = node(suite)?;
+    let (namespace, name) = ("node-optional", "node-optional-share");
+    create_namespace(&suite.admin, namespace, "none", &[]).await?;
+    let owner = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OWNER}});
+    created_or_existing(create(&suite.admin, "/api/v1/namespaces", &owner, false).await?)?;
+    // The share and its grant exist; the Secret it names does not yet.
+    let shared = json!({
+        "apiVersion": "sharedresource.inlineguard.dev/v1alpha1", "kind": "SharedSecret", "metadata": {"name": name},
+        "spec": {"secretRef": {"namespace": OWNER, "name": name}}
+    });
+    created_or_existing(
+        create(&suite.admin, "/apis/sharedresource.inlineguard.dev/v1alpha1/sharedsecrets", &shared, false).await?,
+    )?;
+    grant(suite, namespace, name).await?;
+    let csi = json!({"driver": SHARED_RESOURCE_DRIVER, "readOnly": true, "volumeAttributes": {"sharedSecret": name, "optional": "true"}});
+    let pod = create_pod(suite, namespace, &pod_on_node(node, "optional", READER, csi, "/shared")).await?;
+    let fail = |e: String| format!("{e}\n{}", node.log_tails());
+    wait_for_log(node, namespace, "optional", "the empty volume", |l| l == "content: ").await.map_err(fail)?;
+    let told = "is served without what it marks optional, until that exists: Secret node-shares/node-optional-share, shared by SharedSecret \"node-optional-share\", not found";
+    wait_for_event(suite, namespace, "optional", told).await?;
+    share_object(suite, name, "arrived late").await?;
+    let created = Instant::now();
+    wait_for_log(node, namespace, "optional", "the Secret created", |l| l == "content: arrived late")
+        .await
+        .map_err(fail)?;
+    // The reader looks once a second: this includes up to a second of its own.
+    println!("optional share on the node: the container read the Secret {:?} after its creation", created.elapsed());
+    volume_present(node, &uid(&pod))?;
+    delete_and_wait(suite, namespace, "optional").await?;
+    nothing_left(node, &uid(&pod))
+}
+
 pub async fn pod_without_access_waits_and_starts_once_granted(suite: &Suite) -> Outcome {
     let _turn = ONE_AT_A_TIME.lock().await;
     let node = node(suite)?;
