@@ -120,7 +120,7 @@ impl ValidationInterface for SharedResourceAdmission {
         let judgements = join_all(volumes.iter().map(|volume| async move {
             match &volume.attributes {
                 Err(invalid) => Judged::refusal(volume.name, invalid.0.clone(), false),
-                Ok(checked) => judge.selection(volume.name, &checked.selection).await,
+                Ok(checked) => judge.selection(volume.name, &checked.selection, checked.optional).await,
             }
         }))
         .await;
@@ -224,18 +224,19 @@ struct Judge<'j> {
 }
 
 impl Judge<'_> {
-    async fn selection<'s>(self, volume: &'s str, selection: &Selection) -> Judged<'s> {
+    async fn selection<'s>(self, volume: &'s str, selection: &Selection, optional: bool) -> Judged<'s> {
         match selection {
-            Selection::Share(kind, name) => self.share(volume, *kind, name).await,
+            Selection::Share(kind, name) => self.share(volume, *kind, name, optional).await,
             Selection::Projection(name) => self.projection(volume, name).await,
             // A provider is the node's configuration, which admission does not see.
             Selection::Provider(_) => Judged::default(),
         }
     }
 
-    /// The share exists and the pod's service account may use it; both asked at once, a
-    /// missing share named first, as the driver does.
-    async fn share<'s>(self, volume: &'s str, kind: ShareKind, name: &ObjectName) -> Judged<'s> {
+    /// The share exists (unless `optional`: the driver then serves the volume empty until it
+    /// does) and the pod's service account may use it; both asked at once, a missing share of a
+    /// volume that needs it named first, as the driver does.
+    async fn share<'s>(self, volume: &'s str, kind: ShareKind, name: &ObjectName, optional: bool) -> Judged<'s> {
         let question = AccessQuestion {
             namespace: self.namespace.to_string(),
             service_account: self.service_account.to_string(),
@@ -245,8 +246,10 @@ impl Judge<'_> {
         let (exists, allowed) = join(self.facts.share_exists(kind, name), self.facts.may_use(&question)).await;
         let share = || format!("{} {}", kind.kind(), quote(name.as_str()));
         let mut judged = match exists {
-            Ok(Known::Answer(false)) => return Judged::refusal(volume, share_not_found(kind, name), false),
-            Ok(Known::Answer(true) | Known::NotChecked) => Judged::default(),
+            Ok(Known::Answer(false)) if !optional => {
+                return Judged::refusal(volume, share_not_found(kind, name), false);
+            }
+            Ok(Known::Answer(_) | Known::NotChecked) => Judged::default(),
             Err(error) => Judged::unchecked(volume, share(), error),
         };
         judged.merge(match allowed {
@@ -282,19 +285,21 @@ impl Judge<'_> {
             return Judged::refusal(volume, format!("{}: {invalid}", projection()), false);
         }
         // check_spec has checked every share name.
-        let shares: Vec<(ShareKind, ObjectName)> = spec
+        let shares: Vec<(ShareKind, ObjectName, bool)> = spec
             .sources
             .iter()
-            .filter_map(|source| match source.kind()? {
-                SourceKind::SharedSecret(share) => Some((ShareKind::Secret, ObjectName::parse(&share.name).ok()?)),
-                SourceKind::SharedConfigMap(share) => {
-                    Some((ShareKind::ConfigMap, ObjectName::parse(&share.name).ok()?))
-                }
-                _ => None,
+            .filter_map(|source| {
+                let (kind, share) = match source.kind()? {
+                    SourceKind::SharedSecret(share) => (ShareKind::Secret, share),
+                    SourceKind::SharedConfigMap(share) => (ShareKind::ConfigMap, share),
+                    _ => return None,
+                };
+                Some((kind, ObjectName::parse(&share.name).ok()?, share.optional))
             })
             .collect();
         let mut judged = Judged::default();
-        for judgement in join_all(shares.iter().map(|(kind, share)| self.share(volume, *kind, share))).await {
+        let judging = shares.iter().map(|(kind, share, optional)| self.share(volume, *kind, share, *optional));
+        for judgement in join_all(judging).await {
             judged.merge(judgement);
         }
         judged

@@ -135,6 +135,36 @@ fn a_missing_share_or_projection_is_refused_naming_it() {
 }
 
 #[test]
+fn an_optional_share_may_be_missing_but_never_ungranted() {
+    let mut granted = cluster();
+    granted.allowed.insert(("team-a/web".into(), "gone".into()));
+    let optional = pod_create(json!({"sharedSecret": "gone", "optional": "true"}));
+    assert_eq!(run_with(Arc::new(granted), &optional), (Ok(()), vec![]));
+    let (Err(AdmissionError::Forbidden(message)), _) = run(&optional) else {
+        panic!("a missing optional share the pod may not use is admitted")
+    };
+    assert!(message.ends_with("may not use SharedSecret \"gone\": grant it the verb \"use\" on sharedsecrets.sharedresource.inlineguard.dev \"gone\" (a Role and RoleBinding in namespace team-a)"), "{message}");
+    // In a projection: the optional source may be missing, a required one naming the same
+    // share may not.
+    let spec = |sources: Value| -> Arc<ProjectionSpec> {
+        Arc::new(serde_json::from_value(json!({"sources": sources})).unwrap())
+    };
+    let mut table = cluster();
+    table.allowed.insert(("team-a/web".into(), "gone".into()));
+    table.projections.insert("optional".into(), spec(json!([{"sharedSecret": {"name": "gone", "optional": true}}])));
+    table.projections.insert(
+        "both".into(),
+        spec(json!([{"sharedSecret": {"name": "gone", "optional": true}}, {"sharedSecret": {"name": "gone"}}])),
+    );
+    let facts: Arc<dyn ShareFacts> = Arc::new(table);
+    assert_eq!(run_with(facts.clone(), &pod_create(json!({"projection": "optional"}))), (Ok(()), vec![]));
+    let (Err(AdmissionError::Invalid(message)), _) = run_with(facts, &pod_create(json!({"projection": "both"}))) else {
+        panic!("a required source of a missing share is admitted")
+    };
+    assert!(message.ends_with("SharedSecret \"gone\" not found"), "{message}");
+}
+
+#[test]
 fn a_projection_needs_every_share_it_shows_and_access_to_each() {
     let spec = |sources: Value| -> Arc<ProjectionSpec> {
         Arc::new(serde_json::from_value(json!({"sources": sources})).unwrap())
