@@ -1,7 +1,10 @@
 //! What the driver counts, exported in OpenMetrics text on its health port: publishes and
 //! unpublishes by result, their failures and refreshes' by kind (`error_type`), access checks by
-//! result, refreshes and revocations, volumes published, watch errors, and the publish latency.
+//! result, refreshes and revocations, volumes published, watch errors, the publish latency, and
+//! per-share gauges (volumes, last refresh, seconds stale; `volume::share_gauges`).
 //! docs/driver.md maps them to the Secrets Store CSI Driver's metrics.
+
+use std::collections::BTreeMap;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -9,6 +12,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+
+use crate::volume::share_gauges::{Mounted, Series};
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct ResultLabels {
@@ -25,6 +30,17 @@ struct ErrorLabels {
 struct KindLabels {
     kind: String,
 }
+
+/// What a per-share gauge is about: a share, a projection (with its namespace) or a provider.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ShareLabels {
+    kind: &'static str,
+    namespace: String,
+    name: String,
+}
+
+/// A gauge of seconds.
+type Seconds = Gauge<f64, std::sync::atomic::AtomicU64>;
 
 /// An access check's answer; its label is the variant's name in snake case.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr)]
@@ -111,6 +127,9 @@ pub struct Metrics {
     content_bytes: Gauge,
     watch_errors: Family<KindLabels, Counter>,
     publish_seconds: Histogram,
+    share_volumes: Family<ShareLabels, Gauge>,
+    share_last_refresh: Family<ShareLabels, Seconds>,
+    share_stale: Family<ShareLabels, Seconds>,
 }
 
 impl Default for Metrics {
@@ -179,6 +198,26 @@ impl Metrics {
         // 100 µs to ~3 s.
         let publish_seconds = Histogram::new(exponential_buckets(0.000_1, 2.0, 15));
         registry.register("publish_duration_seconds", "Time to answer a NodePublishVolume", publish_seconds.clone());
+        let share_volumes = Family::<ShareLabels, Gauge>::default();
+        registry.register(
+            "share_volumes",
+            "Volumes on this node mounting each share, projection or provider (at most 500 series; the rest under \
+             name \"(others)\")",
+            share_volumes.clone(),
+        );
+        let share_last_refresh = Family::<ShareLabels, Seconds>::default();
+        registry.register(
+            "share_last_refresh_timestamp_seconds",
+            "When a volume of each share, projection or provider was last refreshed successfully (or published)",
+            share_last_refresh.clone(),
+        );
+        let share_stale = Family::<ShareLabels, Seconds>::default();
+        registry.register(
+            "share_stale_seconds",
+            "How long the stalest volume of each share, projection or provider has failed to refresh, serving older \
+             content (0 while none fails)",
+            share_stale.clone(),
+        );
         Metrics {
             registry,
             publishes,
@@ -194,6 +233,23 @@ impl Metrics {
             content_bytes,
             watch_errors,
             publish_seconds,
+            share_volumes,
+            share_last_refresh,
+            share_stale,
+        }
+    }
+
+    /// Replaces the per-share gauges with `series`.
+    pub fn set_share_series(&self, series: &BTreeMap<Mounted, Series>) {
+        self.share_volumes.clear();
+        self.share_last_refresh.clear();
+        self.share_stale.clear();
+        for (mounted, values) in series {
+            let labels =
+                ShareLabels { kind: mounted.kind, namespace: mounted.namespace.clone(), name: mounted.name.clone() };
+            self.share_volumes.get_or_create(&labels).set(i64::try_from(values.volumes).unwrap_or(i64::MAX));
+            self.share_last_refresh.get_or_create(&labels).set(values.last_refresh_seconds);
+            self.share_stale.get_or_create(&labels).set(values.stale_seconds);
         }
     }
 

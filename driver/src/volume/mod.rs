@@ -21,6 +21,7 @@ pub mod published;
 pub mod recovery;
 pub mod refresh;
 pub mod service;
+pub mod share_gauges;
 pub mod store;
 pub mod target_dir;
 pub mod target_path;

@@ -17,7 +17,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
@@ -30,11 +30,14 @@ use crate::unpoisoned::UnpoisonedMutex;
 use crate::volume::error::Error;
 use crate::volume::pod_events::{EventPacing, PodEvents, PodRef, Refreshed, VolumeOfPod, mounts};
 use crate::volume::service::NodeService;
+use crate::volume::share_gauges::{Mounted, ShareGauges};
 
 /// How many volumes are refreshed at once in each lane: enough that a few stalled ones (each
 /// given up at the request timeout) leave room for the rest, few enough not to flood the
 /// apiserver. One namespace's volumes hold at most half of them.
 pub const CONCURRENT_REFRESHES: usize = 8;
+/// How often the per-share gauges are written (`share_gauges`).
+pub const GAUGES_EVERY: Duration = Duration::from_secs(5);
 /// After ABORTED (another operation holds the volume), when to try again.
 const RETRY_BUSY_AFTER: Duration = Duration::from_millis(200);
 /// How long a burst of events (a RoleBinding and its Role, a Secret applied twice) is gathered
@@ -105,6 +108,7 @@ struct Refresher {
     in_flight: Arc<Mutex<InFlight>>,
     events: Arc<dyn PodEvents>,
     pacing: Arc<Mutex<EventPacing>>,
+    gauges: Arc<Mutex<ShareGauges>>,
 }
 
 impl Refresher {
@@ -116,6 +120,7 @@ impl Refresher {
             in_flight: Arc::default(),
             events,
             pacing: Arc::default(),
+            gauges: Arc::default(),
         }
     }
 
@@ -129,6 +134,8 @@ impl Refresher {
     async fn run(self, changes: Option<Arc<Changes>>, every: Duration, mut stopped: watch::Receiver<bool>) {
         let mut ticker = tokio::time::interval(every);
         ticker.tick().await;
+        // On its own task: a tick here would drop a change `next_change` had taken.
+        tokio::spawn(self.clone().write_gauges(stopped.clone()));
         loop {
             let pending = tokio::select! {
                 _ = ticker.tick() => Pending::everything(),
@@ -223,6 +230,8 @@ impl Refresher {
             Some(Ok(false)) => Refreshed::Unchanged,
             Some(Err(error)) => Refreshed::Failed { why: error.to_string() },
         };
+        let ok = !matches!(refreshed, Refreshed::Failed { .. });
+        self.gauges.locked().refreshed(volume_id, ok, SystemTime::now());
         let event = self.pacing.locked().event(volume_id, of, &refreshed, Instant::now());
         if let Some(event) = event {
             self.events.tell(event);
@@ -231,6 +240,30 @@ impl Refresher {
 }
 
 impl Refresher {
+    /// Writes the per-share gauges every [`GAUGES_EVERY`] until `stopped` turns true.
+    async fn write_gauges(self, mut stopped: watch::Receiver<bool>) {
+        let mut ticker = tokio::time::interval(GAUGES_EVERY);
+        loop {
+            tokio::select! {
+                _ = ticker.tick() => self.update_gauges(),
+                _ = stopped.wait_for(|stop| *stop) => return,
+            }
+        }
+    }
+
+    /// Writes the per-share gauges from the node's live volumes and what their refreshes did.
+    fn update_gauges(&self) {
+        let series = {
+            // The table read under the gauges' lock: a refresh told meanwhile is not lost.
+            let mut gauges = self.gauges.locked();
+            let live = self.node.volumes_where(|record| Mounted::of(&record.attributes, &record.pod.namespace));
+            let now = SystemTime::now();
+            gauges.sync(live, now);
+            gauges.series(now)
+        };
+        self.node.metrics().set_share_series(&series);
+    }
+
     /// Tells each pod what its volume began to lack of what it marks optional, when its
     /// namespace's Events allow.
     fn tell_absences(&self, absences: &[Absence]) {

@@ -153,6 +153,10 @@ pub async fn content_changes_and_failed_updates_are_told_on_the_pod(suite: &Suit
             return Err(format!("after the failed update the volume should still serve the previous content, it has {files:?}"));
         }
         println!("rotation events: ContentNotUpdated: {note}");
+        // The share's gauge says how long its volume has been serving what it could not update.
+        let stale = format!("sharedresource_csi_driver_share_stale_seconds{{kind=\"SharedSecret\",namespace=\"\",name=\"{SHARE}\"}}");
+        let seconds = crate::shares::wait_for_metric(&driver.metrics, &stale, |seconds| seconds > 0.0).await?;
+        println!("rotation events: {stale} {seconds}");
         unpublish_as_kubelet(&mut node, request.volume_id, request.target_path).await
     }
     .await;

@@ -696,10 +696,21 @@ pub async fn access_updates_revocation_and_deletion_reach_the_files(suite: &Suit
         create_object(suite, "/apis/sharedresource.inlineguard.dev/v1alpha1/sharedsecrets", share("db")).await?;
         wait_for_files(&target, "after the share was recreated", &[("password", "rotated")]).await?;
 
+        // The share's gauges: its one volume, refreshed (the clock's own seconds, written every
+        // few seconds), none stale.
+        let labels = "{kind=\"SharedSecret\",namespace=\"\",name=\"db\"}";
+        let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_err(|e| e.to_string())?;
+        wait_for_metric(&metrics, &format!("sharedresource_csi_driver_share_volumes{labels}"), |n| n == 1.0).await?;
+        let refreshed = format!("sharedresource_csi_driver_share_last_refresh_timestamp_seconds{labels}");
+        wait_for_metric(&metrics, &refreshed, |at| at > 0.0 && at <= started.as_secs_f64() + 3600.0).await?;
+        wait_for_metric(&metrics, &format!("sharedresource_csi_driver_share_stale_seconds{labels}"), |s| s == 0.0).await?;
+
         unpublish_as_kubelet(&mut node, request.volume_id, request.target_path).await?;
         if target.exists() {
             return Err("unpublish left the target".into());
         }
+        // Unpublished: the share's series goes (seen above first).
+        wait_for_metric_gone(&metrics, &format!("sharedresource_csi_driver_share_volumes{labels}")).await?;
         let counted = metrics.encode();
         for line in [
             // The reader's volume and the two markers'.
@@ -746,6 +757,43 @@ pub async fn access_updates_revocation_and_deletion_reach_the_files(suite: &Suit
     .await;
     // The scenario's failure first; a driver failure or a leftover mount otherwise.
     result.and(driver.stop().await)
+}
+
+/// The value of the series `series` (name and labels, as OpenMetrics writes them) in `metrics`.
+fn metric(metrics: &sharedresource_csi_driver::metrics::Metrics, series: &str) -> Option<f64> {
+    let text = metrics.encode();
+    text.lines().find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// Waits (up to [`WITHIN`]) until series `series` has a value for which `wanted` holds; that
+/// value.
+pub async fn wait_for_metric(
+    metrics: &sharedresource_csi_driver::metrics::Metrics,
+    series: &str,
+    wanted: impl Fn(f64) -> bool,
+) -> Result<f64, String> {
+    let deadline = Instant::now() + WITHIN;
+    loop {
+        match metric(metrics, series) {
+            Some(value) if wanted(value) => return Ok(value),
+            seen if Instant::now() > deadline => {
+                return Err(format!("{series} is {seen:?}, never what was wanted:\n{}", metrics.encode()));
+            }
+            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+/// Waits (up to [`WITHIN`]) until series `series` is no longer written.
+async fn wait_for_metric_gone(metrics: &sharedresource_csi_driver::metrics::Metrics, series: &str) -> Outcome {
+    let deadline = Instant::now() + WITHIN;
+    while metric(metrics, series).is_some() {
+        if Instant::now() > deadline {
+            return Err(format!("{series} is still written after its volume went"));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
 }
 
 /// `GET path` on a health port, the whole answer.

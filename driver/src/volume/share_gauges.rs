@@ -1,0 +1,227 @@
+//! Per-share gauges, for the dashboards users already have for secret drivers: for each thing
+//! this node's volumes mount (a SharedSecret, a SharedConfigMap, a SharedProjection, a
+//! provider), how many volumes mount it, when one of them was last refreshed successfully, and
+//! for how long the stalest of them has been serving content it could not update. Kept by the
+//! refresher from what each refresh did; the volumes counted from the node's table of live
+//! volumes. Pure: the clock is passed in, and the refresher writes the series into the metrics.
+//!
+//! Cardinality is bounded twice: one series per thing a volume of this node mounts (so no more
+//! than the node's volumes), and at most [`MAX_SERIES`] of them; beyond, volumes are counted
+//! under the name [`OTHERS`] of their kind.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::SystemTime;
+
+use sharedresource_api::Selection;
+use sharedresource_api::volume_attributes::selection;
+
+/// The most series of each gauge: things mounted beyond it are counted under [`OTHERS`].
+pub const MAX_SERIES: usize = 500;
+/// The name the volumes beyond [`MAX_SERIES`] are counted under.
+pub const OTHERS: &str = "(others)";
+
+/// What a volume mounts, as the gauges' labels name it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Mounted {
+    /// `SharedSecret`, `SharedConfigMap`, `SharedProjection` or `provider`.
+    pub kind: &'static str,
+    /// The projection's namespace; empty for shares (cluster-scoped) and providers.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+}
+
+impl Mounted {
+    /// What a volume with `attributes` in a pod of `namespace` mounts; `None` when the
+    /// attributes name nothing valid (such a volume is never published).
+    pub fn of(attributes: &BTreeMap<String, String>, namespace: &str) -> Option<Mounted> {
+        let (kind, namespace, name) = match selection(attributes).ok()? {
+            Selection::Share(kind, name) => (kind.kind(), String::new(), name),
+            Selection::Projection(name) => ("SharedProjection", namespace.to_string(), name),
+            Selection::Provider(name) => ("provider", String::new(), name),
+        };
+        Some(Mounted { kind, namespace, name: name.as_str().to_string() })
+    }
+}
+
+/// One thing mounted: its gauges' values.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Series {
+    /// Volumes of this node mounting it.
+    pub volumes: u64,
+    /// When one of them was last refreshed successfully (or published, if none has been
+    /// refreshed since), in seconds since the Unix epoch.
+    pub last_refresh_seconds: f64,
+    /// How long the stalest of them has been failing to refresh, serving the content it had
+    /// (0 while none fails).
+    pub stale_seconds: f64,
+}
+
+/// What the refresher knows of one volume.
+#[derive(Debug, Clone)]
+struct Known {
+    /// What it mounts; `None` until a sync saw the volume live (a refresh may come first).
+    mounted: Option<Mounted>,
+    /// The last successful refresh, or when the volume was first seen.
+    current_at: SystemTime,
+    /// Since when its refreshes fail, while they do.
+    failing_since: Option<SystemTime>,
+}
+
+/// The volumes' refresh history, by volume id.
+#[derive(Debug, Default)]
+pub struct ShareGauges {
+    volumes: HashMap<String, Known>,
+}
+
+impl ShareGauges {
+    /// Takes the node's live volumes (id, what it mounts): a volume first seen counts as
+    /// current now (it was just published) unless a refresh said otherwise already; one no
+    /// longer live is forgotten.
+    pub fn sync(&mut self, live: Vec<(String, Mounted)>, now: SystemTime) {
+        let mut volumes = HashMap::with_capacity(live.len());
+        for (id, mounted) in live {
+            let known = match self.volumes.remove(&id) {
+                Some(known) if known.mounted.as_ref().is_none_or(|known| *known == mounted) => {
+                    Known { mounted: Some(mounted), ..known }
+                }
+                // Published again with other attributes: a new volume.
+                _ => Known { mounted: Some(mounted), current_at: now, failing_since: None },
+            };
+            volumes.insert(id, known);
+        }
+        self.volumes = volumes;
+    }
+
+    /// A refresh of `volume_id` succeeded (`ok`) or failed at `now`. A volume not synced yet is
+    /// noted all the same (it was published since the last sync): the next sync names what it
+    /// mounts, or forgets it if it is gone.
+    pub fn refreshed(&mut self, volume_id: &str, ok: bool, now: SystemTime) {
+        let known = self.volumes.entry(volume_id.to_string()).or_insert(Known {
+            mounted: None,
+            current_at: now,
+            failing_since: None,
+        });
+        if ok {
+            known.current_at = now;
+            known.failing_since = None;
+        } else if known.failing_since.is_none() {
+            known.failing_since = Some(now);
+        }
+    }
+
+    /// The series at `now`: one per thing mounted, the first [`MAX_SERIES`] by kind and name,
+    /// the rest summed under [`OTHERS`] of their kind.
+    pub fn series(&self, now: SystemTime) -> BTreeMap<Mounted, Series> {
+        let mut by_mounted: BTreeMap<&Mounted, Vec<&Known>> = BTreeMap::new();
+        for known in self.volumes.values() {
+            if let Some(mounted) = &known.mounted {
+                by_mounted.entry(mounted).or_default().push(known);
+            }
+        }
+        let mut series: BTreeMap<Mounted, Series> = BTreeMap::new();
+        for (index, (mounted, volumes)) in by_mounted.into_iter().enumerate() {
+            let key = match index < MAX_SERIES {
+                true => mounted.clone(),
+                false => Mounted { kind: mounted.kind, namespace: String::new(), name: OTHERS.to_string() },
+            };
+            let entry =
+                series.entry(key).or_insert(Series { volumes: 0, last_refresh_seconds: 0.0, stale_seconds: 0.0 });
+            for known in volumes {
+                entry.volumes += 1;
+                entry.last_refresh_seconds = entry.last_refresh_seconds.max(unix_seconds(known.current_at));
+                let stale = known.failing_since.map_or(0.0, |since| seconds_between(since, now));
+                entry.stale_seconds = entry.stale_seconds.max(stale);
+            }
+        }
+        series
+    }
+}
+
+fn unix_seconds(at: SystemTime) -> f64 {
+    seconds_between(SystemTime::UNIX_EPOCH, at)
+}
+
+/// Seconds from `from` to `to`; 0 when the clock went back.
+fn seconds_between(from: SystemTime, to: SystemTime) -> f64 {
+    to.duration_since(from).map_or(0.0, |elapsed| elapsed.as_secs_f64())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn share(name: &str) -> Mounted {
+        Mounted { kind: "SharedSecret", namespace: String::new(), name: name.into() }
+    }
+
+    fn at(seconds: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(seconds)
+    }
+
+    #[test]
+    fn what_a_volume_mounts_is_named_by_its_attributes() {
+        let attributes = |key: &str, value: &str| BTreeMap::from([(key.to_string(), value.to_string())]);
+        assert_eq!(Mounted::of(&attributes("sharedSecret", "db"), "team-a"), Some(share("db")));
+        assert_eq!(
+            Mounted::of(&attributes("projection", "app"), "team-a"),
+            Some(Mounted { kind: "SharedProjection", namespace: "team-a".into(), name: "app".into() })
+        );
+        assert_eq!(Mounted::of(&attributes("provider", "vault"), "team-a").map(|m| m.kind), Some("provider"));
+        assert_eq!(Mounted::of(&attributes("sharedSecret", "Not A Name"), "team-a"), None);
+    }
+
+    #[test]
+    fn each_share_counts_its_volumes_its_last_refresh_and_its_stalest_failure() {
+        let mut gauges = ShareGauges::default();
+        gauges.sync(vec![("a".into(), share("db")), ("b".into(), share("db")), ("c".into(), share("ca"))], at(100));
+        gauges.refreshed("a", true, at(160));
+        gauges.refreshed("b", false, at(170));
+        // Still failing: stale since 170.
+        gauges.refreshed("b", false, at(230));
+        // Published since the last sync and failing already: its failure counts from then.
+        gauges.refreshed("d", false, at(200));
+        let series = gauges.series(at(250));
+        assert_eq!(
+            series[&share("db")],
+            Series { volumes: 2, last_refresh_seconds: 160.0, stale_seconds: 80.0 },
+            "b fails since 170"
+        );
+        assert_eq!(series[&share("ca")], Series { volumes: 1, last_refresh_seconds: 100.0, stale_seconds: 0.0 });
+        assert_eq!(series.len(), 2, "a volume never synced makes no series");
+        gauges.sync(
+            vec![
+                ("a".into(), share("db")),
+                ("b".into(), share("db")),
+                ("c".into(), share("ca")),
+                ("d".into(), share("ca")),
+            ],
+            at(250),
+        );
+        assert_eq!(
+            gauges.series(at(260))[&share("ca")],
+            Series { volumes: 2, last_refresh_seconds: 200.0, stale_seconds: 60.0 }
+        );
+
+        // b recovers; c is unpublished: its series goes.
+        gauges.refreshed("b", true, at(260));
+        gauges.sync(vec![("a".into(), share("db")), ("b".into(), share("db"))], at(270));
+        let series = gauges.series(at(280));
+        assert_eq!(series[&share("db")], Series { volumes: 2, last_refresh_seconds: 260.0, stale_seconds: 0.0 });
+        assert_eq!(series.len(), 1);
+    }
+
+    #[test]
+    fn the_series_are_bounded_the_rest_counted_under_others() {
+        let mut gauges = ShareGauges::default();
+        let live = (0..MAX_SERIES + 10).map(|i| (format!("v{i}"), share(&format!("s{i:04}")))).collect();
+        gauges.sync(live, at(100));
+        let series = gauges.series(at(100));
+        assert_eq!(series.len(), MAX_SERIES + 1);
+        let others = Mounted { kind: "SharedSecret", namespace: String::new(), name: OTHERS.into() };
+        assert_eq!(series[&others].volumes, 10);
+        assert_eq!(series.values().map(|s| s.volumes).sum::<u64>(), (MAX_SERIES + 10) as u64);
+    }
+}
