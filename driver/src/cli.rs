@@ -172,6 +172,7 @@ fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
                     .with_access_recheck(std::time::Duration::from_secs(config.access_recheck_seconds))
                     .with_pod_metadata(config.pod_metadata)
                     .with_content_limit(config.tmpfs_size)
+                    .with_node(flags.node_id.clone())
                     .with_providers(
                         Providers::new(providers, config.helper_concurrency).with_volume_limit(config.tmpfs_size),
                     ),

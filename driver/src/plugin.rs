@@ -230,7 +230,7 @@ impl Plugin {
         };
         let refresher = crate::volume::refresh::run(
             node.clone(),
-            self.content.changes(),
+            self.content.clone(),
             Duration::from_secs(self.config.refresh_seconds),
             node_stopped.clone(),
             self.events.clone(),

@@ -22,10 +22,29 @@ pub struct ObjectRef {
 
 /// The status both kinds of share report.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
 pub struct ShareStatus {
     /// `BackingObjectExists` and `BackingObjectReadable`, in the usual Kubernetes shape.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// The nodes where a volume of this share could not take the latest update and serves
+    /// what it had: one entry per node, written by that node's driver alone (server-side
+    /// apply, its own field manager) and removed by it once its volumes are current again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["node"]))]
+    pub nodes_not_updated: Vec<NodeNotUpdated>,
+}
+
+/// A node whose volumes of a share are not up to date.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct NodeNotUpdated {
+    /// The node's name.
+    pub node: String,
+    /// How many of its volumes, and why the first could not be updated (the driver's words,
+    /// naming what to change; never the content).
+    pub message: String,
+    /// Since when (RFC 3339).
+    pub since: String,
 }
 
 /// A Secret of one namespace, offered to pods of other namespaces as a read-only inline volume.

@@ -59,6 +59,13 @@ impl KubernetesSource {
         self
     }
 
+    /// The same source, reporting in the shares' status, as node `node`, the volumes of this
+    /// node that could not take an update.
+    pub fn with_node(mut self, node: String) -> KubernetesSource {
+        self.cluster = self.cluster.with_node(node);
+        self
+    }
+
     /// The same source, giving up each request after `timeout`.
     pub fn with_request_timeout(mut self, timeout: Duration) -> KubernetesSource {
         self.cluster = self.cluster.with_request_timeout(timeout);
@@ -160,9 +167,24 @@ impl ContentSource for KubernetesSource {
         Some(self.cluster.changes().clone())
     }
 
+    fn refresh_ended(
+        &self,
+        volume_id: &str,
+        attributes: &std::collections::BTreeMap<String, String>,
+        why: Option<&str>,
+    ) {
+        // A share's volume only: a projection's failure may be the projection's, not a share's.
+        if let Ok(Selection::Share(kind, share)) = selection(attributes) {
+            let share = (kind, share.as_str().to_string());
+            let now = std::time::SystemTime::now();
+            self.cluster.update_failures().refreshed(volume_id, share, why.map(str::to_string), now);
+        }
+    }
+
     fn released(&self, volume_id: &str) {
         self.providers.release(volume_id);
         self.absences.forget(volume_id);
+        self.cluster.update_failures().released(volume_id);
     }
 
     fn object_versions(&self, volume_id: &str) -> std::collections::BTreeMap<String, String> {

@@ -96,4 +96,15 @@ pub trait ContentSource: Send + Sync {
     fn released(&self, volume_id: &str) {
         let _ = volume_id;
     }
+    /// A refresh of `volume_id` (with `attributes`) ended: it failed `why`, the volume serving
+    /// its previous content, or succeeded (`None`). A share's source reports it in the share's
+    /// status.
+    fn refresh_ended(
+        &self,
+        volume_id: &str,
+        attributes: &std::collections::BTreeMap<String, String>,
+        why: Option<&str>,
+    ) {
+        let _ = (volume_id, attributes, why);
+    }
 }

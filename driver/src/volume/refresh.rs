@@ -15,15 +15,15 @@
 //! content in place, or an update that could not be applied; and what a volume began to lack of
 //! what it marks optional (the content source notes it with the changes).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-use crate::content::PassId;
 use crate::content::changes::{Absence, Changes, Pending};
+use crate::content::{ContentSource, PassId};
 use crate::fair_slots::FairSlots;
 use crate::quote::{Logged, quote};
 use crate::unpoisoned::UnpoisonedMutex;
@@ -73,6 +73,8 @@ impl Lane {
 struct Due {
     volume_id: String,
     of: VolumeOfPod,
+    /// What the volume mounts: the source is told how its refresh ended.
+    attributes: BTreeMap<String, String>,
 }
 
 /// Ends a pass at the content source once its last volume is done with it.
@@ -87,16 +89,20 @@ impl Drop for PassGuard {
     }
 }
 
-/// Refreshes `node`'s volumes as `changes` (when the source can tell) and the tick every
-/// `every` say, until `stopped` turns true, telling `events` what the refreshes did.
+/// Refreshes `node`'s volumes as the changes `source` notes (when it can tell) and the tick
+/// every `every` say, until `stopped` turns true, telling `events` what the refreshes did, and
+/// `source` how each ended (for the shares' status).
 pub async fn run(
     node: Arc<NodeService>,
-    changes: Option<Arc<Changes>>,
+    source: Arc<dyn ContentSource>,
     every: Duration,
     stopped: watch::Receiver<bool>,
     events: Arc<dyn PodEvents>,
 ) {
-    Refresher::new(node, events).run(changes, every, stopped).await;
+    let changes = source.changes();
+    let mut refresher = Refresher::new(node, events);
+    refresher.source = Some(source);
+    refresher.run(changes, every, stopped).await;
 }
 
 /// The refresher's parts, shared by the loop and every volume's task.
@@ -109,6 +115,8 @@ struct Refresher {
     events: Arc<dyn PodEvents>,
     pacing: Arc<Mutex<EventPacing>>,
     gauges: Arc<Mutex<ShareGauges>>,
+    /// Told how each refresh ended.
+    source: Option<Arc<dyn ContentSource>>,
 }
 
 impl Refresher {
@@ -121,6 +129,7 @@ impl Refresher {
             events,
             pacing: Arc::default(),
             gauges: Arc::default(),
+            source: None,
         }
     }
 
@@ -158,14 +167,14 @@ impl Refresher {
                 true => Lane::Access,
                 false => Lane::Content,
             };
-            Some((volume_of_pod(record), lane))
+            Some(((volume_of_pod(record), record.attributes.clone()), lane))
         });
         if due.is_empty() {
             return;
         }
         let pass = self.node.start_pass();
         let guard = Arc::new(PassGuard { node: self.node.clone(), pass });
-        for (volume_id, (of, lane)) in due {
+        for (volume_id, ((of, attributes), lane)) in due {
             let fresh = {
                 let mut in_flight = self.in_flight.locked();
                 if in_flight.running.contains(&volume_id) {
@@ -177,7 +186,8 @@ impl Refresher {
                 }
             };
             if fresh {
-                tokio::spawn(self.clone().refresh(Due { volume_id, of }, lane, Some(guard.clone())));
+                let due = Due { volume_id, of, attributes };
+                tokio::spawn(self.clone().refresh(due, lane, Some(guard.clone())));
             }
         }
     }
@@ -185,20 +195,23 @@ impl Refresher {
     /// Refreshes one volume in `lane` (within `pass` at first), again while changes touched it
     /// meanwhile.
     async fn refresh(self, due: Due, mut lane: Lane, mut pass: Option<Arc<PassGuard>>) {
-        let Due { volume_id, of } = due;
+        let Due { volume_id, of, attributes } = due;
         loop {
             let permit = self.slots(lane).acquire(&of.pod.namespace).await;
             let node = self.node.clone();
             let id = volume_id.clone();
+            // Held until the source is told how the refresh ended: the pass's end writes what
+            // it was told.
             let this_pass = pass.take();
-            let result = tokio::task::spawn_blocking(move || {
-                node.refresh_volume(&id, this_pass.as_ref().map(|guard| guard.pass))
-            })
-            .await
-            .unwrap_or_else(|error| Some(Err(Error::local("the refresh failed", error))));
+            let pass_id = this_pass.as_ref().map(|guard| guard.pass);
+            let result = tokio::task::spawn_blocking(move || node.refresh_volume(&id, pass_id))
+                .await
+                .unwrap_or_else(|error| Some(Err(Error::local("the refresh failed", error))));
             drop(permit);
             let busy = matches!(result, Some(Err(Error::Busy(_))));
             self.tell(&volume_id, &of, &result);
+            self.tell_source(&volume_id, &attributes, &result);
+            drop(this_pass);
             report(&volume_id, result);
             if busy {
                 tokio::time::sleep(RETRY_BUSY_AFTER).await;
@@ -240,6 +253,22 @@ impl Refresher {
 }
 
 impl Refresher {
+    /// Tells the content source how a refresh of `volume_id` ended: failed (the volume serves
+    /// what it had) or not. Nothing when the volume is gone or another operation held it.
+    fn tell_source(
+        &self,
+        volume_id: &str,
+        attributes: &BTreeMap<String, String>,
+        result: &Option<crate::volume::error::Result<bool>>,
+    ) {
+        let Some(source) = &self.source else { return };
+        match result {
+            None | Some(Err(Error::Busy(_))) => {}
+            Some(Ok(_)) => source.refresh_ended(volume_id, attributes, None),
+            Some(Err(error)) => source.refresh_ended(volume_id, attributes, Some(&error.to_string())),
+        }
+    }
+
     /// Writes the per-share gauges every [`GAUGES_EVERY`] until `stopped` turns true.
     async fn write_gauges(self, mut stopped: watch::Receiver<bool>) {
         let mut ticker = tokio::time::interval(GAUGES_EVERY);

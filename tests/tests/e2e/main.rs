@@ -122,6 +122,8 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
             |s| shares::driver_killed_and_restarted_keeps_and_refreshes_the_volume(s),
         "shares::content_changes_and_failed_updates_are_told_on_the_pod" =>
             |s| rotation_events::content_changes_and_failed_updates_are_told_on_the_pod(s),
+        "shares::nodes_report_failed_updates_without_writing_over_each_other" =>
+            |s| rotation_events::nodes_report_failed_updates_without_writing_over_each_other(s),
         "shares::one_namespaces_many_volumes_cannot_spend_the_events_of_another" =>
             |s| rotation_events::one_namespaces_many_volumes_cannot_spend_the_events_of_another(s),
         "shares::an_optional_share_is_served_empty_until_its_secret_exists" =>

@@ -3,6 +3,7 @@
 //! when its volume's content changed, and when an update could not be applied (content larger
 //! than the volume's tmpfsSize) while the previous content is still served.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use inline_guard_proto::csi::v1::node_client::NodeClient;
@@ -10,7 +11,10 @@ use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
+use sharedresource_api::ShareKind;
 use sharedresource_csi_driver::DRIVER_NAME;
+use sharedresource_csi_driver::content::cluster::share_status::write_node_entries;
+use sharedresource_csi_driver::content::cluster::update_failures::UpdateFailures;
 use sharedresource_csi_driver::volume::pod_events::{
     NAMESPACE_EVENT_BURST, NAMESPACE_EVENTS_PER_SECOND, UPDATED_AT_MOST_EVERY,
 };
@@ -157,12 +161,94 @@ pub async fn content_changes_and_failed_updates_are_told_on_the_pod(suite: &Suit
         let stale = format!("sharedresource_csi_driver_share_stale_seconds{{kind=\"SharedSecret\",namespace=\"\",name=\"{SHARE}\"}}");
         let seconds = crate::shares::wait_for_metric(&driver.metrics, &stale, |seconds| seconds > 0.0).await?;
         println!("rotation events: {stale} {seconds}");
+        // The share's status says it too: this node's entry, its words the Event's reason.
+        let entry = wait_for_node_entry(admin, |entries| entries.len() == 1).await?;
+        let wanted = "1 volume on this node serves its previous content: the volume's content needs";
+        if entry[0]["node"] != crate::shares::IN_PROCESS_NODE || !entry[0]["message"].as_str().unwrap_or_default().starts_with(wanted) {
+            return Err(format!("the share's nodesNotUpdated is {entry:?}, expected this node's entry starting {wanted:?}"));
+        }
+        // Back to a size that fits: the content arrives, and the entry goes (seen above first).
+        secrets.patch("app-creds", &PatchParams::default(), &Patch::Merge(&json!({"data": {"blob": null}, "stringData": {"password": "third"}}))).await.map_err(|e| e.to_string())?;
+        crate::shares::wait_for_files(&target, "after the update that fits", &[("password", "third")]).await?;
+        wait_for_node_entry(admin, |entries| entries.is_empty()).await?;
         unpublish_as_kubelet(&mut node, request.volume_id, request.target_path).await
     }
     .await;
     let stopped = driver.stop().await;
     outcome.and(stopped)
 }
+
+/// Waits (up to 60 s) until share [`SHARE`]'s `status.nodesNotUpdated` satisfies `wanted`; it.
+async fn wait_for_node_entry(admin: &kube::Client, wanted: impl Fn(&[Value]) -> bool) -> Result<Vec<Value>, String> {
+    wait_for_entries(admin, SHARE, wanted).await
+}
+
+/// Waits (up to 60 s) until share `name`'s `status.nodesNotUpdated` satisfies `wanted`; it.
+async fn wait_for_entries(
+    admin: &kube::Client,
+    name: &str,
+    wanted: impl Fn(&[Value]) -> bool,
+) -> Result<Vec<Value>, String> {
+    let shares = Api::<kube::api::DynamicObject>::all_with(admin.clone(), &crate::shares::shared_secrets());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let share = shares.get(name).await.map_err(|e| e.to_string())?;
+        let entries = share.data["status"]["nodesNotUpdated"].as_array().cloned().unwrap_or_default();
+        if wanted(&entries) {
+            return Ok(entries);
+        }
+        if Instant::now() > deadline {
+            return Err(format!("SharedSecret {name}'s nodesNotUpdated stayed {entries:?}"));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The entries of nodes `node-a` and `node-b` in share [`NODES_SHARE`]'s status, written as
+/// the drivers of two nodes write them (server-side apply, each its own field manager, as the
+/// driver's ServiceAccount with the shipped RBAC): both kept; one node current again removes its
+/// own only; a node's driver restarted with its volume current removes the entry its previous
+/// run left.
+pub async fn nodes_report_failed_updates_without_writing_over_each_other(suite: &Suite) -> Outcome {
+    let admin = &suite.admin;
+    apply_file(suite, "config/deploy/driver/crds.yaml").await?;
+    wait_established(admin, "sharedsecrets.sharedresource.inlineguard.dev").await?;
+    apply_file(suite, "config/deploy/driver/rbac.yaml").await?;
+    create_shared_secret(suite, NODES_SHARE, OWNER, "app-creds").await?;
+    let client = crate::shares::driver_client(suite).await?;
+    let timeout = Duration::from_secs(10);
+    let share = (ShareKind::Secret, NODES_SHARE.to_string());
+    let now = std::time::SystemTime::now();
+    let write = |node: &str, failures: &Arc<UpdateFailures>| {
+        write_node_entries(client.clone(), timeout, node.to_string(), failures.clone())
+    };
+    let (a, b) = (Arc::new(UpdateFailures::default()), Arc::new(UpdateFailures::default()));
+    a.refreshed("v-a", share.clone(), Some("too large for node a".into()), now);
+    b.refreshed("v-b", share.clone(), Some("too large for node b".into()), now);
+    write("node-a", &a).await;
+    write("node-b", &b).await;
+    let nodes = |entries: &[Value]| -> Vec<String> {
+        entries.iter().map(|entry| entry["node"].as_str().unwrap_or_default().to_string()).collect()
+    };
+    let both = wait_for_entries(admin, NODES_SHARE, |entries| nodes(entries) == ["node-a", "node-b"]).await?;
+    if !both[1]["message"].as_str().unwrap_or_default().ends_with("too large for node b") {
+        return Err(format!("node-b's entry is {:?}", both[1]));
+    }
+    // Node a's volume is current again: its entry goes, b's stays.
+    a.refreshed("v-a", share.clone(), None, now);
+    write("node-a", &a).await;
+    wait_for_entries(admin, NODES_SHARE, |entries| nodes(entries) == ["node-b"]).await?;
+    // Node b's driver restarted: it knows nothing of its old entry, and its volume is current.
+    let restarted = Arc::new(UpdateFailures::default());
+    restarted.refreshed("v-b", share.clone(), None, now);
+    write("node-b", &restarted).await;
+    wait_for_entries(admin, NODES_SHARE, |entries| entries.is_empty()).await?;
+    println!("share status: two nodes' entries kept side by side, each removed by its own node");
+    Ok(())
+}
+
+/// The share the two nodes' entries are written into.
+const NODES_SHARE: &str = "events-nodes";
 
 /// The namespace whose many volumes flood, the calm one beside it, and their share's owner.
 const FLOOD: &str = "events-flood";

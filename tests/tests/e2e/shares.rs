@@ -170,7 +170,8 @@ impl InProcessDriver {
         let metrics = plugin.metrics.clone();
         // It reads pods, as the suite's node does: the projection scenarios show pod labels.
         let source = KubernetesSource::new(client, tokio::runtime::Handle::current(), metrics.clone());
-        plugin.content = std::sync::Arc::new(source.with_pod_metadata(true).with_providers(providers));
+        let source = source.with_pod_metadata(true).with_providers(providers).with_node(IN_PROCESS_NODE.into());
+        plugin.content = std::sync::Arc::new(source);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let running = tokio::spawn(plugin.run(async {
             let _ = stopped.await;
@@ -193,8 +194,11 @@ impl InProcessDriver {
     }
 }
 
+/// The node name the in-process driver reports in the shares' status.
+pub const IN_PROCESS_NODE: &str = "in-process";
+
 /// A client acting as the driver's ServiceAccount, with its groups (RBAC decides what it may do).
-async fn driver_client(suite: &Suite) -> Result<kube::Client, String> {
+pub async fn driver_client(suite: &Suite) -> Result<kube::Client, String> {
     let groups = ["system:serviceaccounts", "system:serviceaccounts:inline-guard-driver", "system:authenticated"];
     suite.cluster.client_as(DRIVER_USER, &groups).await
 }

@@ -18,6 +18,7 @@ pub mod held_answers;
 pub mod pass;
 pub mod share_status;
 pub mod share_types;
+pub mod update_failures;
 pub mod watch;
 
 use std::collections::HashMap;
@@ -27,6 +28,7 @@ use std::time::Duration;
 use self::cache::ShareCache;
 use self::held_answers::{DEFAULT_ACCESS_RECHECK, HeldAnswers};
 use self::pass::Pass;
+use self::update_failures::UpdateFailures;
 use self::watch::{Served, watch_changes};
 use crate::apiserver_client::ApiserverClients;
 use crate::apiserver_request::DEFAULT_REQUEST_TIMEOUT;
@@ -50,6 +52,9 @@ pub struct Cluster {
     metrics: Arc<Metrics>,
     request_timeout: Duration,
     watches: tokio::task::JoinHandle<()>,
+    /// This node's name, for its entries in the shares' status; none written without it.
+    node: Option<String>,
+    update_failures: Arc<UpdateFailures>,
 }
 
 impl Drop for Cluster {
@@ -94,6 +99,8 @@ impl Cluster {
             metrics,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             watches,
+            node: None,
+            update_failures: Arc::default(),
         }
     }
 
@@ -184,6 +191,23 @@ impl Cluster {
             // Spawned, not awaited: a pass may end anywhere (its last volume's task, shutdown),
             // and the statuses are a report, not part of any volume's refresh.
             self.runtime.spawn(share_status::write_statuses(self.client.clone(), self.request_timeout, pass.seen));
+            if let Some(node) = &self.node {
+                let failures = self.update_failures.clone();
+                let write =
+                    share_status::write_node_entries(self.client.clone(), self.request_timeout, node.clone(), failures);
+                self.runtime.spawn(write);
+            }
         }
+    }
+
+    /// The same cluster, writing entries of node `node` in the shares' status.
+    pub fn with_node(mut self, node: String) -> Cluster {
+        self.node = Some(node);
+        self
+    }
+
+    /// Which shares' volumes on this node could not take an update.
+    pub fn update_failures(&self) -> &UpdateFailures {
+        &self.update_failures
     }
 }

@@ -3,7 +3,10 @@
 //! only when it differs from what the share already reports, with `lastTransitionTime` moved
 //! only for a condition whose status changed, so the drivers of many nodes seeing the same facts
 //! agree and do not rewrite each other. Written when a refresh pass ends ([`write_statuses`]).
+//! Beside them, each node's entry in `nodesNotUpdated` when its volumes of the share could not
+//! take an update ([`write_node_entries`]), applied by that node's driver alone.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -15,6 +18,8 @@ use tracing::warn;
 
 use super::pass::SeenShares;
 use super::share_types::Share;
+use super::update_failures::UpdateFailures;
+use crate::DRIVER_NAME;
 use crate::apiserver_request::{RequestFailed, ask};
 use crate::quote::{Logged, quote};
 
@@ -106,6 +111,65 @@ pub async fn write_statuses(client: kube::Client, timeout: Duration, seen: SeenS
             warn!(error = %Logged(&error), "could not write the share's status");
         }
     }
+}
+
+/// Writes this node's entries of the shares' `status.nodesNotUpdated` that `failures` says
+/// changed, each by server-side apply as this node's own field manager: the entries of other
+/// nodes belong to their drivers, so no driver ever writes over another's. An entry is applied
+/// with its words; applying none removes this node's. A failed write is tried again at the
+/// next pass's end.
+pub async fn write_node_entries(client: kube::Client, timeout: Duration, node: String, failures: Arc<UpdateFailures>) {
+    // A field manager's name holds at most 128 characters.
+    let manager: String = format!("{DRIVER_NAME}/{node}").chars().take(128).collect();
+    for ((kind, share), entry) in failures.to_write() {
+        let Ok(name) = ObjectName::parse(&share) else { continue };
+        let mut apply = serde_json::json!({
+            "apiVersion": "sharedresource.inlineguard.dev/v1alpha1",
+            "kind": kind.kind(),
+            "metadata": {"name": share},
+        });
+        if let Some(entry) = &entry {
+            let since =
+                k8s_openapi::jiff::Timestamp::try_from(entry.since).map(|at| at.to_string()).unwrap_or_default();
+            apply["status"] =
+                serde_json::json!({"nodesNotUpdated": [{"node": node, "message": entry.message, "since": since}]});
+        }
+        let patch = Patch::Apply(apply);
+        let params = PatchParams::apply(&manager).force();
+        let request = || format!("writing node {node}'s entry in the status of {} {}", kind.kind(), quote(&share));
+        let written = match kind {
+            ShareKind::Secret => {
+                apply_status::<SharedSecret>(&client, &name, &patch, &params, (timeout, request)).await
+            }
+            ShareKind::ConfigMap => {
+                apply_status::<SharedConfigMap>(&client, &name, &patch, &params, (timeout, request)).await
+            }
+        };
+        if let Err(error) = written {
+            failures.not_written(&(kind, share));
+            warn!(error = %Logged(&error), "could not write this node's entry in the share's status");
+        }
+    }
+}
+
+/// Applies `patch` to the status of share `name` of kind `S` with `params`, given up after
+/// `timeout`.
+async fn apply_status<S: Share>(
+    client: &kube::Client,
+    name: &ObjectName,
+    patch: &Patch<serde_json::Value>,
+    params: &PatchParams,
+    (timeout, what): (Duration, impl Fn() -> String),
+) -> Result<(), RequestFailed> {
+    let api = Api::<S>::all(client.clone());
+    let call = async {
+        match api.patch_status(name.as_str(), params, patch).await {
+            // A share deleted meanwhile has no status to keep an entry in.
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+            answer => answer.map(drop),
+        }
+    };
+    ask(timeout, what, call).await
 }
 
 /// Writes `patch` to the status of share `name` of kind `S`, given up after `timeout`.

@@ -170,7 +170,7 @@ async fn a_hung_volume_delays_no_other_volumes_revocation_and_can_be_unpublished
     }
     let (stop, stopped) = watch::channel(false);
     let refresher =
-        tokio::spawn(run(node.clone(), source.changes(), Duration::from_secs(3600), stopped, Arc::new(NoEvents)));
+        tokio::spawn(run(node.clone(), source.clone(), Duration::from_secs(3600), stopped, Arc::new(NoEvents)));
 
     // One volume's source hangs; the other's access is revoked.
     let password = target(root, "other").join("password");
