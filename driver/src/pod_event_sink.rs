@@ -39,7 +39,8 @@ pub fn event_object(event: &PodEvent, instance: &str, now: &str, unique: u128) -
         "eventTime": now,
         "reportingController": DRIVER_NAME,
         "reportingInstance": instance,
-        "action": "Refresh",
+        // What the driver did: registered with kubelet, or refreshed the pod's volume.
+        "action": if event.reason == "DriverRegistered" { "Register" } else { "Refresh" },
         "reason": event.reason,
         "type": if event.warning { "Warning" } else { "Normal" },
         "note": event.note,

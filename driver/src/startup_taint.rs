@@ -12,6 +12,7 @@
 //! cannot narrow to one node; a ValidatingAdmissionPolicy there narrows it to the Node named by
 //! the driver's own token (its `authentication.kubernetes.io/node-name`) and to this one change.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Taint};
@@ -24,6 +25,7 @@ use tracing::{info, warn};
 use crate::DRIVER_NAME;
 use crate::apiserver_request::{RequestFailed, ask};
 use crate::quote::Logged;
+use crate::volume::pod_events::PodEvents;
 
 /// The taint's key; any effect (NoSchedule, NoExecute) is removed.
 pub const STARTUP_TAINT_KEY: &str = "sharedresource.csi.inlineguard.dev/agent-not-ready";
@@ -44,7 +46,8 @@ pub fn lists_the_driver(csi_node: &CSINode) -> bool {
 }
 
 /// Waits until `registered` says kubelet registered this process, then until Node `node`'s
-/// CSINode lists the driver, then removes the startup taint from the Node (if it has one).
+/// CSINode lists the driver, then removes the startup taint from the Node (if it has one) and
+/// tells the pods placed on the node before (`waiting_pods`) through `events`.
 /// Each request is given up after `timeout` and tried again with backoff; it returns once the
 /// Node has no startup taint, or when `registered`'s sender is gone (the driver is stopping).
 pub async fn remove_when_registered(
@@ -52,6 +55,7 @@ pub async fn remove_when_registered(
     node: String,
     mut registered: watch::Receiver<bool>,
     timeout: Duration,
+    events: Arc<dyn PodEvents>,
 ) {
     if registered.wait_for(|registered| *registered).await.is_err() {
         return;
@@ -59,7 +63,11 @@ pub async fn remove_when_registered(
     let mut wait = FIRST_WAIT;
     loop {
         match step(&client, &node, timeout).await {
-            Ok(Step::Done) => return,
+            Ok(Step::Done) => {
+                // Pods placed here before (tolerating the taint, or bound by name) hear of it.
+                crate::waiting_pods::tell(client, &node, timeout, events).await;
+                return;
+            }
             Ok(Step::NotListed) => {}
             Err(failed) => warn!(error = %Logged(&failed.0), "removing the startup taint failed; trying again"),
         }
@@ -150,7 +158,9 @@ mod tests {
         let config = kube::Config::new("https://127.0.0.1:1".parse().unwrap());
         let client = kube::Client::try_from(config).unwrap();
         let (sender, receiver) = watch::channel(false);
-        let removing = tokio::spawn(remove_when_registered(client, "n".into(), receiver, Duration::from_millis(10)));
+        let events = Arc::new(crate::volume::pod_events::NoEvents);
+        let removing =
+            tokio::spawn(remove_when_registered(client, "n".into(), receiver, Duration::from_millis(10), events));
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(!removing.is_finished(), "it waits for the registration");
         drop(sender);

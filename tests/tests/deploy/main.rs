@@ -120,6 +120,9 @@ async fn steps(this: &Installation) -> Outcome {
 
     // A pod reading a share, created before anything is installed: the startup taint holds it.
     let early = startup_taint::pod_held_off_by_the_taint(&this.admin).await?;
+    // One that tolerates the taint is placed, and kubelet cannot mount its volume yet (made last
+    // before the install: kubelet's retries back off while it waits).
+    let tolerant = startup_taint::pod_placed_before_the_driver(&this.admin).await?;
 
     // Installed and Ready through the shipped probes (the webhook's and the controller's pods
     // only once the driver has taken the startup taint off).
@@ -137,6 +140,7 @@ async fn steps(this: &Installation) -> Outcome {
     this.wait_registered().await?;
     let first_driver = this.driver_pod().await?;
     startup_taint::removed_after_kubelet_listed_the_driver(&this.admin, &this.cluster).await?;
+    startup_taint::told_the_driver_is_registered(&this.admin, &tolerant).await?;
 
     // A share served to a pod the scheduler placed, patched read-only by the webhook through
     // its Service, kept fresh, revoked and restored.
@@ -148,6 +152,13 @@ async fn steps(this: &Installation) -> Outcome {
     this.node.volume_present(&early)?;
     delete_and_wait(&this.admin, CONSUMER, startup_taint::EARLY).await?;
     this.node.nothing_left(&early)?;
+    // The pod placed before the driver mounts at kubelet's retry (whose backoff, grown while
+    // there was no driver and then no share, reaches about two minutes).
+    startup_taint::wait_running(&this.admin, startup_taint::TOLERANT).await?;
+    wait_for_content(&this.node, startup_taint::TOLERANT, "first", 0).await?;
+    this.node.volume_present(&tolerant)?;
+    delete_and_wait(&this.admin, CONSUMER, startup_taint::TOLERANT).await?;
+    this.node.nothing_left(&tolerant)?;
     this.driver_acted_as_its_service_account()?;
     workload::set_content(&this.admin, "second").await?;
     seen = wait_for_content(&this.node, "reader", "second", seen).await?;

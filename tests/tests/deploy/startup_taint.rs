@@ -4,14 +4,17 @@
 //! share, created before anything is installed, is held off the node by the scheduler for the
 //! taint; the shipped DaemonSet (which tolerates it) registers the driver with kubelet, the
 //! driver removes the taint from its own Node once kubelet's write of the CSINode lists it (the
-//! audit log orders them), and the pod is placed then and reads the share.
+//! audit log orders them), and the pod is placed then and reads the share. A pod that tolerates
+//! the taint, placed before the driver (kubelet's mount fails), is told by the driver once it is
+//! registered, and reads the share at kubelet's next retry.
 
 use std::time::{Duration, Instant};
 
 use inline_guard_tests::cluster::{Cluster, namespace_defaults};
 use inline_guard_tests::node::kubelet::NODE_NAME;
 use k8s_openapi::api::core::v1::{Node as NodeObject, Pod};
-use kube::api::{Api, PostParams};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 use sharedresource_csi_driver::startup_taint::STARTUP_TAINT_KEY;
 
@@ -60,6 +63,89 @@ pub async fn pod_held_off_by_the_taint(admin: &kube::Client) -> Result<String, S
                 "the startup taint did not hold {EARLY} off the node within 120 s: its PodScheduled condition is \
                  {scheduled:?}, the Node's taints {taints:?}"
             ));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// A pod created before the driver that tolerates the startup taint: placed at once.
+pub const TOLERANT: &str = "tolerant";
+
+/// Creates [`TOLERANT`] (after [`pod_held_off_by_the_taint`] made its namespace and account):
+/// the scheduler places it on the tainted node, whose kubelet fails to mount its volume with no
+/// driver to ask; waits for kubelet's FailedMount Event saying so. Returns its uid.
+pub async fn pod_placed_before_the_driver(admin: &kube::Client) -> Result<String, String> {
+    let mut pod = reader_pod(TOLERANT);
+    pod["spec"]["volumes"][0]["csi"]["readOnly"] = json!(true);
+    pod["spec"]["tolerations"] = json!([{"key": STARTUP_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}]);
+    let pod: Pod = serde_json::from_value(pod).map_err(|e| e.to_string())?;
+    let created = Api::<Pod>::namespaced(admin.clone(), CONSUMER)
+        .create(&PostParams::default(), &pod)
+        .await
+        .map_err(|e| format!("creating {TOLERANT}: {e}"))?;
+    let uid = created.metadata.uid.unwrap_or_default();
+    let failed = wait_for_event(admin, &uid, |e| e.reason.as_deref() == Some("FailedMount")).await?;
+    println!("deploy: {TOLERANT}, placed before the driver, failed to mount: {}", failed.note.unwrap_or_default());
+    Ok(uid)
+}
+
+/// Waits (up to 120 s) for the driver's `DriverRegistered` Event on [`TOLERANT`] (`uid`); its
+/// note.
+pub async fn told_the_driver_is_registered(admin: &kube::Client, uid: &str) -> Result<String, String> {
+    let told = wait_for_event(admin, uid, |e| {
+        e.reason.as_deref() == Some("DriverRegistered") && e.reporting_controller.as_deref() == Some(DRIVER)
+    })
+    .await?;
+    let note = told.note.unwrap_or_default();
+    let wanted =
+        format!("{DRIVER} is now registered with kubelet on node {NODE_NAME}: the pod's volumes of it (\"shared\")");
+    if told.type_.as_deref() != Some("Normal") || !note.starts_with(&wanted) {
+        return Err(format!(
+            "the driver's Event on {TOLERANT} is {:?} {note:?}, expected Normal starting {wanted:?}",
+            told.type_
+        ));
+    }
+    println!("deploy: {TOLERANT} told: {note}");
+    Ok(note)
+}
+
+/// Waits (up to 300 s: kubelet's mount retries back off to about two minutes) until pod `name` of
+/// [`CONSUMER`] runs.
+pub async fn wait_running(admin: &kube::Client, name: &str) -> Result<(), String> {
+    let pods = Api::<Pod>::namespaced(admin.clone(), CONSUMER);
+    let started = Instant::now();
+    loop {
+        let pod = pods.get(name).await.map_err(|e| e.to_string())?;
+        let phase = pod.status.and_then(|s| s.phase).unwrap_or_default();
+        if phase == "Running" {
+            println!("deploy: {name} running {:?} after the wait began", started.elapsed());
+            return Ok(());
+        }
+        if started.elapsed() > Duration::from_secs(300) {
+            return Err(format!("{CONSUMER}/{name} is {phase:?}, not Running, after 300 s"));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Waits (up to 120 s) for an Event (`events.k8s.io`) about pod `uid` of [`CONSUMER`] that
+/// `wanted` accepts.
+async fn wait_for_event(admin: &kube::Client, uid: &str, wanted: impl Fn(&Event) -> bool) -> Result<Event, String> {
+    let events = Api::<Event>::namespaced(admin.clone(), CONSUMER);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let listed = events.list(&ListParams::default()).await.map_err(|e| e.to_string())?;
+        let about: Vec<Event> = listed
+            .items
+            .into_iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.uid.as_deref()) == Some(uid))
+            .collect();
+        if let Some(event) = about.iter().find(|e| wanted(e)) {
+            return Ok(event.clone());
+        }
+        if Instant::now() > deadline {
+            let seen: Vec<_> = about.iter().map(|e| (e.reason.clone(), e.note.clone())).collect();
+            return Err(format!("no such Event about {CONSUMER}/{TOLERANT} within 120 s; its Events: {seen:?}"));
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }

@@ -2,9 +2,11 @@
 //! (`config/deploy/driver/startup-taint.yaml`) and a token the apiserver issued to the driver's
 //! ServiceAccount bound to a Node, as a DaemonSet pod's is: the driver's own code removes the
 //! taint only after kubelet's registration notice and the CSINode listing the driver, in that
-//! order in the audit log; keeps every other taint; and the policy refuses the same identity
-//! any other change, to its own Node or another.
+//! order in the audit log; keeps every other taint; tells the pods of its node with a volume
+//! of the driver, placed before, that it is registered (listing them by the shipped RBAC); and
+//! the policy refuses the same identity any other change, to its own Node or another.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
@@ -15,7 +17,9 @@ use serde_json::{Value, json};
 use sharedresource_csi_driver::DRIVER_NAME;
 use sharedresource_csi_driver::startup_taint::{STARTUP_TAINT_KEY, remove_when_registered};
 
-use crate::support::{Outcome, Suite};
+use sharedresource_csi_driver::volume::pod_events::{PodEvent, PodEvents};
+
+use crate::support::{Outcome, Suite, create, create_namespace, create_service_account, pods_path};
 
 const NODE: &str = "startup-taint-node";
 const OTHER: &str = "startup-taint-other";
@@ -30,6 +34,30 @@ fn node(name: &str) -> Value {
 fn csi_node(drivers: &[&str]) -> Value {
     let drivers: Vec<Value> = drivers.iter().map(|name| json!({"name": name, "nodeID": NODE})).collect();
     json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSINode", "metadata": {"name": NODE}, "spec": {"drivers": drivers}})
+}
+
+/// The namespace of the pods placed before the driver.
+const PODS: &str = "startup-taint-pods";
+
+/// A pod bound to `node`, with a volume of the driver (`ours`) or not.
+fn pod_on(name: &str, node: &str, ours: bool) -> Value {
+    let driver = if ours { DRIVER_NAME } else { "ebs.csi.aws.com" };
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {
+        "nodeName": node, "serviceAccountName": "reader",
+        "containers": [{"name": "app", "image": "registry.invalid/app:1"}],
+        "volumes": [{"name": "shared", "csi": {"driver": driver, "readOnly": true, "volumeAttributes": {"sharedSecret": "db"}}}]}})
+}
+
+/// The Events the driver would create, kept.
+#[derive(Default)]
+struct Told(std::sync::Mutex<Vec<PodEvent>>);
+
+impl PodEvents for Told {
+    fn tell(&self, event: PodEvent) {
+        if let Ok(mut told) = self.0.lock() {
+            told.push(event);
+        }
+    }
 }
 
 async fn taint_keys(admin: &kube::Client, name: &str) -> Result<Vec<String>, String> {
@@ -80,9 +108,24 @@ pub async fn removed_only_once_kubelet_lists_the_driver(suite: &Suite) -> Outcom
             .await
             .map_err(|e| format!("creating CSINode {NODE}: {e}"))?;
         let driver = driver_on_node(suite, created.metadata.uid.as_deref().unwrap_or_default()).await?;
+        // Pods placed before the driver (no kubelet runs these Nodes: they stay Pending).
+        create_namespace(admin, PODS, "none", &[]).await?;
+        create_service_account(admin, PODS, "reader").await?;
+        for (name, node, ours) in [("early", NODE, true), ("plain", NODE, false), ("elsewhere", OTHER, true)] {
+            let answer = create(admin, &pods_path(PODS), &pod_on(name, node, ours), false).await?;
+            if answer.status != 201 {
+                return Err(format!("creating pod {name}: {} {}", answer.status, answer.message()));
+            }
+        }
+        let told = Arc::new(Told::default());
         let (registered, registration) = tokio::sync::watch::channel(false);
-        let removing =
-            tokio::spawn(remove_when_registered(driver.clone(), NODE.into(), registration, Duration::from_secs(5)));
+        let removing = tokio::spawn(remove_when_registered(
+            driver.clone(),
+            NODE.into(),
+            registration,
+            Duration::from_secs(5),
+            told.clone(),
+        ));
 
         // Registered with kubelet, but not yet in the CSINode: the driver reads it and waits.
         registered.send_replace(true);
@@ -105,6 +148,19 @@ pub async fn removed_only_once_kubelet_lists_the_driver(suite: &Suite) -> Outcom
             return Err(format!("expected only the other taint to stay, the Node has {keys:?}"));
         }
         println!("startup taint: removed {:?} after the CSINode listed the driver", listed.elapsed());
+        // Told: the pod of this node with a volume of the driver, and no other (the list, by the
+        // shipped RBAC, was allowed: a refused one tells nobody).
+        let events = told.0.lock().map_err(|e| e.to_string())?.clone();
+        let told_pods: Vec<(&str, &str)> = events.iter().map(|e| (e.pod.name.as_str(), e.reason)).collect();
+        if told_pods != [("early", "DriverRegistered")] {
+            return Err(format!("expected pod early told DriverRegistered, and no other: {events:?}"));
+        }
+        let wanted = format!(
+            "{DRIVER_NAME} is now registered with kubelet on node {NODE}: the pod's volumes of it (\"shared\")"
+        );
+        if !events[0].note.starts_with(&wanted) {
+            return Err(format!("the note {:?} does not start {wanted:?}", events[0].note));
+        }
 
         // The audit log: the driver read the CSINode while it lacked the driver, and patched the
         // Node once, after the CSINode's update.
@@ -175,6 +231,9 @@ pub async fn removed_only_once_kubelet_lists_the_driver(suite: &Suite) -> Outcom
     for name in [NODE, OTHER] {
         let _ = nodes.delete(name, &DeleteParams::default()).await;
     }
+    // The pods bound to Nodes that never ran them: gone at once.
+    let pods = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(admin.clone(), PODS);
+    let _ = pods.delete_collection(&DeleteParams::default().grace_period(0), &Default::default()).await;
     let _ = csi_nodes.delete(NODE, &DeleteParams::default()).await;
     outcome
 }
