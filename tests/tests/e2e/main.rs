@@ -128,6 +128,8 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
             |s| rotation_events::one_namespaces_many_volumes_cannot_spend_the_events_of_another(s),
         "shares::an_optional_share_is_served_empty_until_its_secret_exists" =>
             |s| optional::an_optional_share_is_served_empty_until_its_secret_exists(s),
+        "shares::the_rollout_controller_may_patch_only_its_two_annotations" =>
+            |s| rollout::the_rollout_controller_may_patch_only_its_two_annotations(s),
         "shares::labelled_workloads_restart_once_per_change_never_for_a_revocation" =>
             |s| rollout::labelled_workloads_restart_once_per_change_never_for_a_revocation(s),
         "providers::an_exec_provider_serves_the_pods_own_files_to_whom_rbac_grants_use" =>

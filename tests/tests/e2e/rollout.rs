@@ -21,7 +21,8 @@ use sharedresource_csi_driver::rollout::plan::{OBSERVED_ANNOTATION, RESTART_LABE
 
 use crate::shares::{WITHIN, apply_file, create_object, create_shared_secret, create_use_grant, shared_secrets};
 use crate::support::{
-    Outcome, READ_GRANTS_USER, Suite, create_namespace, create_service_account, deployments_path, wait_established,
+    Outcome, READ_GRANTS_USER, Suite, create, create_namespace, create_service_account, deployments_path,
+    wait_established,
 };
 
 const OWNER: &str = "rollout-owner";
@@ -256,5 +257,71 @@ pub async fn labelled_workloads_restart_once_per_change_never_for_a_revocation(s
         return Err(format!("the unlabelled Deployment was touched: {unlabelled:?}"));
     }
     drop(controller);
+    Ok(())
+}
+
+const POLICY: &str = "rollout-policy";
+
+/// The shipped ValidatingAdmissionPolicy holds the read-grants controller's `patch` of workloads
+/// to what it writes: the template's restartedAt and the workload's record. As the controller's
+/// identity (dry runs): its own patch is admitted; a change of the image, a template label, the
+/// replicas, a label, another annotation is refused naming what it may change; the same changes
+/// by another identity are not the policy's business.
+pub async fn the_rollout_controller_may_patch_only_its_two_annotations(suite: &Suite) -> Outcome {
+    let admin = &suite.admin;
+    apply_file(suite, "config/deploy/driver/rollout-on-change.yaml").await?;
+    create_namespace(admin, POLICY, "none", &[]).await?;
+    let created = create(admin, &deployments_path(POLICY), &deployment("app", DB, true), false).await?;
+    if created.status != 201 {
+        return Err(format!("creating the Deployment: {} {}", created.status, created.message()));
+    }
+    let groups = ["system:serviceaccounts", "system:serviceaccounts:inline-guard-driver", "system:authenticated"];
+    let controller = Api::<Deployment>::namespaced(suite.cluster.client_as(READ_GRANTS_USER, &groups).await?, POLICY);
+    let as_admin = Api::<Deployment>::namespaced(admin.clone(), POLICY);
+    let dry_run = PatchParams { dry_run: true, ..PatchParams::default() };
+    let patch = |api: &Api<Deployment>, body: Value| {
+        let api = api.clone();
+        let params = dry_run.clone();
+        async move { api.patch("app", &params, &Patch::Merge(&body)).await.map(drop) }
+    };
+    let template =
+        "may change nothing of a workload's pod template but its kubectl.kubernetes.io/restartedAt annotation";
+    let metadata = "may change nothing of a workload's metadata but its sharedresource.inlineguard.dev/observed-content annotation";
+    let spec = "may change nothing of a workload's spec but its pod template's restartedAt annotation";
+    let image =
+        json!({"spec": {"template": {"spec": {"containers": [{"name": "app", "image": "registry.invalid/other:1"}]}}}});
+    // The policy takes effect once the apiserver has loaded it: waited for on the first refusal.
+    let deadline = Instant::now() + WITHIN;
+    loop {
+        match patch(&controller, image.clone()).await {
+            Err(kube::Error::Api(status)) if status.code == 403 && status.message.contains(template) => break,
+            other if Instant::now() > deadline => {
+                return Err(format!("the controller's change of the image: expected 403 {template:?}, got {other:?}"));
+            }
+            _ => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+    let own = json!({
+        "metadata": {"annotations": {OBSERVED_ANNOTATION: "{\"rollout-db\":\"0123456789abcdef\"}"}},
+        "spec": {"template": {"metadata": {"annotations": {RESTARTED_AT_ANNOTATION: "2026-11-29T14:00:00.000000001Z"}}}}
+    });
+    patch(&controller, own).await.map_err(|e| format!("the controller's own patch was refused: {e}"))?;
+    let refused = [
+        (json!({"spec": {"template": {"metadata": {"labels": {"app": "app", "extra": "x"}}}}}), template),
+        (json!({"spec": {"template": {"metadata": {"annotations": {"example.com/x": "y"}}}}}), template),
+        (json!({"spec": {"replicas": 0}}), spec),
+        (json!({"spec": {"paused": true}}), spec),
+        (json!({"metadata": {"labels": {"example.com/x": "y"}}}), metadata),
+        (json!({"metadata": {"annotations": {"example.com/x": "y"}}}), metadata),
+    ];
+    for (body, message) in refused {
+        match patch(&controller, body.clone()).await {
+            Err(kube::Error::Api(status)) if status.code == 403 && status.message.contains(message) => {}
+            other => return Err(format!("the controller's {body}: expected 403 {message:?}, got {other:?}")),
+        }
+    }
+    // Anyone else's changes are not the policy's business.
+    patch(&as_admin, image).await.map_err(|e| format!("the admin's change of the image was refused: {e}"))?;
+    println!("rollout policy: the controller's own patch admitted, six other changes refused");
     Ok(())
 }
