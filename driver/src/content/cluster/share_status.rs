@@ -121,6 +121,7 @@ pub async fn write_statuses(client: kube::Client, timeout: Duration, seen: SeenS
 pub async fn write_node_entries(client: kube::Client, timeout: Duration, node: String, failures: Arc<UpdateFailures>) {
     // A field manager's name holds at most 128 characters.
     let manager: String = format!("{DRIVER_NAME}/{node}").chars().take(128).collect();
+    let _writing = failures.writing.lock().await;
     for ((kind, share), entry) in failures.to_write() {
         let Ok(name) = ObjectName::parse(&share) else { continue };
         let mut apply = serde_json::json!({

@@ -53,6 +53,10 @@ struct Inner {
 #[derive(Debug, Default)]
 pub struct UpdateFailures {
     inner: Mutex<Inner>,
+    /// Held by whoever takes entries to write until they are written: two passes ending
+    /// together would otherwise write one share's entries in either order, and the older could
+    /// land last.
+    pub writing: tokio::sync::Mutex<()>,
 }
 
 impl UpdateFailures {
