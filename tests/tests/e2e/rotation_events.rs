@@ -234,6 +234,15 @@ pub async fn nodes_report_failed_updates_without_writing_over_each_other(suite: 
     if !both[1]["message"].as_str().unwrap_or_default().ends_with("too large for node b") {
         return Err(format!("node-b's entry is {:?}", both[1]));
     }
+    let shares = Api::<kube::api::DynamicObject>::all_with(admin.clone(), &crate::shares::shared_secrets());
+    let managers = |share: kube::api::DynamicObject| -> Vec<String> {
+        let entries = share.metadata.managed_fields.unwrap_or_default();
+        entries.into_iter().filter_map(|entry| entry.manager).filter(|m| m.starts_with(DRIVER_NAME)).collect()
+    };
+    let owning = managers(shares.get(NODES_SHARE).await.map_err(|e| e.to_string())?);
+    if owning != [format!("{DRIVER_NAME}/node-a"), format!("{DRIVER_NAME}/node-b")] {
+        return Err(format!("expected each node's own field manager on the share, got {owning:?}"));
+    }
     // Node a's volume is current again: its entry goes, b's stays.
     a.refreshed("v-a", share.clone(), None, now);
     write("node-a", &a).await;
@@ -243,6 +252,13 @@ pub async fn nodes_report_failed_updates_without_writing_over_each_other(suite: 
     restarted.refreshed("v-b", share.clone(), None, now);
     write("node-b", &restarted).await;
     wait_for_entries(admin, NODES_SHARE, |entries| entries.is_empty()).await?;
+    // Nor does a node that owns nothing any more stay listed among the share's field managers
+    // (seen above while they owned their entries): many nodes would otherwise grow every share
+    // they ever failed on.
+    let left = managers(shares.get(NODES_SHARE).await.map_err(|e| e.to_string())?);
+    if !left.is_empty() {
+        return Err(format!("the nodes' field managers stay on the share: {left:?}"));
+    }
     println!("share status: two nodes' entries kept side by side, each removed by its own node");
     Ok(())
 }
