@@ -3,15 +3,17 @@
 //! every refresh while it lasts. One entry per volume lacking something: a volume served whole
 //! again, or unpublished, is forgotten.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Mutex;
 
+use crate::content::live_volumes::SecondLook;
 use crate::unpoisoned::UnpoisonedMutex;
 
 /// The optional objects each volume lacks, by volume id.
 #[derive(Debug, Default)]
 pub struct Absences {
     by_volume: Mutex<HashMap<String, BTreeSet<String>>>,
+    looks: Mutex<SecondLook>,
 }
 
 impl Absences {
@@ -31,6 +33,14 @@ impl Absences {
     /// Forgets `volume_id` (unpublished).
     pub fn forget(&self, volume_id: &str) {
         self.by_volume.locked().remove(volume_id);
+    }
+
+    /// Forgets the volumes two looks in a row did not find among `live` (see `live_volumes`).
+    pub fn retain_live(&self, live: &HashSet<String>) {
+        let mut by_volume = self.by_volume.locked();
+        for id in self.looks.locked().to_forget(by_volume.keys(), live) {
+            by_volume.remove(&id);
+        }
     }
 }
 
@@ -54,6 +64,13 @@ mod tests {
         assert_eq!(absences.note("v", texts(&["b"])), ["b"], "gone again: told again");
         assert_eq!(absences.note("w", texts(&["b"])), ["b"], "another volume has its own");
         absences.forget("v");
+        assert_eq!(absences.by_volume.locked().keys().collect::<Vec<_>>(), ["w"]);
+        // Noted again after its unpublish (a refresh ending late): gone after two looks.
+        absences.note("v", texts(&["b"]));
+        let live: HashSet<String> = ["w".to_string()].into();
+        absences.retain_live(&live);
+        assert_eq!(absences.by_volume.locked().len(), 2, "one look is not enough");
+        absences.retain_live(&live);
         assert_eq!(absences.by_volume.locked().keys().collect::<Vec<_>>(), ["w"]);
     }
 }

@@ -181,6 +181,11 @@ impl ContentSource for KubernetesSource {
         }
     }
 
+    fn live_volumes(&self, volume_ids: &std::collections::HashSet<String>) {
+        self.absences.retain_live(volume_ids);
+        self.cluster.update_failures().retain_live(volume_ids);
+    }
+
     fn released(&self, volume_id: &str) {
         self.providers.release(volume_id);
         self.absences.forget(volume_id);

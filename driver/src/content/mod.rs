@@ -18,6 +18,7 @@ pub mod error;
 pub mod external;
 pub mod kubernetes_source;
 pub mod lazy;
+pub mod live_volumes;
 pub mod payload;
 pub mod projection;
 pub mod shares;
@@ -95,6 +96,12 @@ pub trait ContentSource: Send + Sync {
     /// Volume `volume_id` was unpublished: whatever the source kept for it alone may go.
     fn released(&self, volume_id: &str) {
         let _ = volume_id;
+    }
+    /// The volumes published now, told every few seconds: what the source kept for a volume
+    /// missing from two of these in a row may go (a refresh that ended just after an unpublish
+    /// noted it again; a publish not yet in the table is spared by the second look).
+    fn live_volumes(&self, volume_ids: &std::collections::HashSet<String>) {
+        let _ = volume_ids;
     }
     /// A refresh of `volume_id` (with `attributes`) ended: it failed `why`, the volume serving
     /// its previous content, or succeeded (`None`). A share's source reports it in the share's

@@ -280,12 +280,16 @@ impl Refresher {
         }
     }
 
-    /// Writes the per-share gauges from the node's live volumes and what their refreshes did.
+    /// Writes the per-share gauges from the node's live volumes and what their refreshes did,
+    /// and tells the source which volumes are live.
     fn update_gauges(&self) {
         let series = {
             // The table read under the gauges' lock: a refresh told meanwhile is not lost.
             let mut gauges = self.gauges.locked();
             let live = self.node.volumes_where(|record| Mounted::of(&record.attributes, &record.pod.namespace));
+            if let Some(source) = &self.source {
+                source.live_volumes(&live.iter().map(|(id, _)| id.clone()).collect());
+            }
             let now = SystemTime::now();
             gauges.sync(live, now);
             gauges.series(now)

@@ -9,12 +9,13 @@
 //! Bounded by the volumes of this node: one record per volume, one per share with volumes (or
 //! whose entry is still to be removed).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::SystemTime;
 
 use sharedresource_api::ShareKind;
 
+use crate::content::live_volumes::SecondLook;
 use crate::unpoisoned::UnpoisonedMutex;
 
 /// The longest reason quoted in an entry.
@@ -44,6 +45,7 @@ struct VolumeState {
 #[derive(Debug, Default)]
 struct Inner {
     volumes: HashMap<String, VolumeState>,
+    looks: SecondLook,
     /// What was last written for each share (`None`: no entry); a share absent was never
     /// written since the driver started.
     written: HashMap<ShareKey, Option<NodeEntry>>,
@@ -76,6 +78,17 @@ impl UpdateFailures {
     /// `volume_id` is unpublished.
     pub fn released(&self, volume_id: &str) {
         self.inner.locked().volumes.remove(volume_id);
+    }
+
+    /// Forgets the volumes two looks in a row did not find among `live`: a refresh that ended
+    /// just after its volume's unpublish noted it again, and its failure would otherwise keep
+    /// this node's entry forever.
+    pub fn retain_live(&self, live: &HashSet<String>) {
+        let mut inner = self.inner.locked();
+        let Inner { volumes, looks, .. } = &mut *inner;
+        for id in looks.to_forget(volumes.keys(), live) {
+            volumes.remove(&id);
+        }
     }
 
     /// The entries to write: each share whose wanted entry differs from the last written (or
@@ -180,6 +193,22 @@ mod tests {
         failures.released("v1");
         assert_eq!(failures.to_write(), [(db(), None)]);
         assert_eq!(failures.to_write(), []);
+    }
+
+    #[test]
+    fn a_failure_noted_after_its_volumes_unpublish_goes_at_the_second_look() {
+        let failures = UpdateFailures::default();
+        failures.refreshed("v1", db(), Some("too large".into()), at(10));
+        assert_eq!(failures.to_write().len(), 1);
+        // Unpublished, then the late refresh's end noted again.
+        failures.released("v1");
+        failures.refreshed("v1", db(), Some("too large".into()), at(11));
+        assert_eq!(failures.to_write().len(), 1, "a ghost, failing since the late note");
+        let live = HashSet::new();
+        failures.retain_live(&live);
+        assert_eq!(failures.to_write(), [], "one look is not enough");
+        failures.retain_live(&live);
+        assert_eq!(failures.to_write(), [(db(), None)], "gone: the entry is removed");
     }
 
     #[test]
