@@ -19,7 +19,7 @@
 use std::path::{Path, PathBuf};
 
 /// The modules of content a volume, the wire and the face itself may reach.
-const FACE: [&str; 7] = ["ask", "changes", "error", "payload", "tokens", "lazy", "static_dir"];
+const FACE: [&str; 8] = ["ask", "changes", "error", "payload", "tokens", "lazy", "static_dir", "live_volumes"];
 
 /// Why `from` may not reach `to` (both module paths from the crate root), or `None` when it may.
 fn refusal(from: &[String], to: &[String]) -> Option<String> {

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::apiserver_client::ApiserverClients;
-use crate::content::absences::Absences;
 use crate::content::ask::VolumeAsk;
 use crate::content::changes::{Absence, Changes};
 use crate::content::cluster::Cluster;
@@ -24,6 +23,10 @@ use crate::content::{ContentSource, PassId};
 use crate::metrics::Metrics;
 use sharedresource_api::volume_attributes::{OPTIONAL_ATTRIBUTE, selection};
 use sharedresource_api::{Selection, VolumeAttributes};
+
+mod absences;
+
+use absences::Absences;
 
 /// Shares, projections and providers' volumes, read from the cluster.
 pub struct KubernetesSource {

@@ -10,7 +10,6 @@
 //! wire, and nothing here writes where a volume is mounted; `driver/tests/layers.rs` holds the
 //! imports to these floors.
 
-pub mod absences;
 pub mod ask;
 pub mod changes;
 pub mod cluster;
