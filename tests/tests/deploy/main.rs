@@ -160,12 +160,20 @@ async fn steps(this: &Installation) -> Outcome {
     delete_and_wait(&this.admin, CONSUMER, startup_taint::TOLERANT).await?;
     this.node.nothing_left(&tolerant)?;
     this.driver_acted_as_its_service_account()?;
+    let updated = Instant::now();
     workload::set_content(&this.admin, "second").await?;
     seen = wait_for_content(&this.node, "reader", "second", seen).await?;
+    // The pod is told by the shipped driver, as its ServiceAccount (the time it took printed).
+    let note = startup_taint::wait_for_driver_event(&this.admin, &pod, "ContentUpdated").await?;
+    println!("deploy: reader told ContentUpdated {:?} after the Secret's update: {note}", updated.elapsed());
     workload::revoke(&this.admin).await?;
     seen = wait_for_content(&this.node, "reader", "", seen).await?;
     workload::grant(&this.admin).await?;
     seen = wait_for_content(&this.node, "reader", "second", seen).await?;
+    // The shipped driver's metrics, scraped as Prometheus would (its pod's health port, through
+    // the apiserver's proxy): a publish, a refresh that changed content, a revocation, and the
+    // share's gauges with their labels.
+    this.driver_metrics_count_what_happened().await?;
 
     // Denied through the Service with the exact message.
     this.denied_with_the_exact_message().await?;
@@ -403,6 +411,45 @@ impl Installation {
         let pods = Api::<Pod>::namespaced(self.admin.clone(), DRIVER_NAMESPACE);
         let listed = pods.list(&ListParams::default().labels(DRIVER_LABEL)).await.map_err(|e| e.to_string())?;
         Ok(listed.items)
+    }
+
+    /// Scrapes the driver pod's `/metrics` (its `health` port, through the apiserver's pod proxy)
+    /// until it shows a publish, a refresh that changed content, a revocation and the reader's
+    /// share in the gauges (written every few seconds); prints the failures it counted by kind.
+    async fn driver_metrics_count_what_happened(&self) -> Result<(), String> {
+        let pods = self.driver_pods().await?;
+        let name = pods.first().and_then(|pod| pod.metadata.name.clone()).ok_or("no driver pod")?;
+        let path = format!("/api/v1/namespaces/{DRIVER_NAMESPACE}/pods/{name}:9808/proxy/metrics");
+        let share = format!("{{kind=\"SharedSecret\",namespace=\"\",name=\"{}\"}}", workload::SHARE);
+        let wanted = [
+            ("sharedresource_csi_driver_publishes_total{result=\"ok\"}".to_string(), 1.0),
+            ("sharedresource_csi_driver_refreshes_total{result=\"changed\"}".to_string(), 1.0),
+            ("sharedresource_csi_driver_revocations_total".to_string(), 1.0),
+            (format!("sharedresource_csi_driver_share_volumes{share}"), 1.0),
+            (format!("sharedresource_csi_driver_share_last_refresh_timestamp_seconds{share}"), 1.0),
+        ];
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let request = http::Request::get(&path).body(Vec::new()).map_err(|e| e.to_string())?;
+            let text = self.admin.request_text(request).await.map_err(|e| format!("GET {path}: {e}"))?;
+            let value = |series: &str| -> Option<f64> {
+                text.lines().find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+            };
+            let missing: Vec<&String> = wanted
+                .iter()
+                .filter(|(series, least)| value(series).is_none_or(|v| v < *least))
+                .map(|(s, _)| s)
+                .collect();
+            if missing.is_empty() {
+                let failures: Vec<&str> = text.lines().filter(|l| l.contains("_errors_total{")).collect();
+                println!("deploy: the driver's metrics counted what happened; failures by kind: {failures:?}");
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(format!("the driver's metrics lack {missing:?} after 60 s:\n{text}"));
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
     }
 
     /// The uid of the driver's one pod, which must be Ready.

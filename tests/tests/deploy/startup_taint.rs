@@ -128,6 +128,16 @@ pub async fn wait_running(admin: &kube::Client, name: &str) -> Result<(), String
     }
 }
 
+/// Waits (up to 120 s) for the driver's Event of `reason` about pod `uid` of [`CONSUMER`]; its
+/// note.
+pub async fn wait_for_driver_event(admin: &kube::Client, uid: &str, reason: &str) -> Result<String, String> {
+    let told = wait_for_event(admin, uid, |e| {
+        e.reason.as_deref() == Some(reason) && e.reporting_controller.as_deref() == Some(DRIVER)
+    })
+    .await?;
+    Ok(told.note.unwrap_or_default())
+}
+
 /// Waits (up to 120 s) for an Event (`events.k8s.io`) about pod `uid` of [`CONSUMER`] that
 /// `wanted` accepts.
 async fn wait_for_event(admin: &kube::Client, uid: &str, wanted: impl Fn(&Event) -> bool) -> Result<Event, String> {
@@ -145,7 +155,7 @@ async fn wait_for_event(admin: &kube::Client, uid: &str, wanted: impl Fn(&Event)
         }
         if Instant::now() > deadline {
             let seen: Vec<_> = about.iter().map(|e| (e.reason.clone(), e.note.clone())).collect();
-            return Err(format!("no such Event about {CONSUMER}/{TOLERANT} within 120 s; its Events: {seen:?}"));
+            return Err(format!("no such Event about pod {uid} of {CONSUMER} within 120 s; its Events: {seen:?}"));
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
