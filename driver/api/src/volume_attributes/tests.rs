@@ -83,6 +83,25 @@ fn refresh_is_on_unless_the_volume_says_false() {
 }
 
 #[test]
+fn optional_is_a_shares_to_say_and_off_unless_it_says_true() {
+    assert!(!parse(&[("sharedSecret", "db")]).unwrap().optional);
+    assert!(parse(&[("sharedConfigMap", "ca"), ("optional", "true")]).unwrap().optional);
+    assert!(!parse(&[("sharedSecret", "db"), ("optional", "false")]).unwrap().optional);
+    assert_eq!(
+        parse(&[("sharedSecret", "db"), ("optional", "yes")]).unwrap_err().0,
+        "volumeAttributes[\"optional\"] is \"yes\": it is \"true\" or \"false\" (the default: \"false\")"
+    );
+    assert_eq!(
+        parse(&[("projection", "app"), ("optional", "true")]).unwrap_err().0,
+        "volumeAttributes[\"optional\"] is not an attribute of this driver: a projection volume takes \"projection\" \
+         and \"refreshResource\" only (a projection marks each source optional in its spec)"
+    );
+    // A provider's other attributes are its parameters: `optional` is the provider's to read.
+    let provider = parse(&[("provider", "vault"), ("optional", "true")]).unwrap();
+    assert!(!provider.optional);
+}
+
+#[test]
 fn a_hostile_key_is_quoted_bounded() {
     let key = format!("x{}", "%".repeat(100_000));
     let refused = parse(&[("sharedSecret", "db"), (&key, "v")]).unwrap_err().0;

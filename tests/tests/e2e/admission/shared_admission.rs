@@ -147,6 +147,22 @@ async fn access_is_checked_at_creation(suite: &Suite) -> Outcome {
     let missing = create(admin, &pods_path(NAMESPACE), &reader("absent", "rules-absent"), true).await?;
     let message = "absent has volumes the shared-resource driver would refuse at mount: volume \"shared\": SharedSecret \"rules-absent\" not found";
     expect("a pod naming a share that does not exist", &missing, 422, &denied_by(POD_WEBHOOK, message))?;
+    // Marked optional, a share that does not exist is no refusal; a share its pod may not use
+    // still is.
+    let mut optional = reader("optional", "rules-absent");
+    optional["spec"]["volumes"][0]["csi"]["volumeAttributes"]["optional"] = json!("true");
+    let refused = create(admin, &pods_path(NAMESPACE), &optional, true).await?;
+    let message = format!(
+        "optional has volumes the shared-resource driver would refuse at mount: volume \"shared\": service account \
+         {NAMESPACE}/app may not use SharedSecret \"rules-absent\": grant it the verb \"use\" on \
+         sharedsecrets.sharedresource.inlineguard.dev \"rules-absent\" (a Role and RoleBinding in namespace {NAMESPACE})"
+    );
+    expect(
+        "an optional volume of a missing share its pod may not use",
+        &refused,
+        403,
+        &denied_by(POD_WEBHOOK, &message),
+    )?;
 
     let denial = format!(
         "service account {NAMESPACE}/app may not use SharedSecret \"rules-db\": grant it the verb \"use\" on sharedsecrets.sharedresource.inlineguard.dev \"rules-db\" (a Role and RoleBinding in namespace {NAMESPACE})"
@@ -171,7 +187,7 @@ async fn access_is_checked_at_creation(suite: &Suite) -> Outcome {
 
     let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "use-rules-db"},
         "rules": [{"apiGroups": ["sharedresource.inlineguard.dev"], "resources": ["sharedsecrets"],
-                   "resourceNames": ["rules-db"], "verbs": ["use"]}]});
+                   "resourceNames": ["rules-db", "rules-later"], "verbs": ["use"]}]});
     let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "app-uses-rules-db"},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "use-rules-db"},
         "subjects": [{"kind": "ServiceAccount", "name": "app", "namespace": NAMESPACE},
@@ -182,6 +198,18 @@ async fn access_is_checked_at_creation(suite: &Suite) -> Outcome {
     // The refusal is held for up to 5 s: the early Deployment's pod is admitted once it expires
     // (waited for, bounded far above the hold).
     dry_run_until(admin, &pods_path(NAMESPACE), &reader("early-0", "rules-db"), |answer| answer.status == 201).await?;
+    // Granted a share that does not exist yet: optional, admitted; required, refused as missing.
+    let mut later = reader("later", "rules-later");
+    later["spec"]["volumes"][0]["csi"]["volumeAttributes"]["optional"] = json!("true");
+    dry_run_until(admin, &pods_path(NAMESPACE), &later, |answer| answer.status == 201).await?;
+    let required = create(admin, &pods_path(NAMESPACE), &reader("later", "rules-later"), true).await?;
+    let message = "later has volumes the shared-resource driver would refuse at mount: volume \"shared\": SharedSecret \"rules-later\" not found";
+    expect(
+        "a required volume of a granted share that does not exist",
+        &required,
+        422,
+        &denied_by(POD_WEBHOOK, message),
+    )?;
 
     let before = lookups(suite, "access");
     let burst_user = format!("system:serviceaccount:{NAMESPACE}:burst");
