@@ -4,7 +4,7 @@
 //! per-share gauges (volumes, last refresh, seconds stale; `volume::share_gauges`).
 //! docs/driver.md maps them to the Secrets Store CSI Driver's metrics.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -13,6 +13,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::unpoisoned::UnpoisonedMutex;
 use crate::volume::share_gauges::{Mounted, Series};
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -130,6 +131,8 @@ pub struct Metrics {
     share_volumes: Family<ShareLabels, Gauge>,
     share_last_refresh: Family<ShareLabels, Seconds>,
     share_stale: Family<ShareLabels, Seconds>,
+    /// The per-share series written last, so those that went can be removed.
+    share_labels: std::sync::Mutex<HashSet<ShareLabels>>,
 }
 
 impl Default for Metrics {
@@ -236,21 +239,33 @@ impl Metrics {
             share_volumes,
             share_last_refresh,
             share_stale,
+            share_labels: std::sync::Mutex::default(),
         }
     }
 
     /// Replaces the per-share gauges with `series`.
     pub fn set_share_series(&self, series: &BTreeMap<Mounted, Series>) {
-        self.share_volumes.clear();
-        self.share_last_refresh.clear();
-        self.share_stale.clear();
+        let labels_of = |mounted: &Mounted| ShareLabels {
+            kind: mounted.kind,
+            namespace: mounted.namespace.clone(),
+            name: mounted.name.clone(),
+        };
+        let wanted: HashSet<ShareLabels> = series.keys().map(labels_of).collect();
+        // Series that went are removed one by one, never the families cleared: a scrape between
+        // a clear and the writes would see every share vanish for a moment.
+        let mut written = self.share_labels.locked();
+        for gone in written.difference(&wanted) {
+            self.share_volumes.remove(gone);
+            self.share_last_refresh.remove(gone);
+            self.share_stale.remove(gone);
+        }
         for (mounted, values) in series {
-            let labels =
-                ShareLabels { kind: mounted.kind, namespace: mounted.namespace.clone(), name: mounted.name.clone() };
+            let labels = labels_of(mounted);
             self.share_volumes.get_or_create(&labels).set(i64::try_from(values.volumes).unwrap_or(i64::MAX));
             self.share_last_refresh.get_or_create(&labels).set(values.last_refresh_seconds);
             self.share_stale.get_or_create(&labels).set(values.stale_seconds);
         }
+        *written = wanted;
     }
 
     /// Counts a publish answered with `result` after `seconds`, and its failure's kind.
@@ -320,6 +335,20 @@ fn count_error(family: &Family<ErrorLabels, Counter>, error_type: Option<&'stati
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_shares_series_goes_when_it_is_no_longer_written_and_the_others_stay() {
+        let metrics = Metrics::new();
+        let mounted = |name: &str| Mounted { kind: "SharedSecret", namespace: String::new(), name: name.into() };
+        let series = |volumes| Series { volumes, last_refresh_seconds: 100.0, stale_seconds: 0.0 };
+        metrics.set_share_series(&BTreeMap::from([(mounted("db"), series(2)), (mounted("ca"), series(1))]));
+        let db = "sharedresource_csi_driver_share_volumes{kind=\"SharedSecret\",namespace=\"\",name=\"db\"} 2";
+        let ca = "sharedresource_csi_driver_share_volumes{kind=\"SharedSecret\",namespace=\"\",name=\"ca\"}";
+        assert!(metrics.encode().contains(db) && metrics.encode().contains(ca), "{}", metrics.encode());
+        metrics.set_share_series(&BTreeMap::from([(mounted("db"), series(2))]));
+        let text = metrics.encode();
+        assert!(text.contains(db) && !text.contains(ca), "{text}");
+    }
 
     #[test]
     fn every_metric_is_exported_with_its_labels() {

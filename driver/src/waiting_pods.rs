@@ -4,9 +4,11 @@
 //! its own backoff (up to about two minutes), which reads as a broken driver unless something
 //! says otherwise. Once the CSINode lists the driver, each Pending pod of this node with a
 //! volume of the driver gets a Normal Event `DriverRegistered` saying that its mounts succeed at
-//! kubelet's next retry. Part of the startup taint's opt-in (`startup-taint.yaml` grants the
+//! kubelet's next retry; at most a namespace's burst of Events per namespace. Part of the
+//! startup taint's opt-in (`startup-taint.yaml` grants the
 //! `list pods` it needs); a driver not granted it says so once in its log and tells nothing.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,7 +19,7 @@ use tracing::info;
 use crate::DRIVER_NAME;
 use crate::apiserver_request::ask;
 use crate::quote::Logged;
-use crate::volume::pod_events::{PodEvent, PodEvents, PodRef};
+use crate::volume::pod_events::{NAMESPACE_EVENT_BURST, PodEvent, PodEvents, PodRef};
 
 /// The most pods told: a node runs at most a few hundred (kubelet's `maxPods`, 110 unless
 /// raised).
@@ -73,13 +75,26 @@ pub async fn tell(client: kube::Client, node: &str, timeout: Duration, events: A
         }
     };
     let mut told = 0;
-    for event in listed.items.iter().filter_map(|pod| event_for(pod, node)) {
+    for event in within_namespace_bursts(listed.items.iter().filter_map(|pod| event_for(pod, node))) {
         events.tell(event);
         told += 1;
     }
     if told > 0 {
         info!(pods = told, "told the pods placed before the driver was registered that it is now");
     }
+}
+
+/// `events`, at most a namespace's burst of Events ([`NAMESPACE_EVENT_BURST`], the refresher's)
+/// for each namespace: one namespace's many waiting pods cost the apiserver no more than that.
+pub fn within_namespace_bursts(events: impl Iterator<Item = PodEvent>) -> Vec<PodEvent> {
+    let mut per_namespace: HashMap<String, u32> = HashMap::new();
+    events
+        .filter(|event| {
+            let count = per_namespace.entry(event.pod.namespace.clone()).or_default();
+            *count += 1;
+            *count <= NAMESPACE_EVENT_BURST
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -113,6 +128,21 @@ mod tests {
              (\"db\", \"ca\") are mounted at kubelet's next retry; a FailedMount saying the driver was \"not found in \
              the list of registered CSI drivers\" came before it was"
         );
+    }
+
+    #[test]
+    fn one_namespace_is_told_at_most_its_burst_and_another_still_is() {
+        let event = |namespace: &str, name: String| PodEvent {
+            pod: PodRef { namespace: namespace.into(), name, uid: "u".into() },
+            warning: false,
+            reason: "DriverRegistered",
+            note: String::new(),
+        };
+        let many = (0..100).map(|i| event("flood", format!("p{i}")));
+        let told = within_namespace_bursts(many.chain([event("calm", "c".into())]));
+        let flood = told.iter().filter(|e| e.pod.namespace == "flood").count();
+        assert_eq!(flood, NAMESPACE_EVENT_BURST as usize);
+        assert!(told.iter().any(|e| e.pod.namespace == "calm"), "another namespace's pod is told");
     }
 
     #[test]
