@@ -134,13 +134,18 @@ pub struct Pending {
     /// The volumes of pods whose service account is among these.
     pub accounts: HashSet<Accounts>,
     /// What volumes began to lack of what they mark optional, for their pods to hear of (no
-    /// refresh: the content computed already says it). At most [`MAX_PENDING_ABSENCES`].
+    /// refresh: the content computed already says it). At most [`MAX_PENDING_ABSENCES`], and
+    /// [`MAX_PENDING_ABSENCES_PER_NAMESPACE`] of one namespace.
     pub absences: Vec<Absence>,
 }
 
 /// The most absences held for the refresher: beyond, an absence is not told (the volume is
 /// served as it should be; only the courtesy of an Event is lost).
 pub const MAX_PENDING_ABSENCES: usize = 1024;
+/// The most absences of one namespace's pods held at once: what its bucket of Events could tell
+/// at once (the refresher's burst of 20), so one namespace's many volumes never take the room
+/// of another's.
+pub const MAX_PENDING_ABSENCES_PER_NAMESPACE: usize = 20;
 
 /// Optional objects a volume's content began to lack: it is served without them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -167,8 +172,18 @@ impl Pending {
         self.shares.extend(other.shares);
         self.projections.extend(other.projections);
         self.accounts.extend(other.accounts);
-        let room = MAX_PENDING_ABSENCES.saturating_sub(self.absences.len());
-        self.absences.extend(other.absences.into_iter().take(room));
+        for absence in other.absences {
+            self.hold_absence(absence);
+        }
+    }
+
+    /// Holds `absence` when there is room for it: overall, and for its pod's namespace.
+    fn hold_absence(&mut self, absence: Absence) {
+        let namespace = &absence.pod.namespace;
+        let of_namespace = self.absences.iter().filter(|held| held.pod.namespace == *namespace).count();
+        if self.absences.len() < MAX_PENDING_ABSENCES && of_namespace < MAX_PENDING_ABSENCES_PER_NAMESPACE {
+            self.absences.push(absence);
+        }
     }
 
     /// Whether a volume with `attributes`, for a pod of `namespace` running as `service_account`,
@@ -202,14 +217,11 @@ impl Changes {
         self.wake.notify_one();
     }
 
-    /// A volume began to lack optional objects: its pod is to hear of it (dropped when
-    /// [`MAX_PENDING_ABSENCES`] are waiting already).
+    /// A volume began to lack optional objects: its pod is to hear of it (dropped when its
+    /// namespace's [`MAX_PENDING_ABSENCES_PER_NAMESPACE`], or [`MAX_PENDING_ABSENCES`] in all,
+    /// are waiting already).
     pub fn absent(&self, absence: Absence) {
-        let mut pending = self.pending.locked();
-        if pending.absences.len() < MAX_PENDING_ABSENCES {
-            pending.absences.push(absence);
-        }
-        drop(pending);
+        self.pending.locked().hold_absence(absence);
         self.wake.notify_one();
     }
 
@@ -355,6 +367,30 @@ mod tests {
         changes.projection("team-a", "app");
         let pending = changes.next().await;
         assert!(pending.touches(&app, "team-a", "sa") && !pending.touches(&app, "team-b", "sa"));
+    }
+
+    #[test]
+    fn one_namespaces_absences_never_take_the_room_of_anothers() {
+        let changes = Changes::default();
+        let absence = |namespace: &str, volume: usize| Absence {
+            pod: crate::content::ask::PodInfo {
+                name: format!("p{volume}"),
+                namespace: namespace.into(),
+                uid: "u".into(),
+                service_account: "sa".into(),
+            },
+            volume_name: "v".into(),
+            attributes: BTreeMap::new(),
+            absent: vec!["Secret x/y, shared by SharedSecret \"y\", not found".into()],
+        };
+        for volume in 0..5_000 {
+            changes.absent(absence("flood", volume));
+        }
+        changes.absent(absence("calm", 0));
+        let pending = changes.take();
+        let flood = pending.absences.iter().filter(|a| a.pod.namespace == "flood").count();
+        assert_eq!(flood, MAX_PENDING_ABSENCES_PER_NAMESPACE);
+        assert!(pending.absences.iter().any(|a| a.pod.namespace == "calm"), "another namespace's is held");
     }
 
     #[test]
