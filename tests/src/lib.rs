@@ -5,6 +5,7 @@
 
 pub mod apply;
 pub mod bounded;
+pub mod chart;
 pub mod cluster;
 pub mod images;
 pub mod node;

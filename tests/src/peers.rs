@@ -61,6 +61,21 @@ pub struct Peers {
     pub pod_monitor_crd: PathBuf,
     /// The Kubernetes release the apiserver was built from, e.g. `v1.35.4`.
     pub kubernetes_version: String,
+    /// `helm` (`tests/peers/helm`): what the chart is rendered, installed, upgraded and removed
+    /// with.
+    pub helm: PathBuf,
+}
+
+/// The oldest Kubernetes minor the project claims: its apiserver and kubelet, built from
+/// `tests/peers/oldest` (the newest set's etcd and test programs serve both).
+#[derive(Debug, Clone)]
+pub struct OldestRelease {
+    /// `kube-apiserver` of that release.
+    pub kube_apiserver: PathBuf,
+    /// `kubelet` of that release.
+    pub kubelet: PathBuf,
+    /// Its version, e.g. `v1.33.5`.
+    pub kubernetes_version: String,
 }
 
 /// One Go main package, the module (a directory of `tests/peers`) it is built in, and the file it
@@ -78,7 +93,7 @@ struct PeerSet {
     sources: &'static [&'static str],
 }
 
-const SETS: [PeerSet; 5] = [
+const SETS: [PeerSet; 6] = [
     PeerSet {
         targets: &[
             Target { file: "kube-apiserver", package: "k8s.io/kubernetes/cmd/kube-apiserver", module: "." },
@@ -134,7 +149,20 @@ const SETS: [PeerSet; 5] = [
         }],
         sources: &["monitoring/go.mod", "monitoring/go.sum", "monitoring/tools.go"],
     },
+    PeerSet {
+        targets: &[Target { file: "helm", package: "helm.sh/helm/v3/cmd/helm", module: "helm" }],
+        sources: &["helm/go.mod", "helm/go.sum", "helm/tools.go"],
+    },
 ];
+
+/// The oldest minor's set: built only when a scenario runs against it (`oldest_release`).
+const OLDEST: PeerSet = PeerSet {
+    targets: &[
+        Target { file: "kube-apiserver", package: "k8s.io/kubernetes/cmd/kube-apiserver", module: "oldest" },
+        Target { file: "kubelet", package: "k8s.io/kubernetes/cmd/kubelet", module: "oldest" },
+    ],
+    sources: &["oldest/go.mod", "oldest/go.sum", "oldest/tools.go"],
+};
 
 /// The Prometheus Operator's API package the PodMonitor CRD is generated from.
 const MONITORING_TYPES: &str = "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1";
@@ -147,10 +175,10 @@ pub fn peers() -> Result<Peers, String> {
     let go_version = go(&module, &["env", "GOVERSION"])?;
     let go_mod = read(&module.join("go.mod"))?;
     let kubernetes_version = required_version(&go_mod, "k8s.io/kubernetes")?;
-    let [main, control, secrets_store, node_tools, monitoring] =
+    let [main, control, secrets_store, node_tools, monitoring, helm] =
         SETS.each_ref().map(|set| build_set(&module, set, &go_version, &kubernetes_version));
-    let (main, control, secrets_store, node_tools, monitoring) =
-        (main?, control?, secrets_store?, node_tools?, monitoring?);
+    let (main, control, secrets_store, node_tools, monitoring, helm) =
+        (main?, control?, secrets_store?, node_tools?, monitoring?, helm?);
     let pod_monitor_crd = generate_monitoring_crds(&module.join("monitoring"), &monitoring)?;
     // Downloaded if the module cache lost it since the provider was built (`go list -m` would
     // then name no directory).
@@ -177,7 +205,18 @@ pub fn peers() -> Result<Peers, String> {
             .join("config/crd/bases/secrets-store.csi.x-k8s.io_secretproviderclasses.yaml"),
         pod_monitor_crd,
         kubernetes_version,
+        helm: helm.join("helm"),
     })
+}
+
+/// Builds the oldest claimed minor's apiserver and kubelet on first use (minutes, cold) and
+/// returns them.
+pub fn oldest_release() -> Result<OldestRelease, String> {
+    let module = repo_root().join("tests/peers");
+    let go_version = go(&module, &["env", "GOVERSION"])?;
+    let kubernetes_version = required_version(&read(&module.join("oldest/go.mod"))?, "k8s.io/kubernetes")?;
+    let dir = build_set(&module, &OLDEST, &go_version, &kubernetes_version)?;
+    Ok(OldestRelease { kube_apiserver: dir.join("kube-apiserver"), kubelet: dir.join("kubelet"), kubernetes_version })
 }
 
 /// Generates the Prometheus Operator's CRDs into `dir` (the monitoring set's cache directory)
@@ -236,18 +275,36 @@ fn build_set(module: &Path, set: &PeerSet, go_version: &str, kubernetes_version:
         }
         eprintln!("peers: building {} from the Go module proxy (once per machine; minutes when cold)", target.package);
         let partial = dir.join(format!(".{}.partial", target.file));
-        // The components report this version to clients; without it, v0.0.0-master.
-        let ldflags = format!(
-            "-s -w -X k8s.io/component-base/version.gitVersion={kubernetes_version} \
-             -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor={}",
-            minor(kubernetes_version)
-        );
+        let ldflags = version_flags(&module.join(target.module), target, kubernetes_version)?;
         let out = partial.to_str().ok_or("the cache path is not UTF-8")?.to_string();
         go(&module.join(target.module), &["build", "-trimpath", "-ldflags", &ldflags, "-o", &out, target.package])?;
         fs::rename(&partial, &binary).map_err(|e| format!("moving {} into place: {e}", binary.display()))?;
     }
     drop(lock);
     Ok(dir)
+}
+
+/// The linker flags that stamp `target` with its version, as its release build does.
+fn version_flags(module: &Path, target: &Target, kubernetes_version: &str) -> Result<String, String> {
+    if target.package.starts_with("helm.sh/helm/v3/") {
+        // helm reports its version, and renders for the Kubernetes minor of its client
+        // libraries when no cluster is asked (`helm template`): without these, v3.22 and 1.20.
+        let go_mod = read(&module.join("go.mod"))?;
+        let helm = required_version(&go_mod, "helm.sh/helm/v3")?;
+        let client = required_version(&go_mod, "k8s.io/client-go")?;
+        let kubernetes_minor = minor(&client);
+        return Ok(format!(
+            "-s -w -X helm.sh/helm/v3/internal/version.version={helm} \
+             -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor={kubernetes_minor} \
+             -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor={kubernetes_minor}"
+        ));
+    }
+    // The components report this version to clients; without it, v0.0.0-master.
+    Ok(format!(
+        "-s -w -X k8s.io/component-base/version.gitVersion={kubernetes_version} \
+         -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor={}",
+        minor(kubernetes_version)
+    ))
 }
 
 /// `$INLINE_GUARD_PEERS_CACHE`, else `$XDG_CACHE_HOME/inline-guard/peers`, else
@@ -297,7 +354,7 @@ fn required_version(go_mod: &str, module: &str) -> Result<String, String> {
                 if first == "require" { (words.next()?, words.next()?) } else { (first, words.next()?) };
             (name == module).then(|| version.to_string())
         })
-        .ok_or_else(|| format!("tests/peers/go.mod does not require {module}"))
+        .ok_or_else(|| format!("its go.mod does not require {module}"))
 }
 
 /// `35` of `v1.35.4`.

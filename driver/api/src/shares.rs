@@ -106,16 +106,34 @@ mod tests {
         Ok(text)
     }
 
+    /// The same CRDs as the Helm chart's template: installed when `crds.install`, and kept on
+    /// `helm uninstall` (Helm's resource policy) when `crds.keep`.
+    fn chart_crds_template(crds: &str) -> String {
+        let body = crds.split_once('\n').map_or(crds, |(_, rest)| rest).replace(
+            "kind: CustomResourceDefinition\nmetadata:\n",
+            "kind: CustomResourceDefinition\nmetadata:\n{{- if $.Values.crds.keep }}\n  annotations:\n    helm.sh/resource-policy: keep\n{{- end }}\n",
+        );
+        format!(
+            "{{{{- /* Generated with config/deploy/driver/crds.yaml (`UPDATE_CRDS=1 cargo test -p sharedresource-api crds`). */}}}}\n\
+             {{{{- if .Values.crds.install }}}}\n{body}{{{{- end }}}}\n"
+        )
+    }
+
     #[test]
     fn the_shipped_crds_are_generated_from_these_types() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/deploy/driver/crds.yaml");
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
         let generated = crds_yaml().unwrap();
-        if std::env::var_os("UPDATE_CRDS").is_some_and(|v| v == "1") {
-            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-            std::fs::write(&path, &generated).unwrap();
+        for (path, generated) in [
+            (root.join("config/deploy/driver/crds.yaml"), generated.clone()),
+            (root.join("config/helm/inline-guard/templates/driver/crds.yaml"), chart_crds_template(&generated)),
+        ] {
+            if std::env::var_os("UPDATE_CRDS").is_some_and(|v| v == "1") {
+                std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+                std::fs::write(&path, &generated).unwrap();
+            }
+            let shipped = std::fs::read_to_string(&path).unwrap_or_default();
+            assert!(shipped == generated, "{} drifted from the types (UPDATE_CRDS=1 regenerates it)", path.display());
         }
-        let shipped = std::fs::read_to_string(&path).unwrap_or_default();
-        assert!(shipped == generated, "{} drifted from the types (UPDATE_CRDS=1 regenerates it)", path.display());
     }
 
     #[test]
