@@ -1,9 +1,11 @@
-//! `oci-image`: one program's container image as an OCI layout in a tar, built offline from the
-//! program itself (see `images/build`, which calls it for both of the project's images).
+//! `oci-image`: one program's container image, for each platform it was built for, as an OCI
+//! layout in a tar, built offline from the programs themselves (see `images/build`, which calls
+//! it for each of the project's images).
 
 mod error;
 mod layer;
 mod layout;
+mod platform;
 mod rootfs;
 
 use std::path::PathBuf;
@@ -13,16 +15,22 @@ use clap::Parser;
 
 use error::{Error, Result};
 use layout::ImageSpec;
+use platform::Platform;
 
 /// Builds one image.
 #[derive(Debug, Parser)]
 #[command(version, about = "Builds a program's container image as an OCI layout in a tar, offline and reproducibly")]
 struct Flags {
-    /// A program (a release binary), with the libraries it loads; the first is the entrypoint
-    /// unless `--entrypoint` says otherwise, the others are there to be named by a container's
-    /// `command`.
+    /// A platform, `ARCH[:BINARY_DIR[:SYSROOT]]` (amd64, arm64), one per flag, in the image
+    /// index's order: where its release binaries are, and the sysroot its libraries come from
+    /// when it is not this machine's architecture (listed by its loader under qemu).
+    #[arg(long = "platform", required = true)]
+    platforms: Vec<String>,
+    /// A program (a release binary's file name, in each platform's binary directory), with the
+    /// libraries it loads; the first is the entrypoint unless `--entrypoint` says otherwise, the
+    /// others are there to be named by a container's `command`.
     #[arg(long = "binary", required_unless_present = "files")]
-    binaries: Vec<PathBuf>,
+    binaries: Vec<String>,
     /// A file copied as it is, `HOST_PATH:IMAGE_PATH` (executable in the image when it is on the
     /// host); nothing it loads comes with it (the example providers' static busybox, scripts).
     #[arg(long = "file")]
@@ -65,12 +73,17 @@ fn main() -> ExitCode {
 
 fn run(flags: Flags) -> Result<()> {
     let files = flags.files.iter().map(|file| rootfs::CopiedFile::parse(file)).collect::<Result<Vec<_>>>()?;
-    let rootfs = rootfs::rootfs(&flags.binaries, &files, flags.uid)?;
+    let platforms = flags.platforms.iter().map(|flag| Platform::parse(flag)).collect::<Result<Vec<_>>>()?;
+    let mut rootfs = Vec::new();
+    for platform in &platforms {
+        if rootfs.iter().any(|(architecture, _)| *architecture == platform.architecture) {
+            return Err(Error::Input(format!("--platform {} is given twice", platform.architecture.name())));
+        }
+        rootfs.push((platform.architecture, rootfs::rootfs(platform, &flags.binaries, &files, flags.uid)?));
+    }
     let entrypoint = match (flags.entrypoint.is_empty(), flags.binaries.first()) {
         (false, _) => flags.entrypoint.clone(),
-        (true, Some(first)) => {
-            vec![rootfs::program_path(first.file_name().and_then(|n| n.to_str()).unwrap_or_default())]
-        }
+        (true, Some(first)) => vec![rootfs::program_path(first)],
         (true, None) => return Err(Error::Input("an image without a --binary needs its --entrypoint".into())),
     };
     let spec = ImageSpec {
@@ -88,13 +101,13 @@ fn run(flags: Flags) -> Result<()> {
     let partial = flags.out.with_extension("tar.partial");
     std::fs::write(&partial, &image.archive).map_err(write)?;
     std::fs::rename(&partial, &flags.out).map_err(write)?;
-    println!(
-        "{}: {}:{} {} ({:.1} MB uncompressed)",
-        flags.out.display(),
-        flags.repository,
-        flags.version,
-        image.digest,
-        image.layer_bytes as f64 / 1e6
-    );
+    let sizes: Vec<String> = image
+        .platforms
+        .iter()
+        .map(|(architecture, manifest, bytes)| {
+            format!("linux/{} {manifest} {:.1} MB uncompressed", architecture.name(), *bytes as f64 / 1e6)
+        })
+        .collect();
+    println!("{}: {}:{} {} ({})", flags.out.display(), flags.repository, flags.version, image.digest, sizes.join("; "));
     Ok(())
 }

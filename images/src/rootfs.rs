@@ -1,13 +1,14 @@
-//! What an image holds: the program, the shared libraries the dynamic loader needs to start it
-//! (as `ldd` names them, each stored at the path the loader looks for), and `/etc/passwd` and
+//! What an image holds for one platform: the program, the shared libraries the dynamic loader
+//! needs to start it (as the platform's loader lists them, each stored at the path the loader
+//! looks for), and `/etc/passwd` and
 //! `/etc/group` naming the one user it runs as. Nothing else: no shell, no package manager, no
 //! CA certificates (both programs trust only the cluster's CA, from their ServiceAccount).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use crate::error::{Error, Result};
 use crate::layer::Layer;
+use crate::platform::Platform;
 
 /// Where the program goes in the image.
 pub fn program_path(name: &str) -> String {
@@ -36,17 +37,21 @@ impl CopiedFile {
     }
 }
 
-/// The image's files for `binaries` and `files`, run as `uid` (0 for root).
-pub fn rootfs(binaries: &[PathBuf], files: &[CopiedFile], uid: u32) -> Result<Layer> {
+/// The image's files on `platform` for the programs `binaries` (by name) and `files`, run as
+/// `uid` (0 for root).
+pub fn rootfs(platform: &Platform, binaries: &[String], files: &[CopiedFile], uid: u32) -> Result<Layer> {
     let mut layer = Layer::default();
-    for binary in binaries {
-        let name = binary
-            .file_name()
-            .and_then(|n| n.to_str())
-            .ok_or_else(|| Error::Input(format!("{}: not a program's path", binary.display())))?;
-        layer.add_file(&program_path(name), 0o755, read(binary)?);
-        for library in libraries(binary)? {
-            layer.add_file(&library, 0o755, read(Path::new(&library))?);
+    for name in binaries {
+        if name.is_empty() || name.contains('/') {
+            return Err(Error::Input(format!(
+                "--binary {}: a program's file name",
+                crate::error::bounded(name.as_bytes())
+            )));
+        }
+        let binary = platform.binary(name)?;
+        layer.add_file(&program_path(name), 0o755, read(&binary)?);
+        for library in platform.libraries(&binary)? {
+            layer.add_file(&library.image, 0o755, read(&library.host)?);
         }
     }
     for file in files {
@@ -81,66 +86,13 @@ fn accounts(uid: u32) -> (String, String) {
     (passwd, group)
 }
 
-/// The absolute paths of the libraries `binary` loads, the dynamic loader included; none for a
-/// static program.
-fn libraries(binary: &Path) -> Result<Vec<String>> {
-    let output = Command::new("ldd")
-        .arg(binary)
-        .output()
-        .map_err(|e| Error::Input(format!("running ldd (libc-bin) on {}: {e}", binary.display())))?;
-    let text = String::from_utf8_lossy(&output.stdout);
-    if !output.status.success() {
-        // ldd's answer for a program that loads nothing.
-        if String::from_utf8_lossy(&output.stderr).contains("not a dynamic executable")
-            || text.contains("not a dynamic executable")
-            || text.contains("statically linked")
-        {
-            return Ok(Vec::new());
-        }
-        return Err(Error::Input(format!("ldd {}: {}", binary.display(), crate::error::bounded(&output.stderr))));
-    }
-    parse_ldd(&text)
-}
-
-/// The paths in `ldd`'s listing.
-fn parse_ldd(listing: &str) -> Result<Vec<String>> {
-    let mut paths = Vec::new();
-    for line in listing.lines().map(str::trim).filter(|l| !l.is_empty()) {
-        if line.contains("not found") {
-            return Err(Error::Input(format!(
-                "a library the program needs is missing: {}",
-                crate::error::bounded(line.as_bytes())
-            )));
-        }
-        let path = match line.split_once("=>") {
-            Some((_, found)) => found.trim().split(" (").next().unwrap_or_default().trim(),
-            None => line.split(" (").next().unwrap_or_default().trim(),
-        };
-        // The vDSO is the kernel's, not a file.
-        if path.starts_with('/') {
-            paths.push(path.to_string());
-        }
-    }
-    Ok(paths)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::platform::Architecture;
 
-    #[test]
-    fn ldd_s_listing_names_each_library_and_the_loader_but_not_the_vdso() {
-        let listing = "\tlinux-vdso.so.1 (0x00007ffd5a1f0000)\n\tlibgcc_s.so.1 => /lib/x86_64-linux-gnu/libgcc_s.so.1 (0x00007f1)\n\tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x00007f2)\n\t/lib64/ld-linux-x86-64.so.2 (0x00007f3)\n";
-        assert_eq!(
-            parse_ldd(listing).unwrap(),
-            ["/lib/x86_64-linux-gnu/libgcc_s.so.1", "/lib/x86_64-linux-gnu/libc.so.6", "/lib64/ld-linux-x86-64.so.2"]
-        );
-    }
-
-    #[test]
-    fn a_missing_library_is_an_error_naming_it() {
-        let error = parse_ldd("\tlibfoo.so.1 => not found\n").unwrap_err();
-        assert_eq!(error.to_string(), "a library the program needs is missing: libfoo.so.1 => not found");
+    fn host() -> Platform {
+        Platform { architecture: Architecture::Amd64, binaries: None, sysroot: None }
     }
 
     #[test]
@@ -167,7 +119,7 @@ mod tests {
             CopiedFile { host: script.clone(), image: "/providers/helper.sh".into() },
             CopiedFile { host: data, image: "/providers/data".into() },
         ];
-        let tar = rootfs(&[], &files, 0).unwrap().to_tar(0).unwrap();
+        let tar = rootfs(&host(), &[], &files, 0).unwrap().to_tar(0).unwrap();
         let mut found = Vec::new();
         for entry in tar::Archive::new(tar.as_slice()).entries().unwrap() {
             let mut entry = entry.unwrap();
@@ -187,7 +139,7 @@ mod tests {
             ]
         );
         let missing = [CopiedFile { host: dir.path().join("missing"), image: "/m".into() }];
-        assert!(rootfs(&[], &missing, 0).unwrap_err().to_string().contains("missing"));
+        assert!(rootfs(&host(), &[], &missing, 0).unwrap_err().to_string().contains("missing"));
     }
 
     #[test]

@@ -209,6 +209,19 @@ pub fn peers() -> Result<Peers, String> {
     })
 }
 
+impl Peers {
+    /// The same peers with the oldest claimed minor's apiserver and kubelet in place of the
+    /// newest's.
+    pub fn with_release(&self, release: OldestRelease) -> Peers {
+        Peers {
+            kube_apiserver: release.kube_apiserver,
+            kubelet: release.kubelet,
+            kubernetes_version: release.kubernetes_version,
+            ..self.clone()
+        }
+    }
+}
+
 /// Builds the oldest claimed minor's apiserver and kubelet on first use (minutes, cold) and
 /// returns them.
 pub fn oldest_release() -> Result<OldestRelease, String> {

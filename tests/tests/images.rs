@@ -1,6 +1,8 @@
-//! `images/build`, run as the README says: the images are OCI layouts whose programs start in
-//! a root holding only what the image holds, under the size targets, naming the commit, with
-//! no path of the machine that built them; and a second build gives the same bytes.
+//! `images/build`, run as the README says: the images are OCI layouts of one image index each,
+//! for linux/amd64 and linux/arm64 (the example providers' for amd64), whose programs start in
+//! a root holding only what the image holds (the arm64 ones under qemu's user-mode emulator,
+//! their ELF headers arm64's), under the size targets on both, naming the commit, with no path
+//! of the machine that built them; and a second build gives the same bytes.
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -49,6 +51,80 @@ fn chroot() -> &'static str {
         .expect("chroot (coreutils) is installed")
 }
 
+/// `index.json`'s one entry (the image index, named) and each platform's architecture and
+/// manifest, in the index's order.
+fn image_index(files: &BTreeMap<String, Vec<u8>>) -> (serde_json::Value, Vec<(String, serde_json::Value)>) {
+    let index = json(&files["index.json"]);
+    assert_eq!(index["manifests"].as_array().map(Vec::len), Some(1), "one image per archive: {index}");
+    let entry = index["manifests"][0].clone();
+    assert_eq!(entry["mediaType"], "application/vnd.oci.image.index.v1+json", "{entry}");
+    let image_index = json(blob(files, &entry["digest"]));
+    let platforms = image_index["manifests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|descriptor| {
+            assert_eq!(descriptor["platform"]["os"], "linux");
+            let architecture = descriptor["platform"]["architecture"].as_str().unwrap().to_string();
+            (architecture, json(blob(files, &descriptor["digest"])))
+        })
+        .collect();
+    (entry, platforms)
+}
+
+/// The ELF header's `e_machine` (little-endian, at byte 18).
+fn elf_machine(bytes: &[u8]) -> u16 {
+    assert!(bytes.starts_with(b"\x7fELF"), "not an ELF file");
+    u16::from_le_bytes([bytes[18], bytes[19]])
+}
+
+/// `e_machine` of an architecture: EM_X86_64, EM_AARCH64.
+fn machine(architecture: &str) -> u16 {
+    match architecture {
+        "amd64" => 62,
+        "arm64" => 183,
+        other => panic!("no ELF machine known for {other}"),
+    }
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let entry = entry.unwrap();
+        let kind = entry.file_type().unwrap();
+        if kind.is_dir() {
+            found.extend(walk(&entry.path()));
+        } else if kind.is_file() {
+            found.push(entry.path());
+        }
+    }
+    found
+}
+
+/// `program --version` answers from `root` with nothing but the image's files and an empty
+/// environment: amd64 in a chroot (root, as tests/run is); arm64 under qemu's user-mode
+/// emulator with `root` as the prefix its loader and libraries are found under.
+fn starts_in_its_own_root(root: &Path, program: &str, architecture: &str, version: &str) {
+    let inside = format!("/usr/local/bin/{program}");
+    let started = match architecture {
+        "amd64" => Command::new(chroot()).arg(root).arg(&inside).arg("--version").env_clear().output().unwrap(),
+        _ => Command::new("qemu-aarch64-static")
+            .arg("-L")
+            .arg(root)
+            .arg(root.join(inside.trim_start_matches('/')))
+            .arg("--version")
+            .env_clear()
+            .output()
+            .expect("qemu-aarch64-static (qemu-user-static, which tests/node-packages installs)"),
+    };
+    let stdout = String::from_utf8_lossy(&started.stdout);
+    assert!(
+        started.status.success() && stdout.trim() == format!("{program} {version}"),
+        "{program} ({architecture}) did not start in its image's root: {stdout} {}",
+        String::from_utf8_lossy(&started.stderr)
+    );
+}
+
 #[test]
 fn the_images_build_offline_the_same_twice_and_start_in_their_own_root() {
     let first = tempfile::tempdir().unwrap();
@@ -65,44 +141,55 @@ fn the_images_build_offline_the_same_twice_and_start_in_their_own_root() {
         assert!(archive == again, "{name}: two builds of one commit differ");
 
         let files = files(&archive);
-        let index = json(&files["index.json"]);
-        let entry = &index["manifests"][0];
+        let (entry, platforms) = image_index(&files);
         assert_eq!(entry["annotations"]["io.containerd.image.name"], format!("ghcr.io/inline-guard/{name}:{version}"));
-        assert_eq!(entry["platform"], serde_json::json!({"architecture": "amd64", "os": "linux"}));
         let digest = entry["digest"].as_str().unwrap();
         assert!(said.contains(digest), "images/build told the digest of {name}: {said}");
-        let manifest = json(blob(&files, &entry["digest"]));
-        let config = json(blob(&files, &manifest["config"]["digest"]));
-        let labels = &config["config"]["Labels"];
-        assert_eq!(labels["org.opencontainers.image.version"], version);
-        assert!(labels["org.opencontainers.image.revision"].as_str().unwrap().starts_with(&head), "{labels}");
-        assert_eq!(config["config"]["Entrypoint"][0], format!("/usr/local/bin/{name}"));
-        let user = if name == "csi-volume-admission" { "65532:65532" } else { "0:0" };
-        assert_eq!(config["config"]["User"], user);
+        let architectures: Vec<&str> = platforms.iter().map(|(arch, _)| arch.as_str()).collect();
+        assert_eq!(architectures, ["amd64", "arm64"], "{name}: the platforms of its index");
+        for (architecture, manifest) in &platforms {
+            let config = json(blob(&files, &manifest["config"]["digest"]));
+            assert_eq!(config["architecture"], architecture.as_str());
+            let labels = &config["config"]["Labels"];
+            assert_eq!(labels["org.opencontainers.image.version"], version);
+            assert!(labels["org.opencontainers.image.revision"].as_str().unwrap().starts_with(&head), "{labels}");
+            assert_eq!(config["config"]["Entrypoint"][0], format!("/usr/local/bin/{name}"));
+            let user = if name == "csi-volume-admission" { "65532:65532" } else { "0:0" };
+            assert_eq!(config["config"]["User"], user);
 
-        let layer = blob(&files, &manifest["layers"][0]["digest"]);
-        assert!(layer.len() < target, "{name}: {} bytes uncompressed, target < {target}", layer.len());
-        let root = tempfile::tempdir().unwrap();
-        tar::Archive::new(layer).unpack(root.path()).unwrap();
-        for program in programs {
-            let binary = std::fs::read(root.path().join(format!("usr/local/bin/{program}"))).unwrap();
-            for path in [repo_root().display().to_string(), std::env::var("HOME").unwrap_or_default() + "/.cargo"] {
-                let found = binary.windows(path.len()).any(|w| w == path.as_bytes());
-                assert!(!found, "{program} holds the build machine's path {path}");
-            }
-            // It starts with nothing but the image's files (a chroot: root, as tests/run is).
-            let started = Command::new(chroot())
-                .arg(root.path())
-                .args([format!("/usr/local/bin/{program}"), "--version".into()])
-                .env_clear()
-                .output()
-                .unwrap();
-            let stdout = String::from_utf8_lossy(&started.stdout);
+            let layer = blob(&files, &manifest["layers"][0]["digest"]);
             assert!(
-                started.status.success() && stdout.trim() == format!("{program} {version}"),
-                "{program} did not start in the root of {name}: {stdout} {}",
-                String::from_utf8_lossy(&started.stderr)
+                layer.len() < target,
+                "{name} {architecture}: {} bytes uncompressed, target < {target}",
+                layer.len()
             );
+            eprintln!("images: {name} linux/{architecture}: {} bytes uncompressed (target < {target})", layer.len());
+            let root = tempfile::tempdir().unwrap();
+            tar::Archive::new(layer).unpack(root.path()).unwrap();
+            for program in programs {
+                let path = root.path().join(format!("usr/local/bin/{program}"));
+                let binary = std::fs::read(&path).unwrap();
+                assert_eq!(
+                    elf_machine(&binary),
+                    machine(architecture),
+                    "{program} in {name} {architecture}: its ELF machine"
+                );
+                for path in [repo_root().display().to_string(), std::env::var("HOME").unwrap_or_default() + "/.cargo"] {
+                    let found = binary.windows(path.len()).any(|w| w == path.as_bytes());
+                    assert!(!found, "{program} holds the build machine's path {path}");
+                }
+                starts_in_its_own_root(root.path(), program, architecture, version);
+            }
+            // Every library the image holds is of its architecture too.
+            for library in walk(root.path()).into_iter().filter(|p| p.to_string_lossy().contains(".so")) {
+                let bytes = std::fs::read(&library).unwrap();
+                assert_eq!(
+                    elf_machine(&bytes),
+                    machine(architecture),
+                    "{} in {name} {architecture}",
+                    library.display()
+                );
+            }
         }
     }
     example_providers_install_a_helper_that_runs_without_a_shell_of_the_drivers(first.path(), second.path(), &said);
@@ -122,11 +209,13 @@ fn example_providers_install_a_helper_that_runs_without_a_shell_of_the_drivers(
         .unwrap_or_else(|e| panic!("{name}.tar was not built ({e}): images/build said: {said}"));
     assert!(archive == std::fs::read(second.join(format!("{name}.tar"))).unwrap(), "{name}: two builds differ");
     let files = files(&archive);
-    let entry = &json(&files["index.json"])["manifests"][0];
+    let (entry, platforms) = image_index(&files);
     let version = env!("CARGO_PKG_VERSION");
     assert_eq!(entry["annotations"]["io.containerd.image.name"], format!("ghcr.io/inline-guard/{name}:{version}"));
     assert!(said.contains(entry["digest"].as_str().unwrap()), "images/build told the digest of {name}: {said}");
-    let manifest = json(blob(&files, &entry["digest"]));
+    // Its busybox is the building machine's: amd64 only (docs/deploying.md).
+    assert_eq!(platforms.iter().map(|(arch, _)| arch.as_str()).collect::<Vec<_>>(), ["amd64"]);
+    let manifest = platforms[0].1.clone();
     let config = json(blob(&files, &manifest["config"]["digest"]));
     let entrypoint: Vec<String> = serde_json::from_value(config["config"]["Entrypoint"].clone()).unwrap();
     assert_eq!(entrypoint, ["/providers/busybox", "cp", "-pR", "/providers/."]);

@@ -5,12 +5,15 @@
 //! applies the difference (server-side apply, so two replicas agree rather than fight). Nothing
 //! is removed before every watch has listed: a controller that has not yet seen the shares must
 //! not take grants away. A failed step is retried with backoff (`controller_pacing`), so a grant for a
-//! namespace created after its share arrives within that; every request has a timeout.
+//! namespace created after its share arrives within that; every request has a timeout. Every
+//! grant names the driver's Namespace as its owner (read once at start), so the grants go with
+//! an uninstalled driver.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt as _;
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::reflector::{self, Store};
@@ -20,7 +23,7 @@ use tokio::sync::Notify;
 use tracing::{info, warn};
 
 use super::plan::{
-    DriverAccount, Existing, GRANT_NAME, MANAGED_BY, MANAGED_BY_LABEL, Step, binding, role, steps, wanted,
+    DriverAccount, Existing, GRANT_NAME, GrantOwner, MANAGED_BY, MANAGED_BY_LABEL, Step, binding, role, steps, wanted,
 };
 use crate::apiserver_request::{RequestFailed, ask};
 use crate::controller_pacing::PassPacing;
@@ -42,6 +45,7 @@ struct Stores {
 /// Runs the controller with `client` for `driver`, each request given up after `timeout`, until
 /// dropped.
 pub async fn run(client: Client, driver: DriverAccount, timeout: Duration) {
+    let owner = grant_owner(&client, &driver, timeout).await;
     let changed = Arc::new(Notify::new());
     // Selected by name as well: its RBAC lets it list and watch only that name, which the
     // apiserver allows only to a request that selects it.
@@ -67,8 +71,25 @@ pub async fn run(client: Client, driver: DriverAccount, timeout: Duration) {
     info!("every watch has listed; keeping the driver's read grants");
     let mut pacing = PassPacing::default();
     loop {
-        let failed = reconcile(&client, &stores, &driver, timeout).await;
+        let failed = reconcile(&client, &stores, &driver, &owner, timeout).await;
         pacing.next_pass(&changed, failed).await;
+    }
+}
+
+/// The driver's Namespace as the grants' owner, asked until the apiserver answers: a grant
+/// made without it would outlive an uninstalled driver.
+async fn grant_owner(client: &Client, driver: &DriverAccount, timeout: Duration) -> GrantOwner {
+    let api = Api::<Namespace>::all(client.clone());
+    let what = || format!("reading Namespace {}, the owner of the read grants", driver.namespace);
+    loop {
+        match ask(timeout, what, api.get(driver.namespace.as_str())).await {
+            Ok(namespace) => match namespace.metadata.uid {
+                Some(uid) if !uid.is_empty() => return GrantOwner { namespace: driver.namespace.clone(), uid },
+                _ => warn!(namespace = %driver.namespace, "the driver's Namespace has no uid; asking again"),
+            },
+            Err(error) => warn!(error = %Logged(&error), "the grants' owner could not be read; asking again"),
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
     }
 }
 
@@ -99,7 +120,13 @@ where
 }
 
 /// Applies what differs; true when a step failed (it is retried).
-async fn reconcile(client: &Client, stores: &Stores, driver: &DriverAccount, timeout: Duration) -> bool {
+async fn reconcile(
+    client: &Client,
+    stores: &Stores,
+    driver: &DriverAccount,
+    owner: &GrantOwner,
+    timeout: Duration,
+) -> bool {
     let secrets = stores.secrets.state();
     let config_maps = stores.config_maps.state();
     let named = secrets
@@ -108,17 +135,21 @@ async fn reconcile(client: &Client, stores: &Stores, driver: &DriverAccount, tim
         .chain(config_maps.iter().map(|share| (ShareKind::ConfigMap, &share.spec.config_map_ref)))
         .map(|(kind, object)| (kind, object.namespace.as_str(), object.name.as_str()));
     let wanted = wanted(named);
+    let (roles, bindings) = (stores.roles.state(), stores.bindings.state());
+    let unowned = roles
+        .iter()
+        .map(|role| (&role.metadata, &role.metadata.owner_references))
+        .chain(bindings.iter().map(|binding| (&binding.metadata, &binding.metadata.owner_references)))
+        .filter(|(meta, references)| meta.name.as_deref() == Some(GRANT_NAME) && !owner.owns(references.as_deref()))
+        .map(|(meta, _)| meta.namespace.clone().unwrap_or_default())
+        .collect();
     let existing = Existing {
-        roles: stores
-            .roles
-            .state()
+        roles: roles
             .iter()
             .filter(|role| role.metadata.name.as_deref() == Some(GRANT_NAME))
             .map(|role| (role.metadata.namespace.clone().unwrap_or_default(), role.rules.clone().unwrap_or_default()))
             .collect(),
-        bindings: stores
-            .bindings
-            .state()
+        bindings: bindings
             .iter()
             .filter(|binding| binding.metadata.name.as_deref() == Some(GRANT_NAME))
             .map(|binding| {
@@ -126,10 +157,11 @@ async fn reconcile(client: &Client, stores: &Stores, driver: &DriverAccount, tim
                 (namespace, (binding.role_ref.clone(), binding.subjects.clone().unwrap_or_default()))
             })
             .collect(),
+        unowned,
     };
     let mut failed = false;
-    for step in steps(&wanted, &existing, driver) {
-        if let Err(error) = take(client, &step, driver, timeout).await {
+    for step in steps(&wanted, &existing, driver, owner) {
+        if let Err(error) = take(client, &step, driver, owner, timeout).await {
             warn!(error = %Logged(&error), "a read grant could not be changed; retrying with backoff");
             failed = true;
         }
@@ -138,19 +170,25 @@ async fn reconcile(client: &Client, stores: &Stores, driver: &DriverAccount, tim
 }
 
 /// Takes one step.
-async fn take(client: &Client, step: &Step, driver: &DriverAccount, timeout: Duration) -> Result<(), RequestFailed> {
+async fn take(
+    client: &Client,
+    step: &Step,
+    driver: &DriverAccount,
+    owner: &GrantOwner,
+    timeout: Duration,
+) -> Result<(), RequestFailed> {
     let apply = PatchParams::apply(MANAGED_BY).force();
     match step {
         Step::ApplyRole(namespace, readable) => {
             let api = Api::<Role>::namespaced(client.clone(), namespace.as_str());
             let what = || format!("applying Role {namespace}/{GRANT_NAME}");
-            ask(timeout, what, api.patch(GRANT_NAME, &apply, &Patch::Apply(role(namespace, readable)))).await?;
+            ask(timeout, what, api.patch(GRANT_NAME, &apply, &Patch::Apply(role(namespace, readable, owner)))).await?;
             info!(%namespace, secrets = readable.secrets.len(), config_maps = readable.config_maps.len(), "read grant applied");
         }
         Step::ApplyBinding(namespace) => {
             let api = Api::<RoleBinding>::namespaced(client.clone(), namespace.as_str());
             let what = || format!("applying RoleBinding {namespace}/{GRANT_NAME}");
-            ask(timeout, what, api.patch(GRANT_NAME, &apply, &Patch::Apply(binding(namespace, driver)))).await?;
+            ask(timeout, what, api.patch(GRANT_NAME, &apply, &Patch::Apply(binding(namespace, driver, owner)))).await?;
         }
         Step::Remove(namespace) => {
             // Names from the controller's own labelled objects, which the apiserver named.

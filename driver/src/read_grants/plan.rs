@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use sharedresource_api::ShareKind;
 use sharedresource_api::object_name::{InvalidName, NamespaceName, ObjectName};
@@ -43,6 +43,36 @@ impl DriverAccount {
     }
 }
 
+/// What every grant belongs to: the driver's own Namespace. A namespaced object may name a
+/// cluster-scoped owner, so removing the driver's namespace (`kubectl delete -k`, `helm
+/// uninstall`) lets the garbage collector remove the grants it made in every other namespace,
+/// which no one would otherwise remove once the controller is gone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrantOwner {
+    /// The Namespace's name (the driver's ServiceAccount's).
+    pub namespace: NamespaceName,
+    /// Its uid: a namespace made again under the same name is another owner.
+    pub uid: String,
+}
+
+impl GrantOwner {
+    /// The grants' one owner reference.
+    pub fn reference(&self) -> OwnerReference {
+        OwnerReference {
+            api_version: "v1".into(),
+            kind: "Namespace".into(),
+            name: self.namespace.as_str().into(),
+            uid: self.uid.clone(),
+            ..OwnerReference::default()
+        }
+    }
+
+    /// Whether `references` (an object's) name this owner.
+    pub fn owns(&self, references: Option<&[OwnerReference]>) -> bool {
+        references.unwrap_or_default().iter().any(|r| r.kind == "Namespace" && r.uid == self.uid)
+    }
+}
+
 /// The objects shares name in one namespace, by kind.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Readable {
@@ -72,11 +102,12 @@ pub fn wanted<'a>(shares: impl IntoIterator<Item = (ShareKind, &'a str, &'a str)
     wanted
 }
 
-fn metadata(namespace: &NamespaceName) -> ObjectMeta {
+fn metadata(namespace: &NamespaceName, owner: &GrantOwner) -> ObjectMeta {
     ObjectMeta {
         name: Some(GRANT_NAME.into()),
         namespace: Some(namespace.as_str().into()),
         labels: Some([(MANAGED_BY_LABEL.to_string(), MANAGED_BY.to_string())].into()),
+        owner_references: Some(vec![owner.reference()]),
         ..ObjectMeta::default()
     }
 }
@@ -100,14 +131,14 @@ pub fn rules(readable: &Readable) -> Vec<PolicyRule> {
 }
 
 /// The Role of `namespace`.
-pub fn role(namespace: &NamespaceName, readable: &Readable) -> Role {
-    Role { metadata: metadata(namespace), rules: Some(rules(readable)) }
+pub fn role(namespace: &NamespaceName, readable: &Readable, owner: &GrantOwner) -> Role {
+    Role { metadata: metadata(namespace, owner), rules: Some(rules(readable)) }
 }
 
 /// The RoleBinding of `namespace`, granting its Role to `driver`.
-pub fn binding(namespace: &NamespaceName, driver: &DriverAccount) -> RoleBinding {
+pub fn binding(namespace: &NamespaceName, driver: &DriverAccount, owner: &GrantOwner) -> RoleBinding {
     RoleBinding {
-        metadata: metadata(namespace),
+        metadata: metadata(namespace, owner),
         role_ref: RoleRef {
             api_group: "rbac.authorization.k8s.io".into(),
             kind: "Role".into(),
@@ -140,22 +171,27 @@ pub struct Existing {
     pub roles: BTreeMap<String, Vec<PolicyRule>>,
     /// Each namespace's RoleBinding: its role and subjects.
     pub bindings: BTreeMap<String, (RoleRef, Vec<Subject>)>,
+    /// The namespaces whose Role or RoleBinding does not name the owner (made by a version
+    /// before owners, or for a driver namespace made again): applied again.
+    pub unowned: BTreeSet<String>,
 }
 
 /// The steps that make `existing` what `wanted` says: a Role whose names differ is applied, a
 /// missing or altered binding applied, and the grants of a namespace no share points into
-/// removed. Roles are applied before bindings (a binding to a missing Role grants nothing, but
-/// a Role first means the grant holds as soon as its binding does).
-pub fn steps(wanted: &Wanted, existing: &Existing, driver: &DriverAccount) -> Vec<Step> {
+/// removed; grants not naming their owner are applied again. Roles are applied before bindings
+/// (a binding to a missing Role grants nothing, but a Role first means the grant holds as soon
+/// as its binding does).
+pub fn steps(wanted: &Wanted, existing: &Existing, driver: &DriverAccount, owner: &GrantOwner) -> Vec<Step> {
     let mut roles = Vec::new();
     let mut bindings = Vec::new();
     for (namespace, readable) in wanted {
-        if existing.roles.get(namespace.as_str()) != Some(&rules(readable)) {
+        let unowned = existing.unowned.contains(namespace.as_str());
+        if unowned || existing.roles.get(namespace.as_str()) != Some(&rules(readable)) {
             roles.push(Step::ApplyRole(namespace.clone(), readable.clone()));
         }
-        let want = binding(namespace, driver);
+        let want = binding(namespace, driver, owner);
         let have = existing.bindings.get(namespace.as_str());
-        if have != Some(&(want.role_ref, want.subjects.unwrap_or_default())) {
+        if unowned || have != Some(&(want.role_ref, want.subjects.unwrap_or_default())) {
             bindings.push(Step::ApplyBinding(namespace.clone()));
         }
     }
@@ -177,6 +213,10 @@ mod tests {
 
     fn ns(name: &str) -> NamespaceName {
         NamespaceName::parse(name).unwrap()
+    }
+
+    fn owner() -> GrantOwner {
+        GrantOwner { namespace: ns("inline-guard-driver"), uid: "7d3c-uid".into() }
     }
 
     fn names(list: &[&str]) -> BTreeSet<ObjectName> {
@@ -213,11 +253,15 @@ mod tests {
         assert_eq!(rules[0].resource_names.as_deref(), Some(&["b".to_string(), "ca".to_string()][..]));
         assert_eq!(rules[0].verbs, ["get", "list", "watch"]);
         assert_eq!(rules[0].api_groups.as_deref(), Some(&[String::new()][..]));
-        let role = role(&ns("web"), &only_config_maps);
+        let role = role(&ns("web"), &only_config_maps, &owner());
         assert_eq!(role.metadata.name.as_deref(), Some(GRANT_NAME));
         assert_eq!(role.metadata.namespace.as_deref(), Some("web"));
         assert_eq!(role.metadata.labels.unwrap()[MANAGED_BY_LABEL], MANAGED_BY);
-        let binding = binding(&ns("web"), &driver());
+        assert_eq!(role.metadata.owner_references, Some(vec![owner().reference()]));
+        let reference = owner().reference();
+        assert_eq!((reference.kind.as_str(), reference.name.as_str()), ("Namespace", "inline-guard-driver"));
+        let binding = binding(&ns("web"), &driver(), &owner());
+        assert!(owner().owns(binding.metadata.owner_references.as_deref()));
         let subject = &binding.subjects.unwrap()[0];
         assert_eq!(
             (subject.kind.as_str(), subject.namespace.as_deref(), subject.name.as_str()),
@@ -230,7 +274,7 @@ mod tests {
     fn only_differences_are_applied_and_stale_grants_removed() {
         let readable = Readable { secrets: names(&["db"]), config_maps: BTreeSet::new() };
         let wanted = Wanted::from([(ns("infra"), readable.clone()), (ns("web"), readable.clone())]);
-        let made = binding(&ns("infra"), &driver());
+        let made = binding(&ns("infra"), &driver(), &owner());
         let existing = Existing {
             roles: [
                 ("infra".to_string(), rules(&readable)),
@@ -244,17 +288,28 @@ mod tests {
                 ("also-gone".to_string(), (made.role_ref, made.subjects.unwrap())),
             ]
             .into(),
+            unowned: BTreeSet::new(),
         };
         assert_eq!(
-            steps(&wanted, &existing, &driver()),
+            steps(&wanted, &existing, &driver(), &owner()),
             [
-                Step::ApplyRole(ns("web"), readable),
+                Step::ApplyRole(ns("web"), readable.clone()),
                 Step::ApplyBinding(ns("web")),
                 Step::Remove("also-gone".into()),
                 Step::Remove("gone".into()),
             ]
         );
-        assert_eq!(steps(&Wanted::new(), &Existing::default(), &driver()), []);
+        assert_eq!(steps(&Wanted::new(), &Existing::default(), &driver(), &owner()), []);
+        // Grants made without their owner (an older controller, or the driver's namespace made
+        // again) are applied again, though nothing else of them differs.
+        let unowned = Existing { unowned: ["infra".to_string()].into(), ..existing };
+        assert_eq!(
+            steps(&wanted, &unowned, &driver(), &owner())[..2],
+            [Step::ApplyRole(ns("infra"), readable.clone()), Step::ApplyRole(ns("web"), readable)]
+        );
+        assert!(steps(&wanted, &unowned, &driver(), &owner()).contains(&Step::ApplyBinding(ns("infra"))));
+        assert!(!owner().owns(None));
+        assert!(!GrantOwner { uid: "other".into(), ..owner() }.owns(Some(&[owner().reference()])));
     }
 
     #[test]

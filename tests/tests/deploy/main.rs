@@ -12,6 +12,7 @@
 //! DaemonSet) and the end-to-end suite's (a host process) would claim one driver name on a node.
 
 mod attack;
+mod helm;
 mod kubectl;
 mod lazy;
 mod overlay;
@@ -44,6 +45,8 @@ const DRIVER_NAMESPACE: &str = "inline-guard-driver";
 const DRIVER_LABEL: &str = "app.kubernetes.io/name=sharedresource-csi-driver";
 const DRIVER_USER: &str = "system:serviceaccount:inline-guard-driver:sharedresource-csi-driver";
 const READ_GRANTS_USER: &str = "system:serviceaccount:inline-guard-driver:sharedresource-read-grants";
+/// The read-grants controller's Role and RoleBinding, in each namespace a share points into.
+const GRANT: &str = "sharedresource-csi-driver-reads";
 const WEBHOOK_USER: &str = "system:serviceaccount:inline-guard-system:csi-volume-admission";
 /// The images' repositories, in `images/build`'s order.
 const IMAGES: [&str; 3] = ["csi-volume-admission", "sharedresource-csi-driver", "example-providers"];
@@ -273,7 +276,11 @@ async fn steps(this: &Installation) -> Outcome {
     this.node.volume_present(&lazy_pod)?;
     delete_and_wait(&this.admin, CONSUMER, lazy::POD).await?;
     this.node.nothing_left(&lazy_pod)?;
-    this.uninstalled_leaves_nothing(&overlay).await
+    this.uninstalled_leaves_nothing(&overlay).await?;
+
+    // The same node and control plane, installed again with the Helm chart, upgraded and
+    // removed (helm.rs).
+    helm::installed_upgraded_and_removed(this, &upgraded).await
 }
 
 fn path(path: &Path) -> String {
@@ -607,29 +614,74 @@ impl Installation {
     /// `kubectl delete -k` leaves no driver socket, registration, record or mount, after the
     /// same checks saw each while installed.
     async fn uninstalled_leaves_nothing(&self, overlay: &Path) -> Outcome {
+        self.only_the_sockets_while_installed()?;
+        self.grant_present().await?;
+        self.kubectl.run(&["delete", "-k", &path(overlay), "--wait=true", "--timeout=240s"]).await?;
+        self.node_left_clean("delete -k").await?;
+        self.grants_gone("delete -k").await
+    }
+
+    /// The read-grants controller's Role and RoleBinding in the share's namespace: there while
+    /// installed (the positive control of [`Self::grants_gone`]).
+    async fn grant_present(&self) -> Outcome {
+        let args = ["get", "role,rolebinding", GRANT, "-n", workload::OWNER, "-o", "name"];
+        let found = self.kubectl.run(&args).await?;
+        if found.lines().count() != 2 {
+            return Err(format!("while installed, the read grant in {} is not both there: {found:?}", workload::OWNER));
+        }
+        Ok(())
+    }
+
+    /// After `removal`, the garbage collector removes the grants with the driver's namespace,
+    /// their owner: nothing the controller made outlives it.
+    async fn grants_gone(&self, removal: &str) -> Outcome {
+        let args = ["get", "role,rolebinding", GRANT, "-n", workload::OWNER, "--ignore-not-found", "-o", "name"];
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let found = self.kubectl.run(&args).await?;
+            if found.trim().is_empty() {
+                println!("deploy: {removal}: the read grants went with the driver's namespace");
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(format!("120 s after {removal}, the read grants are still there: {found:?}"));
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// The driver's sockets, records and volume mounts on the node.
+    fn node_traces(&self) -> Result<Vec<String>, String> {
         let root = &self.node.kubelet_dirs.root;
         let socket = root.join("plugins/sharedresource.csi.inlineguard.dev/csi.sock");
         let registration = root.join("plugins_registry/sharedresource.csi.inlineguard.dev-reg.sock");
-        let traces = || -> Result<Vec<String>, String> {
-            let mut found: Vec<String> =
-                [&socket, &registration].into_iter().filter(|p| p.exists()).map(|p| path(p)).collect();
-            found.extend(self.node.driver_records()?.iter().map(|p| path(p)));
-            found.extend(self.node.pod_mounts().into_iter().filter(|m| m.contains("kubernetes.io~csi")));
-            Ok(found)
-        };
-        let installed = traces()?;
+        let mut found: Vec<String> =
+            [&socket, &registration].into_iter().filter(|p| p.exists()).map(|p| path(p)).collect();
+        found.extend(self.node.driver_records()?.iter().map(|p| path(p)));
+        found.extend(self.node.pod_mounts().into_iter().filter(|m| m.contains("kubernetes.io~csi")));
+        Ok(found)
+    }
+
+    /// Installed, with no workload: the positive control of the removal's check.
+    fn only_the_sockets_while_installed(&self) -> Outcome {
+        let installed = self.node_traces()?;
         if installed.len() != 2 {
             return Err(format!("while installed (no workload), expected the two sockets only: {installed:?}"));
         }
-        self.kubectl.run(&["delete", "-k", &path(overlay), "--wait=true", "--timeout=240s"]).await?;
+        Ok(())
+    }
+
+    /// Waits until no driver pod, socket, record or volume mount is left and the CSINode no
+    /// longer lists the driver, after `removal`.
+    async fn node_left_clean(&self, removal: &str) -> Outcome {
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
             // An API error is not "no driver pods": it is no answer, and the wait goes on.
             let pods = self.driver_pods().await;
-            let left = traces()?;
+            let left = self.node_traces()?;
             let registered = self.node.csi_node_drivers(&self.admin).await?.iter().any(|(name, _)| name == DRIVER);
             if pods.as_ref().is_ok_and(Vec::is_empty) && left.is_empty() && !registered {
-                println!("deploy: delete -k left nothing (had {installed:?})");
+                println!("deploy: {removal} left nothing on the node");
                 return Ok(());
             }
             if Instant::now() > deadline {
@@ -637,7 +689,7 @@ impl Installation {
                     .map(|p| format!("{} driver pods", p.len()))
                     .unwrap_or_else(|e| format!("listing driver pods: {e}"));
                 return Err(format!(
-                    "120 s after delete -k: {pods}, left on the node {left:?}, CSINode lists the driver: {registered}"
+                    "120 s after {removal}: {pods}, left on the node {left:?}, CSINode lists the driver: {registered}"
                 ));
             }
             tokio::time::sleep(Duration::from_millis(500)).await;

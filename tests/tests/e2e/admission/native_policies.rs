@@ -391,3 +391,42 @@ fn observed_forcing(answer: &Answer, namespace: &str) -> Value {
     seen["warnings"] = Value::Null;
     seen
 }
+
+/// On the oldest minor (1.33) the generated policies' read-only forcing cannot be created: its
+/// apiserver serves MutatingAdmissionPolicy as `v1alpha1` only (`v1beta1` came in 1.34), what
+/// docs/compatibility.md says. The ValidatingAdmissionPolicies and their bindings, which decide
+/// everything but the forcing, are accepted (dry run): the positive control.
+pub async fn not_served_on_the_oldest_minor(s: &Suite) -> Outcome {
+    let config = repo_root().join("config/admission.yaml");
+    let objects = generated_policies(&config, &json!({"matchLabels": {WEBHOOK_LABEL: POLICIES}}))?;
+    let (mut validating, mut mutating) = (0, 0);
+    for object in &objects {
+        let kind = object["kind"].as_str().unwrap_or_default();
+        let answer = create(&s.admin, &admission_policy_path(object, false), object, true).await?;
+        if kind.starts_with("Mutating") {
+            mutating += 1;
+            if answer.status != 404 {
+                return Err(format!(
+                    "{kind} v1beta1 answered {} on {}, not 404: {}",
+                    answer.status,
+                    s.cluster.version,
+                    answer.message()
+                ));
+            }
+        } else {
+            validating += 1;
+            if answer.status != 201 {
+                return Err(format!(
+                    "{kind} answered {} on {}: {}",
+                    answer.status,
+                    s.cluster.version,
+                    answer.message()
+                ));
+            }
+        }
+    }
+    if validating < 2 || mutating < 2 {
+        return Err(format!("the generated policies hold {validating} validating and {mutating} mutating objects"));
+    }
+    Ok(())
+}

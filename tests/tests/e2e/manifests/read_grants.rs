@@ -164,6 +164,24 @@ pub async fn driver_reads_only_what_shares_name(suite: &Suite) -> Outcome {
     if rules != expected {
         return Err(format!("Role {NAMESPACE}/{GRANT} grants {rules}, not {expected}"));
     }
+    // It belongs to the driver's Namespace, so the grants go when the driver is uninstalled
+    // (the garbage collector's part is the deploy scenario's: `kubectl delete -k`, `helm uninstall`).
+    let driver_namespace = Api::<k8s_openapi::api::core::v1::Namespace>::all(admin.clone())
+        .get("inline-guard-driver")
+        .await
+        .map_err(|e| e.to_string())?;
+    let owners: Vec<(String, String, String)> = role
+        .metadata
+        .owner_references
+        .unwrap_or_default()
+        .into_iter()
+        .map(|owner| (owner.kind, owner.name, owner.uid))
+        .collect();
+    let wanted =
+        ("Namespace".to_string(), "inline-guard-driver".to_string(), driver_namespace.metadata.uid.unwrap_or_default());
+    if owners != [wanted.clone()] {
+        return Err(format!("Role {NAMESPACE}/{GRANT} is owned by {owners:?}, not {wanted:?}"));
+    }
 
     // Someone deletes the binding: the controller puts it back.
     // (The authorizer's cache may not see the deletion before the repair: a new binding, a new
