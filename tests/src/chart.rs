@@ -23,19 +23,18 @@ pub fn helm(binary: &Path, kubeconfig: Option<&Path>, args: &[&str]) -> Result<S
     let mut command = Command::new(binary);
     command.args(args);
     // helm keeps its caches, configuration and plugins under these; a run must not read or
-    // write the user's.
-    let home = std::env::temp_dir().join(format!("inline-guard-helm-{}", std::process::id()));
+    // write the user's, nor two calls at once each other's.
+    let home = tempfile::tempdir().map_err(|e| format!("a directory for helm: {e}"))?;
     command
-        .env("HELM_CACHE_HOME", home.join("cache"))
-        .env("HELM_CONFIG_HOME", home.join("config"))
-        .env("HELM_DATA_HOME", home.join("data"));
+        .env("HELM_CACHE_HOME", home.path().join("cache"))
+        .env("HELM_CONFIG_HOME", home.path().join("config"))
+        .env("HELM_DATA_HOME", home.path().join("data"));
     match kubeconfig {
         Some(path) => command.env("KUBECONFIG", path),
         None => command.env_remove("KUBECONFIG"),
     };
     // An install waits for nothing (no --wait): minutes mean it is stuck.
     let output = output_within(&mut command, Duration::from_secs(300), "helm")?;
-    let _ = std::fs::remove_dir_all(&home);
     if !output.status.success() {
         return Err(format!(
             "helm {} failed ({}): {}",
