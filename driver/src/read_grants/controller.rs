@@ -7,7 +7,7 @@
 //! not take grants away. A failed step is retried with backoff (`controller_pacing`), so a grant for a
 //! namespace created after its share arrives within that; every request has a timeout. Every
 //! grant names the driver's Namespace as its owner (read once at start), so the grants go with
-//! an uninstalled driver.
+//! an uninstalled driver; a controller that cannot read it grants all the same, and says so.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -71,26 +71,38 @@ pub async fn run(client: Client, driver: DriverAccount, timeout: Duration) {
     info!("every watch has listed; keeping the driver's read grants");
     let mut pacing = PassPacing::default();
     loop {
-        let failed = reconcile(&client, &stores, &driver, &owner, timeout).await;
+        let failed = reconcile(&client, &stores, &driver, owner.as_ref(), timeout).await;
         pacing.next_pass(&changed, failed).await;
     }
 }
 
-/// The driver's Namespace as the grants' owner, asked until the apiserver answers: a grant
-/// made without it would outlive an uninstalled driver.
-async fn grant_owner(client: &Client, driver: &DriverAccount, timeout: Duration) -> GrantOwner {
+/// How often the grants' owner is asked for before the controller grants without it.
+const OWNER_ATTEMPTS: u32 = 5;
+
+/// The driver's Namespace as the grants' owner, asked a few times (an apiserver still starting
+/// answers within them). Without it the controller grants all the same: the drivers' reads
+/// matter more than the grants' removal with the driver, which is then said in the log (an
+/// installation that renamed the namespace but not read-grants.yaml's rule, for example).
+async fn grant_owner(client: &Client, driver: &DriverAccount, timeout: Duration) -> Option<GrantOwner> {
     let api = Api::<Namespace>::all(client.clone());
     let what = || format!("reading Namespace {}, the owner of the read grants", driver.namespace);
-    loop {
+    for attempt in 1..=OWNER_ATTEMPTS {
         match ask(timeout, what, api.get(driver.namespace.as_str())).await {
             Ok(namespace) => match namespace.metadata.uid {
-                Some(uid) if !uid.is_empty() => return GrantOwner { namespace: driver.namespace.clone(), uid },
-                _ => warn!(namespace = %driver.namespace, "the driver's Namespace has no uid; asking again"),
+                Some(uid) if !uid.is_empty() => return Some(GrantOwner { namespace: driver.namespace.clone(), uid }),
+                _ => warn!(namespace = %driver.namespace, "the driver's Namespace has no uid"),
             },
-            Err(error) => warn!(error = %Logged(&error), "the grants' owner could not be read; asking again"),
+            Err(error) => warn!(error = %Logged(&error), attempt, "the grants' owner could not be read"),
         }
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        if attempt < OWNER_ATTEMPTS {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
     }
+    warn!(
+        namespace = %driver.namespace,
+        "granting without an owner: the read grants will outlive the driver's namespace (delete them by name when uninstalling)"
+    );
+    None
 }
 
 /// A reflector of `api` (as `config` selects) kept current in the background until the runtime
@@ -124,7 +136,7 @@ async fn reconcile(
     client: &Client,
     stores: &Stores,
     driver: &DriverAccount,
-    owner: &GrantOwner,
+    owner: Option<&GrantOwner>,
     timeout: Duration,
 ) -> bool {
     let secrets = stores.secrets.state();
@@ -140,7 +152,9 @@ async fn reconcile(
         .iter()
         .map(|role| (&role.metadata, &role.metadata.owner_references))
         .chain(bindings.iter().map(|binding| (&binding.metadata, &binding.metadata.owner_references)))
-        .filter(|(meta, references)| meta.name.as_deref() == Some(GRANT_NAME) && !owner.owns(references.as_deref()))
+        .filter(|(meta, references)| {
+            meta.name.as_deref() == Some(GRANT_NAME) && owner.is_some_and(|owner| !owner.owns(references.as_deref()))
+        })
         .map(|(meta, _)| meta.namespace.clone().unwrap_or_default())
         .collect();
     let existing = Existing {
@@ -174,7 +188,7 @@ async fn take(
     client: &Client,
     step: &Step,
     driver: &DriverAccount,
-    owner: &GrantOwner,
+    owner: Option<&GrantOwner>,
     timeout: Duration,
 ) -> Result<(), RequestFailed> {
     let apply = PatchParams::apply(MANAGED_BY).force();

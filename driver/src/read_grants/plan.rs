@@ -102,12 +102,12 @@ pub fn wanted<'a>(shares: impl IntoIterator<Item = (ShareKind, &'a str, &'a str)
     wanted
 }
 
-fn metadata(namespace: &NamespaceName, owner: &GrantOwner) -> ObjectMeta {
+fn metadata(namespace: &NamespaceName, owner: Option<&GrantOwner>) -> ObjectMeta {
     ObjectMeta {
         name: Some(GRANT_NAME.into()),
         namespace: Some(namespace.as_str().into()),
         labels: Some([(MANAGED_BY_LABEL.to_string(), MANAGED_BY.to_string())].into()),
-        owner_references: Some(vec![owner.reference()]),
+        owner_references: owner.map(|owner| vec![owner.reference()]),
         ..ObjectMeta::default()
     }
 }
@@ -130,13 +130,14 @@ pub fn rules(readable: &Readable) -> Vec<PolicyRule> {
         .collect()
 }
 
-/// The Role of `namespace`.
-pub fn role(namespace: &NamespaceName, readable: &Readable, owner: &GrantOwner) -> Role {
+/// The Role of `namespace`, owned by `owner` when it is known.
+pub fn role(namespace: &NamespaceName, readable: &Readable, owner: Option<&GrantOwner>) -> Role {
     Role { metadata: metadata(namespace, owner), rules: Some(rules(readable)) }
 }
 
-/// The RoleBinding of `namespace`, granting its Role to `driver`.
-pub fn binding(namespace: &NamespaceName, driver: &DriverAccount, owner: &GrantOwner) -> RoleBinding {
+/// The RoleBinding of `namespace`, granting its Role to `driver`, owned by `owner` when it is
+/// known.
+pub fn binding(namespace: &NamespaceName, driver: &DriverAccount, owner: Option<&GrantOwner>) -> RoleBinding {
     RoleBinding {
         metadata: metadata(namespace, owner),
         role_ref: RoleRef {
@@ -181,7 +182,7 @@ pub struct Existing {
 /// removed; grants not naming their owner are applied again. Roles are applied before bindings
 /// (a binding to a missing Role grants nothing, but a Role first means the grant holds as soon
 /// as its binding does).
-pub fn steps(wanted: &Wanted, existing: &Existing, driver: &DriverAccount, owner: &GrantOwner) -> Vec<Step> {
+pub fn steps(wanted: &Wanted, existing: &Existing, driver: &DriverAccount, owner: Option<&GrantOwner>) -> Vec<Step> {
     let mut roles = Vec::new();
     let mut bindings = Vec::new();
     for (namespace, readable) in wanted {
@@ -253,15 +254,17 @@ mod tests {
         assert_eq!(rules[0].resource_names.as_deref(), Some(&["b".to_string(), "ca".to_string()][..]));
         assert_eq!(rules[0].verbs, ["get", "list", "watch"]);
         assert_eq!(rules[0].api_groups.as_deref(), Some(&[String::new()][..]));
-        let role = role(&ns("web"), &only_config_maps, &owner());
+        let role = role(&ns("web"), &only_config_maps, Some(&owner()));
         assert_eq!(role.metadata.name.as_deref(), Some(GRANT_NAME));
         assert_eq!(role.metadata.namespace.as_deref(), Some("web"));
         assert_eq!(role.metadata.labels.unwrap()[MANAGED_BY_LABEL], MANAGED_BY);
         assert_eq!(role.metadata.owner_references, Some(vec![owner().reference()]));
         let reference = owner().reference();
         assert_eq!((reference.kind.as_str(), reference.name.as_str()), ("Namespace", "inline-guard-driver"));
-        let binding = binding(&ns("web"), &driver(), &owner());
+        let binding = binding(&ns("web"), &driver(), Some(&owner()));
         assert!(owner().owns(binding.metadata.owner_references.as_deref()));
+        // Without a known owner (its Namespace unreadable), the grants are made all the same.
+        assert_eq!(super::role(&ns("web"), &only_config_maps, None).metadata.owner_references, None);
         let subject = &binding.subjects.unwrap()[0];
         assert_eq!(
             (subject.kind.as_str(), subject.namespace.as_deref(), subject.name.as_str()),
@@ -274,7 +277,7 @@ mod tests {
     fn only_differences_are_applied_and_stale_grants_removed() {
         let readable = Readable { secrets: names(&["db"]), config_maps: BTreeSet::new() };
         let wanted = Wanted::from([(ns("infra"), readable.clone()), (ns("web"), readable.clone())]);
-        let made = binding(&ns("infra"), &driver(), &owner());
+        let made = binding(&ns("infra"), &driver(), Some(&owner()));
         let existing = Existing {
             roles: [
                 ("infra".to_string(), rules(&readable)),
@@ -291,7 +294,7 @@ mod tests {
             unowned: BTreeSet::new(),
         };
         assert_eq!(
-            steps(&wanted, &existing, &driver(), &owner()),
+            steps(&wanted, &existing, &driver(), Some(&owner())),
             [
                 Step::ApplyRole(ns("web"), readable.clone()),
                 Step::ApplyBinding(ns("web")),
@@ -299,15 +302,15 @@ mod tests {
                 Step::Remove("gone".into()),
             ]
         );
-        assert_eq!(steps(&Wanted::new(), &Existing::default(), &driver(), &owner()), []);
+        assert_eq!(steps(&Wanted::new(), &Existing::default(), &driver(), Some(&owner())), []);
         // Grants made without their owner (an older controller, or the driver's namespace made
         // again) are applied again, though nothing else of them differs.
         let unowned = Existing { unowned: ["infra".to_string()].into(), ..existing };
         assert_eq!(
-            steps(&wanted, &unowned, &driver(), &owner())[..2],
+            steps(&wanted, &unowned, &driver(), Some(&owner()))[..2],
             [Step::ApplyRole(ns("infra"), readable.clone()), Step::ApplyRole(ns("web"), readable)]
         );
-        assert!(steps(&wanted, &unowned, &driver(), &owner()).contains(&Step::ApplyBinding(ns("infra"))));
+        assert!(steps(&wanted, &unowned, &driver(), Some(&owner())).contains(&Step::ApplyBinding(ns("infra"))));
         assert!(!owner().owns(None));
         assert!(!GrantOwner { uid: "other".into(), ..owner() }.owns(Some(&[owner().reference()])));
     }
