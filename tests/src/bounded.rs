@@ -29,6 +29,17 @@ pub fn output_within(command: &mut Command, bound: Duration, what: &str) -> Resu
     Ok(Output { status, stdout: out.join().unwrap_or_default(), stderr: err.join().unwrap_or_default() })
 }
 
+/// [`output_within`], and the child's stdout when it succeeded; else its exit status and (at
+/// most 2000 characters of) its stderr, naming `what`.
+pub fn stdout_within(command: &mut Command, bound: Duration, what: &str) -> Result<String, String> {
+    let output = output_within(command, bound, what)?;
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr).chars().take(2000).collect::<String>();
+        return Err(format!("{what} failed ({}): {stderr}", output.status));
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
 fn read_all(stream: Option<impl Read>) -> Vec<u8> {
     let mut bytes = Vec::new();
     if let Some(mut stream) = stream {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::bounded::output_within;
+use crate::bounded::stdout_within;
 use crate::repo_root;
 
 /// Where the chart is.
@@ -34,16 +34,7 @@ pub fn helm(binary: &Path, kubeconfig: Option<&Path>, args: &[&str]) -> Result<S
         None => command.env_remove("KUBECONFIG"),
     };
     // An install waits for nothing (no --wait): minutes mean it is stuck.
-    let output = output_within(&mut command, Duration::from_secs(300), "helm")?;
-    if !output.status.success() {
-        return Err(format!(
-            "helm {} failed ({}): {}",
-            args.join(" "),
-            output.status,
-            String::from_utf8_lossy(&output.stderr).chars().take(2000).collect::<String>()
-        ));
-    }
-    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    stdout_within(&mut command, Duration::from_secs(300), &format!("helm {}", args.join(" ")))
 }
 
 /// `helm template` of the chart with `--set` of each of `values`: its objects.
@@ -60,16 +51,8 @@ pub fn render(binary: &Path, values: &[&str]) -> Result<Vec<Value>, String> {
 pub fn kustomize(kubectl: &Path, dir: &Path) -> Result<Vec<Value>, String> {
     let mut command = Command::new(kubectl);
     command.arg("kustomize").arg(dir);
-    let output = output_within(&mut command, Duration::from_secs(120), "kubectl kustomize")?;
-    if !output.status.success() {
-        return Err(format!(
-            "kubectl kustomize {} failed ({}): {}",
-            dir.display(),
-            output.status,
-            String::from_utf8_lossy(&output.stderr)
-        ));
-    }
-    parse(&String::from_utf8_lossy(&output.stdout), &format!("kubectl kustomize {}", dir.display()))
+    let what = format!("kubectl kustomize {}", dir.display());
+    parse(&stdout_within(&mut command, Duration::from_secs(120), &what)?, &what)
 }
 
 fn parse(text: &str, what: &str) -> Result<Vec<Value>, String> {
