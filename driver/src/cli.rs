@@ -42,6 +42,21 @@ struct Flags {
     no_registration: bool,
 }
 
+/// The other name the driver's image starts this program by (a link to it): the read-grants
+/// controller's, `read_grants::cli`.
+pub const READ_GRANTS_PROGRAM: &str = "sharedresource-read-grants";
+
+/// Runs the program `args`' first (argv[0]) names by its file name: the read-grants controller
+/// for [`READ_GRANTS_PROGRAM`], the node plugin otherwise. The driver's image holds one program
+/// under both names, so it carries the code they share once.
+pub fn main_by_name(args: Vec<OsString>) -> ExitCode {
+    if started_as_read_grants(args.first()) { crate::read_grants::cli::main(args) } else { main(args) }
+}
+
+fn started_as_read_grants(argv0: Option<&OsString>) -> bool {
+    argv0.and_then(|first| std::path::Path::new(first).file_name()).is_some_and(|name| name == READ_GRANTS_PROGRAM)
+}
+
 /// Parses `args` (the program name first), serves until SIGTERM or SIGINT, and returns the exit
 /// code: 0 after a clean shutdown, 2 when the driver cannot start.
 pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
@@ -231,4 +246,23 @@ fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
     runtime.shutdown_timeout(std::time::Duration::from_millis(200));
     served?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_read_grants_controller_runs_when_started_by_its_name_wherever_it_lies() {
+        for (argv0, read_grants) in [
+            (Some("/usr/local/bin/sharedresource-read-grants"), true),
+            (Some("sharedresource-read-grants"), true),
+            (Some("/usr/local/bin/sharedresource-csi-driver"), false),
+            (Some("/usr/local/bin/sharedresource-read-grants-old"), false),
+            (Some("/sharedresource-read-grants/sharedresource-csi-driver"), false),
+            (None, false),
+        ] {
+            assert_eq!(started_as_read_grants(argv0.map(OsString::from).as_ref()), read_grants, "{argv0:?}");
+        }
+    }
 }

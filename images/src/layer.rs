@@ -16,6 +16,11 @@ pub enum Entry {
         /// The bytes.
         data: Vec<u8>,
     },
+    /// A symbolic link to `target` (relative to the link's directory).
+    Symlink {
+        /// What the link names.
+        target: String,
+    },
 }
 
 /// The entries of a layer by path (relative, no leading `/`).
@@ -27,6 +32,16 @@ pub struct Layer {
 impl Layer {
     /// Adds a file at `path` (absolute in the image) with its parent directories.
     pub fn add_file(&mut self, path: &str, mode: u32, data: Vec<u8>) {
+        self.add(path, Entry::File { mode, data });
+    }
+
+    /// Adds a symbolic link at `path` (absolute in the image) naming `target`, with its parent
+    /// directories.
+    pub fn add_symlink(&mut self, path: &str, target: &str) {
+        self.add(path, Entry::Symlink { target: target.to_string() });
+    }
+
+    fn add(&mut self, path: &str, entry: Entry) {
         let path = path.trim_start_matches('/');
         let mut parent = String::new();
         for part in path.split('/').take(path.split('/').count() - 1) {
@@ -36,7 +51,7 @@ impl Layer {
             parent.push_str(part);
             self.entries.entry(parent.clone()).or_insert(Entry::Dir);
         }
-        self.entries.insert(path.to_string(), Entry::File { mode, data });
+        self.entries.insert(path.to_string(), entry);
     }
 
     /// Adds an empty directory at `path` (absolute in the image).
@@ -64,6 +79,12 @@ impl Layer {
                     header.set_mode(*mode);
                     header.set_size(data.len() as u64);
                     tar.append_data(&mut header, path, data.as_slice())?;
+                }
+                Entry::Symlink { target } => {
+                    header.set_entry_type(tar::EntryType::Symlink);
+                    header.set_mode(0o777);
+                    header.set_size(0);
+                    tar.append_link(&mut header, path, target)?;
                 }
             }
         }
@@ -107,6 +128,23 @@ mod tests {
                 ("usr/local/bin/tool".to_string(), 0o755, 1_700_000_000),
             ]
         );
+    }
+
+    #[test]
+    fn a_symlink_is_stored_as_one_naming_its_target() {
+        let mut layer = Layer::default();
+        layer.add_file("/usr/local/bin/tool", 0o755, b"x".to_vec());
+        layer.add_symlink("/usr/local/bin/other-name", "tool");
+        let tar = layer.to_tar(0).unwrap();
+        let mut archive = tar::Archive::new(tar.as_slice());
+        let links: Vec<(String, String)> = archive
+            .entries()
+            .unwrap()
+            .map(|e| e.unwrap())
+            .filter(|e| e.header().entry_type() == tar::EntryType::Symlink)
+            .map(|e| (e.path().unwrap().display().to_string(), e.link_name().unwrap().unwrap().display().to_string()))
+            .collect();
+        assert_eq!(links, [("usr/local/bin/other-name".to_string(), "tool".to_string())]);
     }
 
     #[test]

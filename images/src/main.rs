@@ -31,6 +31,10 @@ struct Flags {
     /// others are there to be named by a container's `command`.
     #[arg(long = "binary", required_unless_present = "files")]
     binaries: Vec<String>,
+    /// Another name of a program, `NAME=PROGRAM` (PROGRAM one of `--binary`): a symbolic link
+    /// beside it, for a program that acts on the name it was started by.
+    #[arg(long = "link")]
+    links: Vec<String>,
     /// A file copied as it is, `HOST_PATH:IMAGE_PATH` (executable in the image when it is on the
     /// host); nothing it loads comes with it (the example providers' static busybox, scripts).
     #[arg(long = "file")]
@@ -73,13 +77,15 @@ fn main() -> ExitCode {
 
 fn run(flags: Flags) -> Result<()> {
     let files = flags.files.iter().map(|file| rootfs::CopiedFile::parse(file)).collect::<Result<Vec<_>>>()?;
+    let links =
+        flags.links.iter().map(|link| rootfs::ProgramLink::parse(link, &flags.binaries)).collect::<Result<Vec<_>>>()?;
     let platforms = flags.platforms.iter().map(|flag| Platform::parse(flag)).collect::<Result<Vec<_>>>()?;
     let mut rootfs = Vec::new();
     for platform in &platforms {
         if rootfs.iter().any(|(architecture, _)| *architecture == platform.architecture) {
             return Err(Error::Input(format!("--platform {} is given twice", platform.architecture.name())));
         }
-        rootfs.push((platform.architecture, rootfs::rootfs(platform, &flags.binaries, &files, flags.uid)?));
+        rootfs.push((platform.architecture, rootfs::rootfs(platform, &flags.binaries, &links, &files, flags.uid)?));
     }
     let entrypoint = match (flags.entrypoint.is_empty(), flags.binaries.first()) {
         (false, _) => flags.entrypoint.clone(),

@@ -1,6 +1,6 @@
-//! What an image holds for one platform: the program, the shared libraries the dynamic loader
-//! needs to start it (as the platform's loader lists them, each stored at the path the loader
-//! looks for), and `/etc/passwd` and
+//! What an image holds for one platform: the program, its other names (links beside it), the
+//! shared libraries the dynamic loader needs to start it (as the platform's loader lists them,
+//! each stored at the path the loader looks for), and `/etc/passwd` and
 //! `/etc/group` naming the one user it runs as. Nothing else: no shell, no package manager, no
 //! CA certificates (both programs trust only the cluster's CA, from their ServiceAccount).
 
@@ -37,12 +37,47 @@ impl CopiedFile {
     }
 }
 
-/// The image's files on `platform` for the programs `binaries` (by name) and `files`, run as
-/// `uid` (0 for root).
-pub fn rootfs(platform: &Platform, binaries: &[String], files: &[CopiedFile], uid: u32) -> Result<Layer> {
+/// Another name of a program in the image: a symbolic link beside it, for a program that acts
+/// on the name it was started by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProgramLink {
+    /// The other name (a file name).
+    pub name: String,
+    /// The program it names (one of the image's `--binary`).
+    pub program: String,
+}
+
+impl ProgramLink {
+    /// `NAME=PROGRAM`, both file names, `PROGRAM` one of `binaries`.
+    pub fn parse(flag: &str, binaries: &[String]) -> Result<Self> {
+        let refused = |why: &str| Error::Input(format!("--link {}: {why}", crate::error::bounded(flag.as_bytes())));
+        let (name, program) = flag.split_once('=').ok_or_else(|| refused("not NAME=PROGRAM"))?;
+        if !is_file_name(name) || !is_file_name(program) {
+            return Err(refused("NAME and PROGRAM must be file names"));
+        }
+        if !binaries.iter().any(|binary| binary == program) || binaries.iter().any(|binary| binary == name) {
+            return Err(refused("PROGRAM must be one of the image's --binary, and NAME none of them"));
+        }
+        Ok(ProgramLink { name: name.to_string(), program: program.to_string() })
+    }
+}
+
+fn is_file_name(name: &str) -> bool {
+    !name.is_empty() && name != "." && name != ".." && !name.contains('/')
+}
+
+/// The image's files on `platform` for the programs `binaries` (by name), their `links` and
+/// `files`, run as `uid` (0 for root).
+pub fn rootfs(
+    platform: &Platform,
+    binaries: &[String],
+    links: &[ProgramLink],
+    files: &[CopiedFile],
+    uid: u32,
+) -> Result<Layer> {
     let mut layer = Layer::default();
     for name in binaries {
-        if name.is_empty() || name.contains('/') {
+        if !is_file_name(name) {
             return Err(Error::Input(format!(
                 "--binary {}: a program's file name",
                 crate::error::bounded(name.as_bytes())
@@ -53,6 +88,11 @@ pub fn rootfs(platform: &Platform, binaries: &[String], files: &[CopiedFile], ui
         for library in platform.libraries(&binary)? {
             layer.add_file(&library.image, 0o755, read(&library.host)?);
         }
+    }
+    // Beside the program, named relatively: the link resolves inside the image's root wherever
+    // that root is (a container's, a chroot's, qemu's prefix).
+    for link in links {
+        layer.add_symlink(&program_path(&link.name), &link.program);
     }
     for file in files {
         use std::os::unix::fs::PermissionsExt as _;
@@ -119,7 +159,7 @@ mod tests {
             CopiedFile { host: script.clone(), image: "/providers/helper.sh".into() },
             CopiedFile { host: data, image: "/providers/data".into() },
         ];
-        let tar = rootfs(&host(), &[], &files, 0).unwrap().to_tar(0).unwrap();
+        let tar = rootfs(&host(), &[], &[], &files, 0).unwrap().to_tar(0).unwrap();
         let mut found = Vec::new();
         for entry in tar::Archive::new(tar.as_slice()).entries().unwrap() {
             let mut entry = entry.unwrap();
@@ -139,7 +179,20 @@ mod tests {
             ]
         );
         let missing = [CopiedFile { host: dir.path().join("missing"), image: "/m".into() }];
-        assert!(rootfs(&host(), &[], &missing, 0).unwrap_err().to_string().contains("missing"));
+        assert!(rootfs(&host(), &[], &[], &missing, 0).unwrap_err().to_string().contains("missing"));
+    }
+
+    #[test]
+    fn a_link_names_one_of_the_images_programs_by_another_file_name() {
+        let binaries = ["driver".to_string()];
+        assert_eq!(
+            ProgramLink::parse("controller=driver", &binaries).unwrap(),
+            ProgramLink { name: "controller".into(), program: "driver".into() }
+        );
+        for refused in ["controller", "controller=other", "driver=driver", "../x=driver", "a/b=driver", "=driver"] {
+            let error = ProgramLink::parse(refused, &binaries).unwrap_err().to_string();
+            assert!(error.starts_with(&format!("--link {refused}: ")), "{refused}: {error}");
+        }
     }
 
     #[test]

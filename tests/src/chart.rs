@@ -17,6 +17,31 @@ pub fn chart_dir() -> PathBuf {
     repo_root().join("config/helm/inline-guard")
 }
 
+/// The chart's last release as a chart repository serves it (`helm package`'s archive), in
+/// `tests/fixtures/charts/`: the one the deploy scenario installs before upgrading to this
+/// checkout's chart. Each release replaces it with its own package.
+pub fn last_release() -> Result<PathBuf, String> {
+    let dir = repo_root().join("tests/fixtures/charts");
+    let entries = std::fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut packages: Vec<PathBuf> = entries
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|path| path.extension().is_some_and(|extension| extension == "tgz"))
+        .collect();
+    match packages.len() {
+        1 => Ok(packages.remove(0)),
+        n => Err(format!("{} holds {n} chart packages; the last release's alone belongs there", dir.display())),
+    }
+}
+
+/// A chart's `version:` or `appVersion:` from its Chart.yaml text (quotes removed).
+pub fn chart_field(chart_yaml: &str, field: &str) -> Option<String> {
+    chart_yaml
+        .lines()
+        .find_map(|line| line.strip_prefix(&format!("{field}:")))
+        .map(|value| value.trim().trim_matches('"').to_string())
+}
+
 /// Runs `helm ARGS` (with `KUBECONFIG` when given); its stdout, or its exit and stderr as the
 /// error.
 pub fn helm(binary: &Path, kubeconfig: Option<&Path>, args: &[&str]) -> Result<String, String> {

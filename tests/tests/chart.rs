@@ -4,9 +4,13 @@
 //! schema refuses what it does not name. The real `helm` and `kubectl kustomize` (peers) render;
 //! installing, upgrading and removing it on a node is the deploy scenario's (`tests/deploy`).
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
+use std::process::Command;
 
-use inline_guard_tests::chart::{by_identity, chart_dir, differences, helm, kustomize, render};
+use inline_guard_tests::chart::{
+    by_identity, chart_dir, chart_field, differences, helm, kustomize, last_release, render,
+};
 use inline_guard_tests::peers::{Peers, peers};
 use inline_guard_tests::repo_root;
 use serde_json::Value;
@@ -175,6 +179,47 @@ fn by_default_the_crds_are_kept_and_nothing_else_differs() {
     assert!(found.is_empty(), "the keep policy changed more than the CRDs' annotation:\n{}", found.join("\n"));
 }
 
+/// The values no kustomize file has (empty by default, so the default render stays the
+/// kustomize one): each reaches the pods it names, and only those.
+#[test]
+fn pull_secrets_reach_every_pod_and_the_drivers_placement_only_its_daemonset() {
+    let peers = peers().expect("the peers");
+    let values = [
+        "imagePullSecrets[0].name=mirror",
+        "driver.nodeSelector.pool=tenants",
+        "driver.tolerations[0].key=dedicated",
+        "driver.tolerations[0].operator=Exists",
+    ];
+    let objects = by_identity(render(&peers.helm, &values).expect("render")).expect("objects");
+    let workloads: Vec<(&String, &Value)> = objects
+        .iter()
+        .filter(|(_, object)| ["Deployment", "DaemonSet"].contains(&object["kind"].as_str().unwrap_or_default()))
+        .collect();
+    assert_eq!(workloads.len(), 3, "the webhook's, the driver's, the controller's: {:?}", objects.keys());
+    for (identity, workload) in workloads {
+        let pod = &workload["spec"]["template"]["spec"];
+        assert_eq!(pod["imagePullSecrets"], serde_json::json!([{"name": "mirror"}]), "{identity}");
+        if workload["kind"] == "DaemonSet" {
+            assert_eq!(pod["nodeSelector"], serde_json::json!({"pool": "tenants"}), "{identity}");
+            assert_eq!(
+                pod["tolerations"],
+                serde_json::json!([
+                    {"key": "sharedresource.csi.inlineguard.dev/agent-not-ready", "operator": "Exists"},
+                    {"key": "dedicated", "operator": "Exists"}
+                ]),
+                "{identity}: its own toleration, then the value's"
+            );
+        } else {
+            assert!(
+                !pod["nodeSelector"].as_object().is_some_and(|selector| selector.contains_key("pool")),
+                "{identity}"
+            );
+            let tolerations = serde_json::to_string(&pod["tolerations"]).unwrap();
+            assert!(!tolerations.contains("dedicated"), "{identity}: {tolerations}");
+        }
+    }
+}
+
 #[test]
 fn the_values_schema_refuses_what_it_does_not_name_saying_which() {
     let peers = peers().expect("the peers");
@@ -200,15 +245,88 @@ fn the_values_schema_refuses_what_it_does_not_name_saying_which() {
 }
 
 #[test]
-fn the_chart_is_versioned_with_the_workspace_and_lints_clean() {
+fn the_chart_serves_the_workspace_version_and_lints_clean() {
     let peers = peers().expect("the peers");
     let chart = std::fs::read_to_string(chart_dir().join("Chart.yaml")).expect("Chart.yaml");
     let workspace = env!("CARGO_PKG_VERSION");
-    assert!(chart.contains(&format!("\nversion: {workspace}\n")), "Chart.yaml's version is not {workspace}");
-    assert!(chart.contains(&format!("\nappVersion: \"{workspace}\"\n")), "Chart.yaml's appVersion is not {workspace}");
+    assert_eq!(chart_field(&chart, "appVersion").as_deref(), Some(workspace), "Chart.yaml's appVersion");
     let linted = helm(&peers.helm, None, &["lint", "--strict", chart_dir().to_str().unwrap()]).expect("helm lint");
     assert!(linted.contains("1 chart(s) linted, 0 chart(s) failed"), "{linted}");
     check_images(&peers, workspace);
+}
+
+/// A chart repository never serves two contents under one version: this checkout's chart, if
+/// any of its files differs from the last release's package (Chart.yaml compared field by
+/// field: `helm package` rewrites it), carries a newer version than that release.
+#[test]
+fn a_chart_changed_since_its_last_release_carries_a_newer_version() {
+    let package = last_release().unwrap_or_else(|e| panic!("{e}"));
+    let unpacked = tempfile::tempdir().expect("a directory");
+    let status = Command::new("tar").arg("-xzf").arg(&package).arg("-C").arg(unpacked.path()).status().expect("tar");
+    assert!(status.success(), "tar could not unpack {}", package.display());
+    let released = files_under(&unpacked.path().join("inline-guard"));
+    let current = files_under(&chart_dir());
+    // The positive control: the package holds a whole chart.
+    for name in ["Chart.yaml", "values.yaml", "values.schema.json", "templates/driver/daemonset.yaml"] {
+        assert!(released.contains_key(name), "{} holds no {name}: {:?}", package.display(), released.keys());
+    }
+    let metadata = |files: &BTreeMap<String, Vec<u8>>| {
+        let text = String::from_utf8_lossy(&files["Chart.yaml"]).into_owned();
+        let mut fields: Value = serde_saphyr::from_str(&text).expect("Chart.yaml");
+        let version = fields["version"].as_str().expect("a version").to_string();
+        fields.as_object_mut().expect("a mapping").remove("version");
+        (release_number(&version), version, fields)
+    };
+    let (released_number, released_version, released_fields) = metadata(&released);
+    let (current_number, current_version, current_fields) = metadata(&current);
+    let mut changed: BTreeSet<&str> = released
+        .keys()
+        .chain(current.keys())
+        .map(String::as_str)
+        .filter(|name| *name != "Chart.yaml" && released.get(*name) != current.get(*name))
+        .collect();
+    if released_fields != current_fields {
+        changed.insert("Chart.yaml");
+    }
+    assert!(
+        current_number >= released_number,
+        "the chart's version {current_version} is older than its last release's, {released_version}"
+    );
+    if !changed.is_empty() {
+        assert!(
+            current_number > released_number,
+            "{changed:?} changed since release {released_version} ({}), but Chart.yaml's version is still \
+             {current_version}: bump it",
+            package.display()
+        );
+    }
+    println!("chart {current_version}, last released {released_version}; changed since: {changed:?}");
+}
+
+/// `MAJOR.MINOR.PATCH` as numbers, compared in that order (the chart's versions carry no
+/// pre-release part).
+fn release_number(version: &str) -> [u64; 3] {
+    let parts: Vec<u64> =
+        version.split('.').map(|part| part.parse().unwrap_or_else(|_| panic!("version {version}"))).collect();
+    parts.try_into().unwrap_or_else(|_| panic!("version {version} is not MAJOR.MINOR.PATCH"))
+}
+
+/// Every file under `dir`, by its path relative to it.
+fn files_under(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    let mut files = BTreeMap::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(next) = pending.pop() {
+        for entry in std::fs::read_dir(&next).unwrap_or_else(|e| panic!("{}: {e}", next.display())).flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                pending.push(path);
+            } else {
+                let name = path.strip_prefix(dir).unwrap().display().to_string();
+                files.insert(name, std::fs::read(&path).unwrap());
+            }
+        }
+    }
+    files
 }
 
 /// Every image the chart names is one `images/build` makes, at the workspace's version.

@@ -1,13 +1,14 @@
-//! Installed with Helm, as users of our peers install: the chart (`config/helm/inline-guard`)
-//! installed with the real `helm` on the same node and control plane once the kustomize install
-//! is gone, its values changing only what this node makes differ (the values file says which);
-//! a pod reads a share through it; `helm upgrade` to new image tags rolls the driver while the
+//! Installed with Helm, as users of our peers install: the chart's last release (its package in
+//! `tests/fixtures/charts/`) installed with the real `helm` on the same node and control plane
+//! once the kustomize install is gone, its values changing only what this node makes differ
+//! (the values file says which); a pod reads a share through it; `helm upgrade` to this
+//! checkout's chart (`config/helm/inline-guard`) with new image tags rolls the driver while the
 //! pod reads on; `helm uninstall` leaves nothing but the CRDs it keeps by default, and nothing
 //! once they are deleted as NOTES says.
 
 use std::time::{Duration, Instant};
 
-use inline_guard_tests::chart::{chart_dir, helm};
+use inline_guard_tests::chart::{chart_dir, chart_field, helm, last_release};
 use inline_guard_tests::cluster::POD_NETWORK_GATEWAY;
 use inline_guard_tests::node::delete_and_wait;
 use serde_json::{Value, json};
@@ -24,8 +25,9 @@ const CRDS: [&str; 3] = [
     "sharedprojections.sharedresource.inlineguard.dev",
 ];
 
-/// The whole Helm path: installed at the chart's images, upgraded to those tagged `upgraded`.
-pub async fn installed_upgraded_and_removed(this: &Installation, upgraded: &str) -> Outcome {
+/// The whole Helm path: the last release installed at this build's images (`version`), upgraded
+/// to this chart and the images tagged `upgraded`.
+pub async fn installed_upgraded_and_removed(this: &Installation, version: &str, upgraded: &str) -> Outcome {
     let helm_binary = inline_guard_tests::peers::peers()?.helm;
     let kubeconfig = this.cluster.kubeconfig().to_path_buf();
     let run = |args: Vec<String>| {
@@ -41,15 +43,18 @@ pub async fn installed_upgraded_and_removed(this: &Installation, upgraded: &str)
     let values = this.dir.join("helm-values.json");
     std::fs::write(&values, serde_json::to_string_pretty(&node_values(this)?).map_err(|e| e.to_string())?)
         .map_err(|e| format!("{}: {e}", values.display()))?;
-    let chart = path(&chart_dir());
-    let common = |verb: &str| -> Vec<String> {
-        [verb, RELEASE, &chart, "--namespace", RELEASE_NAMESPACE, "-f", &path(&values)].map(String::from).to_vec()
+    let (previous, chart) = (path(&last_release()?), path(&chart_dir()));
+    let common = |verb: &str, chart: &str, tag: &str| -> Vec<String> {
+        let args = [verb, RELEASE, chart, "--namespace", RELEASE_NAMESPACE, "-f", &path(&values)].map(String::from);
+        // The images this run built: a release installs its own tag, which this node has not.
+        [&args[..], &[format!("--set=driver.image.tag={tag}"), format!("--set=admission.image.tag={tag}")]].concat()
     };
 
-    // Installed; the webhook's serving certificate is the Secret `csi-volume-admission
-    // certificate` wrote (made once the chart has made its namespace), its CA in the values.
+    // The last release installed; the webhook's serving certificate is the Secret
+    // `csi-volume-admission certificate` wrote (made once the chart has made its namespace), its
+    // CA in the values.
     let started = Instant::now();
-    let installed = run(common("install")).await?;
+    let installed = run(common("install", &previous, version)).await?;
     if !installed.contains("STATUS: deployed")
         || !installed.contains("rollout status daemonset/sharedresource-csi-driver")
     {
@@ -69,17 +74,25 @@ pub async fn installed_upgraded_and_removed(this: &Installation, upgraded: &str)
     let pod = this.create_reader("helm-reader").await?;
     let mut seen = wait_for_content(&this.node, "helm-reader", "helm-first", 0).await?;
 
-    // Upgraded: new image tags, and a value changed; the DaemonSet rolls, the pod reads on.
+    // Upgraded to this checkout's chart: new image tags, and a value changed; the DaemonSet
+    // rolls, the pod reads on.
     let before = this.driver_pod().await?;
-    let mut upgrade = common("upgrade");
-    upgrade.extend([
-        format!("--set=driver.image.tag={upgraded}"),
-        format!("--set=admission.image.tag={upgraded}"),
-        "--set=driver.refreshSeconds=30".to_string(),
-    ]);
+    let mut upgrade = common("upgrade", &chart, upgraded);
+    upgrade.push("--set=driver.refreshSeconds=30".to_string());
     let upgraded_said = run(upgrade).await?;
     if !upgraded_said.contains("REVISION: 2") {
         return Err(format!("helm upgrade did not make revision 2: {upgraded_said}"));
+    }
+    let history = run(["history", RELEASE, "-n", RELEASE_NAMESPACE, "-o", "json"].map(String::from).to_vec()).await?;
+    let charts = charts_of(&history)?;
+    let mut expected = Vec::new();
+    for chart in [&previous, &chart] {
+        expected.push(chart_name(chart, &run(["show", "chart", chart].map(String::from).to_vec()).await?)?);
+    }
+    if charts != expected {
+        return Err(format!(
+            "helm history lists the charts {charts:?}, not the last release then this one, {expected:?}"
+        ));
     }
     this.wait_rolled_out().await?;
     this.wait_for_new_driver_pod(&before).await?;
@@ -97,7 +110,10 @@ pub async fn installed_upgraded_and_removed(this: &Installation, upgraded: &str)
     seen = wait_for_content(&this.node, "helm-reader", "helm-first", seen).await?;
     workload::set_content(&this.admin, "helm-second").await?;
     wait_for_content(&this.node, "helm-reader", "helm-second", seen).await?;
-    println!("deploy: helm upgrade to {image}; the pod read on and saw the next change");
+    println!(
+        "deploy: helm upgrade from {} to {} and {image}; the pod read on and saw the next change",
+        expected[0], expected[1]
+    );
 
     // Removed: the workload first, then the release.
     this.node.volume_present(&pod)?;
@@ -148,6 +164,18 @@ fn node_values(this: &Installation) -> Result<Value, String> {
         },
         "readGrants": {"extraEnv": environment},
     }))
+}
+
+/// `helm history -o json`: the chart (`NAME-VERSION`) of each revision, oldest first.
+fn charts_of(history: &str) -> Result<Vec<String>, String> {
+    let revisions: Vec<Value> = serde_json::from_str(history).map_err(|e| format!("helm history: {e}: {history}"))?;
+    Ok(revisions.iter().map(|revision| revision["chart"].as_str().unwrap_or_default().to_string()).collect())
+}
+
+/// `NAME-VERSION` of a chart (a directory or a package) from what `helm show chart` said of it.
+fn chart_name(chart: &str, shown: &str) -> Result<String, String> {
+    let field = |name: &str| chart_field(shown, name).ok_or(format!("helm show chart {chart} names no {name}"));
+    Ok(format!("{}-{}", field("name")?, field("version")?))
 }
 
 /// `kind namespace/name` of each object of a rendered manifest.

@@ -281,7 +281,7 @@ async fn steps(this: &Installation) -> Outcome {
 
     // The same node and control plane, installed again with the Helm chart, upgraded and
     // removed (helm.rs).
-    helm::installed_upgraded_and_removed(this, &upgraded).await
+    helm::installed_upgraded_and_removed(this, version, &upgraded).await
 }
 
 fn path(path: &Path) -> String {
