@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use crate::repo_root;
 
-/// Runs `images/build OUT` (with `IMAGE_VERSION` when `version` is given) and returns what it
-/// printed. A cold build compiles both release binaries with link-time optimisation: minutes.
-pub fn build_images(out: &Path, version: Option<&str>) -> Result<String, String> {
+/// Runs `images/build OUT` (with `IMAGE_VERSION` when `version` is given, and
+/// `IMAGE_PLATFORMS` when `platforms` is) and returns what it printed. A cold build compiles the
+/// release programs with link-time optimisation: minutes.
+pub fn build_images(out: &Path, version: Option<&str>, platforms: Option<&str>) -> Result<String, String> {
     let mut command = Command::new(repo_root().join("images/build"));
     // As a user runs it, not with what cargo test sets for this test: cargo's own variables
     // reach the build scripts' fingerprints, and the build would start over each time.
@@ -18,9 +19,12 @@ pub fn build_images(out: &Path, version: Option<&str>) -> Result<String, String>
             command.env_remove(key.as_ref());
         }
     }
-    command.env_remove("IMAGE_VERSION");
+    command.env_remove("IMAGE_VERSION").env_remove("IMAGE_PLATFORMS");
     if let Some(version) = version {
         command.env("IMAGE_VERSION", version);
+    }
+    if let Some(platforms) = platforms {
+        command.env("IMAGE_PLATFORMS", platforms);
     }
     command.arg(out);
     let output = crate::bounded::output_within(&mut command, Duration::from_secs(3600), "images/build")?;

@@ -19,7 +19,7 @@ use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, 
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::{Value, json};
 
-use crate::cluster::{ChildProcess, Cluster, free_port};
+use crate::cluster::{ChildProcess, Cluster, free_ports};
 
 /// Set in a re-executed test binary's environment: run `csi-volume-admission` with the arguments.
 pub const CHILD_ENV: &str = "INLINE_GUARD_E2E_RUN_CLI";
@@ -71,7 +71,7 @@ impl WebhookServer {
     pub fn start(cluster: &Cluster, name: &str, config: &Path, kubeconfig: &Path) -> Result<WebhookServer, String> {
         let dir = cluster.run_dir().join(name);
         let pair = generate_pair(&dir, &["127.0.0.1", "localhost"]).map_err(|e| e.to_string())?;
-        let (port, health) = (free_port()?, free_port()?);
+        let [port, health] = free_ports()?;
         let args = vec![
             "serve".to_string(),
             "--kubeconfig".into(),

@@ -21,7 +21,7 @@ const IMAGES: [(&str, &[&str], usize); 2] = [
 ];
 
 fn build(out: &Path) -> String {
-    build_images(out, None).unwrap_or_else(|error| panic!("{error}"))
+    build_images(out, None, None).unwrap_or_else(|error| panic!("{error}"))
 }
 
 fn files(archive: &[u8]) -> BTreeMap<String, Vec<u8>> {

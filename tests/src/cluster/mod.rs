@@ -21,7 +21,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 
 pub use audit_log::AuditEvent;
 use controllers::{ControllerFiles, Controllers};
-pub use process::{ChildProcess, free_port};
+pub use process::{ChildProcess, free_port, free_ports};
 
 use crate::peers::Peers;
 
@@ -120,7 +120,7 @@ impl Cluster {
             Ok(path)
         };
 
-        let (client_port, peer_port) = (free_port()?, free_port()?);
+        let [client_port, peer_port] = free_ports()?;
         let etcd_url = format!("http://127.0.0.1:{client_port}");
         let peer_url = format!("http://127.0.0.1:{peer_port}");
         let etcd = ChildProcess::spawn(

@@ -134,6 +134,19 @@ fn spawn_from_lasting_thread(command: Command) -> std::io::Result<Child> {
 /// A loopback port free at the time of asking. Another process could take it before it is used;
 /// on this single-tenant test machine that race is accepted.
 pub fn free_port() -> Result<u16, String> {
-    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("finding a free port: {e}"))?;
-    listener.local_addr().map(|address| address.port()).map_err(|e| format!("finding a free port: {e}"))
+    free_ports::<1>().map(|[port]| port)
+}
+
+/// `N` loopback ports free at the time of asking, all different: each listener is held until
+/// every port is chosen (asked one after another, the kernel may give the one just released
+/// again, and a process given one port twice fails to listen on the second).
+pub fn free_ports<const N: usize>() -> Result<[u16; N], String> {
+    let mut listeners = Vec::with_capacity(N);
+    let mut ports = [0; N];
+    for port in &mut ports {
+        let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("finding a free port: {e}"))?;
+        *port = listener.local_addr().map_err(|e| format!("finding a free port: {e}"))?.port();
+        listeners.push(listener);
+    }
+    Ok(ports)
 }

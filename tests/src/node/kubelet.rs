@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use crate::bounded::output_within;
-use crate::cluster::{ChildProcess, free_port};
+use crate::cluster::{ChildProcess, free_ports};
 
 /// The node's name.
 pub const NODE_NAME: &str = "inline-guard-e2e-node";
@@ -70,6 +70,7 @@ pub fn start(
     }
     share_mounts_under(&dirs.root)?;
     let config = dir.join("kubelet.yaml");
+    let [port, healthz] = free_ports()?;
     let text = format!(
         r#"apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -98,8 +99,6 @@ syncFrequency: 5s
 nodeStatusUpdateFrequency: 2s
 registerWithTaints: [{taints}]
 "#,
-        port = free_port()?,
-        healthz = free_port()?,
         runtime = runtime_socket.display(),
         pod_logs = dirs.pod_logs.display(),
         taints =
