@@ -34,7 +34,8 @@ pub fn last_release() -> Result<PathBuf, String> {
     }
 }
 
-/// A chart's `version:` or `appVersion:` from its Chart.yaml text (quotes removed).
+/// A top-level field of a Chart.yaml (`name`, `version`, `appVersion`) from its text, quotes
+/// removed (`helm show chart` prints one).
 pub fn chart_field(chart_yaml: &str, field: &str) -> Option<String> {
     chart_yaml
         .lines()
