@@ -34,13 +34,13 @@ pub fn last_release() -> Result<PathBuf, String> {
     }
 }
 
-/// A top-level field of a Chart.yaml (`name`, `version`, `appVersion`) from its text, quotes
-/// removed (`helm show chart` prints one).
-pub fn chart_field(chart_yaml: &str, field: &str) -> Option<String> {
-    chart_yaml
-        .lines()
-        .find_map(|line| line.strip_prefix(&format!("{field}:")))
-        .map(|value| value.trim().trim_matches('"').to_string())
+/// A Chart.yaml's fields (as written, or as `helm show chart` and `helm package` rewrite it).
+pub fn chart_metadata(chart_yaml: &str) -> Result<Value, String> {
+    let metadata: Value = serde_saphyr::from_str(chart_yaml).map_err(|e| format!("Chart.yaml: {e}"))?;
+    if !metadata.is_object() {
+        return Err(format!("Chart.yaml is not a mapping: {metadata}"));
+    }
+    Ok(metadata)
 }
 
 /// Runs `helm ARGS` (with `KUBECONFIG` when given); its stdout, or its exit and stderr as the

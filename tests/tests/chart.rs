@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::Command;
 
 use inline_guard_tests::chart::{
-    by_identity, chart_dir, chart_field, differences, helm, kustomize, last_release, render,
+    by_identity, chart_dir, chart_metadata, differences, helm, kustomize, last_release, render,
 };
 use inline_guard_tests::peers::{Peers, peers};
 use inline_guard_tests::repo_root;
@@ -249,7 +249,7 @@ fn the_chart_serves_the_workspace_version_and_lints_clean() {
     let peers = peers().expect("the peers");
     let chart = std::fs::read_to_string(chart_dir().join("Chart.yaml")).expect("Chart.yaml");
     let workspace = env!("CARGO_PKG_VERSION");
-    assert_eq!(chart_field(&chart, "appVersion").as_deref(), Some(workspace), "Chart.yaml's appVersion");
+    assert_eq!(chart_metadata(&chart).expect("Chart.yaml")["appVersion"], workspace, "Chart.yaml's appVersion");
     let linted = helm(&peers.helm, None, &["lint", "--strict", chart_dir().to_str().unwrap()]).expect("helm lint");
     assert!(linted.contains("1 chart(s) linted, 0 chart(s) failed"), "{linted}");
     check_images(&peers, workspace);
@@ -272,12 +272,20 @@ fn a_chart_changed_since_its_last_release_carries_a_newer_version() {
     }
     let metadata = |files: &BTreeMap<String, Vec<u8>>| {
         let text = String::from_utf8_lossy(&files["Chart.yaml"]).into_owned();
-        let mut fields: Value = serde_saphyr::from_str(&text).expect("Chart.yaml");
+        let mut fields = chart_metadata(&text).unwrap_or_else(|e| panic!("{e}"));
         let version = fields["version"].as_str().expect("a version").to_string();
         fields.as_object_mut().expect("a mapping").remove("version");
         (release_number(&version), version, fields)
     };
     let (released_number, released_version, released_fields) = metadata(&released);
+    // What the deploy scenario reads of each chart it installs: `helm show chart` of the package.
+    let peers = peers().expect("the peers");
+    let shown = helm(&peers.helm, None, &["show", "chart", package.to_str().unwrap()]).expect("helm show chart");
+    let shown = chart_metadata(&shown).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        (&shown["name"], &shown["version"]),
+        (&Value::from("inline-guard"), &Value::from(released_version.as_str()))
+    );
     let (current_number, current_version, current_fields) = metadata(&current);
     let mut changed: BTreeSet<&str> = released
         .keys()

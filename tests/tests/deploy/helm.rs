@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use inline_guard_tests::chart::{chart_dir, chart_field, helm, last_release};
+use inline_guard_tests::chart::{chart_dir, chart_metadata, helm, last_release};
 use inline_guard_tests::cluster::POD_NETWORK_GATEWAY;
 use inline_guard_tests::node::delete_and_wait;
 use serde_json::{Value, json};
@@ -174,7 +174,8 @@ fn charts_of(history: &str) -> Result<Vec<String>, String> {
 
 /// `NAME-VERSION` of a chart (a directory or a package) from what `helm show chart` said of it.
 fn chart_name(chart: &str, shown: &str) -> Result<String, String> {
-    let field = |name: &str| chart_field(shown, name).ok_or(format!("helm show chart {chart} names no {name}"));
+    let metadata = chart_metadata(shown)?;
+    let field = |name: &str| metadata[name].as_str().ok_or(format!("helm show chart {chart} names no {name}"));
     Ok(format!("{}-{}", field("name")?, field("version")?))
 }
 
