@@ -187,7 +187,13 @@ fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
                     .with_access_recheck(std::time::Duration::from_secs(config.access_recheck_seconds))
                     .with_pod_metadata(config.pod_metadata)
                     .with_content_limit(config.tmpfs_size)
-                    .with_node(flags.node_id.clone())
+                    .with_node(
+                        flags.node_id.clone(),
+                        crate::content::cluster::NoticeSettings {
+                            lease: config.access_lease.clone(),
+                            fallback: std::time::Duration::from_secs(config.access_fallback_seconds),
+                        },
+                    )
                     .with_providers(
                         Providers::new(providers, config.helper_concurrency).with_volume_limit(config.tmpfs_size),
                     ),

@@ -47,11 +47,20 @@ pub struct DriverConfig {
     #[serde(deserialize_with = "seconds")]
     pub refresh_seconds: u64,
     /// How long an access check's answer serves a (service account, share) pair on this node
-    /// when no grant's change concerns it (the RoleBinding, ClusterRoleBinding, Role and
-    /// ClusterRole watches forget it at once when one may); spread ±10% per pair. The backstop
-    /// for what the watches cannot see (an authorizer webhook, a missed event).
+    /// when no grant's change concerns it (a notice of the access-notices controller, through
+    /// this node's `SharedResourceNode`, forgets it at once when one may); spread ±10% per pair.
+    /// The backstop for what the notices cannot see (an authorizer webhook, a missed write).
     #[serde(deserialize_with = "seconds")]
     pub access_recheck_seconds: u64,
+    /// The Lease the access-notices controller renews while it tells nodes of grant changes
+    /// (`NAMESPACE/NAME`, watched by name); the controller's `--access-lease` names the same.
+    #[serde(deserialize_with = "lease")]
+    pub access_lease: sharedresource_api::node_view::LeaseRef,
+    /// While that lease is not renewed (the controller is down), how often every access answer
+    /// of this node is asked again: a revocation then takes at most this long (plus the
+    /// lease's 40 s once the controller stops), never longer.
+    #[serde(deserialize_with = "seconds")]
+    pub access_fallback_seconds: u64,
     /// How long one apiserver request may take before it is given up (the volume it was for
     /// keeps its content and is tried again at the next change or tick).
     #[serde(deserialize_with = "seconds")]
@@ -104,6 +113,8 @@ impl Default for DriverConfig {
             static_shares_dir: None,
             refresh_seconds: 60,
             access_recheck_seconds: 600,
+            access_lease: crate::content::cluster::NoticeSettings::default().lease,
+            access_fallback_seconds: crate::content::cluster::DEFAULT_ACCESS_FALLBACK.as_secs(),
             request_timeout_seconds: 10,
             apiserver_qps: crate::apiserver_rate::DEFAULT_QPS,
             apiserver_burst: crate::apiserver_rate::DEFAULT_BURST,
@@ -162,6 +173,12 @@ impl DriverConfig {
     pub fn load(path: &Path) -> Result<DriverConfig, crate::config_file::ConfigFileError> {
         crate::config_file::load(path)
     }
+}
+
+/// `NAMESPACE/NAME` of a Lease.
+fn lease<'de, D: Deserializer<'de>>(deserializer: D) -> Result<sharedresource_api::node_view::LeaseRef, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    sharedresource_api::node_view::LeaseRef::parse(&text).map_err(serde::de::Error::custom)
 }
 
 /// `64Mi`, `512Ki`, `1Gi` or a plain number of bytes.

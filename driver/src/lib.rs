@@ -24,6 +24,7 @@
 //! name; and `rollout`, its opt-in second duty: restarting labelled workloads when a share they
 //! mount changes.
 
+pub mod access_notices;
 pub mod apiserver_client;
 pub mod apiserver_rate;
 pub mod apiserver_request;

@@ -3,14 +3,16 @@
 //! attributes a pod may give ([`volume_attributes`]), object names as typed values
 //! ([`object_name`]), the two kinds of share ([`share_kind`]), the file-name rule every key
 //! follows ([`key`]), the `SharedSecret` and `SharedConfigMap` API ([`shares`]), the
-//! `SharedProjection` API with the check that needs no data ([`projection`]), and the access
-//! question with its refusal ([`access`]): every custom resource of the driver. Pure: no I/O, no
+//! `SharedProjection` API with the check that needs no data ([`projection`]), the access
+//! question with its refusal ([`access`]), and each node's view by name ([`node_view`]): every
+//! custom resource of the driver. Pure: no I/O, no
 //! clock, no client.
 
 pub mod access;
 pub mod invalid;
 pub mod key;
 pub mod missing;
+pub mod node_view;
 pub mod object_name;
 pub mod projection;
 pub mod quote;

@@ -20,6 +20,12 @@ pub struct ObjectRef {
     pub name: String,
 }
 
+/// The most nodes a share's status lists (Kubernetes' largest supported cluster): the
+/// apiserver refuses a longer list, so no node can grow what every reader of the share holds.
+pub const MAX_NODE_ENTRIES: usize = 5000;
+/// The longest message of one node's entry (the driver writes under 1 KiB).
+pub const MAX_NODE_MESSAGE: usize = 2048;
+
 /// The status both kinds of share report.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -31,6 +37,7 @@ pub struct ShareStatus {
     /// what it had: one entry per node, written by that node's driver alone (server-side
     /// apply, its own field manager) and removed by it once its volumes are current again.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_NODE_ENTRIES))]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["node"]))]
     pub nodes_not_updated: Vec<NodeNotUpdated>,
 }
@@ -39,11 +46,14 @@ pub struct ShareStatus {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct NodeNotUpdated {
     /// The node's name.
+    #[schemars(length(min = 1, max = 253))]
     pub node: String,
     /// How many of its volumes, and why the first could not be updated (the driver's words,
     /// naming what to change; never the content).
+    #[schemars(length(max = MAX_NODE_MESSAGE))]
     pub message: String,
     /// Since when (RFC 3339).
+    #[schemars(length(max = 64))]
     pub since: String,
 }
 
@@ -97,9 +107,14 @@ mod tests {
     fn crds_yaml() -> Result<String, String> {
         use kube::CustomResourceExt as _;
         let mut text = String::from(
-            "# Generated from driver/api/src/shares.rs and projection/spec.rs; `UPDATE_CRDS=1 cargo test -p sharedresource-api crds` rewrites it.\n",
+            "# Generated from driver/api/src/shares.rs, projection/spec.rs and node_view.rs; `UPDATE_CRDS=1 cargo test -p sharedresource-api crds` rewrites it.\n",
         );
-        for crd in [SharedSecret::crd(), SharedConfigMap::crd(), crate::projection::spec::SharedProjection::crd()] {
+        for crd in [
+            SharedSecret::crd(),
+            SharedConfigMap::crd(),
+            crate::projection::spec::SharedProjection::crd(),
+            crate::node_view::SharedResourceNode::crd(),
+        ] {
             text.push_str("---\n");
             text.push_str(&serde_saphyr::to_string(&crd).map_err(|e| e.to_string())?);
         }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::apiserver_client::ApiserverClients;
 use crate::content::ask::VolumeAsk;
 use crate::content::changes::{Absence, Changes};
-use crate::content::cluster::Cluster;
+use crate::content::cluster::{Cluster, NoticeSettings};
 use crate::content::error::Result;
 use crate::content::external::provider_volume;
 use crate::content::external::providers::Providers;
@@ -62,10 +62,11 @@ impl KubernetesSource {
         self
     }
 
-    /// The same source, reporting in the shares' status, as node `node`, the volumes of this
-    /// node that could not take an update.
-    pub fn with_node(mut self, node: String) -> KubernetesSource {
-        self.cluster = self.cluster.with_node(node);
+    /// The same source as node `node`: reporting in the shares' status the volumes of this node
+    /// that could not take an update, and hearing of grant changes through its own object as
+    /// `notices` says.
+    pub fn with_node(mut self, node: String, notices: NoticeSettings) -> KubernetesSource {
+        self.cluster = self.cluster.with_node(node, notices);
         self
     }
 
@@ -105,6 +106,8 @@ impl KubernetesSource {
     /// of what it marks optional is told to its pod (through the changes, to the refresher).
     async fn payload(&self, request: &VolumeAsk, pass: Option<PassId>) -> Result<Payload> {
         let cluster = &self.cluster;
+        // Before any access is asked: a grant change from now on reaches this volume.
+        cluster.node_view().note(&request.volume_id, &request.pod.namespace);
         let (files, absent) = match volume_of(request)? {
             Selection::Share(kind, share) => {
                 let optional = request.attributes.get(OPTIONAL_ATTRIBUTE).is_some_and(|value| value == "true");
@@ -156,6 +159,7 @@ impl ContentSource for KubernetesSource {
     }
 
     fn lazy(&self, request: &VolumeAsk) -> Result<Option<Arc<dyn LazyFiles>>> {
+        self.cluster.node_view().note(&request.volume_id, &request.pod.namespace);
         let lazy = provider_volume::lazy_files(&self.cluster, &self.providers, request);
         self.cluster.runtime().block_on(lazy)
     }
@@ -187,12 +191,14 @@ impl ContentSource for KubernetesSource {
     fn live_volumes(&self, volume_ids: &std::collections::HashSet<String>) {
         self.absences.retain_live(volume_ids);
         self.cluster.update_failures().retain_live(volume_ids);
+        self.cluster.node_view().retain_live(volume_ids);
     }
 
     fn released(&self, volume_id: &str) {
         self.providers.release(volume_id);
         self.absences.forget(volume_id);
         self.cluster.update_failures().released(volume_id);
+        self.cluster.node_view().released(volume_id);
     }
 
     fn object_versions(&self, volume_id: &str) -> std::collections::BTreeMap<String, String> {

@@ -1,6 +1,6 @@
 //! The command line of `sharedresource-read-grants`: which cluster, which ServiceAccount the
-//! grants are for, whether it restarts workloads on a share's change (`crate::rollout`), then the
-//! controllers until SIGTERM.
+//! grants are for, the lease of the access notices (`crate::access_notices`), whether it
+//! restarts workloads on a share's change (`crate::rollout`), then the controllers until SIGTERM.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -33,6 +33,10 @@ struct Flags {
     /// Requests sent at once after a quiet time (client-go's Burst).
     #[arg(long, value_name = "N", default_value_t = 40, value_parser = clap::value_parser!(u32).range(1..))]
     apiserver_burst: u32,
+    /// The Lease renewed while grant changes are told to the nodes (NAMESPACE/NAME); the drivers'
+    /// `accessLease` names the same.
+    #[arg(long, value_name = "NAMESPACE/NAME", default_value = sharedresource_api::node_view::DEFAULT_LEASE)]
+    access_lease: String,
     /// Also restart the workloads labelled `sharedresource.inlineguard.dev/restart-on-change=true`
     /// when a share their pods mount changes (needs config/deploy/driver/rollout-on-change.yaml).
     #[arg(long)]
@@ -51,6 +55,8 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
 
 fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
     let driver = DriverAccount::parse(&flags.driver_service_account)?;
+    let lease = crate::access_notices::lease::LeaseRef::parse(&flags.access_lease)
+        .map_err(|e| format!("--access-lease: {e}"))?;
     if flags.request_timeout_seconds == 0 {
         return Err("--request-timeout-seconds must be at least 1".into());
     }
@@ -73,8 +79,10 @@ fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
             }
         };
         let grants = super::controller::run(client.clone(), driver, timeout);
+        let notices = crate::access_notices::controller::NoticeSettings { lease, timeout };
+        let notices = crate::access_notices::controller::run(client.clone(), notices);
         tokio::select! {
-            _ = futures_util::future::join(grants, rollout) => {}
+            _ = futures_util::future::join3(grants, rollout, notices) => {}
             _ = terminate.recv() => {}
             _ = interrupt.recv() => {}
         }

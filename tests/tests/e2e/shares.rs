@@ -170,7 +170,10 @@ impl InProcessDriver {
         let metrics = plugin.metrics.clone();
         // It reads pods, as the suite's node does: the projection scenarios show pod labels.
         let source = KubernetesSource::new(client, tokio::runtime::Handle::current(), metrics.clone());
-        let source = source.with_pod_metadata(true).with_providers(providers).with_node(IN_PROCESS_NODE.into());
+        let source = source
+            .with_pod_metadata(true)
+            .with_providers(providers)
+            .with_node(IN_PROCESS_NODE.into(), Default::default());
         plugin.content = std::sync::Arc::new(source);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let running = tokio::spawn(plugin.run(async {

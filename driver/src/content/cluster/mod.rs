@@ -1,9 +1,10 @@
 //! The content layer's one way to the cluster: [`Cluster`], the handle every cluster-backed
 //! source reads through. It holds the apiserver client and the runtime its calls run on, the
 //! request timeout ([`Cluster::ask`]), the watches and what they keep (the shares and their
-//! backing objects' latest copies in [`cache`], which objects were served in [`watch`], the
-//! grants' changes in [`grant_watch`] and [`grants`]), the access answers held until a grant's
-//! change may concern them ([`held_answers`], asked in [`access`]), the refresh passes and what
+//! backing objects' latest copies in [`cache`], which objects were served in [`watch`]), this
+//! node's own object through which grant changes arrive ([`node_view`]) and the lease that says
+//! they do ([`notice_lease`]), the access answers held until a grant's change may concern them
+//! ([`held_answers`], asked in [`access`]), the refresh passes and what
 //! each saw ([`pass`], the shares' status written from it in [`share_status`]), and the metrics.
 //! The two kinds of share as types for code generic over them are in [`share_types`].
 //!
@@ -12,9 +13,9 @@
 
 pub mod access;
 pub mod cache;
-pub mod grant_watch;
-pub mod grants;
 pub mod held_answers;
+pub mod node_view;
+pub mod notice_lease;
 pub mod pass;
 pub mod share_status;
 pub mod share_types;
@@ -27,10 +28,11 @@ use std::time::Duration;
 
 use self::cache::ShareCache;
 use self::held_answers::{DEFAULT_ACCESS_RECHECK, HeldAnswers};
+use self::node_view::NodeView;
 use self::pass::Pass;
 use self::update_failures::UpdateFailures;
 use self::watch::{Served, watch_changes};
-use crate::apiserver_client::ApiserverClients;
+use crate::apiserver_client::{ApiserverClients, WatchConnections};
 use crate::apiserver_request::DEFAULT_REQUEST_TIMEOUT;
 use crate::content::PassId;
 use crate::content::changes::Changes;
@@ -52,14 +54,46 @@ pub struct Cluster {
     metrics: Arc<Metrics>,
     request_timeout: Duration,
     watches: tokio::task::JoinHandle<()>,
-    /// This node's name, for its entries in the shares' status; none written without it.
+    watch_connections: Arc<WatchConnections>,
+    /// This node's name, for its entries in the shares' status and its own object; neither
+    /// written without it.
     node: Option<String>,
     update_failures: Arc<UpdateFailures>,
+    /// The namespaces of the volumes whose access this node checks.
+    node_view: Arc<NodeView>,
+    /// The node's own object and the notices' lease followed, once it has a name.
+    node_watches: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Drop for Cluster {
     fn drop(&mut self) {
         self.watches.abort();
+        if let Some(watches) = &self.node_watches {
+            watches.abort();
+        }
+    }
+}
+
+/// How a node hears of grant changes.
+#[derive(Debug, Clone)]
+pub struct NoticeSettings {
+    /// The Lease the access-notices controller renews (`accessLease`).
+    pub lease: sharedresource_api::node_view::LeaseRef,
+    /// How often every access answer is asked again while it is not renewed
+    /// (`accessFallbackSeconds`).
+    pub fallback: Duration,
+}
+
+/// How often a node that hears no notices asks every access answer again, by default.
+pub const DEFAULT_ACCESS_FALLBACK: Duration = Duration::from_secs(30);
+
+impl Default for NoticeSettings {
+    fn default() -> NoticeSettings {
+        NoticeSettings {
+            lease: sharedresource_api::node_view::LeaseRef::parse(sharedresource_api::node_view::DEFAULT_LEASE)
+                .expect("the default lease is a valid NAMESPACE/NAME"),
+            fallback: DEFAULT_ACCESS_FALLBACK,
+        }
     }
 }
 
@@ -82,7 +116,7 @@ impl Cluster {
             move |look| answers.look(look)
         });
         let watches = runtime.spawn(watch_changes(
-            watch_connections,
+            watch_connections.clone(),
             served.clone(),
             cache.clone(),
             changes.clone(),
@@ -99,8 +133,11 @@ impl Cluster {
             metrics,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             watches,
+            watch_connections,
             node: None,
             update_failures: Arc::default(),
+            node_view: Arc::default(),
+            node_watches: None,
         }
     }
 
@@ -200,10 +237,43 @@ impl Cluster {
         }
     }
 
-    /// The same cluster, writing entries of node `node` in the shares' status.
-    pub fn with_node(mut self, node: String) -> Cluster {
+    /// The same cluster as node `node`: writing its entries in the shares' status, and its own
+    /// `SharedResourceNode`, through which it hears of grant changes as `notices` says. Without
+    /// a node, grant changes reach volumes only when their answers are due.
+    pub fn with_node(mut self, node: String, notices: NoticeSettings) -> Cluster {
+        // Two watches of one named object each: this node's own, and the lease.
+        match self.watch_connections.lease(2) {
+            Ok(lease) => {
+                let view = node_view::follow(
+                    (self.client.clone(), lease.client.clone()),
+                    node.clone(),
+                    self.node_view.clone(),
+                    self.changes.clone(),
+                    (self.metrics.clone(), self.request_timeout),
+                );
+                let heard = notice_lease::follow(
+                    lease.client.clone(),
+                    notices.lease,
+                    self.changes.clone(),
+                    notices.fallback,
+                    self.metrics.clone(),
+                );
+                self.node_watches = Some(self.runtime.spawn(async move {
+                    let _lease = lease;
+                    futures_util::future::join(view, heard).await;
+                }));
+            }
+            Err(error) => {
+                tracing::warn!(error = %crate::quote::Logged(&error), "no connection for this node's view; grant changes reach volumes only when their answers are due");
+            }
+        }
         self.node = Some(node);
         self
+    }
+
+    /// The namespaces of the volumes whose access this node checks.
+    pub fn node_view(&self) -> &NodeView {
+        &self.node_view
     }
 
     /// Which shares' volumes on this node could not take an update.

@@ -1,11 +1,11 @@
 //! What makes a volume's content change, watched so that a change applies at once rather than at
 //! the next periodic refresh: shares (created, edited, deleted), the Secrets and ConfigMaps they
-//! name (each watched on its own, once this node served a volume from it), grants (bindings and roles, in
-//! [`super::grant_watch`]), and projections. The watches of backing objects and projections are
+//! name (each watched on its own, once this node served a volume from it), and projections; grant
+//! changes arrive through this node's own object ([`super::node_view`]). The watches of backing objects and projections are
 //! metadata-only: no Secret data ever reaches the driver through them. An event only notes which
 //! volumes to refresh (a share's event: that share's volumes; a backing object's: the volumes of
 //! the shares it served, and of the projections showing those shares; a projection's: its
-//! volumes; a grant's: the volumes of the pods whose service accounts it concerns), and the
+//! volumes; a grant notice's: the volumes of the namespaces it names), and the
 //! refresher computes those again through the same path as the periodic refresh, so the two
 //! cannot disagree; the periodic refresh stays the backstop for anything a watch misses.
 
@@ -106,9 +106,10 @@ enum Interest {
     Projection,
 }
 
-/// The cluster-wide watches of [`watch_changes`]: shares of two kinds, bindings and roles of two
-/// kinds each, and projections.
-const CLUSTER_WIDE_WATCHES: usize = 7;
+/// The cluster-wide watches of [`watch_changes`]: shares of two kinds, and projections. Grants
+/// are not watched here: the node hears of their changes through its own object
+/// ([`super::node_view`]).
+const CLUSTER_WIDE_WATCHES: usize = 3;
 
 /// Watches everything a volume depends on over `connections`, noting in `wake` what each
 /// change touches; runs until dropped.
@@ -136,8 +137,7 @@ pub async fn watch_changes(
             m(),
         ),
         follow_shares::<SharedConfigMap>((client.clone(), connections), (served, cache), wake.clone(), m()),
-        futures_util::future::join3(
-            super::grant_watch::watch_grants(client.clone(), wake.clone(), m()),
+        futures_util::future::join(
             wake_on::<SharedProjection>(
                 Api::all(client),
                 watcher::Config::default(),

@@ -1,0 +1,160 @@
+//! The node's view by name: a cluster-scoped `SharedResourceNode` per node, named after it. The
+//! node's driver writes the spec (which namespaces have volumes on it that the access check
+//! guards); the access-notices controller, the one place that watches the cluster's RBAC, writes
+//! the status (per namespace, when it last noticed a grant change there, and when it last
+//! noticed one that may concern every namespace). Each driver watches its own object by name, so a
+//! binding changed in a namespace costs one write per node serving that namespace and nothing
+//! anywhere else, and no node keeps a copy of the cluster's RBAC.
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The most namespaces a node's object lists. A node with more sets `everyNamespace` instead,
+/// and is told of every grant change: never fewer notices than it needs.
+pub const MAX_NAMESPACES: usize = 256;
+
+/// The Lease the access-notices controller renews while it tells nodes of grant changes, as
+/// shipped (in the driver's namespace). A node that sees it renewed holds access answers until a
+/// notice concerns them; one that does not checks every answer again on its own, every
+/// `accessFallbackSeconds`.
+pub const DEFAULT_LEASE: &str = "inline-guard-driver/sharedresource-access-notices";
+/// How long a renewal is good for: a node that has seen none for this long falls back.
+pub const LEASE_SECONDS: u64 = 40;
+/// How often the controller renews the lease (a quarter of [`LEASE_SECONDS`]: three renewals
+/// may be lost before any node falls back).
+pub const LEASE_RENEW_SECONDS: u64 = 10;
+
+/// A Lease by namespace and name, as `NAMESPACE/NAME`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseRef {
+    /// Its namespace.
+    pub namespace: crate::NamespaceName,
+    /// Its name.
+    pub name: crate::ObjectName,
+}
+
+impl LeaseRef {
+    /// `NAMESPACE/NAME`, each a valid name; otherwise what is wrong, quoting at most a little.
+    pub fn parse(text: &str) -> Result<LeaseRef, String> {
+        let quoted = crate::quote::quote(text);
+        let (namespace, name) = text.split_once('/').ok_or_else(|| format!("{quoted} is not NAMESPACE/NAME"))?;
+        Ok(LeaseRef {
+            namespace: crate::NamespaceName::parse(namespace).map_err(|e| format!("{quoted}: {e}"))?,
+            name: crate::ObjectName::parse(name).map_err(|e| format!("{quoted}: {e}"))?,
+        })
+    }
+}
+
+impl std::fmt::Display for LeaseRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace.as_str(), self.name.as_str())
+    }
+}
+
+/// What the node's driver says of its volumes.
+#[derive(CustomResource, Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "sharedresource.inlineguard.dev",
+    version = "v1alpha1",
+    kind = "SharedResourceNode",
+    plural = "sharedresourcenodes",
+    status = "GrantChanges",
+    printcolumn = r#"{"name": "Every namespace", "type": "boolean", "jsonPath": ".spec.everyNamespace"}"#,
+    printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct SharedResourceNodeSpec {
+    /// The namespaces of the pods whose volumes on this node the access check guards (shares,
+    /// projections, providers), sorted; written by this node's driver alone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_NAMESPACES), inner(length(min = 1, max = 63)))]
+    pub namespaces: Vec<String>,
+    /// Set when the node has volumes in more namespaces than `namespaces` may list: it is told
+    /// of every grant change.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub every_namespace: bool,
+}
+
+/// What the access-notices controller tells the node: values that change whenever a grant may
+/// have changed. The node compares them with what it saw last; a value that moved (or appeared)
+/// asks it to check again the access of its volumes of that namespace, or of every volume.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GrantChanges {
+    /// One entry per namespace the spec lists (the controller drops the others).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_NAMESPACES))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["namespace"]))]
+    pub namespaces: Vec<NamespaceGrantChanges>,
+    /// When (Unix milliseconds, raised by at least one each time) the controller last noticed a
+    /// change that may concern every namespace: a ClusterRole or ClusterRoleBinding that can
+    /// grant `use`, or a relist of its watches (it may have missed one).
+    #[serde(default)]
+    pub every_namespace: i64,
+}
+
+/// When the controller last noticed a grant change in one namespace (or first told the node of
+/// it: a namespace new to the node is looked at once, for a change made before the controller
+/// knew the node served it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct NamespaceGrantChanges {
+    /// The namespace.
+    #[schemars(length(min = 1, max = 63))]
+    pub namespace: String,
+    /// Unix milliseconds, raised by at least one each time: only its change matters.
+    pub noticed: i64,
+}
+
+impl GrantChanges {
+    /// When a change in `namespace` was last noticed, if the node was told of it.
+    pub fn of(&self, namespace: &str) -> Option<i64> {
+        self.namespaces.iter().find(|entry| entry.namespace == namespace).map(|entry| entry.noticed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::CustomResourceExt as _;
+
+    #[test]
+    fn a_node_s_object_is_cluster_scoped_and_its_lists_are_bounded() {
+        let crd = SharedResourceNode::crd();
+        assert_eq!(crd.spec.scope, "Cluster");
+        let schema = serde_json::to_value(&crd.spec.versions[0].schema).unwrap();
+        let spec = &schema["openAPIV3Schema"]["properties"]["spec"]["properties"];
+        assert_eq!(spec["namespaces"]["maxItems"], MAX_NAMESPACES);
+        assert_eq!(spec["namespaces"]["items"]["maxLength"], 63);
+        let status = &schema["openAPIV3Schema"]["properties"]["status"]["properties"];
+        assert_eq!(status["namespaces"]["maxItems"], MAX_NAMESPACES);
+        assert_eq!(status["namespaces"]["x-kubernetes-list-map-keys"][0], "namespace");
+        assert!(
+            crd.spec.versions[0].subresources.as_ref().and_then(|s| s.status.as_ref()).is_some(),
+            "status is a subresource"
+        );
+    }
+
+    #[test]
+    fn a_lease_is_named_namespace_slash_name() {
+        let lease = LeaseRef::parse(DEFAULT_LEASE).unwrap();
+        assert_eq!(
+            (lease.namespace.as_str(), lease.name.as_str()),
+            ("inline-guard-driver", "sharedresource-access-notices")
+        );
+        assert_eq!(lease.to_string(), DEFAULT_LEASE);
+        for bad in ["no-slash", "/name", "ns/", "Ns/name", "ns/na me"] {
+            assert!(LeaseRef::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_namespace_s_notice_is_found_by_its_name() {
+        let changes = GrantChanges {
+            namespaces: vec![NamespaceGrantChanges { namespace: "team-a".into(), noticed: 3 }],
+            every_namespace: 1,
+        };
+        assert_eq!(changes.of("team-a"), Some(3));
+        assert_eq!(changes.of("team-b"), None);
+    }
+}

@@ -1,0 +1,309 @@
+//! The access-notices controller: the one place that watches the cluster's RBAC. It follows
+//! Roles and RoleBindings by their metadata alone (a change concerns its namespace, whatever it
+//! names), ClusterRoles and ClusterRoleBindings whole (made by the cluster's operators; only the
+//! names of ClusterRoles that can grant `use` are kept) and every node's `SharedResourceNode`;
+//! gathers what each change concerns ([`super::plan`]) for [`GATHER`], and writes the status of
+//! each node it concerns, and of no other. A relist of any watch (it may have missed changes,
+//! and it happens at every start) concerns every namespace. A failed write is owed to its node
+//! and tried again with backoff. Beside it, the lease the nodes read as "the notices are kept"
+//! ([`super::lease`]) is renewed once every watch has listed.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::StreamExt as _;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use kube::api::{Api, PartialObjectMeta, Patch, PatchParams};
+use kube::runtime::WatchStreamExt as _;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher::{self, Event};
+use kube::{Client, Resource, ResourceExt as _};
+use tokio::sync::Notify;
+use tracing::{info, warn};
+
+use super::lease::{LeaseRef, keep_renewed};
+use super::plan::{Concerns, GrantingClusterRoles, Notices, next_status};
+use crate::apiserver_request::ask;
+use crate::quote::Logged;
+use crate::unpoisoned::UnpoisonedMutex;
+use sharedresource_api::node_view::{GrantChanges, SharedResourceNode};
+
+/// How long notices are gathered before the nodes are written: a burst of binding changes costs
+/// each node one write, while a revocation waits at most this long here.
+pub const GATHER: Duration = Duration::from_millis(50);
+/// Objects listed per page: metadata only for Roles and RoleBindings (a tenant's annotations at
+/// most), so a page stays a few MiB whatever tenants make.
+const PAGE: u32 = 20;
+/// Node writes in flight at once.
+const WRITES_AT_ONCE: usize = 16;
+/// The first wait before owed writes are tried again, doubled up to [`MAX_RETRY`].
+const FIRST_RETRY: Duration = Duration::from_millis(500);
+const MAX_RETRY: Duration = Duration::from_secs(30);
+
+/// What the controller needs to run.
+#[derive(Debug, Clone)]
+pub struct NoticeSettings {
+    /// The lease renewed while the notices are kept.
+    pub lease: LeaseRef,
+    /// How long one request may take.
+    pub timeout: Duration,
+}
+
+/// Notices gathered since the last write, and the nodes whose object changed.
+#[derive(Debug, Default)]
+struct Gathered {
+    state: Mutex<(Notices, HashSet<String>)>,
+    arrived: Notify,
+}
+
+impl Gathered {
+    fn add(&self, concerns: Concerns) {
+        if concerns == Concerns::Nobody {
+            return;
+        }
+        self.state.locked().0.add(concerns);
+        self.arrived.notify_one();
+    }
+
+    fn node_changed(&self, name: String) {
+        self.state.locked().1.insert(name);
+        self.arrived.notify_one();
+    }
+
+    fn take(&self) -> (Notices, HashSet<String>) {
+        std::mem::take(&mut *self.state.locked())
+    }
+}
+
+/// Runs the controller with `client` until dropped.
+pub async fn run(client: Client, settings: NoticeSettings) {
+    let gathered = Arc::new(Gathered::default());
+    let nodes = follow_nodes(Api::all(client.clone()), gathered.clone());
+    let listed = Arc::new(ListedWatches::default());
+    tokio::spawn(follow_namespaced::<Role>(Api::all(client.clone()), gathered.clone(), listed.clone()));
+    tokio::spawn(follow_namespaced::<RoleBinding>(Api::all(client.clone()), gathered.clone(), listed.clone()));
+    let roles = Arc::new(Mutex::new(GrantingClusterRoles::default()));
+    let cluster_roles = follow_cluster_roles(Api::all(client.clone()), roles.clone(), gathered.clone(), listed.clone());
+    tokio::spawn(cluster_roles);
+    let bindings = follow_cluster_role_bindings(Api::all(client.clone()), roles, gathered.clone(), listed.clone());
+    tokio::spawn(bindings);
+    if nodes.wait_until_ready().await.is_err() {
+        return;
+    }
+    listed.wait_for(RBAC_WATCHES).await;
+    info!("every watch has listed; telling nodes of grant changes");
+    let renew = keep_renewed(client.clone(), settings.lease.clone(), settings.timeout);
+    futures_util::future::join(renew, write_notices(client, nodes, gathered, settings.timeout)).await;
+}
+
+/// The RBAC watches whose first list the lease waits for.
+const RBAC_WATCHES: usize = 4;
+
+/// Counts the RBAC watches that have listed once.
+#[derive(Debug, Default)]
+struct ListedWatches {
+    count: tokio::sync::watch::Sender<usize>,
+}
+
+impl ListedWatches {
+    fn first_listed(&self) {
+        self.count.send_modify(|count| *count += 1);
+    }
+
+    async fn wait_for(&self, watches: usize) {
+        let mut count = self.count.subscribe();
+        let _ = count.wait_for(|count| *count >= watches).await;
+    }
+}
+
+/// Every node's object, kept without managed fields; each event marks its node to be looked at.
+fn follow_nodes(api: Api<SharedResourceNode>, gathered: Arc<Gathered>) -> Store<SharedResourceNode> {
+    let (store, writer) = reflector::store();
+    let events = watcher::watcher(api, watcher::Config::default().page_size(100))
+        .default_backoff()
+        .modify(|node: &mut SharedResourceNode| node.meta_mut().managed_fields = None)
+        .reflect(writer);
+    tokio::spawn(events.for_each(move |event| {
+        match event {
+            Ok(Event::Apply(node) | Event::InitApply(node)) => gathered.node_changed(node.name_any()),
+            Ok(_) => {}
+            Err(error) => watch_failed("SharedResourceNode", &error),
+        }
+        std::future::ready(())
+    }));
+    store
+}
+
+/// Roles or RoleBindings (`K`), metadata only: a change concerns its namespace.
+async fn follow_namespaced<K>(api: Api<PartialObjectMeta<K>>, gathered: Arc<Gathered>, listed: Arc<ListedWatches>)
+where
+    K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+{
+    let mut first = true;
+    let mut events = watcher::watcher(api, watcher::Config::default().page_size(PAGE)).default_backoff().boxed();
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(Event::Init | Event::InitApply(_)) => {}
+            Ok(Event::InitDone) => {
+                gathered.add(Concerns::EveryNamespace);
+                if std::mem::take(&mut first) {
+                    listed.first_listed();
+                }
+            }
+            Ok(Event::Apply(object) | Event::Delete(object)) => {
+                gathered.add(Concerns::Namespace(object.metadata.namespace.unwrap_or_default()))
+            }
+            Err(error) => watch_failed(&K::kind(&()), &error),
+        }
+    }
+}
+
+/// ClusterRoles, whole: the names of those that can grant `use` are kept.
+async fn follow_cluster_roles(
+    api: Api<ClusterRole>,
+    roles: Arc<Mutex<GrantingClusterRoles>>,
+    gathered: Arc<Gathered>,
+    listed: Arc<ListedWatches>,
+) {
+    let mut relisting: Vec<String> = Vec::new();
+    let mut first = true;
+    let mut events = watcher::watcher(api, watcher::Config::default().page_size(PAGE)).default_backoff().boxed();
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(Event::Init) => relisting.clear(),
+            Ok(Event::InitApply(role)) => {
+                if super::plan::can_grant_use(role.rules.as_deref().unwrap_or_default()) {
+                    relisting.push(role.name_any());
+                }
+            }
+            Ok(Event::InitDone) => {
+                let mut known = roles.locked();
+                known.relisted(std::mem::take(&mut relisting));
+                info!(granting = known.len(), "ClusterRoles that can grant use listed");
+                drop(known);
+                gathered.add(Concerns::EveryNamespace);
+                if std::mem::take(&mut first) {
+                    listed.first_listed();
+                }
+            }
+            Ok(Event::Apply(role)) => {
+                let concerns =
+                    roles.locked().changed(&role.name_any(), Some(role.rules.as_deref().unwrap_or_default()));
+                gathered.add(concerns);
+            }
+            Ok(Event::Delete(role)) => {
+                let concerns = roles.locked().changed(&role.name_any(), None);
+                gathered.add(concerns);
+            }
+            Err(error) => watch_failed("ClusterRole", &error),
+        }
+    }
+}
+
+/// ClusterRoleBindings, whole: a change concerns everyone when the role it names can grant `use`.
+/// One seen before the ClusterRoles have listed concerns nobody yet: their list's end concerns
+/// everyone.
+async fn follow_cluster_role_bindings(
+    api: Api<ClusterRoleBinding>,
+    roles: Arc<Mutex<GrantingClusterRoles>>,
+    gathered: Arc<Gathered>,
+    listed: Arc<ListedWatches>,
+) {
+    let mut first = true;
+    let config = watcher::Config::default().page_size(PAGE);
+    let mut events = watcher::watcher(api, config).default_backoff().boxed();
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(Event::Init | Event::InitApply(_)) => {}
+            Ok(Event::InitDone) => {
+                gathered.add(Concerns::EveryNamespace);
+                if std::mem::take(&mut first) {
+                    listed.first_listed();
+                }
+            }
+            Ok(Event::Apply(binding) | Event::Delete(binding)) => {
+                let concerns = roles.locked().binding_changed(&binding.role_ref.kind, &binding.role_ref.name);
+                gathered.add(concerns);
+            }
+            Err(error) => watch_failed("ClusterRoleBinding", &error),
+        }
+    }
+}
+
+/// Writes the nodes' status as notices arrive: after each [`GATHER`], every node the notices
+/// concern (or whose object changed) gets the status [`next_status`] computes, when it differs.
+/// What the controller wrote last is its base for the next write (its own watch may lag it).
+async fn write_notices(client: Client, nodes: Store<SharedResourceNode>, gathered: Arc<Gathered>, timeout: Duration) {
+    let api = Api::<SharedResourceNode>::all(client);
+    let mut written: HashMap<String, GrantChanges> = HashMap::new();
+    let mut owed: HashMap<String, Notices> = HashMap::new();
+    let mut retry = FIRST_RETRY;
+    loop {
+        if owed.is_empty() {
+            gathered.arrived.notified().await;
+        } else {
+            tokio::select! {
+                _ = gathered.arrived.notified() => {}
+                _ = tokio::time::sleep(retry) => {}
+            }
+        }
+        tokio::time::sleep(GATHER).await;
+        let (notices, changed) = gathered.take();
+        let now = now_millis();
+        let mut writes = Vec::new();
+        for node in nodes.state() {
+            let name = node.name_any();
+            let mut due = owed.remove(&name).unwrap_or_default();
+            if notices.concern(&node.spec) {
+                due.every_namespace |= notices.every_namespace;
+                due.namespaces.extend(notices.namespaces.iter().cloned());
+            }
+            if due.is_empty() && !changed.contains(&name) {
+                continue;
+            }
+            let current = written.get(&name).cloned().unwrap_or_else(|| node.status.clone().unwrap_or_default());
+            if let Some(status) = next_status(&node.spec, &current, &due, now) {
+                writes.push((name, status, due));
+            }
+        }
+        written.retain(|name, _| nodes.get(&reflector::ObjectRef::new(name)).is_some());
+        let results = futures_util::stream::iter(writes)
+            .map(|(name, status, due)| {
+                let api = api.clone();
+                async move {
+                    let patch = Patch::Merge(serde_json::json!({ "status": status }));
+                    let what = || format!("telling node {name} of grant changes");
+                    let wrote = ask(timeout, what, api.patch_status(&name, &PatchParams::default(), &patch)).await;
+                    (name, status, due, wrote.map(drop))
+                }
+            })
+            .buffer_unordered(WRITES_AT_ONCE)
+            .collect::<Vec<_>>()
+            .await;
+        let mut failed = false;
+        for (name, status, due, wrote) in results {
+            match wrote {
+                Ok(()) => {
+                    written.insert(name, status);
+                }
+                Err(error) => {
+                    warn!(node = %name, error = %Logged(&error), "a node could not be told of grant changes; trying again");
+                    owed.insert(name, due);
+                    failed = true;
+                }
+            }
+        }
+        retry = if failed { (retry * 2).min(MAX_RETRY) } else { FIRST_RETRY };
+    }
+}
+
+fn now_millis() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| i64::try_from(since.as_millis()).unwrap_or(i64::MAX))
+}
+
+fn watch_failed(kind: &str, error: &watcher::Error) {
+    warn!(kind = %kind, error = %Logged(error), "watch failed; retrying with backoff");
+}

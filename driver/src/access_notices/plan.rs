@@ -1,0 +1,264 @@
+//! The access-notices rule, pure: which namespaces a change of RBAC may concern, and what a
+//! node's `SharedResourceNode` status must say after the notices gathered since the last write.
+//!
+//! A Role or RoleBinding grants only within its own namespace, so its change concerns that
+//! namespace's pods alone, whatever it names: nothing of it need be kept (a tenant's bindings,
+//! however many and however large, cost the controller one event each and nothing after). A
+//! ClusterRole concerns every namespace when its rules can grant `use` in this API group, before
+//! or after the change; a ClusterRoleBinding, when the ClusterRole it names can. Both are made by
+//! the cluster's operators alone; the names of the ClusterRoles that can grant `use` are all the
+//! controller keeps of them.
+
+use std::collections::{BTreeSet, HashSet};
+
+use k8s_openapi::api::rbac::v1::PolicyRule;
+use sharedresource_api::API_GROUP;
+use sharedresource_api::access::USE_VERB;
+use sharedresource_api::node_view::{GrantChanges, MAX_NAMESPACES, NamespaceGrantChanges, SharedResourceNodeSpec};
+
+/// What a change concerns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Concerns {
+    /// The pods of one namespace.
+    Namespace(String),
+    /// The pods of every namespace.
+    EveryNamespace,
+    /// Nobody: it cannot grant `use`, before or after.
+    Nobody,
+}
+
+/// Whether `rules` can grant `use` of something in the driver's API group (wildcards included).
+/// Resources are not looked at: any resource of the group may be what a share or provider's
+/// access question names, so a rule of the group with the verb counts.
+pub fn can_grant_use(rules: &[PolicyRule]) -> bool {
+    rules.iter().any(|rule| {
+        let groups = rule.api_groups.as_deref().unwrap_or_default();
+        groups.iter().any(|group| group == API_GROUP || group == "*")
+            && rule.verbs.iter().any(|verb| verb == USE_VERB || verb == "*")
+    })
+}
+
+/// The ClusterRoles that can grant `use` now, by name.
+#[derive(Debug, Default)]
+pub struct GrantingClusterRoles(HashSet<String>);
+
+impl GrantingClusterRoles {
+    /// ClusterRole `name` now has `rules` (`None`: deleted); what that concerns.
+    pub fn changed(&mut self, name: &str, rules: Option<&[PolicyRule]>) -> Concerns {
+        let before = self.0.contains(name);
+        let now = rules.is_some_and(can_grant_use);
+        if now {
+            self.0.insert(name.to_string());
+        } else {
+            self.0.remove(name);
+        }
+        if before || now { Concerns::EveryNamespace } else { Concerns::Nobody }
+    }
+
+    /// A relist's roles replace what was known.
+    pub fn relisted(&mut self, granting: impl IntoIterator<Item = String>) {
+        self.0 = granting.into_iter().collect();
+    }
+
+    /// What a ClusterRoleBinding's change concerns: every namespace when the role it names
+    /// (`kind`, `name`) is a ClusterRole that can grant `use`. A kind other than ClusterRole
+    /// binds nothing a ClusterRoleBinding can use; read as concerning everyone all the same, so
+    /// that only a check is lost, never a revocation.
+    pub fn binding_changed(&self, kind: &str, name: &str) -> Concerns {
+        match kind {
+            "ClusterRole" if !self.0.contains(name) => Concerns::Nobody,
+            _ => Concerns::EveryNamespace,
+        }
+    }
+
+    /// How many are known (for the log).
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether none is known.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// Notices gathered for the nodes since the last write.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Notices {
+    /// A change that may concern every namespace.
+    pub every_namespace: bool,
+    /// The namespaces where a grant changed.
+    pub namespaces: BTreeSet<String>,
+}
+
+impl Notices {
+    /// Adds what `concerns` says.
+    pub fn add(&mut self, concerns: Concerns) {
+        match concerns {
+            Concerns::Namespace(namespace) => {
+                self.namespaces.insert(namespace);
+            }
+            Concerns::EveryNamespace => self.every_namespace = true,
+            Concerns::Nobody => {}
+        }
+    }
+
+    /// Whether a node with `spec` is to be told of these.
+    pub fn concern(&self, spec: &SharedResourceNodeSpec) -> bool {
+        self.every_namespace
+            || (!self.namespaces.is_empty()
+                && (spec.every_namespace || spec.namespaces.iter().any(|n| self.namespaces.contains(n))))
+    }
+
+    /// Whether nothing was gathered.
+    pub fn is_empty(&self) -> bool {
+        !self.every_namespace && self.namespaces.is_empty()
+    }
+}
+
+/// What the status of a node with `spec` must say after `notices`, from `current` (what the
+/// controller last wrote or saw), at `now` (Unix milliseconds); `None` when it already says it.
+///
+/// Every namespace the spec lists has an entry: a new one is written at once (the node looks at
+/// that namespace once: a grant changed before the controller knew the node served it is not
+/// missed), one a notice names is raised, the others keep theirs; entries of namespaces the spec
+/// no longer lists go. A node whose spec says `everyNamespace` is told of every namespace's
+/// notices through `everyNamespace`. Each raised value is at least one more than before, so two
+/// notices in the same millisecond still change it.
+pub fn next_status(
+    spec: &SharedResourceNodeSpec,
+    current: &GrantChanges,
+    notices: &Notices,
+    now: i64,
+) -> Option<GrantChanges> {
+    let raise = |before: Option<i64>| before.map_or(now, |before| now.max(before.saturating_add(1)));
+    let listed: BTreeSet<&String> = spec.namespaces.iter().take(MAX_NAMESPACES).collect();
+    let namespaces = listed
+        .into_iter()
+        .map(|namespace| {
+            let before = current.of(namespace);
+            let noticed = match before {
+                Some(before) if !notices.namespaces.contains(namespace) => before,
+                before => raise(before),
+            };
+            NamespaceGrantChanges { namespace: namespace.clone(), noticed }
+        })
+        .collect();
+    let every = notices.every_namespace || (spec.every_namespace && !notices.namespaces.is_empty());
+    let every_namespace = if every { raise(Some(current.every_namespace)) } else { current.every_namespace };
+    let next = GrantChanges { namespaces, every_namespace };
+    (next != *current).then_some(next)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(groups: &[&str], verbs: &[&str]) -> PolicyRule {
+        PolicyRule {
+            api_groups: Some(groups.iter().map(|g| g.to_string()).collect()),
+            verbs: verbs.iter().map(|v| v.to_string()).collect(),
+            resources: Some(vec!["sharedsecrets".into()]),
+            ..PolicyRule::default()
+        }
+    }
+
+    fn spec(namespaces: &[&str]) -> SharedResourceNodeSpec {
+        SharedResourceNodeSpec {
+            namespaces: namespaces.iter().map(|n| n.to_string()).collect(),
+            every_namespace: false,
+        }
+    }
+
+    fn entry(namespace: &str, noticed: i64) -> NamespaceGrantChanges {
+        NamespaceGrantChanges { namespace: namespace.into(), noticed }
+    }
+
+    fn notices(namespaces: &[&str], every_namespace: bool) -> Notices {
+        Notices { every_namespace, namespaces: namespaces.iter().map(|n| n.to_string()).collect() }
+    }
+
+    #[test]
+    fn only_rules_of_the_group_with_the_use_verb_can_grant_use() {
+        struct Case {
+            name: &'static str,
+            rules: Vec<PolicyRule>,
+            can: bool,
+        }
+        for case in [
+            Case { name: "the group and use", rules: vec![rule(&[API_GROUP], &["use"])], can: true },
+            Case { name: "every group, use", rules: vec![rule(&["*"], &["use"])], can: true },
+            Case { name: "the group, every verb", rules: vec![rule(&[API_GROUP], &["*"])], can: true },
+            Case { name: "the group, reads only", rules: vec![rule(&[API_GROUP], &["get", "list"])], can: false },
+            Case { name: "another group's use", rules: vec![rule(&["policy"], &["use"])], can: false },
+            Case {
+                name: "use and the group in different rules",
+                rules: vec![rule(&["policy"], &["use"]), rule(&[API_GROUP], &["get"])],
+                can: false,
+            },
+            Case { name: "no rules", rules: vec![], can: false },
+        ] {
+            assert_eq!(can_grant_use(&case.rules), case.can, "{}", case.name);
+        }
+    }
+
+    #[test]
+    fn a_cluster_role_concerns_everyone_when_it_could_grant_use_before_or_after() {
+        let mut roles = GrantingClusterRoles::default();
+        let granting = [rule(&[API_GROUP], &["use"])];
+        let reading = [rule(&[API_GROUP], &["get"])];
+        assert_eq!(roles.changed("view", Some(&reading)), Concerns::Nobody);
+        assert_eq!(roles.changed("use-db", Some(&granting)), Concerns::EveryNamespace);
+        assert_eq!(roles.binding_changed("ClusterRole", "use-db"), Concerns::EveryNamespace);
+        assert_eq!(roles.binding_changed("ClusterRole", "view"), Concerns::Nobody);
+        assert_eq!(roles.binding_changed("Role", "view"), Concerns::EveryNamespace, "an unknown kind: everyone");
+        // Its rule taken away: a revocation, so everyone still.
+        assert_eq!(roles.changed("use-db", Some(&reading)), Concerns::EveryNamespace);
+        assert_eq!(roles.binding_changed("ClusterRole", "use-db"), Concerns::Nobody);
+        assert_eq!(roles.changed("use-db", None), Concerns::Nobody, "it could not grant before its deletion");
+        roles.changed("admin", Some(&granting));
+        assert_eq!(roles.changed("admin", None), Concerns::EveryNamespace);
+        roles.relisted(["edit".to_string()]);
+        assert_eq!((roles.len(), roles.binding_changed("ClusterRole", "edit")), (1, Concerns::EveryNamespace));
+    }
+
+    #[test]
+    fn a_namespace_s_notice_concerns_only_the_nodes_serving_it() {
+        let team_a = notices(&["team-a"], false);
+        assert!(team_a.concern(&spec(&["team-a", "team-b"])));
+        assert!(!team_a.concern(&spec(&["team-b"])));
+        assert!(!team_a.concern(&spec(&[])));
+        assert!(team_a.concern(&SharedResourceNodeSpec { namespaces: vec![], every_namespace: true }));
+        assert!(notices(&[], true).concern(&spec(&[])), "a change for every namespace concerns every node");
+        assert!(!Notices::default().concern(&SharedResourceNodeSpec { namespaces: vec![], every_namespace: true }));
+    }
+
+    #[test]
+    fn the_status_raises_what_a_notice_names_welcomes_new_namespaces_and_drops_the_rest() {
+        let current = GrantChanges { namespaces: vec![entry("team-a", 100), entry("gone", 50)], every_namespace: 7 };
+        let next = next_status(&spec(&["team-b", "team-a"]), &current, &notices(&["team-a"], false), 1_000).unwrap();
+        assert_eq!(next.namespaces, [entry("team-a", 1_000), entry("team-b", 1_000)]);
+        assert_eq!(next.every_namespace, 7, "no change for every namespace");
+
+        // The same notice again within the same millisecond still moves the value.
+        let again = next_status(&spec(&["team-a", "team-b"]), &next, &notices(&["team-a"], false), 1_000).unwrap();
+        assert_eq!(again.namespaces, [entry("team-a", 1_001), entry("team-b", 1_000)]);
+
+        // Nothing gathered and nothing new: nothing to write.
+        assert_eq!(next_status(&spec(&["team-a", "team-b"]), &again, &Notices::default(), 2_000), None);
+        // A notice elsewhere: nothing to write either.
+        assert_eq!(next_status(&spec(&["team-a", "team-b"]), &again, &notices(&["team-c"], false), 2_000), None);
+
+        let every = next_status(&spec(&["team-a"]), &again, &notices(&[], true), 2_000).unwrap();
+        assert_eq!((every.every_namespace, every.namespaces), (2_000, vec![entry("team-a", 1_001)]));
+    }
+
+    #[test]
+    fn a_node_with_too_many_namespaces_hears_every_namespace_s_notices() {
+        let node = SharedResourceNodeSpec { namespaces: vec![], every_namespace: true };
+        let current = GrantChanges::default();
+        let next = next_status(&node, &current, &notices(&["anywhere"], false), 5).unwrap();
+        assert_eq!(next.every_namespace, 5);
+        assert_eq!(next_status(&node, &next, &Notices::default(), 9), None);
+    }
+}

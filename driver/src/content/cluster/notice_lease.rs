@@ -1,0 +1,129 @@
+//! Whether grant changes reach this node: the access-notices controller renews its Lease every
+//! few seconds while it tells nodes of them, and this node watches that one Lease by name. While
+//! renewals arrive, access answers are held until a notice concerns them (or they are due). When
+//! none has arrived for [`LEASE_SECONDS`] (the controller is down, or this node cannot hear it),
+//! the node falls back to asking on its own: every answer is forgotten at once and again every
+//! `fallback`, so each volume's access is asked again at that pace and a revocation is never
+//! lost, only slower: at most `LEASE_SECONDS` + `fallback` after the controller's last renewal,
+//! and `fallback` (plus one refresh) after it. Time is this node's own (when a renewal was
+//! seen), never the controller's clock.
+
+use std::time::Duration;
+
+use futures_util::StreamExt as _;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::Api;
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::{WatchStreamExt as _, watcher as watch_stream};
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+use crate::content::changes::Changes;
+use crate::metrics::Metrics;
+use crate::quote::Logged;
+use sharedresource_api::node_view::{LEASE_SECONDS, LeaseRef};
+
+/// How this node hears of grant changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hearing {
+    /// Renewals arrive: notices do.
+    Notices,
+    /// None for too long: the node asks on its own.
+    OnItsOwn,
+}
+
+/// Which of the two, given when a renewal was last seen (`None`: never) and `now`.
+pub fn hearing(last_renewal: Option<Instant>, now: Instant) -> Hearing {
+    match last_renewal {
+        Some(at) if now.saturating_duration_since(at) < Duration::from_secs(LEASE_SECONDS) => Hearing::Notices,
+        _ => Hearing::OnItsOwn,
+    }
+}
+
+/// Follows `lease` on `client`, and while no renewal is heard, forgets every access answer in
+/// `wake` each `fallback`; runs until dropped.
+pub async fn follow(
+    client: kube::Client,
+    lease: LeaseRef,
+    wake: std::sync::Arc<Changes>,
+    fallback: Duration,
+    metrics: std::sync::Arc<Metrics>,
+) {
+    let (renewed, mut renewals) = watch::channel::<Option<Instant>>(None);
+    let api = Api::<Lease>::namespaced(client, lease.namespace.as_str());
+    let by_name = watcher::Config::default().fields(&format!("metadata.name={}", lease.name.as_str()));
+    let watching = async move {
+        let mut events = watch_stream(api, by_name).default_backoff().boxed();
+        let mut last_renew_time = None;
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(Event::Apply(lease) | Event::InitApply(lease)) => {
+                    let renew_time = lease.spec.and_then(|spec| spec.renew_time);
+                    if renew_time.is_some() && renew_time != last_renew_time {
+                        last_renew_time = renew_time;
+                        renewed.send_replace(Some(Instant::now()));
+                    }
+                }
+                Ok(_) => {}
+                Err(error) => {
+                    metrics.watch_error("Lease");
+                    warn!(error = %Logged(&error), "watch of the access notices' lease failed; retrying with backoff");
+                }
+            }
+        }
+    };
+    let falling_back = async move {
+        let mut state = Hearing::OnItsOwn;
+        let mut next_forget = Instant::now() + fallback;
+        loop {
+            let last = *renewals.borrow_and_update();
+            let now = Instant::now();
+            let heard = hearing(last, now);
+            match (state, heard) {
+                (Hearing::Notices, Hearing::OnItsOwn) => {
+                    warn!(
+                        fallback_seconds = fallback.as_secs(),
+                        "no renewal of the access notices' lease: checking every volume's access again on its own"
+                    );
+                    wake.grants_relisted();
+                    next_forget = now + fallback;
+                }
+                (Hearing::OnItsOwn, Hearing::Notices) => {
+                    info!("the access notices' lease is renewed: grant changes are heard")
+                }
+                (Hearing::OnItsOwn, Hearing::OnItsOwn) if now >= next_forget => {
+                    wake.grants_relisted();
+                    next_forget = now + fallback;
+                }
+                _ => {}
+            }
+            state = heard;
+            // Woken by a renewal, when the last one expires, or when the next forgetting is due.
+            let expires = last.map(|at| at + Duration::from_secs(LEASE_SECONDS));
+            let until = match state {
+                Hearing::Notices => expires.unwrap_or(next_forget),
+                Hearing::OnItsOwn => next_forget,
+            };
+            tokio::select! {
+                changed = renewals.changed() => if changed.is_err() { return },
+                _ = tokio::time::sleep_until(until) => {}
+            }
+        }
+    };
+    futures_util::future::join(watching, falling_back).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn notices_are_heard_only_while_a_renewal_is_recent() {
+        let now = Instant::now() + Duration::from_secs(1_000);
+        assert_eq!(hearing(None, now), Hearing::OnItsOwn, "never renewed");
+        assert_eq!(hearing(Some(now - Duration::from_secs(1)), now), Hearing::Notices);
+        assert_eq!(hearing(Some(now - Duration::from_secs(LEASE_SECONDS - 1)), now), Hearing::Notices);
+        assert_eq!(hearing(Some(now - Duration::from_secs(LEASE_SECONDS)), now), Hearing::OnItsOwn);
+    }
+}
