@@ -164,7 +164,7 @@ pub async fn content_changes_and_failed_updates_are_told_on_the_pod(suite: &Suit
         // The share's status says it too: this node's entry, its words the Event's reason.
         let entry = wait_for_node_entry(admin, |entries| entries.len() == 1).await?;
         let wanted = "1 volume on this node serves its previous content: the volume's content needs";
-        if entry[0]["node"] != crate::shares::IN_PROCESS_NODE || !entry[0]["message"].as_str().unwrap_or_default().starts_with(wanted) {
+        if entry[0]["node"] != driver.node.as_str() || !entry[0]["message"].as_str().unwrap_or_default().starts_with(wanted) {
             return Err(format!("the share's nodesNotUpdated is {entry:?}, expected this node's entry starting {wanted:?}"));
         }
         // Back to a size that fits: the content arrives, and the entry goes (seen above first).

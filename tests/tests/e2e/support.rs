@@ -126,6 +126,7 @@ impl Suite {
             objects_of_driver.extend(objects(&driver.join("pod-metadata.yaml"))?);
             apply(&admin, &objects_of_driver, false).await?;
             wait_established(&admin, "sharedsecrets.sharedresource.inlineguard.dev").await?;
+            wait_established(&admin, "sharedresourcenodes.sharedresource.inlineguard.dev").await?;
             let controller = cluster.kubeconfig_as(READ_GRANTS_USER)?;
             let read_grants = start_read_grants(&controller, cluster.run_dir())?;
             let identity =

@@ -96,22 +96,39 @@ async fn token_client(suite: &Suite, account: &str, user: &str) -> Result<kube::
     Ok(driver)
 }
 
-/// The controller may list and watch Roles and RoleBindings of its own name only: asked for
-/// every one, the apiserver refuses it, so no number of tenants' objects reaches its memory.
+/// The controller writes Roles and RoleBindings of its own name only, and reads what the access
+/// notices need: every Role and RoleBinding (metadata only, nothing of them kept: see
+/// `access_notices`), every node's SharedResourceNode, whose status only it may write. Asked to
+/// write a Role of another name, or a node's spec, the apiserver refuses it.
 pub async fn the_read_grants_controller_sees_only_objects_of_its_own_name(suite: &Suite) -> Outcome {
     let controller = token_client(suite, "sharedresource-read-grants", READ_GRANTS_USER).await?;
     let every = ListParams::default().limit(1);
     let named = ListParams::default().fields(&format!("metadata.name={GRANT}"));
+    let nodes = Api::<sharedresource_api::node_view::SharedResourceNode>::all(controller.clone());
     let seen = (
         allowed(Api::<Role>::all(controller.clone()).list_metadata(&named).await)?,
-        allowed(Api::<RoleBinding>::all(controller.clone()).list_metadata(&named).await)?,
-        allowed(Api::<Role>::all(controller.clone()).list_metadata(&every).await)?,
         allowed(Api::<RoleBinding>::all(controller.clone()).list_metadata(&every).await)?,
+        allowed(nodes.list_metadata(&every).await)?,
     );
-    if seen != (true, true, false, false) {
+    if seen != (true, true, true) {
         return Err(format!(
-            "the controller lists (named Roles, named RoleBindings, every Role, every RoleBinding): {seen:?}, \
-             wanted (true, true, false, false)"
+            "the controller lists (its named Roles, every RoleBinding, every SharedResourceNode): {seen:?}, wanted all"
+        ));
+    }
+    let other: Role = serde_json::from_value(json!({"metadata": {"name": "not-the-grant", "namespace": "default"}}))
+        .map_err(|e| e.to_string())?;
+    let node: sharedresource_api::node_view::SharedResourceNode = serde_json::from_value(json!({
+        "apiVersion": "sharedresource.inlineguard.dev/v1alpha1", "kind": "SharedResourceNode",
+        "metadata": {"name": "not-its-own"}, "spec": {"namespaces": ["default"]}
+    }))
+    .map_err(|e| e.to_string())?;
+    let written = (
+        allowed(Api::<Role>::namespaced(controller.clone(), "default").create(&PostParams::default(), &other).await)?,
+        allowed(nodes.create(&PostParams::default(), &node).await)?,
+    );
+    if written != (false, false) {
+        return Err(format!(
+            "the controller writes (a Role of another name, a node's spec): {written:?}, wanted neither"
         ));
     }
     Ok(())
@@ -139,6 +156,18 @@ pub async fn driver_reads_only_what_shares_name(suite: &Suite) -> Outcome {
         || allowed(Api::<ConfigMap>::all(driver.clone()).list_metadata(&cluster_wide).await)?
     {
         return Err("the driver lists Secrets or ConfigMaps cluster-wide".into());
+    }
+    // No RBAC object either: grant changes reach it through its node's own object, whose status
+    // (what it is told) only the access-notices controller writes.
+    if allowed(Api::<RoleBinding>::all(driver.clone()).list_metadata(&cluster_wide).await)?
+        || allowed(Api::<Role>::all(driver.clone()).list_metadata(&cluster_wide).await)?
+    {
+        return Err("the driver lists Roles or RoleBindings".into());
+    }
+    let told = kube::api::Patch::Merge(json!({"status": {"everyNamespace": 1}}));
+    let nodes = Api::<sharedresource_api::node_view::SharedResourceNode>::all(driver.clone());
+    if allowed(nodes.patch_status("any-node", &kube::api::PatchParams::default(), &told).await)? {
+        return Err("the driver may write what a node is told (a SharedResourceNode's status)".into());
     }
     let shipped = objects(&repo_root().join("config/deploy/driver/rbac.yaml"))?;
     let resources: Vec<&str> = shipped
