@@ -81,6 +81,8 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
             |s| manifests::read_grants::driver_reads_only_what_shares_name(s),
         "manifests::read_grants_controller_sees_only_objects_of_its_own_name" =>
             |s| manifests::read_grants::the_read_grants_controller_sees_only_objects_of_its_own_name(s),
+        "manifests::a_node_writes_only_its_own_view_and_status_entry" =>
+            |s| manifests::node_writes::a_node_writes_only_its_own_view_and_status_entry(s),
         "manifests::deploy_pass_server_side_dry_run" => |s| manifests::dry_run::deploy_manifests_pass_dry_run(s),
         "manifests::examples_pass_server_side_dry_run" => |s| manifests::dry_run::examples_pass_dry_run(s),
         "driver::publish_as_kubelet_admitted_pod_served_unguarded_pod_refused" =>

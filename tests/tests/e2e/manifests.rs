@@ -2,5 +2,6 @@
 //! needs, the read-grants controller, and every object of `config/` passing a server-side dry run.
 
 pub mod dry_run;
+pub mod node_writes;
 pub mod rbac;
 pub mod read_grants;

@@ -176,10 +176,8 @@ impl InProcessDriver {
         let metrics = plugin.metrics.clone();
         // It reads pods, as the suite's node does: the projection scenarios show pod labels.
         let source = KubernetesSource::new(client, tokio::runtime::Handle::current(), metrics.clone());
-        let source = source
-            .with_pod_metadata(true)
-            .with_providers(providers)
-            .with_node(node.clone(), Default::default());
+        let source =
+            source.with_pod_metadata(true).with_providers(providers).with_node(node.clone(), Default::default());
         plugin.content = std::sync::Arc::new(source);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let running = tokio::spawn(plugin.run(async {
@@ -426,7 +424,9 @@ async fn binding_changes_elsewhere_cost_this_node_nothing(
             break node;
         }
         if Instant::now() > deadline {
-            return Err(format!("SharedResourceNode {node_name} did not come to list shares-consumer alone, told, within {WITHIN:?}"));
+            return Err(format!(
+                "SharedResourceNode {node_name} did not come to list shares-consumer alone, told, within {WITHIN:?}"
+            ));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
