@@ -37,6 +37,10 @@ struct Flags {
     /// `accessLease` names the same.
     #[arg(long, value_name = "NAMESPACE/NAME", default_value = sharedresource_api::node_view::DEFAULT_LEASE)]
     access_lease: String,
+    /// Do not tell nodes of grant changes (another process does; its nodes fall back to their
+    /// own rechecks otherwise).
+    #[arg(long)]
+    no_access_notices: bool,
     /// Also restart the workloads labelled `sharedresource.inlineguard.dev/restart-on-change=true`
     /// when a share their pods mount changes (needs config/deploy/driver/rollout-on-change.yaml).
     #[arg(long)]
@@ -79,8 +83,12 @@ fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
             }
         };
         let grants = super::controller::run(client.clone(), driver, timeout);
-        let notices = crate::access_notices::controller::NoticeSettings { lease, timeout };
-        let notices = crate::access_notices::controller::run(client.clone(), notices);
+        let settings = crate::access_notices::controller::NoticeSettings { lease, timeout };
+        let notices = async {
+            if !flags.no_access_notices {
+                crate::access_notices::controller::run(client.clone(), settings).await;
+            }
+        };
         tokio::select! {
             _ = futures_util::future::join3(grants, rollout, notices) => {}
             _ = terminate.recv() => {}

@@ -50,6 +50,20 @@ impl ChildProcess {
         Ok(ChildProcess { name: name.to_string(), child, log })
     }
 
+    /// Its resident memory now (`VmRSS` of `/proc/<pid>/status`; setpriv execs the program, so
+    /// the pid is the program's own).
+    pub fn resident_bytes(&self) -> Result<u64, String> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .map_err(|e| format!("reading the status of {}: {e}", self.name))?;
+        let kib = status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmRSS:"))
+            .and_then(|rest| rest.trim().strip_suffix("kB"))
+            .and_then(|number| number.trim().parse::<u64>().ok())
+            .ok_or_else(|| format!("{} has no VmRSS", self.name))?;
+        Ok(kib * 1024)
+    }
+
     /// The last `lines` lines of its log, for failure messages.
     pub fn log_tail(&self, lines: usize) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();

@@ -188,6 +188,12 @@ impl Node {
         Ok(listed.lines().map(str::to_string).collect())
     }
 
+    /// The driver's resident memory now.
+    pub fn driver_resident_bytes(&self) -> Result<u64, String> {
+        let driver = self.driver.lock().unwrap_or_else(|p| p.into_inner());
+        driver.as_ref().ok_or("no driver runs on the node")?.resident_bytes()
+    }
+
     /// SIGKILLs the driver.
     pub fn kill_driver(&self) {
         if let Some(mut driver) = self.driver.lock().unwrap_or_else(|p| p.into_inner()).take() {

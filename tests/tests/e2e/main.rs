@@ -110,6 +110,8 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
             |s| node::an_optional_share_reaches_a_running_container_once_its_secret_exists(s),
         "node::pod_without_access_waits_and_starts_once_granted" =>
             |s| node::pod_without_access_waits_and_starts_once_granted(s),
+        "node::a_tenants_fat_bindings_cost_the_driver_nothing" =>
+            |s| node::fat_bindings::a_tenants_fat_bindings_cost_the_driver_nothing(s),
         "node::driver_killed_under_a_running_pod_which_still_reads_and_unpublishes" =>
             |s| node::driver_killed_under_a_running_pod_which_still_reads_and_unpublishes(s),
         "node::kubelet_passes_the_token_and_the_container_reads_the_composed_volume" =>

@@ -4,6 +4,7 @@
 //! namespace, granted to the pod's service account by a RoleBinding, the driver running as its
 //! ServiceAccount with the shipped RBAC.
 
+pub mod fat_bindings;
 pub mod lazy_provider;
 pub mod projection;
 pub mod secrets_store;

@@ -54,7 +54,7 @@ pub struct Suite {
     pub node: Result<Node, String>,
     /// The read-grants controller, as its own ServiceAccount: what lets the driver read the
     /// Secrets and ConfigMaps shares name.
-    pub _read_grants: ChildProcess,
+    pub read_grants: ChildProcess,
     /// `serve` with `config/admission.yaml`, for namespaces labelled `WEBHOOK_LABEL=shared`.
     pub shared: WebhookServer,
     /// `serve` with `config/openshift-compatible.yaml`, for `WEBHOOK_LABEL=openshift`.
@@ -140,7 +140,7 @@ impl Suite {
         }
         Ok(Suite {
             node,
-            _read_grants: read_grants,
+            read_grants,
             shared,
             openshift,
             _registrations: registrations,

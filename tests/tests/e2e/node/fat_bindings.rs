@@ -1,0 +1,130 @@
+//! One tenant's large RoleBindings cost the node's driver nothing: a user with rights in one
+//! namespace makes an empty Role and [`BINDINGS`] RoleBindings to it, each of [`SUBJECTS`]
+//! ServiceAccount subjects (each binding under etcd's object limit). The driver reads no RBAC
+//! object, so none reaches it: its resident memory grows by at most 1 MiB (the driver that
+//! watched bindings kept every subject: tens of MiB here). The access-notices controller sees
+//! each binding's metadata once and keeps nothing of it; its growth is printed. Then a pod of
+//! another namespace mounts a share, sees its update and loses its grant, each within 10 s.
+
+use std::time::{Duration, Instant};
+
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::json;
+
+use super::{ONE_AT_A_TIME, create_pod, delete_and_wait, node, nothing_left, reader_pod, share, uid, wait_for_log};
+use crate::support::{Outcome, Suite, create_namespace};
+
+/// The tenant's namespace (short: each subject names it).
+const TENANT: &str = "fat-t";
+const TENANT_USER: &str = "fat-tenant";
+const VICTIM: &str = "node-fat-victim";
+/// RoleBindings the tenant makes.
+const BINDINGS: usize = 10;
+/// ServiceAccount subjects per binding: about 1.1 MiB of protobuf in etcd, under its 1.5 MiB.
+const SUBJECTS: usize = 30_000;
+/// The most the driver's resident memory may grow over the attack.
+const GROWTH_BOUND: u64 = 1 << 20;
+/// How soon the other namespace's pod must see its update, and its revocation.
+const WITHIN_10_S: Duration = Duration::from_secs(10);
+
+pub async fn a_tenants_fat_bindings_cost_the_driver_nothing(suite: &Suite) -> Outcome {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let node = node(suite)?;
+    let admin = &suite.admin;
+    create_namespace(admin, TENANT, "none", &[]).await?;
+    let admin_of_tenant = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "tenant-admin", "namespace": TENANT},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "admin"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": TENANT_USER}]
+    });
+    Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(admin.clone(), TENANT)
+        .create(&PostParams::default(), &serde_json::from_value(admin_of_tenant).map_err(|e| e.to_string())?)
+        .await
+        .map_err(|e| e.to_string())?;
+    let tenant = suite.cluster.client_as(TENANT_USER, &[]).await?;
+
+    let driver_before = node.driver_resident_bytes()?;
+    let controller_before = suite.read_grants.resident_bytes()?;
+    let result = async {
+        let roles = Api::<k8s_openapi::api::rbac::v1::Role>::namespaced(tenant.clone(), TENANT);
+        let empty = json!({"metadata": {"name": "empty"}, "rules": []});
+        roles
+            .create(&PostParams::default(), &serde_json::from_value(empty).map_err(|e| e.to_string())?)
+            .await
+            .map_err(|e| format!("the tenant's empty Role: {e}"))?;
+        let bindings = Api::<kube::api::DynamicObject>::namespaced_with(
+            tenant.clone(),
+            TENANT,
+            &kube::api::ApiResource::erase::<k8s_openapi::api::rbac::v1::RoleBinding>(&()),
+        );
+        let started = Instant::now();
+        for index in 0..BINDINGS {
+            let subjects: Vec<serde_json::Value> = (0..SUBJECTS)
+                .map(|j| json!({"kind": "ServiceAccount", "name": format!("s{index}-{j}"), "namespace": TENANT}))
+                .collect();
+            let binding = json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                "metadata": {"name": format!("fat-{index}")},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "empty"},
+                "subjects": subjects
+            });
+            bindings
+                .create(&PostParams::default(), &serde_json::from_value(binding).map_err(|e| e.to_string())?)
+                .await
+                .map_err(|e| format!("the tenant's binding {index}: {e}"))?;
+        }
+        // The positive control of the attack: the bindings are there, whole, as the admin reads them.
+        let stored = Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(admin.clone(), TENANT)
+            .list(&kube::api::ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        let subjects: usize = stored.items.iter().map(|b| b.subjects.as_ref().map_or(0, Vec::len)).sum();
+        if subjects < BINDINGS * SUBJECTS {
+            return Err(format!("the apiserver holds {subjects} subjects of the tenant's bindings, expected {}", BINDINGS * SUBJECTS));
+        }
+        println!("fat bindings: {BINDINGS} × {SUBJECTS} ServiceAccount subjects made in {:?}", started.elapsed());
+        // Another namespace's pod mounts a share after the attack, sees its update and its revocation.
+        create_namespace(admin, VICTIM, "none", &[]).await?;
+        share(suite, VICTIM, "node-fat", "first").await?;
+        let pod = create_pod(suite, VICTIM, &reader_pod(node, "reader", "node-fat", Some(true))).await?;
+        wait_for_log(node, VICTIM, "reader", "the share's content", |l| l == "content: first").await?;
+        let driver_after = node.driver_resident_bytes()?;
+        let controller_after = suite.read_grants.resident_bytes()?;
+        let at = Instant::now();
+        share(suite, VICTIM, "node-fat", "second").await?;
+        wait_for_log(node, VICTIM, "reader", "the update", |l| l == "content: second").await?;
+        let updated = at.elapsed();
+        let at = Instant::now();
+        Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(admin.clone(), VICTIM)
+            .delete("reader-uses-node-fat", &DeleteParams::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        wait_for_log(node, VICTIM, "reader", "the revocation", |l| l == "content: ").await?;
+        let revoked = at.elapsed();
+        delete_and_wait(suite, VICTIM, "reader").await?;
+        nothing_left(node, &uid(&pod))?;
+        let grown = driver_after.saturating_sub(driver_before);
+        let mib = |bytes: u64| bytes as f64 / f64::from(1 << 20);
+        println!(
+            "fat bindings: the driver grew {:.2} MiB ({:.1} → {:.1} MiB), the access-notices controller {:.2} MiB ({:.1} → {:.1}); \
+             the other namespace's update arrived after {updated:?}, its revocation after {revoked:?}",
+            mib(grown),
+            mib(driver_before),
+            mib(driver_after),
+            mib(controller_after.saturating_sub(controller_before)),
+            mib(controller_before),
+            mib(controller_after)
+        );
+        if grown > GROWTH_BOUND {
+            return Err(format!("the driver grew {:.2} MiB over a tenant's bindings, more than 1 MiB", mib(grown)));
+        }
+        if updated > WITHIN_10_S || revoked > WITHIN_10_S {
+            return Err(format!("after the attack, the update took {updated:?} and the revocation {revoked:?}: over 10 s"));
+        }
+        Ok(())
+    }
+    .await;
+    let namespaces = Api::<k8s_openapi::api::core::v1::Namespace>::all(admin.clone());
+    let _ = namespaces.delete(TENANT, &DeleteParams::default()).await;
+    result
+}
