@@ -1,11 +1,14 @@
 //! The node's view at scale: one real kube-apiserver and etcd, and N driver instances in this
 //! process, each acting as its own node (its own node name, state and kubelet directories, CSI
-//! socket, apiserver client, watches and access checks, as in a cluster; volumes on a recording
-//! mounter, since mounts are not what is measured), each with 20 published volumes over 20
-//! shares. The read-grants controller runs too, as its ServiceAccount. For each N:
+//! socket, apiserver client, watches and access checks, its own SharedResourceNode, as in a
+//! cluster; volumes on a recording mounter, since mounts are not what is measured), each with 20
+//! published volumes over 20 shares. The read-grants controller runs too, as its
+//! ServiceAccount, with the access notices. For each N:
 //! - publish: 20 volumes per node;
 //! - idle for `--idle-seconds` (300 by default);
 //! - unrelated RoleBindings churned at 10 per second, in a namespace no volume uses;
+//! - a tenant's 20 RoleBindings of 30 000 ServiceAccount subjects each, in that namespace: the
+//!   growth of this process's memory (every driver and the access-notices controller);
 //! - relevant RoleBindings churned at 1 per second, of the service account of half the volumes
 //!   (granting what it has already, so the volumes stay);
 //! - 100 updates of one shared Secret, each timed until every node's volume shows it;
@@ -54,6 +57,9 @@ const OTHER: &str = "scale-b";
 /// Where the unrelated bindings churn: no volume's pod runs there.
 const ELSEWHERE: &str = "scale-elsewhere";
 const BINDING: &str = "reader-uses-all";
+/// A tenant's bindings: how many, and how many subjects each.
+const FAT_BINDINGS: usize = 20;
+const FAT_SUBJECTS: usize = 30_000;
 /// How long a change may take to reach every node before the run gives up.
 const PATIENCE: Duration = Duration::from_secs(120);
 
@@ -80,8 +86,10 @@ async fn start_node(cluster: &Cluster, index: usize) -> Result<SimNode, String> 
     let config = cluster.config_as(DRIVER, &DRIVER_GROUPS).await?;
     let clients = ApiserverClients::new(config, sharedresource_csi_driver::apiserver_rate::RateLayer::shipped())
         .map_err(|e| e.to_string())?;
-    plugin.content =
-        Arc::new(KubernetesSource::new(clients, tokio::runtime::Handle::current(), plugin.metrics.clone()));
+    // As the binary: its own node's view, through which grant changes arrive.
+    let source = KubernetesSource::new(clients, tokio::runtime::Handle::current(), plugin.metrics.clone())
+        .with_node(plugin.node_id.clone(), Default::default());
+    plugin.content = Arc::new(source);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let running = tokio::spawn(plugin.run(async {
         let _ = stopped.await;
@@ -203,6 +211,27 @@ async fn churn(
     Ok(changes)
 }
 
+/// A tenant's RoleBindings in [`ELSEWHERE`]: [`FAT_BINDINGS`] of [`FAT_SUBJECTS`]
+/// ServiceAccount subjects each (each about 1.1 MiB in etcd), to an empty Role; how many subjects.
+async fn fat_bindings(admin: &kube::Client) -> Result<usize, String> {
+    let roles = format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{ELSEWHERE}/roles");
+    post(admin, &roles, json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "empty"}, "rules": []}))
+        .await?;
+    let path = format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{ELSEWHERE}/rolebindings");
+    for index in 0..FAT_BINDINGS {
+        let subjects: Vec<Value> = (0..FAT_SUBJECTS)
+            .map(|j| json!({"kind": "ServiceAccount", "name": format!("s{index}-{j}"), "namespace": ELSEWHERE}))
+            .collect();
+        post(admin, &path, json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": format!("fat-{index}")},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "empty"},
+            "subjects": subjects
+        }))
+        .await?;
+    }
+    Ok(FAT_BINDINGS * FAT_SUBJECTS)
+}
+
 /// Waits until `done` holds for volume 0 (CONSUMER's reader, share-0) of every node; how long.
 async fn until_every_node(nodes: &[SimNode], what: &str, done: impl Fn(&Path) -> bool) -> Result<Duration, String> {
     let started = Instant::now();
@@ -305,11 +334,23 @@ async fn run(count: usize, idle: u64, churn_seconds: u64) -> Result<Value, Strin
     phase["binding_changes"] = json!(unrelated);
     phases.insert("unrelated_bindings", phase);
 
+    let memory_before_tenant = resident_mb();
+    let before_tenant = Instant::now();
+    let tenant_subjects = fat_bindings(&admin).await?;
+    // The notices of the tenant's namespace (which no node serves) are gathered and dropped.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after_tenant = read(&admin, &etcd).await?;
+    let mut phase = cost(&after_unrelated, &after_tenant);
+    phase["subjects"] = json!(tenant_subjects);
+    phase["made_seconds"] = json!(before_tenant.elapsed().as_secs_f64());
+    phase["drivers_and_controller_rss_growth_mb"] = json!(resident_mb() - memory_before_tenant);
+    phases.insert("tenant_fat_bindings", phase);
+
     let relevant = churn(&admin, CONSUMER, "reader", Duration::from_secs(1), churn_seconds).await?;
     // The last looks (2 s after the last change) belong to this phase.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let after_relevant = read(&admin, &etcd).await?;
-    let mut phase = cost(&after_unrelated, &after_relevant);
+    let mut phase = cost(&after_tenant, &after_relevant);
     phase["binding_changes"] = json!(relevant);
     phases.insert("relevant_bindings", phase);
 

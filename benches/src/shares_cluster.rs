@@ -63,11 +63,17 @@ pub async fn install_driver(cluster: &Cluster, admin: &kube::Client) -> Result<t
     let driver = sharedresource_csi_driver::read_grants::plan::DriverAccount::parse(
         "inline-guard-driver/sharedresource-csi-driver",
     )?;
-    Ok(tokio::spawn(sharedresource_csi_driver::read_grants::controller::run(
-        controller,
-        driver,
-        Duration::from_secs(10),
-    )))
+    // The read-grants program runs the access notices beside the grants, as shipped.
+    let notices = sharedresource_csi_driver::access_notices::controller::NoticeSettings {
+        lease: sharedresource_api::node_view::LeaseRef::parse(sharedresource_api::node_view::DEFAULT_LEASE)?,
+        timeout: Duration::from_secs(10),
+    };
+    let grants =
+        sharedresource_csi_driver::read_grants::controller::run(controller.clone(), driver, Duration::from_secs(10));
+    let notices = sharedresource_csi_driver::access_notices::controller::run(controller, notices);
+    Ok(tokio::spawn(async move {
+        futures_util::future::join(grants, notices).await;
+    }))
 }
 
 /// Waits until `driver` may read Secret `namespace/name` (the read-grants controller granted it).
