@@ -267,7 +267,9 @@ async fn write_notices(client: Client, nodes: Store<SharedResourceNode>, gathere
                 writes.push((name, status, due));
             }
         }
+        // What was owed to or written for a node gone from the cluster is forgotten.
         written.retain(|name, _| nodes.get(&reflector::ObjectRef::new(name)).is_some());
+        owed.retain(|name, _| nodes.get(&reflector::ObjectRef::new(name)).is_some());
         let results = futures_util::stream::iter(writes)
             .map(|(name, status, due)| {
                 let api = api.clone();

@@ -13,6 +13,7 @@ mod admission;
 mod driver;
 mod manifests;
 mod node;
+mod notices;
 mod optional;
 mod projections;
 mod providers;
@@ -120,6 +121,8 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
             |s| projections::sources_compose_update_atomically_revoke_as_one_and_tokens_follow_republish(s),
         "projections::hostile_share_names_never_reach_the_apiserver_and_revocation_still_arrives" =>
             |s| projections::hostile::hostile_share_names_never_reach_the_apiserver_and_revocation_still_arrives(s),
+        "shares::a_node_that_hears_no_notices_still_sees_a_revocation" =>
+            |s| notices::a_node_that_hears_no_notices_still_sees_a_revocation(s),
         "shares::access_updates_revocation_and_deletion_reach_the_files" =>
             |s| shares::access_updates_revocation_and_deletion_reach_the_files(s),
         "shares::driver_killed_and_restarted_keeps_and_refreshes_the_volume" =>

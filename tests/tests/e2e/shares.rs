@@ -16,6 +16,7 @@ use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use sharedresource_csi_driver::content::KubernetesSource;
+use sharedresource_csi_driver::content::cluster::NoticeSettings;
 use sharedresource_csi_driver::content::external::providers::Providers;
 use sharedresource_csi_driver::plugin::Plugin;
 use sharedresource_csi_driver::pod_event_sink::ApiserverPodEvents;
@@ -142,7 +143,17 @@ impl InProcessDriver {
             plugin.config.refresh_seconds = refresh_seconds;
             plugin
         };
-        InProcessDriver::start_plugin(suite, providers, in_process_node(), plugin).await
+        InProcessDriver::start_plugin(suite, providers, (in_process_node(), Default::default()), plugin).await
+    }
+
+    /// [`InProcessDriver::start`] as node `node`, hearing of grant changes as `notices` says.
+    pub async fn start_hearing(suite: &Suite, node: &str, notices: NoticeSettings) -> Result<InProcessDriver, String> {
+        let plugin = |dir: &Path, socket: PathBuf| {
+            let mut plugin = Plugin::in_directory(dir, socket);
+            plugin.config.refresh_seconds = 3600;
+            plugin
+        };
+        InProcessDriver::start_plugin(suite, Providers::default(), (node.to_string(), notices), plugin).await
     }
 
     /// [`InProcessDriver::start`] with volumes of `tmpfs_size` bytes, telling pods of their
@@ -159,14 +170,14 @@ impl InProcessDriver {
             plugin.events = std::sync::Arc::new(events);
             plugin
         };
-        InProcessDriver::start_plugin(suite, Providers::default(), node, plugin).await
+        InProcessDriver::start_plugin(suite, Providers::default(), (node, Default::default()), plugin).await
     }
 
     /// The driver `plugin` makes for a directory and socket, reading the cluster.
     async fn start_plugin(
         suite: &Suite,
         providers: Providers,
-        node: String,
+        (node, notices): (String, NoticeSettings),
         plugin: impl FnOnce(&Path, PathBuf) -> Plugin,
     ) -> Result<InProcessDriver, String> {
         let client = driver_client(suite).await?;
@@ -176,8 +187,7 @@ impl InProcessDriver {
         let metrics = plugin.metrics.clone();
         // It reads pods, as the suite's node does: the projection scenarios show pod labels.
         let source = KubernetesSource::new(client, tokio::runtime::Handle::current(), metrics.clone());
-        let source =
-            source.with_pod_metadata(true).with_providers(providers).with_node(node.clone(), Default::default());
+        let source = source.with_pod_metadata(true).with_providers(providers).with_node(node.clone(), notices);
         plugin.content = std::sync::Arc::new(source);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let running = tokio::spawn(plugin.run(async {

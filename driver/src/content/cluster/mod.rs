@@ -254,7 +254,7 @@ impl Cluster {
                 let heard = notice_lease::follow(
                     lease.client.clone(),
                     notices.lease,
-                    self.changes.clone(),
+                    (self.node_view.clone(), self.changes.clone()),
                     notices.fallback,
                     self.metrics.clone(),
                 );

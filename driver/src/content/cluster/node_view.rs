@@ -34,14 +34,37 @@ const GATHER: Duration = Duration::from_millis(200);
 const FIRST_RETRY: Duration = Duration::from_secs(1);
 const MAX_RETRY: Duration = Duration::from_secs(30);
 
-/// The namespaces of the volumes whose access the node checks, by volume id.
+/// The namespaces of the volumes whose access the node checks, by volume id, and since when the
+/// object says less than they are (its write pending or failing).
 #[derive(Debug, Default)]
 pub struct NodeView {
     volumes: Mutex<(HashMap<String, String>, SecondLook)>,
     changed: Notify,
+    behind_since: Mutex<Option<tokio::time::Instant>>,
 }
 
 impl NodeView {
+    /// Since when the node's object has not said what its volumes serve (`None`: it says it).
+    /// While it does not, grant changes of a namespace it lacks may not be told to the node.
+    pub fn behind_since(&self) -> Option<tokio::time::Instant> {
+        *self.behind_since.locked()
+    }
+
+    /// The namespaces changed: the object is behind until written again.
+    fn mark_changed(&self) {
+        self.behind_since.locked().get_or_insert_with(tokio::time::Instant::now);
+        self.changed.notify_one();
+    }
+
+    /// `spec` was written: the object is current if the volumes still say `spec`.
+    fn written(&self, spec: &SharedResourceNodeSpec) {
+        // Held while the volumes are read: a change after the read marks it behind again.
+        let mut behind = self.behind_since.locked();
+        if self.spec() == *spec {
+            *behind = None;
+        }
+    }
+
     /// Volume `volume_id` is of a pod of `namespace` (noted at each ask, before its access is).
     pub fn note(&self, volume_id: &str, namespace: &str) {
         let mut volumes = self.volumes.locked();
@@ -49,7 +72,7 @@ impl NodeView {
         volumes.0.insert(volume_id.to_string(), namespace.to_string());
         drop(volumes);
         if new_namespace {
-            self.changed.notify_one();
+            self.mark_changed();
         }
     }
 
@@ -63,14 +86,14 @@ impl NodeView {
         }
         drop(volumes);
         if !forget.is_empty() {
-            self.changed.notify_one();
+            self.mark_changed();
         }
     }
 
     /// Volume `volume_id` was unpublished.
     pub fn released(&self, volume_id: &str) {
         if self.volumes.locked().0.remove(volume_id).is_some() {
-            self.changed.notify_one();
+            self.mark_changed();
         }
     }
 
@@ -144,7 +167,10 @@ async fn write_spec(client: kube::Client, node: &str, view: &NodeView, rewrite: 
         };
         tokio::select! {
             _ = wait => {}
-            _ = rewrite.notified() => written = None,
+            _ = rewrite.notified() => {
+                written = None;
+                view.mark_changed();
+            }
         }
         // The first write waits for nothing: the object must exist before any notice can reach it.
         if written.is_some() {
@@ -152,6 +178,7 @@ async fn write_spec(client: kube::Client, node: &str, view: &NodeView, rewrite: 
         }
         let spec = view.spec();
         if written.as_ref() == Some(&spec) {
+            view.written(&spec);
             continue;
         }
         let object = serde_json::json!({
@@ -238,6 +265,22 @@ mod tests {
         // A namespace gone from the status is no longer served: nothing to look at.
         assert_eq!(told(Some(&before), &status(1, &[("team-a", 10)])), Told::Nothing);
         assert_eq!(told(Some(&before), &status(2, &[("team-a", 10), ("team-b", 10)])), Told::EveryNamespace);
+    }
+
+    #[test]
+    fn the_object_is_behind_from_a_change_until_the_spec_saying_it_is_written() {
+        let view = NodeView::default();
+        assert_eq!(view.behind_since(), None, "nothing to say yet");
+        view.note("v1", "team-a");
+        let since = view.behind_since().expect("behind once a namespace is new");
+        view.note("v2", "team-b");
+        assert_eq!(view.behind_since(), Some(since), "behind since the first change");
+        view.written(&SharedResourceNodeSpec { namespaces: vec!["team-a".into()], every_namespace: false });
+        assert_eq!(view.behind_since(), Some(since), "an older spec leaves it behind");
+        view.written(&view.spec());
+        assert_eq!(view.behind_since(), None);
+        view.note("v3", "team-a");
+        assert_eq!(view.behind_since(), None, "a namespace it lists already changes nothing");
     }
 
     #[test]

@@ -1,8 +1,10 @@
 //! Whether grant changes reach this node: the access-notices controller renews its Lease every
-//! few seconds while it tells nodes of them, and this node watches that one Lease by name. While
-//! renewals arrive, access answers are held until a notice concerns them (or they are due). When
-//! none has arrived for [`LEASE_SECONDS`] (the controller is down, or this node cannot hear it),
-//! the node falls back to asking on its own: every answer is forgotten at once and again every
+//! few seconds while it tells nodes of them, and this node watches that one Lease by name; and
+//! the controller knows what the node serves only once the node's object says it. While
+//! renewals arrive and the object is current, access answers are held until a notice concerns
+//! them (or they are due). When no renewal has arrived for [`LEASE_SECONDS`] (the controller is
+//! down, or this node cannot hear it), or the object has lagged the node's volumes for
+//! [`VIEW_GRACE`] (its write fails), the node falls back to asking on its own: every answer is forgotten at once and again every
 //! `fallback`, so each volume's access is asked again at that pace and a revocation is never
 //! lost, only slower: at most `LEASE_SECONDS` + `fallback` after the controller's last renewal,
 //! and `fallback` (plus one refresh) after it. Time is this node's own (when a renewal was
@@ -19,6 +21,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
+use super::node_view::NodeView;
 use crate::content::changes::Changes;
 use crate::metrics::Metrics;
 use crate::quote::Logged;
@@ -33,20 +36,27 @@ pub enum Hearing {
     OnItsOwn,
 }
 
-/// Which of the two, given when a renewal was last seen (`None`: never) and `now`.
-pub fn hearing(last_renewal: Option<Instant>, now: Instant) -> Hearing {
-    match last_renewal {
-        Some(at) if now.saturating_duration_since(at) < Duration::from_secs(LEASE_SECONDS) => Hearing::Notices,
-        _ => Hearing::OnItsOwn,
-    }
+/// How long the node's object may lag its volumes (a write pending) before the node stops
+/// counting on notices.
+pub const VIEW_GRACE: Duration = Duration::from_secs(10);
+
+/// Which of the two, given when a renewal was last seen (`None`: never), since when the node's
+/// object has lagged its volumes (`None`: it does not), and `now`.
+pub fn hearing(last_renewal: Option<Instant>, behind_since: Option<Instant>, now: Instant) -> Hearing {
+    let renewed = last_renewal.is_some_and(|at| now.saturating_duration_since(at) < Duration::from_secs(LEASE_SECONDS));
+    let current = behind_since.is_none_or(|since| now.saturating_duration_since(since) < VIEW_GRACE);
+    if renewed && current { Hearing::Notices } else { Hearing::OnItsOwn }
 }
 
-/// Follows `lease` on `client`, and while no renewal is heard, forgets every access answer in
-/// `wake` each `fallback`; runs until dropped.
+/// How often the node looks again at whether it hears notices, besides each renewal.
+const LOOK_EVERY: Duration = Duration::from_secs(1);
+
+/// Follows `lease` on `client`, and while no renewal is heard or `view`'s object lags, forgets
+/// every access answer in `wake` each `fallback`; runs until dropped.
 pub async fn follow(
     client: kube::Client,
     lease: LeaseRef,
-    wake: std::sync::Arc<Changes>,
+    (view, wake): (std::sync::Arc<NodeView>, std::sync::Arc<Changes>),
     fallback: Duration,
     metrics: std::sync::Arc<Metrics>,
 ) {
@@ -79,7 +89,7 @@ pub async fn follow(
         loop {
             let last = *renewals.borrow_and_update();
             let now = Instant::now();
-            let heard = hearing(last, now);
+            let heard = hearing(last, view.behind_since(), now);
             match (state, heard) {
                 (Hearing::Notices, Hearing::OnItsOwn) => {
                     warn!(
@@ -99,11 +109,10 @@ pub async fn follow(
                 _ => {}
             }
             state = heard;
-            // Woken by a renewal, when the last one expires, or when the next forgetting is due.
-            let expires = last.map(|at| at + Duration::from_secs(LEASE_SECONDS));
+            // Woken by a renewal, or to look again (the object's state has no signal of its own).
             let until = match state {
-                Hearing::Notices => expires.unwrap_or(next_forget),
-                Hearing::OnItsOwn => next_forget,
+                Hearing::Notices => now + LOOK_EVERY,
+                Hearing::OnItsOwn => next_forget.min(now + LOOK_EVERY),
             };
             tokio::select! {
                 changed = renewals.changed() => if changed.is_err() { return },
@@ -119,11 +128,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn notices_are_heard_only_while_a_renewal_is_recent() {
+    fn notices_are_heard_only_while_a_renewal_is_recent_and_the_object_current() {
         let now = Instant::now() + Duration::from_secs(1_000);
-        assert_eq!(hearing(None, now), Hearing::OnItsOwn, "never renewed");
-        assert_eq!(hearing(Some(now - Duration::from_secs(1)), now), Hearing::Notices);
-        assert_eq!(hearing(Some(now - Duration::from_secs(LEASE_SECONDS - 1)), now), Hearing::Notices);
-        assert_eq!(hearing(Some(now - Duration::from_secs(LEASE_SECONDS)), now), Hearing::OnItsOwn);
+        let ago = |seconds: u64| Some(now - Duration::from_secs(seconds));
+        assert_eq!(hearing(None, None, now), Hearing::OnItsOwn, "never renewed");
+        assert_eq!(hearing(ago(1), None, now), Hearing::Notices);
+        assert_eq!(hearing(ago(LEASE_SECONDS - 1), None, now), Hearing::Notices);
+        assert_eq!(hearing(ago(LEASE_SECONDS), None, now), Hearing::OnItsOwn);
+        assert_eq!(hearing(ago(1), ago(VIEW_GRACE.as_secs() - 1), now), Hearing::Notices, "a write pending");
+        assert_eq!(hearing(ago(1), ago(VIEW_GRACE.as_secs()), now), Hearing::OnItsOwn, "the object lags");
     }
 }

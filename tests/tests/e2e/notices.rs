@@ -1,0 +1,200 @@
+//! When grant changes stop reaching a node, a revocation still does, within the documented
+//! bound. The node's notices are cut (a test-only ValidatingAdmissionPolicy refuses the
+//! access-notices controller's writes to this node's object) while a Lease the scenario renews
+//! tells the node that notices are kept: a revoked grant is then not seen (the positive control:
+//! only the fallback delivers it). The scenario stops renewing, as a controller that died would,
+//! and the volume is emptied within [`LEASE_SECONDS`] + `accessFallbackSeconds` (+ one refresh
+//! pass) of the last renewal.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::rbac::v1::RoleBinding;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use serde_json::json;
+use sharedresource_api::node_view::{LEASE_SECONDS, LeaseRef, SharedResourceNode};
+use sharedresource_csi_driver::content::cluster::NoticeSettings;
+
+use crate::driver::kubelet_publish::{channel, kubelet_request, publish_as_kubelet};
+use crate::shares::{
+    InProcessDriver, WITHIN, create_object, create_use_grant, files, unpublish_as_kubelet, wait_for_files,
+};
+use crate::support::{
+    Outcome, SHARED_RESOURCE_DRIVER, Suite, create, create_namespace, create_service_account, pods_path,
+};
+
+const OWNER: &str = "notices-owner";
+const CONSUMER: &str = "notices-consumer";
+const SHARE: &str = "notices-db";
+const NODE: &str = "e2e-notices-cut";
+const LEASE: &str = "e2e-notices-lease";
+const POLICY: &str = "e2e-notices-cut";
+/// How often the fallback asks again: short, so the bound is mostly the lease's.
+const FALLBACK: Duration = Duration::from_secs(3);
+
+/// Renews the scenario's Lease as the controller would, until dropped.
+async fn renew(admin: kube::Client) {
+    let leases = Api::<Lease>::namespaced(admin, "inline-guard-driver");
+    loop {
+        let lease = json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": LEASE},
+            "spec": {
+                "holderIdentity": "e2e", "leaseDurationSeconds": 40,
+                "renewTime": k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(k8s_openapi::jiff::Timestamp::now())
+            }
+        });
+        let _ = leases.patch(LEASE, &PatchParams::apply("e2e-notices").force(), &Patch::Apply(lease)).await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
+/// The policy cutting the controller's writes to [`NODE`]'s object, and its binding.
+fn cut() -> Vec<serde_json::Value> {
+    vec![
+        json!({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy", "metadata": {"name": POLICY},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": [{"apiGroups": ["sharedresource.inlineguard.dev"], "apiVersions": ["*"], "operations": ["UPDATE"], "resources": ["sharedresourcenodes/status"]}]},
+                "matchConditions": [{"name": "this-node", "expression": format!("object.metadata.name == '{NODE}'")}],
+                "validations": [{"expression": "false", "message": "this node hears no grant changes (e2e)"}]
+            }
+        }),
+        json!({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": POLICY},
+            "spec": {"policyName": POLICY, "validationActions": ["Deny"]}
+        }),
+    ]
+}
+
+pub async fn a_node_that_hears_no_notices_still_sees_a_revocation(suite: &Suite) -> Outcome {
+    let admin = &suite.admin;
+    for namespace in [OWNER, CONSUMER] {
+        create_namespace(admin, namespace, "none", &[]).await?;
+    }
+    create_service_account(admin, CONSUMER, "reader").await?;
+    create_object(
+        suite,
+        &format!("/api/v1/namespaces/{OWNER}/secrets"),
+        json!({
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db"}, "stringData": {"password": "s3cret"}
+        }),
+    )
+    .await?;
+    create_object(suite, "/apis/sharedresource.inlineguard.dev/v1alpha1/sharedsecrets", json!({
+        "apiVersion": "sharedresource.inlineguard.dev/v1alpha1", "kind": "SharedSecret", "metadata": {"name": SHARE},
+        "spec": {"secretRef": {"namespace": OWNER, "name": "db"}}
+    }))
+    .await?;
+    create_use_grant(suite, CONSUMER, "sharedsecrets", SHARE).await?;
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "reader"},
+        "spec": {
+            "serviceAccountName": "reader",
+            "containers": [{"name": "app", "image": "registry.invalid/app:1", "volumeMounts": [{"name": "db", "mountPath": "/db"}]}],
+            "volumes": [{"name": "db", "csi": {"driver": SHARED_RESOURCE_DRIVER, "readOnly": true, "volumeAttributes": {"sharedSecret": SHARE}}}]
+        }
+    });
+    let answer = create(admin, &pods_path(CONSUMER), &pod, false).await?;
+    let pod: Pod = serde_json::from_value(answer.body).map_err(|e| e.to_string())?;
+
+    // The cut, in force before the driver starts: the admin's own write of the node's status is
+    // refused once the policy applies (policies load a moment after they are created).
+    let nodes = Api::<SharedResourceNode>::all(admin.clone());
+    inline_guard_tests::apply::apply(admin, &cut(), false).await?;
+    let node_object = json!({"apiVersion": "sharedresource.inlineguard.dev/v1alpha1", "kind": "SharedResourceNode", "metadata": {"name": NODE}});
+    nodes
+        .patch(NODE, &PatchParams::apply("e2e-notices").force(), &Patch::Apply(node_object))
+        .await
+        .map_err(|e| e.to_string())?;
+    let deadline = Instant::now() + WITHIN;
+    loop {
+        let told = Patch::Merge(json!({"status": {"everyNamespace": 1}}));
+        match nodes.patch_status(NODE, &PatchParams::default(), &told).await {
+            Err(kube::Error::Api(status)) if status.code == 403 => break,
+            _ if Instant::now() > deadline => return Err(format!("the cut was not in force within {WITHIN:?}")),
+            _ => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+    // The driver may read this Lease as it reads the shipped one: by name.
+    create_object(suite, "/apis/rbac.authorization.k8s.io/v1/namespaces/inline-guard-driver/roles", json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": LEASE},
+        "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [LEASE], "verbs": ["get", "list", "watch"]}]
+    }))
+    .await?;
+    create_object(suite, "/apis/rbac.authorization.k8s.io/v1/namespaces/inline-guard-driver/rolebindings", json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": LEASE},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": LEASE},
+        "subjects": [{"kind": "ServiceAccount", "name": "sharedresource-csi-driver", "namespace": "inline-guard-driver"}]
+    }))
+    .await?;
+    let renewing = tokio::spawn(renew(admin.clone()));
+    let lease = LeaseRef::parse(&format!("inline-guard-driver/{LEASE}"))?;
+    let driver = InProcessDriver::start_hearing(suite, NODE, NoticeSettings { lease, fallback: FALLBACK }).await?;
+    let mut node = inline_guard_proto::csi::v1::node_client::NodeClient::new(channel(driver.socket.clone()).await?);
+    let result = async {
+        let target = driver.dir.path().join("pods/reader/volumes/kubernetes.io~csi/db/mount");
+        let request = kubelet_request(&pod, "db", &target)?;
+        publish_as_kubelet(&mut node, &request).await.map_err(|e| format!("publish: {e}"))?;
+        wait_for_files(&target, "published", &[("password", "s3cret")]).await?;
+        // The node's view says it serves the namespace: a notice would be written, were it not cut.
+        let deadline = Instant::now() + WITHIN;
+        while nodes.get(NODE).await.map_err(|e| e.to_string())?.spec.namespaces != [CONSUMER] {
+            if Instant::now() > deadline {
+                return Err(format!("node {NODE}'s view did not list {CONSUMER} within {WITHIN:?}"));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // A lease renewed three times since (its renewals are 2 s apart), as the driver sees it.
+        tokio::time::sleep(Duration::from_secs(6)).await;
+
+        Api::<RoleBinding>::namespaced(admin.clone(), CONSUMER)
+            .delete(&format!("reader-uses-{SHARE}"), &DeleteParams::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        // The positive control: with notices cut and the lease renewed, the revocation is not
+        // seen (the held answer serves for 600 s, the periodic refresh is an hour away).
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        if files(&target) != [("password".to_string(), "s3cret".to_string())] {
+            return Err(format!("the revocation reached the node while its notices were cut: {:?}", files(&target)));
+        }
+        renewing.abort();
+        let stopped = Instant::now();
+        let bound = Duration::from_secs(LEASE_SECONDS) + FALLBACK + WITHIN;
+        let started = Instant::now();
+        loop {
+            if files(&target).is_empty() {
+                break;
+            }
+            if started.elapsed() > bound {
+                return Err(format!("the revocation did not reach the node within {bound:?} of the lease's last renewal"));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        println!(
+            "notices: with grant changes cut, the revocation arrived {:?} after the lease's renewals stopped (bound: {LEASE_SECONDS} s + {FALLBACK:?})",
+            stopped.elapsed()
+        );
+        unpublish_as_kubelet(&mut node, request.volume_id, request.target_path).await
+    }
+    .await;
+    renewing.abort();
+    let stopped = driver.stop().await;
+    let _ = Api::<k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicyBinding>::all(admin.clone())
+        .delete(POLICY, &DeleteParams::default())
+        .await;
+    let _ = Api::<k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicy>::all(admin.clone())
+        .delete(POLICY, &DeleteParams::default())
+        .await;
+    let _ = nodes.delete(NODE, &DeleteParams::default()).await;
+    let _ =
+        Api::<Lease>::namespaced(admin.clone(), "inline-guard-driver").delete(LEASE, &DeleteParams::default()).await;
+    let _ = Api::<RoleBinding>::namespaced(admin.clone(), "inline-guard-driver")
+        .delete(LEASE, &DeleteParams::default())
+        .await;
+    let _ = Api::<k8s_openapi::api::rbac::v1::Role>::namespaced(admin.clone(), "inline-guard-driver")
+        .delete(LEASE, &DeleteParams::default())
+        .await;
+    result.and(stopped)
+}
