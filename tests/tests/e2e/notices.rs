@@ -103,7 +103,7 @@ pub async fn a_node_that_hears_no_notices_still_sees_a_revocation(suite: &Suite)
     // refused once the policy applies (policies load a moment after they are created).
     let nodes = Api::<SharedResourceNode>::all(admin.clone());
     inline_guard_tests::apply::apply(admin, &cut(), false).await?;
-    let node_object = json!({"apiVersion": "sharedresource.inlineguard.dev/v1alpha1", "kind": "SharedResourceNode", "metadata": {"name": NODE}});
+    let node_object = json!({"apiVersion": "sharedresource.inlineguard.dev/v1alpha1", "kind": "SharedResourceNode", "metadata": {"name": NODE}, "spec": {}});
     nodes
         .patch(NODE, &PatchParams::apply("e2e-notices").force(), &Patch::Apply(node_object))
         .await

@@ -48,10 +48,18 @@ pub async fn a_tenants_fat_bindings_cost_the_driver_nothing(suite: &Suite) -> Ou
     let result = async {
         let roles = Api::<k8s_openapi::api::rbac::v1::Role>::namespaced(tenant.clone(), TENANT);
         let empty = json!({"metadata": {"name": "empty"}, "rules": []});
-        roles
-            .create(&PostParams::default(), &serde_json::from_value(empty).map_err(|e| e.to_string())?)
-            .await
-            .map_err(|e| format!("the tenant's empty Role: {e}"))?;
+        let empty: k8s_openapi::api::rbac::v1::Role = serde_json::from_value(empty).map_err(|e| e.to_string())?;
+        // The tenant's rights reach the apiserver's authorizer a moment after its binding.
+        let deadline = Instant::now() + crate::shares::WITHIN;
+        loop {
+            match roles.create(&PostParams::default(), &empty).await {
+                Ok(_) => break,
+                Err(kube::Error::Api(status)) if status.code == 403 && Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(200)).await
+                }
+                Err(error) => return Err(format!("the tenant's empty Role: {error}")),
+            }
+        }
         let bindings = Api::<kube::api::DynamicObject>::namespaced_with(
             tenant.clone(),
             TENANT,
