@@ -1,8 +1,8 @@
 //! When grant changes stop reaching a node, a revocation still does, within the documented
-//! bound. The node's notices are cut (a test-only ValidatingAdmissionPolicy refuses the
-//! access-notices controller's writes to this node's object) while a Lease the scenario renews
-//! tells the node that notices are kept: a revoked grant is then not seen (the positive control:
-//! only the fallback delivers it). The scenario stops renewing, as a controller that died would,
+//! bound. Once the controller has answered the node's view, its notices are cut (a test-only
+//! ValidatingAdmissionPolicy refuses writes to this node's status) while a Lease the scenario
+//! renews tells the node that notices are kept: a revoked grant is then not seen (the positive
+//! control: only the fallback delivers it). The scenario stops renewing, as a controller that died would,
 //! and the volume is emptied within [`LEASE_SECONDS`] + `accessFallbackSeconds` (+ one refresh
 //! pass) of the last renewal.
 
@@ -99,24 +99,7 @@ pub async fn a_node_that_hears_no_notices_still_sees_a_revocation(suite: &Suite)
     let answer = create(admin, &pods_path(CONSUMER), &pod, false).await?;
     let pod: Pod = serde_json::from_value(answer.body).map_err(|e| e.to_string())?;
 
-    // The cut, in force before the driver starts: the admin's own write of the node's status is
-    // refused once the policy applies (policies load a moment after they are created).
     let nodes = Api::<SharedResourceNode>::all(admin.clone());
-    inline_guard_tests::apply::apply(admin, &cut(), false).await?;
-    let node_object = json!({"apiVersion": "sharedresource.inlineguard.dev/v1alpha1", "kind": "SharedResourceNode", "metadata": {"name": NODE}, "spec": {}});
-    nodes
-        .patch(NODE, &PatchParams::apply("e2e-notices").force(), &Patch::Apply(node_object))
-        .await
-        .map_err(|e| e.to_string())?;
-    let deadline = Instant::now() + WITHIN;
-    loop {
-        let told = Patch::Merge(json!({"status": {"everyNamespace": 1}}));
-        match nodes.patch_status(NODE, &PatchParams::default(), &told).await {
-            Err(kube::Error::Api(status)) if status.code == 403 => break,
-            _ if Instant::now() > deadline => return Err(format!("the cut was not in force within {WITHIN:?}")),
-            _ => tokio::time::sleep(Duration::from_millis(200)).await,
-        }
-    }
     // The driver may read this Lease as it reads the shipped one: by name.
     create_object(suite, "/apis/rbac.authorization.k8s.io/v1/namespaces/inline-guard-driver/roles", json!({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": LEASE},
@@ -138,16 +121,33 @@ pub async fn a_node_that_hears_no_notices_still_sees_a_revocation(suite: &Suite)
         let request = kubelet_request(&pod, "db", &target)?;
         publish_as_kubelet(&mut node, &request).await.map_err(|e| format!("publish: {e}"))?;
         wait_for_files(&target, "published", &[("password", "s3cret")]).await?;
-        // The node's view says it serves the namespace: a notice would be written, were it not cut.
+        // The node's view says it serves the namespace, and the controller has answered it.
         let deadline = Instant::now() + WITHIN;
-        while nodes.get(NODE).await.map_err(|e| e.to_string())?.spec.namespaces != [CONSUMER] {
+        loop {
+            let object = nodes.get(NODE).await.map_err(|e| e.to_string())?;
+            let told = object.status.as_ref().and_then(|status| status.of(CONSUMER)).is_some();
+            if object.spec.namespaces == [CONSUMER] && told {
+                break;
+            }
             if Instant::now() > deadline {
-                return Err(format!("node {NODE}'s view did not list {CONSUMER} within {WITHIN:?}"));
+                return Err(format!("node {NODE}'s view did not list {CONSUMER}, told, within {WITHIN:?}"));
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        // A lease renewed three times since (its renewals are 2 s apart), as the driver sees it.
-        tokio::time::sleep(Duration::from_secs(6)).await;
+        // Then the cut: the controller's writes to this node's status refused, the admin's too
+        // (so its refusal says the policy applies: policies load a moment after creation).
+        inline_guard_tests::apply::apply(admin, &cut(), false).await?;
+        let deadline = Instant::now() + WITHIN;
+        for attempt in 1.. {
+            // A change of the status (a write that changes nothing may not be admitted at all);
+            // the node looks at every volume again, which finds nothing revoked yet.
+            let probe = Patch::Merge(json!({"status": {"everyNamespace": -attempt}}));
+            match nodes.patch_status(NODE, &PatchParams::default(), &probe).await {
+                Err(kube::Error::Api(status)) if status.code == 403 => break,
+                _ if Instant::now() > deadline => return Err(format!("the cut was not in force within {WITHIN:?}")),
+                _ => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
 
         Api::<RoleBinding>::namespaced(admin.clone(), CONSUMER)
             .delete(&format!("reader-uses-{SHARE}"), &DeleteParams::default())

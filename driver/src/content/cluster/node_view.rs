@@ -34,20 +34,36 @@ const GATHER: Duration = Duration::from_millis(200);
 const FIRST_RETRY: Duration = Duration::from_secs(1);
 const MAX_RETRY: Duration = Duration::from_secs(30);
 
-/// The namespaces of the volumes whose access the node checks, by volume id, and since when the
-/// object says less than they are (its write pending or failing).
+/// The namespaces of the volumes whose access the node checks, by volume id; since when the
+/// object says less than they are (its write pending or failing); and since when its status has
+/// lacked an entry for a namespace its spec lists (the controller not telling it).
 #[derive(Debug, Default)]
 pub struct NodeView {
     volumes: Mutex<(HashMap<String, String>, SecondLook)>,
     changed: Notify,
     behind_since: Mutex<Option<tokio::time::Instant>>,
+    untold_since: Mutex<Option<tokio::time::Instant>>,
 }
 
 impl NodeView {
-    /// Since when the node's object has not said what its volumes serve (`None`: it says it).
-    /// While it does not, grant changes of a namespace it lacks may not be told to the node.
+    /// Since when the node's object has not said what its volumes serve, or its status has not
+    /// answered what its spec says (`None`: neither). Meanwhile, grant changes of some namespace
+    /// of its volumes may not be told to the node.
     pub fn behind_since(&self) -> Option<tokio::time::Instant> {
-        *self.behind_since.locked()
+        let behind = *self.behind_since.locked();
+        let untold = *self.untold_since.locked();
+        behind.into_iter().chain(untold).min()
+    }
+
+    /// The object, as last seen, lists in its spec a namespace its status has no entry for
+    /// (`untold`), or not.
+    fn seen(&self, untold: bool) {
+        let mut since = self.untold_since.locked();
+        if untold {
+            since.get_or_insert_with(tokio::time::Instant::now);
+        } else {
+            *since = None;
+        }
     }
 
     /// The namespaces changed: the object is behind until written again.
@@ -146,7 +162,7 @@ pub async fn follow(
     let rewrite = Arc::new(Notify::new());
     futures_util::future::join(
         write_spec(client, &node, &view, &rewrite, timeout),
-        watch_status(watches, &node, &wake, &rewrite, &metrics),
+        watch_status(watches, (&node, &view), &wake, &rewrite, &metrics),
     )
     .await;
 }
@@ -208,7 +224,13 @@ async fn write_spec(client: kube::Client, node: &str, view: &NodeView, rewrite: 
 }
 
 /// Follows the object's status by name, waking the volumes a moved value concerns.
-async fn watch_status(client: kube::Client, node: &str, wake: &Changes, rewrite: &Notify, metrics: &Metrics) {
+async fn watch_status(
+    client: kube::Client,
+    (node, view): (&str, &NodeView),
+    wake: &Changes,
+    rewrite: &Notify,
+    metrics: &Metrics,
+) {
     let api = Api::<SharedResourceNode>::all(client);
     let by_name = watcher::Config::default().fields(&format!("metadata.name={node}"));
     let mut events = watch_stream(api, by_name).default_backoff().boxed();
@@ -228,6 +250,9 @@ async fn watch_status(client: kube::Client, node: &str, wake: &Changes, rewrite:
             }
         };
         let status = object.status.unwrap_or_default();
+        // The controller answers a namespace new to the spec with an entry: one missing for long
+        // means it is not telling this node (its writes refused, or it does not run).
+        view.seen(!object.spec.every_namespace && object.spec.namespaces.iter().any(|n| status.of(n).is_none()));
         match told(seen.as_ref(), &status) {
             Told::Nothing => {}
             Told::EveryNamespace => wake.grants_relisted(),
@@ -281,6 +306,12 @@ mod tests {
         assert_eq!(view.behind_since(), None);
         view.note("v3", "team-a");
         assert_eq!(view.behind_since(), None, "a namespace it lists already changes nothing");
+        view.seen(true);
+        let untold = view.behind_since().expect("behind while the status lacks a namespace");
+        view.seen(true);
+        assert_eq!(view.behind_since(), Some(untold), "since the first sight");
+        view.seen(false);
+        assert_eq!(view.behind_since(), None);
     }
 
     #[test]

@@ -32,9 +32,19 @@ pub async fn a_tenants_fat_bindings_cost_the_driver_nothing(suite: &Suite) -> Ou
     let node = node(suite)?;
     let admin = &suite.admin;
     create_namespace(admin, TENANT, "none", &[]).await?;
+    // Every right in its own namespace (the suite's control plane aggregates no `admin` role:
+    // it runs no controller-manager), none elsewhere.
+    let everything = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "tenant-all", "namespace": TENANT},
+        "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]
+    });
+    Api::<k8s_openapi::api::rbac::v1::Role>::namespaced(admin.clone(), TENANT)
+        .create(&PostParams::default(), &serde_json::from_value(everything).map_err(|e| e.to_string())?)
+        .await
+        .map_err(|e| e.to_string())?;
     let admin_of_tenant = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "tenant-admin", "namespace": TENANT},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "admin"},
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "tenant-all", "namespace": TENANT},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tenant-all"},
         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": TENANT_USER}]
     });
     Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(admin.clone(), TENANT)
