@@ -126,6 +126,7 @@ pub struct Metrics {
     volumes: Gauge,
     stale_volumes: Gauge,
     content_bytes: Gauge,
+    notices_heard: Gauge,
     watch_errors: Family<KindLabels, Counter>,
     publish_seconds: Histogram,
     share_volumes: Family<ShareLabels, Gauge>,
@@ -196,6 +197,13 @@ impl Metrics {
              them; versions being written included)",
             content_bytes.clone(),
         );
+        let notices_heard = Gauge::default();
+        registry.register(
+            "access_notices_heard",
+            "1 while grant changes reach this node through its SharedResourceNode (the notices' lease renewed, \
+             its object current); 0 while it checks every access answer again on its own",
+            notices_heard.clone(),
+        );
         let watch_errors = Family::<KindLabels, Counter>::default();
         registry.register("watch_errors", "Watch failures by kind (each retried with backoff)", watch_errors.clone());
         // 100 µs to ~3 s.
@@ -234,6 +242,7 @@ impl Metrics {
             volumes,
             stale_volumes,
             content_bytes,
+            notices_heard,
             watch_errors,
             publish_seconds,
             share_volumes,
@@ -310,6 +319,11 @@ impl Metrics {
     /// Sets what the volumes' content costs the driver's memory.
     pub fn set_content_bytes(&self, bytes: u64) {
         self.content_bytes.set(i64::try_from(bytes).unwrap_or(i64::MAX));
+    }
+
+    /// Sets whether grant changes reach this node through its notices.
+    pub fn set_notices_heard(&self, heard: bool) {
+        self.notices_heard.set(i64::from(heard));
     }
 
     /// Counts a failed watch of `kind`.

@@ -58,7 +58,7 @@ fn cut() -> Vec<serde_json::Value> {
                 "failurePolicy": "Fail",
                 "matchConstraints": {"resourceRules": [{"apiGroups": ["sharedresource.inlineguard.dev"], "apiVersions": ["*"], "operations": ["UPDATE"], "resources": ["sharedresourcenodes/status"]}]},
                 "matchConditions": [{"name": "this-node", "expression": format!("object.metadata.name == '{NODE}'")}],
-                "validations": [{"expression": "false", "message": "this node hears no grant changes (e2e)"}]
+                "validations": [{"expression": "false", "message": "this node hears no grant changes (e2e)", "reason": "Forbidden"}]
             }
         }),
         json!({
@@ -134,6 +134,9 @@ pub async fn a_node_that_hears_no_notices_still_sees_a_revocation(suite: &Suite)
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        // The driver hears notices: the lease renewed, its object current and answered.
+        crate::shares::wait_for_metric(&driver.metrics, "sharedresource_csi_driver_access_notices_heard", |v| v == 1.0)
+            .await?;
         // Then the cut: the controller's writes to this node's status refused, the admin's too
         // (so its refusal says the policy applies: policies load a moment after creation).
         inline_guard_tests::apply::apply(admin, &cut(), false).await?;
@@ -144,11 +147,32 @@ pub async fn a_node_that_hears_no_notices_still_sees_a_revocation(suite: &Suite)
             let probe = Patch::Merge(json!({"status": {"everyNamespace": -attempt}}));
             match nodes.patch_status(NODE, &PatchParams::default(), &probe).await {
                 Err(kube::Error::Api(status)) if status.code == 403 => break,
-                _ if Instant::now() > deadline => return Err(format!("the cut was not in force within {WITHIN:?}")),
+                answer if Instant::now() > deadline => {
+                    let answer = answer.map(|node| node.status).map_err(|e| e.to_string());
+                    return Err(format!("the cut was not in force within {WITHIN:?}: the status write answered {answer:?}"));
+                }
                 _ => tokio::time::sleep(Duration::from_millis(200)).await,
             }
         }
 
+        // The answer held: an update of the Secret reaches the volume through its watch and
+        // costs no access check (an answer asked while answers were being forgotten, by the
+        // probes above or a notice's later looks, is not held: the next refresh asks again).
+        let secrets = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(admin.clone(), OWNER);
+        let mut password = "s3cret".to_string();
+        for round in 0.. {
+            let before = crate::shares::settled_access_checks(&driver.metrics).await?;
+            password = format!("v{round}");
+            let update = Patch::Merge(json!({"stringData": {"password": password}}));
+            secrets.patch("db", &PatchParams::default(), &update).await.map_err(|e| e.to_string())?;
+            wait_for_files(&target, "the Secret's update", &[("password", password.as_str())]).await?;
+            if crate::shares::settled_access_checks(&driver.metrics).await? == before {
+                break;
+            }
+            if round == 5 {
+                return Err("six updates of the Secret each made the driver ask for access again".into());
+            }
+        }
         Api::<RoleBinding>::namespaced(admin.clone(), CONSUMER)
             .delete(&format!("reader-uses-{SHARE}"), &DeleteParams::default())
             .await
@@ -156,8 +180,14 @@ pub async fn a_node_that_hears_no_notices_still_sees_a_revocation(suite: &Suite)
         // The positive control: with notices cut and the lease renewed, the revocation is not
         // seen (the held answer serves for 600 s, the periodic refresh is an hour away).
         tokio::time::sleep(Duration::from_secs(5)).await;
-        if files(&target) != [("password".to_string(), "s3cret".to_string())] {
-            return Err(format!("the revocation reached the node while its notices were cut: {:?}", files(&target)));
+        if files(&target) != [("password".to_string(), password.clone())] {
+            let object = nodes.get(NODE).await.map_err(|e| e.to_string())?;
+            return Err(format!(
+                "the revocation reached the node while its notices were cut: {:?}; its object {:?}; its metrics:\n{}",
+                files(&target),
+                (object.spec, object.status),
+                driver.metrics.encode().lines().filter(|l| l.contains("notices") || l.contains("access_checks")).collect::<Vec<_>>().join("\n")
+            ));
         }
         renewing.abort();
         let stopped = Instant::now();

@@ -350,7 +350,7 @@ fn access_checks(metrics: &sharedresource_csi_driver::metrics::Metrics) -> u64 {
 
 /// Waits until the driver has made no access check for 3 s (the last look at a grant comes
 /// 2.25 s after it), and returns the count. A wait before a step, never the proof of a count.
-async fn settled_access_checks(metrics: &sharedresource_csi_driver::metrics::Metrics) -> Result<u64, String> {
+pub async fn settled_access_checks(metrics: &sharedresource_csi_driver::metrics::Metrics) -> Result<u64, String> {
     let deadline = Instant::now() + WITHIN;
     let mut count = access_checks(metrics);
     let mut since = Instant::now();
@@ -434,7 +434,12 @@ async fn binding_changes_elsewhere_cost_this_node_nothing(
         let told = |n: &sharedresource_api::node_view::SharedResourceNode| {
             n.status.as_ref().and_then(|status| status.of("shares-consumer")).is_some()
         };
-        if node.is_some_and(|n| n.spec.namespaces == ["shares-consumer"] && told(&n)) {
+        // Only the namespace it serves in the status too: the refused stranger's entry, if it was
+        // told, is dropped by a write of its own.
+        let entries = |n: &sharedresource_api::node_view::SharedResourceNode| {
+            n.status.as_ref().map_or(0, |status| status.namespaces.len())
+        };
+        if node.is_some_and(|n| n.spec.namespaces == ["shares-consumer"] && told(&n) && entries(&n) == 1) {
             break;
         }
         if Instant::now() > deadline {

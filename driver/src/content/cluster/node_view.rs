@@ -212,6 +212,7 @@ async fn write_spec(client: kube::Client, node: &str, view: &NodeView, rewrite: 
                     every_namespace = spec.every_namespace,
                     "this node's view written"
                 );
+                view.written(&spec);
                 written = Some(spec);
                 (failed, retry) = (false, FIRST_RETRY);
             }

@@ -63,6 +63,7 @@ pub async fn follow(
     let (renewed, mut renewals) = watch::channel::<Option<Instant>>(None);
     let api = Api::<Lease>::namespaced(client, lease.namespace.as_str());
     let by_name = watcher::Config::default().fields(&format!("metadata.name={}", lease.name.as_str()));
+    let watch_metrics = metrics.clone();
     let watching = async move {
         let mut events = watch_stream(api, by_name).default_backoff().boxed();
         let mut last_renew_time = None;
@@ -77,7 +78,7 @@ pub async fn follow(
                 }
                 Ok(_) => {}
                 Err(error) => {
-                    metrics.watch_error("Lease");
+                    watch_metrics.watch_error("Lease");
                     warn!(error = %Logged(&error), "watch of the access notices' lease failed; retrying with backoff");
                 }
             }
@@ -94,7 +95,8 @@ pub async fn follow(
                 (Hearing::Notices, Hearing::OnItsOwn) => {
                     warn!(
                         fallback_seconds = fallback.as_secs(),
-                        "no renewal of the access notices' lease: checking every volume's access again on its own"
+                        "grant changes may not reach this node (no renewal of the access notices' lease, or its own \
+                         object behind): checking every volume's access again on its own"
                     );
                     wake.grants_relisted();
                     next_forget = now + fallback;
@@ -109,6 +111,7 @@ pub async fn follow(
                 _ => {}
             }
             state = heard;
+            metrics.set_notices_heard(state == Hearing::Notices);
             // Woken by a renewal, or to look again (the object's state has no signal of its own).
             let until = match state {
                 Hearing::Notices => now + LOOK_EVERY,

@@ -106,6 +106,7 @@ pub async fn a_tenants_fat_bindings_cost_the_driver_nothing(suite: &Suite) -> Ou
         share(suite, VICTIM, "node-fat", "first").await?;
         let pod = create_pod(suite, VICTIM, &reader_pod(node, "reader", "node-fat", Some(true))).await?;
         wait_for_log(node, VICTIM, "reader", "the share's content", |l| l == "content: first").await?;
+        super::volume_present(node, &uid(&pod))?;
         let driver_after = node.driver_resident_bytes()?;
         let controller_after = suite.read_grants.resident_bytes()?;
         let at = Instant::now();
