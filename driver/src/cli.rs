@@ -91,7 +91,14 @@ pub(crate) fn run_program<F: Parser>(
 /// Logs to standard error, in colour only on a terminal.
 fn init_logging() {
     use std::io::IsTerminal as _;
-    let _ = tracing_subscriber::fmt().with_writer(|| LossyStderr).with_ansi(std::io::stderr().is_terminal()).try_init();
+    // RUST_LOG as usual (`info` when unset or invalid).
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(|| LossyStderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .try_init();
 }
 
 /// Standard error that swallows write failures: tracing-subscriber panics when it cannot report a

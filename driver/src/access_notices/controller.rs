@@ -20,7 +20,7 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::{self, Event};
 use kube::{Client, Resource, ResourceExt as _};
 use tokio::sync::Notify;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::lease::{LeaseRef, keep_renewed};
 use super::plan::{Concerns, GrantingClusterRoles, Notices, next_status};
@@ -264,6 +264,7 @@ async fn write_notices(client: Client, nodes: Store<SharedResourceNode>, gathere
             }
             let current = written.get(&name).cloned().unwrap_or_else(|| node.status.clone().unwrap_or_default());
             if let Some(status) = next_status(&node.spec, &current, &due, now) {
+                debug!(node = %name, namespaces = ?due.namespaces, every_namespace = due.every_namespace, node_changed = changed.contains(&name), "telling a node of grant changes");
                 writes.push((name, status, due));
             }
         }

@@ -38,7 +38,9 @@ pub fn start_read_grants_as(name: &str, kubeconfig: &Path, dir: &Path, extra: &[
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut args = vec!["--kubeconfig".into(), kubeconfig.display().to_string()];
     args.extend(extra.iter().map(|arg| (*arg).to_owned()));
-    ChildProcess::spawn(name, &exe, &args, &[(DRIVER_CHILD_ENV, READ_GRANTS)], dir)
+    // Its notices logged one by one: a scenario that counts them can say which were written.
+    let env = [(DRIVER_CHILD_ENV, READ_GRANTS), ("RUST_LOG", "info,sharedresource_csi_driver::access_notices=debug")];
+    ChildProcess::spawn(name, &exe, &args, &env, dir)
 }
 
 /// Where the driver of a node keeps what.

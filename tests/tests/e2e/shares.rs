@@ -428,6 +428,7 @@ async fn binding_changes_elsewhere_cost_this_node_nothing(
     metrics: &sharedresource_csi_driver::metrics::Metrics,
 ) -> Outcome {
     let nodes = Api::<sharedresource_api::node_view::SharedResourceNode>::all(suite.admin.clone());
+    let mut stranger_seen = false;
     let deadline = Instant::now() + WITHIN;
     loop {
         let node = nodes.get_opt(node_name).await.map_err(|e| e.to_string())?;
@@ -439,12 +440,20 @@ async fn binding_changes_elsewhere_cost_this_node_nothing(
         let entries = |n: &sharedresource_api::node_view::SharedResourceNode| {
             n.status.as_ref().map_or(0, |status| status.namespaces.len())
         };
-        if node.is_some_and(|n| n.spec.namespaces == ["shares-consumer"] && told(&n) && entries(&n) == 1) {
+        // The stranger's namespace is listed (its refused publish was noted before access was
+        // asked) until two looks at the live volumes miss it: seen first, then gone.
+        let listed_stranger = |n: &sharedresource_api::node_view::SharedResourceNode| {
+            n.spec.namespaces.iter().any(|namespace| namespace == "shares-stranger")
+        };
+        stranger_seen |= node.as_ref().is_some_and(listed_stranger);
+        if stranger_seen
+            && node.is_some_and(|n| n.spec.namespaces == ["shares-consumer"] && told(&n) && entries(&n) == 1)
+        {
             break;
         }
         if Instant::now() > deadline {
             return Err(format!(
-                "SharedResourceNode {node_name} did not come to list shares-consumer alone, told, within {WITHIN:?}"
+                "SharedResourceNode {node_name} did not list shares-stranger and then shares-consumer alone, told, within {WITHIN:?}"
             ));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -544,7 +553,8 @@ async fn elsewhere_once(
     }
     if writes != 1 {
         return Err(format!(
-            "the node serving only shares-consumer was written {writes} times for three grant changes elsewhere and one in shares-consumer; expected 1"
+            "the node serving only shares-consumer was written {writes} times for three grant changes elsewhere and one in shares-consumer; expected 1 (status before {before:?}, after {after:?})\n{}",
+            suite.read_grants.log_tail(30)
         ));
     }
     if checks_after == checks_before {
