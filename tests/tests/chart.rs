@@ -168,7 +168,7 @@ fn by_default_the_crds_are_kept_and_nothing_else_differs() {
     let kept = by_identity(render(&peers.helm, &[]).expect("helm template")).expect("helm's objects");
     let plain = by_identity(render(&peers.helm, &["crds.keep=false"]).expect("helm template")).expect("objects");
     let crds: Vec<&String> = kept.keys().filter(|identity| identity.contains(" CustomResourceDefinition ")).collect();
-    assert_eq!(crds.len(), 3, "the chart renders the three CRDs: {crds:?}");
+    assert_eq!(crds.len(), 4, "the chart renders the four CRDs: {crds:?}");
     let mut unkept = kept.clone();
     for identity in &crds {
         let annotations = &kept[*identity]["metadata"]["annotations"];

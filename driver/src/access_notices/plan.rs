@@ -103,11 +103,13 @@ impl Notices {
         }
     }
 
-    /// Whether a node with `spec` is to be told of these.
+    /// Whether a node with `spec` is to be told of these. A node that serves no namespace has
+    /// no volume a grant could concern: it is told nothing, even of a change that concerns every
+    /// namespace (the entry of a namespace it comes to serve is written then).
     pub fn concern(&self, spec: &SharedResourceNodeSpec) -> bool {
-        self.every_namespace
-            || (!self.namespaces.is_empty()
-                && (spec.every_namespace || spec.namespaces.iter().any(|n| self.namespaces.contains(n))))
+        let serves = |namespace: &String| spec.every_namespace || spec.namespaces.contains(namespace);
+        let serves_any = spec.every_namespace || !spec.namespaces.is_empty();
+        (self.every_namespace && serves_any) || self.namespaces.iter().any(serves)
     }
 
     /// Whether nothing was gathered.
@@ -229,7 +231,11 @@ mod tests {
         assert!(!team_a.concern(&spec(&["team-b"])));
         assert!(!team_a.concern(&spec(&[])));
         assert!(team_a.concern(&SharedResourceNodeSpec { namespaces: vec![], every_namespace: true }));
-        assert!(notices(&[], true).concern(&spec(&[])), "a change for every namespace concerns every node");
+        assert!(
+            notices(&[], true).concern(&spec(&["team-b"])),
+            "a change for every namespace concerns every node serving one"
+        );
+        assert!(!notices(&[], true).concern(&spec(&[])), "a node that serves nothing is told nothing");
         assert!(!Notices::default().concern(&SharedResourceNodeSpec { namespaces: vec![], every_namespace: true }));
     }
 

@@ -37,6 +37,13 @@ struct Flags {
     /// `accessLease` names the same.
     #[arg(long, value_name = "NAMESPACE/NAME", default_value = sharedresource_api::node_view::DEFAULT_LEASE)]
     access_lease: String,
+    /// Requests a second of the access notices' writes to the nodes, on a client of their own
+    /// (a revocation reaching 200 nodes is 200 small writes; the read grants keep their rate).
+    #[arg(long, value_name = "N", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
+    notices_qps: u32,
+    /// Writes of the access notices sent at once after a quiet time.
+    #[arg(long, value_name = "N", default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..))]
+    notices_burst: u32,
     /// Do not tell nodes of grant changes (another process does; its nodes fall back to their
     /// own rechecks otherwise).
     #[arg(long)]
@@ -84,9 +91,11 @@ fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
         };
         let grants = super::controller::run(client.clone(), driver, timeout);
         let settings = crate::access_notices::controller::NoticeSettings { lease, timeout };
+        let notices_rate = crate::apiserver_rate::RateLayer::new(flags.notices_qps, flags.notices_burst);
+        let notices_client = crate::cli::kube_client(flags.kubeconfig.as_deref(), notices_rate).await?;
         let notices = async {
             if !flags.no_access_notices {
-                crate::access_notices::controller::run(client.clone(), settings).await;
+                crate::access_notices::controller::run(notices_client, settings).await;
             }
         };
         tokio::select! {

@@ -19,10 +19,11 @@ use super::{DRIVER_NAMESPACE, Installation, Outcome, path};
 const RELEASE: &str = "inline-guard";
 /// Where Helm keeps the release's record (the chart's objects name their own namespaces).
 const RELEASE_NAMESPACE: &str = "default";
-const CRDS: [&str; 3] = [
+const CRDS: [&str; 4] = [
     "sharedsecrets.sharedresource.inlineguard.dev",
     "sharedconfigmaps.sharedresource.inlineguard.dev",
     "sharedprojections.sharedresource.inlineguard.dev",
+    "sharedresourcenodes.sharedresource.inlineguard.dev",
 ];
 
 /// The whole Helm path: the last release installed at this build's images (`version`), upgraded
@@ -137,7 +138,10 @@ pub async fn installed_upgraded_and_removed(this: &Installation, version: &str, 
     this.kubectl.run(&delete).await?;
     this.node_left_clean("helm uninstall").await?;
     this.grants_gone("helm uninstall").await?;
-    println!("deploy: helm uninstall removed {removed} objects and kept the 3 CRDs; deleting them left nothing");
+    println!(
+        "deploy: helm uninstall removed {removed} objects and kept the {} CRDs; deleting them left nothing",
+        CRDS.len()
+    );
     Ok(())
 }
 
