@@ -141,7 +141,11 @@ pub async fn a_tenants_fat_bindings_cost_the_driver_nothing(suite: &Suite) -> Ou
             return Err(format!("the driver grew {:.2} MiB over a tenant's bindings, more than 1 MiB", mib(grown)));
         }
         if updated > WITHIN_10_S || revoked > WITHIN_10_S {
-            return Err(format!("after the attack, the update took {updated:?} and the revocation {revoked:?}: over 10 s"));
+            return Err(format!(
+                "after the attack, the update took {updated:?} and the revocation {revoked:?}: over 10 s\n{}\n{}",
+                node.log_tails(),
+                suite.read_grants.log_tail(20)
+            ));
         }
         Ok(())
     }
