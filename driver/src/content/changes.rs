@@ -1,13 +1,14 @@
 //! What changed since the last refresh: everything (a watch started, the periodic tick), the
 //! shares and projections some events name, or the service accounts a grant given or taken may
-//! concern; and, for the pods to hear of, the optional objects volumes began to lack. Watches note changes here; the refresher takes them and refreshes only the volumes
-//! they touch, so an update to one Secret rewrites the volumes of the shares backed by it (and of
-//! the projections naming those shares), and a RoleBinding of one service account re-checks only
-//! its pods' volumes, not every volume of the node.
+//! concern (a notice names a namespace: all of its accounts); and, for the pods to hear of, the
+//! optional objects volumes began to lack. Watches and notices note changes here; the refresher
+//! takes them and refreshes only the volumes they touch, so an update to one Secret rewrites the
+//! volumes of the shares backed by it (and of the projections naming those shares), and a
+//! RoleBinding of one namespace re-checks only its pods' volumes, not every volume of the node.
 //!
 //! A grant's change is looked at again a moment later ([`Changes::grant_changed`]): the
 //! apiserver answers access checks from its own RBAC cache, which can learn of a binding just
-//! after the driver's watch does. Those looks are gathered into windows of [`WINDOW`], so a burst
+//! after the notice reaches the driver. Those looks are gathered into windows of [`WINDOW`], so a burst
 //! of binding changes costs each affected volume a bounded number of checks, not one per change;
 //! and the listener is told which looks are first and which again ([`GrantLook`]), so an answer
 //! the first look already saw change need not be asked again.
@@ -81,7 +82,8 @@ struct WindowLooks {
 /// A look at grants, as a grant listener is told of it.
 #[derive(Debug, Clone, Copy)]
 pub enum GrantLook<'a> {
-    /// A grant watch listed again and may have missed changes: any answer may be stale.
+    /// Grant changes may have been missed (a change for every namespace, a node that hears no
+    /// notices): any answer may be stale.
     Relisted,
     /// One window's looks: `first`, the accounts whose grants changed since the last window;
     /// `again`, those looked at again while the apiserver's RBAC cache may be catching up (an
@@ -94,7 +96,7 @@ pub enum GrantLook<'a> {
     },
 }
 
-/// Told of each look at grants and of each relist of the grant watches: what holds answers
+/// Told of each look at grants and of each time grant changes may have been missed: what holds answers
 /// about grants forgets them then.
 struct GrantListener(Box<ForgetAnswers>);
 
@@ -248,13 +250,13 @@ impl Changes {
     }
 
     /// Tells `listener` of each look at grants, before the volumes it touches are refreshed,
-    /// and of each relist of the grant watches. Only the first listener is kept.
+    /// and of each time grant changes may have been missed. Only the first listener is kept.
     pub fn on_grant_looks(&self, listener: impl Fn(GrantLook<'_>) + Send + Sync + 'static) {
         let _ = self.grant_listener.set(GrantListener(Box::new(listener)));
     }
 
-    /// A grant watch listed again and may have missed changes: every answer about grants is
-    /// forgotten, and every volume looked at.
+    /// Grant changes may have been missed (told for every namespace, or heard by no notice):
+    /// every answer about grants is forgotten, and every volume looked at.
     pub fn grants_relisted(&self) {
         if let Some(listener) = self.grant_listener.get() {
             (listener.0)(GrantLook::Relisted);

@@ -1,10 +1,11 @@
 //! Access answers held between refreshes: an answer of the apiserver to "may this service
 //! account use this share" serves every later publish and refresh of that pair on this node
-//! until a grant's change may concern the account (the grant watches say so, through
-//! [`crate::content::changes::Changes`], at each of its looks), a relist of the grant watches (which may
-//! have missed changes), or until it is due again (`accessRecheckSeconds`, spread ±10% per pair
-//! so that the nodes of a cluster do not ask all at once). So an idle node asks nothing but those
-//! due rechecks, and a change to RBAC is seen through the watches, as fast as before.
+//! until a grant's change may concern the account (the access notices say so, through
+//! [`crate::content::changes::Changes`], at each of its looks), a notice for every namespace or a
+//! lapse of the notices (either may have missed changes), or until it is due again
+//! (`accessRecheckSeconds`, spread ±10% per pair so that the nodes of a cluster do not ask all at
+//! once). So an idle node asks nothing but those due rechecks, and a change to RBAC is seen
+//! through the notices.
 //!
 //! An answer asked before a grant's change and received after it could be stale: it is not held
 //! when any forgetting happened while it was asked.

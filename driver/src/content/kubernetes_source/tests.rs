@@ -235,7 +235,7 @@ fn optional_never_turns_a_denial_or_an_outage_into_an_empty_volume() {
 }
 
 /// One access check per (service account, share): shared within a pass, then held across
-/// passes and publishes until a look at grants concerns the account (or a grant watch relists).
+/// passes and publishes until a look at grants concerns the account (or grant changes may have been missed).
 #[test]
 fn an_access_answer_is_held_until_a_grant_change_concerns_its_account() {
     let runtime = runtime();
