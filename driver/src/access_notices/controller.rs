@@ -117,6 +117,15 @@ impl ListedWatches {
     }
 }
 
+/// A watch listed (again): it may have missed changes, which concerns every namespace; its
+/// first list counts toward the lease's start.
+fn listed_again(gathered: &Gathered, listed: &ListedWatches, first: &mut bool) {
+    gathered.add(Concerns::EveryNamespace);
+    if std::mem::take(first) {
+        listed.first_listed();
+    }
+}
+
 /// Every node's object, kept without managed fields; each event marks its node to be looked at.
 fn follow_nodes(api: Api<SharedResourceNode>, gathered: Arc<Gathered>) -> Store<SharedResourceNode> {
     let (store, writer) = reflector::store();
@@ -145,12 +154,7 @@ where
     while let Some(event) = events.next().await {
         match event {
             Ok(Event::Init | Event::InitApply(_)) => {}
-            Ok(Event::InitDone) => {
-                gathered.add(Concerns::EveryNamespace);
-                if std::mem::take(&mut first) {
-                    listed.first_listed();
-                }
-            }
+            Ok(Event::InitDone) => listed_again(&gathered, &listed, &mut first),
             Ok(Event::Apply(object) | Event::Delete(object)) => {
                 gathered.add(Concerns::Namespace(object.metadata.namespace.unwrap_or_default()))
             }
@@ -182,10 +186,7 @@ async fn follow_cluster_roles(
                 known.relisted(std::mem::take(&mut relisting));
                 info!(granting = known.len(), "ClusterRoles that can grant use listed");
                 drop(known);
-                gathered.add(Concerns::EveryNamespace);
-                if std::mem::take(&mut first) {
-                    listed.first_listed();
-                }
+                listed_again(&gathered, &listed, &mut first);
             }
             Ok(Event::Apply(role)) => {
                 let concerns =
@@ -216,12 +217,7 @@ async fn follow_cluster_role_bindings(
     while let Some(event) = events.next().await {
         match event {
             Ok(Event::Init | Event::InitApply(_)) => {}
-            Ok(Event::InitDone) => {
-                gathered.add(Concerns::EveryNamespace);
-                if std::mem::take(&mut first) {
-                    listed.first_listed();
-                }
-            }
+            Ok(Event::InitDone) => listed_again(&gathered, &listed, &mut first),
             Ok(Event::Apply(binding) | Event::Delete(binding)) => {
                 let concerns = roles.locked().binding_changed(&binding.role_ref.kind, &binding.role_ref.name);
                 gathered.add(concerns);

@@ -84,6 +84,11 @@ impl NodeView {
     /// Volume `volume_id` is of a pod of `namespace` (noted at each ask, before its access is).
     pub fn note(&self, volume_id: &str, namespace: &str) {
         let mut volumes = self.volumes.locked();
+        // Every refresh notes its volume again: a volume already noted costs one lookup, not a
+        // scan of the node's volumes.
+        if volumes.0.get(volume_id).is_some_and(|noted| noted == namespace) {
+            return;
+        }
         let new_namespace = !volumes.0.values().any(|n| n == namespace);
         volumes.0.insert(volume_id.to_string(), namespace.to_string());
         drop(volumes);
