@@ -1,10 +1,12 @@
 //! The node's view by name: a cluster-scoped `SharedResourceNode` per node, named after it. The
 //! node's driver writes the spec (which namespaces have volumes on it that the access check
-//! guards); the access-notices controller, the one place that watches the cluster's RBAC, writes
-//! the status (per namespace, when it last noticed a grant change there, and when it last
-//! noticed one that may concern every namespace). Each driver watches its own object by name, so a
-//! binding changed in a namespace costs one write per node serving that namespace and nothing
-//! anywhere else, and no node keeps a copy of the cluster's RBAC.
+//! guards, and which shares and projections those volumes read); the access-notices controller,
+//! the one place that watches the cluster's RBAC, shares and projections, writes the status (per
+//! namespace, when it last noticed a grant change there; per object, when it last noticed it
+//! change; and when it last noticed a change that may concern every namespace or every object).
+//! Each driver watches its own object by name, so a binding changed in a namespace, or a share
+//! edited, costs one write per node serving it and nothing anywhere else, and no node keeps a
+//! copy of the cluster's RBAC or watches a kind cluster-wide.
 
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -13,6 +15,52 @@ use serde::{Deserialize, Serialize};
 /// The most namespaces a node's object lists. A node with more sets `everyNamespace` instead,
 /// and is told of every grant change: never fewer notices than it needs.
 pub const MAX_NAMESPACES: usize = 256;
+/// The most shares and projections a node's object lists. A node with more sets `everyObject`
+/// instead, and is told of every change of any share or projection.
+pub const MAX_OBJECTS: usize = 512;
+/// The longest object entry: `SharedProjection/` (17), a namespace (63), `/` and a name (253).
+pub const MAX_OBJECT_LENGTH: usize = 334;
+
+/// A share or projection whose changes a node is told of, named in its object as
+/// `SharedSecret/NAME`, `SharedConfigMap/NAME` or `SharedProjection/NAMESPACE/NAME`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum NoticedObject {
+    /// A share, by kind and name.
+    Share(crate::ShareKind, String),
+    /// A projection, by namespace and name.
+    Projection(String, String),
+}
+
+/// The kind an entry names projections by.
+const PROJECTION_KIND: &str = "SharedProjection";
+
+impl NoticedObject {
+    /// The entry naming it.
+    pub fn key(&self) -> String {
+        match self {
+            NoticedObject::Share(kind, name) => format!("{}/{name}", kind.kind()),
+            NoticedObject::Projection(namespace, name) => format!("{PROJECTION_KIND}/{namespace}/{name}"),
+        }
+    }
+
+    /// The object an entry names; `None` for an entry of no known form.
+    pub fn parse(key: &str) -> Option<NoticedObject> {
+        let (kind, rest) = key.split_once('/')?;
+        let share = |kind: crate::ShareKind| {
+            (!rest.is_empty() && !rest.contains('/')).then(|| NoticedObject::Share(kind, rest.to_string()))
+        };
+        match kind {
+            "SharedSecret" => share(crate::ShareKind::Secret),
+            "SharedConfigMap" => share(crate::ShareKind::ConfigMap),
+            PROJECTION_KIND => {
+                let (namespace, name) = rest.split_once('/')?;
+                (!namespace.is_empty() && !name.is_empty() && !name.contains('/'))
+                    .then(|| NoticedObject::Projection(namespace.to_string(), name.to_string()))
+            }
+            _ => None,
+        }
+    }
+}
 
 /// The Lease the access-notices controller renews while it tells nodes of grant changes, as
 /// shipped (in the driver's namespace). A node that sees it renewed holds access answers until a
@@ -59,8 +107,9 @@ impl std::fmt::Display for LeaseRef {
     version = "v1alpha1",
     kind = "SharedResourceNode",
     plural = "sharedresourcenodes",
-    status = "GrantChanges",
+    status = "NodeNotices",
     printcolumn = r#"{"name": "Every namespace", "type": "boolean", "jsonPath": ".spec.everyNamespace"}"#,
+    printcolumn = r#"{"name": "Every object", "type": "boolean", "jsonPath": ".spec.everyObject"}"#,
     printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -74,14 +123,24 @@ pub struct SharedResourceNodeSpec {
     /// of every grant change.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub every_namespace: bool,
+    /// The shares and projections this node's volumes read ([`NoticedObject`] entries), sorted;
+    /// written by this node's driver alone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_OBJECTS), inner(length(min = 1, max = MAX_OBJECT_LENGTH)))]
+    pub objects: Vec<String>,
+    /// Set when the node's volumes read more objects than `objects` may list: it is told of
+    /// every change of any share or projection.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub every_object: bool,
 }
 
 /// What the access-notices controller tells the node: values that change whenever a grant may
-/// have changed. The node compares them with what it saw last; a value that moved (or appeared)
-/// asks it to check again the access of its volumes of that namespace, or of every volume.
+/// have changed, or a share or projection did. The node compares them with what it saw last; a
+/// value that moved (or appeared) asks it to check again the access of its volumes of that
+/// namespace (or of every volume), or to read that object again (or every object).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct GrantChanges {
+pub struct NodeNotices {
     /// One entry per namespace the spec lists (the controller drops the others).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = MAX_NAMESPACES))]
@@ -92,6 +151,28 @@ pub struct GrantChanges {
     /// grant `use`, or a relist of its watches (it may have missed one).
     #[serde(default)]
     pub every_namespace: i64,
+    /// One entry per object the spec lists (the controller drops the others).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_OBJECTS))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["object"]))]
+    pub objects: Vec<ObjectChanges>,
+    /// When (Unix milliseconds, raised by at least one each time) the controller last noticed a
+    /// change that may concern every share and projection: a relist of their watches (it may have
+    /// missed one, as at every start of the controller).
+    #[serde(default)]
+    pub every_object: i64,
+}
+
+/// When the controller last noticed a share or projection change (or first told the node of it:
+/// an object new to the node is read again once, for a change made before the controller knew
+/// the node read it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ObjectChanges {
+    /// The object, as a [`NoticedObject`] entry.
+    #[schemars(length(min = 1, max = MAX_OBJECT_LENGTH))]
+    pub object: String,
+    /// Unix milliseconds, raised by at least one each time: only its change matters.
+    pub noticed: i64,
 }
 
 /// When the controller last noticed a grant change in one namespace (or first told the node of
@@ -106,10 +187,15 @@ pub struct NamespaceGrantChanges {
     pub noticed: i64,
 }
 
-impl GrantChanges {
+impl NodeNotices {
     /// When a change in `namespace` was last noticed, if the node was told of it.
     pub fn of(&self, namespace: &str) -> Option<i64> {
         self.namespaces.iter().find(|entry| entry.namespace == namespace).map(|entry| entry.noticed)
+    }
+
+    /// When a change of `object` (an entry) was last noticed, if the node was told of it.
+    pub fn of_object(&self, object: &str) -> Option<i64> {
+        self.objects.iter().find(|entry| entry.object == object).map(|entry| entry.noticed)
     }
 }
 
@@ -129,6 +215,10 @@ mod tests {
         let status = &schema["openAPIV3Schema"]["properties"]["status"]["properties"];
         assert_eq!(status["namespaces"]["maxItems"], MAX_NAMESPACES);
         assert_eq!(status["namespaces"]["x-kubernetes-list-map-keys"][0], "namespace");
+        assert_eq!(spec["objects"]["maxItems"], MAX_OBJECTS);
+        assert_eq!(spec["objects"]["items"]["maxLength"], MAX_OBJECT_LENGTH);
+        assert_eq!(status["objects"]["maxItems"], MAX_OBJECTS);
+        assert_eq!(status["objects"]["x-kubernetes-list-map-keys"][0], "object");
         assert!(
             crd.spec.versions[0].subresources.as_ref().and_then(|s| s.status.as_ref()).is_some(),
             "status is a subresource"
@@ -150,11 +240,42 @@ mod tests {
 
     #[test]
     fn a_namespace_s_notice_is_found_by_its_name() {
-        let changes = GrantChanges {
+        let changes = NodeNotices {
             namespaces: vec![NamespaceGrantChanges { namespace: "team-a".into(), noticed: 3 }],
             every_namespace: 1,
+            objects: vec![ObjectChanges { object: "SharedSecret/db".into(), noticed: 4 }],
+            every_object: 1,
         };
         assert_eq!(changes.of("team-a"), Some(3));
         assert_eq!(changes.of("team-b"), None);
+        assert_eq!(changes.of_object("SharedSecret/db"), Some(4));
+        assert_eq!(changes.of_object("SharedConfigMap/db"), None);
+    }
+
+    #[test]
+    fn an_object_entry_names_a_share_or_a_projection_and_reads_back() {
+        let objects = [
+            NoticedObject::Share(crate::ShareKind::Secret, "db".into()),
+            NoticedObject::Share(crate::ShareKind::ConfigMap, "ca.example.com".into()),
+            NoticedObject::Projection("team-a".into(), "app".into()),
+        ];
+        for object in objects {
+            assert_eq!(NoticedObject::parse(&object.key()), Some(object.clone()), "{}", object.key());
+        }
+        assert_eq!(NoticedObject::Projection("team-a".into(), "app".into()).key(), "SharedProjection/team-a/app");
+        for bad in [
+            "",
+            "db",
+            "SharedSecret/",
+            "SharedSecret/a/b",
+            "Secret/db",
+            "SharedProjection/team-a",
+            "SharedProjection/a/b/c",
+            "SharedProjection//b",
+        ] {
+            assert_eq!(NoticedObject::parse(bad), None, "{bad}");
+        }
+        let longest = NoticedObject::Projection("n".repeat(63), "p".repeat(253)).key();
+        assert_eq!(longest.len(), MAX_OBJECT_LENGTH);
     }
 }

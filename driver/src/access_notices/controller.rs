@@ -1,7 +1,8 @@
-//! The access-notices controller: the one place that watches the cluster's RBAC. It follows
-//! Roles and RoleBindings by their metadata alone (a change concerns its namespace, whatever it
-//! names), ClusterRoles and ClusterRoleBindings whole (made by the cluster's operators; only the
-//! names of ClusterRoles that can grant `use` are kept) and every node's `SharedResourceNode`;
+//! The access-notices controller: the one place that watches the cluster's RBAC, shares and
+//! projections. It follows Roles and RoleBindings by their metadata alone (a change concerns its
+//! namespace, whatever it names), ClusterRoles and ClusterRoleBindings whole (made by the
+//! cluster's operators; only the names of ClusterRoles that can grant `use` are kept), the shares
+//! and projections ([`super::objects`]) and every node's `SharedResourceNode`;
 //! gathers what each change concerns ([`super::plan`]) for [`GATHER`], and writes the status of
 //! each node it concerns, and of no other. A relist of any watch (it may have missed changes,
 //! and it happens at every start) concerns every namespace. A failed write is owed to its node
@@ -27,7 +28,7 @@ use super::plan::{Concerns, GrantingClusterRoles, Notices, next_status};
 use crate::apiserver_request::ask;
 use crate::quote::Logged;
 use crate::unpoisoned::UnpoisonedMutex;
-use sharedresource_api::node_view::{GrantChanges, SharedResourceNode};
+use sharedresource_api::node_view::{NodeNotices, SharedResourceNode};
 
 /// How long notices are gathered before the nodes are written: a burst of binding changes costs
 /// each node one write, while a revocation waits at most this long here.
@@ -52,13 +53,13 @@ pub struct NoticeSettings {
 
 /// Notices gathered since the last write, and the nodes whose object changed.
 #[derive(Debug, Default)]
-struct Gathered {
+pub(super) struct Gathered {
     state: Mutex<(Notices, HashSet<String>)>,
     arrived: Notify,
 }
 
 impl Gathered {
-    fn add(&self, concerns: Concerns) {
+    pub(super) fn add(&self, concerns: Concerns) {
         if concerns == Concerns::Nobody {
             return;
         }
@@ -88,10 +89,11 @@ pub async fn run(client: Client, settings: NoticeSettings) {
     tokio::spawn(cluster_roles);
     let bindings = follow_cluster_role_bindings(Api::all(client.clone()), roles, gathered.clone(), listed.clone());
     tokio::spawn(bindings);
+    super::objects::follow(client.clone(), gathered.clone(), listed.clone());
     if nodes.wait_until_ready().await.is_err() {
         return;
     }
-    listed.wait_for(RBAC_WATCHES).await;
+    listed.wait_for(RBAC_WATCHES + super::objects::WATCHES).await;
     info!("every watch has listed; telling nodes of grant changes");
     let renew = keep_renewed(client.clone(), settings.lease.clone(), settings.timeout);
     futures_util::future::join(renew, write_notices(client, nodes, gathered, settings.timeout)).await;
@@ -100,9 +102,9 @@ pub async fn run(client: Client, settings: NoticeSettings) {
 /// The RBAC watches whose first list the lease waits for.
 const RBAC_WATCHES: usize = 4;
 
-/// Counts the RBAC watches that have listed once.
+/// Counts the watches that have listed once.
 #[derive(Debug, Default)]
-struct ListedWatches {
+pub(super) struct ListedWatches {
     count: tokio::sync::watch::Sender<usize>,
 }
 
@@ -117,10 +119,11 @@ impl ListedWatches {
     }
 }
 
-/// A watch listed (again): it may have missed changes, which concerns every namespace; its
-/// first list counts toward the lease's start.
-fn listed_again(gathered: &Gathered, listed: &ListedWatches, first: &mut bool) {
-    gathered.add(Concerns::EveryNamespace);
+/// A watch listed (again): it may have missed changes, which concerns every namespace (an RBAC
+/// watch's) or every object (a share or projection watch's: `concerns`); its first list counts
+/// toward the lease's start.
+pub(super) fn listed_again(gathered: &Gathered, listed: &ListedWatches, first: &mut bool, concerns: Concerns) {
+    gathered.add(concerns);
     if std::mem::take(first) {
         listed.first_listed();
     }
@@ -149,15 +152,28 @@ async fn follow_namespaced<K>(api: Api<PartialObjectMeta<K>>, gathered: Arc<Gath
 where
     K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
 {
+    let of_namespace =
+        |object: PartialObjectMeta<K>| Concerns::Namespace(object.metadata.namespace.unwrap_or_default());
+    follow_each_change(api, (of_namespace, Concerns::EveryNamespace), gathered, listed).await;
+}
+
+/// Objects of kind `K`, metadata only, kept nowhere: each change concerns what `concerns` says
+/// of it, a relist what `relisted` says.
+pub(super) async fn follow_each_change<K>(
+    api: Api<PartialObjectMeta<K>>,
+    (concerns, relisted): (impl Fn(PartialObjectMeta<K>) -> Concerns, Concerns),
+    gathered: Arc<Gathered>,
+    listed: Arc<ListedWatches>,
+) where
+    K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+{
     let mut first = true;
     let mut events = watcher::watcher(api, watcher::Config::default().page_size(PAGE)).default_backoff().boxed();
     while let Some(event) = events.next().await {
         match event {
             Ok(Event::Init | Event::InitApply(_)) => {}
-            Ok(Event::InitDone) => listed_again(&gathered, &listed, &mut first),
-            Ok(Event::Apply(object) | Event::Delete(object)) => {
-                gathered.add(Concerns::Namespace(object.metadata.namespace.unwrap_or_default()))
-            }
+            Ok(Event::InitDone) => listed_again(&gathered, &listed, &mut first, relisted.clone()),
+            Ok(Event::Apply(object) | Event::Delete(object)) => gathered.add(concerns(object)),
             Err(error) => watch_failed(&K::kind(&()), &error),
         }
     }
@@ -186,7 +202,7 @@ async fn follow_cluster_roles(
                 known.relisted(std::mem::take(&mut relisting));
                 info!(granting = known.len(), "ClusterRoles that can grant use listed");
                 drop(known);
-                listed_again(&gathered, &listed, &mut first);
+                listed_again(&gathered, &listed, &mut first, Concerns::EveryNamespace);
             }
             Ok(Event::Apply(role)) => {
                 let concerns =
@@ -217,7 +233,7 @@ async fn follow_cluster_role_bindings(
     while let Some(event) = events.next().await {
         match event {
             Ok(Event::Init | Event::InitApply(_)) => {}
-            Ok(Event::InitDone) => listed_again(&gathered, &listed, &mut first),
+            Ok(Event::InitDone) => listed_again(&gathered, &listed, &mut first, Concerns::EveryNamespace),
             Ok(Event::Apply(binding) | Event::Delete(binding)) => {
                 let concerns = roles.locked().binding_changed(&binding.role_ref.kind, &binding.role_ref.name);
                 gathered.add(concerns);
@@ -232,7 +248,7 @@ async fn follow_cluster_role_bindings(
 /// What the controller wrote last is its base for the next write (its own watch may lag it).
 async fn write_notices(client: Client, nodes: Store<SharedResourceNode>, gathered: Arc<Gathered>, timeout: Duration) {
     let api = Api::<SharedResourceNode>::all(client);
-    let mut written: HashMap<String, GrantChanges> = HashMap::new();
+    let mut written: HashMap<String, NodeNotices> = HashMap::new();
     let mut owed: HashMap<String, Notices> = HashMap::new();
     let mut retry = FIRST_RETRY;
     loop {
@@ -252,15 +268,14 @@ async fn write_notices(client: Client, nodes: Store<SharedResourceNode>, gathere
             let name = node.name_any();
             let mut due = owed.remove(&name).unwrap_or_default();
             if notices.concern(&node.spec) {
-                due.every_namespace |= notices.every_namespace;
-                due.namespaces.extend(notices.namespaces.iter().cloned());
+                due.extend(&notices);
             }
             if due.is_empty() && !changed.contains(&name) {
                 continue;
             }
             let current = written.get(&name).cloned().unwrap_or_else(|| node.status.clone().unwrap_or_default());
             if let Some(status) = next_status(&node.spec, &current, &due, now) {
-                debug!(node = %name, namespaces = ?due.namespaces, every_namespace = due.every_namespace, node_changed = changed.contains(&name), "telling a node of grant changes");
+                debug!(node = %name, namespaces = ?due.namespaces, every_namespace = due.every_namespace, objects = ?due.objects, every_object = due.every_object, node_changed = changed.contains(&name), "telling a node of changes");
                 writes.push((name, status, due));
             }
         }
@@ -303,6 +318,6 @@ fn now_millis() -> i64 {
         .map_or(0, |since| i64::try_from(since.as_millis()).unwrap_or(i64::MAX))
 }
 
-fn watch_failed(kind: &str, error: &watcher::Error) {
+pub(super) fn watch_failed(kind: &str, error: &watcher::Error) {
     warn!(kind = %kind, error = %Logged(error), "watch failed; retrying with backoff");
 }

@@ -1,8 +1,11 @@
-//! The access notices: the one place that watches the cluster's RBAC and tells each node, through
-//! its own `SharedResourceNode`, when a grant of a namespace it serves may have changed. `plan`
-//! is the pure rule, `controller` the watches and writes, `lease` what tells nodes it runs. It
-//! runs in the `sharedresource-read-grants` program, on the control plane.
+//! The access notices: the one place that watches the cluster's RBAC, shares and projections,
+//! and tells each node, through its own `SharedResourceNode`, when a grant of a namespace it
+//! serves may have changed, or a share or projection its volumes read did. `plan` is the pure
+//! rule, `controller` the RBAC watches and the writes, `objects` the watches of shares and
+//! projections, `lease` what tells nodes it runs. It runs in the `sharedresource-read-grants`
+//! program, on the control plane.
 
 pub mod controller;
 pub mod lease;
+pub mod objects;
 pub mod plan;

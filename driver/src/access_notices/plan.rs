@@ -14,7 +14,10 @@ use std::collections::{BTreeSet, HashSet};
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use sharedresource_api::API_GROUP;
 use sharedresource_api::access::USE_VERB;
-use sharedresource_api::node_view::{GrantChanges, MAX_NAMESPACES, NamespaceGrantChanges, SharedResourceNodeSpec};
+use sharedresource_api::node_view::{
+    MAX_NAMESPACES, MAX_OBJECTS, NamespaceGrantChanges, NodeNotices, NoticedObject, ObjectChanges,
+    SharedResourceNodeSpec,
+};
 
 /// What a change concerns.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,6 +26,10 @@ pub enum Concerns {
     Namespace(String),
     /// The pods of every namespace.
     EveryNamespace,
+    /// The volumes that read one share or projection.
+    Object(NoticedObject),
+    /// The volumes that read any share or projection.
+    EveryObject,
     /// Nobody: it cannot grant `use`, before or after.
     Nobody,
 }
@@ -89,6 +96,10 @@ pub struct Notices {
     pub every_namespace: bool,
     /// The namespaces where a grant changed.
     pub namespaces: BTreeSet<String>,
+    /// A change that may concern every share and projection (a relist of their watches).
+    pub every_object: bool,
+    /// The shares and projections that changed, as [`NoticedObject`] entries.
+    pub objects: BTreeSet<String>,
 }
 
 impl Notices {
@@ -99,56 +110,93 @@ impl Notices {
                 self.namespaces.insert(namespace);
             }
             Concerns::EveryNamespace => self.every_namespace = true,
+            Concerns::Object(object) => {
+                self.objects.insert(object.key());
+            }
+            Concerns::EveryObject => self.every_object = true,
             Concerns::Nobody => {}
         }
     }
 
+    /// Adds every notice of `other`.
+    pub fn extend(&mut self, other: &Notices) {
+        self.every_namespace |= other.every_namespace;
+        self.namespaces.extend(other.namespaces.iter().cloned());
+        self.every_object |= other.every_object;
+        self.objects.extend(other.objects.iter().cloned());
+    }
+
     /// Whether a node with `spec` is to be told of these. A node that serves no namespace has
-    /// no volume a grant could concern: it is told nothing, even of a change that concerns every
-    /// namespace (the entry of a namespace it comes to serve is written then).
+    /// no volume a grant could concern, and one that reads no object none an object's change
+    /// could: it is told nothing of them, even of a change that concerns every namespace or
+    /// object (the entry of one it comes to serve is written then).
     pub fn concern(&self, spec: &SharedResourceNodeSpec) -> bool {
         let serves = |namespace: &String| spec.every_namespace || spec.namespaces.contains(namespace);
         let serves_any = spec.every_namespace || !spec.namespaces.is_empty();
-        (self.every_namespace && serves_any) || self.namespaces.iter().any(serves)
+        let reads = |object: &String| spec.every_object || spec.objects.contains(object);
+        let reads_any = spec.every_object || !spec.objects.is_empty();
+        (self.every_namespace && serves_any)
+            || self.namespaces.iter().any(serves)
+            || (self.every_object && reads_any)
+            || self.objects.iter().any(reads)
     }
 
     /// Whether nothing was gathered.
     pub fn is_empty(&self) -> bool {
-        !self.every_namespace && self.namespaces.is_empty()
+        !self.every_namespace && self.namespaces.is_empty() && !self.every_object && self.objects.is_empty()
     }
 }
 
 /// What the status of a node with `spec` must say after `notices`, from `current` (what the
 /// controller last wrote or saw), at `now` (Unix milliseconds); `None` when it already says it.
 ///
-/// Every namespace the spec lists has an entry: a new one is written at once (the node looks at
-/// that namespace once: a grant changed before the controller knew the node served it is not
-/// missed), one a notice names is raised, the others keep theirs; entries of namespaces the spec
-/// no longer lists go. A node whose spec says `everyNamespace` is told of every namespace's
-/// notices through `everyNamespace`. Each raised value is at least one more than before, so two
-/// notices in the same millisecond still change it.
+/// Every namespace and object the spec lists has an entry: a new one is written at once (the
+/// node looks at it once: a grant changed, or an object edited, before the controller knew the
+/// node served it is not missed), one a notice names is raised, the others keep theirs; entries
+/// the spec no longer lists go. A node whose spec says `everyNamespace` (`everyObject`) is told
+/// of every namespace's (object's) notices through that value. Each raised value is at least
+/// one more than before, so two notices in the same millisecond still change it.
 pub fn next_status(
     spec: &SharedResourceNodeSpec,
-    current: &GrantChanges,
+    current: &NodeNotices,
     notices: &Notices,
     now: i64,
-) -> Option<GrantChanges> {
+) -> Option<NodeNotices> {
     let raise = |before: Option<i64>| before.map_or(now, |before| now.max(before.saturating_add(1)));
-    let listed: BTreeSet<&String> = spec.namespaces.iter().take(MAX_NAMESPACES).collect();
-    let namespaces = listed
+    let entries = |listed: &[String], max: usize, noticed: &BTreeSet<String>, before: &dyn Fn(&str) -> Option<i64>| {
+        let listed: BTreeSet<&String> = listed.iter().take(max).collect();
+        listed
+            .into_iter()
+            .map(|key| match before(key) {
+                Some(before) if !noticed.contains(key) => (key.clone(), before),
+                before => (key.clone(), raise(before)),
+            })
+            .collect::<Vec<_>>()
+    };
+    let namespaces = entries(&spec.namespaces, MAX_NAMESPACES, &notices.namespaces, &|n| current.of(n))
         .into_iter()
-        .map(|namespace| {
-            let before = current.of(namespace);
-            let noticed = match before {
-                Some(before) if !notices.namespaces.contains(namespace) => before,
-                before => raise(before),
-            };
-            NamespaceGrantChanges { namespace: namespace.clone(), noticed }
-        })
+        .map(|(namespace, noticed)| NamespaceGrantChanges { namespace, noticed })
         .collect();
-    let every = notices.every_namespace || (spec.every_namespace && !notices.namespaces.is_empty());
-    let every_namespace = if every { raise(Some(current.every_namespace)) } else { current.every_namespace };
-    let next = GrantChanges { namespaces, every_namespace };
+    let objects = entries(&spec.objects, MAX_OBJECTS, &notices.objects, &|o| current.of_object(o))
+        .into_iter()
+        .map(|(object, noticed)| ObjectChanges { object, noticed })
+        .collect();
+    let every =
+        |all: bool, beyond_list: bool, before: i64| if all || beyond_list { raise(Some(before)) } else { before };
+    let next = NodeNotices {
+        namespaces,
+        every_namespace: every(
+            notices.every_namespace,
+            spec.every_namespace && !notices.namespaces.is_empty(),
+            current.every_namespace,
+        ),
+        objects,
+        every_object: every(
+            notices.every_object,
+            spec.every_object && !notices.objects.is_empty(),
+            current.every_object,
+        ),
+    };
     (next != *current).then_some(next)
 }
 
@@ -168,7 +216,7 @@ mod tests {
     fn spec(namespaces: &[&str]) -> SharedResourceNodeSpec {
         SharedResourceNodeSpec {
             namespaces: namespaces.iter().map(|n| n.to_string()).collect(),
-            every_namespace: false,
+            ..SharedResourceNodeSpec::default()
         }
     }
 
@@ -177,7 +225,11 @@ mod tests {
     }
 
     fn notices(namespaces: &[&str], every_namespace: bool) -> Notices {
-        Notices { every_namespace, namespaces: namespaces.iter().map(|n| n.to_string()).collect() }
+        Notices {
+            every_namespace,
+            namespaces: namespaces.iter().map(|n| n.to_string()).collect(),
+            ..Notices::default()
+        }
     }
 
     #[test]
@@ -230,18 +282,25 @@ mod tests {
         assert!(team_a.concern(&spec(&["team-a", "team-b"])));
         assert!(!team_a.concern(&spec(&["team-b"])));
         assert!(!team_a.concern(&spec(&[])));
-        assert!(team_a.concern(&SharedResourceNodeSpec { namespaces: vec![], every_namespace: true }));
+        assert!(team_a.concern(&SharedResourceNodeSpec { every_namespace: true, ..SharedResourceNodeSpec::default() }));
         assert!(
             notices(&[], true).concern(&spec(&["team-b"])),
             "a change for every namespace concerns every node serving one"
         );
         assert!(!notices(&[], true).concern(&spec(&[])), "a node that serves nothing is told nothing");
-        assert!(!Notices::default().concern(&SharedResourceNodeSpec { namespaces: vec![], every_namespace: true }));
+        assert!(
+            !Notices::default()
+                .concern(&SharedResourceNodeSpec { every_namespace: true, ..SharedResourceNodeSpec::default() })
+        );
     }
 
     #[test]
     fn the_status_raises_what_a_notice_names_welcomes_new_namespaces_and_drops_the_rest() {
-        let current = GrantChanges { namespaces: vec![entry("team-a", 100), entry("gone", 50)], every_namespace: 7 };
+        let current = NodeNotices {
+            namespaces: vec![entry("team-a", 100), entry("gone", 50)],
+            every_namespace: 7,
+            ..NodeNotices::default()
+        };
         let next = next_status(&spec(&["team-b", "team-a"]), &current, &notices(&["team-a"], false), 1_000).unwrap();
         assert_eq!(next.namespaces, [entry("team-a", 1_000), entry("team-b", 1_000)]);
         assert_eq!(next.every_namespace, 7, "no change for every namespace");
@@ -261,10 +320,48 @@ mod tests {
 
     #[test]
     fn a_node_with_too_many_namespaces_hears_every_namespace_s_notices() {
-        let node = SharedResourceNodeSpec { namespaces: vec![], every_namespace: true };
-        let current = GrantChanges::default();
+        let node = SharedResourceNodeSpec { every_namespace: true, ..SharedResourceNodeSpec::default() };
+        let current = NodeNotices::default();
         let next = next_status(&node, &current, &notices(&["anywhere"], false), 5).unwrap();
         assert_eq!(next.every_namespace, 5);
         assert_eq!(next_status(&node, &next, &Notices::default(), 9), None);
+    }
+
+    fn db() -> NoticedObject {
+        NoticedObject::Share(sharedresource_api::ShareKind::Secret, "db".into())
+    }
+
+    fn object_notice(object: NoticedObject) -> Notices {
+        let mut notices = Notices::default();
+        notices.add(Concerns::Object(object));
+        notices
+    }
+
+    #[test]
+    fn an_object_s_notice_concerns_only_the_nodes_reading_it_and_raises_only_its_entry() {
+        let reads_db = SharedResourceNodeSpec {
+            objects: vec!["SharedProjection/team-a/app".into(), db().key()],
+            ..SharedResourceNodeSpec::default()
+        };
+        let reads_ca = SharedResourceNodeSpec { objects: vec!["SharedConfigMap/ca".into()], ..Default::default() };
+        let notice = object_notice(db());
+        assert!(notice.concern(&reads_db));
+        assert!(!notice.concern(&reads_ca));
+        assert!(!notice.concern(&spec(&["team-a"])), "a node serving the namespace but not reading the share");
+        assert!(notice.concern(&SharedResourceNodeSpec { every_object: true, ..Default::default() }));
+        let every = Notices { every_object: true, ..Notices::default() };
+        assert!(every.concern(&reads_ca) && !every.concern(&spec(&["team-a"])), "every object: the nodes reading one");
+
+        let first = next_status(&reads_db, &NodeNotices::default(), &Notices::default(), 10).unwrap();
+        let entry = |object: &str, noticed| ObjectChanges { object: object.into(), noticed };
+        assert_eq!(first.objects, [entry("SharedProjection/team-a/app", 10), entry("SharedSecret/db", 10)]);
+        let next = next_status(&reads_db, &first, &notice, 20).unwrap();
+        assert_eq!(next.objects, [entry("SharedProjection/team-a/app", 10), entry("SharedSecret/db", 20)]);
+        assert_eq!((next.every_object, next.every_namespace), (0, 0), "nothing else moves");
+        let relisted = next_status(&reads_db, &next, &every, 30).unwrap();
+        assert_eq!((relisted.every_object, relisted.objects), (30, next.objects.clone()));
+        let too_many = SharedResourceNodeSpec { every_object: true, ..Default::default() };
+        let told = next_status(&too_many, &NodeNotices::default(), &notice, 40).unwrap();
+        assert_eq!(told.every_object, 40, "a node listing no objects but reading every one");
     }
 }

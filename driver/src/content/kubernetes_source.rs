@@ -10,6 +10,7 @@ use std::time::Duration;
 use crate::apiserver_client::ApiserverClients;
 use crate::content::ask::VolumeAsk;
 use crate::content::changes::{Absence, Changes};
+use crate::content::cluster::node_view::VolumeReads;
 use crate::content::cluster::{Cluster, NoticeSettings};
 use crate::content::error::Result;
 use crate::content::external::provider_volume;
@@ -21,6 +22,7 @@ use crate::content::shares;
 use crate::content::shares::source::ShareFiles;
 use crate::content::{ContentSource, PassId};
 use crate::metrics::Metrics;
+use sharedresource_api::node_view::NoticedObject;
 use sharedresource_api::volume_attributes::{OPTIONAL_ATTRIBUTE, selection};
 use sharedresource_api::{Selection, VolumeAttributes};
 
@@ -106,9 +108,18 @@ impl KubernetesSource {
     /// of what it marks optional is told to its pod (through the changes, to the refresher).
     async fn payload(&self, request: &VolumeAsk, pass: Option<PassId>) -> Result<Payload> {
         let cluster = &self.cluster;
-        // Before any access is asked: a grant change from now on reaches this volume.
-        cluster.node_view().note(&request.volume_id, &request.pod.namespace);
-        let (files, absent) = match volume_of(request)? {
+        let selection = volume_of(request)?;
+        // Before any access is asked or anything read: a grant change, or a change of what it
+        // reads, from now on reaches this volume.
+        let object = match &selection {
+            Selection::Share(kind, share) => Some(NoticedObject::Share(*kind, share.as_str().to_string())),
+            Selection::Projection(name) => {
+                Some(NoticedObject::Projection(request.pod.namespace.clone(), name.as_str().to_string()))
+            }
+            Selection::Provider(_) => None,
+        };
+        cluster.node_view().note(&request.volume_id, VolumeReads { namespace: request.pod.namespace.clone(), object });
+        let (files, absent) = match selection {
             Selection::Share(kind, share) => {
                 let optional = request.attributes.get(OPTIONAL_ATTRIBUTE).is_some_and(|value| value == "true");
                 match shares::source::payload(cluster, &request.pod, kind, &share, optional, pass).await? {
@@ -159,7 +170,8 @@ impl ContentSource for KubernetesSource {
     }
 
     fn lazy(&self, request: &VolumeAsk) -> Result<Option<Arc<dyn LazyFiles>>> {
-        self.cluster.node_view().note(&request.volume_id, &request.pod.namespace);
+        let reads = VolumeReads { namespace: request.pod.namespace.clone(), object: None };
+        self.cluster.node_view().note(&request.volume_id, reads);
         let lazy = provider_volume::lazy_files(&self.cluster, &self.providers, request);
         self.cluster.runtime().block_on(lazy)
     }

@@ -19,6 +19,7 @@ mod projections;
 mod providers;
 mod rollout;
 mod rotation_events;
+mod share_notices;
 mod shares;
 mod support;
 

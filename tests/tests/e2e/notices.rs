@@ -1,10 +1,11 @@
-//! When grant changes stop reaching a node, a revocation still does, within the documented
-//! bound. Once the controller has answered the node's view, its notices are cut (a test-only
-//! ValidatingAdmissionPolicy refuses writes to this node's status) while a Lease the scenario
-//! renews tells the node that notices are kept: a revoked grant is then not seen (the positive
-//! control: only the fallback delivers it). The scenario stops renewing, as a controller that died would,
-//! and the volume is emptied within [`LEASE_SECONDS`] + `accessFallbackSeconds` (+ one refresh
-//! pass) of the last renewal.
+//! When notices stop reaching a node, a revocation and a share's edit still do, within the
+//! documented bound. Once the controller has answered the node's view, its notices are cut (a
+//! test-only ValidatingAdmissionPolicy refuses writes to this node's status) while a Lease the
+//! scenario renews tells the node that notices are kept: a revoked grant and a share retargeted
+//! to another Secret are then not seen (the positive control: only the fallback delivers them).
+//! The scenario stops renewing, as a controller that died would, and one volume is emptied and
+//! the other shows the new Secret within [`LEASE_SECONDS`] + `accessFallbackSeconds` (+ one
+//! refresh pass) of the last renewal.
 
 use std::time::{Duration, Instant};
 
@@ -18,15 +19,16 @@ use sharedresource_csi_driver::content::cluster::NoticeSettings;
 
 use crate::driver::kubelet_publish::{channel, kubelet_request, publish_as_kubelet};
 use crate::shares::{
-    InProcessDriver, WITHIN, create_object, create_use_grant, files, unpublish_as_kubelet, wait_for_files,
+    InProcessDriver, WITHIN, create_object, create_shared_secret, create_use_grant, files, unpublish_as_kubelet,
+    wait_for_files,
 };
-use crate::support::{
-    Outcome, SHARED_RESOURCE_DRIVER, Suite, create, create_namespace, create_service_account, pods_path,
-};
+use crate::support::{Outcome, Suite, create, create_namespace, create_service_account, pods_path};
 
 const OWNER: &str = "notices-owner";
 const CONSUMER: &str = "notices-consumer";
 const SHARE: &str = "notices-db";
+/// A second share of the same Secret, retargeted while the notices are cut.
+const RETARGETED: &str = "notices-retargeted";
 const NODE: &str = "e2e-notices-cut";
 const LEASE: &str = "e2e-notices-lease";
 const POLICY: &str = "e2e-notices-cut";
@@ -74,30 +76,21 @@ pub async fn a_node_that_hears_no_notices_still_sees_a_revocation(suite: &Suite)
         create_namespace(admin, namespace, "none", &[]).await?;
     }
     create_service_account(admin, CONSUMER, "reader").await?;
-    create_object(
-        suite,
-        &format!("/api/v1/namespaces/{OWNER}/secrets"),
-        json!({
-            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db"}, "stringData": {"password": "s3cret"}
-        }),
-    )
-    .await?;
-    create_object(suite, "/apis/sharedresource.inlineguard.dev/v1alpha1/sharedsecrets", json!({
-        "apiVersion": "sharedresource.inlineguard.dev/v1alpha1", "kind": "SharedSecret", "metadata": {"name": SHARE},
-        "spec": {"secretRef": {"namespace": OWNER, "name": "db"}}
-    }))
-    .await?;
-    create_use_grant(suite, CONSUMER, "sharedsecrets", SHARE).await?;
-    let pod = json!({
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "reader"},
-        "spec": {
-            "serviceAccountName": "reader",
-            "containers": [{"name": "app", "image": "registry.invalid/app:1", "volumeMounts": [{"name": "db", "mountPath": "/db"}]}],
-            "volumes": [{"name": "db", "csi": {"driver": SHARED_RESOURCE_DRIVER, "readOnly": true, "volumeAttributes": {"sharedSecret": SHARE}}}]
-        }
-    });
-    let answer = create(admin, &pods_path(CONSUMER), &pod, false).await?;
+    for (secret, password) in [("db", "s3cret"), ("db-next", "next")] {
+        let secret = json!({
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": secret}, "stringData": {"password": password}
+        });
+        create_object(suite, &format!("/api/v1/namespaces/{OWNER}/secrets"), secret).await?;
+    }
+    for share in [SHARE, RETARGETED] {
+        create_shared_secret(suite, share, OWNER, "db").await?;
+        create_use_grant(suite, CONSUMER, "sharedsecrets", share).await?;
+    }
+    let pod_of = crate::shares::reader_pod;
+    let answer = create(admin, &pods_path(CONSUMER), &pod_of("reader", SHARE), false).await?;
     let pod: Pod = serde_json::from_value(answer.body).map_err(|e| e.to_string())?;
+    let answer = create(admin, &pods_path(CONSUMER), &pod_of("retargeted", RETARGETED), false).await?;
+    let retargeted_pod: Pod = serde_json::from_value(answer.body).map_err(|e| e.to_string())?;
 
     let nodes = Api::<SharedResourceNode>::all(admin.clone());
     // The driver may read this Lease as it reads the shipped one: by name.
@@ -121,12 +114,18 @@ pub async fn a_node_that_hears_no_notices_still_sees_a_revocation(suite: &Suite)
         let request = kubelet_request(&pod, "db", &target)?;
         publish_as_kubelet(&mut node, &request).await.map_err(|e| format!("publish: {e}"))?;
         wait_for_files(&target, "published", &[("password", "s3cret")]).await?;
-        // The node's view says it serves the namespace, and the controller has answered it.
+        let other = driver.dir.path().join("pods/retargeted/volumes/kubernetes.io~csi/db/mount");
+        let other_request = kubelet_request(&retargeted_pod, "db", &other)?;
+        publish_as_kubelet(&mut node, &other_request).await.map_err(|e| format!("publish: {e}"))?;
+        wait_for_files(&other, "published", &[("password", "s3cret")]).await?;
+        // The node's view says it serves the namespace and reads both shares, and the controller
+        // has answered it.
         let deadline = Instant::now() + WITHIN;
         loop {
             let object = nodes.get(NODE).await.map_err(|e| e.to_string())?;
-            let told = object.status.as_ref().and_then(|status| status.of(CONSUMER)).is_some();
-            if object.spec.namespaces == [CONSUMER] && told {
+            let status = object.status.clone().unwrap_or_default();
+            let told = status.of(CONSUMER).is_some() && object.spec.objects.iter().all(|o| status.of_object(o).is_some());
+            if object.spec.namespaces == [CONSUMER] && object.spec.objects.len() == 2 && told {
                 break;
             }
             if Instant::now() > deadline {
@@ -177,9 +176,16 @@ pub async fn a_node_that_hears_no_notices_still_sees_a_revocation(suite: &Suite)
             .delete(&format!("reader-uses-{SHARE}"), &DeleteParams::default())
             .await
             .map_err(|e| e.to_string())?;
-        // The positive control: with notices cut and the lease renewed, the revocation is not
-        // seen (the held answer serves for 600 s, the periodic refresh is an hour away).
+        let shares = Api::<kube::api::DynamicObject>::all_with(admin.clone(), &crate::shares::shared_secrets());
+        let retarget = json!({"spec": {"secretRef": {"namespace": OWNER, "name": "db-next"}}});
+        shares.patch(RETARGETED, &PatchParams::default(), &Patch::Merge(&retarget)).await.map_err(|e| e.to_string())?;
+        // The positive control: with notices cut and the lease renewed, neither the revocation
+        // nor the share's edit is seen (the held answer serves for 600 s, the share is held until
+        // told, the periodic refresh is an hour away).
         tokio::time::sleep(Duration::from_secs(5)).await;
+        if files(&other) != [("password".to_string(), password.clone())] {
+            return Err(format!("the share's edit reached the node while its notices were cut: {:?}", files(&other)));
+        }
         if files(&target) != [("password".to_string(), password.clone())] {
             let object = nodes.get(NODE).await.map_err(|e| e.to_string())?;
             return Err(format!(
@@ -193,19 +199,32 @@ pub async fn a_node_that_hears_no_notices_still_sees_a_revocation(suite: &Suite)
         let stopped = Instant::now();
         let bound = Duration::from_secs(LEASE_SECONDS) + FALLBACK + WITHIN;
         let started = Instant::now();
+        let (mut revoked, mut edited) = (None, None);
         loop {
-            if files(&target).is_empty() {
+            if revoked.is_none() && files(&target).is_empty() {
+                revoked = Some(stopped.elapsed());
+            }
+            if edited.is_none() && files(&other) == [("password".to_string(), "next".to_string())] {
+                edited = Some(stopped.elapsed());
+            }
+            if revoked.is_some() && edited.is_some() {
                 break;
             }
             if started.elapsed() > bound {
-                return Err(format!("the revocation did not reach the node within {bound:?} of the lease's last renewal"));
+                return Err(format!(
+                    "within {bound:?} of the lease's last renewal: the revocation {}, the share's edit {}",
+                    if revoked.is_some() { "arrived" } else { "did not arrive" },
+                    if edited.is_some() { "arrived" } else { "did not arrive" },
+                ));
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         println!(
-            "notices: with grant changes cut, the revocation arrived {:?} after the lease's renewals stopped (bound: {LEASE_SECONDS} s + {FALLBACK:?})",
-            stopped.elapsed()
+            "notices: with notices cut, the revocation arrived {:?} and the share's edit {:?} after the lease's renewals stopped (bound: {LEASE_SECONDS} s + {FALLBACK:?})",
+            revoked.unwrap_or_default(),
+            edited.unwrap_or_default()
         );
+        unpublish_as_kubelet(&mut node, other_request.volume_id, other_request.target_path).await?;
         unpublish_as_kubelet(&mut node, request.volume_id, request.target_path).await
     }
     .await;

@@ -94,7 +94,8 @@ fn share(name: &str) -> Value {
     })
 }
 
-fn reader_pod(name: &str, share: &str) -> Value {
+/// A pod of account `reader` named `name`, with a volume `db` of SharedSecret `share`.
+pub fn reader_pod(name: &str, share: &str) -> Value {
     json!({
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
         "spec": {
@@ -568,7 +569,7 @@ async fn elsewhere_once(
 
 /// The writes of the access-notices controller to node `node`'s object so far, as the
 /// apiserver's audit log records them.
-fn notice_writes(suite: &Suite, node: &str) -> Result<usize, String> {
+pub fn notice_writes(suite: &Suite, node: &str) -> Result<usize, String> {
     let path = format!("/apis/sharedresource.inlineguard.dev/v1alpha1/sharedresourcenodes/{node}/status");
     Ok(suite
         .cluster
@@ -651,7 +652,7 @@ pub async fn access_updates_revocation_and_deletion_reach_the_files(suite: &Suit
     }
 
     // The driver as its ServiceAccount, with the shipped RBAC; no periodic refresh in the
-    // scenario's lifetime: every change must arrive through a watch.
+    // scenario's lifetime: every change must arrive through a watch or a notice.
     let driver = InProcessDriver::start(suite).await?;
     let (dir, metrics) = (&driver.dir, driver.metrics.clone());
     let mut node = NodeClient::new(channel(driver.socket.clone()).await?);
@@ -680,6 +681,7 @@ pub async fn access_updates_revocation_and_deletion_reach_the_files(suite: &Suit
         }
 
         binding_changes_elsewhere_cost_this_node_nothing(suite, &driver.node, &metrics).await?;
+        crate::share_notices::share_changes_elsewhere_cost_this_node_nothing(suite, &driver.node, "db").await?;
         a_binding_of_the_volumes_account_costs_access_checks(suite, &metrics).await?;
 
         // The Secret changes: a new password, a key removed.

@@ -1,13 +1,17 @@
-//! What the watches know, kept so that a publish need not ask the apiserver for it: every share's
-//! backing object and conditions (from the shares watch, once it has listed them all), and each
-//! backing object's content as last read, used only while it is at the resourceVersion its
-//! namespace watch last saw. A miss, or a version the watch has moved past, is read from the
-//! apiserver; only objects some share names are ever held.
+//! What the node knows of the cluster, kept so that a publish need not ask the apiserver for it:
+//! each share's backing object and conditions as last read, held until this node's object tells
+//! of a change of that share (or of every object, or the node stops hearing notices:
+//! [`super::node_view`], [`super::notice_lease`]); and each backing object's content as last
+//! read, used only while it is at the resourceVersion its own watch last saw. A miss, or a
+//! version the watch has moved past, is read from the apiserver; only shares this node read and
+//! objects some share names are ever held.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Mutex;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+#[cfg(test)]
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::content::payload::Payload;
 use crate::unpoisoned::UnpoisonedMutex;
@@ -15,14 +19,22 @@ use sharedresource_api::ShareKind;
 use sharedresource_api::shares::ObjectRef;
 
 type ObjectKey = (ShareKind, String, String);
+
+/// The shares held, by kind and name.
+type HeldShares = HashMap<(ShareKind, String), CachedShare>;
+
+/// Where a read of a share began, against the cache's forgets.
+#[derive(Debug, Clone, Copy)]
+pub struct ShareRead(u64);
 /// A share as the watch holds it: the object it names and the conditions it reports.
 pub type CachedShare = (ObjectRef, Vec<Condition>);
 
 /// The cache; every method is a short critical section.
 #[derive(Debug, Default)]
 pub struct ShareCache {
-    shares: Mutex<HashMap<(ShareKind, String), CachedShare>>,
-    listed: Mutex<HashSet<ShareKind>>,
+    /// The shares read, and how many times shares were forgotten: a read that began before a
+    /// forget may hold what the forget was for, so it is not kept.
+    shares: Mutex<(HeldShares, u64)>,
     versions: Mutex<HashMap<ObjectKey, String>>,
     contents: Mutex<HashMap<ObjectKey, (String, Payload)>>,
     reads: Mutex<HashMap<ObjectKey, ReadsSinceList>>,
@@ -41,26 +53,46 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl ShareCache {
-    /// The share `name` of `kind`, when the watch holds it.
+    /// The share `name` of `kind`, when held.
     pub fn share(&self, kind: ShareKind, name: &str) -> Option<CachedShare> {
-        lock(&self.shares).get(&(kind, name.to_string())).cloned()
+        lock(&self.shares).0.get(&(kind, name.to_string())).cloned()
     }
 
-    /// Replaces every share of `kind` (the watch's complete list).
-    pub fn list_shares(&self, kind: ShareKind, shares: HashMap<String, CachedShare>) {
-        let mut all = lock(&self.shares);
-        all.retain(|(k, _), _| *k != kind);
-        all.extend(shares.into_iter().map(|(name, value)| ((kind, name), value)));
-        lock(&self.listed).insert(kind);
+    /// Where a read of a share begins: [`ShareCache::keep_share`] keeps what it read only if no
+    /// share was forgotten since.
+    pub fn read_begins(&self) -> ShareRead {
+        ShareRead(lock(&self.shares).1)
     }
 
-    /// Notes a share created or changed (`Some`) or deleted (`None`).
-    pub fn set_share(&self, kind: ShareKind, name: &str, value: Option<CachedShare>) {
-        let key = (kind, name.to_string());
-        match value {
-            Some(value) => lock(&self.shares).insert(key, value),
-            None => lock(&self.shares).remove(&key),
-        };
+    /// Keeps share `name` of `kind` as read (`None`: it does not exist, nothing is kept), unless
+    /// a share was forgotten since `read` began.
+    pub fn keep_share(&self, read: ShareRead, kind: ShareKind, name: &str, value: Option<CachedShare>) {
+        let mut shares = lock(&self.shares);
+        let Some(value) = value else { return };
+        if shares.1 == read.0 {
+            shares.0.insert((kind, name.to_string()), value);
+        }
+    }
+
+    /// The conditions this node wrote to share `name` of `kind`: what it holds says them.
+    pub fn wrote_conditions(&self, kind: ShareKind, name: &str, conditions: Vec<Condition>) {
+        if let Some(held) = lock(&self.shares).0.get_mut(&(kind, name.to_string())) {
+            held.1 = conditions;
+        }
+    }
+
+    /// Forgets share `name` of `kind` (it changed): the next look reads it.
+    pub fn forget_share(&self, kind: ShareKind, name: &str) {
+        let mut shares = lock(&self.shares);
+        shares.0.remove(&(kind, name.to_string()));
+        shares.1 += 1;
+    }
+
+    /// Forgets every share held.
+    pub fn forget_shares(&self) {
+        let mut shares = lock(&self.shares);
+        shares.0.clear();
+        shares.1 += 1;
     }
 
     /// Notes the resourceVersion a namespace watch saw for a backing object (`None`: deleted).
@@ -190,13 +222,33 @@ mod tests {
     }
 
     #[test]
-    fn shares_follow_the_watch() {
+    fn a_share_read_is_held_until_forgotten_unless_a_forget_came_during_the_read() {
         let cache = ShareCache::default();
         let backing = ObjectRef { namespace: "infra".into(), name: "db".into() };
-        cache.list_shares(ShareKind::Secret, [("a".to_string(), (backing.clone(), vec![]))].into());
+        let read = cache.read_begins();
+        cache.keep_share(read, ShareKind::Secret, "a", Some((backing.clone(), vec![])));
         assert_eq!(cache.share(ShareKind::Secret, "a").map(|s| s.0), Some(backing.clone()));
         assert_eq!(cache.share(ShareKind::ConfigMap, "a"), None);
-        cache.set_share(ShareKind::Secret, "a", None);
+        cache.forget_share(ShareKind::Secret, "a");
+        assert_eq!(cache.share(ShareKind::Secret, "a"), None);
+
+        let slow = cache.read_begins();
+        cache.forget_share(ShareKind::Secret, "b");
+        cache.keep_share(slow, ShareKind::Secret, "a", Some((backing.clone(), vec![])));
+        assert_eq!(cache.share(ShareKind::Secret, "a"), None, "read before a forget: not held");
+
+        cache.keep_share(cache.read_begins(), ShareKind::Secret, "a", Some((backing.clone(), vec![])));
+        let condition = Condition {
+            type_: "BackingObjectExists".into(),
+            last_transition_time: Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+            status: "True".into(),
+            reason: "Found".into(),
+            message: String::new(),
+            observed_generation: None,
+        };
+        cache.wrote_conditions(ShareKind::Secret, "a", vec![condition.clone()]);
+        assert_eq!(cache.share(ShareKind::Secret, "a").map(|s| s.1), Some(vec![condition]));
+        cache.forget_shares();
         assert_eq!(cache.share(ShareKind::Secret, "a"), None);
     }
 }

@@ -1,9 +1,9 @@
 //! The content layer's one way to the cluster: [`Cluster`], the handle every cluster-backed
 //! source reads through. It holds the apiserver client and the runtime its calls run on, the
-//! request timeout ([`Cluster::ask`]), the watches and what they keep (the shares and their
-//! backing objects' latest copies in [`cache`], which objects were served in [`watch`]), this
-//! node's own object through which grant changes arrive ([`node_view`]) and the lease that says
-//! they do ([`notice_lease`]), the access answers held until a grant's change may concern them
+//! request timeout ([`Cluster::ask`]), what it keeps (the shares read and their backing objects'
+//! latest copies in [`cache`]), the watches of backing objects (which objects were served, in
+//! [`watch`]), this node's own object through which grant, share and projection changes arrive
+//! ([`node_view`]) and the lease that says they do ([`notice_lease`]), the access answers held until a grant's change may concern them
 //! ([`held_answers`], asked in [`access`]), the refresh passes and what
 //! each saw ([`pass`], the shares' status written from it in [`share_status`]), and the metrics.
 //! The two kinds of share as types for code generic over them are in [`share_types`].
@@ -227,7 +227,9 @@ impl Cluster {
         if let Some(pass) = pass {
             // Spawned, not awaited: a pass may end anywhere (its last volume's task, shutdown),
             // and the statuses are a report, not part of any volume's refresh.
-            self.runtime.spawn(share_status::write_statuses(self.client.clone(), self.request_timeout, pass.seen));
+            let statuses =
+                share_status::write_statuses(self.client.clone(), self.request_timeout, pass.seen, self.cache.clone());
+            self.runtime.spawn(statuses);
             if let Some(node) = &self.node {
                 let failures = self.update_failures.clone();
                 let write =
@@ -248,13 +250,13 @@ impl Cluster {
                     (self.client.clone(), lease.client.clone()),
                     node.clone(),
                     self.node_view.clone(),
-                    self.changes.clone(),
+                    (self.changes.clone(), self.cache.clone()),
                     (self.metrics.clone(), self.request_timeout),
                 );
                 let heard = notice_lease::follow(
                     lease.client.clone(),
                     notices.lease,
-                    (self.node_view.clone(), self.changes.clone()),
+                    (self.node_view.clone(), self.changes.clone(), self.cache.clone()),
                     notices.fallback,
                     self.metrics.clone(),
                 );

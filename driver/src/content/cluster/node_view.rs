@@ -1,11 +1,14 @@
 //! This node's view by name: its own `SharedResourceNode`, the only place it learns of grant
-//! changes. The driver writes the spec (the namespaces of the pods whose volumes here the access
-//! check guards, as [`NodeView`] keeps them) and watches the object by name; the access-notices
+//! changes and of changes of the shares and projections its volumes read. The driver writes the
+//! spec (the namespaces of the pods whose volumes here the access check guards, and what those
+//! volumes read, as [`NodeView`] keeps them) and watches the object by name; the access-notices
 //! controller writes the status. A namespace whose value moved (or appeared: a namespace new to
 //! the node is looked at once) has its volumes' access looked at again, as a grant's change
-//! always was ([`Changes::grant_changed`]); a moved `everyNamespace`, every volume's. Values are
-//! compared, not counted, so a watch that lists again after missing events finds what moved.
-//! The node keeps no RBAC, and no change of a namespace it does not serve reaches it.
+//! always was ([`Changes::grant_changed`]); a moved `everyNamespace`, every volume's. An object
+//! whose value moved (or appeared) is forgotten by the cache and its volumes refreshed; a moved
+//! `everyObject`, every share and volume. Values are compared, not counted, so a watch that
+//! lists again after missing events finds what moved. The node keeps no RBAC, watches no kind
+//! cluster-wide, and no change of a namespace or object it does not serve reaches it.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -18,12 +21,15 @@ use kube::runtime::{WatchStreamExt as _, watcher as watch_stream};
 use tokio::sync::Notify;
 use tracing::{info, warn};
 
+use super::cache::ShareCache;
 use crate::content::changes::{Accounts, Changes};
 use crate::content::live_volumes::SecondLook;
 use crate::metrics::Metrics;
 use crate::quote::Logged;
 use crate::unpoisoned::UnpoisonedMutex;
-use sharedresource_api::node_view::{GrantChanges, MAX_NAMESPACES, SharedResourceNode, SharedResourceNodeSpec};
+use sharedresource_api::node_view::{
+    MAX_NAMESPACES, MAX_OBJECTS, NodeNotices, NoticedObject, SharedResourceNode, SharedResourceNodeSpec,
+};
 
 /// The field manager of the node's writes of its spec.
 const MANAGER: &str = "sharedresource-csi-driver";
@@ -34,28 +40,41 @@ const GATHER: Duration = Duration::from_millis(200);
 const FIRST_RETRY: Duration = Duration::from_secs(1);
 const MAX_RETRY: Duration = Duration::from_secs(30);
 
-/// The namespaces of the volumes whose access the node checks, by volume id; since when the
-/// object says less than they are (its write pending or failing); and since when its status has
-/// lacked an entry for a namespace its spec lists (the controller not telling it).
+/// The namespaces of the volumes whose access the node checks, and the shares and projections
+/// they read, by volume id; the shares each projection shows; since when the object says less
+/// than they are (its write pending or failing); and since when its status has lacked an entry
+/// for something its spec lists (the controller not telling it).
 #[derive(Debug, Default)]
 pub struct NodeView {
-    volumes: Mutex<(HashMap<String, String>, SecondLook)>,
+    volumes: Mutex<(HashMap<String, VolumeReads>, SecondLook)>,
+    /// The shares each projection (namespace, name) showed when last fetched.
+    shown: Mutex<HashMap<(String, String), BTreeSet<NoticedObject>>>,
     changed: Notify,
     behind_since: Mutex<Option<tokio::time::Instant>>,
     untold_since: Mutex<Option<tokio::time::Instant>>,
 }
 
+/// What one volume makes the node hear of: its pod's namespace, and the share or projection it
+/// reads (a provider's volume reads neither).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeReads {
+    /// Its pod's namespace.
+    pub namespace: String,
+    /// The share or projection its attributes name.
+    pub object: Option<NoticedObject>,
+}
+
 impl NodeView {
     /// Since when the node's object has not said what its volumes serve, or its status has not
-    /// answered what its spec says (`None`: neither). Meanwhile, grant changes of some namespace
-    /// of its volumes may not be told to the node.
+    /// answered what its spec says (`None`: neither). Meanwhile, grant and object changes some
+    /// volume depends on may not be told to the node.
     pub fn behind_since(&self) -> Option<tokio::time::Instant> {
         let behind = *self.behind_since.locked();
         let untold = *self.untold_since.locked();
         behind.into_iter().chain(untold).min()
     }
 
-    /// The object, as last seen, lists in its spec a namespace its status has no entry for
+    /// The object, as last seen, lists in its spec something its status has no entry for
     /// (`untold`), or not.
     fn seen(&self, untold: bool) {
         let mut since = self.untold_since.locked();
@@ -66,7 +85,7 @@ impl NodeView {
         }
     }
 
-    /// The namespaces changed: the object is behind until written again.
+    /// What the volumes read changed: the object is behind until written again.
     fn mark_changed(&self) {
         self.behind_since.locked().get_or_insert_with(tokio::time::Instant::now);
         self.changed.notify_one();
@@ -81,20 +100,35 @@ impl NodeView {
         }
     }
 
-    /// Volume `volume_id` is of a pod of `namespace` (noted at each ask, before its access is).
-    pub fn note(&self, volume_id: &str, namespace: &str) {
+    /// Volume `volume_id` reads `reads` (noted at each ask, before its access is asked or what it
+    /// reads is read).
+    pub fn note(&self, volume_id: &str, reads: VolumeReads) {
         let mut volumes = self.volumes.locked();
         // Every refresh notes its volume again: a volume already noted costs one lookup, not a
         // scan of the node's volumes.
-        if volumes.0.get(volume_id).is_some_and(|noted| noted == namespace) {
+        if volumes.0.get(volume_id).is_some_and(|noted| *noted == reads) {
             return;
         }
-        let new_namespace = !volumes.0.values().any(|n| n == namespace);
-        volumes.0.insert(volume_id.to_string(), namespace.to_string());
+        let new_namespace = !volumes.0.values().any(|v| v.namespace == reads.namespace);
+        let new_object =
+            reads.object.as_ref().is_some_and(|o| !volumes.0.values().any(|v| v.object.as_ref() == Some(o)));
+        volumes.0.insert(volume_id.to_string(), reads);
         drop(volumes);
-        if new_namespace {
+        if new_namespace || new_object {
             self.mark_changed();
         }
+    }
+
+    /// Projection `name` of `namespace` shows `shares` (as last fetched).
+    pub fn shows(&self, namespace: &str, name: &str, shares: BTreeSet<NoticedObject>) {
+        let key = (namespace.to_string(), name.to_string());
+        let mut shown = self.shown.locked();
+        if shown.get(&key) == Some(&shares) {
+            return;
+        }
+        shown.insert(key, shares);
+        drop(shown);
+        self.mark_changed();
     }
 
     /// Forgets the volumes two looks in a row did not find among `live`.
@@ -107,6 +141,7 @@ impl NodeView {
         }
         drop(volumes);
         if !forget.is_empty() {
+            self.forget_unread_projections();
             self.mark_changed();
         }
     }
@@ -114,45 +149,106 @@ impl NodeView {
     /// Volume `volume_id` was unpublished.
     pub fn released(&self, volume_id: &str) {
         if self.volumes.locked().0.remove(volume_id).is_some() {
+            self.forget_unread_projections();
             self.mark_changed();
         }
     }
 
-    /// The spec saying these namespaces: listed when they fit, `everyNamespace` otherwise.
+    /// Forgets what projections no volume reads any more showed.
+    fn forget_unread_projections(&self) {
+        let read: HashSet<NoticedObject> = self.volumes.locked().0.values().filter_map(|v| v.object.clone()).collect();
+        self.shown
+            .locked()
+            .retain(|(namespace, name), _| read.contains(&NoticedObject::Projection(namespace.clone(), name.clone())));
+    }
+
+    /// The spec saying these namespaces and objects: listed when they fit, `everyNamespace` or
+    /// `everyObject` otherwise.
     fn spec(&self) -> SharedResourceNodeSpec {
-        let namespaces: BTreeSet<String> = self.volumes.locked().0.values().cloned().collect();
-        if namespaces.len() > MAX_NAMESPACES {
-            return SharedResourceNodeSpec { namespaces: Vec::new(), every_namespace: true };
+        let volumes = self.volumes.locked();
+        let namespaces: BTreeSet<String> = volumes.0.values().map(|v| v.namespace.clone()).collect();
+        let read: BTreeSet<NoticedObject> = volumes.0.values().filter_map(|v| v.object.clone()).collect();
+        drop(volumes);
+        let shown = self.shown.locked();
+        let mut objects: BTreeSet<String> = BTreeSet::new();
+        for object in &read {
+            objects.insert(object.key());
+            if let NoticedObject::Projection(namespace, name) = object
+                && let Some(shares) = shown.get(&(namespace.clone(), name.clone()))
+            {
+                objects.extend(shares.iter().map(NoticedObject::key));
+            }
         }
-        SharedResourceNodeSpec { namespaces: namespaces.into_iter().collect(), every_namespace: false }
+        drop(shown);
+        let every_namespace = namespaces.len() > MAX_NAMESPACES;
+        let every_object = objects.len() > MAX_OBJECTS;
+        SharedResourceNodeSpec {
+            namespaces: if every_namespace { Vec::new() } else { namespaces.into_iter().collect() },
+            every_namespace,
+            objects: if every_object { Vec::new() } else { objects.into_iter().collect() },
+            every_object,
+        }
     }
 }
 
 /// What a node learns from a new status, compared with the one it saw before.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Told {
-    /// Nothing moved.
-    Nothing,
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Told {
     /// Every volume's access is to be looked at again.
-    EveryNamespace,
+    pub every_namespace: bool,
     /// The access of these namespaces' volumes is to be looked at again.
-    Namespaces(Vec<String>),
+    pub namespaces: Vec<String>,
+    /// Every share and projection is to be read again.
+    pub every_object: bool,
+    /// These shares and projections are to be read again.
+    pub objects: Vec<NoticedObject>,
 }
 
 /// What moved from `before` to `now` (`before` is `None` at the first sight: a driver that has
-/// just started holds no answer a notice could make stale).
-pub fn told(before: Option<&GrantChanges>, now: &GrantChanges) -> Told {
-    let Some(before) = before else { return Told::Nothing };
-    if before.every_namespace != now.every_namespace {
-        return Told::EveryNamespace;
+/// just started holds no answer or share a notice could make stale). An entry of no known form
+/// is passed over.
+pub fn told(before: Option<&NodeNotices>, now: &NodeNotices) -> Told {
+    let Some(before) = before else { return Told::default() };
+    Told {
+        every_namespace: before.every_namespace != now.every_namespace,
+        namespaces: now
+            .namespaces
+            .iter()
+            .filter(|entry| before.of(&entry.namespace) != Some(entry.noticed))
+            .map(|entry| entry.namespace.clone())
+            .collect(),
+        every_object: before.every_object != now.every_object,
+        objects: now
+            .objects
+            .iter()
+            .filter(|entry| before.of_object(&entry.object) != Some(entry.noticed))
+            .filter_map(|entry| NoticedObject::parse(&entry.object))
+            .collect(),
     }
-    let moved: Vec<String> = now
-        .namespaces
-        .iter()
-        .filter(|entry| before.of(&entry.namespace) != Some(entry.noticed))
-        .map(|entry| entry.namespace.clone())
-        .collect();
-    if moved.is_empty() { Told::Nothing } else { Told::Namespaces(moved) }
+}
+
+/// Says `told` to the node: its volumes woken through `wake`, and the shares held in `cache`
+/// that changed forgotten first, so their volumes read them again.
+pub fn tell(told: Told, wake: &Changes, cache: &ShareCache) {
+    if told.every_namespace {
+        wake.grants_relisted();
+    } else if !told.namespaces.is_empty() {
+        wake.grant_changed(told.namespaces.into_iter().map(Accounts::OfNamespace));
+    }
+    if told.every_object {
+        cache.forget_shares();
+        wake.everything();
+        return;
+    }
+    for object in told.objects {
+        match object {
+            NoticedObject::Share(kind, name) => {
+                cache.forget_share(kind, &name);
+                wake.share(kind.attribute(), &name);
+            }
+            NoticedObject::Projection(namespace, name) => wake.projection(&namespace, &name),
+        }
+    }
 }
 
 /// Keeps node `node`'s object: writes its spec as `view` changes and follows its status into
@@ -161,13 +257,13 @@ pub async fn follow(
     (client, watches): (kube::Client, kube::Client),
     node: String,
     view: Arc<NodeView>,
-    wake: Arc<Changes>,
+    (wake, cache): (Arc<Changes>, Arc<ShareCache>),
     (metrics, timeout): (Arc<Metrics>, Duration),
 ) {
     let rewrite = Arc::new(Notify::new());
     futures_util::future::join(
         write_spec(client, &node, &view, &rewrite, timeout),
-        watch_status(watches, (&node, &view), &wake, &rewrite, &metrics),
+        watch_status(watches, (&node, &view), (&wake, &cache), &rewrite, &metrics),
     )
     .await;
 }
@@ -215,6 +311,8 @@ async fn write_spec(client: kube::Client, node: &str, view: &NodeView, rewrite: 
                 info!(
                     namespaces = spec.namespaces.len(),
                     every_namespace = spec.every_namespace,
+                    objects = spec.objects.len(),
+                    every_object = spec.every_object,
                     "this node's view written"
                 );
                 view.written(&spec);
@@ -233,14 +331,14 @@ async fn write_spec(client: kube::Client, node: &str, view: &NodeView, rewrite: 
 async fn watch_status(
     client: kube::Client,
     (node, view): (&str, &NodeView),
-    wake: &Changes,
+    (wake, cache): (&Changes, &ShareCache),
     rewrite: &Notify,
     metrics: &Metrics,
 ) {
     let api = Api::<SharedResourceNode>::all(client);
     let by_name = watcher::Config::default().fields(&format!("metadata.name={node}"));
     let mut events = watch_stream(api, by_name).default_backoff().boxed();
-    let mut seen: Option<GrantChanges> = None;
+    let mut seen: Option<NodeNotices> = None;
     while let Some(event) = events.next().await {
         let object = match event {
             Ok(Event::Apply(object) | Event::InitApply(object)) => object,
@@ -256,14 +354,13 @@ async fn watch_status(
             }
         };
         let status = object.status.unwrap_or_default();
-        // The controller answers a namespace new to the spec with an entry: one missing for long
-        // means it is not telling this node (its writes refused, or it does not run).
-        view.seen(!object.spec.every_namespace && object.spec.namespaces.iter().any(|n| status.of(n).is_none()));
-        match told(seen.as_ref(), &status) {
-            Told::Nothing => {}
-            Told::EveryNamespace => wake.grants_relisted(),
-            Told::Namespaces(namespaces) => wake.grant_changed(namespaces.into_iter().map(Accounts::OfNamespace)),
-        }
+        // The controller answers a namespace or object new to the spec with an entry: one missing
+        // for long means it is not telling this node (its writes refused, or it does not run).
+        let spec = &object.spec;
+        let untold_namespace = !spec.every_namespace && spec.namespaces.iter().any(|n| status.of(n).is_none());
+        let untold_object = !spec.every_object && spec.objects.iter().any(|o| status.of_object(o).is_none());
+        view.seen(untold_namespace || untold_object);
+        tell(told(seen.as_ref(), &status), wake, cache);
         seen = Some(status);
     }
 }
@@ -271,10 +368,11 @@ async fn watch_status(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sharedresource_api::node_view::NamespaceGrantChanges;
+    use sharedresource_api::ShareKind;
+    use sharedresource_api::node_view::{NamespaceGrantChanges, ObjectChanges};
 
-    fn status(every: i64, entries: &[(&str, i64)]) -> GrantChanges {
-        GrantChanges {
+    fn status(every: i64, entries: &[(&str, i64)]) -> NodeNotices {
+        NodeNotices {
             namespaces: entries
                 .iter()
                 .map(|(namespace, noticed)| NamespaceGrantChanges {
@@ -283,37 +381,93 @@ mod tests {
                 })
                 .collect(),
             every_namespace: every,
+            ..NodeNotices::default()
         }
+    }
+
+    fn with_objects(mut status: NodeNotices, every: i64, entries: &[(&str, i64)]) -> NodeNotices {
+        status.every_object = every;
+        status.objects = entries
+            .iter()
+            .map(|(object, noticed)| ObjectChanges { object: object.to_string(), noticed: *noticed })
+            .collect();
+        status
+    }
+
+    fn reads(namespace: &str, object: Option<NoticedObject>) -> VolumeReads {
+        VolumeReads { namespace: namespace.into(), object }
+    }
+
+    fn share(name: &str) -> NoticedObject {
+        NoticedObject::Share(ShareKind::Secret, name.into())
     }
 
     #[test]
     fn a_moved_or_new_namespace_is_told_and_nothing_at_the_first_sight() {
         let before = status(1, &[("team-a", 10), ("team-b", 10)]);
-        assert_eq!(told(None, &before), Told::Nothing);
-        assert_eq!(told(Some(&before), &before), Told::Nothing);
+        assert_eq!(told(None, &before), Told::default());
+        assert_eq!(told(Some(&before), &before), Told::default());
         let moved = status(1, &[("team-a", 11), ("team-b", 10), ("team-c", 5)]);
-        assert_eq!(told(Some(&before), &moved), Told::Namespaces(vec!["team-a".into(), "team-c".into()]));
+        assert_eq!(told(Some(&before), &moved).namespaces, ["team-a", "team-c"]);
         // A namespace gone from the status is no longer served: nothing to look at.
-        assert_eq!(told(Some(&before), &status(1, &[("team-a", 10)])), Told::Nothing);
-        assert_eq!(told(Some(&before), &status(2, &[("team-a", 10), ("team-b", 10)])), Told::EveryNamespace);
+        assert_eq!(told(Some(&before), &status(1, &[("team-a", 10)])), Told::default());
+        let every = told(Some(&before), &status(2, &[("team-a", 10), ("team-b", 10)]));
+        assert!(every.every_namespace && !every.every_object);
+    }
+
+    #[test]
+    fn a_moved_or_new_object_is_told_and_an_entry_of_no_known_form_is_passed_over() {
+        let before = with_objects(status(1, &[]), 1, &[("SharedSecret/db", 10)]);
+        let moved = with_objects(
+            status(1, &[]),
+            1,
+            &[("SharedSecret/db", 11), ("SharedProjection/team-a/app", 3), ("Bogus/x", 4)],
+        );
+        let said = told(Some(&before), &moved);
+        assert_eq!(said.objects, [share("db"), NoticedObject::Projection("team-a".into(), "app".into())]);
+        assert!(said.namespaces.is_empty() && !said.every_object);
+        assert!(told(Some(&before), &with_objects(status(1, &[]), 2, &[("SharedSecret/db", 10)])).every_object);
+    }
+
+    #[test]
+    fn a_told_share_is_forgotten_and_its_volumes_woken() {
+        let cache = ShareCache::default();
+        let backing = sharedresource_api::shares::ObjectRef { namespace: "infra".into(), name: "db".into() };
+        for name in ["db", "ca"] {
+            cache.keep_share(cache.read_begins(), ShareKind::Secret, name, Some((backing.clone(), vec![])));
+        }
+        let wake = Changes::default();
+        tell(Told { objects: vec![share("db")], ..Told::default() }, &wake, &cache);
+        assert!(cache.share(ShareKind::Secret, "db").is_none(), "told: read again");
+        assert!(cache.share(ShareKind::Secret, "ca").is_some(), "not told: held");
+        let pending = wake.take();
+        let attributes =
+            |name: &str| std::collections::BTreeMap::from([("sharedSecret".to_string(), name.to_string())]);
+        assert!(pending.touches(&attributes("db"), "team-a", "reader"));
+        assert!(!pending.touches(&attributes("ca"), "team-a", "reader"));
+        tell(Told { every_object: true, ..Told::default() }, &wake, &cache);
+        assert!(cache.share(ShareKind::Secret, "ca").is_none(), "every object: nothing held");
     }
 
     #[test]
     fn the_object_is_behind_from_a_change_until_the_spec_saying_it_is_written() {
         let view = NodeView::default();
         assert_eq!(view.behind_since(), None, "nothing to say yet");
-        view.note("v1", "team-a");
+        view.note("v1", reads("team-a", None));
         let since = view.behind_since().expect("behind once a namespace is new");
-        view.note("v2", "team-b");
+        view.note("v2", reads("team-b", None));
         assert_eq!(view.behind_since(), Some(since), "behind since the first change");
-        view.written(&SharedResourceNodeSpec { namespaces: vec!["team-a".into()], every_namespace: false });
+        view.written(&SharedResourceNodeSpec { namespaces: vec!["team-a".into()], ..Default::default() });
         assert_eq!(view.behind_since(), Some(since), "an older spec leaves it behind");
         view.written(&view.spec());
         assert_eq!(view.behind_since(), None);
-        view.note("v3", "team-a");
+        view.note("v3", reads("team-a", None));
         assert_eq!(view.behind_since(), None, "a namespace it lists already changes nothing");
+        view.note("v4", reads("team-a", Some(share("db"))));
+        assert!(view.behind_since().is_some(), "an object it does not list yet");
+        view.written(&view.spec());
         view.seen(true);
-        let untold = view.behind_since().expect("behind while the status lacks a namespace");
+        let untold = view.behind_since().expect("behind while the status lacks an entry");
         view.seen(true);
         assert_eq!(view.behind_since(), Some(untold), "since the first sight");
         view.seen(false);
@@ -323,9 +477,9 @@ mod tests {
     #[test]
     fn the_spec_lists_the_namespaces_of_live_volumes_until_too_many() {
         let view = NodeView::default();
-        view.note("v1", "team-b");
-        view.note("v2", "team-a");
-        view.note("v3", "team-a");
+        view.note("v1", reads("team-b", None));
+        view.note("v2", reads("team-a", None));
+        view.note("v3", reads("team-a", None));
         assert_eq!(view.spec().namespaces, ["team-a", "team-b"]);
         view.released("v1");
         assert_eq!(view.spec().namespaces, ["team-a"]);
@@ -338,8 +492,29 @@ mod tests {
         view.retain_live(&HashSet::new());
         assert!(view.spec().namespaces.is_empty());
         for i in 0..=MAX_NAMESPACES {
-            view.note(&format!("v{i}"), &format!("ns-{i}"));
+            view.note(&format!("v{i}"), reads(&format!("ns-{i}"), None));
         }
-        assert_eq!(view.spec(), SharedResourceNodeSpec { namespaces: vec![], every_namespace: true });
+        assert_eq!(view.spec(), SharedResourceNodeSpec { every_namespace: true, ..Default::default() });
+    }
+
+    #[test]
+    fn the_spec_lists_what_live_volumes_read_and_what_their_projections_show() {
+        let view = NodeView::default();
+        let app = NoticedObject::Projection("team-a".into(), "app".into());
+        view.note("v1", reads("team-a", Some(share("db"))));
+        view.note("v2", reads("team-a", Some(app.clone())));
+        view.shows("team-a", "app", [share("ca"), share("db")].into());
+        view.shows("team-b", "unread", [share("other")].into());
+        assert_eq!(view.spec().objects, ["SharedProjection/team-a/app", "SharedSecret/ca", "SharedSecret/db"]);
+        view.released("v1");
+        assert_eq!(view.spec().objects, ["SharedProjection/team-a/app", "SharedSecret/ca", "SharedSecret/db"]);
+        view.released("v2");
+        assert!(view.spec().objects.is_empty());
+        assert!(view.shown.locked().is_empty(), "what no volume reads is forgotten");
+        for i in 0..=MAX_OBJECTS {
+            view.note(&format!("v{i}"), reads("team-a", Some(share(&format!("s-{i}")))));
+        }
+        let spec = view.spec();
+        assert!(spec.every_object && spec.objects.is_empty() && spec.namespaces == ["team-a"]);
     }
 }

@@ -1,12 +1,13 @@
-//! Whether grant changes reach this node: the access-notices controller renews its Lease every
-//! few seconds while it tells nodes of them, and this node watches that one Lease by name; and
+//! Whether grant, share and projection changes reach this node: the access-notices controller
+//! renews its Lease every few seconds while it tells nodes of them, and this node watches that one Lease by name; and
 //! the controller knows what the node serves only once the node's object says it. While
 //! renewals arrive and the object is current, access answers are held until a notice concerns
 //! them (or they are due). When no renewal has arrived for [`LEASE_SECONDS`] (the controller is
 //! down, or this node cannot hear it), or the object has lagged the node's volumes for
-//! [`VIEW_GRACE`] (its write fails), the node falls back to asking on its own: every answer is forgotten at once and again every
-//! `fallback`, so each volume's access is asked again at that pace and a revocation is never
-//! lost, only slower: at most `LEASE_SECONDS` + `fallback` after the controller's last renewal,
+//! [`VIEW_GRACE`] (its write fails), the node falls back to asking on its own: every answer and
+//! every share held is forgotten at once and again every `fallback`, so each volume's access and
+//! share are asked again at that pace and a revocation or a share's edit is never lost, only
+//! slower: at most `LEASE_SECONDS` + `fallback` after the controller's last renewal,
 //! and `fallback` (plus one refresh) after it. Time is this node's own (when a renewal was
 //! seen), never the controller's clock.
 
@@ -21,6 +22,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
+use super::cache::ShareCache;
 use super::node_view::NodeView;
 use crate::content::changes::Changes;
 use crate::metrics::Metrics;
@@ -52,11 +54,12 @@ pub fn hearing(last_renewal: Option<Instant>, behind_since: Option<Instant>, now
 const LOOK_EVERY: Duration = Duration::from_secs(1);
 
 /// Follows `lease` on `client`, and while no renewal is heard or `view`'s object lags, forgets
-/// every access answer in `wake` each `fallback`; runs until dropped.
+/// every access answer in `wake` and every share held in `cache` each `fallback`, so every
+/// volume is looked at again; runs until dropped.
 pub async fn follow(
     client: kube::Client,
     lease: LeaseRef,
-    (view, wake): (std::sync::Arc<NodeView>, std::sync::Arc<Changes>),
+    (view, wake, cache): (std::sync::Arc<NodeView>, std::sync::Arc<Changes>, std::sync::Arc<ShareCache>),
     fallback: Duration,
     metrics: std::sync::Arc<Metrics>,
 ) {
@@ -98,14 +101,14 @@ pub async fn follow(
                         "grant changes may not reach this node (no renewal of the access notices' lease, or its own \
                          object behind): checking every volume's access again on its own"
                     );
-                    wake.grants_relisted();
+                    forget_everything(&wake, &cache);
                     next_forget = now + fallback;
                 }
                 (Hearing::OnItsOwn, Hearing::Notices) => {
                     info!("the access notices' lease is renewed: grant changes are heard")
                 }
                 (Hearing::OnItsOwn, Hearing::OnItsOwn) if now >= next_forget => {
-                    wake.grants_relisted();
+                    forget_everything(&wake, &cache);
                     next_forget = now + fallback;
                 }
                 _ => {}
@@ -124,6 +127,13 @@ pub async fn follow(
         }
     };
     futures_util::future::join(watching, falling_back).await;
+}
+
+/// What the node holds until told it changed is forgotten: every access answer and every share;
+/// every volume is looked at again.
+fn forget_everything(wake: &Changes, cache: &ShareCache) {
+    cache.forget_shares();
+    wake.grants_relisted();
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@ use sharedresource_api::object_name::ObjectName;
 use sharedresource_api::shares::{SharedConfigMap, SharedSecret};
 use tracing::warn;
 
+use super::cache::ShareCache;
 use super::pass::SeenShares;
 use super::share_types::Share;
 use super::update_failures::UpdateFailures;
@@ -93,22 +94,24 @@ pub fn desired(current: &[Condition], seen: &Seen, what: &str, now: Time) -> Opt
 }
 
 /// Writes the status of every share a pass saw whose conditions changed, with `client`, each
-/// request given up after `timeout`.
-pub async fn write_statuses(client: kube::Client, timeout: Duration, seen: SeenShares) {
+/// request given up after `timeout`; what `cache` holds of a share written says its new
+/// conditions (no watch of shares brings them back to this node).
+pub async fn write_statuses(client: kube::Client, timeout: Duration, seen: SeenShares, cache: Arc<ShareCache>) {
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     for ((kind, share), (backing, current, seen)) in seen {
         let what = format!("{} {}/{}", kind.backing_kind(), backing.namespace, backing.name);
         let Some(conditions) = desired(&current, &seen, &what, now.clone()) else { continue };
         // Only shares a pass found are seen, so the name is one the apiserver gave.
         let Ok(name) = ObjectName::parse(&share) else { continue };
-        let patch = Patch::Merge(serde_json::json!({"status": {"conditions": conditions}}));
+        let patch = Patch::Merge(serde_json::json!({"status": {"conditions": &conditions}}));
         let request = || format!("writing the status of {} {}", kind.kind(), quote(&share));
         let written = match kind {
             ShareKind::Secret => write_status::<SharedSecret>(&client, &name, &patch, (timeout, request)).await,
             ShareKind::ConfigMap => write_status::<SharedConfigMap>(&client, &name, &patch, (timeout, request)).await,
         };
-        if let Err(error) = written {
-            warn!(error = %Logged(&error), "could not write the share's status");
+        match written {
+            Ok(()) => cache.wrote_conditions(kind, &share, conditions),
+            Err(error) => warn!(error = %Logged(&error), "could not write the share's status"),
         }
     }
 }

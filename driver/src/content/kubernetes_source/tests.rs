@@ -14,6 +14,7 @@ use super::*;
 use crate::content::PassId;
 use crate::content::ask::PodInfo;
 use crate::content::error::Error;
+use sharedresource_api::ShareKind;
 use sharedresource_api::object_name::ObjectName;
 
 /// What the fake apiserver holds.
@@ -352,8 +353,8 @@ fn a_share_naming_an_object_that_cannot_exist_is_refused_without_reading_it() {
 }
 
 /// A backing object is watched only once this node has served a volume from it, and on its own:
-/// a share naming infra/db-creds starts no watch until a volume is served from it, and then a
-/// watch of that one Secret (the driver needs read access to nothing else).
+/// a watch of that one Secret (the driver needs read access to nothing else); no kind is listed
+/// or watched cluster-wide (shares, projections and grants reach the node through its own object).
 #[test]
 fn a_backing_object_is_watched_alone_once_a_volume_was_served_from_it() {
     let runtime = runtime();
@@ -362,7 +363,7 @@ fn a_backing_object_is_watched_alone_once_a_volume_was_served_from_it() {
         let asked = asked.clone();
         move |request| {
             asked.lock().unwrap().push(request.uri().to_string());
-            (request.method() == Method::GET && request.uri().path() == WATCHED[0]).then(share_list)
+            None
         }
     });
     let infra_secrets = |asked: &[String]| asked.iter().any(|uri| uri.starts_with("/api/v1/namespaces/infra/secrets?"));
@@ -374,17 +375,22 @@ fn a_backing_object_is_watched_alone_once_a_volume_was_served_from_it() {
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
     };
-    // The share watch listed `db` (requests after its list come from having read it)...
-    let share_list = |uri: &&String| uri.split('?').next() == Some(WATCHED[0]);
-    wait_for("listed the shares", &|asked| asked.iter().filter(share_list).count() >= 2);
+    std::thread::sleep(std::time::Duration::from_millis(200));
     assert!(!infra_secrets(&asked.lock().unwrap()), "watched infra's Secrets before serving from there");
-    // ...and a volume served from infra starts the watch there.
+    // A volume served from infra starts the watch there.
     source.content(&request("web")).unwrap();
     wait_for("watched infra's Secrets", &|asked| infra_secrets(asked));
     let asked = asked.lock().unwrap();
     let watches: Vec<&String> =
         asked.iter().filter(|uri| uri.starts_with("/api/v1/namespaces/infra/secrets?")).collect();
     assert!(watches.iter().all(|uri| only_db_creds(uri)), "a watch of more than infra/db-creds: {watches:?}");
+    let cluster_wide: Vec<&String> =
+        asked.iter().filter(|uri| WATCHED.contains(&uri.split('?').next().unwrap_or_default())).collect();
+    assert!(cluster_wide.is_empty(), "a kind listed or watched cluster-wide: {cluster_wide:?}");
+    assert!(
+        asked.iter().any(|uri| uri.starts_with("/apis/sharedresource.inlineguard.dev/v1alpha1/sharedsecrets/db")),
+        "the share was read by name"
+    );
 }
 
 /// A projection showing the pod's labels is refused, naming the item, without reading the pod,
@@ -605,25 +611,31 @@ fn a_provider_class_named_for_a_helper_is_refused() {
     );
 }
 
+/// A share is read once and held until the node is told it changed (or stops hearing notices):
+/// then one refresh pass reads it once for all its volumes.
 #[test]
-fn within_a_pass_a_share_is_read_once_for_all_its_volumes() {
+fn a_share_is_held_until_told_and_read_once_per_pass_after() {
     let runtime = runtime();
     let cluster = everything();
     let reads = cluster.share_reads.clone();
     let source = source(cluster, &runtime);
     let other_volume = VolumeAsk { volume_id: "csi-2".into(), ..request("web") };
-    // Outside a pass (publishes), each volume reads it: the count's positive control.
     source.content(&request("web")).unwrap();
+    assert_eq!(reads.load(Ordering::SeqCst), 1, "the first publish reads it: the count's positive control");
     source.content(&other_volume).unwrap();
-    let outside = reads.load(Ordering::SeqCst);
-    assert_eq!(outside, 2, "no watch serves the share here, so each publish reads it");
-    // Within one pass (a refresh of every volume), the first read serves the rest.
+    assert_eq!(reads.load(Ordering::SeqCst), 1, "held: the second publish reads nothing");
+    // Told of a change: forgotten, so the next publish reads it again...
+    source.cluster.cache().forget_share(ShareKind::Secret, "db");
+    source.content(&request("web")).unwrap();
+    assert_eq!(reads.load(Ordering::SeqCst), 2);
+    // ...and within one pass (a refresh of every volume), the first read serves the rest.
+    source.cluster.cache().forget_shares();
     let pass = PassId(1);
     source.start_pass(pass);
     source.content_in_pass(&request("web"), pass).unwrap();
     source.content_in_pass(&other_volume, pass).unwrap();
     source.end_pass(pass);
-    assert_eq!(reads.load(Ordering::SeqCst) - outside, 1);
+    assert_eq!(reads.load(Ordering::SeqCst), 3);
 }
 
 #[test]

@@ -22,6 +22,7 @@ use crate::content::shares::source::ShareFiles;
 use crate::quote::quote;
 use sharedresource_api::ShareKind;
 use sharedresource_api::missing::projection_not_found;
+use sharedresource_api::node_view::NoticedObject;
 use sharedresource_api::object_name::{NamespaceName, ObjectName};
 use sharedresource_api::projection::spec::{ProjectionSpec, SharedProjection, SourceKind};
 
@@ -61,6 +62,8 @@ pub async fn payload(
     // projection's volumes when it changes.
     let named = named_shares.keys().map(|(kind, share)| (kind.attribute(), share.as_str()));
     cluster.changes().projection_uses(namespace.as_str(), name.as_str(), named);
+    let shown = named_shares.keys().map(|(kind, share)| NoticedObject::Share(*kind, share.as_str().to_string()));
+    cluster.node_view().shows(namespace.as_str(), name.as_str(), shown.collect());
 
     let fetched = futures_util::future::join_all(named_shares.iter().map(|((kind, share), optional)| {
         shares::source::payload(cluster, &request.pod, *kind, share, *optional, pass)

@@ -1,7 +1,7 @@
 //! A volume of one share: its files are the share's backing Secret or ConfigMap, served only
 //! while the pod's service account may `use` the share. Every publish and every refresh computes
-//! the volume again: the share and its object's content from the watches' caches (read when
-//! they have no current copy), the access check from an answer held until a grant's change may
+//! the volume again: the share and its object's content from the cluster floor's cache (read
+//! when it has no current copy), the access check from an answer held until a grant's change may
 //! concern it, so an update reaches the volume at the next refresh, and a revoked binding or a
 //! deleted share or backing object empties it; an apiserver that cannot be reached changes
 //! nothing (the error is reported and the refresh retried). Within one refresh pass, answers are
@@ -117,15 +117,21 @@ pub async fn payload(
 /// The object a share names and the conditions it reports, `None` when the share does not
 /// exist.
 async fn find_share(cluster: &Cluster, kind: ShareKind, share: &ObjectName) -> Result<Option<Found>> {
-    // The watch's copy when it has one; a share it has not delivered yet (created a moment
-    // ago) is asked for.
+    // The copy held since it was last read, until this node is told the share changed; else it
+    // is asked for.
     if let Some(found) = cluster.cache().share(kind, share.as_str()) {
         return Ok(Some(found));
     }
-    match kind {
-        ShareKind::Secret => read_share::<SharedSecret>(cluster, share).await,
-        ShareKind::ConfigMap => read_share::<SharedConfigMap>(cluster, share).await,
+    let read = cluster.cache().read_begins();
+    let found = match kind {
+        ShareKind::Secret => read_share::<SharedSecret>(cluster, share).await?,
+        ShareKind::ConfigMap => read_share::<SharedConfigMap>(cluster, share).await?,
+    };
+    cluster.cache().keep_share(read, kind, share.as_str(), found.clone());
+    if found.is_none() {
+        cluster.served().forget_share(kind, share.as_str());
     }
+    Ok(found)
 }
 
 /// Share `share` of kind `S` as the apiserver has it now.
