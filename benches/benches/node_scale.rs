@@ -11,14 +11,19 @@
 //!   growth of this process's memory (every driver and the access-notices controller);
 //! - relevant RoleBindings churned at 1 per second, of the service account of half the volumes
 //!   (granting what it has already, so the volumes stay);
+//! - a share no volume reads edited at 10 per second: what the nodes are told of it;
 //! - 100 updates of one shared Secret, each timed until every node's volume shows it;
-//! - revocation: the binding of that service account deleted, timed until every node's volume
-//!   of it is emptied.
+//! - 20 edits of one share (retargeted to another Secret and back), each timed until every
+//!   node's volume of it shows it;
+//! - revocation, 5 rounds: the binding of that service account deleted, timed until every node's
+//!   volume of it is emptied, then made again.
 //!
 //! Per phase: the apiserver's CPU seconds (its own `process_cpu_seconds_total`) and etcd's (its
 //! CPU clock), the drivers' (this process's CPU clock: the N drivers and the load, which is
-//! small), requests by verb and resource (the apiserver's `apiserver_request_total`), and the
-//! watches open (`apiserver_longrunning_requests`). The apiserver and etcd are pinned to CPU 0,
+//! small), requests by verb and resource (the apiserver's `apiserver_request_total`: the
+//! controller's writes to nodes are its PATCHes of `sharedresourcenodes`), and the watches open
+//! by scope (`apiserver_longrunning_requests`: `cluster` for a kind cluster-wide, `resource` for
+//! one object by name). The apiserver and etcd are pinned to CPU 0,
 //! this process to CPU 1. Not a test: nothing fails on a number.
 //!
 //! `cargo bench -p inline-guard-benches --bench node_scale -- [--nodes 10,50,200]
@@ -212,24 +217,93 @@ async fn churn(
 }
 
 /// A tenant's RoleBindings in [`ELSEWHERE`]: [`FAT_BINDINGS`] of [`FAT_SUBJECTS`]
-/// ServiceAccount subjects each (each about 1.1 MiB in etcd), to an empty Role; how many subjects.
-async fn fat_bindings(admin: &kube::Client) -> Result<usize, String> {
+/// ServiceAccount subjects each (each about 1.1 MiB in etcd), to an empty Role, as request
+/// bodies: made before this process's memory is read, so the load's own allocations are not
+/// counted as the drivers' or the controller's.
+fn fat_bindings() -> Vec<Vec<u8>> {
+    (0..FAT_BINDINGS)
+        .map(|index| {
+            let subjects: Vec<Value> = (0..FAT_SUBJECTS)
+                .map(|j| json!({"kind": "ServiceAccount", "name": format!("s{index}-{j}"), "namespace": ELSEWHERE}))
+                .collect();
+            serde_json::to_vec(&json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": format!("fat-{index}")},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "empty"},
+                "subjects": subjects
+            }))
+            .unwrap_or_default()
+        })
+        .collect()
+}
+
+/// Makes the tenant's empty Role and `bindings` to it; how many subjects.
+async fn make_fat_bindings(admin: &kube::Client, bindings: &[Vec<u8>]) -> Result<usize, String> {
     let roles = format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{ELSEWHERE}/roles");
     post(admin, &roles, json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "empty"}, "rules": []}))
         .await?;
     let path = format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{ELSEWHERE}/rolebindings");
-    for index in 0..FAT_BINDINGS {
-        let subjects: Vec<Value> = (0..FAT_SUBJECTS)
-            .map(|j| json!({"kind": "ServiceAccount", "name": format!("s{index}-{j}"), "namespace": ELSEWHERE}))
-            .collect();
-        post(admin, &path, json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": format!("fat-{index}")},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "empty"},
-            "subjects": subjects
-        }))
-        .await?;
+    for body in bindings {
+        let request = hyper::Request::post(&path)
+            .header("content-type", "application/json")
+            .body(body.clone())
+            .map_err(|e| e.to_string())?;
+        // The answer (the binding again) is not kept: the bytes only.
+        admin.request_text(request).await.map(drop).map_err(|e| format!("POST {path}: {e}"))?;
     }
-    Ok(FAT_BINDINGS * FAT_SUBJECTS)
+    Ok(bindings.len() * FAT_SUBJECTS)
+}
+
+const SHARES_PATH: &str = "/apis/sharedresource.inlineguard.dev/v1alpha1/sharedsecrets";
+/// The Secret share-0 is retargeted to, and its password.
+const ALT_SECRET: &str = "secret-alt";
+const ALT_PASSWORD: &str = "alt";
+/// A share no volume reads (of [`ALT_SECRET`]), edited while the nodes are counted.
+const UNREAD_SHARE: &str = "share-unread";
+/// How many times share-0 is retargeted (there and back counts two), and how many revocations.
+const RETARGETS: usize = 20;
+const REVOCATIONS: usize = 5;
+
+/// SharedSecret `name` of Secret `secret` in [`OWNER`].
+fn shared_secret(name: &str, secret: &str) -> Value {
+    json!({
+        "apiVersion": "sharedresource.inlineguard.dev/v1alpha1", "kind": "SharedSecret", "metadata": {"name": name},
+        "spec": {"secretRef": {"namespace": OWNER, "name": secret}}
+    })
+}
+
+/// Edits the description of share [`UNREAD_SHARE`] every `every` for `seconds`; how many edits.
+async fn edit_unread_share(admin: &kube::Client, every: Duration, seconds: u64) -> Result<u64, String> {
+    let shares = Api::<kube::api::DynamicObject>::all_with(admin.clone(), &shared_secrets());
+    let mut ticker = tokio::time::interval(every);
+    let end = Instant::now() + Duration::from_secs(seconds);
+    let mut edits = 0;
+    while Instant::now() < end {
+        ticker.tick().await;
+        let patch = Patch::Merge(json!({"spec": {"description": format!("edit {edits}")}}));
+        shares.patch(UNREAD_SHARE, &PatchParams::default(), &patch).await.map_err(|e| e.to_string())?;
+        edits += 1;
+    }
+    Ok(edits)
+}
+
+fn shared_secrets() -> kube::api::ApiResource {
+    kube::api::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk("sharedresource.inlineguard.dev", "v1alpha1", "SharedSecret"),
+        "sharedsecrets",
+    )
+}
+
+/// The watches open of each scope: `cluster` (a kind cluster-wide), `namespace` (a namespace's),
+/// `resource` (one object by name).
+fn watches_by_scope(reading: &Reading) -> Value {
+    let of = |scope: &str| {
+        apiserver_metrics::sum(
+            &reading.samples,
+            "apiserver_longrunning_requests",
+            &[("verb", "WATCH"), ("scope", scope)],
+        )
+    };
+    json!({"cluster": of("cluster"), "namespace": of("namespace"), "resource": of("resource")})
 }
 
 /// Waits until `done` holds for volume 0 (CONSUMER's reader, share-0) of every node; how long.
@@ -267,17 +341,17 @@ async fn set_up(admin: &kube::Client, cluster: &Cluster) -> Result<tokio::task::
             }),
         )
         .await?;
-        post(
-            admin,
-            "/apis/sharedresource.inlineguard.dev/v1alpha1/sharedsecrets",
-            json!({
-                "apiVersion": "sharedresource.inlineguard.dev/v1alpha1", "kind": "SharedSecret",
-                "metadata": {"name": format!("share-{share}")},
-                "spec": {"secretRef": {"namespace": OWNER, "name": format!("secret-{share}")}}
-            }),
-        )
-        .await?;
+        post(admin, SHARES_PATH, shared_secret(&format!("share-{share}"), &format!("secret-{share}"))).await?;
     }
+    // The Secret share-0 is retargeted to and back, and the share naming it that no volume reads
+    // (so the read-grants controller grants it to the driver before any retargeting).
+    post(
+        admin,
+        &format!("/api/v1/namespaces/{OWNER}/secrets"),
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": ALT_SECRET}, "stringData": {"password": ALT_PASSWORD}}),
+    )
+    .await?;
+    post(admin, SHARES_PATH, shared_secret(UNREAD_SHARE, ALT_SECRET)).await?;
     for namespace in [CONSUMER, OTHER, ELSEWHERE] {
         post(admin, &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/roles"), json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "use-all"},
@@ -327,6 +401,7 @@ async fn run(count: usize, idle: u64, churn_seconds: u64) -> Result<Value, Strin
     let after_idle = read(&admin, &etcd).await?;
     phases.insert("idle", cost(&after_publish, &after_idle));
     let watches = apiserver_metrics::sum(&after_idle.samples, "apiserver_longrunning_requests", &[("verb", "WATCH")]);
+    let watch_scopes = watches_by_scope(&after_idle);
 
     let unrelated = churn(&admin, ELSEWHERE, "bystander", Duration::from_millis(100), churn_seconds).await?;
     let after_unrelated = read(&admin, &etcd).await?;
@@ -334,16 +409,25 @@ async fn run(count: usize, idle: u64, churn_seconds: u64) -> Result<Value, Strin
     phase["binding_changes"] = json!(unrelated);
     phases.insert("unrelated_bindings", phase);
 
+    let edits = edit_unread_share(&admin, Duration::from_millis(100), churn_seconds).await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after_unread = read(&admin, &etcd).await?;
+    let mut phase = cost(&after_unrelated, &after_unread);
+    phase["share_edits"] = json!(edits);
+    phases.insert("unread_share_edits", phase);
+
+    let bodies = fat_bindings();
     let memory_before_tenant = resident_mb();
     let before_tenant = Instant::now();
-    let tenant_subjects = fat_bindings(&admin).await?;
+    let tenant_subjects = make_fat_bindings(&admin, &bodies).await?;
     // The notices of the tenant's namespace (which no node serves) are gathered and dropped.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let after_tenant = read(&admin, &etcd).await?;
-    let mut phase = cost(&after_unrelated, &after_tenant);
+    let mut phase = cost(&after_unread, &after_tenant);
     phase["subjects"] = json!(tenant_subjects);
     phase["made_seconds"] = json!(before_tenant.elapsed().as_secs_f64());
     phase["drivers_and_controller_rss_growth_mb"] = json!(resident_mb() - memory_before_tenant);
+    drop(bodies);
     phases.insert("tenant_fat_bindings", phase);
 
     let relevant = churn(&admin, CONSUMER, "reader", Duration::from_secs(1), churn_seconds).await?;
@@ -370,13 +454,50 @@ async fn run(count: usize, idle: u64, churn_seconds: u64) -> Result<Value, Strin
     phase["to_every_node_ms"] = json!({"p50": ms(0.5), "p99": ms(0.99), "max": ms(1.0)});
     phases.insert("secret_updates", phase);
 
+    // share-0 retargeted to another Secret and back: until every node's volume of it shows it.
+    let shares = Api::<kube::api::DynamicObject>::all_with(admin.clone(), &shared_secrets());
+    let mut delays = Vec::with_capacity(RETARGETS);
+    for retarget in 0..RETARGETS {
+        let (secret, password) = if retarget % 2 == 0 {
+            (ALT_SECRET.to_string(), ALT_PASSWORD.to_string())
+        } else {
+            ("secret-0".into(), "x".repeat(32))
+        };
+        let patch = Patch::Merge(json!({"spec": {"secretRef": {"namespace": OWNER, "name": secret}}}));
+        shares.patch("share-0", &PatchParams::default(), &patch).await.map_err(|e| e.to_string())?;
+        let seen = |mount: &Path| std::fs::read_to_string(mount.join("password")).is_ok_and(|v| v == password);
+        delays.push(until_every_node(&nodes, "a share's edit", seen).await?);
+    }
+    let after_retargets = read(&admin, &etcd).await?;
+    let mut phase = cost(&after_updates, &after_retargets);
+    delays.sort_unstable();
+    let ms = |p: f64| percentile(&delays, p).as_secs_f64() * 1e3;
+    phase["to_every_node_ms"] = json!({"p50": ms(0.5), "p99": ms(0.99), "max": ms(1.0)});
+    phases.insert("share_edits", phase);
+
+    // The binding of half the volumes' account deleted, until every node's volume 0 is emptied;
+    // made again, until every one shows its files.
     let bindings = Api::<RoleBinding>::namespaced(admin.clone(), CONSUMER);
-    bindings.delete(BINDING, &DeleteParams::default()).await.map_err(|e| e.to_string())?;
-    let revoked = until_every_node(&nodes, "a revocation", |mount| !mount.join("password").exists()).await?;
-    let after_revocation = read(&admin, &etcd).await?;
-    let mut phase = cost(&after_updates, &after_revocation);
-    phase["to_every_node_ms"] = json!(revoked.as_secs_f64() * 1e3);
-    phases.insert("revocation", phase);
+    let mut revocations = Vec::with_capacity(REVOCATIONS);
+    let mut before_round = after_retargets;
+    for round in 0..REVOCATIONS {
+        bindings.delete(BINDING, &DeleteParams::default()).await.map_err(|e| e.to_string())?;
+        revocations.push(until_every_node(&nodes, "a revocation", |mount| !mount.join("password").exists()).await?);
+        let after_revocation = read(&admin, &etcd).await?;
+        if round == 0 {
+            phases.insert("revocation", cost(&before_round, &after_revocation));
+        }
+        let path = format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{CONSUMER}/rolebindings");
+        post(&admin, &path, binding(BINDING, CONSUMER, "reader")).await?;
+        until_every_node(&nodes, "a grant made again", |mount| mount.join("password").exists()).await?;
+        before_round = read(&admin, &etcd).await?;
+    }
+    let after_revocation = before_round;
+    revocations.sort_unstable();
+    let ms = |p: f64| percentile(&revocations, p).as_secs_f64() * 1e3;
+    if let Some(phase) = phases.get_mut("revocation") {
+        phase["to_every_node_ms"] = json!({"p50": ms(0.5), "max": ms(1.0), "rounds": REVOCATIONS});
+    }
 
     let rss = apiserver_metrics::sum(&after_revocation.samples, "process_resident_memory_bytes", &[]) / 1e6;
     for node in nodes {
@@ -385,7 +506,7 @@ async fn run(count: usize, idle: u64, churn_seconds: u64) -> Result<Value, Strin
     }
     let result = json!({
         "nodes": count, "volumes_per_node": VOLUMES_PER_NODE, "shares": SHARES, "apiserver": cluster.version,
-        "placement": placement, "publish_seconds": publish_seconds, "watches_open": watches,
+        "placement": placement, "publish_seconds": publish_seconds, "watches_open": watches, "watches_by_scope": watch_scopes,
         "apiserver_rss_mb": rss, "drivers_rss_mb": memory - memory_before, "phases": phases,
     });
     drop(cluster);

@@ -13,6 +13,11 @@ pub const NODES: f64 = 5_000.0;
 /// The shipped `accessRecheckSeconds`.
 const ACCESS_RECHECK_SECONDS: f64 = 600.0;
 
+/// The node writes (the access-notices controller's patches of SharedResourceNodes) of a phase.
+fn node_writes(phase: &Value) -> f64 {
+    phase["requests"]["PATCH sharedresourcenodes"].as_f64().unwrap_or(0.0)
+}
+
 fn number(value: &Value) -> f64 {
     value.as_f64().unwrap_or(f64::NAN)
 }
@@ -65,33 +70,49 @@ pub fn write(w: &mut String, scale: &Value, plot: &mut String, plot_name: &str) 
     );
     let _ = writeln!(
         w,
-        "| N | watches open | apiserver RSS | idle: apiserver / etcd / drivers CPU (cores) | idle access reviews/s | \
-         unrelated bindings: reviews, apiserver CPU per change | relevant bindings: reviews per change per node | \
-         Secret update to every node p50 / p99 | revocation to every node |"
+        "| N | watches open: cluster-wide / a namespace's / by name | apiserver RSS | idle: apiserver / etcd / drivers CPU (cores) | \
+         node writes per binding change where no node serves | node writes per edit of a share no node reads | \
+         relevant bindings: reviews per change per node | Secret update to every node p50 / p99 | \
+         share edit to every node p50 / p99 | revocation to every node p50 / max ({} rounds) | a tenant's {} subjects: this process grew |",
+        number(&first["phases"]["revocation"]["to_every_node_ms"]["rounds"]),
+        number(&first["phases"]["tenant_fat_bindings"]["subjects"]),
     );
-    let _ = writeln!(w, "|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(w, "|---|---|---|---|---|---|---|---|---|---|---|");
     for run in runs {
         let nodes = number(&run["nodes"]);
         let phase = |name: &str, of: &str| number(&run["phases"][name][of]);
-        let unrelated_changes = phase("unrelated_bindings", "binding_changes");
+        let ms = |name: &str, of: &str| number(&run["phases"][name]["to_every_node_ms"][of]);
         let relevant_changes = phase("relevant_bindings", "binding_changes");
+        let scopes = &run["watches_by_scope"];
         let _ = writeln!(
             w,
-            "| {nodes} | {:.0} | {:.0} MB | {:.3} / {:.3} / {:.3} | {:.2} | {:.0}, {:.2} ms | {:.1} | {:.0} / {:.0} ms | {:.0} ms |",
-            number(&run["watches_open"]),
+            "| {nodes} | {:.0} / {:.0} / {:.0} | {:.0} MB | {:.3} / {:.3} / {:.3} | {:.2} | {:.2} | {:.1} | {:.0} / {:.0} ms | {:.0} / {:.0} ms | {:.0} / {:.0} ms | {:.1} MB |",
+            number(&scopes["cluster"]),
+            number(&scopes["namespace"]),
+            number(&scopes["resource"]),
             number(&run["apiserver_rss_mb"]),
             cores(run, "idle", "apiserver_cpu_s"),
             cores(run, "idle", "etcd_cpu_s"),
             cores(run, "idle", "drivers_cpu_s"),
-            phase("idle", "access_reviews") / phase("idle", "seconds"),
-            phase("unrelated_bindings", "access_reviews"),
-            1e3 * phase("unrelated_bindings", "apiserver_cpu_s") / unrelated_changes,
+            node_writes(&run["phases"]["unrelated_bindings"]) / phase("unrelated_bindings", "binding_changes"),
+            node_writes(&run["phases"]["unread_share_edits"]) / phase("unread_share_edits", "share_edits"),
             phase("relevant_bindings", "access_reviews") / relevant_changes / nodes,
-            number(&run["phases"]["secret_updates"]["to_every_node_ms"]["p50"]),
-            number(&run["phases"]["secret_updates"]["to_every_node_ms"]["p99"]),
-            number(&run["phases"]["revocation"]["to_every_node_ms"]),
+            ms("secret_updates", "p50"),
+            ms("secret_updates", "p99"),
+            ms("share_edits", "p50"),
+            ms("share_edits", "p99"),
+            ms("revocation", "p50"),
+            ms("revocation", "max"),
+            phase("tenant_fat_bindings", "drivers_and_controller_rss_growth_mb"),
         );
     }
+    let _ = writeln!(
+        w,
+        "\nWatches by the apiserver's `scope`: `cluster` is a kind watched cluster-wide, `resource` one object by name \
+         (the apiserver's own and the controllers' watches included). The last column is this process's growth while \
+         the tenant's bindings are made: every driver and the access-notices controller together. Before the node's \
+         view by name (`git show 2610550465d9:benches/REPORT.md`), each node watched 7 kinds cluster-wide.\n"
+    );
     let idle = series(runs, |run| cores(run, "idle", "apiserver_cpu_s"));
     let unrelated = series(runs, |run| cores(run, "unrelated_bindings", "apiserver_cpu_s"));
     let relevant = series(runs, |run| cores(run, "relevant_bindings", "apiserver_cpu_s"));
@@ -112,6 +133,16 @@ pub fn write(w: &mut String, scale: &Value, plot: &mut String, plot_name: &str) 
     let (idle_slope, _) = fit(&idle);
     let watches = series(runs, |run| number(&run["watches_open"]));
     let (watch_slope, _) = fit(&watches);
+    let (cluster_wide_slope, _) = fit(&series(runs, |run| number(&run["watches_by_scope"]["cluster"])));
+    let (named_slope, _) = fit(&series(runs, |run| number(&run["watches_by_scope"]["resource"])));
+    let worst = |per: &dyn Fn(&Value) -> f64| runs.iter().map(per).fold(0.0_f64, f64::max);
+    let elsewhere_writes = worst(&|run| {
+        node_writes(&run["phases"]["unrelated_bindings"])
+            / number(&run["phases"]["unrelated_bindings"]["binding_changes"])
+    });
+    let unread_writes = worst(&|run| {
+        node_writes(&run["phases"]["unread_share_edits"]) / number(&run["phases"]["unread_share_edits"]["share_edits"])
+    });
     let per_change = series(runs, |run| {
         number(&run["phases"]["unrelated_bindings"]["apiserver_cpu_s"])
             / number(&run["phases"]["unrelated_bindings"]["binding_changes"])
@@ -133,13 +164,21 @@ pub fn write(w: &mut String, scale: &Value, plot: &mut String, plot_name: &str) 
          The model: each cost is linear in the node count, with the slopes fitted to the runs above (least squares).\n\n\
          | cost | per node (fitted) | at {NODES} nodes |\n|---|---|---|\n\
          | watches open | {watch_slope:.1} | {:.0} |\n\
+         | of which cluster-wide | {cluster_wide_slope:.2} | {:.0} |\n\
+         | of which one object by name | {named_slope:.1} | {:.0} |\n\
+         | node writes per binding change where no node serves (the worst run) | {elsewhere_writes:.2} | {:.0} per change |\n\
+         | node writes per edit of a share no node reads (the worst run) | {unread_writes:.2} | {:.0} per edit |\n\
          | apiserver resident set (mostly the watches) | {memory_slope:.1} MB | {:.0} MB |\n\
          | apiserver CPU, idle | {:.2} millicores | {:.2} cores |\n\
          | access reviews, idle (model: pairs / `accessRecheckSeconds`) | {:.3}/s | {:.0}/s |\n\
-         | apiserver CPU per binding change anywhere (its watch event to every node) | {:.3} ms | {:.1} CPU-seconds; at 10 changes/s, {:.1} cores |\n\
+         | apiserver CPU per binding change where no node serves | {:.3} ms | {:.1} CPU-seconds; at 10 changes/s, {:.1} cores |\n\
          | access reviews per relevant binding change, per node serving the account | {reviews_per_change:.1} | {:.0} if every node serves it |\n\
          | Secret reads per update of a shared Secret | 1 per node serving it | {NODES} if every node serves it |\n",
         NODES * watch_slope,
+        NODES * cluster_wide_slope,
+        NODES * named_slope,
+        elsewhere_writes,
+        unread_writes,
         NODES * memory_slope,
         idle_slope * 1e3,
         NODES * idle_slope,
