@@ -3,7 +3,8 @@
 //! request timeout ([`Cluster::ask`]), what it keeps (the shares read and their backing objects'
 //! latest copies in [`cache`]), the watches of backing objects (which objects were served, in
 //! [`watch`]), this node's own object through which grant, share and projection changes arrive
-//! ([`node_view`]) and the lease that says they do ([`notice_lease`]), the access answers held until a grant's change may concern them
+//! ([`node_view`], owned by the Node: [`node_owner`]) and the lease that says they do
+//! ([`notice_lease`]), the access answers held until a grant's change may concern them
 //! ([`held_answers`], asked in [`access`]), the refresh passes and what
 //! each saw ([`pass`], the shares' status written from it in [`share_status`]), and the metrics.
 //! The two kinds of share as types for code generic over them are in [`share_types`].
@@ -14,6 +15,7 @@
 pub mod access;
 pub mod cache;
 pub mod held_answers;
+pub mod node_owner;
 pub mod node_view;
 pub mod notice_lease;
 pub mod pass;

@@ -270,6 +270,7 @@ pub async fn follow(
 
 /// Writes the spec whenever the namespaces change (or `rewrite` asks: the object was deleted).
 async fn write_spec(client: kube::Client, node: &str, view: &NodeView, rewrite: &Notify, timeout: Duration) {
+    let owner = super::node_owner::own_node_uid(&client, node, timeout).await;
     let api = Api::<SharedResourceNode>::all(client);
     let mut written: Option<SharedResourceNodeSpec> = None;
     let mut retry = FIRST_RETRY;
@@ -298,12 +299,15 @@ async fn write_spec(client: kube::Client, node: &str, view: &NodeView, rewrite: 
             view.written(&spec);
             continue;
         }
-        let object = serde_json::json!({
+        let mut object = serde_json::json!({
             "apiVersion": "sharedresource.inlineguard.dev/v1alpha1",
             "kind": "SharedResourceNode",
             "metadata": {"name": node},
             "spec": spec,
         });
+        if let Some(uid) = &owner {
+            object["metadata"]["ownerReferences"] = super::node_owner::owned_by_node(node, uid);
+        }
         let what = || format!("writing SharedResourceNode {node}");
         let apply = PatchParams::apply(MANAGER).force();
         match crate::apiserver_request::ask(timeout, what, api.patch(node, &apply, &Patch::Apply(&object))).await {

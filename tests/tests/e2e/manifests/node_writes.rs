@@ -1,7 +1,8 @@
 //! `config/deploy/driver/node-writes.yaml` on the real apiserver: with a token bound to its Node
 //! (as kubelet asks for a pod of the DaemonSet), the driver's identity writes the
 //! SharedResourceNode of its own name and its own entry of a share's `nodesNotUpdated`, and
-//! nothing of another node's; a token naming no node writes neither.
+//! nothing of another node's; a token naming no node writes neither. The driver learns its
+//! Node's uid from that token, owns its object by the Node, and the object goes with the Node.
 //!
 //! The suite's other drivers act as the shipped ServiceAccount with tokens naming no node (the
 //! apiserver impersonates them), so the policy is applied as shipped but for the one user it
@@ -12,6 +13,7 @@ use k8s_openapi::api::core::v1::{Node, ServiceAccount};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use sharedresource_api::node_view::SharedResourceNode;
+use sharedresource_csi_driver::content::cluster::node_owner::{own_node_uid, owned_by_node};
 use std::time::Instant;
 
 use crate::shares::{WITHIN, create_object, shared_secrets};
@@ -178,7 +180,33 @@ pub async fn a_node_writes_only_its_own_view_and_status_entry(suite: &Suite) -> 
         if listed != [OTHER, NODE] && listed != [NODE, OTHER] {
             return Err(format!("the share's status lists {listed:?}, expected the two nodes' own entries"));
         }
-        println!("node writes: own view and own entry written; another node's view, entry and erasure refused");
+
+        // Its own object is owned by its Node, whose uid the driver learns from its token alone,
+        // and goes with the Node (the garbage collector removes it).
+        let timeout = std::time::Duration::from_secs(10);
+        let uid = own_node_uid(&on_node, NODE, timeout).await.ok_or("the driver did not learn its Node's uid")?;
+        if node.metadata.uid.as_deref() != Some(uid.as_str()) {
+            return Err(format!("the driver took {uid} for the uid of Node {NODE}, which is {:?}", node.metadata.uid));
+        }
+        if own_node_uid(&unbound, NODE, timeout).await.is_some() {
+            return Err("a token bound to no node gave a Node's uid".into());
+        }
+        let mut owned = node_view(NODE);
+        owned["metadata"]["ownerReferences"] = owned_by_node(NODE, &uid);
+        views(&on_node).patch(NODE, &apply, &Patch::Apply(owned)).await.map_err(|e| e.to_string())?;
+        let written = views(admin).get(NODE).await.map_err(|e| e.to_string())?;
+        if written.metadata.owner_references.as_ref().is_none_or(|owners| owners.len() != 1 || owners[0].uid != uid) {
+            return Err(format!("the node's object is not owned by its Node: {:?}", written.metadata.owner_references));
+        }
+        nodes.delete(NODE, &DeleteParams::default()).await.map_err(|e| e.to_string())?;
+        let deadline = Instant::now() + WITHIN;
+        while views(admin).get_opt(NODE).await.map_err(|e| e.to_string())?.is_some() {
+            if Instant::now() > deadline {
+                return Err(format!("SharedResourceNode {NODE} outlived its Node by {WITHIN:?}"));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        println!("node writes: own view and own entry written; another node's view, entry and erasure refused; the view went with its Node");
         Ok(())
     }
     .await;
