@@ -204,11 +204,15 @@ pub struct Told {
     pub objects: Vec<NoticedObject>,
 }
 
-/// What moved from `before` to `now` (`before` is `None` at the first sight: a driver that has
-/// just started holds no answer or share a notice could make stale). An entry of no known form
-/// is passed over.
+/// What moved from `before` to `now`. At the first sight (`before` is `None`) everything may
+/// have: an answer or a share read before it (a publish while the watch was still starting, or
+/// retrying) could predate a change whose entry this first status already carries, so what the
+/// node holds is looked at again (at a driver's start, usually nothing). An entry of no known
+/// form is passed over.
 pub fn told(before: Option<&NodeNotices>, now: &NodeNotices) -> Told {
-    let Some(before) = before else { return Told::default() };
+    let Some(before) = before else {
+        return Told { every_namespace: true, every_object: true, ..Told::default() };
+    };
     Told {
         every_namespace: before.every_namespace != now.every_namespace,
         namespaces: now
@@ -407,9 +411,10 @@ mod tests {
     }
 
     #[test]
-    fn a_moved_or_new_namespace_is_told_and_nothing_at_the_first_sight() {
+    fn a_moved_or_new_namespace_is_told_and_everything_at_the_first_sight() {
         let before = status(1, &[("team-a", 10), ("team-b", 10)]);
-        assert_eq!(told(None, &before), Told::default());
+        let first = told(None, &before);
+        assert!(first.every_namespace && first.every_object, "{first:?}");
         assert_eq!(told(Some(&before), &before), Told::default());
         let moved = status(1, &[("team-a", 11), ("team-b", 10), ("team-c", 5)]);
         assert_eq!(told(Some(&before), &moved).namespaces, ["team-a", "team-c"]);
