@@ -263,6 +263,13 @@ const UNREAD_SHARE: &str = "share-unread";
 const RETARGETS: usize = 20;
 const REVOCATIONS: usize = 5;
 
+/// The p50, p99 and longest of `delays`, in milliseconds.
+fn spread(mut delays: Vec<Duration>) -> Value {
+    delays.sort_unstable();
+    let ms = |p: f64| percentile(&delays, p).as_secs_f64() * 1e3;
+    json!({"p50": ms(0.5), "p99": ms(0.99), "max": ms(1.0)})
+}
+
 /// SharedSecret `name` of Secret `secret` in [`OWNER`].
 fn shared_secret(name: &str, secret: &str) -> Value {
     json!({
@@ -449,9 +456,7 @@ async fn run(count: usize, idle: u64, churn_seconds: u64) -> Result<Value, Strin
     }
     let after_updates = read(&admin, &etcd).await?;
     let mut phase = cost(&after_relevant, &after_updates);
-    delays.sort_unstable();
-    let ms = |p: f64| percentile(&delays, p).as_secs_f64() * 1e3;
-    phase["to_every_node_ms"] = json!({"p50": ms(0.5), "p99": ms(0.99), "max": ms(1.0)});
+    phase["to_every_node_ms"] = spread(delays);
     phases.insert("secret_updates", phase);
 
     // share-0 retargeted to another Secret and back: until every node's volume of it shows it.
@@ -470,9 +475,7 @@ async fn run(count: usize, idle: u64, churn_seconds: u64) -> Result<Value, Strin
     }
     let after_retargets = read(&admin, &etcd).await?;
     let mut phase = cost(&after_updates, &after_retargets);
-    delays.sort_unstable();
-    let ms = |p: f64| percentile(&delays, p).as_secs_f64() * 1e3;
-    phase["to_every_node_ms"] = json!({"p50": ms(0.5), "p99": ms(0.99), "max": ms(1.0)});
+    phase["to_every_node_ms"] = spread(delays);
     phases.insert("share_edits", phase);
 
     // The binding of half the volumes' account deleted, until every node's volume 0 is emptied;
