@@ -226,7 +226,6 @@ fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
             flags.node_id.clone(),
             registered.subscribe(),
             timeout,
-            events.clone(),
         ));
     }
     let plugin = Plugin {

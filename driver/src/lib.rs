@@ -51,7 +51,6 @@ pub mod startup_taint;
 pub mod test_client;
 pub mod unpoisoned;
 pub mod volume;
-pub mod waiting_pods;
 
 /// The driver's registered name.
 pub const DRIVER_NAME: &str = "sharedresource.csi.inlineguard.dev";

@@ -11,8 +11,12 @@
 //! The RBAC that lets it (`config/deploy/driver/startup-taint.yaml`) is `patch nodes`, which RBAC
 //! cannot narrow to one node; a ValidatingAdmissionPolicy there narrows it to the Node named by
 //! the driver's own token (its `authentication.kubernetes.io/node-name`) and to this one change.
+//!
+//! The pods placed on the node before (tolerating the taint, or bound by name) are told by the
+//! access-notices controller (`access_notices::waiting_pods`), which the driver asks through its
+//! own `SharedResourceNode` (`driverRegistered`): listing a node's pods would need `list pods`
+//! cluster-wide, which no node's identity is given.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Taint};
@@ -25,7 +29,7 @@ use tracing::{info, warn};
 use crate::DRIVER_NAME;
 use crate::apiserver_request::{RequestFailed, ask};
 use crate::quote::Logged;
-use crate::volume::pod_events::PodEvents;
+use sharedresource_api::node_view::SharedResourceNode;
 
 /// The taint's key; any effect (NoSchedule, NoExecute) is removed.
 pub const STARTUP_TAINT_KEY: &str = "sharedresource.csi.inlineguard.dev/agent-not-ready";
@@ -33,6 +37,12 @@ pub const STARTUP_TAINT_KEY: &str = "sharedresource.csi.inlineguard.dev/agent-no
 /// The first wait after a step that failed; doubled each time up to [`LONGEST_WAIT`].
 const FIRST_WAIT: Duration = Duration::from_millis(200);
 const LONGEST_WAIT: Duration = Duration::from_secs(30);
+/// How many times the node's object is tried before the waiting pods are left untold (an
+/// install without the `SharedResourceNode` kind, say): about a minute and a half.
+const REGISTRATION_WRITES: u32 = 10;
+/// The field manager of `driverRegistered`, apart from the node's view's (which applies the rest
+/// of the spec and so leaves this field as it is).
+const REGISTRATION_MANAGER: &str = "sharedresource-csi-driver-registration";
 
 /// `taints` without the startup taint, or `None` when it has none (nothing to change).
 pub fn without_startup_taint(taints: &[Taint]) -> Option<Vec<Taint>> {
@@ -47,7 +57,8 @@ pub fn lists_the_driver(csi_node: &CSINode) -> bool {
 
 /// Waits until `registered` says kubelet registered this process, then until Node `node`'s
 /// CSINode lists the driver, then removes the startup taint from the Node (if it has one) and
-/// tells the pods placed on the node before (`waiting_pods`) through `events`.
+/// writes when into the node's `SharedResourceNode`, so that the access-notices controller tells
+/// the pods placed on the node before.
 /// Each request is given up after `timeout` and tried again with backoff; it returns once the
 /// Node has no startup taint, or when `registered`'s sender is gone (the driver is stopping).
 pub async fn remove_when_registered(
@@ -55,7 +66,6 @@ pub async fn remove_when_registered(
     node: String,
     mut registered: watch::Receiver<bool>,
     timeout: Duration,
-    events: Arc<dyn PodEvents>,
 ) {
     if registered.wait_for(|registered| *registered).await.is_err() {
         return;
@@ -63,9 +73,9 @@ pub async fn remove_when_registered(
     let mut wait = FIRST_WAIT;
     loop {
         match step(&client, &node, timeout).await {
-            Ok(Step::Done) => {
+            Ok(Step::Done { node_uid }) => {
                 // Pods placed here before (tolerating the taint, or bound by name) hear of it.
-                crate::waiting_pods::tell(client, &node, timeout, events).await;
+                ask_waiting_pods_told(&client, &node, &node_uid, timeout).await;
                 return;
             }
             Ok(Step::NotListed) => {}
@@ -76,10 +86,38 @@ pub async fn remove_when_registered(
     }
 }
 
+/// Writes the time of the registration into node `node`'s `SharedResourceNode` (server-side
+/// apply of that one field, the object owned by the Node of uid `node_uid`, as the node's view
+/// has it, so that it goes with its Node), tried [`REGISTRATION_WRITES`] times with backoff.
+async fn ask_waiting_pods_told(client: &kube::Client, node: &str, node_uid: &str, timeout: Duration) {
+    let api = kube::Api::<SharedResourceNode>::all(client.clone());
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let object = json!({
+        "apiVersion": "sharedresource.inlineguard.dev/v1alpha1",
+        "kind": "SharedResourceNode",
+        "metadata": {"name": node, "ownerReferences": crate::content::cluster::node_owner::owned_by_node(node, node_uid)},
+        "spec": {"driverRegistered": i64::try_from(now.as_millis()).unwrap_or(i64::MAX)},
+    });
+    let apply = PatchParams::apply(REGISTRATION_MANAGER).force();
+    let mut wait = FIRST_WAIT;
+    for attempt in 1..=REGISTRATION_WRITES {
+        let what = || format!("writing the registration into SharedResourceNode {}", crate::quote::quote(node));
+        match ask(timeout, what, api.patch(node, &apply, &Patch::Apply(&object))).await {
+            Ok(_) => return,
+            Err(failed) if attempt == REGISTRATION_WRITES => {
+                warn!(error = %Logged(&failed.0), "the pods placed before the driver was registered are not told");
+            }
+            Err(_) => {}
+        }
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(LONGEST_WAIT);
+    }
+}
+
 /// What one attempt found.
 enum Step {
-    /// The Node has no startup taint (now, or already).
-    Done,
+    /// The Node has no startup taint (now, or already); its uid.
+    Done { node_uid: String },
     /// kubelet's registration is not in the CSINode yet.
     NotListed,
 }
@@ -94,9 +132,10 @@ async fn step(client: &kube::Client, node: &str, timeout: Duration) -> Result<St
     let nodes = kube::Api::<Node>::all(client.clone());
     let current = ask(timeout, || format!("reading Node {}", crate::quote::quote(node)), nodes.get(node)).await?;
     let taints = current.spec.as_ref().and_then(|spec| spec.taints.as_deref()).unwrap_or_default();
+    let node_uid = current.metadata.uid.clone().unwrap_or_default();
     let Some(kept) = without_startup_taint(taints) else {
         info!("the Node has no startup taint");
-        return Ok(Step::Done);
+        return Ok(Step::Done { node_uid });
     };
     // The resourceVersion makes the patch conditional: a taint another client added meanwhile
     // is never overwritten (409 Conflict, and the next attempt reads the Node again).
@@ -107,7 +146,7 @@ async fn step(client: &kube::Client, node: &str, timeout: Duration) -> Result<St
     let what = || format!("removing the startup taint from Node {}", crate::quote::quote(node));
     ask(timeout, what, nodes.patch(node, &PatchParams::default(), &Patch::Merge(&patch))).await?;
     info!("registered with kubelet and listed in the CSINode: the startup taint is removed");
-    Ok(Step::Done)
+    Ok(Step::Done { node_uid })
 }
 
 #[cfg(test)]
@@ -158,9 +197,7 @@ mod tests {
         let config = kube::Config::new("https://127.0.0.1:1".parse().unwrap());
         let client = kube::Client::try_from(config).unwrap();
         let (sender, receiver) = watch::channel(false);
-        let events = Arc::new(crate::volume::pod_events::NoEvents);
-        let removing =
-            tokio::spawn(remove_when_registered(client, "n".into(), receiver, Duration::from_millis(10), events));
+        let removing = tokio::spawn(remove_when_registered(client, "n".into(), receiver, Duration::from_millis(10)));
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(!removing.is_finished(), "it waits for the registration");
         drop(sender);

@@ -132,6 +132,13 @@ pub struct SharedResourceNodeSpec {
     /// every change of any share or projection.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub every_object: bool,
+    /// When (Unix milliseconds) this node's driver was last registered with kubelet and listed in
+    /// the node's CSINode, set with the startup taint's opt-in: the access-notices controller then
+    /// tells the node's Pending pods with a volume of the driver (placed before it was) that
+    /// their mounts succeed at kubelet's next retry, so no node's driver needs to list pods.
+    /// Written by this node's driver alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver_registered: Option<i64>,
 }
 
 /// What the access-notices controller tells the node: values that change whenever a grant may
@@ -161,6 +168,10 @@ pub struct NodeNotices {
     /// missed one, as at every start of the controller).
     #[serde(default)]
     pub every_object: i64,
+    /// The spec's `driverRegistered` whose waiting pods the controller has told (or could not
+    /// list): a value it has not told yet asks it to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registration_told: Option<i64>,
 }
 
 /// When the controller last noticed a share or projection change (or first told the node of it:
@@ -245,6 +256,7 @@ mod tests {
             every_namespace: 1,
             objects: vec![ObjectChanges { object: "SharedSecret/db".into(), noticed: 4 }],
             every_object: 1,
+            registration_told: None,
         };
         assert_eq!(changes.of("team-a"), Some(3));
         assert_eq!(changes.of("team-b"), None);

@@ -25,6 +25,7 @@ use tracing::{debug, info, warn};
 
 use super::lease::{LeaseRef, keep_renewed};
 use super::plan::{Concerns, GrantingClusterRoles, Notices, next_status};
+use super::waiting_pods::{Registrations, tell_asking_nodes};
 use crate::apiserver_request::ask;
 use crate::quote::Logged;
 use crate::unpoisoned::UnpoisonedMutex;
@@ -80,7 +81,8 @@ impl Gathered {
 /// Runs the controller with `client` until dropped.
 pub async fn run(client: Client, settings: NoticeSettings) {
     let gathered = Arc::new(Gathered::default());
-    let nodes = follow_nodes(Api::all(client.clone()), gathered.clone());
+    let registrations = Arc::new(Registrations::default());
+    let nodes = follow_nodes(Api::all(client.clone()), gathered.clone(), registrations.clone());
     let listed = Arc::new(ListedWatches::default());
     tokio::spawn(follow_namespaced::<Role>(Api::all(client.clone()), gathered.clone(), listed.clone()));
     tokio::spawn(follow_namespaced::<RoleBinding>(Api::all(client.clone()), gathered.clone(), listed.clone()));
@@ -93,6 +95,7 @@ pub async fn run(client: Client, settings: NoticeSettings) {
     if nodes.wait_until_ready().await.is_err() {
         return;
     }
+    tokio::spawn(tell_asking_nodes(client.clone(), nodes.clone(), registrations, settings.timeout));
     listed.wait_for(RBAC_WATCHES + super::objects::WATCHES).await;
     info!("every watch has listed; telling nodes of grant changes");
     let renew = keep_renewed(client.clone(), settings.lease.clone(), settings.timeout);
@@ -129,8 +132,13 @@ pub(super) fn listed_again(gathered: &Gathered, listed: &ListedWatches, first: &
     }
 }
 
-/// Every node's object, kept without managed fields; each event marks its node to be looked at.
-fn follow_nodes(api: Api<SharedResourceNode>, gathered: Arc<Gathered>) -> Store<SharedResourceNode> {
+/// Every node's object, kept without managed fields; each event marks its node to be looked at
+/// (and, when it asks, its waiting pods to be told).
+fn follow_nodes(
+    api: Api<SharedResourceNode>,
+    gathered: Arc<Gathered>,
+    registrations: Arc<Registrations>,
+) -> Store<SharedResourceNode> {
     let (store, writer) = reflector::store();
     let events = watcher::watcher(api, watcher::Config::default().page_size(100))
         .default_backoff()
@@ -138,7 +146,10 @@ fn follow_nodes(api: Api<SharedResourceNode>, gathered: Arc<Gathered>) -> Store<
         .reflect(writer);
     tokio::spawn(events.for_each(move |event| {
         match event {
-            Ok(Event::Apply(node) | Event::InitApply(node)) => gathered.node_changed(node.name_any()),
+            Ok(Event::Apply(node) | Event::InitApply(node)) => {
+                registrations.changed(&node);
+                gathered.node_changed(node.name_any());
+            }
             Ok(_) => {}
             Err(error) => watch_failed("SharedResourceNode", &error),
         }
@@ -286,7 +297,9 @@ async fn write_notices(client: Client, nodes: Store<SharedResourceNode>, gathere
             .map(|(name, status, due)| {
                 let api = api.clone();
                 async move {
-                    let patch = Patch::Merge(serde_json::json!({ "status": status }));
+                    // The registration's entry is the waiting pods' teller's: never written from here.
+                    let notices = NodeNotices { registration_told: None, ..status.clone() };
+                    let patch = Patch::Merge(serde_json::json!({ "status": notices }));
                     let what = || format!("telling node {name} of grant changes");
                     let wrote = ask(timeout, what, api.patch_status(&name, &PatchParams::default(), &patch)).await;
                     (name, status, due, wrote.map(drop))

@@ -2,10 +2,12 @@
 //! and tells each node, through its own `SharedResourceNode`, when a grant of a namespace it
 //! serves may have changed, or a share or projection its volumes read did. `plan` is the pure
 //! rule, `controller` the RBAC watches and the writes, `objects` the watches of shares and
-//! projections, `lease` what tells nodes it runs. It runs in the `sharedresource-read-grants`
-//! program, on the control plane.
+//! projections, `lease` what tells nodes it runs, `waiting_pods` the pods a node's driver
+//! registered late was waited for by. It runs in the `sharedresource-read-grants` program, on
+//! the control plane.
 
 pub mod controller;
 pub mod lease;
 pub mod objects;
 pub mod plan;
+pub mod waiting_pods;

@@ -196,6 +196,8 @@ pub fn next_status(
             spec.every_object && !notices.objects.is_empty(),
             current.every_object,
         ),
+        // Not the notices' to change: the waiting pods' teller writes it (`waiting_pods`).
+        registration_told: current.registration_told,
     };
     (next != *current).then_some(next)
 }

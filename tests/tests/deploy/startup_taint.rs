@@ -5,8 +5,9 @@
 //! taint; the shipped DaemonSet (which tolerates it) registers the driver with kubelet, the
 //! driver removes the taint from its own Node once kubelet's write of the CSINode lists it (the
 //! audit log orders them), and the pod is placed then and reads the share. A pod that tolerates
-//! the taint, placed before the driver (kubelet's mount fails), is told by the driver once it is
-//! registered, and reads the share at kubelet's next retry.
+//! the taint, placed before the driver (kubelet's mount fails), is told once the driver is
+//! registered (by the shipped read-grants controller, which the driver asks through its node's
+//! `SharedResourceNode`: no node lists pods), and reads the share at kubelet's next retry.
 
 use std::time::{Duration, Instant};
 
@@ -89,8 +90,8 @@ pub async fn pod_placed_before_the_driver(admin: &kube::Client) -> Result<String
     Ok(uid)
 }
 
-/// Waits (up to 120 s) for the driver's `DriverRegistered` Event on [`TOLERANT`] (`uid`); its
-/// note.
+/// Waits (up to 120 s) for the `DriverRegistered` Event on [`TOLERANT`] (`uid`), reported as the
+/// driver (the read-grants controller makes it for the node's driver); its note.
 pub async fn told_the_driver_is_registered(admin: &kube::Client, uid: &str) -> Result<String, String> {
     let told = wait_for_event(admin, uid, |e| {
         e.reason.as_deref() == Some("DriverRegistered") && e.reporting_controller.as_deref() == Some(DRIVER)

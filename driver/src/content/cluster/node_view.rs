@@ -187,6 +187,8 @@ impl NodeView {
             every_namespace,
             objects: if every_object { Vec::new() } else { objects.into_iter().collect() },
             every_object,
+            // The startup taint's field, applied by its own manager (`startup_taint`).
+            driver_registered: None,
         }
     }
 }

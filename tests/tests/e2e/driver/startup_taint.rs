@@ -2,22 +2,24 @@
 //! (`config/deploy/driver/startup-taint.yaml`) and a token the apiserver issued to the driver's
 //! ServiceAccount bound to a Node, as a DaemonSet pod's is: the driver's own code removes the
 //! taint only after kubelet's registration notice and the CSINode listing the driver, in that
-//! order in the audit log; keeps every other taint; tells the pods of its node with a volume
-//! of the driver, placed before, that it is registered (listing them by the shipped RBAC); and
-//! the policy refuses the same identity any other change, to its own Node or another.
+//! order in the audit log; keeps every other taint; writes when into its node's
+//! `SharedResourceNode`, and the suite's read-grants controller (its process, as its
+//! ServiceAccount, with the opt-in's RBAC) tells the pods of that node with a volume of the
+//! driver, placed before, that it is registered (an Event read back from the apiserver) and
+//! records it told; the driver's own token may not list pods; and the policy refuses the same
+//! identity any other change, to its own Node or another.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{Node, ServiceAccount};
+use k8s_openapi::api::core::v1::{Node, Pod, ServiceAccount};
+use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::storage::v1::CSINode;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
+use sharedresource_api::node_view::SharedResourceNode;
 use sharedresource_csi_driver::DRIVER_NAME;
 use sharedresource_csi_driver::startup_taint::{STARTUP_TAINT_KEY, remove_when_registered};
-
-use sharedresource_csi_driver::volume::pod_events::{PodEvent, PodEvents};
 
 use crate::support::{Outcome, Suite, create, create_namespace, create_service_account, pods_path};
 
@@ -48,15 +50,37 @@ fn pod_on(name: &str, node: &str, ours: bool) -> Value {
         "volumes": [{"name": "shared", "csi": {"driver": driver, "readOnly": true, "volumeAttributes": {"sharedSecret": "db"}}}]}})
 }
 
-/// The Events the driver would create, kept.
-#[derive(Default)]
-struct Told(std::sync::Mutex<Vec<PodEvent>>);
-
-impl PodEvents for Told {
-    fn tell(&self, event: PodEvent) {
-        if let Ok(mut told) = self.0.lock() {
-            told.push(event);
+/// Waits (up to 60 s) until the read-grants controller has recorded Node [`NODE`]'s
+/// registration told, then for its `DriverRegistered` Events in [`PODS`]; returns them, by the
+/// pod they are about, once one is there.
+async fn told_pods(admin: &kube::Client) -> Result<Vec<(String, String)>, String> {
+    let objects = Api::<SharedResourceNode>::all(admin.clone());
+    let events = Api::<Event>::namespaced(admin.clone(), PODS);
+    let started = Instant::now();
+    loop {
+        let object = objects.get_opt(NODE).await.map_err(|e| e.to_string())?;
+        let registered = object.as_ref().and_then(|o| o.spec.driver_registered);
+        let told = object.as_ref().and_then(|o| o.status.as_ref()).and_then(|s| s.registration_told);
+        let listed = events.list(&ListParams::default()).await.map_err(|e| e.to_string())?;
+        let about: Vec<(String, String)> = listed
+            .items
+            .iter()
+            .filter(|e| e.reason.as_deref() == Some("DriverRegistered"))
+            .map(|e| {
+                let pod = e.regarding.as_ref().and_then(|r| r.name.clone()).unwrap_or_default();
+                (pod, e.note.clone().unwrap_or_default())
+            })
+            .collect();
+        if registered.is_some() && told == registered && !about.is_empty() {
+            return Ok(about);
         }
+        if started.elapsed() > Duration::from_secs(60) {
+            return Err(format!(
+                "within 60 s: SharedResourceNode {NODE} says registered {registered:?}, told {told:?}; \
+                 DriverRegistered Events in {PODS}: {about:?}"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
@@ -117,15 +141,9 @@ pub async fn removed_only_once_kubelet_lists_the_driver(suite: &Suite) -> Outcom
                 return Err(format!("creating pod {name}: {} {}", answer.status, answer.message()));
             }
         }
-        let told = Arc::new(Told::default());
         let (registered, registration) = tokio::sync::watch::channel(false);
-        let removing = tokio::spawn(remove_when_registered(
-            driver.clone(),
-            NODE.into(),
-            registration,
-            Duration::from_secs(5),
-            told.clone(),
-        ));
+        let removing =
+            tokio::spawn(remove_when_registered(driver.clone(), NODE.into(), registration, Duration::from_secs(5)));
 
         // Registered with kubelet, but not yet in the CSINode: the driver reads it and waits.
         registered.send_replace(true);
@@ -148,18 +166,26 @@ pub async fn removed_only_once_kubelet_lists_the_driver(suite: &Suite) -> Outcom
             return Err(format!("expected only the other taint to stay, the Node has {keys:?}"));
         }
         println!("startup taint: removed {:?} after the CSINode listed the driver", listed.elapsed());
-        // Told: the pod of this node with a volume of the driver, and no other (the list, by the
-        // shipped RBAC, was allowed: a refused one tells nobody).
-        let events = told.0.lock().map_err(|e| e.to_string())?.clone();
-        let told_pods: Vec<(&str, &str)> = events.iter().map(|e| (e.pod.name.as_str(), e.reason)).collect();
-        if told_pods != [("early", "DriverRegistered")] {
-            return Err(format!("expected pod early told DriverRegistered, and no other: {events:?}"));
+        // Told, by the read-grants controller the driver asked through its node's object: the pod
+        // of this node with a volume of the driver, and no other.
+        let told = told_pods(admin).await?;
+        let names: Vec<&str> = told.iter().map(|(pod, _)| pod.as_str()).collect();
+        if names != ["early"] {
+            return Err(format!("expected pod early told DriverRegistered, and no other: {told:?}"));
         }
         let wanted = format!(
             "{DRIVER_NAME} is now registered with kubelet on node {NODE}: the pod's volumes of it (\"shared\")"
         );
-        if !events[0].note.starts_with(&wanted) {
-            return Err(format!("the note {:?} does not start {wanted:?}", events[0].note));
+        if !told[0].1.starts_with(&wanted) {
+            return Err(format!("the note {:?} does not start {wanted:?}", told[0].1));
+        }
+        // No node's identity lists pods: not cluster-wide, not its own node's.
+        let node_pods = ListParams::default().fields(&format!("spec.nodeName={NODE}"));
+        for (what, params) in [("cluster-wide", ListParams::default()), ("of its node", node_pods)] {
+            match Api::<Pod>::all(driver.clone()).list(&params).await {
+                Err(kube::Error::Api(status)) if status.code == 403 => {}
+                other => return Err(format!("the driver's token listing pods {what}: expected 403, got {other:?}")),
+            }
         }
 
         // The audit log: the driver read the CSINode while it lacked the driver, and patched the
