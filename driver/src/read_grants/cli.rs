@@ -44,6 +44,14 @@ struct Flags {
     /// Writes of the access notices sent at once after a quiet time.
     #[arg(long, value_name = "N", default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..))]
     notices_burst: u32,
+    /// The Lease the program's replicas elect their leader on (NAMESPACE/NAME): only the leader
+    /// grants, tells nodes and restarts workloads.
+    #[arg(long, value_name = "NAMESPACE/NAME", default_value = super::leader::DEFAULT_LEADER_LEASE)]
+    leader_election_lease: String,
+    /// Run without electing a leader (one replica, or a process beside the elected ones whose
+    /// work differs, as the test suite's rollout controller).
+    #[arg(long)]
+    no_leader_election: bool,
     /// Do not tell nodes of grant changes (another process does; its nodes fall back to their
     /// own rechecks otherwise).
     #[arg(long)]
@@ -68,6 +76,8 @@ fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
     let driver = DriverAccount::parse(&flags.driver_service_account)?;
     let lease = crate::access_notices::lease::LeaseRef::parse(&flags.access_lease)
         .map_err(|e| format!("--access-lease: {e}"))?;
+    let leader_lease = crate::access_notices::lease::LeaseRef::parse(&flags.leader_election_lease)
+        .map_err(|e| format!("--leader-election-lease: {e}"))?;
     if flags.request_timeout_seconds == 0 {
         return Err("--request-timeout-seconds must be at least 1".into());
     }
@@ -98,12 +108,28 @@ fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
                 crate::access_notices::controller::run(notices_client, settings).await;
             }
         };
-        tokio::select! {
-            _ = futures_util::future::join3(grants, rollout, notices) => {}
-            _ = terminate.recv() => {}
-            _ = interrupt.recv() => {}
+        let work = async {
+            futures_util::future::join3(grants, rollout, notices).await;
+        };
+        if flags.no_leader_election {
+            tokio::select! {
+                () = work => {}
+                _ = terminate.recv() => {}
+                _ = interrupt.recv() => {}
+            }
+            return Ok(());
         }
-        Ok::<_, Box<dyn std::error::Error>>(())
+        let mut election =
+            super::leader::Election::new(client.clone(), leader_lease, super::leader::identity(), timeout);
+        let led = tokio::select! {
+            led = election.lead(work) => led,
+            _ = terminate.recv() => Ok(()),
+            _ = interrupt.recv() => Ok(()),
+        };
+        // Told to stop, or stopped leading: the Lease is handed back (when still held) so that
+        // another replica leads at its next look.
+        election.release().await;
+        led.map_err(|lost| Box::new(lost) as Box<dyn std::error::Error>)
     })?;
     runtime.shutdown_timeout(Duration::from_millis(200));
     Ok(())

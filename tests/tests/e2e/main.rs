@@ -11,6 +11,7 @@
 // One module per capability, its scenarios in files below it.
 mod admission;
 mod driver;
+mod leader;
 mod manifests;
 mod node;
 mod notices;
@@ -151,6 +152,8 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
         "node::a_pod_on_the_node_reads_a_lazy_providers_file_when_it_first_opens_it" =>
             |s| node::lazy_provider::a_pod_on_the_node_reads_a_lazy_providers_file_when_it_first_opens_it(s),
         "driver::csi_sanity" => |s| driver::csi_sanity::passes_its_node_and_identity_specs(s),
+        "manifests::read_grants_replicas_elect_one_leader_and_a_killed_leader_is_replaced" =>
+            |s| leader::replicas_elect_one_leader_and_a_killed_leader_is_replaced(s),
     ]
 }
 

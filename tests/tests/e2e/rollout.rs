@@ -124,8 +124,15 @@ fn start_controller(suite: &Suite) -> Result<ChildProcess, String> {
     let kubeconfig = suite.cluster.kubeconfig_as(READ_GRANTS_USER)?;
     let bound = PER_NAMESPACE.to_string();
     // The suite's own controller tells the nodes of grant changes; a second would write their
-    // objects too (the shares scenario counts those writes).
-    let args = ["--rollout-on-change", "--rollout-workloads-per-namespace", bound.as_str(), "--no-access-notices"];
+    // objects too (the shares scenario counts those writes). It runs beside the suite's, which
+    // leads on the shipped Lease: this one elects no leader.
+    let args = [
+        "--rollout-on-change",
+        "--rollout-workloads-per-namespace",
+        bound.as_str(),
+        "--no-access-notices",
+        "--no-leader-election",
+    ];
     start_read_grants_as("read-grants-rollout", &kubeconfig, suite.cluster.run_dir(), &args)
 }
 
