@@ -7,6 +7,9 @@
 //! never act at once for longer than the difference between the two (5 s); a leader told to stop
 //! hands the Lease back first, so the next one takes over at its next look. Every write is
 //! conditional on the Lease's resourceVersion: of two replicas that saw it free, one wins.
+//! A replica whose role may not read the Lease (a role of an older version, the new image
+//! rolled out first) runs without electing, as every replica did before, and says so: replicas
+//! apply the same grants and write the same notices, so two agree rather than fight.
 
 use std::hash::{BuildHasher as _, Hasher as _};
 use std::time::Duration;
@@ -107,6 +110,8 @@ pub struct Election {
 enum Look {
     Leading,
     Held(String),
+    /// This replica's role may not read the Lease.
+    Forbidden,
 }
 
 impl Election {
@@ -124,6 +129,11 @@ impl Election {
         loop {
             match self.look().await {
                 Ok(Look::Leading) => break,
+                Ok(Look::Forbidden) => {
+                    warn!(lease = %self.lease, "this replica's role may not read the leader's Lease (a role older than this program): running without electing a leader");
+                    work.await;
+                    return Ok(());
+                }
                 Ok(Look::Held(holder)) => {
                     if waiting_logged.as_ref() != Some(&holder) {
                         info!(lease = %self.lease, holder = %holder, "another replica leads; waiting for its Lease to lapse");
@@ -150,6 +160,7 @@ impl Election {
                     warn!(lease = %self.lease, holder = %holder, "another replica took the Lease");
                     return Err(self.lost());
                 }
+                Ok(Look::Forbidden) => warn!(lease = %self.lease, "the leader's Lease may no longer be read"),
                 Err(error) => warn!(lease = %self.lease, error = %error, "the leader's Lease could not be renewed"),
             }
             if renewed.elapsed() >= RENEW_DEADLINE {
@@ -165,8 +176,12 @@ impl Election {
     /// Reads the Lease and writes it when this replica may lead.
     async fn look(&mut self) -> Result<Look, String> {
         let name = self.lease.name.as_str().to_string();
-        let what = || format!("reading Lease {}", self.lease);
-        let current = ask(self.timeout, what, self.api.get_opt(&name)).await.map_err(|e| Logged(&e.0).to_string())?;
+        let current = match tokio::time::timeout(self.timeout, self.api.get_opt(&name)).await {
+            Ok(Ok(current)) => current,
+            Ok(Err(kube::Error::Api(status))) if status.code == 403 => return Ok(Look::Forbidden),
+            Ok(Err(error)) => return Err(format!("reading Lease {}: {}", self.lease, Logged(&error))),
+            Err(_) => return Err(format!("reading Lease {}: no answer within {:?}", self.lease, self.timeout)),
+        };
         let now = tokio::time::Instant::now();
         let observed = current.as_ref().map(|lease| {
             let spec = lease.spec.clone().unwrap_or_default();

@@ -4,7 +4,8 @@
 //! first replica leads and renews, a second waits and never takes the Lease while the first
 //! renews it; the first SIGKILLed, the second takes over once the Lease has gone unrenewed for
 //! its duration (by its own clock), not before; the second stopped with SIGTERM hands the Lease
-//! back and exits cleanly.
+//! back and exits cleanly. A replica whose role may not read its Lease (a role older than the
+//! program) runs without electing, and says so.
 
 use std::time::{Duration, Instant};
 
@@ -61,11 +62,11 @@ async fn logs(process: &ChildProcess, text: &str) -> Outcome {
     Ok(())
 }
 
-fn start(suite: &Suite, name: &str) -> Result<ChildProcess, String> {
+fn start(suite: &Suite, name: &str, lease: &str) -> Result<ChildProcess, String> {
     let kubeconfig = suite.cluster.kubeconfig_as(READ_GRANTS_USER)?;
-    // The suite's own controller tells the nodes of grant changes; these two would write their
+    // The suite's own controller tells the nodes of grant changes; these would write their
     // objects too.
-    let args = ["--leader-election-lease", &format!("{NAMESPACE}/{LEASE}"), "--no-access-notices"].map(String::from);
+    let args = ["--leader-election-lease", &format!("{NAMESPACE}/{lease}"), "--no-access-notices"].map(String::from);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     start_read_grants_as(name, &kubeconfig, suite.cluster.run_dir(), &args)
 }
@@ -85,10 +86,10 @@ pub async fn replicas_elect_one_leader_and_a_killed_leader_is_replaced(suite: &S
     ];
     inline_guard_tests::apply::apply(admin, &grant, false).await?;
     let outcome = async {
-        let mut first = start(suite, "leader-first")?;
+        let mut first = start(suite, "leader-first", LEASE)?;
         let leader = holder_until(admin, Duration::from_secs(30), |holder| !holder.is_empty()).await?;
         logs(&first, "leading").await?;
-        let mut second = start(suite, "leader-second")?;
+        let mut second = start(suite, "leader-second", LEASE)?;
         logs(&second, "another replica leads; waiting").await?;
         // Three renewals with both running: the first renews, the second never takes it.
         let (_, renewed, _) = lease(admin).await?.ok_or("no Lease")?;
@@ -127,6 +128,9 @@ pub async fn replicas_elect_one_leader_and_a_killed_leader_is_replaced(suite: &S
         if !holder.is_empty() {
             return Err(format!("the stopped leader did not hand the Lease back: held by {holder}"));
         }
+        // A Lease its role may not read (no Role of the scenario's names it).
+        let unelected = start(suite, "leader-unelected", "e2e-read-grants-unreadable")?;
+        logs(&unelected, "running without electing a leader").await?;
         Ok(())
     }
     .await;
