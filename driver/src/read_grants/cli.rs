@@ -64,6 +64,10 @@ struct Flags {
     /// beyond are logged and not restarted).
     #[arg(long, value_name = "N", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     rollout_workloads_per_namespace: u32,
+    /// With --rollout-on-change: the Secret (NAMESPACE/NAME) holding the key the workloads'
+    /// records are made with (made when missing; rollout-on-change.yaml lets it).
+    #[arg(long, value_name = "NAMESPACE/NAME", default_value = crate::rollout::record_key::DEFAULT_KEY_SECRET)]
+    rollout_key_secret: String,
 }
 
 /// Parses `args` (the program name first) and runs until SIGTERM or SIGINT: 0 then, 2 when it
@@ -78,6 +82,8 @@ fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
         .map_err(|e| format!("--access-lease: {e}"))?;
     let leader_lease = crate::access_notices::lease::LeaseRef::parse(&flags.leader_election_lease)
         .map_err(|e| format!("--leader-election-lease: {e}"))?;
+    let key_secret = crate::rollout::record_key::KeySecret::parse(&flags.rollout_key_secret)
+        .map_err(|e| format!("--rollout-key-secret: {e}"))?;
     if flags.request_timeout_seconds == 0 {
         return Err("--request-timeout-seconds must be at least 1".into());
     }
@@ -95,6 +101,7 @@ fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
                 let settings = crate::rollout::controller::RolloutSettings {
                     workloads_per_namespace: flags.rollout_workloads_per_namespace as usize,
                     timeout,
+                    key_secret: key_secret.clone(),
                 };
                 crate::rollout::controller::run(client.clone(), settings).await;
             }

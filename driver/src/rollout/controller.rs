@@ -28,10 +28,12 @@ use sharedresource_api::shares::{ObjectRef, SharedConfigMap, SharedSecret};
 use tokio::sync::{Notify, oneshot};
 use tracing::{info, warn};
 
-use super::content_version;
+use super::content_version::{self, RecordKey};
 use super::plan::{
     Decision, OBSERVED_ANNOTATION, RESTART_LABEL, RESTARTED_AT_ANNOTATION, ShareRef, decide, format_observed,
+    unrecorded,
 };
+use super::record_key::{KeySecret, load_or_make};
 use super::workloads::{Skipped, Workload, WorkloadKey, WorkloadKind, Workloads, summarize};
 use crate::apiserver_request::{RequestFailed, ask};
 use crate::controller_pacing::PassPacing;
@@ -40,12 +42,14 @@ use crate::read_grants::controller::follow;
 use crate::unpoisoned::UnpoisonedMutex as _;
 
 /// What the controller is given.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct RolloutSettings {
     /// The most workloads followed in one namespace.
     pub workloads_per_namespace: usize,
     /// How long one request may take.
     pub timeout: Duration,
+    /// The Secret holding the records' key.
+    pub key_secret: KeySecret,
 }
 
 /// An object a share names: its kind, namespace and name.
@@ -53,6 +57,8 @@ type Backing = (ShareKind, String, String);
 
 /// What the watches keep and the passes read.
 struct Followed {
+    /// What versions are made with, and records read against.
+    key: RecordKey,
     workloads: Mutex<Workloads>,
     versions: Mutex<HashMap<Backing, String>>,
     changed: Arc<Notify>,
@@ -69,7 +75,10 @@ impl Drop for BackingWatch {
 
 /// Runs the controller until dropped.
 pub async fn run(client: Client, settings: RolloutSettings) {
+    // The key first: every version is made with it, and every record read against it.
+    let key = load_or_make(&client, &settings.key_secret, settings.timeout).await;
     let followed = Arc::new(Followed {
+        key,
         workloads: Mutex::new(Workloads::new(settings.workloads_per_namespace)),
         versions: Mutex::new(HashMap::new()),
         changed: Arc::new(Notify::new()),
@@ -138,7 +147,9 @@ where
             match event {
                 Ok(watcher::Event::Init) => relisted = Some(Workloads::new(per_namespace)),
                 Ok(watcher::Event::InitApply(workload)) => {
-                    if let (Some(relisted), Some((key, summary))) = (relisted.as_mut(), summarize(&workload)) {
+                    if let (Some(relisted), Some((key, summary))) =
+                        (relisted.as_mut(), summarize(&workload, followed.key.id()))
+                    {
                         note_skipped(&key, relisted.put(key.clone(), summary));
                     }
                 }
@@ -152,14 +163,14 @@ where
                     followed.changed.notify_one();
                 }
                 Ok(watcher::Event::Apply(workload)) => {
-                    if let Some((key, summary)) = summarize(&workload) {
+                    if let Some((key, summary)) = summarize(&workload, followed.key.id()) {
                         let put = followed.workloads.locked().put(key.clone(), summary);
                         note_skipped(&key, put);
                         followed.changed.notify_one();
                     }
                 }
                 Ok(watcher::Event::Delete(workload)) => {
-                    if let Some((key, _)) = summarize(&workload) {
+                    if let Some((key, _)) = summarize(&workload, followed.key.id()) {
                         followed.workloads.locked().remove(&key);
                     }
                 }
@@ -214,7 +225,7 @@ fn keep_backing_watches(
 fn follow_backing<K>(
     client: &Client,
     backing: Backing,
-    version_of: fn(&K) -> String,
+    version_of: fn(&RecordKey, (&str, &str), &K) -> String,
     followed: Arc<Followed>,
 ) -> BackingWatch
 where
@@ -239,9 +250,9 @@ where
                 }
                 Ok(watcher::Event::InitApply(object)) => {
                     seen_in_list = true;
-                    Some(version_of(&object))
+                    Some(version_of(&followed.key, (&backing.1, &backing.2), &object))
                 }
-                Ok(watcher::Event::Apply(object)) => Some(version_of(&object)),
+                Ok(watcher::Event::Apply(object)) => Some(version_of(&followed.key, (&backing.1, &backing.2), &object)),
                 Ok(watcher::Event::InitDone) if seen_in_list => continue,
                 Ok(watcher::Event::InitDone | watcher::Event::Delete(_)) => None,
                 Err(error) => {
@@ -274,39 +285,35 @@ async fn pass(client: &Client, shares: &BTreeMap<ShareRef, Backing>, followed: &
     let mut answers = HashMap::new();
     let mut failed = false;
     for (key, summary) in workloads {
-        let decision = match decide(&summary.shares, &summary.observed, &current) {
-            Decision::Nothing => continue,
-            Decision::Restart { observed, changed } => {
-                let mut denied = BTreeSet::new();
-                let mut unchecked = false;
-                for share in &changed {
-                    match may_use(client, &key.namespace, &summary.service_account, share, &mut answers, timeout).await
-                    {
-                        Ok(true) => {}
-                        Ok(false) => {
-                            denied.insert(share.clone());
-                        }
-                        Err(error) => {
-                            warn!(workload = %key, error = %Logged(&error), "not restarted yet: its access could not be checked");
-                            unchecked = true;
-                        }
-                    }
+        // A version is written only for a share the workload's pods may `use`: the record tells a
+        // tenant nothing of a share it may not read, not even that it changed.
+        let mut visible: BTreeMap<ShareRef, String> =
+            summary.shares.iter().filter_map(|share| Some((share.clone(), current.get(share)?.clone()))).collect();
+        let mut unchecked = false;
+        for share in unrecorded(&summary.shares, &summary.observed, &current) {
+            match may_use(client, &key.namespace, &summary.service_account, &share, &mut answers, timeout).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    visible.remove(&share);
                 }
-                // Neither restarted nor recorded: the next pass asks again.
-                if unchecked {
-                    failed = true;
-                    continue;
+                Err(error) => {
+                    warn!(workload = %key, error = %Logged(&error), "not recorded or restarted yet: its access could not be checked");
+                    unchecked = true;
                 }
-                Decision::Restart { observed, changed }.excluding(&denied)
             }
-            record => record,
-        };
+        }
+        // Neither restarted nor recorded: the next pass asks again.
+        if unchecked {
+            failed = true;
+            continue;
+        }
+        let decision = decide(&summary.shares, &summary.observed, &visible);
         let (observed, body, restarted) = match decision {
             Decision::Nothing => continue,
             Decision::Record(observed) => {
                 let body = json!({"metadata": {
                     "resourceVersion": summary.resource_version,
-                    "annotations": {OBSERVED_ANNOTATION: format_observed(&observed)},
+                    "annotations": {OBSERVED_ANNOTATION: format_observed(followed.key.id(), &observed)},
                 }});
                 (observed, body, None)
             }
@@ -317,7 +324,7 @@ async fn pass(client: &Client, shares: &BTreeMap<ShareRef, Backing>, followed: &
                 let body = json!({
                     "metadata": {
                         "resourceVersion": summary.resource_version,
-                        "annotations": {OBSERVED_ANNOTATION: format_observed(&observed)},
+                        "annotations": {OBSERVED_ANNOTATION: format_observed(followed.key.id(), &observed)},
                     },
                     "spec": {"template": {"metadata": {"annotations": {RESTARTED_AT_ANNOTATION: now}}}},
                 });

@@ -4,7 +4,9 @@
 //!
 //! A workload opts in with [`RESTART_LABEL`]` = "true"` (a label, so the controller's watch selects
 //! it on the apiserver and never sees anything else). Its metadata carries [`OBSERVED_ANNOTATION`]:
-//! one `Kind/name=version` per share its pods mount. A share whose version differs from the one
+//! the id of the key its versions were made under (`@ID`, `content_version`), then one
+//! `Kind/name=version` per share its pods mount and may `use` (a share they may not use is never
+//! recorded: the record tells a tenant nothing of it). A share whose version differs from the one
 //! recorded restarts it: [`RESTARTED_AT_ANNOTATION`] in the pod template (what `kubectl rollout
 //! restart` sets), written in the same patch as the new record, so one change is one restart. A
 //! share seen for the first time is recorded without a restart; a share whose content cannot be
@@ -67,20 +69,29 @@ pub fn mounted_shares(spec: &PodSpec) -> Option<BTreeSet<ShareRef>> {
 /// What a workload last saw: a version per share.
 pub type Observed = BTreeMap<ShareRef, String>;
 
-/// The record as the annotation holds it: `Kind/name=version` entries joined by commas, sorted.
-pub fn format_observed(observed: &Observed) -> String {
-    observed.iter().map(|(share, version)| format!("{share}={version}")).collect::<Vec<_>>().join(",")
+/// The record as the annotation holds it: `@` and the id of the key its versions were made
+/// under, then `Kind/name=version` entries, joined by commas, sorted.
+pub fn format_observed(key_id: &str, observed: &Observed) -> String {
+    std::iter::once(format!("@{key_id}"))
+        .chain(observed.iter().map(|(share, version)| format!("{share}={version}")))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
-/// The record an annotation holds. Anything unreadable (too long, an unknown kind, an entry
+/// The record an annotation holds, made under the key of id `key_id`. Anything else (a record
+/// of another key or of none, as older versions wrote them; too long; an unknown kind; an entry
 /// without `=`) reads as no record: the controller then records what it sees without a restart,
 /// which is what a workload's first sight is too.
-pub fn parse_observed(annotation: Option<&str>) -> Observed {
+pub fn parse_observed(annotation: Option<&str>, key_id: &str) -> Observed {
     let Some(text) = annotation.filter(|text| !text.is_empty() && text.len() <= MAX_OBSERVED_LEN) else {
         return Observed::new();
     };
+    let mut entries = text.split(',');
+    if entries.next().and_then(|first| first.strip_prefix('@')) != Some(key_id) {
+        return Observed::new();
+    }
     let mut observed = Observed::new();
-    for entry in text.split(',') {
+    for entry in entries {
         let parsed = entry.split_once('=').and_then(|(share, version)| {
             let (kind, name) = share.split_once('/')?;
             let kind = [ShareKind::Secret, ShareKind::ConfigMap].into_iter().find(|k| k.kind() == kind)?;
@@ -114,19 +125,18 @@ pub enum Decision {
     },
 }
 
-impl Decision {
-    /// This decision once the shares in `denied` (ones the workload's pods may not `use`) are no
-    /// reason to restart: their new versions are still recorded, so a later grant does not
-    /// restart the workload for an old change.
-    pub fn excluding(self, denied: &BTreeSet<ShareRef>) -> Decision {
-        match self {
-            Decision::Restart { observed, changed } => {
-                let changed: Vec<ShareRef> = changed.into_iter().filter(|share| !denied.contains(share)).collect();
-                if changed.is_empty() { Decision::Record(observed) } else { Decision::Restart { observed, changed } }
-            }
-            other => other,
-        }
-    }
+/// The shares of `mounted` whose version in `current` the record does not hold yet (new or
+/// changed): each is recorded, or restarted for, only once the workload's pods may `use` it.
+pub fn unrecorded(
+    mounted: &BTreeSet<ShareRef>,
+    observed: &Observed,
+    current: &BTreeMap<ShareRef, String>,
+) -> Vec<ShareRef> {
+    mounted
+        .iter()
+        .filter(|share| current.get(*share).is_some_and(|now| observed.get(*share) != Some(now)))
+        .cloned()
+        .collect()
 }
 
 /// The decision for a workload mounting `mounted`, which last saw `observed`, when the shares'

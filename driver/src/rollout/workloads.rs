@@ -106,7 +106,8 @@ impl std::fmt::Display for Skipped {
 
 /// The key and summary of `workload` (`None` for the summary: its pods mount too many shares),
 /// or `None` for one without a name or namespace. A workload without a template mounts nothing.
-pub fn summarize<K: Workload>(workload: &K) -> Option<(WorkloadKey, Option<Summary>)> {
+/// Its record is read as made under the key of id `key_id`.
+pub fn summarize<K: Workload>(workload: &K, key_id: &str) -> Option<(WorkloadKey, Option<Summary>)> {
     let meta = workload.meta();
     let key = WorkloadKey { namespace: meta.namespace.clone()?, kind: K::KIND, name: meta.name.clone()? };
     let spec = workload.template().and_then(|template| template.spec.as_ref());
@@ -115,8 +116,8 @@ pub fn summarize<K: Workload>(workload: &K) -> Option<(WorkloadKey, Option<Summa
         .and_then(|spec| spec.service_account_name.clone().or_else(|| spec.service_account.clone()))
         .filter(|name| !name.is_empty())
         .unwrap_or_else(|| "default".to_owned());
-    let observed =
-        parse_observed(meta.annotations.as_ref().and_then(|a| a.get(OBSERVED_ANNOTATION)).map(String::as_str));
+    let annotation = meta.annotations.as_ref().and_then(|a| a.get(OBSERVED_ANNOTATION)).map(String::as_str);
+    let observed = parse_observed(annotation, key_id);
     let resource_version = meta.resource_version.clone().unwrap_or_default();
     Some((key, Some(Summary { shares, observed, service_account, resource_version })))
 }
@@ -252,12 +253,12 @@ mod tests {
     fn the_summary_reads_the_pods_account_and_the_record() {
         let deployment: Deployment = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "web", "namespace": "team", "resourceVersion": "7",
-                         "annotations": {OBSERVED_ANNOTATION: "SharedSecret/db=abc"}},
+                         "annotations": {OBSERVED_ANNOTATION: "@0123abcd,SharedSecret/db=abc"}},
             "spec": {"selector": {}, "template": {"spec": {"serviceAccountName": "web-sa", "containers": [],
                 "volumes": [{"name": "db", "csi": {"driver": sharedresource_api::DRIVER_NAME, "volumeAttributes": {"sharedSecret": "db"}}}]}}}
         }))
         .unwrap();
-        let (key, summary) = summarize(&deployment).unwrap();
+        let (key, summary) = summarize(&deployment, "0123abcd").unwrap();
         assert_eq!(key, WorkloadKey { namespace: "team".into(), kind: WorkloadKind::Deployment, name: "web".into() });
         let summary = summary.unwrap();
         let db = ShareRef { kind: sharedresource_api::ShareKind::Secret, name: "db".into() };

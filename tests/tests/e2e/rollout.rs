@@ -3,8 +3,11 @@
 //! kube-controller-manager's Deployment controller. A labelled Deployment whose share's Secret
 //! changes is restarted once (its template's restartedAt set once, and the Deployment controller's
 //! ReplicaSets, an independent count, one more); a label-only change, the share's deletion (a revocation) and its return
-//! with the same content restart nothing; a workload whose pods may not `use` the share is
-//! recorded, never restarted; an unlabelled one is never touched; a namespace labelling more
+//! with the same content restart nothing; a workload whose pods may not `use` a share it mounts
+//! is never restarted for it, and its record never names it (not at first sight, not after a
+//! change), while the share it may use is recorded; two shares of Secrets with the same content
+//! are recorded with different versions, none of them the content's plain SHA-256, and under
+//! the id of the key the controller made in its Secret; an unlabelled one is never touched; a namespace labelling more
 //! workloads than the controller follows gets only its bound while another namespace is served;
 //! a change made while the controller is down restarts once when it is back.
 
@@ -29,6 +32,30 @@ const OWNER: &str = "rollout-owner";
 const APP: &str = "rollout-app";
 const DENIED: &str = "rollout-denied";
 const FLOOD: &str = "rollout-flood";
+/// A share of a Secret holding what [`DB`]'s first holds.
+const TWIN: &str = "rollout-twin";
+
+/// The id of the key in the controller's Secret, as records carry it.
+async fn record_key_id(admin: &kube::Client) -> Result<String, String> {
+    let secrets = Api::<Secret>::namespaced(admin.clone(), "inline-guard-driver");
+    let secret = secrets.get("sharedresource-rollout-key").await.map_err(|e| format!("the key's Secret: {e}"))?;
+    let bytes = secret.data.and_then(|data| data.get("key").cloned()).ok_or("the key's Secret holds no key")?;
+    let key = sharedresource_csi_driver::rollout::content_version::RecordKey::from_bytes(&bytes.0)?;
+    Ok(key.id().to_owned())
+}
+
+/// The first 16 hex digits of the SHA-256 of `entries`, each key and value length-prefixed: what
+/// records held before they were keyed, which anyone could compute from a guess.
+fn plain_digest(entries: &[(&str, &[u8])]) -> String {
+    let mut context = ring::digest::Context::new(&ring::digest::SHA256);
+    for (key, value) in entries {
+        context.update(&(key.len() as u64).to_be_bytes());
+        context.update(key.as_bytes());
+        context.update(&(value.len() as u64).to_be_bytes());
+        context.update(value);
+    }
+    context.finish().as_ref().iter().map(|byte| format!("{byte:02x}")).collect()
+}
 const DB: &str = "rollout-db";
 const CONTROL: &str = "rollout-control";
 /// The controller's bound per namespace in this scenario.
@@ -37,7 +64,18 @@ const PER_NAMESPACE: usize = 3;
 const FLOODED: usize = 5;
 
 fn deployment(name: &str, share: &str, labelled: bool) -> Value {
+    deployment_of(name, &[share], labelled)
+}
+
+/// A Deployment whose pods mount each of `shares`.
+fn deployment_of(name: &str, shares: &[&str], labelled: bool) -> Value {
     let labels = if labelled { json!({RESTART_LABEL: "true"}) } else { json!({}) };
+    let volumes: Vec<Value> = shares
+        .iter()
+        .map(|share| json!({"name": share, "csi": {"driver": DRIVER_NAME, "readOnly": true, "volumeAttributes": {"sharedSecret": share}}}))
+        .collect();
+    let mounts: Vec<Value> =
+        shares.iter().map(|share| json!({"name": share, "mountPath": format!("/{share}")})).collect();
     json!({
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "labels": labels},
         "spec": {
@@ -47,8 +85,8 @@ fn deployment(name: &str, share: &str, labelled: bool) -> Value {
                 "metadata": {"labels": {"app": name}},
                 "spec": {
                     "serviceAccountName": "reader",
-                    "containers": [{"name": "app", "image": "registry.invalid/app:1", "volumeMounts": [{"name": "db", "mountPath": "/db"}]}],
-                    "volumes": [{"name": "db", "csi": {"driver": DRIVER_NAME, "readOnly": true, "volumeAttributes": {"sharedSecret": share}}}]
+                    "containers": [{"name": "app", "image": "registry.invalid/app:1", "volumeMounts": mounts}],
+                    "volumes": volumes
                 }
             }
         }
@@ -158,17 +196,23 @@ pub async fn labelled_workloads_restart_once_per_change_never_for_a_revocation(s
         create_object(suite, &format!("/api/v1/namespaces/{OWNER}/secrets"), secret).await?;
         create_shared_secret(suite, name, OWNER, name).await?;
     }
-    // APP and FLOOD may use both shares; DENIED may use none.
+    // A share of a Secret with DB's content, under another name.
+    let twin = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": TWIN}, "stringData": {"k": "v1"}});
+    create_object(suite, &format!("/api/v1/namespaces/{OWNER}/secrets"), twin).await?;
+    create_shared_secret(suite, TWIN, OWNER, TWIN).await?;
+    // APP and FLOOD may use every share; DENIED only TWIN (whose Secret never changes here).
     for namespace in [APP, FLOOD] {
-        for share in [DB, CONTROL] {
+        for share in [DB, CONTROL, TWIN] {
             create_use_grant(suite, namespace, "sharedsecrets", share).await?;
         }
     }
+    create_use_grant(suite, DENIED, "sharedsecrets", TWIN).await?;
     let mut workloads = vec![
         (APP, deployment("web", DB, true)),
         (APP, deployment(CONTROL, CONTROL, true)),
         (APP, deployment("unlabelled", DB, false)),
-        (DENIED, deployment("web", DB, true)),
+        (APP, deployment_of("twins", &[DB, TWIN], true)),
+        (DENIED, deployment_of("web", &[DB, TWIN], true)),
     ];
     workloads.extend((0..FLOODED).map(|i| (FLOOD, deployment(&format!("f{i}"), DB, true))));
     for (namespace, object) in workloads {
@@ -195,9 +239,30 @@ pub async fn labelled_workloads_restart_once_per_change_never_for_a_revocation(s
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // The record: under the id of the key in the controller's Secret, DB's version.
+    let key_id = record_key_id(admin).await?;
     let db_entry = first.observed.clone().unwrap_or_default();
-    if !db_entry.starts_with("SharedSecret/rollout-db=") {
-        return Err(format!("the record of {APP}/web is {db_entry:?}"));
+    if !db_entry.starts_with(&format!("@{key_id},SharedSecret/rollout-db=")) {
+        return Err(format!("the record of {APP}/web is {db_entry:?}, not under key {key_id}"));
+    }
+    // DENIED's workload: recorded (TWIN, which it may use), DB never named.
+    let denied_record = denied_first.observed.clone().unwrap_or_default();
+    if !denied_record.contains("SharedSecret/rollout-twin=") || denied_record.contains(DB) {
+        return Err(format!("{DENIED}/web's record names what it may not use, or not what it may: {denied_record:?}"));
+    }
+    // Two Secrets of the same content: two versions, neither the content's plain digest.
+    let twins = wait_for(admin, APP, "twins", "recorded", recorded).await?.observed.unwrap_or_default();
+    let version = |share: &str| {
+        twins.split(',').find_map(|entry| entry.strip_prefix(&format!("SharedSecret/{share}="))).map(str::to_owned)
+    };
+    let (db_version, twin_version) = (version(DB), version(TWIN));
+    if db_version.is_none() || db_version == twin_version {
+        return Err(format!("the same content under two shares reads alike in the record {twins:?}"));
+    }
+    if let Some(version) = &db_version
+        && plain_digest(&[("k", b"v1")]).starts_with(version.as_str())
+    {
+        return Err(format!("the record {twins:?} holds the content's plain SHA-256"));
     }
 
     // The Secret changes: the labelled workload restarts once.
@@ -210,10 +275,14 @@ pub async fn labelled_workloads_restart_once_per_change_never_for_a_revocation(s
     if restarted.observed == first.observed {
         return Err(format!("after one change {APP}/web is {restarted:?} (first {first:?})"));
     }
-    // Its pods may not use the share: the new version recorded, no restart.
-    let denied = wait_for(admin, DENIED, "web", "recorded anew", |s| s.observed != denied_first.observed).await?;
-    if denied.restarted_at.is_some() || denied.replica_sets != 1 {
-        return Err(format!("{DENIED}/web, whose pods may not use the share, was restarted: {denied:?}"));
+    // Its pods may not use the share: neither restarted nor recorded (seen after a control round,
+    // a pass that came after the change).
+    control_round(admin, "c0b").await?;
+    let denied = seen(admin, DENIED, "web").await?;
+    if denied != denied_first {
+        return Err(format!(
+            "{DENIED}/web, whose pods may not use the changed share, changed: {denied:?}, was {denied_first:?}"
+        ));
     }
 
     // A label-only change, then the share deleted (a revocation), then back with the same
@@ -318,6 +387,7 @@ pub async fn the_rollout_controller_may_patch_only_its_two_annotations(suite: &S
     let refused = [
         (json!({"spec": {"template": {"metadata": {"labels": {"app": "app", "extra": "x"}}}}}), template),
         (json!({"spec": {"template": {"metadata": {"annotations": {"example.com/x": "y"}}}}}), template),
+        (json!({"spec": {"template": {"metadata": {"name": "renamed"}}}}), template),
         (json!({"spec": {"replicas": 0}}), spec),
         (json!({"spec": {"paused": true}}), spec),
         (json!({"metadata": {"labels": {"example.com/x": "y"}}}), metadata),
@@ -327,6 +397,21 @@ pub async fn the_rollout_controller_may_patch_only_its_two_annotations(suite: &S
         match patch(&controller, body.clone()).await {
             Err(kube::Error::Api(status)) if status.code == 403 && status.message.contains(message) => {}
             other => return Err(format!("the controller's {body}: expected 403 {message:?}, got {other:?}")),
+        }
+    }
+    // Not labelled to restart on change: not even its own patch.
+    let plain = create(admin, &deployments_path(POLICY), &deployment("plain", DB, false), false).await?;
+    if plain.status != 201 {
+        return Err(format!("creating the unlabelled Deployment: {} {}", plain.status, plain.message()));
+    }
+    let unlabelled = "may patch only a workload labelled sharedresource.inlineguard.dev/restart-on-change=true";
+    let own_of_plain = json!({"metadata": {"annotations": {OBSERVED_ANNOTATION: "@0a1b2c3d"}}});
+    match controller.patch("plain", &dry_run, &Patch::Merge(&own_of_plain)).await {
+        Err(kube::Error::Api(status)) if status.code == 403 && status.message.contains(unlabelled) => {}
+        other => {
+            return Err(format!(
+                "the controller's patch of an unlabelled workload: expected 403 {unlabelled:?}, got {other:?}"
+            ));
         }
     }
     // Anyone else's changes are not the policy's business.

@@ -51,16 +51,26 @@ fn a_template_mounting_too_many_shares_is_not_followed() {
 fn the_record_reads_back_what_was_written_and_nothing_else() {
     let observed: Observed =
         [(db(), "0123456789abcdef".to_owned()), (settings(), "fedcba9876543210".to_owned())].into();
-    let text = format_observed(&observed);
-    assert_eq!(text, "SharedSecret/db=0123456789abcdef,SharedConfigMap/settings=fedcba9876543210");
-    assert_eq!(parse_observed(Some(&text)), observed);
-    for unreadable in
-        ["", "SharedSecret/db", "Secret/db=1", "SharedSecret/=1", "SharedSecret/db=", "SharedSecret/db=1,junk"]
-    {
-        assert_eq!(parse_observed(Some(unreadable)), Observed::new(), "{unreadable:?}");
+    let text = format_observed("0a1b2c3d", &observed);
+    assert_eq!(text, "@0a1b2c3d,SharedSecret/db=0123456789abcdef,SharedConfigMap/settings=fedcba9876543210");
+    assert_eq!(parse_observed(Some(&text), "0a1b2c3d"), observed);
+    assert_eq!(parse_observed(Some("@0a1b2c3d"), "0a1b2c3d"), Observed::new(), "nothing recorded");
+    for unreadable in [
+        "",
+        "@0a1b2c3d,SharedSecret/db",
+        "@0a1b2c3d,Secret/db=1",
+        "@0a1b2c3d,SharedSecret/=1",
+        "@0a1b2c3d,SharedSecret/db=",
+        "@0a1b2c3d,SharedSecret/db=1,junk",
+    ] {
+        assert_eq!(parse_observed(Some(unreadable), "0a1b2c3d"), Observed::new(), "{unreadable:?}");
     }
-    assert_eq!(parse_observed(Some(&"SharedSecret/db=1,".repeat(4000))), Observed::new(), "too long");
-    assert_eq!(parse_observed(None), Observed::new());
+    // Made under another key, or under none (as versions before keys wrote it): no record.
+    assert_eq!(parse_observed(Some(&text), "ffffffff"), Observed::new(), "another key");
+    assert_eq!(parse_observed(Some("SharedSecret/db=0123456789abcdef"), "0a1b2c3d"), Observed::new(), "no key");
+    let long = format!("@0a1b2c3d,{}", "SharedSecret/db=1,".repeat(4000));
+    assert_eq!(parse_observed(Some(&long), "0a1b2c3d"), Observed::new(), "too long");
+    assert_eq!(parse_observed(None, "0a1b2c3d"), Observed::new());
 }
 
 #[test]
@@ -108,14 +118,27 @@ fn a_share_no_longer_mounted_is_forgotten_without_a_restart() {
 }
 
 #[test]
-fn a_change_to_a_share_the_pods_may_not_use_is_recorded_not_restarted_for() {
+fn what_is_checked_before_recording_is_every_new_or_changed_version_of_a_mounted_share() {
     let mounted = BTreeSet::from([db(), settings()]);
     let observed = versions(&[(db(), "v1"), (settings(), "s1")]);
-    let now = versions(&[(db(), "v2"), (settings(), "s2")]);
-    let both = decide(&mounted, &observed, &now);
+    assert_eq!(unrecorded(&mounted, &observed, &versions(&[(db(), "v2"), (settings(), "s1")])), vec![db()]);
+    assert_eq!(unrecorded(&mounted, &Observed::new(), &observed), vec![db(), settings()], "a first sight");
+    assert_eq!(unrecorded(&mounted, &observed, &observed), Vec::<ShareRef>::new());
+    // Unseen content, or a share not mounted: nothing to check.
+    assert_eq!(unrecorded(&BTreeSet::from([db()]), &observed, &BTreeMap::new()), Vec::<ShareRef>::new());
     assert_eq!(
-        both.clone().excluding(&BTreeSet::from([db()])),
-        Decision::Restart { observed: now.clone(), changed: vec![settings()] }
+        unrecorded(&BTreeSet::from([db()]), &observed, &versions(&[(settings(), "s2")])),
+        Vec::<ShareRef>::new()
     );
-    assert_eq!(both.excluding(&BTreeSet::from([db(), settings()])), Decision::Record(now));
+}
+
+#[test]
+fn a_share_the_pods_may_not_use_is_neither_recorded_nor_restarted_for() {
+    // The controller leaves such a share out of what it decides on: as content it cannot see.
+    let mounted = BTreeSet::from([db(), settings()]);
+    let visible_to_pods = versions(&[(settings(), "s1")]);
+    assert_eq!(decide(&mounted, &Observed::new(), &visible_to_pods), Decision::Record(visible_to_pods.clone()));
+    // Recorded while it was granted, then changed after a revocation: the old version is kept.
+    let observed = versions(&[(db(), "v1"), (settings(), "s1")]);
+    assert_eq!(decide(&mounted, &observed, &visible_to_pods), Decision::Nothing);
 }
