@@ -47,10 +47,17 @@ struct Flags {
 pub const READ_GRANTS_PROGRAM: &str = "sharedresource-read-grants";
 
 /// Runs the program `args`' first (argv[0]) names by its file name: the read-grants controller
-/// for [`READ_GRANTS_PROGRAM`], the node plugin otherwise. The driver's image holds one program
-/// under both names, so it carries the code they share once.
+/// for [`READ_GRANTS_PROGRAM`], the node plugin otherwise; the node plugin's `probe` (its first
+/// argument) asks the driver of its own pod (`health::probe`, the DaemonSet's exec probes). The
+/// driver's image holds one program under both names, so it carries the code they share once.
 pub fn main_by_name(args: Vec<OsString>) -> ExitCode {
-    if started_as_read_grants(args.first()) { crate::read_grants::cli::main(args) } else { main(args) }
+    if started_as_read_grants(args.first()) {
+        crate::read_grants::cli::main(args)
+    } else if args.get(1).is_some_and(|first| first == "probe") {
+        crate::health::probe::main(args.into_iter().skip(1))
+    } else {
+        main(args)
+    }
 }
 
 fn started_as_read_grants(argv0: Option<&OsString>) -> bool {

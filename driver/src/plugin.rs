@@ -182,8 +182,13 @@ impl Plugin {
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<()> {
         // Bound first: what can fail is to fail before a predecessor's volumes are taken (a
         // successor that stopped after taking them would leave them to nobody).
-        let health_listener = match self.config.health_address {
-            Some(address) => Some(health::bind(address).await?),
+        // The health port, and beside it the probe socket named by its port.
+        let health_listeners = match self.config.health_address {
+            Some(address) => {
+                let listener = health::bind(address).await?;
+                let port = listener.local_addr().map_or(address.port(), |bound| bound.port());
+                Some((listener, health::bind_probe_socket(port)?))
+            }
             None => None,
         };
         let ClaimedNode { lock, csi_socket, registration_socket, taken } = self.claim_node().await?;
@@ -236,8 +241,11 @@ impl Plugin {
             self.events.clone(),
         );
         let health_port = async {
-            if let Some(listener) = health_listener {
-                health::serve(listener, health.clone(), until_stopped(stopped.clone())).await;
+            if let Some((listener, probes)) = health_listeners {
+                tokio::join!(
+                    health::serve(listener, health.clone(), until_stopped(stopped.clone())),
+                    health::serve_probes(probes, health.clone(), until_stopped(stopped.clone())),
+                );
             }
         };
         // Held until this driver lets go of the node to a successor, or to the end of `run`.

@@ -1,6 +1,11 @@
 //! The driver's plain-HTTP health port: `/healthz` (the process answers), `/readyz` (its sockets
-//! serve and its content source is ready) and `/metrics` (OpenMetrics text). Probes of the
-//! DaemonSet point here.
+//! serve and its content source is ready) and `/metrics` (OpenMetrics text), on TCP (for
+//! scrapers, with per-address slots) and on an abstract unix socket of its own network
+//! namespace ([`bind_probe_socket`]), which the DaemonSet's exec probes ask through
+//! [`probe`]: the driver's pod is on the pod network, so no other pod can reach that socket,
+//! and a flood of the TCP port's slots from other pods cannot fail kubelet's probes.
+
+pub mod probe;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -77,6 +82,74 @@ pub async fn bind(address: SocketAddr) -> Result<TcpListener> {
     TcpListener::bind(address).await.map_err(|e| RunError::step(format!("binding the health port {address}"), e))
 }
 
+/// The abstract unix socket's name that the driver serving health port `port` answers probes
+/// on: by the port, so drivers sharing a network namespace (as in the test suite) do not meet.
+pub fn probe_socket_name(port: u16) -> String {
+    format!("sharedresource-csi-driver-health-{port}")
+}
+
+/// Connections the probe socket serves at once: only processes of the driver's own pod can
+/// connect (kubelet's exec probes), so a few; the bound keeps a stuck one from piling up.
+const PROBES_AT_ONCE: usize = 8;
+
+/// Binds the abstract unix socket of health port `port` ([`probe_socket_name`]).
+pub fn bind_probe_socket(port: u16) -> Result<tokio::net::UnixListener> {
+    use std::os::linux::net::SocketAddrExt as _;
+    let name = probe_socket_name(port);
+    let step = |e| RunError::step(format!("binding the probe socket @{name}"), e);
+    let address = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).map_err(step)?;
+    let listener = std::os::unix::net::UnixListener::bind_addr(&address).map_err(step)?;
+    listener.set_nonblocking(true).map_err(step)?;
+    tokio::net::UnixListener::from_std(listener).map_err(step)
+}
+
+/// Serves `health` on the probe socket `listener` until `shutdown` completes: at most
+/// [`PROBES_AT_ONCE`] connections (one beyond is closed at once), each within the health port's
+/// timeouts.
+pub async fn serve_probes(listener: tokio::net::UnixListener, health: Arc<Health>, shutdown: impl Future<Output = ()>) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(PROBES_AT_ONCE));
+    let accept = async {
+        loop {
+            let stream = match listener.accept().await {
+                Ok((stream, _)) => stream,
+                Err(error) => {
+                    warn!(%error, "probe socket: accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let Ok(slot) = slots.clone().try_acquire_owned() else {
+                debug!("probe socket: connection refused, every slot is held");
+                continue;
+            };
+            let health = health.clone();
+            tokio::spawn(async move {
+                let _slot = slot;
+                answer_connection(stream, health, ConnectionLimits::HEALTH).await;
+            });
+        }
+    };
+    tokio::select! {
+        () = accept => {}
+        () = shutdown => {}
+    }
+}
+
+/// Answers the requests of one connection, `io`, within `limits`.
+async fn answer_connection<IO>(io: IO, health: Arc<Health>, limits: ConnectionLimits)
+where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = service_fn(move |request| {
+        let health = health.clone();
+        async move { Ok::<_, Infallible>(health.answer(&request)) }
+    });
+    let mut builder = http1::Builder::new();
+    builder.timer(TokioTimer::new()).header_read_timeout(limits.header_timeout).max_buf_size(16 << 10);
+    let connection = builder.serve_connection(TokioIo::new(io), service);
+    let _ = tokio::time::timeout(limits.lifetime, connection).await;
+}
+
 /// What one listener lets its clients hold. The health port is reachable from every pod of the
 /// cluster unless a NetworkPolicy says otherwise, so whatever a client sends it costs a bounded
 /// amount: a connection slot (of `total`, and of `per_peer` for its address, so one pod's flood
@@ -141,14 +214,7 @@ pub async fn serve_within(
             let health = health.clone();
             tokio::spawn(async move {
                 let _slot = slot;
-                let service = service_fn(move |request| {
-                    let health = health.clone();
-                    async move { Ok::<_, Infallible>(health.answer(&request)) }
-                });
-                let mut builder = http1::Builder::new();
-                builder.timer(TokioTimer::new()).header_read_timeout(limits.header_timeout).max_buf_size(16 << 10);
-                let connection = builder.serve_connection(TokioIo::new(tcp), service);
-                let _ = tokio::time::timeout(limits.lifetime, connection).await;
+                answer_connection(tcp, health, limits).await;
             });
         }
     };
@@ -320,5 +386,45 @@ mod tests {
         let mut idle = connect_from("127.0.0.1", port).await;
         idle.write_all(b"G").await.unwrap();
         assert!(closed(&mut idle).await, "closed at the end of its lifetime");
+    }
+
+    #[tokio::test]
+    async fn a_flood_that_takes_every_tcp_slot_never_reaches_the_probe_socket() {
+        use tokio::io::AsyncWriteExt as _;
+        let (port, _stop, dir) =
+            serving(slots(ConnectionLimits::HEALTH.total, ConnectionLimits::HEALTH.per_peer)).await;
+        let health = Arc::new(Health {
+            serving: AtomicBool::new(true),
+            handed_over: AtomicBool::new(false),
+            content: Arc::new(crate::content::StaticDirSource::new(dir.path().join("shares"))),
+            metrics: Arc::new(Metrics::new()),
+        });
+        let probes = bind_probe_socket(port).unwrap();
+        tokio::spawn(serve_probes(probes, health, std::future::pending()));
+        // As many pods' addresses as fill the port, each holding its address's share of slots.
+        let addresses = ConnectionLimits::HEALTH.total / ConnectionLimits::HEALTH.per_peer + 8;
+        let mut flood = Vec::new();
+        for a in 0..addresses {
+            for _ in 0..ConnectionLimits::HEALTH.per_peer {
+                let mut tcp = connect_from(&format!("127.0.1.{}", a + 1), port).await;
+                tcp.write_all(b"G").await.unwrap();
+                flood.push(tcp);
+            }
+        }
+        // The flood bites: a probe of the TCP port from the node's address is closed unanswered.
+        let mut tcp = connect_from("127.0.0.1", port).await;
+        assert!(closed(&mut tcp).await, "the TCP port is full");
+        // The probe socket answers all the same, again and again.
+        for path in ["/healthz", "/readyz"].repeat(8) {
+            let answer = tokio::task::spawn_blocking(move || probe::ask(port, path)).await.unwrap().unwrap();
+            assert_eq!(answer, "HTTP/1.1 200 OK", "{path}");
+        }
+        assert_eq!(flood.len(), addresses * ConnectionLimits::HEALTH.per_peer);
+    }
+
+    #[test]
+    fn the_probe_socket_is_named_by_the_health_port() {
+        assert_eq!(probe_socket_name(9808), "sharedresource-csi-driver-health-9808");
+        assert_ne!(probe_socket_name(9808), probe_socket_name(9809));
     }
 }
