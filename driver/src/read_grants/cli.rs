@@ -96,6 +96,10 @@ fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
         let mut interrupt = signal(SignalKind::interrupt())?;
         let rate = crate::apiserver_rate::RateLayer::new(flags.apiserver_qps, flags.apiserver_burst);
         let client = crate::cli::kube_client(flags.kubeconfig.as_deref(), rate).await?;
+        // The rollout on a client and rate bucket of its own: the requests tenants' labelled
+        // workloads cost it (listed a few at a time) never delay the read grants.
+        let rollout_rate = crate::apiserver_rate::RateLayer::new(flags.apiserver_qps, flags.apiserver_burst);
+        let rollout_client = crate::cli::kube_client(flags.kubeconfig.as_deref(), rollout_rate).await?;
         let rollout = async {
             if flags.rollout_on_change {
                 let settings = crate::rollout::controller::RolloutSettings {
@@ -103,7 +107,7 @@ fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
                     timeout,
                     key_secret: key_secret.clone(),
                 };
-                crate::rollout::controller::run(client.clone(), settings).await;
+                crate::rollout::controller::run(rollout_client, settings).await;
             }
         };
         let grants = super::controller::run(client.clone(), driver, timeout);

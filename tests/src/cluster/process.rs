@@ -53,14 +53,24 @@ impl ChildProcess {
     /// Its resident memory now (`VmRSS` of `/proc/<pid>/status`; setpriv execs the program, so
     /// the pid is the program's own).
     pub fn resident_bytes(&self) -> Result<u64, String> {
+        self.status_bytes("VmRSS:")
+    }
+
+    /// The most it was ever resident (`VmHWM` of `/proc/<pid>/status`).
+    pub fn peak_resident_bytes(&self) -> Result<u64, String> {
+        self.status_bytes("VmHWM:")
+    }
+
+    /// The size `/proc/<pid>/status` gives after `field`, in bytes.
+    fn status_bytes(&self, field: &str) -> Result<u64, String> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
             .map_err(|e| format!("reading the status of {}: {e}", self.name))?;
         let kib = status
             .lines()
-            .find_map(|line| line.strip_prefix("VmRSS:"))
+            .find_map(|line| line.strip_prefix(field))
             .and_then(|rest| rest.trim().strip_suffix("kB"))
             .and_then(|number| number.trim().parse::<u64>().ok())
-            .ok_or_else(|| format!("{} has no VmRSS", self.name))?;
+            .ok_or_else(|| format!("{} has no {field}", self.name))?;
         Ok(kib * 1024)
     }
 

@@ -141,6 +141,8 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
             |s| rollout::the_rollout_controller_may_patch_only_its_two_annotations(s),
         "shares::labelled_workloads_restart_once_per_change_never_for_a_revocation" =>
             |s| rollout::labelled_workloads_restart_once_per_change_never_for_a_revocation(s),
+        "shares::a_tenants_fat_labelled_workloads_are_listed_a_few_at_a_time" =>
+            |s| rollout::a_tenants_fat_labelled_workloads_are_listed_a_few_at_a_time(s),
         "providers::an_exec_provider_serves_the_pods_own_files_to_whom_rbac_grants_use" =>
             |s| providers::an_exec_provider_serves_the_pods_own_files_to_whom_rbac_grants_use(s),
         "providers::a_lazy_exec_provider_fetches_each_file_when_first_opened" =>
