@@ -212,8 +212,8 @@ impl Metrics {
         let share_volumes = Family::<ShareLabels, Gauge>::default();
         registry.register(
             "share_volumes",
-            "Volumes on this node mounting each share, projection or provider (at most 500 series; the rest under \
-             name \"(others)\")",
+            "Volumes on this node mounting each share, projection or provider (at most 500 series, shares and \
+             providers first, 20 projections of a namespace; the rest under name \"(others)\")",
             share_volumes.clone(),
         );
         let share_last_refresh = Family::<ShareLabels, Seconds>::default();

@@ -5,9 +5,12 @@
 //! refresher from what each refresh did; the volumes counted from the node's table of live
 //! volumes. Pure: the clock is passed in, and the refresher writes the series into the metrics.
 //!
-//! Cardinality is bounded twice: one series per thing a volume of this node mounts (so no more
-//! than the node's volumes), and at most [`MAX_SERIES`] of them; beyond, volumes are counted
-//! under the name [`OTHERS`] of their kind.
+//! Cardinality is bounded three times: one series per thing a volume of this node mounts (so no
+//! more than the node's volumes); at most [`MAX_SERIES`] of them, shares and providers (made by
+//! the cluster's operators) named first and tenants' projections after them, so no tenant's
+//! projections can push a share out of sight; and at most [`MAX_PER_NAMESPACE`] projections of
+//! one namespace. Beyond, volumes are counted under the name [`OTHERS`] of their kind (and, for
+//! a namespace's projections, of their namespace).
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::SystemTime;
@@ -17,8 +20,20 @@ use sharedresource_api::volume_attributes::selection;
 
 /// The most series of each gauge: things mounted beyond it are counted under [`OTHERS`].
 pub const MAX_SERIES: usize = 500;
-/// The name the volumes beyond [`MAX_SERIES`] are counted under.
+/// The most projections of one namespace named in the series: the rest of that namespace's are
+/// counted under [`OTHERS`] in it.
+pub const MAX_PER_NAMESPACE: usize = 20;
+/// The name the volumes beyond [`MAX_SERIES`] (or [`MAX_PER_NAMESPACE`]) are counted under.
 pub const OTHERS: &str = "(others)";
+
+/// Where a kind's series come in the bound: the operators' shares and providers before the
+/// tenants' projections.
+fn rank(kind: &str) -> u8 {
+    match kind {
+        "SharedProjection" => 1,
+        _ => 0,
+    }
+}
 
 /// What a volume mounts, as the gauges' labels name it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -110,20 +125,30 @@ impl ShareGauges {
         }
     }
 
-    /// The series at `now`: one per thing mounted, the first [`MAX_SERIES`] by kind and name,
-    /// the rest summed under [`OTHERS`] of their kind.
+    /// The series at `now`: one per thing mounted, shares and providers first, then
+    /// projections, each by kind and name; the first [`MAX_SERIES`] named (at most
+    /// [`MAX_PER_NAMESPACE`] projections of one namespace), the rest summed under [`OTHERS`] of
+    /// their kind (and namespace, for a namespace's projections beyond its part).
     pub fn series(&self, now: SystemTime) -> BTreeMap<Mounted, Series> {
-        let mut by_mounted: BTreeMap<&Mounted, Vec<&Known>> = BTreeMap::new();
+        let mut by_mounted: BTreeMap<(u8, &Mounted), Vec<&Known>> = BTreeMap::new();
         for known in self.volumes.values() {
             if let Some(mounted) = &known.mounted {
-                by_mounted.entry(mounted).or_default().push(known);
+                by_mounted.entry((rank(mounted.kind), mounted)).or_default().push(known);
             }
         }
         let mut series: BTreeMap<Mounted, Series> = BTreeMap::new();
-        for (index, (mounted, volumes)) in by_mounted.into_iter().enumerate() {
-            let key = match index < MAX_SERIES {
-                true => mounted.clone(),
-                false => Mounted { kind: mounted.kind, namespace: String::new(), name: OTHERS.to_string() },
+        let mut per_namespace: HashMap<&str, usize> = HashMap::new();
+        let mut named = 0;
+        for ((_, mounted), volumes) in by_mounted {
+            let of_namespace = per_namespace.entry(mounted.namespace.as_str()).or_default();
+            let key = if named >= MAX_SERIES {
+                Mounted { kind: mounted.kind, namespace: String::new(), name: OTHERS.to_string() }
+            } else if !mounted.namespace.is_empty() && *of_namespace >= MAX_PER_NAMESPACE {
+                Mounted { kind: mounted.kind, namespace: mounted.namespace.clone(), name: OTHERS.to_string() }
+            } else {
+                named += 1;
+                *of_namespace += 1;
+                mounted.clone()
             };
             let entry =
                 series.entry(key).or_insert(Series { volumes: 0, last_refresh_seconds: 0.0, stale_seconds: 0.0 });
@@ -223,5 +248,26 @@ mod tests {
         let others = Mounted { kind: "SharedSecret", namespace: String::new(), name: OTHERS.into() };
         assert_eq!(series[&others].volumes, 10);
         assert_eq!(series.values().map(|s| s.volumes).sum::<u64>(), (MAX_SERIES + 10) as u64);
+    }
+
+    #[test]
+    fn a_tenants_projections_neither_hide_a_share_nor_take_another_namespaces_series() {
+        let projection =
+            |namespace: &str, name: String| Mounted { kind: "SharedProjection", namespace: namespace.into(), name };
+        let mut live: Vec<(String, Mounted)> =
+            (0..MAX_SERIES + 50).map(|i| (format!("f{i}"), projection("flood", format!("p{i:04}")))).collect();
+        live.push(("calm".into(), projection("calm", "app".into())));
+        live.extend((0..10).map(|i| (format!("s{i}"), share(&format!("zz-share-{i}")))));
+        let mut gauges = ShareGauges::default();
+        gauges.sync(live, at(100));
+        let series = gauges.series(at(100));
+        for i in 0..10 {
+            assert_eq!(series[&share(&format!("zz-share-{i}"))].volumes, 1, "every share is named");
+        }
+        assert_eq!(series[&projection("calm", "app".into())].volumes, 1, "another namespace's projection is named");
+        let flood_named = series.keys().filter(|m| m.namespace == "flood" && m.name != OTHERS).count();
+        assert_eq!(flood_named, MAX_PER_NAMESPACE);
+        assert_eq!(series[&projection("flood", OTHERS.into())].volumes, (MAX_SERIES + 50 - MAX_PER_NAMESPACE) as u64);
+        assert_eq!(series.values().map(|s| s.volumes).sum::<u64>(), (MAX_SERIES + 50 + 1 + 10) as u64);
     }
 }
