@@ -39,9 +39,13 @@ impl Providers {
 
     /// The same providers, an eager `exec` volume's files bounded to `bytes` together (the
     /// volume's tmpfsSize) while they are fetched. A Secrets Store provider's answer is one
-    /// message, bounded by its `maxMessageBytes`.
+    /// message, decoded only up to what such a volume can show (plus its envelope), and never
+    /// beyond its `maxMessageBytes`.
     pub fn with_volume_limit(mut self, bytes: u64) -> Providers {
         self.exec = self.exec.with_volume_limit(bytes);
+        for client in self.secrets_store.values_mut() {
+            client.limit_answers_to(bytes);
+        }
         self
     }
 

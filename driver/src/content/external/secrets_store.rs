@@ -35,12 +35,27 @@ pub struct SecretsStoreClient {
     provider: SecretsStoreProvider,
     channel: OnceLock<Channel>,
     versions: Mutex<HashMap<String, Vec<ObjectVersion>>>,
+    /// The largest answer decoded: the provider's `maxMessageBytes`, or less when the volume
+    /// could not hold more ([`SecretsStoreClient::limit_answers_to`]).
+    answer_limit: usize,
 }
+
+/// What an answer may carry beside its files' content: their paths, modes and versions.
+pub const ANSWER_ENVELOPE_BYTES: u64 = 1 << 20;
 
 impl SecretsStoreClient {
     /// A client of `provider` (nothing is dialled yet).
     pub fn new(provider: SecretsStoreProvider) -> SecretsStoreClient {
-        SecretsStoreClient { provider, channel: OnceLock::new(), versions: Mutex::default() }
+        let answer_limit = provider.max_message_bytes;
+        SecretsStoreClient { provider, channel: OnceLock::new(), versions: Mutex::default(), answer_limit }
+    }
+
+    /// Decodes no answer larger than what a volume of `volume_bytes` can show plus
+    /// [`ANSWER_ENVELOPE_BYTES`] (nor than the provider's `maxMessageBytes`): a larger one could
+    /// never be served, and is refused before it is held whole.
+    pub fn limit_answers_to(&mut self, volume_bytes: u64) {
+        let most = usize::try_from(volume_bytes.saturating_add(ANSWER_ENVELOPE_BYTES)).unwrap_or(usize::MAX);
+        self.answer_limit = self.answer_limit.min(most);
     }
 
     /// The files the provider serves for `ask`'s volume.
@@ -64,7 +79,7 @@ impl SecretsStoreClient {
                 .collect(),
         };
         let mut client = CsiDriverProviderClient::new(self.channel())
-            .max_decoding_message_size(self.provider.max_message_bytes)
+            .max_decoding_message_size(self.answer_limit)
             .max_encoding_message_size(self.provider.max_message_bytes);
         let timeout = self.provider.timeout;
         let answer = match tokio::time::timeout(timeout, client.mount(request)).await {

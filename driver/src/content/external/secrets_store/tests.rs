@@ -258,6 +258,40 @@ async fn an_answer_over_the_message_bound_is_refused_and_the_client_stays_usable
 }
 
 #[tokio::test]
+async fn an_answer_larger_than_the_volume_can_show_is_refused_before_it_is_held() {
+    let wide = |socket: std::path::PathBuf| {
+        SecretsStoreClient::new(SecretsStoreProvider {
+            name: ObjectName::parse("vault").unwrap(),
+            socket,
+            timeout: PATIENT,
+            max_message_bytes: 16 << 20,
+        })
+    };
+    let big = "x".repeat(2 << 20);
+    let served = serve(Ok(answer(&[("big", 0, &big)], &[])), Duration::ZERO).await;
+    // The control: within the provider's own bound of 16 MiB, 2 MiB are decoded.
+    assert!(wide(served.socket.clone()).files(&ask()).await.is_ok());
+    // A volume that can show nothing takes answers of its envelope only (1 MiB).
+    let mut tiny = wide(served.socket.clone());
+    tiny.limit_answers_to(0);
+    let error = tiny.files(&ask()).await.unwrap_err();
+    assert!(
+        matches!(&error, Error::Unavailable(m) if m.contains("OutOfRange") || m.contains("message length too large")),
+        "{error:?}"
+    );
+    *served.provider.answer.lock().unwrap() = Ok(answer(&[("small", 0, &"x".repeat(512 << 10))], &[]));
+    assert!(tiny.files(&ask()).await.is_ok(), "an answer within it is served");
+    // The shipped tmpfsSize of 8 MiB: at most 9 MiB decoded, not the provider's 16; and never
+    // more than a provider's own bound.
+    let mut shipped = wide(served.socket.clone());
+    shipped.limit_answers_to(8 << 20);
+    assert_eq!(shipped.answer_limit, (8 << 20) + ANSWER_ENVELOPE_BYTES as usize);
+    let mut narrow = client_of(served.socket.clone(), PATIENT);
+    narrow.limit_answers_to(8 << 20);
+    assert_eq!(narrow.answer_limit, 64 << 10);
+}
+
+#[tokio::test]
 async fn an_attribute_cannot_speak_for_another_pod() {
     let served = serve(Ok(answer(&[("a", 0, "x")], &[])), Duration::ZERO).await;
     let mut forged = ask();
