@@ -21,7 +21,7 @@ pub mod shares;
 pub mod volume_attributes;
 
 pub use invalid::{Invalid, Result};
-pub use object_name::{InvalidName, NamespaceName, ObjectName};
+pub use object_name::{InvalidName, NamespaceName, NamespacedObject, ObjectName};
 pub use share_kind::ShareKind;
 pub use volume_attributes::{Selection, VolumeAttributes};
 

@@ -74,31 +74,7 @@ pub const LEASE_SECONDS: u64 = 40;
 pub const LEASE_RENEW_SECONDS: u64 = 10;
 
 /// A Lease by namespace and name, as `NAMESPACE/NAME`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LeaseRef {
-    /// Its namespace.
-    pub namespace: crate::NamespaceName,
-    /// Its name.
-    pub name: crate::ObjectName,
-}
-
-impl LeaseRef {
-    /// `NAMESPACE/NAME`, each a valid name; otherwise what is wrong, quoting at most a little.
-    pub fn parse(text: &str) -> Result<LeaseRef, String> {
-        let quoted = crate::quote::quote(text);
-        let (namespace, name) = text.split_once('/').ok_or_else(|| format!("{quoted} is not NAMESPACE/NAME"))?;
-        Ok(LeaseRef {
-            namespace: crate::NamespaceName::parse(namespace).map_err(|e| format!("{quoted}: {e}"))?,
-            name: crate::ObjectName::parse(name).map_err(|e| format!("{quoted}: {e}"))?,
-        })
-    }
-}
-
-impl std::fmt::Display for LeaseRef {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.namespace.as_str(), self.name.as_str())
-    }
-}
+pub type LeaseRef = crate::NamespacedObject;
 
 /// What the node's driver says of its volumes.
 #[derive(CustomResource, Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -94,6 +94,34 @@ impl fmt::Display for NamespaceName {
     }
 }
 
+/// An object of one namespace by its namespace and name, as `NAMESPACE/NAME` (a Lease, a
+/// Secret the configuration names).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamespacedObject {
+    /// Its namespace.
+    pub namespace: NamespaceName,
+    /// Its name.
+    pub name: ObjectName,
+}
+
+impl NamespacedObject {
+    /// `NAMESPACE/NAME`, each a valid name; otherwise what is wrong, quoting at most a little.
+    pub fn parse(text: &str) -> Result<NamespacedObject, String> {
+        let quoted = crate::quote::quote(text);
+        let (namespace, name) = text.split_once('/').ok_or_else(|| format!("{quoted} is not NAMESPACE/NAME"))?;
+        Ok(NamespacedObject {
+            namespace: NamespaceName::parse(namespace).map_err(|e| format!("{quoted}: {e}"))?,
+            name: ObjectName::parse(name).map_err(|e| format!("{quoted}: {e}"))?,
+        })
+    }
+}
+
+impl std::fmt::Display for NamespacedObject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace.as_str(), self.name.as_str())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

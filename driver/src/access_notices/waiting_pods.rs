@@ -32,6 +32,9 @@ use crate::volume::pod_events::{NAMESPACE_EVENT_BURST, PodEvent, PodEvents, PodR
 /// The most pods told: a node runs at most a few hundred (kubelet's `maxPods`, 110 unless
 /// raised).
 pub const MAX_TOLD: u32 = 500;
+/// How long after telling a node's pods they are told again for a new registration of its
+/// driver: a driver restarted twice within it had its waiting pods told once already.
+pub const RETELL_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The registration of `node` whose waiting pods are still to be told, if any: its spec's
 /// `driverRegistered` when the status has not recorded it told.
@@ -70,9 +73,11 @@ pub async fn tell_asking_nodes(
     timeout: Duration,
 ) {
     let api = Api::<SharedResourceNode>::all(client.clone());
-    // What this process told, by node: the store may still show a node's object from before
-    // the status that records it.
-    let mut told: HashMap<String, i64> = HashMap::new();
+    // What this process told, by node, and when: the store may still show a node's object from
+    // before the status that records it; and a node's object is its driver's to write, so a
+    // compromised node could ask again and again: its pods are listed at most once a
+    // [`RETELL_AFTER`] (a registration asked sooner is recorded told without a list).
+    let mut told: HashMap<String, (i64, tokio::time::Instant)> = HashMap::new();
     loop {
         registrations.arrived.notified().await;
         let asking = std::mem::take(&mut *registrations.asking.locked());
@@ -80,17 +85,27 @@ pub async fn tell_asking_nodes(
         for name in asking {
             let Some(node) = nodes.get(&ObjectRef::new(&name)) else { continue };
             let Some(registered) = registration_to_tell(&node) else { continue };
-            if told.get(&name) == Some(&registered) {
+            let last = told.get(&name).copied();
+            if last.is_some_and(|(value, _)| value == registered) {
                 continue;
             }
-            let events =
-                Arc::new(ApiserverPodEvents::new(client.clone(), tokio::runtime::Handle::current(), &name, timeout));
-            tell(client.clone(), &name, timeout, events).await;
+            if last.is_none_or(|(_, at)| at.elapsed() >= RETELL_AFTER) {
+                let events = Arc::new(ApiserverPodEvents::new(
+                    client.clone(),
+                    tokio::runtime::Handle::current(),
+                    &name,
+                    timeout,
+                ));
+                tell(client.clone(), &name, timeout, events).await;
+            }
             let patch = Patch::Merge(serde_json::json!({"status": {"registrationTold": registered}}));
             let what = || format!("recording node {name}'s waiting pods told");
             match ask(timeout, what, api.patch_status(&name, &PatchParams::default(), &patch)).await {
                 Ok(_) => {
-                    told.insert(name, registered);
+                    let at = last
+                        .filter(|(_, at)| at.elapsed() < RETELL_AFTER)
+                        .map_or_else(tokio::time::Instant::now, |(_, at)| at);
+                    told.insert(name, (registered, at));
                 }
                 // Asked again at the node object's next change.
                 Err(error) => warn!(node = %name, error = %Logged(&error.0), "could not record the waiting pods told"),

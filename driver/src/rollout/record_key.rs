@@ -16,7 +16,6 @@ use tracing::warn;
 use super::content_version::RecordKey;
 use crate::apiserver_request::ask;
 use crate::quote::Logged;
-use sharedresource_api::{NamespaceName, ObjectName};
 
 /// The key's Secret as shipped.
 pub const DEFAULT_KEY_SECRET: &str = "inline-guard-driver/sharedresource-rollout-key";
@@ -28,30 +27,8 @@ const MANAGER: &str = "sharedresource-rollout";
 const FIRST_WAIT: Duration = Duration::from_secs(1);
 const LONGEST_WAIT: Duration = Duration::from_secs(30);
 
-/// A Secret by namespace and name.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KeySecret {
-    namespace: NamespaceName,
-    name: ObjectName,
-}
-
-impl KeySecret {
-    /// `NAMESPACE/NAME`, each a valid name; otherwise what is wrong.
-    pub fn parse(text: &str) -> Result<KeySecret, String> {
-        let (namespace, name) =
-            text.split_once('/').ok_or_else(|| format!("{} is not NAMESPACE/NAME", crate::quote::quote(text)))?;
-        Ok(KeySecret {
-            namespace: NamespaceName::parse(namespace).map_err(|e| e.to_string())?,
-            name: ObjectName::parse(name).map_err(|e| e.to_string())?,
-        })
-    }
-}
-
-impl std::fmt::Display for KeySecret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.namespace.as_str(), self.name.as_str())
-    }
-}
+/// The key's Secret, as `NAMESPACE/NAME`.
+pub type KeySecret = sharedresource_api::NamespacedObject;
 
 /// The key `secret` holds, made when there is none; tried again with backoff until there is one.
 pub async fn load_or_make(client: &Client, secret: &KeySecret, timeout: Duration) -> RecordKey {
