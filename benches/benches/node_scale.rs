@@ -3,7 +3,7 @@
 //! socket, apiserver client, watches and access checks, its own SharedResourceNode, as in a
 //! cluster; volumes on a recording mounter, since mounts are not what is measured), each with 20
 //! published volumes over 20 shares. The read-grants controller runs too, as its
-//! ServiceAccount, with the access notices. For each N:
+//! ServiceAccount, with the access notices and their central answers. For each N:
 //! - publish: 20 volumes per node;
 //! - idle for `--idle-seconds` (300 by default);
 //! - unrelated RoleBindings churned at 10 per second, in a namespace no volume uses;
@@ -26,8 +26,13 @@
 //! one object by name). The apiserver and etcd are pinned to CPU 0,
 //! this process to CPU 1. Not a test: nothing fails on a number.
 //!
+//! `--baseline-nodes N` adds a run of N nodes whose controller does not answer the nodes' access
+//! questions (each node asks its own after every notice: the design before the central answers),
+//! side by side in the same report.
+//!
 //! `cargo bench -p inline-guard-benches --bench node_scale -- [--nodes 10,50,200]
-//!  [--idle-seconds 300] [--churn-seconds 20] [--json FILE]` (root not needed; Go for the peers)
+//!  [--baseline-nodes 200] [--idle-seconds 300] [--churn-seconds 20] [--json FILE]` (root not
+//!  needed; Go for the peers)
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -328,8 +333,8 @@ async fn until_every_node(nodes: &[SimNode], what: &str, done: impl Fn(&Path) ->
     }
 }
 
-async fn set_up(admin: &kube::Client, cluster: &Cluster) -> Result<tokio::task::JoinHandle<()>, String> {
-    let controller = shares_cluster::install_driver(cluster, admin).await?;
+async fn set_up(admin: &kube::Client, cluster: &Cluster, answers: bool) -> Result<tokio::task::JoinHandle<()>, String> {
+    let controller = shares_cluster::install_driver_answering(cluster, admin, answers).await?;
     for namespace in [OWNER, CONSUMER, OTHER, ELSEWHERE] {
         post(
             admin,
@@ -375,14 +380,15 @@ async fn set_up(admin: &kube::Client, cluster: &Cluster) -> Result<tokio::task::
     Ok(controller)
 }
 
-/// One run with `count` nodes.
-async fn run(count: usize, idle: u64, churn_seconds: u64) -> Result<Value, String> {
+/// One run with `count` nodes, the controller answering the nodes' access questions or not
+/// (`answers`).
+async fn run(count: usize, idle: u64, churn_seconds: u64, answers: bool) -> Result<Value, String> {
     let peers = inline_guard_tests::peers::peers()?;
     let cluster = Cluster::start(&peers).await?;
     let placement = pin(&[peers.kube_apiserver.as_path(), peers.etcd.as_path()]);
     let etcd = pids_of(&[peers.etcd.as_path()]);
     let admin = cluster.client().await?;
-    let _controller = set_up(&admin, &cluster).await?;
+    let _controller = set_up(&admin, &cluster, answers).await?;
     let memory_before = resident_mb();
     let mut nodes = Vec::with_capacity(count);
     for index in 0..count {
@@ -503,6 +509,9 @@ async fn run(count: usize, idle: u64, churn_seconds: u64) -> Result<Value, Strin
     }
 
     let rss = apiserver_metrics::sum(&after_revocation.samples, "process_resident_memory_bytes", &[]) / 1e6;
+    // The Go heap in use (live objects and what the collector has not returned yet): the
+    // resident set less the runtime's slack.
+    let heap = apiserver_metrics::sum(&after_revocation.samples, "go_memstats_heap_inuse_bytes", &[]) / 1e6;
     for node in nodes {
         let _ = node.stop.send(());
         let _ = node.running.await;
@@ -510,7 +519,8 @@ async fn run(count: usize, idle: u64, churn_seconds: u64) -> Result<Value, Strin
     let result = json!({
         "nodes": count, "volumes_per_node": VOLUMES_PER_NODE, "shares": SHARES, "apiserver": cluster.version,
         "placement": placement, "publish_seconds": publish_seconds, "watches_open": watches, "watches_by_scope": watch_scopes,
-        "apiserver_rss_mb": rss, "drivers_rss_mb": memory - memory_before, "phases": phases,
+        "apiserver_rss_mb": rss, "apiserver_heap_mb": heap, "drivers_rss_mb": memory - memory_before, "phases": phases,
+        "central_answers": answers,
     });
     drop(cluster);
     Ok(result)
@@ -524,11 +534,15 @@ fn main() {
     let counts: String = option("--nodes").expect("--nodes").unwrap_or_else(|| "10,50,200".into());
     let idle: u64 = option("--idle-seconds").expect("--idle-seconds").unwrap_or(300);
     let churn_seconds: u64 = option("--churn-seconds").expect("--churn-seconds").unwrap_or(20);
+    let baseline: Option<usize> = option("--baseline-nodes").expect("--baseline-nodes");
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let mut runs = Vec::new();
-    for count in counts.split(',') {
-        let count: usize = count.trim().parse().expect("--nodes: numbers separated by commas");
-        let result = runtime.block_on(run(count, idle, churn_seconds)).unwrap_or_else(|e| panic!("{count} nodes: {e}"));
+    let counts =
+        counts.split(',').map(|count| (count.trim().parse().expect("--nodes: numbers separated by commas"), true));
+    for (count, answers) in counts.chain(baseline.map(|count| (count, false))) {
+        let result = runtime
+            .block_on(run(count, idle, churn_seconds, answers))
+            .unwrap_or_else(|e| panic!("{count} nodes (central answers: {answers}): {e}"));
         println!("{}", serde_json::to_string_pretty(&result).unwrap());
         runs.push(result);
     }

@@ -49,18 +49,26 @@ fn cores(run: &Value, phase: &str, of: &str) -> f64 {
 /// Writes the section for `scale` (the `node_scale` bench's JSON) into `w`, and the plot's SVG
 /// into `plot`; the section links `plot_name`.
 pub fn write(w: &mut String, scale: &Value, plot: &mut String, plot_name: &str) {
-    let Some(runs) = scale["runs"].as_array().filter(|runs| !runs.is_empty()) else {
+    let all = scale["runs"].as_array().map(Vec::as_slice).unwrap_or_default();
+    // A run whose controller did not answer the nodes' questions is the baseline: the design
+    // before, shown beside the others and left out of the fits.
+    let is_baseline = |run: &&Value| run["central_answers"] == Value::Bool(false);
+    let runs: Vec<Value> = all.iter().filter(|run| !is_baseline(run)).cloned().collect();
+    let baseline: Vec<&Value> = all.iter().filter(is_baseline).collect();
+    let Some(first) = runs.first() else {
         let _ = writeln!(w, "## The node's view at scale\n\nNot measured in this run: it needs Go.\n");
         return;
     };
-    let first = &runs[0];
+    let runs = runs.as_slice();
     let _ = writeln!(
         w,
         "## The node's view at scale\n\n`cargo bench -p inline-guard-benches --bench node_scale -- --nodes 10,50,200`: \
          one real kube-apiserver {} and etcd ({}), and N driver instances in one process, each its own node \
          (its own name, directories, socket, apiserver client, watches and access checks), each with {} volumes \
-         over {} shares; the read-grants controller running. Idle {} s; churns {} s each. The drivers' CPU \
-         includes the load generator's (small).\n",
+         over {} shares; the read-grants controller running, answering the nodes' access questions. Idle {} s; \
+         churns {} s each. The drivers' CPU includes the load generator's (small). A row marked *before* is the \
+         same run with a controller that only tells the nodes (`--baseline-nodes`): each node then asks its own \
+         questions after every notice, the design before the central answers.\n",
         first["apiserver"].as_str().unwrap_or_default(),
         first["placement"].as_str().unwrap_or_default(),
         first["volumes_per_node"],
@@ -70,7 +78,7 @@ pub fn write(w: &mut String, scale: &Value, plot: &mut String, plot_name: &str) 
     );
     let _ = writeln!(
         w,
-        "| N | watches open: cluster-wide / a namespace's / by name | apiserver RSS | idle: apiserver / etcd / drivers CPU (cores) | \
+        "| N | watches open: cluster-wide / a namespace's / by name | apiserver RSS / Go heap in use | idle: apiserver / etcd / drivers CPU (cores) | \
          node writes per binding change where no node serves | node writes per edit of a share no node reads | \
          relevant bindings: reviews per change per node | Secret update to every node p50 / p99 | \
          share edit to every node p50 / p99 | revocation to every node p50 / max ({} rounds) | a tenant's {} subjects: this process grew |",
@@ -78,7 +86,7 @@ pub fn write(w: &mut String, scale: &Value, plot: &mut String, plot_name: &str) 
         number(&first["phases"]["tenant_fat_bindings"]["subjects"]),
     );
     let _ = writeln!(w, "|---|---|---|---|---|---|---|---|---|---|---|");
-    for run in runs {
+    for run in runs.iter().chain(baseline.iter().copied()) {
         let nodes = number(&run["nodes"]);
         let phase = |name: &str, of: &str| number(&run["phases"][name][of]);
         let ms = |name: &str, of: &str| number(&run["phases"][name]["to_every_node_ms"][of]);
@@ -86,11 +94,13 @@ pub fn write(w: &mut String, scale: &Value, plot: &mut String, plot_name: &str) 
         let scopes = &run["watches_by_scope"];
         let _ = writeln!(
             w,
-            "| {nodes} | {:.0} / {:.0} / {:.0} | {:.0} MB | {:.3} / {:.3} / {:.3} | {:.2} | {:.2} | {:.1} | {:.0} / {:.0} ms | {:.0} / {:.0} ms | {:.0} / {:.0} ms | {:.1} MB |",
+            "| {nodes}{} | {:.0} / {:.0} / {:.0} | {:.0} / {:.0} MB | {:.3} / {:.3} / {:.3} | {:.2} | {:.2} | {:.1} | {:.0} / {:.0} ms | {:.0} / {:.0} ms | {:.0} / {:.0} ms | {:.1} MB |",
+            if is_baseline(&run) { ", *before*" } else { "" },
             number(&scopes["cluster"]),
             number(&scopes["namespace"]),
             number(&scopes["resource"]),
             number(&run["apiserver_rss_mb"]),
+            number(&run["apiserver_heap_mb"]),
             cores(run, "idle", "apiserver_cpu_s"),
             cores(run, "idle", "etcd_cpu_s"),
             cores(run, "idle", "drivers_cpu_s"),
@@ -149,6 +159,7 @@ pub fn write(w: &mut String, scale: &Value, plot: &mut String, plot_name: &str) 
     });
     let (change_slope, _) = fit(&per_change);
     let (memory_slope, _) = fit(&series(runs, |run| number(&run["apiserver_rss_mb"])));
+    let (heap_slope, _) = fit(&series(runs, |run| number(&run["apiserver_heap_mb"])));
     let reviews_per_change = runs
         .iter()
         .map(|run| {
@@ -169,6 +180,7 @@ pub fn write(w: &mut String, scale: &Value, plot: &mut String, plot_name: &str) 
          | node writes per binding change where no node serves (the worst run) | {elsewhere_writes:.2} | {:.0} per change |\n\
          | node writes per edit of a share no node reads (the worst run) | {unread_writes:.2} | {:.0} per edit |\n\
          | apiserver resident set (mostly the watches) | {memory_slope:.1} MB | {:.0} MB |\n\
+         | apiserver Go heap in use | {heap_slope:.1} MB | {:.0} MB |\n\
          | apiserver CPU, idle | {:.2} millicores | {:.2} cores |\n\
          | access reviews, idle (model: pairs / `accessRecheckSeconds`) | {:.3}/s | {:.0}/s |\n\
          | apiserver CPU per binding change where no node serves | {:.3} ms | {:.1} CPU-seconds; at 10 changes/s, {:.1} cores |\n\
@@ -180,6 +192,7 @@ pub fn write(w: &mut String, scale: &Value, plot: &mut String, plot_name: &str) 
         elsewhere_writes,
         unread_writes,
         NODES * memory_slope,
+        NODES * heap_slope,
         idle_slope * 1e3,
         NODES * idle_slope,
         pairs / ACCESS_RECHECK_SECONDS,

@@ -33,6 +33,16 @@ pub async fn post(admin: &kube::Client, path: &str, object: serde_json::Value) -
 /// are served, and starts the read-grants controller; it runs until the returned task is
 /// aborted or the runtime ends.
 pub async fn install_driver(cluster: &Cluster, admin: &kube::Client) -> Result<tokio::task::JoinHandle<()>, String> {
+    install_driver_answering(cluster, admin, true).await
+}
+
+/// [`install_driver`], its access-notices controller answering the nodes' access questions
+/// (`answers`, as shipped) or not (each node asks its own after every notice: the design before).
+pub async fn install_driver_answering(
+    cluster: &Cluster,
+    admin: &kube::Client,
+    answers: bool,
+) -> Result<tokio::task::JoinHandle<()>, String> {
     let deploy = repo_root().join("config/deploy");
     let mut setup = objects(&deploy.join("namespace.yaml"))?;
     setup.extend(objects(&deploy.join("driver/namespace.yaml"))?);
@@ -67,6 +77,7 @@ pub async fn install_driver(cluster: &Cluster, admin: &kube::Client) -> Result<t
     let notices = sharedresource_csi_driver::access_notices::controller::NoticeSettings {
         lease: sharedresource_api::node_view::LeaseRef::parse(sharedresource_api::node_view::DEFAULT_LEASE)?,
         timeout: Duration::from_secs(10),
+        answers,
     };
     let grants =
         sharedresource_csi_driver::read_grants::controller::run(controller.clone(), driver, Duration::from_secs(10));

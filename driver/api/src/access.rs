@@ -53,6 +53,31 @@ pub struct AccessQuestion {
 }
 
 impl AccessQuestion {
+    /// The question as one entry of a node's object: `NAMESPACE/ACCOUNT/RESOURCE/NAME`, the
+    /// resource as RBAC names it (`sharedsecrets`, `sharedconfigmaps`, `providers`). None of the
+    /// four may hold a `/` (names of namespaces, service accounts, shares and providers cannot).
+    pub fn key(&self) -> String {
+        format!("{}/{}/{}/{}", self.namespace, self.service_account, self.kind.resource(), self.name)
+    }
+
+    /// The question an entry names; `None` for an entry of no known form.
+    pub fn parse(key: &str) -> Option<AccessQuestion> {
+        let mut parts = key.split('/');
+        let (namespace, account, resource, name) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+        if parts.next().is_some() || [namespace, account, name].iter().any(|part| part.is_empty()) {
+            return None;
+        }
+        let kind = [Guarded::Share(ShareKind::Secret), Guarded::Share(ShareKind::ConfigMap), Guarded::Provider]
+            .into_iter()
+            .find(|kind| kind.resource() == resource)?;
+        Some(AccessQuestion {
+            namespace: namespace.to_string(),
+            service_account: account.to_string(),
+            kind,
+            name: name.to_string(),
+        })
+    }
+
     /// The SubjectAccessReview asking it: verb `use` on the share or provider, in the pod's namespace, as
     /// `system:serviceaccount:<ns>:<sa>` with the groups every service account has.
     pub fn review(&self) -> SubjectAccessReview {
@@ -98,6 +123,32 @@ impl AccessQuestion {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_question_is_named_by_one_entry_and_reads_back() {
+        for kind in [Guarded::Share(ShareKind::Secret), Guarded::Share(ShareKind::ConfigMap), Guarded::Provider] {
+            let question =
+                AccessQuestion { namespace: "team-a".into(), service_account: "web".into(), kind, name: "db".into() };
+            assert_eq!(AccessQuestion::parse(&question.key()), Some(question.clone()), "{}", question.key());
+        }
+        let share = AccessQuestion {
+            namespace: "team-a".into(),
+            service_account: "web".into(),
+            kind: Guarded::Share(ShareKind::Secret),
+            name: "db".into(),
+        };
+        assert_eq!(share.key(), "team-a/web/sharedsecrets/db");
+        for bad in [
+            "",
+            "team-a/web/sharedsecrets",
+            "team-a/web/secrets/db",
+            "team-a//sharedsecrets/db",
+            "a/b/providers/c/d",
+            "a/b/providers/",
+        ] {
+            assert_eq!(AccessQuestion::parse(bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn the_review_asks_as_the_service_account_for_use_of_the_share_in_its_namespace() {

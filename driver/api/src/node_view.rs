@@ -20,6 +20,13 @@ pub const MAX_NAMESPACES: usize = 256;
 pub const MAX_OBJECTS: usize = 512;
 /// The longest object entry: `SharedProjection/` (17), a namespace (63), `/` and a name (253).
 pub const MAX_OBJECT_LENGTH: usize = 334;
+/// The most access questions a node's object lists (the first, sorted, when its volumes ask
+/// more): a grant's change in a namespace whose every question it lists is answered for it by
+/// the controller; one it asks itself in that namespace beyond the list, it looks at itself.
+pub const MAX_QUESTIONS: usize = 512;
+/// The longest question entry: a namespace (63), a service account (253), a resource
+/// (`sharedconfigmaps`, 16), a name (253) and three `/`.
+pub const MAX_QUESTION_LENGTH: usize = 588;
 
 /// A share or projection whose changes a node is told of, named in its object as
 /// `SharedSecret/NAME`, `SharedConfigMap/NAME` or `SharedProjection/NAMESPACE/NAME`.
@@ -108,6 +115,13 @@ pub struct SharedResourceNodeSpec {
     /// every change of any share or projection.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub every_object: bool,
+    /// The access questions this node's live volumes ask (`NAMESPACE/ACCOUNT/RESOURCE/NAME`,
+    /// [`crate::access::AccessQuestion::key`]), sorted, at most [`MAX_QUESTIONS`]: the
+    /// controller answers each, and again after every grant change that may concern it, so the
+    /// node need not ask. Written by this node's driver alone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_QUESTIONS), inner(length(min = 1, max = MAX_QUESTION_LENGTH)))]
+    pub questions: Vec<String>,
     /// When (Unix milliseconds) this node's driver was last registered with kubelet and listed in
     /// the node's CSINode, set with the startup taint's opt-in: the access-notices controller then
     /// tells the node's Pending pods with a volume of the driver (placed before it was) that
@@ -134,6 +148,17 @@ pub struct NodeNotices {
     /// grant `use`, or a relist of its watches (it may have missed one).
     #[serde(default)]
     pub every_namespace: i64,
+    /// Set with a raised `everyNamespace` when every question the spec lists was answered after
+    /// the change was noticed (in `answers`): the node takes those answers and asks nothing.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub every_namespace_answered: bool,
+    /// The controller's answer to each question the spec lists, asked after the last grant
+    /// change that may concern it was noticed (and again twice while the apiserver's RBAC cache
+    /// may lag); a question it could not ask yet has none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_QUESTIONS))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["question"]))]
+    pub answers: Vec<CentralAnswer>,
     /// One entry per object the spec lists (the controller drops the others).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = MAX_OBJECTS))]
@@ -148,6 +173,16 @@ pub struct NodeNotices {
     /// list): a value it has not told yet asks it to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub registration_told: Option<i64>,
+}
+
+/// The controller's answer to one access question.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct CentralAnswer {
+    /// The question, as a [`crate::access::AccessQuestion::key`] entry.
+    #[schemars(length(min = 1, max = MAX_QUESTION_LENGTH))]
+    pub question: String,
+    /// Whether the apiserver said the service account may `use` what it names.
+    pub allowed: bool,
 }
 
 /// When the controller last noticed a share or projection change (or first told the node of it:
@@ -172,12 +207,22 @@ pub struct NamespaceGrantChanges {
     pub namespace: String,
     /// Unix milliseconds, raised by at least one each time: only its change matters.
     pub noticed: i64,
+    /// Set with a raised `noticed` when every question of this namespace the spec lists was
+    /// answered after the change was noticed (in `answers`): the node takes those answers and
+    /// asks nothing.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub answered: bool,
 }
 
 impl NodeNotices {
     /// When a change in `namespace` was last noticed, if the node was told of it.
     pub fn of(&self, namespace: &str) -> Option<i64> {
         self.namespaces.iter().find(|entry| entry.namespace == namespace).map(|entry| entry.noticed)
+    }
+
+    /// The controller's answer to `question` (an entry), if it gave one.
+    pub fn answer(&self, question: &str) -> Option<bool> {
+        self.answers.iter().find(|entry| entry.question == question).map(|entry| entry.allowed)
     }
 
     /// When a change of `object` (an entry) was last noticed, if the node was told of it.
@@ -206,6 +251,10 @@ mod tests {
         assert_eq!(spec["objects"]["items"]["maxLength"], MAX_OBJECT_LENGTH);
         assert_eq!(status["objects"]["maxItems"], MAX_OBJECTS);
         assert_eq!(status["objects"]["x-kubernetes-list-map-keys"][0], "object");
+        assert_eq!(spec["questions"]["maxItems"], MAX_QUESTIONS);
+        assert_eq!(spec["questions"]["items"]["maxLength"], MAX_QUESTION_LENGTH);
+        assert_eq!(status["answers"]["maxItems"], MAX_QUESTIONS);
+        assert_eq!(status["answers"]["x-kubernetes-list-map-keys"][0], "question");
         assert!(
             crd.spec.versions[0].subresources.as_ref().and_then(|s| s.status.as_ref()).is_some(),
             "status is a subresource"
@@ -228,12 +277,15 @@ mod tests {
     #[test]
     fn a_namespace_s_notice_is_found_by_its_name() {
         let changes = NodeNotices {
-            namespaces: vec![NamespaceGrantChanges { namespace: "team-a".into(), noticed: 3 }],
+            namespaces: vec![NamespaceGrantChanges { namespace: "team-a".into(), noticed: 3, answered: false }],
             every_namespace: 1,
             objects: vec![ObjectChanges { object: "SharedSecret/db".into(), noticed: 4 }],
             every_object: 1,
-            registration_told: None,
+            answers: vec![CentralAnswer { question: "team-a/web/sharedsecrets/db".into(), allowed: true }],
+            ..NodeNotices::default()
         };
+        assert_eq!(changes.answer("team-a/web/sharedsecrets/db"), Some(true));
+        assert_eq!(changes.answer("team-a/other/sharedsecrets/db"), None);
         assert_eq!(changes.of("team-a"), Some(3));
         assert_eq!(changes.of("team-b"), None);
         assert_eq!(changes.of_object("SharedSecret/db"), Some(4));

@@ -23,6 +23,7 @@ use kube::{Client, Resource, ResourceExt as _};
 use tokio::sync::Notify;
 use tracing::{debug, info, warn};
 
+use super::answers::AnswerBook;
 use super::lease::{LeaseRef, keep_renewed};
 use super::plan::{Concerns, GrantingClusterRoles, Notices, next_status};
 use super::waiting_pods::{Registrations, tell_asking_nodes};
@@ -50,6 +51,10 @@ pub struct NoticeSettings {
     pub lease: LeaseRef,
     /// How long one request may take.
     pub timeout: Duration,
+    /// Whether the nodes' access questions are answered here ([`super::answers`]); without,
+    /// each node asks its own after every notice (the design before, kept as the benchmark's
+    /// baseline).
+    pub answers: bool,
 }
 
 /// Notices gathered since the last write, and the nodes whose object changed.
@@ -99,7 +104,8 @@ pub async fn run(client: Client, settings: NoticeSettings) {
     listed.wait_for(RBAC_WATCHES + super::objects::WATCHES).await;
     info!("every watch has listed; telling nodes of grant changes");
     let renew = keep_renewed(client.clone(), settings.lease.clone(), settings.timeout);
-    futures_util::future::join(renew, write_notices(client, nodes, gathered, settings.timeout)).await;
+    futures_util::future::join(renew, write_notices(client, nodes, gathered, (settings.timeout, settings.answers)))
+        .await;
 }
 
 /// The RBAC watches whose first list the lease waits for.
@@ -254,38 +260,62 @@ async fn follow_cluster_role_bindings(
     }
 }
 
-/// Writes the nodes' status as notices arrive: after each [`GATHER`], every node the notices
-/// concern (or whose object changed) gets the status [`next_status`] computes, when it differs.
-/// What the controller wrote last is its base for the next write (its own watch may lag it).
-async fn write_notices(client: Client, nodes: Store<SharedResourceNode>, gathered: Arc<Gathered>, timeout: Duration) {
-    let api = Api::<SharedResourceNode>::all(client);
+/// Writes the nodes' status as notices arrive: after each [`GATHER`], the questions the notices
+/// (and the looks again they left) concern are answered ([`super::answers`], when `answering`),
+/// and every node the notices concern (or whose object changed, or that lists an answer that
+/// changed) gets the status [`next_status`] computes, when it differs. What the controller wrote
+/// last is its base for the next write (its own watch may lag it).
+async fn write_notices(
+    client: Client,
+    nodes: Store<SharedResourceNode>,
+    gathered: Arc<Gathered>,
+    (timeout, answering): (Duration, bool),
+) {
+    let api = Api::<SharedResourceNode>::all(client.clone());
     let mut written: HashMap<String, NodeNotices> = HashMap::new();
     let mut owed: HashMap<String, Notices> = HashMap::new();
+    let mut book = AnswerBook::default();
     let mut retry = FIRST_RETRY;
     loop {
-        if owed.is_empty() {
-            gathered.arrived.notified().await;
-        } else {
-            tokio::select! {
-                _ = gathered.arrived.notified() => {}
-                _ = tokio::time::sleep(retry) => {}
-            }
+        let look = book.next_look();
+        let retry_at = (!owed.is_empty()).then(|| tokio::time::Instant::now() + retry);
+        let wake_at = look.into_iter().chain(retry_at).min();
+        tokio::select! {
+            _ = gathered.arrived.notified() => {}
+            _ = sleep_until(wake_at) => {}
         }
         tokio::time::sleep(GATHER).await;
         let (notices, changed) = gathered.take();
+        book.begin_round();
+        let mut concerned = book.due_looks(tokio::time::Instant::now());
+        concerned.extend(&notices);
+        let states = nodes.state();
+        let answers_changed = if answering {
+            let listing = states.iter().map(|node| {
+                let status = written.get(&node.name_any()).or(node.status.as_ref());
+                (&node.spec, status)
+            });
+            let questions = book.to_ask(listing, &concerned);
+            let changed = super::answers::ask(&client, timeout, questions, &mut book).await;
+            book.look_again(tokio::time::Instant::now(), &notices);
+            changed
+        } else {
+            HashSet::new()
+        };
         let now = now_millis();
         let mut writes = Vec::new();
-        for node in nodes.state() {
+        for node in states {
             let name = node.name_any();
             let mut due = owed.remove(&name).unwrap_or_default();
             if notices.concern(&node.spec) {
                 due.extend(&notices);
             }
-            if due.is_empty() && !changed.contains(&name) {
+            let lists_changed = node.spec.questions.iter().any(|key| answers_changed.contains(key));
+            if due.is_empty() && !changed.contains(&name) && !lists_changed {
                 continue;
             }
             let current = written.get(&name).cloned().unwrap_or_else(|| node.status.clone().unwrap_or_default());
-            if let Some(status) = next_status(&node.spec, &current, &due, now) {
+            if let Some(status) = next_status(&node.spec, &current, &due, now, &book) {
                 debug!(node = %name, namespaces = ?due.namespaces, every_namespace = due.every_namespace, objects = ?due.objects, every_object = due.every_object, node_changed = changed.contains(&name), "telling a node of changes");
                 writes.push((name, status, due));
             }
@@ -322,6 +352,14 @@ async fn write_notices(client: Client, nodes: Store<SharedResourceNode>, gathere
             }
         }
         retry = if failed { (retry * 2).min(MAX_RETRY) } else { FIRST_RETRY };
+    }
+}
+
+/// Waits until `at`; forever without one.
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 

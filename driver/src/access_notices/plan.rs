@@ -11,12 +11,14 @@
 
 use std::collections::{BTreeSet, HashSet};
 
+use super::answers::AnswerBook;
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use sharedresource_api::API_GROUP;
+use sharedresource_api::access::AccessQuestion;
 use sharedresource_api::access::USE_VERB;
 use sharedresource_api::node_view::{
-    MAX_NAMESPACES, MAX_OBJECTS, NamespaceGrantChanges, NodeNotices, NoticedObject, ObjectChanges,
-    SharedResourceNodeSpec,
+    CentralAnswer, MAX_NAMESPACES, MAX_OBJECTS, MAX_QUESTIONS, NamespaceGrantChanges, NodeNotices, NoticedObject,
+    ObjectChanges, SharedResourceNodeSpec,
 };
 
 /// What a change concerns.
@@ -148,54 +150,78 @@ impl Notices {
 }
 
 /// What the status of a node with `spec` must say after `notices`, from `current` (what the
-/// controller last wrote or saw), at `now` (Unix milliseconds); `None` when it already says it.
+/// controller last wrote or saw), at `now` (Unix milliseconds), with the answers in `book`;
+/// `None` when it already says it.
 ///
 /// Every namespace and object the spec lists has an entry: a new one is written at once (the
 /// node looks at it once: a grant changed, or an object edited, before the controller knew the
 /// node served it is not missed), one a notice names is raised, the others keep theirs; entries
 /// the spec no longer lists go. A node whose spec says `everyNamespace` (`everyObject`) is told
 /// of every namespace's (object's) notices through that value. Each raised value is at least
-/// one more than before, so two notices in the same millisecond still change it.
+/// one more than before, so two notices in the same millisecond still change it. A raised
+/// namespace value is `answered` when every question of it the spec lists was answered in this
+/// round (after the notices were taken), and so is a raised `everyNamespace` when every question
+/// was; `answers` holds the book's answer to each listed question.
 pub fn next_status(
     spec: &SharedResourceNodeSpec,
     current: &NodeNotices,
     notices: &Notices,
     now: i64,
+    book: &AnswerBook,
 ) -> Option<NodeNotices> {
     let raise = |before: Option<i64>| before.map_or(now, |before| now.max(before.saturating_add(1)));
-    let entries = |listed: &[String], max: usize, noticed: &BTreeSet<String>, before: &dyn Fn(&str) -> Option<i64>| {
-        let listed: BTreeSet<&String> = listed.iter().take(max).collect();
-        listed
-            .into_iter()
-            .map(|key| match before(key) {
-                Some(before) if !noticed.contains(key) => (key.clone(), before),
-                before => (key.clone(), raise(before)),
-            })
-            .collect::<Vec<_>>()
+    let questions: Vec<&String> = spec.questions.iter().take(MAX_QUESTIONS).collect();
+    let answered_now = |namespace: Option<&str>| {
+        questions
+            .iter()
+            .filter_map(|key| AccessQuestion::parse(key).map(|question| (key, question)))
+            .filter(|(_, question)| namespace.is_none_or(|namespace| question.namespace == namespace))
+            .all(|(key, _)| book.answered_now(key))
     };
-    let namespaces = entries(&spec.namespaces, MAX_NAMESPACES, &notices.namespaces, &|n| current.of(n))
+    let listed_namespaces: BTreeSet<&String> = spec.namespaces.iter().take(MAX_NAMESPACES).collect();
+    let namespaces = listed_namespaces
         .into_iter()
-        .map(|(namespace, noticed)| NamespaceGrantChanges { namespace, noticed })
+        .map(|namespace| match current.namespaces.iter().find(|entry| entry.namespace == *namespace) {
+            Some(entry) if !notices.namespaces.contains(namespace) => entry.clone(),
+            before => NamespaceGrantChanges {
+                namespace: namespace.clone(),
+                noticed: raise(before.map(|entry| entry.noticed)),
+                answered: answered_now(Some(namespace)),
+            },
+        })
         .collect();
-    let objects = entries(&spec.objects, MAX_OBJECTS, &notices.objects, &|o| current.of_object(o))
+    let listed_objects: BTreeSet<&String> = spec.objects.iter().take(MAX_OBJECTS).collect();
+    let objects = listed_objects
         .into_iter()
-        .map(|(object, noticed)| ObjectChanges { object, noticed })
+        .map(|object| match current.of_object(object) {
+            Some(before) if !notices.objects.contains(object) => {
+                ObjectChanges { object: object.clone(), noticed: before }
+            }
+            before => ObjectChanges { object: object.clone(), noticed: raise(before) },
+        })
         .collect();
-    let every =
-        |all: bool, beyond_list: bool, before: i64| if all || beyond_list { raise(Some(before)) } else { before };
+    let raise_every_namespace = notices.every_namespace || (spec.every_namespace && !notices.namespaces.is_empty());
+    let raise_every_object = notices.every_object || (spec.every_object && !notices.objects.is_empty());
     let next = NodeNotices {
         namespaces,
-        every_namespace: every(
-            notices.every_namespace,
-            spec.every_namespace && !notices.namespaces.is_empty(),
-            current.every_namespace,
-        ),
+        every_namespace: if raise_every_namespace {
+            raise(Some(current.every_namespace))
+        } else {
+            current.every_namespace
+        },
+        every_namespace_answered: if raise_every_namespace {
+            answered_now(None)
+        } else {
+            current.every_namespace_answered
+        },
+        answers: questions
+            .iter()
+            .filter_map(|key| {
+                book.answer(key).map(|answer| CentralAnswer { question: (*key).clone(), allowed: answer.allowed })
+            })
+            .collect(),
         objects,
-        every_object: every(
-            notices.every_object,
-            spec.every_object && !notices.objects.is_empty(),
-            current.every_object,
-        ),
+        every_object: if raise_every_object { raise(Some(current.every_object)) } else { current.every_object },
         // Not the notices' to change: the waiting pods' teller writes it (`waiting_pods`).
         registration_told: current.registration_told,
     };
@@ -222,8 +248,19 @@ mod tests {
         }
     }
 
+    /// The next status with no question answered.
+    fn unanswered(
+        spec: &SharedResourceNodeSpec,
+        current: &NodeNotices,
+        notices: &Notices,
+        now: i64,
+    ) -> Option<NodeNotices> {
+        next_status(spec, current, notices, now, &AnswerBook::default())
+    }
+
+    /// A namespace's entry; `answered`, as the specs here list no question (none to ask).
     fn entry(namespace: &str, noticed: i64) -> NamespaceGrantChanges {
-        NamespaceGrantChanges { namespace: namespace.into(), noticed }
+        NamespaceGrantChanges { namespace: namespace.into(), noticed, answered: true }
     }
 
     fn notices(namespaces: &[&str], every_namespace: bool) -> Notices {
@@ -303,20 +340,20 @@ mod tests {
             every_namespace: 7,
             ..NodeNotices::default()
         };
-        let next = next_status(&spec(&["team-b", "team-a"]), &current, &notices(&["team-a"], false), 1_000).unwrap();
+        let next = unanswered(&spec(&["team-b", "team-a"]), &current, &notices(&["team-a"], false), 1_000).unwrap();
         assert_eq!(next.namespaces, [entry("team-a", 1_000), entry("team-b", 1_000)]);
         assert_eq!(next.every_namespace, 7, "no change for every namespace");
 
         // The same notice again within the same millisecond still moves the value.
-        let again = next_status(&spec(&["team-a", "team-b"]), &next, &notices(&["team-a"], false), 1_000).unwrap();
+        let again = unanswered(&spec(&["team-a", "team-b"]), &next, &notices(&["team-a"], false), 1_000).unwrap();
         assert_eq!(again.namespaces, [entry("team-a", 1_001), entry("team-b", 1_000)]);
 
         // Nothing gathered and nothing new: nothing to write.
-        assert_eq!(next_status(&spec(&["team-a", "team-b"]), &again, &Notices::default(), 2_000), None);
+        assert_eq!(unanswered(&spec(&["team-a", "team-b"]), &again, &Notices::default(), 2_000), None);
         // A notice elsewhere: nothing to write either.
-        assert_eq!(next_status(&spec(&["team-a", "team-b"]), &again, &notices(&["team-c"], false), 2_000), None);
+        assert_eq!(unanswered(&spec(&["team-a", "team-b"]), &again, &notices(&["team-c"], false), 2_000), None);
 
-        let every = next_status(&spec(&["team-a"]), &again, &notices(&[], true), 2_000).unwrap();
+        let every = unanswered(&spec(&["team-a"]), &again, &notices(&[], true), 2_000).unwrap();
         assert_eq!((every.every_namespace, every.namespaces), (2_000, vec![entry("team-a", 1_001)]));
     }
 
@@ -324,9 +361,9 @@ mod tests {
     fn a_node_with_too_many_namespaces_hears_every_namespace_s_notices() {
         let node = SharedResourceNodeSpec { every_namespace: true, ..SharedResourceNodeSpec::default() };
         let current = NodeNotices::default();
-        let next = next_status(&node, &current, &notices(&["anywhere"], false), 5).unwrap();
+        let next = unanswered(&node, &current, &notices(&["anywhere"], false), 5).unwrap();
         assert_eq!(next.every_namespace, 5);
-        assert_eq!(next_status(&node, &next, &Notices::default(), 9), None);
+        assert_eq!(unanswered(&node, &next, &Notices::default(), 9), None);
     }
 
     fn db() -> NoticedObject {
@@ -354,16 +391,53 @@ mod tests {
         let every = Notices { every_object: true, ..Notices::default() };
         assert!(every.concern(&reads_ca) && !every.concern(&spec(&["team-a"])), "every object: the nodes reading one");
 
-        let first = next_status(&reads_db, &NodeNotices::default(), &Notices::default(), 10).unwrap();
+        let first = unanswered(&reads_db, &NodeNotices::default(), &Notices::default(), 10).unwrap();
         let entry = |object: &str, noticed| ObjectChanges { object: object.into(), noticed };
         assert_eq!(first.objects, [entry("SharedProjection/team-a/app", 10), entry("SharedSecret/db", 10)]);
-        let next = next_status(&reads_db, &first, &notice, 20).unwrap();
+        let next = unanswered(&reads_db, &first, &notice, 20).unwrap();
         assert_eq!(next.objects, [entry("SharedProjection/team-a/app", 10), entry("SharedSecret/db", 20)]);
         assert_eq!((next.every_object, next.every_namespace), (0, 0), "nothing else moves");
-        let relisted = next_status(&reads_db, &next, &every, 30).unwrap();
+        let relisted = unanswered(&reads_db, &next, &every, 30).unwrap();
         assert_eq!((relisted.every_object, relisted.objects), (30, next.objects.clone()));
         let too_many = SharedResourceNodeSpec { every_object: true, ..Default::default() };
-        let told = next_status(&too_many, &NodeNotices::default(), &notice, 40).unwrap();
+        let told = unanswered(&too_many, &NodeNotices::default(), &notice, 40).unwrap();
         assert_eq!(told.every_object, 40, "a node listing no objects but reading every one");
+    }
+
+    #[test]
+    fn a_raised_namespace_is_answered_when_its_every_listed_question_was_asked_this_round() {
+        let (db, ca) = ("team-a/web/sharedsecrets/db", "team-a/web/sharedconfigmaps/ca");
+        let other = "team-b/web/sharedsecrets/db";
+        let node = SharedResourceNodeSpec {
+            namespaces: vec!["team-a".into(), "team-b".into()],
+            questions: vec![ca.into(), db.into(), other.into()],
+            ..SharedResourceNodeSpec::default()
+        };
+        let question = |key: &str| AccessQuestion::parse(key).unwrap();
+        let mut book = AnswerBook::default();
+        book.begin_round();
+        for key in [db, ca, other] {
+            book.record(&question(key), true);
+        }
+        let first = next_status(&node, &NodeNotices::default(), &Notices::default(), 10, &book).unwrap();
+        assert!(first.namespaces.iter().all(|entry| entry.answered), "new entries, every question asked now");
+        assert_eq!(first.answer(db), Some(true));
+        assert_eq!(first.answers.len(), 3);
+
+        book.begin_round();
+        book.record(&question(db), false);
+        let revoked = next_status(&node, &first, &notices(&["team-a"], false), 20, &book).unwrap();
+        let team_a = &revoked.namespaces[0];
+        assert_eq!((team_a.noticed, team_a.answered), (20, false), "ca was not asked again this round");
+        assert_eq!(revoked.answer(db), Some(false));
+
+        book.begin_round();
+        book.record(&question(db), false);
+        book.record(&question(ca), true);
+        let answered = next_status(&node, &revoked, &notices(&["team-a"], false), 30, &book).unwrap();
+        assert!(answered.namespaces[0].answered);
+        assert_eq!(answered.namespaces[1], revoked.namespaces[1], "team-b untouched");
+        let every = next_status(&node, &answered, &notices(&[], true), 40, &book).unwrap();
+        assert!(!every.every_namespace_answered, "team-b's question was not asked in this round");
     }
 }

@@ -264,6 +264,13 @@ impl Changes {
         self.everything();
     }
 
+    /// The volumes of `accounts` are to be refreshed with the access answers now held (the
+    /// access-notices controller answered for them): no look at grants, no answer forgotten.
+    pub fn answered(&self, accounts: impl IntoIterator<Item = Accounts>) {
+        self.pending.locked().accounts.extend(accounts);
+        self.wake.notify_one();
+    }
+
     /// A grant given or taken that may concern `accounts`: their volumes are looked at in the
     /// next window and again as [`GRANT_LOOKS`] says. Nothing when `accounts` is empty (the
     /// binding names no service account).

@@ -118,7 +118,7 @@ impl KubernetesSource {
             }
             Selection::Provider(_) => None,
         };
-        cluster.node_view().note(&request.volume_id, VolumeReads { namespace: request.pod.namespace.clone(), object });
+        cluster.node_view().note(&request.volume_id, VolumeReads::of(&request.pod, object));
         let (files, absent) = match selection {
             Selection::Share(kind, share) => {
                 let optional = request.attributes.get(OPTIONAL_ATTRIBUTE).is_some_and(|value| value == "true");
@@ -170,7 +170,7 @@ impl ContentSource for KubernetesSource {
     }
 
     fn lazy(&self, request: &VolumeAsk) -> Result<Option<Arc<dyn LazyFiles>>> {
-        let reads = VolumeReads { namespace: request.pod.namespace.clone(), object: None };
+        let reads = VolumeReads::of(&request.pod, None);
         self.cluster.node_view().note(&request.volume_id, reads);
         let lazy = provider_volume::lazy_files(&self.cluster, &self.providers, request);
         self.cluster.runtime().block_on(lazy)

@@ -56,6 +56,11 @@ struct Flags {
     /// own rechecks otherwise).
     #[arg(long)]
     no_access_notices: bool,
+    /// Tell nodes of grant changes without answering their access questions: each node asks
+    /// its own after every notice (the design before the central answers; a benchmark's
+    /// baseline).
+    #[arg(long)]
+    no_central_answers: bool,
     /// Also restart the workloads labelled `sharedresource.inlineguard.dev/restart-on-change=true`
     /// when a share their pods mount changes (needs config/deploy/driver/rollout-on-change.yaml).
     #[arg(long)]
@@ -111,7 +116,8 @@ fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
             }
         };
         let grants = super::controller::run(client.clone(), driver, timeout);
-        let settings = crate::access_notices::controller::NoticeSettings { lease, timeout };
+        let settings =
+            crate::access_notices::controller::NoticeSettings { lease, timeout, answers: !flags.no_central_answers };
         let notices_rate = crate::apiserver_rate::RateLayer::new(flags.notices_qps, flags.notices_burst);
         let notices_client = crate::cli::kube_client(flags.kubeconfig.as_deref(), notices_rate).await?;
         let notices = async {

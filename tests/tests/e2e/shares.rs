@@ -386,6 +386,18 @@ fn reviews_by_the_driver(suite: &Suite) -> Result<usize, String> {
     Ok(reviewed_users(suite)?.iter().filter(|user| *user == READER_USER).count())
 }
 
+/// The SubjectAccessReviews the access-notices controller has sent about the published volume's
+/// account (the central answers), as the apiserver's audit log records them.
+fn reviews_by_the_controller(suite: &Suite) -> Result<usize, String> {
+    Ok(suite
+        .cluster
+        .audit_events()?
+        .iter()
+        .filter(|e| e.acting_user() == crate::support::READ_GRANTS_USER)
+        .filter(|e| e.access_review_user() == Some(READER_USER))
+        .count())
+}
+
 const READER_USER: &str = "system:serviceaccount:shares-consumer:reader";
 /// The namespaces of `access_updates_revocation_and_deletion_reach_the_files`, whose accounts
 /// only its driver asks about.
@@ -499,6 +511,7 @@ async fn elsewhere_once(
     let before = status(nodes.get(node_name).await.map_err(|e| e.to_string())?);
     let checks_before = settled_access_checks(metrics).await?;
     let writes_before = notice_writes(suite, node_name)?;
+    let answered_before = reviews_by_the_controller(suite)?;
 
     let stranger = format!("stranger-uses-db-{attempt}");
     create_object(
@@ -558,12 +571,22 @@ async fn elsewhere_once(
             suite.read_grants.log_tail(30)
         ));
     }
-    if checks_after == checks_before {
-        return Err("the binding in the node's own namespace made the driver ask nothing".into());
+    // The positive control's cost: the controller asked the volume's question again, once for
+    // every node, and the node took its answer, asking nothing.
+    let answered = reviews_by_the_controller(suite)? - answered_before;
+    if answered == 0 || after.namespaces.iter().any(|entry| entry.namespace == "shares-consumer" && !entry.answered) {
+        return Err(format!(
+            "the binding in the node's own namespace was not answered by the controller ({answered} reviews of the volume's account; status {after:?})"
+        ));
+    }
+    if checks_after != checks_before {
+        return Err(format!(
+            "the binding in the node's own namespace made the driver ask {} access checks; the controller answered them",
+            checks_after - checks_before
+        ));
     }
     Ok(Some(format!(
-        "three grant changes elsewhere wrote nothing to the node; the binding in its namespace one write and {} access checks",
-        checks_after - checks_before
+        "three grant changes elsewhere wrote nothing to the node; the binding in its namespace one write, {answered} reviews by the controller and none by the driver"
     )))
 }
 
@@ -582,36 +605,43 @@ pub fn notice_writes(suite: &Suite, node: &str) -> Result<usize, String> {
         .count())
 }
 
-/// A binding of the volume's own service account makes the driver ask again (the positive
-/// control of the count above), and the driver's own count of its checks agrees with the
-/// apiserver's audit log.
-async fn a_binding_of_the_volumes_account_costs_access_checks(
+/// A binding of the volume's own service account is answered by the access-notices controller
+/// (the positive control of the count above: it asks, once for every node), and the driver asks
+/// nothing: its own count and the apiserver's audit log of its reviews both stay put.
+async fn a_binding_of_the_volumes_account_is_answered_by_the_controller(
     suite: &Suite,
     metrics: &sharedresource_csi_driver::metrics::Metrics,
 ) -> Outcome {
     let before = settled_access_checks(metrics).await?;
-    let reviews_before = reviews_by_the_driver(suite)?;
+    let (reviews_before, answered_before) = (reviews_by_the_driver(suite)?, reviews_by_the_controller(suite)?);
     let binding =
         use_db_binding("shares-consumer", "reader-also-uses-db", json!([service_account("shares-consumer", "reader")]));
     create_object(suite, &role_bindings_path("shares-consumer"), binding).await?;
+    let deadline = Instant::now() + WITHIN;
+    while reviews_by_the_controller(suite)? == answered_before {
+        if Instant::now() > deadline {
+            return Err(format!(
+                "the controller asked nothing about the volume's account within {WITHIN:?} of its binding\n{}",
+                suite.read_grants.log_tail(30)
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let relevant = settled_access_checks(metrics).await?;
     let reviews_relevant = reviews_by_the_driver(suite)?;
-    if relevant == before {
-        return Err("a binding of the volume's own service account made no access check".into());
-    }
-    // The driver's count, checked against the apiserver's record of the reviews it was sent.
-    if (relevant - before) as usize != reviews_relevant - reviews_before {
+    if relevant != before || reviews_relevant != reviews_before {
         return Err(format!(
-            "the driver counts {} access checks for its account's binding, the audit log {} SubjectAccessReviews",
+            "the driver counts {} access checks for its account's binding, the audit log {} of its SubjectAccessReviews; the controller answers them",
             relevant - before,
             reviews_relevant - reviews_before
         ));
     }
+    let answered = reviews_by_the_controller(suite)? - answered_before;
     Api::<RoleBinding>::namespaced(suite.admin.clone(), "shares-consumer")
         .delete("reader-also-uses-db", &DeleteParams::default())
         .await
         .map_err(|e| e.to_string())?;
-    println!("shares: the volume's own account's binding cost {} access checks", relevant - before);
+    println!("shares: the volume's own account's binding cost the controller {answered} reviews and the driver none");
     Ok(())
 }
 
@@ -682,7 +712,7 @@ pub async fn access_updates_revocation_and_deletion_reach_the_files(suite: &Suit
 
         binding_changes_elsewhere_cost_this_node_nothing(suite, &driver.node, &metrics).await?;
         crate::share_notices::share_changes_elsewhere_cost_this_node_nothing(suite, &driver.node, "db").await?;
-        a_binding_of_the_volumes_account_costs_access_checks(suite, &metrics).await?;
+        a_binding_of_the_volumes_account_is_answered_by_the_controller(suite, &metrics).await?;
 
         // The Secret changes: a new password, a key removed.
         let secrets = Api::<Secret>::namespaced(admin.clone(), "shares-owner");

@@ -106,6 +106,27 @@ impl HeldAnswers {
         }
     }
 
+    /// Holds `answers`, given by the access-notices controller after the grant change they
+    /// follow was noticed, in place of what was held (and of what a first look noted), after
+    /// forgetting every other answer of the `replaced` accounts (a grant changed for them: an
+    /// answer held for a question no live volume asks now would be stale when one asks it
+    /// again). The controller asks again while the apiserver's RBAC cache may lag, and tells a
+    /// changed answer. An answer this node is asking meanwhile may predate them: it is not held.
+    pub fn told(&self, answers: impl IntoIterator<Item = (AccessQuestion, bool)>, replaced: &[Accounts]) {
+        let now = Instant::now();
+        let mut held = self.lock();
+        held.forgettings += 1;
+        let concerned = |q: &AccessQuestion| replaced.iter().any(|a| a.include(&q.namespace, &q.service_account));
+        held.answers.retain(|q, _| !concerned(q));
+        held.before.retain(|q, _| !concerned(q));
+        let recheck = held.recheck;
+        for (question, allowed) in answers {
+            let due = now + self.spread_for(&question, recheck);
+            held.before.remove(&question);
+            held.answers.insert(question, (allowed, due));
+        }
+    }
+
     /// Forgets what `look` may have made stale: every answer at a relist; at a window's looks,
     /// the answers of its `first` accounts (noting each as it was), and those of its `again`
     /// accounts that do not differ yet from what they were at the first look.
@@ -260,6 +281,28 @@ mod tests {
         assert_eq!(held.answer(&q), Some(true), "not due before 90%");
         tokio::time::advance(Duration::from_secs(122)).await;
         assert_eq!(held.answer(&q), None, "due by 110%");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_told_answer_replaces_the_held_one_and_an_answer_asked_meanwhile_is_not_held() {
+        let (held, _, q) = reader_of_db();
+        held.hold(&q, true, held.asking());
+        let other = question("team", "other", "db");
+        let asked = held.asking();
+        let elsewhere = question("web", "reader", "db");
+        held.hold(&elsewhere, true, held.asking());
+        let gone = question("team", "gone", "db");
+        held.hold(&gone, true, held.asking());
+        held.told([(q.clone(), false)], &[Accounts::OfNamespace("team".into())]);
+        assert_eq!(held.answer(&q), Some(false), "the controller's answer is held");
+        assert_eq!(held.answer(&gone), None, "another answer of the namespace: forgotten");
+        assert_eq!(held.answer(&elsewhere), Some(true), "another namespace's: held");
+        held.hold(&other, true, asked);
+        assert_eq!(held.answer(&other), None, "asked before the told answers: maybe stale");
+        held.told([(q.clone(), true)], &[]);
+        assert_eq!(held.answer(&q), Some(true), "a flipped answer replaces it");
+        tokio::time::advance(Duration::from_secs(661)).await;
+        assert_eq!(held.answer(&q), None, "due like any answer");
     }
 
     #[test]

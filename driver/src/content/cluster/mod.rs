@@ -252,7 +252,7 @@ impl Cluster {
                     (self.client.clone(), lease.client.clone()),
                     node.clone(),
                     self.node_view.clone(),
-                    (self.changes.clone(), self.cache.clone()),
+                    (self.changes.clone(), self.cache.clone(), self.answers.clone()),
                     (self.metrics.clone(), self.request_timeout),
                 );
                 let heard = notice_lease::follow(

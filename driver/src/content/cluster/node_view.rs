@@ -22,13 +22,15 @@ use tokio::sync::Notify;
 use tracing::{info, warn};
 
 use super::cache::ShareCache;
+use super::held_answers::HeldAnswers;
 use crate::content::changes::{Accounts, Changes};
 use crate::content::live_volumes::SecondLook;
 use crate::metrics::Metrics;
 use crate::quote::Logged;
 use crate::unpoisoned::UnpoisonedMutex;
+use sharedresource_api::access::AccessQuestion;
 use sharedresource_api::node_view::{
-    MAX_NAMESPACES, MAX_OBJECTS, NodeNotices, NoticedObject, SharedResourceNode, SharedResourceNodeSpec,
+    MAX_NAMESPACES, MAX_OBJECTS, MAX_QUESTIONS, NodeNotices, NoticedObject, SharedResourceNode, SharedResourceNodeSpec,
 };
 
 /// The field manager of the node's writes of its spec.
@@ -49,19 +51,31 @@ pub struct NodeView {
     volumes: Mutex<(HashMap<String, VolumeReads>, SecondLook)>,
     /// The shares each projection (namespace, name) showed when last fetched.
     shown: Mutex<HashMap<(String, String), BTreeSet<NoticedObject>>>,
+    /// The access questions asked for live volumes (forgotten with the last volume of their
+    /// pod's namespace and service account).
+    questions: Mutex<HashSet<AccessQuestion>>,
     changed: Notify,
     behind_since: Mutex<Option<tokio::time::Instant>>,
     untold_since: Mutex<Option<tokio::time::Instant>>,
 }
 
-/// What one volume makes the node hear of: its pod's namespace, and the share or projection it
-/// reads (a provider's volume reads neither).
+/// What one volume makes the node hear of: its pod's namespace and service account, and the
+/// share or projection it reads (a provider's volume reads neither).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VolumeReads {
     /// Its pod's namespace.
     pub namespace: String,
+    /// Its pod's service account (whose access questions the node lists).
+    pub service_account: String,
     /// The share or projection its attributes name.
     pub object: Option<NoticedObject>,
+}
+
+impl VolumeReads {
+    /// What a volume of `pod` reading `object` makes the node hear of.
+    pub fn of(pod: &crate::content::ask::PodInfo, object: Option<NoticedObject>) -> VolumeReads {
+        VolumeReads { namespace: pod.namespace.clone(), service_account: pod.service_account.clone(), object }
+    }
 }
 
 impl NodeView {
@@ -119,6 +133,23 @@ impl NodeView {
         }
     }
 
+    /// `question` was asked (or answered from what is held) for a live volume.
+    pub fn asked(&self, question: &AccessQuestion) {
+        let mut questions = self.questions.locked();
+        if questions.contains(question) {
+            return;
+        }
+        questions.insert(question.clone());
+        drop(questions);
+        self.mark_changed();
+    }
+
+    /// The questions asked for live volumes of `namespace` (of every namespace: `None`).
+    pub fn questions_of(&self, namespace: Option<&str>) -> Vec<AccessQuestion> {
+        let questions = self.questions.locked();
+        questions.iter().filter(|q| namespace.is_none_or(|namespace| q.namespace == namespace)).cloned().collect()
+    }
+
     /// Projection `name` of `namespace` shows `shares` (as last fetched).
     pub fn shows(&self, namespace: &str, name: &str, shares: BTreeSet<NoticedObject>) {
         let key = (namespace.to_string(), name.to_string());
@@ -142,6 +173,7 @@ impl NodeView {
         drop(volumes);
         if !forget.is_empty() {
             self.forget_unread_projections();
+            self.forget_unasked_questions();
             self.mark_changed();
         }
     }
@@ -150,6 +182,7 @@ impl NodeView {
     pub fn released(&self, volume_id: &str) {
         if self.volumes.locked().0.remove(volume_id).is_some() {
             self.forget_unread_projections();
+            self.forget_unasked_questions();
             self.mark_changed();
         }
     }
@@ -160,6 +193,13 @@ impl NodeView {
         self.shown
             .locked()
             .retain(|(namespace, name), _| read.contains(&NoticedObject::Projection(namespace.clone(), name.clone())));
+    }
+
+    /// Forgets the questions of service accounts no live volume's pod runs as.
+    fn forget_unasked_questions(&self) {
+        let accounts: HashSet<(String, String)> =
+            self.volumes.locked().0.values().map(|v| (v.namespace.clone(), v.service_account.clone())).collect();
+        self.questions.locked().retain(|q| accounts.contains(&(q.namespace.clone(), q.service_account.clone())));
     }
 
     /// The spec saying these namespaces and objects: listed when they fit, `everyNamespace` or
@@ -180,6 +220,7 @@ impl NodeView {
             }
         }
         drop(shown);
+        let questions: BTreeSet<String> = self.questions.locked().iter().map(AccessQuestion::key).collect();
         let every_namespace = namespaces.len() > MAX_NAMESPACES;
         let every_object = objects.len() > MAX_OBJECTS;
         SharedResourceNodeSpec {
@@ -187,6 +228,9 @@ impl NodeView {
             every_namespace,
             objects: if every_object { Vec::new() } else { objects.into_iter().collect() },
             every_object,
+            // Beyond the list, a namespace's questions are not all answered by the controller:
+            // the node looks at them itself.
+            questions: questions.into_iter().take(MAX_QUESTIONS).collect(),
             // The startup taint's field, applied by its own manager (`startup_taint`).
             driver_registered: None,
         }
@@ -200,10 +244,38 @@ pub struct Told {
     pub every_namespace: bool,
     /// The access of these namespaces' volumes is to be looked at again.
     pub namespaces: Vec<String>,
+    /// The controller's answers to hold in place of this node's own.
+    pub answers: Vec<(AccessQuestion, bool)>,
+    /// The accounts the controller answered for whole (a moved namespace or `everyNamespace`):
+    /// any other answer of theirs held is forgotten, and their volumes refreshed.
+    pub answered: Vec<Accounts>,
+    /// The accounts one of whose answers flipped: their volumes are refreshed.
+    pub flipped: Vec<Accounts>,
     /// Every share and projection is to be read again.
     pub every_object: bool,
     /// These shares and projections are to be read again.
     pub objects: Vec<NoticedObject>,
+}
+
+/// What the node's own volumes ask, as [`told`] compares it with the object: the questions its
+/// spec lists (`listed`, sorted keys) and those its live volumes ask (`known`).
+#[derive(Debug, Clone, Copy)]
+pub struct Asking<'a> {
+    /// The spec's questions, as the object read says them.
+    pub listed: &'a [String],
+    /// The questions of live volumes.
+    pub known: &'a [AccessQuestion],
+}
+
+impl Asking<'_> {
+    /// Whether every known question of `namespace` (of every namespace: `None`) is listed, so
+    /// that the controller answered each.
+    fn covers(&self, namespace: Option<&str>) -> bool {
+        self.known
+            .iter()
+            .filter(|q| namespace.is_none_or(|namespace| q.namespace == namespace))
+            .all(|q| self.listed.binary_search(&q.key()).is_ok())
+    }
 }
 
 /// What moved from `before` to `now`. At the first sight (`before` is `None`) everything may
@@ -211,18 +283,16 @@ pub struct Told {
 /// retrying) could predate a change whose entry this first status already carries, so what the
 /// node holds is looked at again (at a driver's start, usually nothing). An entry of no known
 /// form is passed over.
-pub fn told(before: Option<&NodeNotices>, now: &NodeNotices) -> Told {
+///
+/// A moved namespace (or `everyNamespace`) the controller says it answered, whose every question
+/// `asking` knows is listed, is taken from its answers: nothing is asked. Any other is looked at
+/// by the node itself, as when no controller answers. An answer that flipped since `before` (the
+/// controller asked again while the apiserver's RBAC cache could lag) is taken too.
+pub fn told(before: Option<&NodeNotices>, now: &NodeNotices, asking: Asking<'_>) -> Told {
     let Some(before) = before else {
         return Told { every_namespace: true, every_object: true, ..Told::default() };
     };
-    Told {
-        every_namespace: before.every_namespace != now.every_namespace,
-        namespaces: now
-            .namespaces
-            .iter()
-            .filter(|entry| before.of(&entry.namespace) != Some(entry.noticed))
-            .map(|entry| entry.namespace.clone())
-            .collect(),
+    let mut told = Told {
         every_object: before.every_object != now.every_object,
         objects: now
             .objects
@@ -230,16 +300,62 @@ pub fn told(before: Option<&NodeNotices>, now: &NodeNotices) -> Told {
             .filter(|entry| before.of_object(&entry.object) != Some(entry.noticed))
             .filter_map(|entry| NoticedObject::parse(&entry.object))
             .collect(),
+        ..Told::default()
+    };
+    let answers_of = |namespace: Option<&str>| -> Vec<(AccessQuestion, bool)> {
+        now.answers
+            .iter()
+            .filter_map(|entry| AccessQuestion::parse(&entry.question).map(|q| (q, entry.allowed)))
+            .filter(|(q, _)| namespace.is_none_or(|namespace| q.namespace == namespace))
+            .collect()
+    };
+    if before.every_namespace != now.every_namespace {
+        if now.every_namespace_answered && asking.covers(None) {
+            told.answers.extend(answers_of(None));
+            told.answered.push(Accounts::Every);
+        } else {
+            told.every_namespace = true;
+            return told;
+        }
     }
+    for entry in now.namespaces.iter().filter(|entry| before.of(&entry.namespace) != Some(entry.noticed)) {
+        if entry.answered && asking.covers(Some(&entry.namespace)) {
+            told.answers.extend(answers_of(Some(&entry.namespace)));
+            told.answered.push(Accounts::OfNamespace(entry.namespace.clone()));
+        } else {
+            told.namespaces.push(entry.namespace.clone());
+        }
+    }
+    for (question, allowed) in answers_of(None) {
+        let flipped = before.answer(&question.key()) == Some(!allowed);
+        // A namespace the node looks at itself is not taken from answers at all.
+        let looked_at = told.namespaces.contains(&question.namespace);
+        let taken = told.answers.iter().any(|(q, _)| *q == question);
+        if flipped && !looked_at && !taken && asking.known.contains(&question) {
+            told.flipped.push(Accounts::One(question.namespace.clone(), question.service_account.clone()));
+            told.answers.push((question, allowed));
+        }
+    }
+    told.answers.retain(|(q, _)| asking.known.contains(q));
+    told
 }
 
-/// Says `told` to the node: its volumes woken through `wake`, and the shares held in `cache`
-/// that changed forgotten first, so their volumes read them again.
-pub fn tell(told: Told, wake: &Changes, cache: &ShareCache) {
+/// Says `told` to the node: the controller's answers held in `answers`, its volumes woken
+/// through `wake`, and the shares held in `cache` that changed forgotten first, so their
+/// volumes read them again.
+pub fn tell(told: Told, wake: &Changes, (cache, answers): (&ShareCache, &HeldAnswers)) {
     if told.every_namespace {
         wake.grants_relisted();
-    } else if !told.namespaces.is_empty() {
-        wake.grant_changed(told.namespaces.into_iter().map(Accounts::OfNamespace));
+    } else {
+        if !told.answers.is_empty() || !told.answered.is_empty() {
+            answers.told(told.answers, &told.answered);
+        }
+        if !told.answered.is_empty() || !told.flipped.is_empty() {
+            wake.answered(told.answered.into_iter().chain(told.flipped));
+        }
+        if !told.namespaces.is_empty() {
+            wake.grant_changed(told.namespaces.into_iter().map(Accounts::OfNamespace));
+        }
     }
     if told.every_object {
         cache.forget_shares();
@@ -263,13 +379,13 @@ pub async fn follow(
     (client, watches): (kube::Client, kube::Client),
     node: String,
     view: Arc<NodeView>,
-    (wake, cache): (Arc<Changes>, Arc<ShareCache>),
+    (wake, cache, answers): (Arc<Changes>, Arc<ShareCache>, Arc<HeldAnswers>),
     (metrics, timeout): (Arc<Metrics>, Duration),
 ) {
     let rewrite = Arc::new(Notify::new());
     futures_util::future::join(
         write_spec(client, &node, &view, &rewrite, timeout),
-        watch_status(watches, (&node, &view), (&wake, &cache), &rewrite, &metrics),
+        watch_status(watches, (&node, &view), (&wake, &cache, &answers), &rewrite, &metrics),
     )
     .await;
 }
@@ -341,7 +457,7 @@ async fn write_spec(client: kube::Client, node: &str, view: &NodeView, rewrite: 
 async fn watch_status(
     client: kube::Client,
     (node, view): (&str, &NodeView),
-    (wake, cache): (&Changes, &ShareCache),
+    (wake, cache, answers): (&Changes, &ShareCache, &HeldAnswers),
     rewrite: &Notify,
     metrics: &Metrics,
 ) {
@@ -370,7 +486,9 @@ async fn watch_status(
         let untold_namespace = !spec.every_namespace && spec.namespaces.iter().any(|n| status.of(n).is_none());
         let untold_object = !spec.every_object && spec.objects.iter().any(|o| status.of_object(o).is_none());
         view.seen(untold_namespace || untold_object);
-        tell(told(seen.as_ref(), &status), wake, cache);
+        let known = view.questions_of(None);
+        let asking = Asking { listed: &spec.questions, known: &known };
+        tell(told(seen.as_ref(), &status, asking), wake, (cache, answers));
         seen = Some(status);
     }
 }
@@ -388,6 +506,7 @@ mod tests {
                 .map(|(namespace, noticed)| NamespaceGrantChanges {
                     namespace: namespace.to_string(),
                     noticed: *noticed,
+                    answered: false,
                 })
                 .collect(),
             every_namespace: every,
@@ -405,8 +524,10 @@ mod tests {
     }
 
     fn reads(namespace: &str, object: Option<NoticedObject>) -> VolumeReads {
-        VolumeReads { namespace: namespace.into(), object }
+        VolumeReads { namespace: namespace.into(), service_account: "reader".into(), object }
     }
+
+    const NO_QUESTIONS: Asking<'static> = Asking { listed: &[], known: &[] };
 
     fn share(name: &str) -> NoticedObject {
         NoticedObject::Share(ShareKind::Secret, name.into())
@@ -415,14 +536,14 @@ mod tests {
     #[test]
     fn a_moved_or_new_namespace_is_told_and_everything_at_the_first_sight() {
         let before = status(1, &[("team-a", 10), ("team-b", 10)]);
-        let first = told(None, &before);
+        let first = told(None, &before, NO_QUESTIONS);
         assert!(first.every_namespace && first.every_object, "{first:?}");
-        assert_eq!(told(Some(&before), &before), Told::default());
+        assert_eq!(told(Some(&before), &before, NO_QUESTIONS), Told::default());
         let moved = status(1, &[("team-a", 11), ("team-b", 10), ("team-c", 5)]);
-        assert_eq!(told(Some(&before), &moved).namespaces, ["team-a", "team-c"]);
+        assert_eq!(told(Some(&before), &moved, NO_QUESTIONS).namespaces, ["team-a", "team-c"]);
         // A namespace gone from the status is no longer served: nothing to look at.
-        assert_eq!(told(Some(&before), &status(1, &[("team-a", 10)])), Told::default());
-        let every = told(Some(&before), &status(2, &[("team-a", 10), ("team-b", 10)]));
+        assert_eq!(told(Some(&before), &status(1, &[("team-a", 10)]), NO_QUESTIONS), Told::default());
+        let every = told(Some(&before), &status(2, &[("team-a", 10), ("team-b", 10)]), NO_QUESTIONS);
         assert!(every.every_namespace && !every.every_object);
     }
 
@@ -434,10 +555,13 @@ mod tests {
             1,
             &[("SharedSecret/db", 11), ("SharedProjection/team-a/app", 3), ("Bogus/x", 4)],
         );
-        let said = told(Some(&before), &moved);
+        let said = told(Some(&before), &moved, NO_QUESTIONS);
         assert_eq!(said.objects, [share("db"), NoticedObject::Projection("team-a".into(), "app".into())]);
         assert!(said.namespaces.is_empty() && !said.every_object);
-        assert!(told(Some(&before), &with_objects(status(1, &[]), 2, &[("SharedSecret/db", 10)])).every_object);
+        assert!(
+            told(Some(&before), &with_objects(status(1, &[]), 2, &[("SharedSecret/db", 10)]), NO_QUESTIONS)
+                .every_object
+        );
     }
 
     #[test]
@@ -448,7 +572,8 @@ mod tests {
             cache.keep_share(cache.read_begins(), ShareKind::Secret, name, Some((backing.clone(), vec![])));
         }
         let wake = Changes::default();
-        tell(Told { objects: vec![share("db")], ..Told::default() }, &wake, &cache);
+        let answers = HeldAnswers::new(Duration::from_secs(600));
+        tell(Told { objects: vec![share("db")], ..Told::default() }, &wake, (&cache, &answers));
         assert!(cache.share(ShareKind::Secret, "db").is_none(), "told: read again");
         assert!(cache.share(ShareKind::Secret, "ca").is_some(), "not told: held");
         let pending = wake.take();
@@ -456,7 +581,7 @@ mod tests {
             |name: &str| std::collections::BTreeMap::from([("sharedSecret".to_string(), name.to_string())]);
         assert!(pending.touches(&attributes("db"), "team-a", "reader"));
         assert!(!pending.touches(&attributes("ca"), "team-a", "reader"));
-        tell(Told { every_object: true, ..Told::default() }, &wake, &cache);
+        tell(Told { every_object: true, ..Told::default() }, &wake, (&cache, &answers));
         assert!(cache.share(ShareKind::Secret, "ca").is_none(), "every object: nothing held");
     }
 
@@ -527,5 +652,87 @@ mod tests {
         }
         let spec = view.spec();
         assert!(spec.every_object && spec.objects.is_empty() && spec.namespaces == ["team-a"]);
+    }
+
+    #[test]
+    fn an_answered_namespace_is_taken_from_the_controller_only_when_every_known_question_is_listed() {
+        let question = |account: &str| AccessQuestion::parse(&format!("team-a/{account}/sharedsecrets/db")).unwrap();
+        let (web, api) = (question("web"), question("api"));
+        let answered = |noticed: i64, answers: &[(&AccessQuestion, bool)]| NodeNotices {
+            namespaces: vec![NamespaceGrantChanges { namespace: "team-a".into(), noticed, answered: true }],
+            answers: answers
+                .iter()
+                .map(|(q, allowed)| sharedresource_api::node_view::CentralAnswer {
+                    question: q.key(),
+                    allowed: *allowed,
+                })
+                .collect(),
+            ..NodeNotices::default()
+        };
+        let before = answered(1, &[(&web, true)]);
+        let now = answered(2, &[(&web, false)]);
+        let listed = [web.key()];
+        let known = [web.clone()];
+        let said = told(Some(&before), &now, Asking { listed: &listed, known: &known });
+        assert_eq!(said.answers, [(web.clone(), false)]);
+        assert_eq!(said.answered, [Accounts::OfNamespace("team-a".into())]);
+        assert!(said.namespaces.is_empty(), "nothing to ask: {said:?}");
+
+        // A question the node asks that its spec does not list yet: the node looks itself.
+        let known = [web.clone(), api.clone()];
+        let said = told(Some(&before), &now, Asking { listed: &listed, known: &known });
+        assert_eq!(said.namespaces, ["team-a"]);
+        assert!(said.answers.is_empty() && said.answered.is_empty());
+
+        // Not answered (a review failed): the node looks itself.
+        let mut unanswered = now.clone();
+        unanswered.namespaces[0].answered = false;
+        let known = [web.clone()];
+        assert_eq!(told(Some(&before), &unanswered, Asking { listed: &listed, known: &known }).namespaces, ["team-a"]);
+
+        // An answer flipped without a moved namespace (asked again while RBAC lagged): taken.
+        let flipped = answered(1, &[(&web, false)]);
+        let said = told(Some(&before), &flipped, Asking { listed: &listed, known: &known });
+        assert_eq!(said.answers, [(web.clone(), false)]);
+        assert_eq!(said.flipped, [Accounts::One("team-a".into(), "web".into())]);
+        assert!(said.answered.is_empty() && said.namespaces.is_empty());
+        // ... but not for a question no live volume asks.
+        assert_eq!(told(Some(&before), &flipped, NO_QUESTIONS), Told::default());
+    }
+
+    #[tokio::test]
+    async fn told_answers_are_held_and_their_accounts_refreshed() {
+        let question = AccessQuestion::parse("team-a/web/sharedsecrets/db").unwrap();
+        let (wake, cache) = (Changes::default(), ShareCache::default());
+        let answers = HeldAnswers::new(Duration::from_secs(600));
+        answers.hold(&question, true, answers.asking());
+        let namespace = vec![Accounts::OfNamespace("team-a".into())];
+        let said = Told { answers: vec![(question.clone(), false)], answered: namespace, ..Told::default() };
+        tell(said, &wake, (&cache, &answers));
+        assert_eq!(answers.answer(&question), Some(false));
+        let pending = wake.take();
+        let attributes = std::collections::BTreeMap::from([("sharedSecret".to_string(), "db".to_string())]);
+        assert!(pending.touches(&attributes, "team-a", "web"));
+        assert!(!pending.touches(&attributes, "team-b", "web"));
+    }
+
+    #[test]
+    fn the_spec_lists_the_questions_of_live_volumes() {
+        let view = NodeView::default();
+        view.note("v1", reads("team-a", Some(share("db"))));
+        let question = |account: &str| AccessQuestion::parse(&format!("team-a/{account}/sharedsecrets/db")).unwrap();
+        view.asked(&question("reader"));
+        assert!(view.behind_since().is_some());
+        assert_eq!(view.spec().questions, ["team-a/reader/sharedsecrets/db"]);
+        view.released("v1");
+        assert!(view.spec().questions.is_empty(), "no live volume of its account");
+        for i in 0..=MAX_QUESTIONS {
+            let account = format!("sa{i:04}");
+            view.note(&format!("v{i}"), VolumeReads { service_account: account.clone(), ..reads("team-a", None) });
+            view.asked(&question(&account));
+        }
+        let listed = view.spec().questions;
+        assert_eq!(listed.len(), MAX_QUESTIONS, "the first, sorted");
+        assert_eq!(listed[0], "team-a/sa0000/sharedsecrets/db");
     }
 }

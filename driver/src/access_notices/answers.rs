@@ -1,0 +1,285 @@
+//! The central answers: the access-notices controller asks each access question the nodes list
+//! (`NAMESPACE/ACCOUNT/RESOURCE/NAME`, at most `MAX_QUESTIONS` per node) once for the whole
+//! cluster, and again after each grant change that may concern it, then twice more while the
+//! apiserver's RBAC cache may lag ([`AGAIN`], as a node's own looks would); a node takes those
+//! answers instead of asking itself. So a revocation costs one review per question, whatever the
+//! number of nodes serving it, and one status write per node that lists it.
+//!
+//! [`AnswerBook`] is the pure part: which questions a round asks, what it learnt, when the next
+//! looks are due. Only questions some node lists are kept (one small entry each), so what
+//! tenants create costs the book nothing beyond the questions their pods' volumes ask.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::time::Duration;
+
+use futures_util::StreamExt as _;
+use k8s_openapi::api::authorization::v1::SubjectAccessReview;
+use kube::Client;
+use kube::api::{Api, PostParams};
+use tokio::time::Instant;
+use tracing::warn;
+
+use super::plan::Notices;
+use crate::quote::Logged;
+use sharedresource_api::access::AccessQuestion;
+use sharedresource_api::node_view::{MAX_QUESTIONS, NodeNotices, SharedResourceNodeSpec};
+
+/// When a grant change's questions are asked again after the first time: while the apiserver's
+/// RBAC cache may lag the controller's watch (the node's own looks wait as long:
+/// `content::changes::GRANT_LOOKS`).
+pub const AGAIN: [Duration; 2] = [Duration::from_millis(500), Duration::from_secs(2)];
+/// The most questions one round asks: a change for every namespace at a large cluster is asked
+/// over several rounds (the nodes whose questions wait look at theirs themselves meanwhile).
+pub const ROUND_QUESTIONS: usize = 4096;
+/// Reviews in flight at once.
+const REVIEWS_AT_ONCE: usize = 16;
+
+/// What the controller learnt of one question.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Answer {
+    /// Whether the service account may `use` what the question names.
+    pub allowed: bool,
+    /// The round it was asked in.
+    pub round: u64,
+}
+
+/// Every question some node lists, with its last answer; and the looks still due.
+#[derive(Debug, Default)]
+pub struct AnswerBook {
+    round: u64,
+    known: HashMap<String, Answer>,
+    again: BTreeMap<Instant, Notices>,
+}
+
+impl AnswerBook {
+    /// A round begins: answers recorded from now on are this round's.
+    pub fn begin_round(&mut self) -> u64 {
+        self.round += 1;
+        self.round
+    }
+
+    /// The last answer to `question` (an entry).
+    pub fn answer(&self, question: &str) -> Option<Answer> {
+        self.known.get(question).copied()
+    }
+
+    /// Whether `question` was answered in this round (after this round's notices were taken).
+    pub fn answered_now(&self, question: &str) -> bool {
+        self.known.get(question).is_some_and(|answer| answer.round == self.round)
+    }
+
+    /// Notes that `notices`' grant changes are to be looked at again as [`AGAIN`] says, from `now`.
+    pub fn look_again(&mut self, now: Instant, notices: &Notices) {
+        if !notices.every_namespace && notices.namespaces.is_empty() {
+            return;
+        }
+        let grants = Notices {
+            every_namespace: notices.every_namespace,
+            namespaces: notices.namespaces.clone(),
+            ..Notices::default()
+        };
+        for delay in AGAIN {
+            self.again.entry(now + delay).or_default().extend(&grants);
+        }
+    }
+
+    /// When the next look is due.
+    pub fn next_look(&self) -> Option<Instant> {
+        self.again.keys().next().copied()
+    }
+
+    /// The grant changes whose looks are due at `now`, taken.
+    pub fn due_looks(&mut self, now: Instant) -> Notices {
+        let later = self.again.split_off(&(now + Duration::from_nanos(1)));
+        let mut due = Notices::default();
+        for notices in std::mem::replace(&mut self.again, later).into_values() {
+            due.extend(&notices);
+        }
+        due
+    }
+
+    /// The questions this round asks, at most [`ROUND_QUESTIONS`]: those `concerned` names (a
+    /// grant change of their namespace, now or looked at again), then those of a namespace new
+    /// to a node (its status has no entry for it yet), then those never asked. Forgets the
+    /// answers of questions no node lists any more.
+    pub fn to_ask<'a>(
+        &mut self,
+        nodes: impl Iterator<Item = (&'a SharedResourceNodeSpec, Option<&'a NodeNotices>)>,
+        concerned: &Notices,
+    ) -> Vec<AccessQuestion> {
+        let mut listed: HashSet<&'a str> = HashSet::new();
+        let mut first: BTreeSet<&'a str> = BTreeSet::new();
+        let mut second: BTreeSet<&'a str> = BTreeSet::new();
+        for (spec, status) in nodes {
+            for key in spec.questions.iter().take(MAX_QUESTIONS) {
+                listed.insert(key);
+                let Some(question) = AccessQuestion::parse(key) else { continue };
+                if concerned.every_namespace || concerned.namespaces.contains(&question.namespace) {
+                    first.insert(key);
+                } else if status.is_none_or(|status| status.of(&question.namespace).is_none())
+                    || !self.known.contains_key(key.as_str())
+                {
+                    second.insert(key);
+                }
+            }
+        }
+        self.known.retain(|key, _| listed.contains(key.as_str()));
+        let second = second.into_iter().filter(|key| !first.contains(key)).collect::<Vec<_>>();
+        first.into_iter().chain(second).take(ROUND_QUESTIONS).filter_map(AccessQuestion::parse).collect()
+    }
+
+    /// Records this round's answer to `question`; whether it differs from the last one (or is
+    /// the first).
+    pub fn record(&mut self, question: &AccessQuestion, allowed: bool) -> bool {
+        let answer = Answer { allowed, round: self.round };
+        self.known.insert(question.key(), answer).is_none_or(|before| before.allowed != allowed)
+    }
+}
+
+/// Asks each of `questions` with a SubjectAccessReview, [`REVIEWS_AT_ONCE`] at a time, and
+/// records the answers in `book`; the keys of the answers that changed. A question whose review
+/// fails keeps its last answer, not this round's: nodes look at its namespace themselves.
+pub async fn ask(
+    client: &Client,
+    timeout: Duration,
+    questions: Vec<AccessQuestion>,
+    book: &mut AnswerBook,
+) -> HashSet<String> {
+    let api = Api::<SubjectAccessReview>::all(client.clone());
+    let answers = futures_util::stream::iter(questions)
+        .map(|question| {
+            let api = api.clone();
+            async move {
+                let what = || "asking the apiserver whether a pod may use a share".to_string();
+                let (review, post) = (question.review(), PostParams::default());
+                let asked = crate::apiserver_request::ask(timeout, what, api.create(&post, &review)).await;
+                let allowed = asked.map(|review| review.status.is_some_and(|status| status.allowed));
+                (question, allowed)
+            }
+        })
+        .buffer_unordered(REVIEWS_AT_ONCE)
+        .collect::<Vec<_>>()
+        .await;
+    let mut changed = HashSet::new();
+    let mut failed = 0;
+    for (question, allowed) in answers {
+        match allowed {
+            Ok(allowed) => {
+                if book.record(&question, allowed) {
+                    changed.insert(question.key());
+                }
+            }
+            Err(error) => {
+                failed += 1;
+                if failed == 1 {
+                    warn!(error = %Logged(&error), "an access question could not be answered for the nodes; they look at it themselves");
+                }
+            }
+        }
+    }
+    changed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sharedresource_api::node_view::NamespaceGrantChanges;
+
+    fn spec(questions: &[&str]) -> SharedResourceNodeSpec {
+        SharedResourceNodeSpec {
+            questions: questions.iter().map(|q| q.to_string()).collect(),
+            ..SharedResourceNodeSpec::default()
+        }
+    }
+
+    fn serving(namespaces: &[&str]) -> NodeNotices {
+        NodeNotices {
+            namespaces: namespaces
+                .iter()
+                .map(|n| NamespaceGrantChanges { namespace: n.to_string(), noticed: 1, answered: false })
+                .collect(),
+            ..NodeNotices::default()
+        }
+    }
+
+    fn keys(questions: &[AccessQuestion]) -> Vec<String> {
+        questions.iter().map(AccessQuestion::key).collect()
+    }
+
+    fn grant_changed(namespaces: &[&str]) -> Notices {
+        Notices { namespaces: namespaces.iter().map(|n| n.to_string()).collect(), ..Notices::default() }
+    }
+
+    const A_DB: &str = "team-a/web/sharedsecrets/db";
+    const A_CA: &str = "team-a/web/sharedconfigmaps/ca";
+    const B_DB: &str = "team-b/web/sharedsecrets/db";
+
+    #[test]
+    fn a_round_asks_the_questions_of_changed_namespaces_once_for_every_node() {
+        let mut book = AnswerBook::default();
+        let (one, two) = (spec(&[A_DB, B_DB]), spec(&[A_DB, A_CA]));
+        let status = serving(&["team-a", "team-b"]);
+        book.begin_round();
+        let asked = book.to_ask([(&one, Some(&status)), (&two, Some(&status))].into_iter(), &Notices::default());
+        assert_eq!(keys(&asked), [A_CA, A_DB, B_DB], "never asked: each once");
+        for question in &asked {
+            assert!(book.record(question, true), "a first answer is a change");
+        }
+        book.begin_round();
+        let quiet = book.to_ask([(&one, Some(&status)), (&two, Some(&status))].into_iter(), &Notices::default());
+        assert!(quiet.is_empty(), "known and nothing changed: {quiet:?}");
+        let asked =
+            book.to_ask([(&one, Some(&status)), (&two, Some(&status))].into_iter(), &grant_changed(&["team-a"]));
+        assert_eq!(keys(&asked), [A_CA, A_DB], "team-a's, once though two nodes list one");
+        assert!(!book.record(&asked[0], true), "the same answer is no change");
+        assert!(book.record(&asked[1], false), "a revocation is");
+        assert!(book.answered_now(A_DB) && !book.answered_now(B_DB));
+    }
+
+    #[test]
+    fn a_namespace_new_to_a_node_has_its_questions_asked_and_unlisted_ones_are_forgotten() {
+        let mut book = AnswerBook::default();
+        let one = spec(&[A_DB]);
+        book.begin_round();
+        for question in book.to_ask([(&one, Some(&serving(&["team-a"])))].into_iter(), &Notices::default()) {
+            book.record(&question, true);
+        }
+        book.begin_round();
+        let asked = book.to_ask([(&one, Some(&serving(&[])))].into_iter(), &Notices::default());
+        assert_eq!(keys(&asked), [A_DB], "its status has no entry for team-a yet");
+        let none = spec(&[]);
+        book.to_ask([(&none, None)].into_iter(), &Notices::default());
+        assert_eq!(book.answer(A_DB), None, "no node lists it");
+    }
+
+    #[test]
+    fn a_round_asks_at_most_its_share_and_a_bad_entry_is_passed_over() {
+        let mut book = AnswerBook::default();
+        let many: Vec<String> = (0..MAX_QUESTIONS).map(|i| format!("team-a/sa{i}/sharedsecrets/db")).collect();
+        let nodes: Vec<SharedResourceNodeSpec> = (0..10)
+            .map(|n| SharedResourceNodeSpec {
+                questions: many.iter().map(|q| q.replace("team-a", &format!("team-{n}"))).collect(),
+                ..SharedResourceNodeSpec::default()
+            })
+            .collect();
+        book.begin_round();
+        let asked = book.to_ask(nodes.iter().map(|spec| (spec, None)), &Notices::default());
+        assert_eq!(asked.len(), ROUND_QUESTIONS);
+        let bad = spec(&["not/a/question", A_DB]);
+        assert_eq!(keys(&book.to_ask([(&bad, None)].into_iter(), &Notices::default())), [A_DB]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_grant_change_is_looked_at_again_twice() {
+        let mut book = AnswerBook::default();
+        let start = Instant::now();
+        book.look_again(start, &grant_changed(&["team-a"]));
+        book.look_again(start, &Notices { every_object: true, ..Notices::default() });
+        assert_eq!(book.next_look(), Some(start + AGAIN[0]));
+        assert!(book.due_looks(start + Duration::from_millis(499)).is_empty());
+        assert_eq!(book.due_looks(start + AGAIN[0]), grant_changed(&["team-a"]));
+        assert_eq!(book.next_look(), Some(start + AGAIN[1]));
+        assert_eq!(book.due_looks(start + Duration::from_secs(5)), grant_changed(&["team-a"]));
+        assert_eq!(book.next_look(), None, "an object's change is no grant's");
+    }
+}
