@@ -10,6 +10,10 @@
 //! An answer asked before a grant's change and received after it could be stale: it is not held
 //! when any forgetting happened while it was asked.
 //!
+//! The access-notices controller's answers ([`HeldAnswers::told`]) replace what is held for the
+//! accounts it answered for, when the node takes them instead of looking itself
+//! (`node_view`). Answers past their due time are swept as the table grows.
+//!
 //! A grant's change is looked at first at once, then again twice while the apiserver's RBAC
 //! cache may lag the driver's watch ([`crate::content::changes::GRANT_LOOKS`]). The first look forgets
 //! the accounts' answers, noting each as it was; a later look keeps an answer that already
@@ -46,7 +50,12 @@ struct Held {
     forgettings: u64,
     /// Answers as they were when a first look forgot them, until the last look is past.
     before: HashMap<AccessQuestion, Before>,
+    /// How many answers the table may hold before the next sweep of those past due.
+    sweep_at: usize,
 }
+
+/// The smallest table that is swept: below it, a sweep would cost more than it saves.
+const SWEEP_AT_LEAST: usize = 256;
 
 /// An answer as a first look found it.
 #[derive(Debug)]
@@ -73,7 +82,8 @@ pub struct Asked {
 impl HeldAnswers {
     /// Answers held for `recheck` (spread ±10% per question).
     pub fn new(recheck: Duration) -> HeldAnswers {
-        let held = Held { recheck, answers: HashMap::new(), forgettings: 0, before: HashMap::new() };
+        let held =
+            Held { recheck, answers: HashMap::new(), forgettings: 0, before: HashMap::new(), sweep_at: SWEEP_AT_LEAST };
         HeldAnswers { spread: Default::default(), held: Mutex::new(held) }
     }
 
@@ -98,11 +108,19 @@ impl HeldAnswers {
     }
 
     /// Holds the answer to `question` asked at `asked`, unless answers were forgotten meanwhile.
+    /// Answers past their due time are swept whenever the table has doubled since the last
+    /// sweep, so questions no volume asks any more (pods gone, accounts renamed) cost nothing
+    /// for long: the table stays within twice the questions asked within one recheck interval.
     pub fn hold(&self, question: &AccessQuestion, allowed: bool, asked: Asked) {
         let mut held = self.lock();
         let due = asked.at + self.spread_for(question, held.recheck);
         if held.forgettings == asked.forgettings {
             held.answers.insert(question.clone(), (allowed, due));
+        }
+        if held.answers.len() >= held.sweep_at {
+            let now = Instant::now();
+            held.answers.retain(|_, (_, due)| *due > now);
+            held.sweep_at = (held.answers.len() * 2).max(SWEEP_AT_LEAST);
         }
     }
 
@@ -303,6 +321,21 @@ mod tests {
         assert_eq!(held.answer(&q), Some(true), "a flipped answer replaces it");
         tokio::time::advance(Duration::from_secs(661)).await;
         assert_eq!(held.answer(&q), None, "due like any answer");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn answers_past_due_are_swept_once_the_table_doubles() {
+        let held = HeldAnswers::new(Duration::from_secs(600));
+        for i in 0..SWEEP_AT_LEAST - 1 {
+            held.hold(&question("team", &format!("gone-{i}"), "db"), true, held.asking());
+        }
+        tokio::time::advance(Duration::from_secs(661)).await;
+        assert_eq!(held.lock().answers.len(), SWEEP_AT_LEAST - 1, "seen before it is swept");
+        let fresh = question("team", "reader", "db");
+        held.hold(&fresh, true, held.asking());
+        assert_eq!(held.lock().answers.len(), 1, "every answer past due swept");
+        assert_eq!(held.answer(&fresh), Some(true));
+        assert_eq!(held.lock().sweep_at, SWEEP_AT_LEAST);
     }
 
     #[test]
