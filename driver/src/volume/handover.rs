@@ -57,10 +57,38 @@ pub enum Word {
     Refused,
     /// "The node is yours."
     LetGo,
+    /// "I wrote the file you named into the state directory" (the successor's proof).
+    Proved,
 }
 
-const WORDS: [(Word, &[u8; 8]); 4] =
-    [(Word::Ask, b"IGH1ASK_"), (Word::Taken, b"IGH1TAKE"), (Word::Refused, b"IGH1NOPE"), (Word::LetGo, b"IGH1GONE")];
+const WORDS: [(Word, &[u8; 8]); 5] = [
+    (Word::Ask, b"IGH1ASK_"),
+    (Word::Taken, b"IGH1TAKE"),
+    (Word::Refused, b"IGH1NOPE"),
+    (Word::LetGo, b"IGH1GONE"),
+    (Word::Proved, b"IGH1PRVD"),
+];
+
+/// What the predecessor says, in place of a frame, before it hands anything: "write the file
+/// named by the 32 hex digits that follow into the state directory". Only a process that may
+/// write the driver's state directory can answer it (a pod with that directory mounted
+/// read-only cannot), and the file's owner is checked too.
+pub const PROVE: &[u8; 8] = b"IGH1PROV";
+/// The proof file's name in the state directory, before the challenge's hex digits.
+pub const PROOF_PREFIX: &str = ".handover-proof-";
+/// How many hex digits a challenge holds (128 random bits).
+pub const CHALLENGE_DIGITS: usize = 32;
+
+/// What the successor receives after it asked.
+#[derive(Debug)]
+pub enum Frame {
+    /// A volume and its connection.
+    Volume(Box<HandedVolume>, OwnedFd),
+    /// Every volume was sent.
+    End,
+    /// The predecessor asks for the proof named by this challenge (hex digits) first.
+    Prove(String),
+}
 
 /// Says `word`.
 pub fn say(mut socket: &UnixStream, word: Word) -> Result<()> {
@@ -99,6 +127,13 @@ pub fn send(socket: &UnixStream, volume: &HandedVolume, device: BorrowedFd, boun
     writer.write_all(&json).map_err(|error| failed("sending a volume", error))
 }
 
+/// Asks the successor to prove it may write the state directory: the file named by `challenge`.
+pub fn send_challenge(mut socket: &UnixStream, challenge: &str) -> Result<()> {
+    let mut bytes = PROVE.to_vec();
+    bytes.extend_from_slice(challenge.as_bytes());
+    socket.write_all(&bytes).map_err(|error| failed("asking for a proof", error))
+}
+
 /// Says that every volume was sent.
 pub fn send_end(socket: &UnixStream) -> Result<()> {
     send_header(socket, 0, None)
@@ -124,6 +159,16 @@ fn send_header(socket: &UnixStream, length: u64, device: Option<BorrowedFd>) -> 
 /// of more than `bound` bytes, JSON that is not a volume) is an error naming what is wrong,
 /// quoting none of the frame (it holds file contents).
 pub fn receive(socket: &UnixStream, bound: u64) -> Result<Option<(HandedVolume, OwnedFd)>> {
+    match receive_frame(socket, bound)? {
+        Frame::Volume(volume, device) => Ok(Some((*volume, device))),
+        Frame::End => Ok(None),
+        Frame::Prove(_) => Err(failed("receiving a frame", "a proof was asked for where a volume was expected")),
+    }
+}
+
+/// The next frame: a volume and its connection, the end, or (before any volume) a challenge.
+/// Errors as [`receive`].
+pub fn receive_frame(socket: &UnixStream, bound: u64) -> Result<Frame> {
     let mut header = [0u8; 8];
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
     let mut control = RecvAncillaryBuffer::new(&mut space);
@@ -148,9 +193,19 @@ pub fn receive(socket: &UnixStream, bound: u64) -> Result<Option<(HandedVolume, 
     }
     let mut reader = socket;
     reader.read_exact(&mut header[received.bytes..]).map_err(|error| failed("receiving a frame's length", error))?;
+    if header == *PROVE && devices.is_empty() {
+        let mut challenge = [0u8; CHALLENGE_DIGITS];
+        reader.read_exact(&mut challenge).map_err(|error| failed("receiving a challenge", error))?;
+        return match std::str::from_utf8(&challenge) {
+            Ok(hex) if hex.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()) => {
+                Ok(Frame::Prove(hex.to_string()))
+            }
+            _ => Err(failed("receiving a challenge", "it is not lowercase hex digits")),
+        };
+    }
     let length = u64::from_le_bytes(header);
     match (length, devices.len()) {
-        (0, 0) => return Ok(None),
+        (0, 0) => return Ok(Frame::End),
         (0, _) => return Err(failed("receiving the end", "it carried a descriptor")),
         (_, 1) => {}
         (_, count) => return Err(failed("receiving a frame", format!("it carried {count} descriptors, not one"))),
@@ -163,7 +218,10 @@ pub fn receive(socket: &UnixStream, bound: u64) -> Result<Option<(HandedVolume, 
     let volume: HandedVolume = serde_json::from_slice(&json).map_err(|error| {
         failed("reading a frame", format!("not a volume's state (line {}, column {})", error.line(), error.column()))
     })?;
-    Ok(devices.pop().map(|device| (volume, device)))
+    devices
+        .pop()
+        .map(|device| Frame::Volume(Box::new(volume), device))
+        .ok_or_else(|| failed("receiving a frame", "its descriptor was lost"))
 }
 
 pub mod offer;

@@ -6,6 +6,12 @@
 //! lock released, its CSI sockets no longer served, their files left for the successor to
 //! replace) and says so. Short of that word, every volume is resumed and served on, as if
 //! nobody had asked.
+//!
+//! Who may ask: a peer of this process's own user (root), that proves it may write the state
+//! directory by creating there the file a fresh challenge names, within [`PROOF_WITHIN`], before
+//! anything is paused. A root process in a pod that mounts the state directory read-only (or any
+//! other user) is refused without a volume paused, and a handover that pauses the volumes is
+//! started at most once every [`PAUSES_EVERY`].
 
 use std::os::fd::AsFd as _;
 use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
@@ -16,7 +22,7 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 use super::take::STEP_TIMEOUT;
-use super::{HandedVolume, Word, hear, say, send, send_end};
+use super::{CHALLENGE_DIGITS, HandedVolume, PROOF_PREFIX, Word, hear, say, send, send_challenge, send_end};
 use crate::quote::{Logged, quote_path};
 use crate::volume::error::{Error, Result};
 use crate::volume::service::NodeService;
@@ -28,6 +34,12 @@ pub const SOCKET_FILE: &str = "handover.sock";
 /// its helper) once paused: a helper's own timeout may be longer, and then the handover fails
 /// and everything is resumed rather than the answer lost.
 pub const ANSWERS_OWED_WITHIN: Duration = Duration::from_secs(30);
+/// How long an asking process may take to prove it may write the state directory: a driver
+/// writes one small file at once; a silent peer holds the offer no longer than this.
+pub const PROOF_WITHIN: Duration = Duration::from_secs(5);
+/// The least time between two handovers that pause the volumes (a failed one resumes them):
+/// however often a writer of the state directory asks, the volumes keep being served.
+pub const PAUSES_EVERY: Duration = Duration::from_secs(10);
 
 /// The offer, listening.
 pub struct Offer {
@@ -98,6 +110,8 @@ impl Offer {
             .map_err(|error| Error::Handover(format!("offering a handover: {}: {error}", quote_path(&path))))?;
         let listener = tokio::net::UnixListener::from_std(listener)
             .map_err(|error| Error::Handover(format!("offering a handover: {}: {error}", quote_path(&path))))?;
+        let state_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        let mut last_paused: Option<std::time::Instant> = None;
         loop {
             let socket = match listener.accept().await {
                 Ok((socket, _)) => socket,
@@ -107,14 +121,42 @@ impl Offer {
                     continue;
                 }
             };
+            if let Err(error) = same_user(&socket) {
+                warn!(problem = %Logged(&error), "a handover request was refused");
+                continue;
+            }
             let node = node.clone();
+            let state_dir = state_dir.clone();
             let handed = tokio::task::spawn_blocking(move || {
                 let socket = blocking(socket)?;
-                hand_off(&socket, &node, frame_bound).map(|count| (socket, count))
+                proved(&socket, &state_dir)?;
+                if let Some(since) = last_paused.map(|at| at.elapsed()).filter(|since| *since < PAUSES_EVERY) {
+                    let _ = say(&socket, Word::Refused);
+                    return Err(Error::Handover(format!(
+                        "a handover was asked {} ms after the last one paused the volumes; at most one every {} s",
+                        since.as_millis(),
+                        PAUSES_EVERY.as_secs()
+                    )));
+                }
+                Ok((socket, std::time::Instant::now()))
             })
             .await
             .map_err(|error| Error::Handover(format!("the handover's task: {error}")))
-            .and_then(|handed| handed);
+            .and_then(|proved| proved);
+            let (socket, paused_at) = match handed {
+                Ok(proved) => proved,
+                Err(error) => {
+                    warn!(problem = %Logged(&error), "a handover request was refused; no volume was paused");
+                    continue;
+                }
+            };
+            last_paused = Some(paused_at);
+            let node = node.clone();
+            let handed =
+                tokio::task::spawn_blocking(move || hand_off(&socket, &node, frame_bound).map(|count| (socket, count)))
+                    .await
+                    .map_err(|error| Error::Handover(format!("the handover's task: {error}")))
+                    .and_then(|handed| handed);
             match handed {
                 Ok((socket, count)) => {
                     // Before the word: the successor opens its own offer at the same path once
@@ -148,13 +190,68 @@ fn blocking(socket: tokio::net::UnixStream) -> Result<std::os::unix::net::UnixSt
     Ok(socket)
 }
 
-/// One successor's handover, from its request to its word that it has taken every volume; how
-/// many were handed.
-fn hand_off(socket: &std::os::unix::net::UnixStream, node: &NodeService, frame_bound: u64) -> Result<usize> {
+/// Refuses a peer that does not run as this process's user (root): only a driver may ask.
+fn same_user(socket: &tokio::net::UnixStream) -> Result<()> {
+    let peer = socket
+        .peer_cred()
+        .map_err(|error| Error::Handover(format!("reading the asking process's credentials: {error}")))?;
+    let own = nix::unistd::geteuid().as_raw();
+    if peer.uid() != own {
+        return Err(Error::Handover(format!("the asking process runs as uid {}, not {own}", peer.uid())));
+    }
+    Ok(())
+}
+
+/// Hears the successor's request and has it prove that it may write `state_dir`: it creates
+/// there, owned by this process's user, the file a fresh challenge names, which is then removed.
+/// Nothing is paused before; the proof must come within [`PROOF_WITHIN`].
+fn proved(socket: &std::os::unix::net::UnixStream, state_dir: &Path) -> Result<()> {
+    let timeouts = |within: Duration| {
+        socket
+            .set_read_timeout(Some(within))
+            .map_err(|error| Error::Handover(format!("setting the handover's timeout: {error}")))
+    };
+    timeouts(PROOF_WITHIN)?;
     match hear(socket, "a successor's request")? {
         Word::Ask => {}
         other => return Err(Error::Handover(format!("a successor said {other:?} instead of asking"))),
     }
+    let challenge = challenge()?;
+    send_challenge(socket, &challenge)?;
+    let word = hear(socket, "the successor's proof");
+    let proof = state_dir.join(format!("{PROOF_PREFIX}{challenge}"));
+    let found = std::fs::symlink_metadata(&proof);
+    // Removed whatever was found, so that no proof outlives its challenge.
+    let _ = std::fs::remove_file(&proof);
+    if word? != Word::Proved {
+        return Err(Error::Handover("the asking process did not say it wrote the proof".into()));
+    }
+    let own = nix::unistd::geteuid().as_raw();
+    match found {
+        Ok(metadata) if metadata.file_type().is_file() && metadata.uid() == own => {}
+        _ => {
+            return Err(Error::Handover(
+                "the asking process did not write the proof into the state directory: it is not a driver of this node"
+                    .into(),
+            ));
+        }
+    }
+    timeouts(STEP_TIMEOUT)
+}
+
+/// A fresh challenge: 128 bits from the kernel's random source, as lowercase hex.
+fn challenge() -> Result<String> {
+    use std::io::Read as _;
+    let mut bytes = [0u8; CHALLENGE_DIGITS / 2];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut random| random.read_exact(&mut bytes))
+        .map_err(|error| Error::Handover(format!("making a challenge: /dev/urandom: {error}")))?;
+    Ok(bytes.iter().map(|byte| format!("{byte:02x}")).collect())
+}
+
+/// One successor's handover, once it has asked and proved itself: every lazy volume paused and
+/// sent, until its word that it has taken them; how many were handed.
+fn hand_off(socket: &std::os::unix::net::UnixStream, node: &NodeService, frame_bound: u64) -> Result<usize> {
     let mut count = 0;
     node.hand_over_lazy(|mounts| {
         let sent = (|| {
@@ -181,4 +278,75 @@ fn hand_off(socket: &std::os::unix::net::UnixStream, node: &NodeService, frame_b
         sent
     })?;
     Ok(count)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::volume::handover::{Frame, receive_frame};
+    use std::os::unix::net::UnixStream;
+
+    /// Runs `asker` as the asking side of `proved` over a socket pair, in a state directory.
+    fn ask_with(asker: impl FnOnce(&UnixStream, &Path, String) + Send + 'static) -> (Result<()>, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let (offer, asking) = UnixStream::pair().unwrap();
+        let state_dir = dir.path().to_path_buf();
+        let successor = std::thread::spawn(move || {
+            say(&asking, Word::Ask).unwrap();
+            let Frame::Prove(challenge) = receive_frame(&asking, 1 << 20).unwrap() else { panic!("no challenge") };
+            assert_eq!(challenge.len(), CHALLENGE_DIGITS);
+            asker(&asking, &state_dir, challenge);
+        });
+        let result = proved(&offer, dir.path());
+        successor.join().unwrap();
+        (result, dir)
+    }
+
+    fn proofs_left(dir: &Path) -> usize {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with(PROOF_PREFIX))
+            .count()
+    }
+
+    #[test]
+    fn a_process_that_cannot_write_the_state_directory_is_refused_before_anything_is_paused() {
+        let (result, dir) = ask_with(|socket, _, _| say(socket, Word::Proved).unwrap());
+        let error = result.unwrap_err().to_string();
+        assert!(
+            error.contains("did not write the proof into the state directory: it is not a driver of this node"),
+            "{error}"
+        );
+        // A proof made for another challenge (or left from an earlier one) proves nothing.
+        let (result, _) = ask_with(|socket, dir, _| {
+            std::fs::write(dir.join(format!("{PROOF_PREFIX}{}", "0".repeat(CHALLENGE_DIGITS))), b"").unwrap();
+            say(socket, Word::Proved).unwrap();
+        });
+        assert!(result.is_err());
+        // A directory where the file should be is no proof either, and is left alone.
+        let (result, dir2) = ask_with(|socket, dir, challenge| {
+            std::fs::create_dir(dir.join(format!("{PROOF_PREFIX}{challenge}"))).unwrap();
+            say(socket, Word::Proved).unwrap();
+        });
+        assert!(result.is_err());
+        assert_eq!(proofs_left(dir.path()), 0);
+        drop(dir2);
+    }
+
+    #[test]
+    fn a_driver_that_writes_the_proof_is_heard_and_the_proof_is_removed() {
+        let (result, dir) = ask_with(|socket, dir, challenge| {
+            std::fs::write(dir.join(format!("{PROOF_PREFIX}{challenge}")), b"").unwrap();
+            say(socket, Word::Proved).unwrap();
+        });
+        result.unwrap();
+        assert_eq!(proofs_left(dir.path()), 0, "the proof outlives no challenge");
+    }
+
+    #[test]
+    fn challenges_are_fresh_lowercase_hex() {
+        let (one, two) = (challenge().unwrap(), challenge().unwrap());
+        assert_ne!(one, two);
+        assert!(one.len() == CHALLENGE_DIGITS && one.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
+    }
 }

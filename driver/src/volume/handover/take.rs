@@ -13,7 +13,7 @@ use std::time::Duration;
 use tracing::warn;
 
 use super::offer::SOCKET_FILE;
-use super::{HandedVolume, Word, hear, receive, say};
+use super::{Frame, HandedVolume, PROOF_PREFIX, Word, hear, receive_frame, say};
 use crate::content::ContentSource;
 use crate::content::lazy::LazyFiles;
 use crate::quote::{Logged, quote, quote_path};
@@ -38,6 +38,30 @@ pub struct TakenVolume {
     pub device: OwnedFd,
 }
 
+/// Writes the proof `challenge` names into `state_dir` (new, 0600): only a process that may write
+/// the driver's state directory can.
+fn prove(state_dir: &Path, challenge: &str) -> Result<()> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let path = state_dir.join(format!("{PROOF_PREFIX}{challenge}"));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .map(drop)
+        .map_err(|error| Error::Handover(format!("writing the handover's proof {}: {error}", quote_path(&path))))
+}
+
+/// Removes any proof file left in `state_dir`.
+fn remove_proofs(state_dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(state_dir) else { return };
+    for entry in entries.flatten() {
+        if entry.file_name().to_string_lossy().starts_with(PROOF_PREFIX) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
 /// Asks the driver holding `state_dir` for its lazy volumes, laying their files out with
 /// `content`. `None` when it offers none (no offer socket, or nobody answers on it: a driver
 /// from before handovers); the volumes once this process has said it took them (the lock is
@@ -59,8 +83,20 @@ pub fn ask(state_dir: &Path, content: &dyn ContentSource, tmpfs_size: u64) -> Re
     timeouts.map_err(|error| Error::Handover(format!("setting the handover's timeouts: {error}")))?;
     say(&socket, Word::Ask)?;
     let mut taken = Vec::new();
-    while let Some((volume, device)) = receive(&socket, super::frame_bound(tmpfs_size))? {
-        let HandedVolume { volume_id, mount, files } = volume;
+    loop {
+        let (volume, device) = match receive_frame(&socket, super::frame_bound(tmpfs_size))? {
+            Frame::Volume(volume, device) => (volume, device),
+            Frame::End => break,
+            // Asked only before the first volume (a predecessor from before the proof asks
+            // nothing): the file goes once the predecessor has looked at it.
+            Frame::Prove(challenge) if taken.is_empty() => {
+                prove(state_dir, &challenge)?;
+                say(&socket, Word::Proved)?;
+                continue;
+            }
+            Frame::Prove(_) => return Err(Error::Handover("the running driver asked for a proof twice".into())),
+        };
+        let HandedVolume { volume_id, mount, files } = *volume;
         match content.lazy_handed(files) {
             Ok(files) => taken.push(TakenVolume { volume_id, mount, files, device }),
             Err(error) => {
@@ -75,6 +111,8 @@ pub fn ask(state_dir: &Path, content: &dyn ContentSource, tmpfs_size: u64) -> Re
         }
     }
     say(&socket, Word::Taken)?;
+    // The predecessor removes the proof; one it could not is not left behind.
+    remove_proofs(state_dir);
     // From here the volumes are this process's whatever the predecessor says next: it stops
     // serving them once it has the word, and a predecessor that dies instead has closed only
     // its own descriptors. The lock tells when the node is free.
