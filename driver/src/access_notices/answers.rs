@@ -43,11 +43,15 @@ pub struct Answer {
     pub round: u64,
 }
 
-/// Every question some node lists, with its last answer; and the looks still due.
+/// Every question some node lists, with its last answer; the round of the last grant change
+/// noticed in each namespace (and for every namespace), which an answer must not predate to be
+/// current; and the looks still due.
 #[derive(Debug, Default)]
 pub struct AnswerBook {
     round: u64,
     known: HashMap<String, Answer>,
+    noticed: HashMap<String, u64>,
+    every_noticed: u64,
     again: BTreeMap<Instant, Notices>,
 }
 
@@ -63,9 +67,13 @@ impl AnswerBook {
         self.known.get(question).copied()
     }
 
-    /// Whether `question` was answered in this round (after this round's notices were taken).
-    pub fn answered_now(&self, question: &str) -> bool {
-        self.known.get(question).is_some_and(|answer| answer.round == self.round)
+    /// Whether the answer to `question` is current: asked after the last grant change noticed
+    /// in its namespace (or for every namespace), this round's included.
+    pub fn current(&self, question: &str) -> bool {
+        let Some(answer) = self.known.get(question) else { return false };
+        let Some(parsed) = AccessQuestion::parse(question) else { return false };
+        let noticed = self.noticed.get(&parsed.namespace).copied().unwrap_or(0).max(self.every_noticed);
+        answer.round >= noticed
     }
 
     /// Notes that `notices`' grant changes are to be looked at again as [`AGAIN`] says, from `now`.
@@ -98,10 +106,23 @@ impl AnswerBook {
         due
     }
 
+    /// Notes the grant changes of this round (`notices`): an answer asked before now is not
+    /// current for the namespaces they name.
+    pub fn noticed(&mut self, notices: &Notices) {
+        if notices.every_namespace {
+            self.every_noticed = self.round;
+        }
+        for namespace in &notices.namespaces {
+            self.noticed.insert(namespace.clone(), self.round);
+        }
+    }
+
     /// The questions this round asks, at most [`ROUND_QUESTIONS`]: those `concerned` names (a
-    /// grant change of their namespace, now or looked at again), then those of a namespace new
-    /// to a node (its status has no entry for it yet), then those never asked. Forgets the
-    /// answers of questions no node lists any more.
+    /// grant change of their namespace, now or looked at again), then those whose answer is not
+    /// current (never asked, or asked before a change a round could not ask again). A question
+    /// is asked once for every node that lists it, and a node's new namespace costs nothing
+    /// when its questions are current. Forgets the answers of questions no node lists any more,
+    /// and the changes of namespaces none of them is of.
     pub fn to_ask<'a>(
         &mut self,
         nodes: impl Iterator<Item = (&'a SharedResourceNodeSpec, Option<&'a NodeNotices>)>,
@@ -110,20 +131,23 @@ impl AnswerBook {
         let mut listed: HashSet<&'a str> = HashSet::new();
         let mut first: BTreeSet<&'a str> = BTreeSet::new();
         let mut second: BTreeSet<&'a str> = BTreeSet::new();
-        for (spec, status) in nodes {
+        let mut namespaces: HashSet<String> = HashSet::new();
+        for (spec, _) in nodes {
             for key in spec.questions.iter().take(MAX_QUESTIONS) {
-                listed.insert(key);
+                if !listed.insert(key) {
+                    continue;
+                }
                 let Some(question) = AccessQuestion::parse(key) else { continue };
                 if concerned.every_namespace || concerned.namespaces.contains(&question.namespace) {
                     first.insert(key);
-                } else if status.is_none_or(|status| status.of(&question.namespace).is_none())
-                    || !self.known.contains_key(key.as_str())
-                {
+                } else if !self.current(key) {
                     second.insert(key);
                 }
+                namespaces.insert(question.namespace);
             }
         }
         self.known.retain(|key, _| listed.contains(key.as_str()));
+        self.noticed.retain(|namespace, _| namespaces.contains(namespace));
         let second = second.into_iter().filter(|key| !first.contains(key)).collect::<Vec<_>>();
         first.into_iter().chain(second).take(ROUND_QUESTIONS).filter_map(AccessQuestion::parse).collect()
     }
@@ -228,16 +252,24 @@ mod tests {
         book.begin_round();
         let quiet = book.to_ask([(&one, Some(&status)), (&two, Some(&status))].into_iter(), &Notices::default());
         assert!(quiet.is_empty(), "known and nothing changed: {quiet:?}");
+        book.noticed(&grant_changed(&["team-a"]));
+        assert!(!book.current(A_DB) && book.current(B_DB), "team-a's answers predate its change");
         let asked =
             book.to_ask([(&one, Some(&status)), (&two, Some(&status))].into_iter(), &grant_changed(&["team-a"]));
         assert_eq!(keys(&asked), [A_CA, A_DB], "team-a's, once though two nodes list one");
         assert!(!book.record(&asked[0], true), "the same answer is no change");
         assert!(book.record(&asked[1], false), "a revocation is");
-        assert!(book.answered_now(A_DB) && !book.answered_now(B_DB));
+        assert!(book.current(A_DB) && book.current(B_DB));
+        // A review that failed leaves its answer stale until a round asks it again.
+        book.begin_round();
+        book.noticed(&grant_changed(&["team-b"]));
+        assert!(!book.current(B_DB));
+        let again = book.to_ask([(&one, Some(&status))].into_iter(), &Notices::default());
+        assert_eq!(keys(&again), [B_DB], "a stale answer is asked again without a notice");
     }
 
     #[test]
-    fn a_namespace_new_to_a_node_has_its_questions_asked_and_unlisted_ones_are_forgotten() {
+    fn a_namespace_new_to_a_node_costs_no_review_while_its_answers_are_current_and_unlisted_ones_are_forgotten() {
         let mut book = AnswerBook::default();
         let one = spec(&[A_DB]);
         book.begin_round();
@@ -246,7 +278,8 @@ mod tests {
         }
         book.begin_round();
         let asked = book.to_ask([(&one, Some(&serving(&[])))].into_iter(), &Notices::default());
-        assert_eq!(keys(&asked), [A_DB], "its status has no entry for team-a yet");
+        assert!(asked.is_empty(), "another node's answer, current: {asked:?}");
+        assert!(book.current(A_DB));
         let none = spec(&[]);
         book.to_ask([(&none, None)].into_iter(), &Notices::default());
         assert_eq!(book.answer(A_DB), None, "no node lists it");

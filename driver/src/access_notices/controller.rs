@@ -287,6 +287,8 @@ async fn write_notices(
         tokio::time::sleep(GATHER).await;
         let (notices, changed) = gathered.take();
         book.begin_round();
+        // Answers asked before these changes are no longer current for their namespaces.
+        book.noticed(&notices);
         let mut concerned = book.due_looks(tokio::time::Instant::now());
         concerned.extend(&notices);
         let states = nodes.state();

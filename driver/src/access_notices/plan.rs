@@ -159,9 +159,10 @@ impl Notices {
 /// the spec no longer lists go. A node whose spec says `everyNamespace` (`everyObject`) is told
 /// of every namespace's (object's) notices through that value. Each raised value is at least
 /// one more than before, so two notices in the same millisecond still change it. A raised
-/// namespace value is `answered` when every question of it the spec lists was answered in this
-/// round (after the notices were taken), and so is a raised `everyNamespace` when every question
-/// was; `answers` holds the book's answer to each listed question.
+/// namespace value is `answered` when the book's answer to every question of it the spec lists
+/// is current (asked after the last grant change noticed there, this round's included), and so
+/// is a raised `everyNamespace` when every listed question's is; `answers` holds the book's
+/// answer to each listed question.
 pub fn next_status(
     spec: &SharedResourceNodeSpec,
     current: &NodeNotices,
@@ -171,12 +172,12 @@ pub fn next_status(
 ) -> Option<NodeNotices> {
     let raise = |before: Option<i64>| before.map_or(now, |before| now.max(before.saturating_add(1)));
     let questions: Vec<&String> = spec.questions.iter().take(MAX_QUESTIONS).collect();
-    let answered_now = |namespace: Option<&str>| {
+    let answered = |namespace: Option<&str>| {
         questions
             .iter()
             .filter_map(|key| AccessQuestion::parse(key).map(|question| (key, question)))
             .filter(|(_, question)| namespace.is_none_or(|namespace| question.namespace == namespace))
-            .all(|(key, _)| book.answered_now(key))
+            .all(|(key, _)| book.current(key))
     };
     let listed_namespaces: BTreeSet<&String> = spec.namespaces.iter().take(MAX_NAMESPACES).collect();
     let namespaces = listed_namespaces
@@ -186,7 +187,7 @@ pub fn next_status(
             before => NamespaceGrantChanges {
                 namespace: namespace.clone(),
                 noticed: raise(before.map(|entry| entry.noticed)),
-                answered: answered_now(Some(namespace)),
+                answered: answered(Some(namespace)),
             },
         })
         .collect();
@@ -209,11 +210,7 @@ pub fn next_status(
         } else {
             current.every_namespace
         },
-        every_namespace_answered: if raise_every_namespace {
-            answered_now(None)
-        } else {
-            current.every_namespace_answered
-        },
+        every_namespace_answered: if raise_every_namespace { answered(None) } else { current.every_namespace_answered },
         answers: questions
             .iter()
             .filter_map(|key| {
@@ -405,7 +402,7 @@ mod tests {
     }
 
     #[test]
-    fn a_raised_namespace_is_answered_when_its_every_listed_question_was_asked_this_round() {
+    fn a_raised_namespace_is_answered_when_its_every_listed_question_was_asked_since_its_last_change() {
         let (db, ca) = ("team-a/web/sharedsecrets/db", "team-a/web/sharedconfigmaps/ca");
         let other = "team-b/web/sharedsecrets/db";
         let node = SharedResourceNodeSpec {
@@ -420,24 +417,30 @@ mod tests {
             book.record(&question(key), true);
         }
         let first = next_status(&node, &NodeNotices::default(), &Notices::default(), 10, &book).unwrap();
-        assert!(first.namespaces.iter().all(|entry| entry.answered), "new entries, every question asked now");
+        assert!(first.namespaces.iter().all(|entry| entry.answered), "new entries, every answer current");
         assert_eq!(first.answer(db), Some(true));
         assert_eq!(first.answers.len(), 3);
 
         book.begin_round();
+        book.noticed(&notices(&["team-a"], false));
         book.record(&question(db), false);
         let revoked = next_status(&node, &first, &notices(&["team-a"], false), 20, &book).unwrap();
         let team_a = &revoked.namespaces[0];
-        assert_eq!((team_a.noticed, team_a.answered), (20, false), "ca was not asked again this round");
+        assert_eq!((team_a.noticed, team_a.answered), (20, false), "ca was not asked again since the change");
         assert_eq!(revoked.answer(db), Some(false));
 
         book.begin_round();
+        book.noticed(&notices(&["team-a"], false));
         book.record(&question(db), false);
         book.record(&question(ca), true);
         let answered = next_status(&node, &revoked, &notices(&["team-a"], false), 30, &book).unwrap();
         assert!(answered.namespaces[0].answered);
         assert_eq!(answered.namespaces[1], revoked.namespaces[1], "team-b untouched");
+        book.begin_round();
+        book.noticed(&notices(&[], true));
+        book.record(&question(db), false);
+        book.record(&question(ca), true);
         let every = next_status(&node, &answered, &notices(&[], true), 40, &book).unwrap();
-        assert!(!every.every_namespace_answered, "team-b's question was not asked in this round");
+        assert!(!every.every_namespace_answered, "team-b's question was not asked since the change");
     }
 }
