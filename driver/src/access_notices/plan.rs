@@ -172,12 +172,18 @@ pub fn next_status(
 ) -> Option<NodeNotices> {
     let raise = |before: Option<i64>| before.map_or(now, |before| now.max(before.saturating_add(1)));
     let questions: Vec<&String> = spec.questions.iter().take(MAX_QUESTIONS).collect();
-    let answered = |namespace: Option<&str>| {
-        questions
-            .iter()
-            .filter_map(|key| AccessQuestion::parse(key).map(|question| (key, question)))
-            .filter(|(_, question)| namespace.is_none_or(|namespace| question.namespace == namespace))
-            .all(|(key, _)| book.current(key))
+    // Each listed question looked at once: the namespaces one of whose questions is not current.
+    let mut stale: std::collections::HashSet<String> = std::collections::HashSet::new();
+    for key in &questions {
+        if let Some(question) = AccessQuestion::parse(key)
+            && !book.current(key)
+        {
+            stale.insert(question.namespace);
+        }
+    }
+    let answered = |namespace: Option<&str>| match namespace {
+        Some(namespace) => !stale.contains(namespace),
+        None => stale.is_empty(),
     };
     let listed_namespaces: BTreeSet<&String> = spec.namespaces.iter().take(MAX_NAMESPACES).collect();
     let namespaces = listed_namespaces
