@@ -1,6 +1,7 @@
-//! Slots shared fairly: at most `total` held at once, and at most `per_owner` by any one owner
-//! (a namespace), so that no tenant can hold every slot of the node (helper programs, refreshes,
-//! publishes) and make the others wait behind its slow work. A waiter whose owner is at its part
+//! Slots shared fairly: at most `total` held at once, and by any one owner (a namespace) at most
+//! `per_owner` and at most half of what the other owners leave, so that no tenant, nor two, can
+//! hold every slot of the node (helper programs, refreshes, publishes) and make the others wait
+//! behind their slow work. A waiter whose owner is at its part
 //! waits for its own owner's slots, never ahead of another owner that could run.
 
 use std::collections::HashMap;
@@ -66,7 +67,12 @@ impl FairSlots {
     pub fn try_acquire(self: &Arc<Self>, owner: &str) -> Option<FairSlot> {
         let mut held = self.held.locked();
         let of_owner = held.by_owner.get(owner).copied().unwrap_or(0);
-        if held.total >= self.total || of_owner >= self.per_owner {
+        // Half of what the other owners leave (rounded up), within the owner's bound: a fixed
+        // half would let two owners hold every slot; so, a second owner finds a quarter, a third
+        // an eighth, and no owner finds none while a slot is free.
+        let left = self.total.saturating_sub(held.total - of_owner);
+        let part = self.per_owner.min(left.div_ceil(2));
+        if held.total >= self.total || of_owner >= part {
             return None;
         }
         held.total += 1;
@@ -121,6 +127,24 @@ mod tests {
         drop(first);
         assert_eq!(slots.held_by("attacker"), 1);
         assert!(slots.try_acquire("fourth").is_some());
+    }
+
+    #[test]
+    fn two_owners_cannot_hold_every_slot_and_each_next_one_finds_one() {
+        let slots = FairSlots::halved(8);
+        let mut held = Vec::new();
+        let mut took = Vec::new();
+        for owner in ["first", "second", "third", "fourth", "fifth"] {
+            let before = held.len();
+            while let Some(slot) = slots.try_acquire(owner) {
+                held.push(slot);
+            }
+            took.push(held.len() - before);
+        }
+        assert_eq!(took, [4, 2, 1, 1, 0], "half of what the others leave, rounded up, until the pool is full");
+        // The first owner's slots go: the second may take more than its quarter now.
+        held.drain(..4);
+        assert!(slots.try_acquire("second").is_some());
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The node's content budget as kubelet meets it: publishes over the real socket into real
 //! tmpfs mounts, one namespace filling its part until it is refused (RESOURCE_EXHAUSTED naming
-//! the budget), another namespace served meanwhile, the node's budget as a whole, what an
-//! unpublish gives back, and a restarted driver holding what it finds mounted.
+//! the budget), a second and a third namespace served meanwhile (two cannot fill the node),
+//! what an unpublish gives back and to whom, and a restarted driver holding what it finds
+//! mounted.
 
 use std::path::{Path, PathBuf};
 
@@ -123,55 +124,57 @@ async fn one_namespace_is_refused_beyond_its_part_while_another_is_served_and_a_
     assert_eq!(attacker.len(), 3, "{}", refused.message());
     assert_eq!(refused.code(), Code::ResourceExhausted, "{}", refused.message());
     assert!(refused.message().contains("namespace \"attacker\""), "{}", refused.message());
-    assert!(
-        refused.message().contains("of the 4194304 bytes one namespace may hold on a node (namespaceContentBudget)")
-    );
+    assert!(refused.message().contains("of the 4194304 bytes it may hold on this node now"), "{}", refused.message());
+    assert!(refused.message().contains("namespaceContentBudget"), "{}", refused.message());
     for (_, target) in &attacker {
         assert_eq!(std::fs::read(target.join("blob")).unwrap().len(), MIB as usize, "served in full");
     }
 
-    // Another namespace is served as if the first were not there.
+    // A second namespace may hold half of what the first leaves (about 4.8 MiB): two volumes.
     let (victim, refused) = fill(&mut node, root, "victim", 0).await;
-    assert_eq!(victim.len(), 3, "{}", refused.message());
-    // A third namespace meets the node's budget: 6 volumes held, 7 fit 8 MiB, an 8th does not.
+    assert_eq!(victim.len(), 2, "{}", refused.message());
+    assert!(refused.message().contains("half of what other namespaces leave"), "{}", refused.message());
+    // Two namespaces do not fill the node: a third still mounts (half of about 2.7 MiB left).
     let (third, refused) = fill(&mut node, root, "third", 0).await;
     assert_eq!(third.len(), 1, "{}", refused.message());
     assert_eq!(refused.code(), Code::ResourceExhausted);
-    assert!(
-        refused.message().contains("of the 8388608 bytes the driver may hold (contentBudget)"),
-        "{}",
-        refused.message()
-    );
+    // A fourth finds less than a volume's worth (half of about 1.7 MiB).
+    let (fourth, refused) = fill(&mut node, root, "fourth", 0).await;
+    assert!(fourth.is_empty(), "{}", refused.message());
+    assert!(refused.message().contains("namespace \"fourth\" already hold 0 of the"), "{}", refused.message());
 
     // The budget counts at least what the kernel charges: pages of every mount, below the node's.
     let all: Vec<Published> = attacker.iter().chain(&victim).chain(&third).cloned().collect();
     let kernel = used_by_mounts(&all);
-    assert!(kernel >= 7 * MIB, "the positive control: the mounts hold the files ({kernel} bytes)");
+    assert!(kernel >= 6 * MIB, "the positive control: the mounts hold the files ({kernel} bytes)");
     assert!(kernel <= 8 * MIB, "the mounts hold {kernel} bytes, more than the budget");
 
-    // An unpublish gives its part back.
+    // An unpublish gives its part back, and the others' parts grow: the first namespace, still
+    // over half of what the others leave, gets nothing; the fourth gets a volume.
     let (volume_id, target) = &attacker[0];
     node.node_unpublish_volume(unpublish_request(volume_id, target)).await.unwrap();
     assert!(!listed_in_mountinfo(target).unwrap_or(false));
     let (again, _) = fill(&mut node, root, "attacker", 100).await;
-    assert_eq!(again.len(), 1, "the freed MiB is the namespace's again");
+    assert!(again.is_empty(), "the first namespace grew back past its part");
+    let (fourth, _) = fill(&mut node, root, "fourth", 100).await;
+    assert_eq!(fourth.len(), 1, "the freed MiB went to the namespace holding nothing");
 
     // Restarted, the driver holds what it finds mounted, measured (not each volume's whole
-    // tmpfsSize, which would make 14 MiB of these 7 volumes): the namespace is still full.
+    // tmpfsSize, which would make 12 MiB of these 6 volumes): the first namespace is still full.
     running.stop().await;
     let restarted = plugin(root);
     let metrics = restarted.metrics.clone();
     let (mut node, running) = Running::start(restarted).await;
-    let mounted: Vec<Published> = attacker[1..].iter().chain(&again).chain(&victim).chain(&third).cloned().collect();
+    let mounted: Vec<Published> = attacker[1..].iter().chain(&victim).chain(&third).chain(&fourth).cloned().collect();
     let (kernel, held) = (used_by_mounts(&mounted), content_bytes(&metrics));
-    assert!(kernel >= 7 * MIB, "the positive control: the mounts hold the files ({kernel} bytes)");
+    assert!(kernel >= 6 * MIB, "the positive control: the mounts hold the files ({kernel} bytes)");
     assert!(held >= kernel && held <= 8 * MIB, "held {held} bytes for mounts holding {kernel}");
     let (after, refused) = fill(&mut node, root, "attacker", 200).await;
     assert!(after.is_empty(), "a restart forgot what the namespace holds");
     assert_eq!(refused.code(), Code::ResourceExhausted);
 
     // Everything taken down again: nothing of the test stays mounted.
-    for (volume_id, target) in attacker[1..].iter().chain(&again).chain(&victim).chain(&third) {
+    for (volume_id, target) in &mounted {
         assert!(listed_in_mountinfo(target).unwrap(), "the positive control: {} is mounted", target.display());
         node.node_unpublish_volume(unpublish_request(volume_id, target)).await.unwrap();
         assert!(!listed_in_mountinfo(target).unwrap_or(false), "{} unmounted", target.display());

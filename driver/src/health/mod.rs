@@ -348,20 +348,21 @@ mod tests {
         use tokio::io::AsyncWriteExt as _;
         let (port, _stop, _dir) = serving(slots(6, 4)).await;
         let mut held = Vec::new();
-        for source in ["127.0.0.3", "127.0.0.3", "127.0.0.3", "127.0.0.3", "127.0.0.4", "127.0.0.4"] {
+        // Each address at most half of what the others leave: 3, then 2, then 1.
+        for source in ["127.0.0.3", "127.0.0.3", "127.0.0.3", "127.0.0.4", "127.0.0.4", "127.0.0.5"] {
             let mut tcp = connect_from(source, port).await;
             tcp.write_all(b"G").await.unwrap();
             held.push(tcp);
         }
         // Written after the six so that the server has accepted them first.
-        let mut late = connect_from("127.0.0.5", port).await;
+        let mut late = connect_from("127.0.0.6", port).await;
         assert!(closed(&mut late).await, "a seventh connection is refused, from any address");
         drop(held);
         // Given back as the server notices the six closed; until then a probe may be refused.
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         loop {
             assert!(std::time::Instant::now() < deadline, "the six slots were never given back");
-            let mut tcp = connect_from("127.0.0.5", port).await;
+            let mut tcp = connect_from("127.0.0.6", port).await;
             tcp.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").await.unwrap();
             let mut answer = String::new();
             let _ = tokio::io::AsyncReadExt::read_to_string(&mut tcp, &mut answer).await;

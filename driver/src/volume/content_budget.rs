@@ -29,6 +29,13 @@ pub const ENTRY_BYTES: u64 = 1024;
 /// have on the node too, not only their content: 160 MiB is at most 10 240 empty volumes.
 pub const VOLUME_BYTES: u64 = 16 * 1024;
 
+/// What a lazy volume costs the node whatever its files hold: a FUSE connection and its kernel
+/// queues, the thread that serves it, its record and descriptors (about a page of kernel memory
+/// and a thread's stack resident; rounded up well past both). Counted for its namespace before
+/// the mount is made, so one namespace's lazy volumes are bounded as its tmpfs volumes are: at
+/// most 2 560 in the shipped 160 MiB part.
+pub const LAZY_VOLUME_BYTES: u64 = 64 * 1024;
+
 /// What an empty version costs: its directory and the volume (what a revocation writes).
 pub const EMPTY_VERSION_BYTES: u64 = ENTRY_BYTES + VOLUME_BYTES;
 
@@ -118,21 +125,14 @@ impl ContentBudget {
         self.ledger.locked()
     }
 
-    /// Why `bytes` more for `payer`'s volume do not fit what `ledger` holds, if they do not;
-    /// `slack` lets the node and the namespace go an eighth over.
+    /// Why `bytes` more for `payer`'s volume do not fit what `ledger` holds, if they do not.
+    /// The node's bound is checked first (a full node is the pod's reason to go elsewhere),
+    /// then the namespace's part (see [`ContentBudget::namespace_part`]). `slack` (a version
+    /// no larger than the one it replaces) judges the namespace against its configured part
+    /// alone, and lets both go an eighth over: an update that grows nothing is never refused
+    /// because other namespaces grew since.
     fn refusal(&self, ledger: &Ledger, payer: &Payer, bytes: u64, slack: bool) -> Option<Error> {
         let over = |bound: u64| if slack { bound.saturating_add(bound / 8) } else { bound };
-        let namespace_used = ledger.by_namespace.get(&payer.namespace).copied().unwrap_or(0);
-        if namespace_used.saturating_add(bytes) > over(self.limits.namespace_bytes) {
-            return Some(Error::OverBudget(format!(
-                "the volume's content needs {bytes} bytes of memory on the node, and the volumes of namespace {} \
-                 already hold {namespace_used} of the {} bytes one namespace may hold on a node \
-                 (namespaceContentBudget); remove other volumes of the namespace from this node or ask the \
-                 cluster's operator to raise the budget",
-                quote(&payer.namespace),
-                self.limits.namespace_bytes
-            )));
-        }
         if ledger.total.saturating_add(bytes) > over(self.limits.node_bytes) {
             return Some(Error::OverBudget(format!(
                 "the volume's content needs {bytes} bytes of memory on the node, and the node's volumes already \
@@ -140,7 +140,34 @@ impl ContentBudget {
                 ledger.total, self.limits.node_bytes
             )));
         }
+        let namespace_used = ledger.by_namespace.get(&payer.namespace).copied().unwrap_or(0);
+        let part = if slack { self.limits.namespace_bytes } else { self.namespace_part(ledger, namespace_used) };
+        if namespace_used.saturating_add(bytes) > over(part) {
+            return Some(Error::OverBudget(format!(
+                "the volume's content needs {bytes} bytes of memory on the node, and the volumes of namespace {} \
+                 already hold {namespace_used} of the {part} bytes it may hold on this node now (at most \
+                 namespaceContentBudget, {}, and at most half of what other namespaces leave of contentBudget, {}); \
+                 remove other volumes of the namespace from this node or ask the cluster's operator to raise the budget",
+                quote(&payer.namespace),
+                self.limits.namespace_bytes,
+                self.limits.node_bytes
+            )));
+        }
         None
+    }
+
+    /// How much one namespace may hold on the node, given that it holds `namespace_used` of
+    /// what `ledger` holds: its configured part, but never more than half of what the other
+    /// namespaces leave of the node's budget. A fixed part of half the node would let two
+    /// namespaces fill it; with this one, a namespace that fills the node as far as it may
+    /// leaves half of it, a second then finds a quarter, a third an eighth: a namespace never
+    /// finds nothing while the node has room, and each part grows back as others' volumes go.
+    /// What a namespace already holds beyond a part that shrank is kept (and its updates that
+    /// grow nothing are granted); it only cannot grow.
+    fn namespace_part(&self, ledger: &Ledger, namespace_used: u64) -> u64 {
+        let others = ledger.total.saturating_sub(namespace_used);
+        let left = self.limits.node_bytes.saturating_sub(others);
+        self.limits.namespace_bytes.min(left / 2)
     }
 
     /// Reserves `bytes` for a new version of `payer`'s volume, beside what the volume holds now.
@@ -319,23 +346,26 @@ mod tests {
         let message = refused.to_string();
         assert!(message.contains("namespace \"attacker\" already hold 4194304 of the 4194304 bytes"), "{message}");
         assert!(message.contains("namespaceContentBudget"), "{message}");
-        budget.reserve(&payer("v1", "victim"), 4 * MIB).unwrap().commit();
-        assert_eq!(budget.used(), 8 * MIB);
+        // Half of the 6 MiB the attacker leaves.
+        budget.reserve(&payer("v1", "victim"), 3 * MIB).unwrap().commit();
+        assert_eq!(budget.used(), 7 * MIB);
     }
 
     #[test]
     fn the_node_is_refused_beyond_its_budget_naming_it() {
-        let budget = ContentBudget::new(BudgetLimits { node_bytes: 3 * MIB, namespace_bytes: 2 * MIB });
-        budget.reserve(&payer("a", "one"), 2 * MIB).unwrap().commit();
+        // New content alone never takes the node over (each namespace leaves half of what the
+        // others leave): what a restarted driver finds can.
+        let budget = ContentBudget::new(BudgetLimits { node_bytes: 4 * MIB, namespace_bytes: 2 * MIB });
+        budget.hold(&payer("a", "one"), 3 * MIB);
         let error = budget.reserve(&payer("b", "two"), 2 * MIB).err().expect("over the node's budget");
         assert!(matches!(error, Error::OverBudget(_)));
-        assert!(error.to_string().contains("hold 2097152 of the 3145728 bytes the driver may hold (contentBudget)"));
-        budget.reserve(&payer("b", "two"), MIB).unwrap().commit();
+        assert!(error.to_string().contains("hold 3145728 of the 4194304 bytes the driver may hold (contentBudget)"));
+        budget.reserve(&payer("b", "two"), MIB / 2).unwrap().commit();
     }
 
     #[test]
     fn an_update_counts_both_versions_until_it_commits() {
-        let budget = ContentBudget::new(BudgetLimits { node_bytes: 16 * MIB, namespace_bytes: 16 * MIB });
+        let budget = ContentBudget::new(BudgetLimits { node_bytes: 32 * MIB, namespace_bytes: 16 * MIB });
         budget.reserve(&payer("v", "ns"), 14 * MIB).unwrap().commit();
         let growing = budget.reserve(&payer("v", "ns"), 14 * MIB + PAGE_BYTES).err().expect("over the budget");
         assert!(matches!(growing, Error::OverBudget(_)), "14 MiB held and a larger version beside it do not fit");
@@ -351,7 +381,7 @@ mod tests {
 
     #[test]
     fn a_revocation_is_granted_whatever_is_held() {
-        let budget = ContentBudget::new(BudgetLimits { node_bytes: MIB, namespace_bytes: MIB });
+        let budget = ContentBudget::new(BudgetLimits { node_bytes: 2 * MIB, namespace_bytes: MIB });
         budget.reserve(&payer("v", "ns"), MIB).unwrap().commit();
         budget.reserve(&payer("other", "ns"), 0).unwrap().commit();
         assert_eq!(charge_of(&Payload::new()), EMPTY_VERSION_BYTES);
@@ -364,7 +394,7 @@ mod tests {
 
     #[test]
     fn a_reservation_dropped_unused_is_given_back_and_a_release_forgets_the_volume() {
-        let budget = ContentBudget::new(BudgetLimits { node_bytes: 4 * MIB, namespace_bytes: 4 * MIB });
+        let budget = ContentBudget::new(BudgetLimits { node_bytes: 8 * MIB, namespace_bytes: 4 * MIB });
         drop(budget.reserve(&payer("v", "ns"), 3 * MIB).unwrap());
         assert_eq!(budget.used(), 0);
         budget.reserve(&payer("v", "ns"), 3 * MIB).unwrap().commit();
@@ -384,13 +414,56 @@ mod tests {
     }
 
     #[test]
+    fn two_namespaces_cannot_fill_the_node_and_every_next_one_finds_room() {
+        // The shipped shape: each namespace's configured part is half the node.
+        let budget = ContentBudget::new(BudgetLimits { node_bytes: 64 * MIB, namespace_bytes: 32 * MIB });
+        // Each namespace in turn takes all it may, a MiB at a time.
+        let mut took = Vec::new();
+        for (index, namespace) in ["first", "second", "third", "fourth"].iter().enumerate() {
+            let mut held = 0;
+            while budget
+                .reserve(&payer(&format!("{namespace}-{held}"), namespace), MIB)
+                .map(Reservation::commit)
+                .is_ok()
+            {
+                held += 1;
+            }
+            took.push(held);
+            assert!(held > 0, "namespace {index} found no room with {} MiB of 64 held", budget.used() / MIB);
+        }
+        assert_eq!(took, [32, 16, 8, 4], "each takes half of what the others leave");
+        // The first namespace's volumes go: the last one's part grows back.
+        for volume in 0..32 {
+            budget.release(&format!("first-{volume}"));
+        }
+        assert!(budget.reserve(&payer("fourth-more", "fourth"), 8 * MIB).is_ok());
+    }
+
+    #[test]
+    fn a_namespace_over_a_part_that_shrank_keeps_its_volumes_and_their_updates() {
+        let budget = ContentBudget::new(BudgetLimits { node_bytes: 64 * MIB, namespace_bytes: 32 * MIB });
+        budget.reserve(&payer("second", "second"), 16 * MIB).unwrap().commit();
+        for volume in 0..12 {
+            budget.reserve(&payer(&format!("first-{volume}"), "first"), 2 * MIB).unwrap().commit();
+        }
+        budget.reserve(&payer("third", "third"), 12 * MIB).unwrap().commit();
+        // The first's part is now (64 − 28) / 2 = 18 MiB, less than the 24 it holds.
+        let growing = budget.reserve(&payer("first-new", "first"), MIB).err().expect("over its part now");
+        assert!(growing.to_string().contains("already hold 25165824 of the 18874368 bytes"), "{growing}");
+        // An update that grows nothing is judged against the configured part alone (and may go
+        // an eighth over it while both versions are held).
+        budget.reserve(&payer("first-0", "first"), 2 * MIB).unwrap().commit();
+        assert_eq!((budget.held_by("first-0"), budget.used_by("first")), (2 * MIB, 24 * MIB));
+    }
+
+    #[test]
     fn a_lazy_volume_grows_and_shrinks_within_its_namespace_s_part_and_nothing_after_release() {
         let budget = ContentBudget::new(BudgetLimits { node_bytes: 8 * MIB, namespace_bytes: 4 * MIB });
         budget.reserve(&payer("eager", "tenant"), 3 * MIB).unwrap().commit();
         assert!(budget.grow(&payer("lazy", "tenant"), MIB).is_ok(), "the namespace's fourth MiB");
         let refused = budget.grow(&payer("lazy", "tenant"), 1).expect_err("nothing more for the namespace");
-        assert!(refused.to_string().contains("(namespaceContentBudget)"), "{refused}");
-        assert!(budget.grow(&payer("other", "victim"), 4 * MIB).is_ok(), "another namespace is served");
+        assert!(refused.to_string().contains("namespaceContentBudget"), "{refused}");
+        assert!(budget.grow(&payer("other", "victim"), 2 * MIB).is_ok(), "another namespace is served");
         budget.shrink("lazy", MIB / 2);
         assert_eq!((budget.used_by("tenant"), budget.held_by("lazy")), (3 * MIB + MIB / 2, MIB / 2));
         budget.release("lazy");
@@ -406,7 +479,7 @@ mod tests {
         charge.grow(MIB).unwrap();
         assert_eq!(budget.used_by("tenant"), MIB, "what its files hold counts for its namespace");
         let refused = charge.grow(2 * MIB).unwrap_err();
-        assert!(refused.contains("(namespaceContentBudget)"), "{refused}");
+        assert!(refused.contains("namespaceContentBudget"), "{refused}");
         assert_eq!(budget.used_by("tenant"), MIB, "a refusal counts nothing");
         charge.shrink(MIB);
         assert_eq!(budget.used_by("tenant"), 0);

@@ -21,7 +21,9 @@ use crate::metrics::Metrics;
 use crate::quote::{quote, quote_path};
 use crate::unpoisoned::UnpoisonedRwLock;
 use crate::volume::atomic_writer::{AtomicWriter, Payload};
-use crate::volume::content_budget::{BudgetLimits, ContentBudget, ENTRY_BYTES, LazyCharge, Payer, VOLUME_BYTES};
+use crate::volume::content_budget::{
+    BudgetLimits, ContentBudget, ENTRY_BYTES, LAZY_VOLUME_BYTES, LazyCharge, Payer, VOLUME_BYTES,
+};
 use crate::volume::error::{Error, Result};
 use crate::volume::handover::take::TakenVolume;
 use crate::volume::lazy_filesystem::LazyMount;
@@ -184,7 +186,10 @@ impl NodeService {
                 lines.push(format!("volume {}: handed over but not recorded as lazy here; not served", quote(&id)));
                 continue;
             };
-            let charge = LazyCharge { budget: self.budget.clone(), payer: payer_of(&published.record) };
+            // The mount counts as a lazy publish counts it; its files' memory, from now on.
+            let payer = payer_of(&published.record);
+            self.budget.hold(&payer, LAZY_VOLUME_BYTES);
+            let charge = LazyCharge { budget: self.budget.clone(), payer };
             volume.files.charge_to(Arc::new(charge));
             match LazyMount::take_over(&id, volume.mount, volume.device, volume.files) {
                 Ok(mount) => {

@@ -293,8 +293,9 @@ async fn a_revocation_never_waits_behind_other_volumes_refreshes() {
     let source = Arc::new(Gated::default());
     let (_node, refresher) = hung_tenant_and_a_victim(root, &source).await;
     let _release = ReleaseOnDrop(source.clone());
-    // Every content slot is taken: another namespace's slow volumes hold the rest.
-    let others: Vec<String> = (0..CONCURRENT_REFRESHES).map(|n| format!("other-{}", n % 2)).collect();
+    // Every content slot is taken: other namespaces' slow volumes hold the rest (one namespace
+    // may hold only half of what the others leave, so it takes several).
+    let others: Vec<String> = (0..CONCURRENT_REFRESHES).map(|n| format!("other-{n}")).collect();
     let held: Vec<_> = others.iter().filter_map(|namespace| refresher.content_slots.try_acquire(namespace)).collect();
     assert!(refresher.content_slots.try_acquire("victim").is_none(), "the positive control: no content slot is free");
     let password = target(root, "victim").join("password");

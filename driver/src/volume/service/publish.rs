@@ -11,7 +11,7 @@ use crate::content::lazy::LazyFiles;
 use crate::quote::{Logged, quote, quote_path};
 use crate::volume::atomic_writer::{Payload, check_key};
 use crate::volume::checked::Publish;
-use crate::volume::content_budget::LazyCharge;
+use crate::volume::content_budget::{LAZY_VOLUME_BYTES, LazyCharge};
 use crate::volume::error::{Error, Result};
 use crate::volume::lazy_filesystem::LazyMount;
 use crate::volume::ownership::mount_tag;
@@ -195,19 +195,27 @@ impl NodeService {
             }
             Shown::Lazy(files) => {
                 // What its files hold in the driver's memory counts for its pod's namespace.
-                let charge = LazyCharge { budget: self.budget.clone(), payer: payer_of(record) };
+                let payer = payer_of(record);
+                let charge = LazyCharge { budget: self.budget.clone(), payer: payer.clone() };
                 files.charge_to(Arc::new(charge));
-                // A FUSE mount of its own found here was served by a process that is gone: it
-                // answers nothing, so it is replaced.
-                let replaced = match own_already {
-                    true => {
-                        self.mounter.unmount(&opened.target)?;
-                        Some(opened.reopen()?)
-                    }
-                    false => None,
+                // The mount itself is charged before anything is made (a refusal makes
+                // nothing), and given back if it cannot be made: a failure before `mounted`
+                // takes nothing down.
+                self.budget.grow(&payer, LAZY_VOLUME_BYTES)?;
+                let mount = || {
+                    // A FUSE mount of its own found here was served by a process that is gone:
+                    // it answers nothing, so it is replaced.
+                    let replaced = match own_already {
+                        true => {
+                            self.mounter.unmount(&opened.target)?;
+                            Some(opened.reopen()?)
+                        }
+                        false => None,
+                    };
+                    let at = replaced.as_ref().unwrap_or(&opened.target);
+                    self.mounter.mount_fuse(at, &mount_tag(volume_id))
                 };
-                let at = replaced.as_ref().unwrap_or(&opened.target);
-                let device = self.mounter.mount_fuse(at, &mount_tag(volume_id))?;
+                let device = mount().inspect_err(|_| self.budget.release(volume_id))?;
                 made.mounted = true;
                 made.serving = Some(LazyMount::serve(volume_id, device, files.clone(), record.mount_group)?);
             }
