@@ -5,7 +5,8 @@
 //! published volumes over 20 shares. The read-grants controller runs too, as its
 //! ServiceAccount, with the access notices and their central answers. For each N:
 //! - publish: 20 volumes per node;
-//! - idle for `--idle-seconds` (300 by default);
+//! - idle for `--idle-seconds` (300 by default), then what the apiserver keeps: its heap right
+//!   after a forced collection and its goroutines' stacks;
 //! - unrelated RoleBindings churned at 10 per second, in a namespace no volume uses;
 //! - a tenant's 20 RoleBindings of 30 000 ServiceAccount subjects each, in that namespace: the
 //!   growth of this process's memory (every driver and the access-notices controller);
@@ -160,6 +161,22 @@ async fn read(admin: &kube::Client, etcd: &[u32]) -> Result<Reading, String> {
 }
 
 const REQUESTS: &str = "apiserver_request_total";
+
+/// What the apiserver keeps at idle, in MB: its Go heap in use right after a collection (forced
+/// through its profiling endpoint, which the suites' clusters serve) and its goroutines' stacks
+/// (three or so per watch). The resident set and the heap in use between collections also hold
+/// garbage the collector has not reached yet, which grows with the write rate, not with what is
+/// kept.
+async fn retained_mb(admin: &kube::Client) -> Result<f64, String> {
+    let collect = hyper::Request::get("/debug/pprof/heap?gc=1&debug=1").body(Vec::new()).map_err(|e| e.to_string())?;
+    admin.request_text(collect).await.map_err(|e| format!("GET /debug/pprof/heap?gc=1&debug=1: {e}"))?;
+    let request = hyper::Request::get("/metrics").body(Vec::new()).map_err(|e| e.to_string())?;
+    let samples =
+        apiserver_metrics::parse(&admin.request_text(request).await.map_err(|e| format!("GET /metrics: {e}"))?);
+    let bytes = apiserver_metrics::sum(&samples, "go_memstats_heap_inuse_bytes", &[])
+        + apiserver_metrics::sum(&samples, "go_memstats_stack_inuse_bytes", &[]);
+    Ok(bytes / 1e6)
+}
 
 /// What a phase cost, from the readings at its start and end.
 fn cost(before: &Reading, after: &Reading) -> Value {
@@ -411,6 +428,7 @@ async fn run(count: usize, idle: u64, churn_seconds: u64, answers: bool) -> Resu
     let memory = resident_mb();
 
     tokio::time::sleep(Duration::from_secs(idle)).await;
+    let retained = retained_mb(&admin).await?;
     let after_idle = read(&admin, &etcd).await?;
     phases.insert("idle", cost(&after_publish, &after_idle));
     let watches = apiserver_metrics::sum(&after_idle.samples, "apiserver_longrunning_requests", &[("verb", "WATCH")]);
@@ -519,7 +537,7 @@ async fn run(count: usize, idle: u64, churn_seconds: u64, answers: bool) -> Resu
     let result = json!({
         "nodes": count, "volumes_per_node": VOLUMES_PER_NODE, "shares": SHARES, "apiserver": cluster.version,
         "placement": placement, "publish_seconds": publish_seconds, "watches_open": watches, "watches_by_scope": watch_scopes,
-        "apiserver_rss_mb": rss, "apiserver_heap_mb": heap, "drivers_rss_mb": memory - memory_before, "phases": phases,
+        "apiserver_rss_mb": rss, "apiserver_heap_mb": heap, "apiserver_retained_mb": retained, "drivers_rss_mb": memory - memory_before, "phases": phases,
         "central_answers": answers,
     });
     drop(cluster);

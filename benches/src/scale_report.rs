@@ -18,6 +18,13 @@ fn node_writes(phase: &Value) -> f64 {
     phase["requests"]["PATCH sharedresourcenodes"].as_f64().unwrap_or(0.0)
 }
 
+/// The apiserver's CPU milliseconds per node write in `phase` (a revocation's: what telling one
+/// node costs, the write and its delivery to the node's watch); NaN without writes.
+fn per_node_write(phase: &Value) -> f64 {
+    let writes = node_writes(phase);
+    if writes == 0.0 { f64::NAN } else { number(&phase["apiserver_cpu_s"]) * 1e3 / writes }
+}
+
 fn number(value: &Value) -> f64 {
     value.as_f64().unwrap_or(f64::NAN)
 }
@@ -78,14 +85,14 @@ pub fn write(w: &mut String, scale: &Value, plot: &mut String, plot_name: &str) 
     );
     let _ = writeln!(
         w,
-        "| N | watches open: cluster-wide / a namespace's / by name | apiserver RSS / Go heap in use | idle: apiserver / etcd / drivers CPU (cores) | \
+        "| N | watches open: cluster-wide / a namespace's / by name | apiserver RSS / Go heap in use / kept at idle | idle: apiserver / etcd / drivers CPU (cores) | \
          node writes per binding change where no node serves | node writes per edit of a share no node reads | \
          relevant bindings: reviews per change per node | Secret update to every node p50 / p99 | \
-         share edit to every node p50 / p99 | revocation to every node p50 / max ({} rounds) | a tenant's {} subjects: this process grew |",
+         share edit to every node p50 / p99 | revocation to every node p50 / max ({} rounds) | revocation: apiserver CPU per node write | a tenant's {} subjects: this process grew |",
         number(&first["phases"]["revocation"]["to_every_node_ms"]["rounds"]),
         number(&first["phases"]["tenant_fat_bindings"]["subjects"]),
     );
-    let _ = writeln!(w, "|---|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(w, "|---|---|---|---|---|---|---|---|---|---|---|---|");
     for run in runs.iter().chain(baseline.iter().copied()) {
         let nodes = number(&run["nodes"]);
         let phase = |name: &str, of: &str| number(&run["phases"][name][of]);
@@ -94,13 +101,14 @@ pub fn write(w: &mut String, scale: &Value, plot: &mut String, plot_name: &str) 
         let scopes = &run["watches_by_scope"];
         let _ = writeln!(
             w,
-            "| {nodes}{} | {:.0} / {:.0} / {:.0} | {:.0} / {:.0} MB | {:.3} / {:.3} / {:.3} | {:.2} | {:.2} | {:.1} | {:.0} / {:.0} ms | {:.0} / {:.0} ms | {:.0} / {:.0} ms | {:.1} MB |",
+            "| {nodes}{} | {:.0} / {:.0} / {:.0} | {:.0} / {:.0} / {:.0} MB | {:.3} / {:.3} / {:.3} | {:.2} | {:.2} | {:.1} | {:.0} / {:.0} ms | {:.0} / {:.0} ms | {:.0} / {:.0} ms | {:.1} ms | {:.1} MB |",
             if is_baseline(&run) { ", *before*" } else { "" },
             number(&scopes["cluster"]),
             number(&scopes["namespace"]),
             number(&scopes["resource"]),
             number(&run["apiserver_rss_mb"]),
             number(&run["apiserver_heap_mb"]),
+            number(&run["apiserver_retained_mb"]),
             cores(run, "idle", "apiserver_cpu_s"),
             cores(run, "idle", "etcd_cpu_s"),
             cores(run, "idle", "drivers_cpu_s"),
@@ -113,6 +121,7 @@ pub fn write(w: &mut String, scale: &Value, plot: &mut String, plot_name: &str) 
             ms("share_edits", "p99"),
             ms("revocation", "p50"),
             ms("revocation", "max"),
+            per_node_write(&run["phases"]["revocation"]),
             phase("tenant_fat_bindings", "drivers_and_controller_rss_growth_mb"),
         );
     }
@@ -160,6 +169,7 @@ pub fn write(w: &mut String, scale: &Value, plot: &mut String, plot_name: &str) 
     let (change_slope, _) = fit(&per_change);
     let (memory_slope, _) = fit(&series(runs, |run| number(&run["apiserver_rss_mb"])));
     let (heap_slope, _) = fit(&series(runs, |run| number(&run["apiserver_heap_mb"])));
+    let (retained_slope, _) = fit(&series(runs, |run| number(&run["apiserver_retained_mb"])));
     let reviews_per_change = runs
         .iter()
         .map(|run| {
@@ -181,6 +191,7 @@ pub fn write(w: &mut String, scale: &Value, plot: &mut String, plot_name: &str) 
          | node writes per edit of a share no node reads (the worst run) | {unread_writes:.2} | {:.0} per edit |\n\
          | apiserver resident set (mostly the watches) | {memory_slope:.1} MB | {:.0} MB |\n\
          | apiserver Go heap in use | {heap_slope:.1} MB | {:.0} MB |\n\
+         | apiserver memory kept at idle (heap after a collection, and stacks) | {retained_slope:.2} MB | {:.0} MB |\n\
          | apiserver CPU, idle | {:.2} millicores | {:.2} cores |\n\
          | access reviews, idle (model: pairs / `accessRecheckSeconds`) | {:.3}/s | {:.0}/s |\n\
          | apiserver CPU per binding change where no node serves | {:.3} ms | {:.1} CPU-seconds; at 10 changes/s, {:.1} cores |\n\
@@ -193,6 +204,7 @@ pub fn write(w: &mut String, scale: &Value, plot: &mut String, plot_name: &str) 
         unread_writes,
         NODES * memory_slope,
         NODES * heap_slope,
+        NODES * retained_slope,
         idle_slope * 1e3,
         NODES * idle_slope,
         pairs / ACCESS_RECHECK_SECONDS,
