@@ -217,25 +217,25 @@ pub(crate) fn quantity<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64
         Raw::Bytes(bytes) => return nonzero(bytes),
         Raw::Text(text) => text,
     };
-    let (number, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
-        Some(index) => text.split_at(index),
-        None => (text.as_str(), ""),
-    };
+    nonzero(size_of(&text).map_err(serde::de::Error::custom)?)
+}
+
+/// The bytes `text` says: a number of bytes, or a `Ki`, `Mi` or `Gi` quantity (`64Mi`), as the
+/// configuration and the shipped manifests write sizes.
+pub fn size_of(text: &str) -> Result<u64, String> {
+    let (number, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()));
     let multiplier: u64 = match unit {
         "" => 1,
         "Ki" => 1 << 10,
         "Mi" => 1 << 20,
         "Gi" => 1 << 30,
-        _ => {
-            return Err(serde::de::Error::custom(format!(
-                "invalid size {text:?}: use bytes or a Ki, Mi or Gi quantity"
-            )));
-        }
+        _ => return Err(format!("invalid size {text:?}: use bytes or a Ki, Mi or Gi quantity")),
     };
-    let value = number.parse::<u64>().ok().and_then(|n| n.checked_mul(multiplier)).ok_or_else(|| {
-        serde::de::Error::custom(format!("invalid size {text:?}: use bytes or a Ki, Mi or Gi quantity"))
-    })?;
-    nonzero(value)
+    number
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(multiplier))
+        .ok_or_else(|| format!("invalid size {text:?}: use bytes or a Ki, Mi or Gi quantity"))
 }
 
 /// An absolute path with no `.`, `..` or empty components: the prefix every target is compared

@@ -85,19 +85,6 @@ fn each_pod_monitor_selects_its_workloads_pods_and_names_their_metrics_port() {
     }
 }
 
-/// `640Mi`, `1Gi` or a number of bytes, as the shipped manifests write memory.
-fn memory_bytes(quantity: &str) -> u64 {
-    let (number, unit) = quantity.split_at(quantity.find(|c: char| !c.is_ascii_digit()).unwrap_or(quantity.len()));
-    let multiplier = match unit {
-        "" => 1,
-        "Ki" => 1 << 10,
-        "Mi" => 1 << 20,
-        "Gi" => 1 << 30,
-        other => panic!("a memory quantity in {other:?}: add it here"),
-    };
-    number.parse::<u64>().unwrap() * multiplier
-}
-
 /// The driver's memory limit holds what its configuration lets it hold: the content budget and
 /// its update overshoot, the content in flight, and the process (`DriverConfig::memory_needed`).
 /// A budget raised without the limit would let the kernel kill the driver before the budget
@@ -113,7 +100,8 @@ fn the_driver_s_memory_limit_holds_its_content_budget_and_the_process() {
     let daemon_set = objects.iter().find(|o| o["kind"] == "DaemonSet").expect("the driver's DaemonSet");
     let containers = daemon_set["spec"]["template"]["spec"]["containers"].as_array().unwrap();
     let driver = containers.iter().find(|c| c["name"] == "driver").expect("the driver's container");
-    let limit = memory_bytes(driver["resources"]["limits"]["memory"].as_str().expect("a memory limit"));
+    let limit = driver["resources"]["limits"]["memory"].as_str().expect("a memory limit");
+    let limit = sharedresource_csi_driver::config::size_of(limit).unwrap();
     let needed = config.memory_needed();
     assert!(needed > config.content_budget, "the positive control: the process needs room beside the budget");
     assert!(limit >= needed, "the driver's limit is {limit} bytes; its configuration needs {needed}");

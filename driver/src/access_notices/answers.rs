@@ -67,12 +67,12 @@ impl AnswerBook {
         self.known.get(question).copied()
     }
 
-    /// Whether the answer to `question` is current: asked after the last grant change noticed
-    /// in its namespace (or for every namespace), this round's included.
-    pub fn current(&self, question: &str) -> bool {
+    /// Whether the answer to `question` (an entry of namespace `namespace`) is current: asked
+    /// after the last grant change noticed in its namespace (or for every namespace), this
+    /// round's included.
+    pub fn current(&self, question: &str, namespace: &str) -> bool {
         let Some(answer) = self.known.get(question) else { return false };
-        let Some(parsed) = AccessQuestion::parse(question) else { return false };
-        let noticed = self.noticed.get(&parsed.namespace).copied().unwrap_or(0).max(self.every_noticed);
+        let noticed = self.noticed.get(namespace).copied().unwrap_or(0).max(self.every_noticed);
         answer.round >= noticed
     }
 
@@ -140,7 +140,7 @@ impl AnswerBook {
                 let Some(question) = AccessQuestion::parse(key) else { continue };
                 if concerned.every_namespace || concerned.namespaces.contains(&question.namespace) {
                     first.insert(key);
-                } else if !self.current(key) {
+                } else if !self.current(key, &question.namespace) {
                     second.insert(key);
                 }
                 namespaces.insert(question.namespace);
@@ -253,17 +253,17 @@ mod tests {
         let quiet = book.to_ask([(&one, Some(&status)), (&two, Some(&status))].into_iter(), &Notices::default());
         assert!(quiet.is_empty(), "known and nothing changed: {quiet:?}");
         book.noticed(&grant_changed(&["team-a"]));
-        assert!(!book.current(A_DB) && book.current(B_DB), "team-a's answers predate its change");
+        assert!(!book.current(A_DB, "team-a") && book.current(B_DB, "team-b"), "team-a's answers predate its change");
         let asked =
             book.to_ask([(&one, Some(&status)), (&two, Some(&status))].into_iter(), &grant_changed(&["team-a"]));
         assert_eq!(keys(&asked), [A_CA, A_DB], "team-a's, once though two nodes list one");
         assert!(!book.record(&asked[0], true), "the same answer is no change");
         assert!(book.record(&asked[1], false), "a revocation is");
-        assert!(book.current(A_DB) && book.current(B_DB));
+        assert!(book.current(A_DB, "team-a") && book.current(B_DB, "team-b"));
         // A review that failed leaves its answer stale until a round asks it again.
         book.begin_round();
         book.noticed(&grant_changed(&["team-b"]));
-        assert!(!book.current(B_DB));
+        assert!(!book.current(B_DB, "team-b"));
         let again = book.to_ask([(&one, Some(&status))].into_iter(), &Notices::default());
         assert_eq!(keys(&again), [B_DB], "a stale answer is asked again without a notice");
     }
@@ -279,7 +279,7 @@ mod tests {
         book.begin_round();
         let asked = book.to_ask([(&one, Some(&serving(&[])))].into_iter(), &Notices::default());
         assert!(asked.is_empty(), "another node's answer, current: {asked:?}");
-        assert!(book.current(A_DB));
+        assert!(book.current(A_DB, "team-a"));
         let none = spec(&[]);
         book.to_ask([(&none, None)].into_iter(), &Notices::default());
         assert_eq!(book.answer(A_DB), None, "no node lists it");

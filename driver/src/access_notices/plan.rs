@@ -176,7 +176,7 @@ pub fn next_status(
     let mut stale: std::collections::HashSet<String> = std::collections::HashSet::new();
     for key in &questions {
         if let Some(question) = AccessQuestion::parse(key)
-            && !book.current(key)
+            && !book.current(key, &question.namespace)
         {
             stale.insert(question.namespace);
         }

@@ -16,6 +16,7 @@ use crate::content::StaticDirSource;
 use crate::content::ask::VolumeAsk;
 use crate::content::error::{Error, Result};
 use crate::metrics::Metrics;
+use crate::volume::content_budget::LAZY_VOLUME_BYTES;
 use crate::volume::error::Error as VolumeError;
 use crate::volume::mounter::{FakeMounter, MountAction, MountSource};
 use crate::volume::ownership::mount_tag;
@@ -786,18 +787,21 @@ async fn a_lazy_volume_is_recorded_as_lazy_and_a_refresh_withdraws_and_gives_bac
     // Real mounts below a directory that unmounts whatever a failure leaves.
     let dir = crate::mounted_dir::MountedDir::new();
     let store = Arc::new(FileVolumeStore::open(dir.path().join("state")).unwrap());
-    let service = Arc::new(NodeService::new(
+    let metrics = Arc::new(Metrics::new());
+    let service = NodeService::new(
         "node-1".into(),
         VolumeSettings { kubelet_dir: dir.path().to_path_buf(), ..settings(false) },
         Arc::new(crate::volume::mounter::LinuxMounter),
         store.clone(),
         source.clone(),
         Vec::new(),
-    ));
-    let node = NodeGrpc::new(service);
+    );
+    let node = NodeGrpc::new(Arc::new(service.with_metrics(metrics.clone())));
     let request = request_at(dir.path(), "csi-lazy", "unused");
     let target = PathBuf::from(&request.target_path);
     node.node_publish_volume(Request::new(request)).await.unwrap();
+    let charged = format!("sharedresource_csi_driver_content_bytes {LAZY_VOLUME_BYTES}\n");
+    assert!(metrics.encode().contains(&charged), "the mount is charged before any file is read: {}", metrics.encode());
     let (records, _) = store.load_all().unwrap();
     assert_eq!(records.len(), 1);
     assert!(records[0].lazy, "recorded as lazy: a restart detaches its dead mount instead of keeping it");
@@ -814,6 +818,43 @@ async fn a_lazy_volume_is_recorded_as_lazy_and_a_refresh_withdraws_and_gives_bac
     let unpublish = NodeUnpublishVolumeRequest { volume_id: "csi-lazy".into(), target_path };
     node.node_unpublish_volume(Request::new(unpublish)).await.unwrap();
     assert!(!crate::volume::mounter::listed_in_mountinfo(&target).unwrap());
+    assert!(metrics.encode().contains("sharedresource_csi_driver_content_bytes 0\n"), "given back at unpublish");
+}
+
+#[tokio::test]
+async fn a_lazy_volume_whose_mount_fails_gives_its_charge_back_and_one_over_its_part_makes_nothing() {
+    let helper = crate::content::external::lazy_files::tests::Helper::new(&[("db-password", "s3cret")]);
+    let files = Arc::new(helper.files(std::time::Duration::from_secs(3600)));
+    let source = Arc::new(LazySource(files, Default::default()));
+    // The fake mounter fails every FUSE mount.
+    let fixture = fixture(settings(false));
+    let metrics = Arc::new(Metrics::new());
+    let limits =
+        |namespace_bytes| crate::volume::content_budget::BudgetLimits { node_bytes: u64::MAX, namespace_bytes };
+    for (budget, wanted) in [(LAZY_VOLUME_BYTES, "FUSE"), (LAZY_VOLUME_BYTES - 1, "namespaceContentBudget")] {
+        let service = NodeService::new(
+            "node-1".into(),
+            VolumeSettings {
+                kubelet_dir: fixture.dir.path().to_path_buf(),
+                content_budget: limits(budget),
+                ..settings(false)
+            },
+            fixture.mounter.clone(),
+            fixture.store.clone(),
+            source.clone(),
+            Vec::new(),
+        );
+        let node = NodeGrpc::new(Arc::new(service.with_metrics(metrics.clone())));
+        let request = request(&fixture, "csi-lazy", "unused");
+        let refused = node.node_publish_volume(Request::new(request)).await.expect_err("not published");
+        assert!(refused.message().contains(wanted), "{wanted}: {}", refused.message());
+        assert!(metrics.encode().contains("sharedresource_csi_driver_content_bytes 0\n"), "{}", metrics.encode());
+    }
+    assert!(
+        !fixture.mounter.actions().iter().any(|action| matches!(action, MountAction::Unmount { .. })),
+        "nothing of its own was there to take down: {:?}",
+        fixture.mounter.actions()
+    );
 }
 
 /// The fake mounter, reading the volume records as each tmpfs is mounted: what a driver killed
