@@ -33,7 +33,9 @@
 //!
 //! `cargo bench -p inline-guard-benches --bench node_scale -- [--nodes 10,50,200]
 //!  [--baseline-nodes 200] [--idle-seconds 300] [--churn-seconds 20] [--json FILE]` (root not
-//!  needed; Go for the peers)
+//!  needed; Go for the peers). With `NODE_SCALE_HEAP_PROFILE=FILE`, the apiserver's heap profile
+//!  at the end of the idle time (after the forced collection) is written to FILE, for
+//!  `go tool pprof -top -sample_index=inuse_space FILE`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -169,7 +171,11 @@ const REQUESTS: &str = "apiserver_request_total";
 /// kept.
 async fn retained_mb(admin: &kube::Client) -> Result<f64, String> {
     let collect = hyper::Request::get("/debug/pprof/heap?gc=1&debug=1").body(Vec::new()).map_err(|e| e.to_string())?;
-    admin.request_text(collect).await.map_err(|e| format!("GET /debug/pprof/heap?gc=1&debug=1: {e}"))?;
+    let profile = admin.request_text(collect).await.map_err(|e| format!("GET /debug/pprof/heap?gc=1&debug=1: {e}"))?;
+    // Kept for `go tool pprof` when asked: what the kept memory is made of.
+    if let Ok(path) = std::env::var("NODE_SCALE_HEAP_PROFILE") {
+        std::fs::write(&path, profile).map_err(|e| format!("writing {path}: {e}"))?;
+    }
     let request = hyper::Request::get("/metrics").body(Vec::new()).map_err(|e| e.to_string())?;
     let samples =
         apiserver_metrics::parse(&admin.request_text(request).await.map_err(|e| format!("GET /metrics: {e}"))?);

@@ -135,13 +135,18 @@ pub struct SharedResourceNodeSpec {
 /// have changed, or a share or projection did. The node compares them with what it saw last; a
 /// value that moved (or appeared) asks it to check again the access of its volumes of that
 /// namespace (or of every volume), or to read that object again (or every object).
+///
+/// Its lists are atomic: the controller alone writes them, always whole (a merge patch of the
+/// status), so nothing is gained by tracking each entry's owner, and a keyed list would make the
+/// apiserver keep, in every object and in every event of its watch cache, a managed-fields entry
+/// per namespace, object and answer: most of the object and most of what each node cost it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeNotices {
     /// One entry per namespace the spec lists (the controller drops the others).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = MAX_NAMESPACES))]
-    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["namespace"]))]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub namespaces: Vec<NamespaceGrantChanges>,
     /// When (Unix milliseconds, raised by at least one each time) the controller last noticed a
     /// change that may concern every namespace: a ClusterRole or ClusterRoleBinding that can
@@ -157,12 +162,12 @@ pub struct NodeNotices {
     /// may lag); a question it could not ask yet has none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = MAX_QUESTIONS))]
-    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["question"]))]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub answers: Vec<CentralAnswer>,
     /// One entry per object the spec lists (the controller drops the others).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = MAX_OBJECTS))]
-    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["object"]))]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub objects: Vec<ObjectChanges>,
     /// When (Unix milliseconds, raised by at least one each time) the controller last noticed a
     /// change that may concern every share and projection: a relist of their watches (it may have
@@ -246,15 +251,15 @@ mod tests {
         assert_eq!(spec["namespaces"]["items"]["maxLength"], 63);
         let status = &schema["openAPIV3Schema"]["properties"]["status"]["properties"];
         assert_eq!(status["namespaces"]["maxItems"], MAX_NAMESPACES);
-        assert_eq!(status["namespaces"]["x-kubernetes-list-map-keys"][0], "namespace");
+        assert_eq!(status["namespaces"]["x-kubernetes-list-type"], "atomic");
         assert_eq!(spec["objects"]["maxItems"], MAX_OBJECTS);
         assert_eq!(spec["objects"]["items"]["maxLength"], MAX_OBJECT_LENGTH);
         assert_eq!(status["objects"]["maxItems"], MAX_OBJECTS);
-        assert_eq!(status["objects"]["x-kubernetes-list-map-keys"][0], "object");
+        assert_eq!(status["objects"]["x-kubernetes-list-type"], "atomic");
         assert_eq!(spec["questions"]["maxItems"], MAX_QUESTIONS);
         assert_eq!(spec["questions"]["items"]["maxLength"], MAX_QUESTION_LENGTH);
         assert_eq!(status["answers"]["maxItems"], MAX_QUESTIONS);
-        assert_eq!(status["answers"]["x-kubernetes-list-map-keys"][0], "question");
+        assert_eq!(status["answers"]["x-kubernetes-list-type"], "atomic");
         assert!(
             crd.spec.versions[0].subresources.as_ref().and_then(|s| s.status.as_ref()).is_some(),
             "status is a subresource"

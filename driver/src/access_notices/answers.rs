@@ -160,15 +160,20 @@ impl AnswerBook {
     }
 }
 
+/// What a round's reviews gave: the keys of the answers that changed, and whether any review
+/// failed (its question is asked again at the controller's next retry).
+#[derive(Debug, Default)]
+pub struct Asked {
+    /// The keys of the answers that changed (or were given for the first time).
+    pub changed: HashSet<String>,
+    /// Whether any review failed.
+    pub failed: bool,
+}
+
 /// Asks each of `questions` with a SubjectAccessReview, [`REVIEWS_AT_ONCE`] at a time, and
-/// records the answers in `book`; the keys of the answers that changed. A question whose review
-/// fails keeps its last answer, not this round's: nodes look at its namespace themselves.
-pub async fn ask(
-    client: &Client,
-    timeout: Duration,
-    questions: Vec<AccessQuestion>,
-    book: &mut AnswerBook,
-) -> HashSet<String> {
+/// records the answers in `book`. A question whose review fails keeps its last answer, not this
+/// round's: nodes look at its namespace themselves until a later round answers it.
+pub async fn ask(client: &Client, timeout: Duration, questions: Vec<AccessQuestion>, book: &mut AnswerBook) -> Asked {
     let api = Api::<SubjectAccessReview>::all(client.clone());
     let answers = futures_util::stream::iter(questions)
         .map(|question| {
@@ -201,7 +206,7 @@ pub async fn ask(
             }
         }
     }
-    changed
+    Asked { changed, failed: failed > 0 }
 }
 
 #[cfg(test)]

@@ -276,9 +276,13 @@ async fn write_notices(
     let mut owed: HashMap<String, Notices> = HashMap::new();
     let mut book = AnswerBook::default();
     let mut retry = FIRST_RETRY;
+    // A review failed (refused under load, or timed out): its question is not current, so its
+    // nodes look at their volumes themselves until a round answers it. Nothing else may come to
+    // start that round, so it is started as an owed write would be.
+    let mut reviews_failed = false;
     loop {
         let look = book.next_look();
-        let retry_at = (!owed.is_empty()).then(|| tokio::time::Instant::now() + retry);
+        let retry_at = (!owed.is_empty() || reviews_failed).then(|| tokio::time::Instant::now() + retry);
         let wake_at = look.into_iter().chain(retry_at).min();
         tokio::select! {
             _ = gathered.arrived.notified() => {}
@@ -298,9 +302,10 @@ async fn write_notices(
                 (&node.spec, status)
             });
             let questions = book.to_ask(listing, &concerned);
-            let changed = super::answers::ask(&client, timeout, questions, &mut book).await;
+            let asked = super::answers::ask(&client, timeout, questions, &mut book).await;
             book.look_again(tokio::time::Instant::now(), &notices);
-            changed
+            reviews_failed = asked.failed;
+            asked.changed
         } else {
             HashSet::new()
         };
@@ -353,7 +358,7 @@ async fn write_notices(
                 }
             }
         }
-        retry = if failed { (retry * 2).min(MAX_RETRY) } else { FIRST_RETRY };
+        retry = if failed || reviews_failed { (retry * 2).min(MAX_RETRY) } else { FIRST_RETRY };
     }
 }
 
