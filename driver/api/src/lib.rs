@@ -4,7 +4,8 @@
 //! ([`object_name`]), the two kinds of share ([`share_kind`]), the file-name rule every key
 //! follows ([`key`]), the `SharedSecret` and `SharedConfigMap` API ([`shares`]), the
 //! `SharedProjection` API with the check that needs no data ([`projection`]), the access
-//! question with its refusal ([`access`]), and each node's view by name ([`node_view`]): every
+//! question with its refusal ([`access`]), each node's view by name ([`node_view`]) and the
+//! revocations' broadcast on the notices' Lease ([`revocations`]): every
 //! custom resource of the driver. Pure: no I/O, no
 //! clock, no client.
 
@@ -16,6 +17,7 @@ pub mod node_view;
 pub mod object_name;
 pub mod projection;
 pub mod quote;
+pub mod revocations;
 pub mod share_kind;
 pub mod shares;
 pub mod volume_attributes;

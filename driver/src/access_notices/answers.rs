@@ -166,6 +166,9 @@ impl AnswerBook {
 pub struct Asked {
     /// The keys of the answers that changed (or were given for the first time).
     pub changed: HashSet<String>,
+    /// The questions whose answer turned from allowed to denied: revocations, broadcast to the
+    /// nodes before their statuses are written ([`sharedresource_api::revocations`]).
+    pub revoked: Vec<AccessQuestion>,
     /// Whether any review failed.
     pub failed: bool,
 }
@@ -190,12 +193,17 @@ pub async fn ask(client: &Client, timeout: Duration, questions: Vec<AccessQuesti
         .collect::<Vec<_>>()
         .await;
     let mut changed = HashSet::new();
+    let mut revoked = Vec::new();
     let mut failed = 0;
     for (question, allowed) in answers {
         match allowed {
             Ok(allowed) => {
+                let before = book.answer(&question.key()).map(|answer| answer.allowed);
                 if book.record(&question, allowed) {
                     changed.insert(question.key());
+                    if before == Some(true) {
+                        revoked.push(question);
+                    }
                 }
             }
             Err(error) => {
@@ -206,7 +214,7 @@ pub async fn ask(client: &Client, timeout: Duration, questions: Vec<AccessQuesti
             }
         }
     }
-    Asked { changed, failed: failed > 0 }
+    Asked { changed, revoked, failed: failed > 0 }
 }
 
 #[cfg(test)]

@@ -6,7 +6,8 @@
 //! gathers what each change concerns ([`super::plan`]) for [`GATHER`], and writes the status of
 //! each node it concerns, and of no other. A relist of any watch (it may have missed changes,
 //! and it happens at every start) concerns every namespace. A failed write is owed to its node
-//! and tried again with backoff. Beside it, the lease the nodes read as "the notices are kept"
+//! and tried again with backoff. An answer that turns to denied is first broadcast on the lease
+//! every node watches ([`super::lease::broadcast_revocations`]): one write reaches them all. Beside it, the lease the nodes read as "the notices are kept"
 //! ([`super::lease`]) is renewed once every watch has listed.
 
 use std::collections::{HashMap, HashSet};
@@ -31,6 +32,7 @@ use crate::apiserver_request::ask;
 use crate::quote::Logged;
 use crate::unpoisoned::UnpoisonedMutex;
 use sharedresource_api::node_view::{NodeNotices, SharedResourceNode};
+use sharedresource_api::revocations::RevocationLog;
 
 /// How long notices are gathered before the nodes are written: a burst of binding changes costs
 /// each node one write, while a revocation waits at most this long here.
@@ -104,8 +106,8 @@ pub async fn run(client: Client, settings: NoticeSettings) {
     listed.wait_for(RBAC_WATCHES + super::objects::WATCHES).await;
     info!("every watch has listed; telling nodes of grant changes");
     let renew = keep_renewed(client.clone(), settings.lease.clone(), settings.timeout);
-    futures_util::future::join(renew, write_notices(client, nodes, gathered, (settings.timeout, settings.answers)))
-        .await;
+    let writing = write_notices(client, nodes, gathered, (settings.lease.clone(), settings.timeout, settings.answers));
+    futures_util::future::join(renew, writing).await;
 }
 
 /// The RBAC watches whose first list the lease waits for.
@@ -262,19 +264,22 @@ async fn follow_cluster_role_bindings(
 
 /// Writes the nodes' status as notices arrive: after each [`GATHER`], the questions the notices
 /// (and the looks again they left) concern are answered ([`super::answers`], when `answering`),
-/// and every node the notices concern (or whose object changed, or that lists an answer that
-/// changed) gets the status [`next_status`] computes, when it differs. What the controller wrote
-/// last is its base for the next write (its own watch may lag it).
+/// the answers that turned to denied are broadcast on `lease` (every node watches it: one write
+/// reaches them all, [`super::lease::broadcast_revocations`]), and every node the notices concern
+/// (or whose object changed, or that lists an answer that changed) gets the status
+/// [`next_status`] computes, when it differs. What the controller wrote last is its base for the
+/// next write (its own watch may lag it).
 async fn write_notices(
     client: Client,
     nodes: Store<SharedResourceNode>,
     gathered: Arc<Gathered>,
-    (timeout, answering): (Duration, bool),
+    (lease, timeout, answering): (LeaseRef, Duration, bool),
 ) {
     let api = Api::<SharedResourceNode>::all(client.clone());
     let mut written: HashMap<String, NodeNotices> = HashMap::new();
     let mut owed: HashMap<String, Notices> = HashMap::new();
     let mut book = AnswerBook::default();
+    let mut revocations = RevocationLog::default();
     let mut retry = FIRST_RETRY;
     // A review failed (refused under load, or timed out): its question is not current, so its
     // nodes look at their volumes themselves until a round answers it. Nothing else may come to
@@ -305,6 +310,9 @@ async fn write_notices(
             let asked = super::answers::ask(&client, timeout, questions, &mut book).await;
             book.look_again(tokio::time::Instant::now(), &notices);
             reviews_failed = asked.failed;
+            if revocations.revoked(&asked.revoked, now_millis()) {
+                super::lease::broadcast_revocations(&client, &lease, &revocations, timeout).await;
+            }
             asked.changed
         } else {
             HashSet::new()

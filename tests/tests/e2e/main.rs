@@ -125,6 +125,8 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
             |s| projections::hostile::hostile_share_names_never_reach_the_apiserver_and_revocation_still_arrives(s),
         "shares::a_node_that_hears_no_notices_still_sees_a_revocation" =>
             |s| notices::a_node_that_hears_no_notices_still_sees_a_revocation(s),
+        "shares::a_revocation_reaches_a_node_through_the_lease_before_its_status" =>
+            |s| notices::a_revocation_reaches_a_node_through_the_lease_before_its_status(s),
         "shares::access_updates_revocation_and_deletion_reach_the_files" =>
             |s| shares::access_updates_revocation_and_deletion_reach_the_files(s),
         "shares::driver_killed_and_restarted_keeps_and_refreshes_the_volume" =>

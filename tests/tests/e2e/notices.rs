@@ -53,21 +53,69 @@ async fn renew(admin: kube::Client) {
 
 /// The policy cutting the controller's writes to [`NODE`]'s object, and its binding.
 fn cut() -> Vec<serde_json::Value> {
+    cut_node(NODE, POLICY)
+}
+
+/// The policy `policy` cutting every write to `node`'s status, and its binding.
+fn cut_node(node: &str, policy: &str) -> Vec<serde_json::Value> {
     vec![
         json!({
-            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy", "metadata": {"name": POLICY},
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy", "metadata": {"name": policy},
             "spec": {
                 "failurePolicy": "Fail",
                 "matchConstraints": {"resourceRules": [{"apiGroups": ["sharedresource.inlineguard.dev"], "apiVersions": ["*"], "operations": ["UPDATE"], "resources": ["sharedresourcenodes/status"]}]},
-                "matchConditions": [{"name": "this-node", "expression": format!("object.metadata.name == '{NODE}'")}],
+                "matchConditions": [{"name": "this-node", "expression": format!("object.metadata.name == '{node}'")}],
                 "validations": [{"expression": "false", "message": "this node hears no grant changes (e2e)", "reason": "Forbidden"}]
             }
         }),
         json!({
-            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": POLICY},
-            "spec": {"policyName": POLICY, "validationActions": ["Deny"]}
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": policy},
+            "spec": {"policyName": policy, "validationActions": ["Deny"]}
         }),
     ]
+}
+
+/// Publishes `pod`'s volume `db` as kubelet would, and waits for its Secret's first content.
+async fn publish_reader(
+    driver: &InProcessDriver,
+    node: &mut inline_guard_proto::csi::v1::node_client::NodeClient<tonic::transport::Channel>,
+    pod: &Pod,
+) -> Result<(std::path::PathBuf, inline_guard_proto::csi::v1::NodePublishVolumeRequest), String> {
+    let target = driver.dir.path().join("pods/reader/volumes/kubernetes.io~csi/db/mount");
+    let request = kubelet_request(pod, "db", &target)?;
+    publish_as_kubelet(node, &request).await.map_err(|e| format!("publish: {e}"))?;
+    wait_for_files(&target, "published", &[("password", "s3cret")]).await?;
+    Ok((target, request))
+}
+
+/// Removes the cut of `node` (`policy` and its binding) and the node's object.
+async fn uncut(admin: &kube::Client, nodes: &Api<SharedResourceNode>, (node, policy): (&str, &str)) {
+    use k8s_openapi::api::admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding};
+    let _ = Api::<ValidatingAdmissionPolicyBinding>::all(admin.clone()).delete(policy, &DeleteParams::default()).await;
+    let _ = Api::<ValidatingAdmissionPolicy>::all(admin.clone()).delete(policy, &DeleteParams::default()).await;
+    let _ = nodes.delete(node, &DeleteParams::default()).await;
+}
+
+/// Waits until the writes to `node`'s status are refused: the admin's too, so its refusal says
+/// the policy applies (policies load a moment after creation).
+async fn until_cut(nodes: &Api<SharedResourceNode>, node: &str) -> Outcome {
+    let deadline = Instant::now() + WITHIN;
+    for attempt in 1.. {
+        // A change of the status (a write that changes nothing may not be admitted at all);
+        // the node looks at every volume again, which finds nothing revoked yet.
+        let probe = Patch::Merge(json!({"status": {"everyNamespace": -attempt}}));
+        match nodes.patch_status(node, &PatchParams::default(), &probe).await {
+            Err(kube::Error::Api(status)) if status.code == 403 => break,
+            answer if Instant::now() > deadline => {
+                let answer = answer.map(|node| node.status).map_err(|e| e.to_string());
+                return Err(format!(
+                    "the cut was not in force within {WITHIN:?}: the status write answered {answer:?}"
+                ));
+            }
+            _ => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+    Ok(())
 }
 
 pub async fn a_node_that_hears_no_notices_still_sees_a_revocation(suite: &Suite) -> Outcome {
@@ -110,10 +158,7 @@ pub async fn a_node_that_hears_no_notices_still_sees_a_revocation(suite: &Suite)
     let driver = InProcessDriver::start_hearing(suite, NODE, NoticeSettings { lease, fallback: FALLBACK }).await?;
     let mut node = inline_guard_proto::csi::v1::node_client::NodeClient::new(channel(driver.socket.clone()).await?);
     let result = async {
-        let target = driver.dir.path().join("pods/reader/volumes/kubernetes.io~csi/db/mount");
-        let request = kubelet_request(&pod, "db", &target)?;
-        publish_as_kubelet(&mut node, &request).await.map_err(|e| format!("publish: {e}"))?;
-        wait_for_files(&target, "published", &[("password", "s3cret")]).await?;
+        let (target, request) = publish_reader(&driver, &mut node, &pod).await?;
         let other = driver.dir.path().join("pods/retargeted/volumes/kubernetes.io~csi/db/mount");
         let other_request = kubelet_request(&retargeted_pod, "db", &other)?;
         publish_as_kubelet(&mut node, &other_request).await.map_err(|e| format!("publish: {e}"))?;
@@ -136,23 +181,9 @@ pub async fn a_node_that_hears_no_notices_still_sees_a_revocation(suite: &Suite)
         // The driver hears notices: the lease renewed, its object current and answered.
         crate::shares::wait_for_metric(&driver.metrics, "sharedresource_csi_driver_access_notices_heard", |v| v == 1.0)
             .await?;
-        // Then the cut: the controller's writes to this node's status refused, the admin's too
-        // (so its refusal says the policy applies: policies load a moment after creation).
+        // Then the cut: the controller's writes to this node's status refused.
         inline_guard_tests::apply::apply(admin, &cut(), false).await?;
-        let deadline = Instant::now() + WITHIN;
-        for attempt in 1.. {
-            // A change of the status (a write that changes nothing may not be admitted at all);
-            // the node looks at every volume again, which finds nothing revoked yet.
-            let probe = Patch::Merge(json!({"status": {"everyNamespace": -attempt}}));
-            match nodes.patch_status(NODE, &PatchParams::default(), &probe).await {
-                Err(kube::Error::Api(status)) if status.code == 403 => break,
-                answer if Instant::now() > deadline => {
-                    let answer = answer.map(|node| node.status).map_err(|e| e.to_string());
-                    return Err(format!("the cut was not in force within {WITHIN:?}: the status write answered {answer:?}"));
-                }
-                _ => tokio::time::sleep(Duration::from_millis(200)).await,
-            }
-        }
+        until_cut(&nodes, NODE).await?;
 
         // The answer held: an update of the Secret reaches the volume through its watch and
         // costs no access check (an answer asked while answers were being forgotten, by the
@@ -230,13 +261,7 @@ pub async fn a_node_that_hears_no_notices_still_sees_a_revocation(suite: &Suite)
     .await;
     renewing.abort();
     let stopped = driver.stop().await;
-    let _ = Api::<k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicyBinding>::all(admin.clone())
-        .delete(POLICY, &DeleteParams::default())
-        .await;
-    let _ = Api::<k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicy>::all(admin.clone())
-        .delete(POLICY, &DeleteParams::default())
-        .await;
-    let _ = nodes.delete(NODE, &DeleteParams::default()).await;
+    uncut(admin, &nodes, (NODE, POLICY)).await;
     let _ =
         Api::<Lease>::namespaced(admin.clone(), "inline-guard-driver").delete(LEASE, &DeleteParams::default()).await;
     let _ = Api::<RoleBinding>::namespaced(admin.clone(), "inline-guard-driver")
@@ -245,5 +270,105 @@ pub async fn a_node_that_hears_no_notices_still_sees_a_revocation(suite: &Suite)
     let _ = Api::<k8s_openapi::api::rbac::v1::Role>::namespaced(admin.clone(), "inline-guard-driver")
         .delete(LEASE, &DeleteParams::default())
         .await;
+    result.and(stopped)
+}
+
+const BROADCAST_OWNER: &str = "broadcast-owner";
+const BROADCAST_CONSUMER: &str = "broadcast-consumer";
+const BROADCAST_SHARE: &str = "broadcast-db";
+const BROADCAST_NODE: &str = "e2e-broadcast";
+const BROADCAST_POLICY: &str = "e2e-broadcast-cut";
+
+/// The revocations' broadcast: a node that follows the shipped controller's Lease, and whose
+/// status no one may write (the same test-only policy), still sees a revocation within
+/// seconds: the controller writes the revoked question on the Lease, and the node holds it
+/// denied at once (no status confirming it, it asks itself 10 s later). The positive control:
+/// the node's status still says the question is
+/// allowed when the volume is emptied, and with the lease renewed and its object current, the
+/// node never falls back to looking on its own (its fallback is an hour away).
+pub async fn a_revocation_reaches_a_node_through_the_lease_before_its_status(suite: &Suite) -> Outcome {
+    let admin = &suite.admin;
+    for namespace in [BROADCAST_OWNER, BROADCAST_CONSUMER] {
+        create_namespace(admin, namespace, "none", &[]).await?;
+    }
+    create_service_account(admin, BROADCAST_CONSUMER, "reader").await?;
+    let secret = json!({
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db"}, "stringData": {"password": "s3cret"}
+    });
+    create_object(suite, &format!("/api/v1/namespaces/{BROADCAST_OWNER}/secrets"), secret).await?;
+    create_shared_secret(suite, BROADCAST_SHARE, BROADCAST_OWNER, "db").await?;
+    create_use_grant(suite, BROADCAST_CONSUMER, "sharedsecrets", BROADCAST_SHARE).await?;
+    let answer =
+        create(admin, &pods_path(BROADCAST_CONSUMER), &crate::shares::reader_pod("reader", BROADCAST_SHARE), false)
+            .await?;
+    let pod: Pod = serde_json::from_value(answer.body).map_err(|e| e.to_string())?;
+    let question = format!("{BROADCAST_CONSUMER}/reader/sharedsecrets/{BROADCAST_SHARE}");
+
+    let nodes = Api::<SharedResourceNode>::all(admin.clone());
+    let hour = Duration::from_secs(3600);
+    let notices = NoticeSettings { fallback: hour, ..NoticeSettings::default() };
+    let driver = InProcessDriver::start_hearing(suite, BROADCAST_NODE, notices).await?;
+    let mut node = inline_guard_proto::csi::v1::node_client::NodeClient::new(channel(driver.socket.clone()).await?);
+    let result = async {
+        let (target, request) = publish_reader(&driver, &mut node, &pod).await?;
+        // The controller has answered the node's question: it knows the grant, so it can see
+        // it revoked.
+        let deadline = Instant::now() + WITHIN;
+        while nodes.get(BROADCAST_NODE).await.ok().and_then(|n| n.status).and_then(|s| s.answer(&question))
+            != Some(true)
+        {
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "the controller did not answer {question} for node {BROADCAST_NODE} within {WITHIN:?}"
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        crate::shares::wait_for_metric(&driver.metrics, "sharedresource_csi_driver_access_notices_heard", |v| v == 1.0)
+            .await?;
+        inline_guard_tests::apply::apply(admin, &cut_node(BROADCAST_NODE, BROADCAST_POLICY), false).await?;
+        until_cut(&nodes, BROADCAST_NODE).await?;
+
+        let revoked_at = Instant::now();
+        Api::<RoleBinding>::namespaced(admin.clone(), BROADCAST_CONSUMER)
+            .delete(&format!("reader-uses-{BROADCAST_SHARE}"), &DeleteParams::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        while !files(&target).is_empty() {
+            if revoked_at.elapsed() > WITHIN {
+                return Err(format!(
+                    "the revocation did not reach the node within {WITHIN:?} while its status was cut"
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let emptied = revoked_at.elapsed();
+        // Heard as a notice, not found by the fallback (an hour away, and not started: the lease
+        // renewed, the object current).
+        let heard = crate::shares::metric(&driver.metrics, "sharedresource_csi_driver_access_notices_heard");
+        if heard != Some(1.0) {
+            return Err(format!(
+                "the node stopped hearing notices (access_notices_heard {heard:?}): not the broadcast's proof"
+            ));
+        }
+        let status = nodes.get(BROADCAST_NODE).await.map_err(|e| e.to_string())?.status.unwrap_or_default();
+        if status.answer(&question) != Some(true) {
+            return Err(format!("the node's status was written despite the cut: {status:?}"));
+        }
+        let lease = Api::<Lease>::namespaced(admin.clone(), "inline-guard-driver")
+            .get("sharedresource-access-notices")
+            .await
+            .map_err(|e| e.to_string())?;
+        let broadcast = lease.metadata.annotations.unwrap_or_default();
+        let lines = broadcast.get(sharedresource_api::revocations::ANNOTATION).cloned().unwrap_or_default();
+        if !lines.lines().any(|line| line.ends_with(&format!(" {question}"))) {
+            return Err(format!("the lease does not carry the revocation of {question}: {lines:?}"));
+        }
+        println!("notices: a revocation reached a node whose status was cut in {emptied:?}, through the lease");
+        unpublish_as_kubelet(&mut node, request.volume_id, request.target_path).await
+    }
+    .await;
+    let stopped = driver.stop().await;
+    uncut(admin, &nodes, (BROADCAST_NODE, BROADCAST_POLICY)).await;
     result.and(stopped)
 }

@@ -820,7 +820,7 @@ pub async fn access_updates_revocation_and_deletion_reach_the_files(suite: &Suit
 }
 
 /// The value of the series `series` (name and labels, as OpenMetrics writes them) in `metrics`.
-fn metric(metrics: &sharedresource_csi_driver::metrics::Metrics, series: &str) -> Option<f64> {
+pub fn metric(metrics: &sharedresource_csi_driver::metrics::Metrics, series: &str) -> Option<f64> {
     let text = metrics.encode();
     text.lines().find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
 }

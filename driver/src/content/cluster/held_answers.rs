@@ -130,19 +130,33 @@ impl HeldAnswers {
     /// answer held for a question no live volume asks now would be stale when one asks it
     /// again). The controller asks again while the apiserver's RBAC cache may lag, and tells a
     /// changed answer. An answer this node is asking meanwhile may predate them: it is not held.
-    pub fn told(&self, answers: impl IntoIterator<Item = (AccessQuestion, bool)>, replaced: &[Accounts]) {
+    /// Whether what is held changed (an answer differs, is new, or was forgotten): when it did
+    /// not, the volumes have nothing to refresh (the node took these answers already, from the
+    /// revocations' broadcast or an earlier status).
+    pub fn told(&self, answers: impl IntoIterator<Item = (AccessQuestion, bool)>, replaced: &[Accounts]) -> bool {
         let now = Instant::now();
         let mut held = self.lock();
         held.forgettings += 1;
         let concerned = |q: &AccessQuestion| replaced.iter().any(|a| a.include(&q.namespace, &q.service_account));
-        held.answers.retain(|q, _| !concerned(q));
+        let mut forgotten: HashMap<AccessQuestion, bool> = HashMap::new();
+        held.answers.retain(|q, (allowed, _)| {
+            let keep = !concerned(q);
+            if !keep {
+                forgotten.insert(q.clone(), *allowed);
+            }
+            keep
+        });
         held.before.retain(|q, _| !concerned(q));
         let recheck = held.recheck;
+        let mut changed = false;
         for (question, allowed) in answers {
             let due = now + self.spread_for(&question, recheck);
             held.before.remove(&question);
+            let prior = forgotten.remove(&question).or_else(|| held.answers.get(&question).map(|(a, _)| *a));
+            changed |= prior != Some(allowed);
             held.answers.insert(question, (allowed, due));
         }
+        changed || !forgotten.is_empty()
     }
 
     /// Forgets what `look` may have made stale: every answer at a relist; at a window's looks,
@@ -311,14 +325,20 @@ mod tests {
         held.hold(&elsewhere, true, held.asking());
         let gone = question("team", "gone", "db");
         held.hold(&gone, true, held.asking());
-        held.told([(q.clone(), false)], &[Accounts::OfNamespace("team".into())]);
+        assert!(held.told([(q.clone(), false)], &[Accounts::OfNamespace("team".into())]), "changed");
         assert_eq!(held.answer(&q), Some(false), "the controller's answer is held");
         assert_eq!(held.answer(&gone), None, "another answer of the namespace: forgotten");
         assert_eq!(held.answer(&elsewhere), Some(true), "another namespace's: held");
         held.hold(&other, true, asked);
         assert_eq!(held.answer(&other), None, "asked before the told answers: maybe stale");
-        held.told([(q.clone(), true)], &[]);
+        assert!(held.told([(q.clone(), true)], &[]), "changed");
         assert_eq!(held.answer(&q), Some(true), "a flipped answer replaces it");
+        // Told what is held already (taken from the broadcast, then the status says the same):
+        // nothing changed, nothing to refresh; a namespace's answer forgotten is a change.
+        assert!(!held.told([(q.clone(), true)], &[]));
+        assert!(!held.told([(q.clone(), true)], &[Accounts::OfNamespace("team".into())]));
+        held.hold(&gone, true, held.asking());
+        assert!(held.told([(q.clone(), true)], &[Accounts::OfNamespace("team".into())]), "gone's answer forgotten");
         tokio::time::advance(Duration::from_secs(661)).await;
         assert_eq!(held.answer(&q), None, "due like any answer");
     }

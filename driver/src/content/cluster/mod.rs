@@ -13,6 +13,7 @@
 //! each other's insides (a projection reads shares through the shares' source).
 
 pub mod access;
+pub mod broadcast_denials;
 pub mod cache;
 pub mod held_answers;
 pub mod node_owner;
@@ -248,10 +249,11 @@ impl Cluster {
         // Two watches of one named object each: this node's own, and the lease.
         match self.watch_connections.lease(2) {
             Ok(lease) => {
+                let denials = Arc::new(broadcast_denials::BroadcastDenials::default());
                 let view = node_view::follow(
                     (self.client.clone(), lease.client.clone()),
                     node.clone(),
-                    self.node_view.clone(),
+                    (self.node_view.clone(), denials.clone()),
                     (self.changes.clone(), self.cache.clone(), self.answers.clone()),
                     (self.metrics.clone(), self.request_timeout),
                 );
@@ -259,6 +261,7 @@ impl Cluster {
                     lease.client.clone(),
                     notices.lease,
                     (self.node_view.clone(), self.changes.clone(), self.cache.clone()),
+                    (self.answers.clone(), denials),
                     notices.fallback,
                     self.metrics.clone(),
                 );

@@ -21,6 +21,7 @@ use kube::runtime::{WatchStreamExt as _, watcher as watch_stream};
 use tokio::sync::Notify;
 use tracing::{info, warn};
 
+use super::broadcast_denials::BroadcastDenials;
 use super::cache::ShareCache;
 use super::held_answers::HeldAnswers;
 use crate::content::changes::{Accounts, Changes};
@@ -258,6 +259,9 @@ pub struct Told {
     pub every_object: bool,
     /// These shares and projections are to be read again.
     pub objects: Vec<NoticedObject>,
+    /// Questions the status says are allowed while their denial, taken from the revocations'
+    /// broadcast, is doubted: the node asks the apiserver itself rather than take either.
+    pub ask_again: Vec<AccessQuestion>,
 }
 
 /// What the node's own volumes ask, as [`told`] compares it with the object: the questions its
@@ -268,6 +272,9 @@ pub struct Asking<'a> {
     pub listed: &'a [String],
     /// The questions of live volumes.
     pub known: &'a [AccessQuestion],
+    /// The questions denied from the revocations' broadcast that no status has confirmed yet
+    /// ([`super::broadcast_denials`]).
+    pub doubted: &'a [AccessQuestion],
 }
 
 impl Asking<'_> {
@@ -340,6 +347,11 @@ pub fn told(before: Option<&NodeNotices>, now: &NodeNotices, asking: Asking<'_>)
         }
     }
     told.answers.retain(|(q, _)| asking.known.contains(q));
+    // An allow that may be older than a denial taken from the broadcast is not taken.
+    let (doubted, taken): (Vec<_>, Vec<_>) =
+        told.answers.into_iter().partition(|(q, allowed)| *allowed && asking.doubted.contains(q));
+    told.answers = taken;
+    told.ask_again = doubted.into_iter().map(|(q, _)| q).collect();
     told
 }
 
@@ -350,15 +362,19 @@ pub fn tell(told: Told, wake: &Changes, (cache, answers): (&ShareCache, &HeldAns
     if told.every_namespace {
         wake.grants_relisted();
     } else {
-        if !told.answers.is_empty() || !told.answered.is_empty() {
-            answers.told(told.answers, &told.answered);
-        }
-        if !told.answered.is_empty() || !told.flipped.is_empty() {
+        // Answers the node holds already (taken from the revocations' broadcast, or told before)
+        // leave its volumes as they are: nothing to refresh.
+        let held_changed =
+            (!told.answers.is_empty() || !told.answered.is_empty()) && answers.told(told.answers, &told.answered);
+        if held_changed && (!told.answered.is_empty() || !told.flipped.is_empty()) {
             wake.answered(told.answered.into_iter().chain(told.flipped));
         }
         if !told.namespaces.is_empty() {
             wake.grant_changed(told.namespaces.into_iter().map(Accounts::OfNamespace));
         }
+    }
+    if !told.ask_again.is_empty() {
+        wake.grant_changed(super::broadcast_denials::accounts_of(&told.ask_again));
     }
     if told.every_object {
         cache.forget_shares();
@@ -381,14 +397,14 @@ pub fn tell(told: Told, wake: &Changes, (cache, answers): (&ShareCache, &HeldAns
 pub async fn follow(
     (client, watches): (kube::Client, kube::Client),
     node: String,
-    view: Arc<NodeView>,
+    (view, denials): (Arc<NodeView>, Arc<BroadcastDenials>),
     (wake, cache, answers): (Arc<Changes>, Arc<ShareCache>, Arc<HeldAnswers>),
     (metrics, timeout): (Arc<Metrics>, Duration),
 ) {
     let rewrite = Arc::new(Notify::new());
     futures_util::future::join(
         write_spec(client, &node, &view, &rewrite, timeout),
-        watch_status(watches, (&node, &view), (&wake, &cache, &answers), &rewrite, &metrics),
+        watch_status(watches, (&node, &view, &denials), (&wake, &cache, &answers), &rewrite, &metrics),
     )
     .await;
 }
@@ -459,7 +475,7 @@ async fn write_spec(client: kube::Client, node: &str, view: &NodeView, rewrite: 
 /// Follows the object's status by name, waking the volumes a moved value concerns.
 async fn watch_status(
     client: kube::Client,
-    (node, view): (&str, &NodeView),
+    (node, view, denials): (&str, &NodeView, &BroadcastDenials),
     (wake, cache, answers): (&Changes, &ShareCache, &HeldAnswers),
     rewrite: &Notify,
     metrics: &Metrics,
@@ -489,9 +505,12 @@ async fn watch_status(
         let untold_namespace = !spec.every_namespace && spec.namespaces.iter().any(|n| status.of(n).is_none());
         let untold_object = !spec.every_object && spec.objects.iter().any(|o| status.of_object(o).is_none());
         view.seen(untold_namespace || untold_object);
-        let known = view.questions_of(None);
-        let asking = Asking { listed: &spec.questions, known: &known };
-        tell(told(seen.as_ref(), &status, asking), wake, (cache, answers));
+        let (known, doubted) = (view.questions_of(None), denials.doubted());
+        let asking = Asking { listed: &spec.questions, known: &known, doubted: &doubted };
+        let told = told(seen.as_ref(), &status, asking);
+        denials.seen(&status);
+        denials.asked_again(&told.ask_again);
+        tell(told, wake, (cache, answers));
         seen = Some(status);
     }
 }
@@ -530,7 +549,7 @@ mod tests {
         VolumeReads { namespace: namespace.into(), service_account: "reader".into(), object }
     }
 
-    const NO_QUESTIONS: Asking<'static> = Asking { listed: &[], known: &[] };
+    const NO_QUESTIONS: Asking<'static> = Asking { listed: &[], known: &[], doubted: &[] };
 
     fn share(name: &str) -> NoticedObject {
         NoticedObject::Share(ShareKind::Secret, name.into())
@@ -676,14 +695,14 @@ mod tests {
         let now = answered(2, &[(&web, false)]);
         let listed = [web.key()];
         let known = [web.clone()];
-        let said = told(Some(&before), &now, Asking { listed: &listed, known: &known });
+        let said = told(Some(&before), &now, Asking { listed: &listed, known: &known, doubted: &[] });
         assert_eq!(said.answers, [(web.clone(), false)]);
         assert_eq!(said.answered, [Accounts::OfNamespace("team-a".into())]);
         assert!(said.namespaces.is_empty(), "nothing to ask: {said:?}");
 
         // A question the node asks that its spec does not list yet: the node looks itself.
         let known = [web.clone(), api.clone()];
-        let said = told(Some(&before), &now, Asking { listed: &listed, known: &known });
+        let said = told(Some(&before), &now, Asking { listed: &listed, known: &known, doubted: &[] });
         assert_eq!(said.namespaces, ["team-a"]);
         assert!(said.answers.is_empty() && said.answered.is_empty());
 
@@ -691,16 +710,30 @@ mod tests {
         let mut unanswered = now.clone();
         unanswered.namespaces[0].answered = false;
         let known = [web.clone()];
-        assert_eq!(told(Some(&before), &unanswered, Asking { listed: &listed, known: &known }).namespaces, ["team-a"]);
+        assert_eq!(
+            told(Some(&before), &unanswered, Asking { listed: &listed, known: &known, doubted: &[] }).namespaces,
+            ["team-a"]
+        );
 
         // An answer flipped without a moved namespace (asked again while RBAC lagged): taken.
         let flipped = answered(1, &[(&web, false)]);
-        let said = told(Some(&before), &flipped, Asking { listed: &listed, known: &known });
+        let said = told(Some(&before), &flipped, Asking { listed: &listed, known: &known, doubted: &[] });
         assert_eq!(said.answers, [(web.clone(), false)]);
         assert_eq!(said.flipped, [Accounts::One("team-a".into(), "web".into())]);
         assert!(said.answered.is_empty() && said.namespaces.is_empty());
         // ... but not for a question no live volume asks.
         assert_eq!(told(Some(&before), &flipped, NO_QUESTIONS), Told::default());
+
+        // A denial taken from the broadcast is doubted: an allow is not taken over it (it may be
+        // older than the line), the node asks itself; a denial is taken.
+        let doubted = [web.clone()];
+        let regranted = answered(3, &[(&web, true)]);
+        let said = told(Some(&now), &regranted, Asking { listed: &listed, known: &known, doubted: &doubted });
+        assert!(said.answers.is_empty(), "{said:?}");
+        assert_eq!(said.ask_again, std::slice::from_ref(&web));
+        let said = told(Some(&before), &now, Asking { listed: &listed, known: &known, doubted: &doubted });
+        assert_eq!(said.answers, [(web.clone(), false)]);
+        assert!(said.ask_again.is_empty());
     }
 
     #[tokio::test]

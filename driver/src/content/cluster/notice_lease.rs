@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt as _;
 use k8s_openapi::api::coordination::v1::Lease;
+use kube::ResourceExt as _;
 use kube::api::Api;
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::{WatchStreamExt as _, watcher as watch_stream};
@@ -22,12 +23,16 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
+use super::broadcast_denials::{BroadcastDenials, accounts_of};
 use super::cache::ShareCache;
+use super::held_answers::HeldAnswers;
 use super::node_view::NodeView;
 use crate::content::changes::Changes;
 use crate::metrics::Metrics;
 use crate::quote::Logged;
+use sharedresource_api::access::AccessQuestion;
 use sharedresource_api::node_view::{LEASE_SECONDS, LeaseRef};
+use sharedresource_api::revocations;
 
 /// How this node hears of grant changes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +65,7 @@ pub async fn follow(
     client: kube::Client,
     lease: LeaseRef,
     (view, wake, cache): (std::sync::Arc<NodeView>, std::sync::Arc<Changes>, std::sync::Arc<ShareCache>),
+    (answers, denials): (std::sync::Arc<HeldAnswers>, std::sync::Arc<BroadcastDenials>),
     fallback: Duration,
     metrics: std::sync::Arc<Metrics>,
 ) {
@@ -67,12 +73,26 @@ pub async fn follow(
     let api = Api::<Lease>::namespaced(client, lease.namespace.as_str());
     let by_name = watcher::Config::default().fields(&format!("metadata.name={}", lease.name.as_str()));
     let watch_metrics = metrics.clone();
+    let (asking, waking, denying) = (view.clone(), wake.clone(), denials.clone());
     let watching = async move {
         let mut events = watch_stream(api, by_name).default_backoff().boxed();
         let mut last_renew_time = None;
+        let mut broadcast_seen: Option<String> = None;
         while let Some(event) = events.next().await {
             match event {
                 Ok(Event::Apply(lease) | Event::InitApply(lease)) => {
+                    let broadcast = lease.annotations().get(revocations::ANNOTATION).cloned().unwrap_or_default();
+                    let revoked = revoked_since(broadcast_seen.as_deref(), &broadcast);
+                    let taken = denying.take(revoked, &asking.questions_of(None), Instant::now());
+                    if !taken.is_empty() {
+                        info!(
+                            questions = taken.len(),
+                            "revocations broadcast: denied at once, until this node's status says the same"
+                        );
+                        answers.told(taken.iter().map(|question| (question.clone(), false)), &[]);
+                        waking.answered(accounts_of(&taken));
+                    }
+                    broadcast_seen = Some(broadcast);
                     let renew_time = lease.spec.and_then(|spec| spec.renew_time);
                     if renew_time.is_some() && renew_time != last_renew_time {
                         last_renew_time = renew_time;
@@ -113,6 +133,10 @@ pub async fn follow(
                 }
                 _ => {}
             }
+            let unconfirmed = denials.unconfirmed(now);
+            if !unconfirmed.is_empty() {
+                wake.grant_changed(accounts_of(&unconfirmed));
+            }
             state = heard;
             metrics.set_notices_heard(state == Hearing::Notices);
             // Woken by a renewal, or to look again (the object's state has no signal of its own).
@@ -129,6 +153,13 @@ pub async fn follow(
     futures_util::future::join(watching, falling_back).await;
 }
 
+/// The questions revoked in `now`'s broadcast that were not in `before` (the value last seen;
+/// `None` at the first sight, whose lines predate this driver's look at every volume at its
+/// start).
+fn revoked_since(before: Option<&str>, now: &str) -> Vec<AccessQuestion> {
+    before.map(|before| revocations::revoked_since(before, now)).unwrap_or_default()
+}
+
 /// What the node holds until told it changed is forgotten: every access answer and every share;
 /// every volume is looked at again.
 fn forget_everything(wake: &Changes, cache: &ShareCache) {
@@ -139,6 +170,16 @@ fn forget_everything(wake: &Changes, cache: &ShareCache) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_broadcast_is_read_only_after_the_first_sight() {
+        let db = AccessQuestion::parse("team-a/web/sharedsecrets/db").unwrap();
+        let mut log = revocations::RevocationLog::default();
+        let before = log.value();
+        log.revoked([&db], 10);
+        assert_eq!(revoked_since(Some(&before), &log.value()), [db]);
+        assert!(revoked_since(None, &log.value()).is_empty(), "the first sight predates the driver's own look");
+    }
 
     #[test]
     fn notices_are_heard_only_while_a_renewal_is_recent_and_the_object_current() {

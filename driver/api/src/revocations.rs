@@ -1,0 +1,129 @@
+//! The revocations' broadcast: the access-notices controller writes the access questions whose
+//! answer it has just seen turn from allowed to denied into one annotation of the Lease every
+//! node already watches by name, before it writes each node's status. Each node that asks one of
+//! them holds it denied at once, so a revocation reaches every node serving it after one write
+//! the apiserver sends to every watcher, where the nodes' statuses are one write each, several
+//! milliseconds of the apiserver's CPU apiece.
+//!
+//! It only hastens, and only denies: a line the node misses (its watch restarted, more
+//! revocations than the log holds) is told by its status as before; a denial taken from a line
+//! is doubted until the status says the same (the node's side: the driver's
+//! `content/cluster/broadcast_denials.rs`), so a line older than a grant given again costs a
+//! moment's denial and one review, never an allow.
+//!
+//! The value is one line per revocation, `SEQUENCE QUESTION`, oldest first, at most
+//! [`MAX_LINES`]; the sequence (the controller's clock in milliseconds, raised past the last
+//! line) makes a revocation of a question revoked before a new line. A node compares the lines
+//! with the value it saw last: the new ones are the revocations since.
+
+use std::collections::{HashSet, VecDeque};
+
+use crate::access::AccessQuestion;
+use crate::node_view::MAX_QUESTION_LENGTH;
+
+/// The Lease annotation holding the log.
+pub const ANNOTATION: &str = "sharedresource.inlineguard.dev/revoked";
+/// The most lines the log holds: the oldest go first. A round that revokes more leaves the rest
+/// to the nodes' statuses.
+pub const MAX_LINES: usize = 64;
+/// The longest line read: a sequence of 19 digits, a space and the longest question. With
+/// [`MAX_LINES`], the annotation stays under 40 KB of the 256 KiB the apiserver allows.
+const MAX_LINE: usize = 20 + MAX_QUESTION_LENGTH;
+
+/// The log, as the controller keeps it.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct RevocationLog {
+    lines: VecDeque<(i64, String)>,
+}
+
+impl RevocationLog {
+    /// Adds `questions`, revoked at `now` (milliseconds), each with its own sequence past the
+    /// last one's; drops the oldest lines past [`MAX_LINES`]. Whether anything was added.
+    pub fn revoked<'a>(&mut self, questions: impl IntoIterator<Item = &'a AccessQuestion>, now: i64) -> bool {
+        let mut added = false;
+        for question in questions {
+            let last = self.lines.back().map_or(i64::MIN, |(sequence, _)| *sequence);
+            let sequence = now.max(last.saturating_add(1));
+            self.lines.push_back((sequence, question.key()));
+            added = true;
+        }
+        while self.lines.len() > MAX_LINES {
+            self.lines.pop_front();
+        }
+        added
+    }
+
+    /// The annotation's value.
+    pub fn value(&self) -> String {
+        self.lines.iter().map(|(sequence, key)| format!("{sequence} {key}\n")).collect()
+    }
+}
+
+/// The questions in `now`'s lines that were not in `before`'s: revoked since the node saw
+/// `before`. Lines of no known form, past [`MAX_LINES`] or longer than a question can be, are
+/// passed over.
+pub fn revoked_since(before: &str, now: &str) -> Vec<AccessQuestion> {
+    let seen: HashSet<&str> = lines(before).collect();
+    lines(now)
+        .filter(|line| !seen.contains(line))
+        .filter_map(|line| {
+            let (sequence, key) = line.split_once(' ')?;
+            sequence.parse::<i64>().ok()?;
+            AccessQuestion::parse(key)
+        })
+        .collect()
+}
+
+fn lines(value: &str) -> impl Iterator<Item = &str> {
+    value.lines().filter(|line| !line.is_empty() && line.len() <= MAX_LINE).take(MAX_LINES)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn question(key: &str) -> AccessQuestion {
+        AccessQuestion::parse(key).unwrap()
+    }
+
+    fn keys(questions: &[AccessQuestion]) -> Vec<String> {
+        questions.iter().map(AccessQuestion::key).collect()
+    }
+
+    const DB: &str = "team-a/web/sharedsecrets/db";
+    const CA: &str = "team-b/api/sharedconfigmaps/ca";
+
+    #[test]
+    fn a_node_takes_the_lines_new_since_it_last_looked_and_a_question_revoked_again_is_new() {
+        let mut log = RevocationLog::default();
+        assert!(!log.revoked([], 1_000), "nothing revoked: nothing to write");
+        let empty = log.value();
+        assert!(log.revoked([&question(DB)], 1_000));
+        let first = log.value();
+        assert_eq!(first, format!("1000 {DB}\n"));
+        assert_eq!(keys(&revoked_since(&empty, &first)), [DB]);
+        assert!(revoked_since(&first, &first).is_empty(), "seen already");
+        // The same clock reading (or one behind) still makes a new line.
+        log.revoked([&question(CA), &question(DB)], 900);
+        let second = log.value();
+        assert_eq!(second, format!("1000 {DB}\n1001 {CA}\n1002 {DB}\n"));
+        assert_eq!(keys(&revoked_since(&first, &second)), [CA, DB]);
+    }
+
+    #[test]
+    fn the_log_keeps_its_newest_lines_and_a_reader_bounds_what_it_reads() {
+        let mut log = RevocationLog::default();
+        let many: Vec<AccessQuestion> =
+            (0..MAX_LINES + 10).map(|i| question(&format!("team-a/sa{i}/sharedsecrets/db"))).collect();
+        log.revoked(&many, 1);
+        let value = log.value();
+        assert_eq!(value.lines().count(), MAX_LINES);
+        assert!(value.starts_with("11 team-a/sa10/"), "the oldest dropped: {}", &value[..40]);
+        assert_eq!(revoked_since("", &value).len(), MAX_LINES);
+        // Written by hand, or by something else: what is not a line of the log is passed over.
+        let odd = format!("x {DB}\n12 not-a-question\n\n13 {CA}\n14 {}\n", "a".repeat(MAX_LINE));
+        assert_eq!(keys(&revoked_since("", &odd)), [CA]);
+        let flood = format!("1 {DB}\n").repeat(10 * MAX_LINES);
+        assert!(revoked_since("", &flood).len() <= MAX_LINES);
+    }
+}
