@@ -96,6 +96,29 @@ async fn wait_for_composed(target: &std::path::Path, what: &str, expected: &[&st
     }
 }
 
+/// A share naming the optional share's Secret that no volume reads: the read-grants controller
+/// grants the driver its read before the optional share names it.
+const GRANTING_SHARE: &str = "optional-app-grant";
+
+/// Waits (up to [`WITHIN`]) until the driver's identity may read Secret `namespace/name`, which
+/// does not exist: its read answers 404, not 403.
+async fn until_readable_but_absent(suite: &Suite, namespace: &str, name: &str) -> Outcome {
+    let secrets = Api::<Secret>::namespaced(crate::shares::driver_client(suite).await?, namespace);
+    let deadline = Instant::now() + WITHIN;
+    loop {
+        match secrets.get_metadata(name).await {
+            Err(kube::Error::Api(status)) if status.code == 404 => return Ok(()),
+            answer if Instant::now() > deadline => {
+                return Err(format!(
+                    "the driver could not read Secret {namespace}/{name} within {WITHIN:?}: {:?}",
+                    answer.map(drop)
+                ));
+            }
+            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
 pub async fn an_optional_share_is_served_empty_until_its_secret_exists(suite: &Suite) -> Outcome {
     let admin = &suite.admin;
     apply_file(suite, "config/deploy/driver/crds.yaml").await?;
@@ -154,7 +177,12 @@ pub async fn an_optional_share_is_served_empty_until_its_secret_exists(suite: &S
             }
         }
 
-        // The share, naming a Secret not made yet: still empty, the new absence told.
+        // The share, naming a Secret not made yet: still empty, the new absence told. The
+        // read-grants controller grants the Secret's read first (through another share no volume
+        // reads), so that the driver's read finds it absent rather than not yet readable, however
+        // fast the controller is.
+        create_shared_secret(suite, GRANTING_SHARE, OWNER, "app-creds").await?;
+        until_readable_but_absent(suite, OWNER, "app-creds").await?;
         create_shared_secret(suite, SHARE, OWNER, "app-creds").await?;
         told_times(admin, CONSUMER, &uid, "OptionalObjectMissing", 3, WITHIN).await?;
         let notes: Vec<String> = events_about(admin, CONSUMER, &uid).await?.into_iter().map(|(_, _, note)| note).collect();
