@@ -26,6 +26,9 @@ pub const ANNOTATION: &str = "sharedresource.inlineguard.dev/revoked";
 /// The most lines the log holds: the oldest go first. A round that revokes more leaves the rest
 /// to the nodes' statuses.
 pub const MAX_LINES: usize = 64;
+/// The most lines of one namespace the log holds (its oldest go first): a tenant churning its
+/// own grants cannot push other namespaces' revocations out of the log.
+pub const MAX_LINES_PER_NAMESPACE: usize = 8;
 /// The longest line read: a sequence of 19 digits, a space and the longest question. With
 /// [`MAX_LINES`], the annotation stays under 40 KB of the 256 KiB the apiserver allows.
 const MAX_LINE: usize = 20 + MAX_QUESTION_LENGTH;
@@ -44,6 +47,12 @@ impl RevocationLog {
         for question in questions {
             let last = self.lines.back().map_or(i64::MIN, |(sequence, _)| *sequence);
             let sequence = now.max(last.saturating_add(1));
+            let of_namespace = |key: &String| key.split('/').next() == Some(question.namespace.as_str());
+            if self.lines.iter().filter(|(_, key)| of_namespace(key)).count() >= MAX_LINES_PER_NAMESPACE
+                && let Some(oldest) = self.lines.iter().position(|(_, key)| of_namespace(key))
+            {
+                self.lines.remove(oldest);
+            }
             self.lines.push_back((sequence, question.key()));
             added = true;
         }
@@ -111,14 +120,27 @@ mod tests {
     }
 
     #[test]
+    fn one_namespace_keeps_at_most_its_part_of_the_log() {
+        let mut log = RevocationLog::default();
+        log.revoked([&question(CA)], 1);
+        let churn: Vec<AccessQuestion> =
+            (0..3 * MAX_LINES_PER_NAMESPACE).map(|i| question(&format!("team-a/sa{i}/sharedsecrets/db"))).collect();
+        log.revoked(&churn, 2);
+        let value = log.value();
+        assert_eq!(value.lines().filter(|line| line.contains(" team-a/")).count(), MAX_LINES_PER_NAMESPACE);
+        assert!(value.contains(CA), "another namespace's revocation stays: {value}");
+        assert!(value.contains("team-a/sa23/") && !value.contains("team-a/sa15/"), "its newest kept: {value}");
+    }
+
+    #[test]
     fn the_log_keeps_its_newest_lines_and_a_reader_bounds_what_it_reads() {
         let mut log = RevocationLog::default();
         let many: Vec<AccessQuestion> =
-            (0..MAX_LINES + 10).map(|i| question(&format!("team-a/sa{i}/sharedsecrets/db"))).collect();
+            (0..MAX_LINES + 10).map(|i| question(&format!("team-{i}/sa/sharedsecrets/db"))).collect();
         log.revoked(&many, 1);
         let value = log.value();
         assert_eq!(value.lines().count(), MAX_LINES);
-        assert!(value.starts_with("11 team-a/sa10/"), "the oldest dropped: {}", &value[..40]);
+        assert!(value.starts_with("11 team-10/"), "the oldest dropped: {}", &value[..40]);
         assert_eq!(revoked_since("", &value).len(), MAX_LINES);
         // Written by hand, or by something else: what is not a line of the log is passed over.
         let odd = format!("x {DB}\n12 not-a-question\n\n13 {CA}\n14 {}\n", "a".repeat(MAX_LINE));

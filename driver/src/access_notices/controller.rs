@@ -7,7 +7,8 @@
 //! each node it concerns, and of no other. A relist of any watch (it may have missed changes,
 //! and it happens at every start) concerns every namespace. A failed write is owed to its node
 //! and tried again with backoff. An answer that turns to denied is first broadcast on the lease
-//! every node watches ([`super::lease::broadcast_revocations`]): one write reaches them all. Beside it, the lease the nodes read as "the notices are kept"
+//! every node watches ([`super::lease::broadcast_revocations`], at most once a second): one
+//! write reaches them all. Beside it, the lease the nodes read as "the notices are kept"
 //! ([`super::lease`]) is renewed once every watch has listed.
 
 use std::collections::{HashMap, HashSet};
@@ -37,6 +38,10 @@ use sharedresource_api::revocations::RevocationLog;
 /// How long notices are gathered before the nodes are written: a burst of binding changes costs
 /// each node one write, while a revocation waits at most this long here.
 pub const GATHER: Duration = Duration::from_millis(50);
+/// The least time between two broadcasts of revocations: every node receives each one, so a
+/// tenant churning its own grants costs every node at most one Lease event (of at most 64 lines)
+/// a second; a revocation in a quiet cluster is written at once.
+const BROADCAST_EVERY: Duration = Duration::from_secs(1);
 /// Objects listed per page: metadata only for Roles and RoleBindings (a tenant's annotations at
 /// most), so a page stays a few MiB whatever tenants make.
 const PAGE: u32 = 20;
@@ -280,6 +285,8 @@ async fn write_notices(
     let mut owed: HashMap<String, Notices> = HashMap::new();
     let mut book = AnswerBook::default();
     let mut revocations = RevocationLog::default();
+    // Lines not broadcast yet, and when the next broadcast may be written.
+    let (mut unsent, mut next_broadcast) = (false, tokio::time::Instant::now());
     let mut retry = FIRST_RETRY;
     // A review failed (refused under load, or timed out): its question is not current, so its
     // nodes look at their volumes themselves until a round answers it. Nothing else may come to
@@ -288,7 +295,8 @@ async fn write_notices(
     loop {
         let look = book.next_look();
         let retry_at = (!owed.is_empty() || reviews_failed).then(|| tokio::time::Instant::now() + retry);
-        let wake_at = look.into_iter().chain(retry_at).min();
+        let broadcast_at = unsent.then_some(next_broadcast);
+        let wake_at = look.into_iter().chain(retry_at).chain(broadcast_at).min();
         tokio::select! {
             _ = gathered.arrived.notified() => {}
             _ = sleep_until(wake_at) => {}
@@ -310,8 +318,10 @@ async fn write_notices(
             let asked = super::answers::ask(&client, timeout, questions, &mut book).await;
             book.look_again(tokio::time::Instant::now(), &notices);
             reviews_failed = asked.failed;
-            if revocations.revoked(&asked.revoked, now_millis()) {
+            unsent |= revocations.revoked(&asked.revoked, now_millis());
+            if unsent && tokio::time::Instant::now() >= next_broadcast {
                 super::lease::broadcast_revocations(&client, &lease, &revocations, timeout).await;
+                (unsent, next_broadcast) = (false, tokio::time::Instant::now() + BROADCAST_EVERY);
             }
             asked.changed
         } else {

@@ -83,7 +83,12 @@ pub async fn follow(
                 Ok(Event::Apply(lease) | Event::InitApply(lease)) => {
                     let broadcast = lease.annotations().get(revocations::ANNOTATION).cloned().unwrap_or_default();
                     let revoked = revoked_since(broadcast_seen.as_deref(), &broadcast);
-                    let taken = denying.take(revoked, &asking.questions_of(None), Instant::now());
+                    // A renewal (every 10 s) leaves the lines as they were: nothing to compare.
+                    let taken = if revoked.is_empty() {
+                        Vec::new()
+                    } else {
+                        denying.take(revoked, &asking.questions_of(None), Instant::now())
+                    };
                     if !taken.is_empty() {
                         info!(
                             questions = taken.len(),
