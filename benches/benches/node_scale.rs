@@ -16,8 +16,14 @@
 //! - 100 updates of one shared Secret, each timed until every node's volume shows it;
 //! - 20 edits of one share (retargeted to another Secret and back), each timed until every
 //!   node's volume of it shows it;
-//! - revocation, 5 rounds: the binding of that service account deleted, timed until every node's
-//!   volume of it is emptied, then made again.
+//! - revocation, 5 rounds: the binding of that service account deleted, timed until each node's
+//!   volume of it is emptied (and so until every node's), then made again.
+//!
+//! Before the nodes start, [`FLOOR_WATCHES`] plain watches of one Secret by name (kubelet's
+//! kind) are opened and what the apiserver keeps for each is read: the floor a volume's watch
+//! is compared with. With the nodes started and before any volume, what the apiserver keeps is
+//! read again: a node's own cost, apart from its volumes'. The nodes' directories are a tmpfs
+//! when run as root.
 //!
 //! Per phase: the apiserver's CPU seconds (its own `process_cpu_seconds_total`) and etcd's (its
 //! CPU clock), the drivers' (this process's CPU clock: the N drivers and the load, which is
@@ -33,15 +39,16 @@
 //!
 //! `cargo bench -p inline-guard-benches --bench node_scale -- [--nodes 10,50,200]
 //!  [--baseline-nodes 200] [--idle-seconds 300] [--churn-seconds 20] [--json FILE]` (root not
-//!  needed; Go for the peers). With `NODE_SCALE_HEAP_PROFILE=FILE`, the apiserver's heap profile
-//!  at the end of the idle time (after the forced collection) is written to FILE, for
-//!  `go tool pprof -top -sample_index=inuse_space FILE`.
+//!  needed; Go for the peers). With `NODE_SCALE_HEAP_PROFILE=PREFIX`, the apiserver's heap
+//!  profile at each look at what it keeps (after the forced collection) is written to
+//!  `PREFIX-<when>`, for `go tool pprof -top -sample_index=inuse_space -diff_base A B`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::StreamExt as _;
 use inline_guard_benches::apiserver_metrics::{self, Sample};
 use inline_guard_benches::process_cpu::cpu_time;
 use inline_guard_benches::shares_cluster::{self, DRIVER, DRIVER_GROUPS, pids_of, pin, post};
@@ -84,12 +91,43 @@ struct SimNode {
     node: NodeClient<tonic::transport::Channel>,
 }
 
+/// Where the simulated nodes keep their directories: a tmpfs when run as root, as each of the
+/// driver's volumes is a tmpfs on a node (on the disk, emptying a volume is the disk's work:
+/// ext4's block and inode bookkeeping took most of a revocation's CPU in this process); the
+/// disk otherwise, as the results say.
+struct NodesDir {
+    dir: tempfile::TempDir,
+    tmpfs: bool,
+}
+
+impl NodesDir {
+    fn new() -> Result<NodesDir, String> {
+        let dir = tempfile::tempdir().map_err(|e| format!("the nodes' directory: {e}"))?;
+        let tmpfs = nix::unistd::geteuid().is_root()
+            && std::process::Command::new("mount")
+                .args(["-t", "tmpfs", "-o", "mode=0700", "inline-guard-bench-nodes"])
+                .arg(dir.path())
+                .status()
+                .is_ok_and(|status| status.success());
+        Ok(NodesDir { dir, tmpfs })
+    }
+}
+
+impl Drop for NodesDir {
+    fn drop(&mut self) {
+        if self.tmpfs {
+            // What a killed run leaves mounted, the next run's sweep unmounts (run_root).
+            let _ = std::process::Command::new("umount").arg(self.dir.path()).status();
+        }
+    }
+}
+
 fn target(node: &Path, volume: usize) -> PathBuf {
     node.join(format!("pods/uid-{volume}/volumes/kubernetes.io~csi/db/mount"))
 }
 
-async fn start_node(cluster: &Cluster, index: usize) -> Result<SimNode, String> {
-    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+async fn start_node(cluster: &Cluster, index: usize, within: &NodesDir) -> Result<SimNode, String> {
+    let dir = tempfile::tempdir_in(within.dir.path()).map_err(|e| e.to_string())?;
     let socket = dir.path().join("csi.sock");
     let mut plugin = Plugin::in_directory(dir.path(), socket.clone());
     plugin.node_id = format!("sim-node-{index}");
@@ -164,24 +202,76 @@ async fn read(admin: &kube::Client, etcd: &[u32]) -> Result<Reading, String> {
 
 const REQUESTS: &str = "apiserver_request_total";
 
-/// What the apiserver keeps at idle, in MB: its Go heap in use right after a collection (forced
-/// through its profiling endpoint, which the suites' clusters serve) and its goroutines' stacks
-/// (three or so per watch). The resident set and the heap in use between collections also hold
-/// garbage the collector has not reached yet, which grows with the write rate, not with what is
-/// kept.
-async fn retained_mb(admin: &kube::Client) -> Result<f64, String> {
+/// What the apiserver keeps, in MB, right after a collection (forced through its profiling
+/// endpoint, which the suites' clusters serve): its live objects, the heap's spans that hold
+/// them (live objects and the free slots between them, which a burst of writes leaves behind),
+/// and its goroutines' stacks (about three per watch). The resident set and the heap between
+/// collections also hold garbage the collector has not reached yet, which grows with the write
+/// rate, not with what is kept.
+struct Kept {
+    live_mb: f64,
+    heap_mb: f64,
+    stacks_mb: f64,
+}
+
+impl Kept {
+    /// Held: the heap's spans in use and the stacks.
+    fn mb(&self) -> f64 {
+        self.heap_mb + self.stacks_mb
+    }
+
+    /// Live: the objects and the stacks.
+    fn live_mb(&self) -> f64 {
+        self.live_mb + self.stacks_mb
+    }
+}
+
+async fn kept(admin: &kube::Client, when: &str) -> Result<Kept, String> {
     let collect = hyper::Request::get("/debug/pprof/heap?gc=1&debug=1").body(Vec::new()).map_err(|e| e.to_string())?;
     let profile = admin.request_text(collect).await.map_err(|e| format!("GET /debug/pprof/heap?gc=1&debug=1: {e}"))?;
-    // Kept for `go tool pprof` when asked: what the kept memory is made of.
-    if let Ok(path) = std::env::var("NODE_SCALE_HEAP_PROFILE") {
+    // Kept for `go tool pprof` when asked: what the kept memory is made of, at each look.
+    if let Ok(prefix) = std::env::var("NODE_SCALE_HEAP_PROFILE") {
+        let path = format!("{prefix}-{when}");
         std::fs::write(&path, profile).map_err(|e| format!("writing {path}: {e}"))?;
     }
     let request = hyper::Request::get("/metrics").body(Vec::new()).map_err(|e| e.to_string())?;
     let samples =
         apiserver_metrics::parse(&admin.request_text(request).await.map_err(|e| format!("GET /metrics: {e}"))?);
-    let bytes = apiserver_metrics::sum(&samples, "go_memstats_heap_inuse_bytes", &[])
-        + apiserver_metrics::sum(&samples, "go_memstats_stack_inuse_bytes", &[]);
-    Ok(bytes / 1e6)
+    Ok(Kept {
+        live_mb: apiserver_metrics::sum(&samples, "go_memstats_heap_alloc_bytes", &[]) / 1e6,
+        heap_mb: apiserver_metrics::sum(&samples, "go_memstats_heap_inuse_bytes", &[]) / 1e6,
+        stacks_mb: apiserver_metrics::sum(&samples, "go_memstats_stack_inuse_bytes", &[]) / 1e6,
+    })
+}
+
+/// How many plain watches of one Secret by name the floor opens: what kubelet opens for each
+/// Secret its pods mount, and the driver for each object its volumes show.
+const FLOOR_WATCHES: usize = 200;
+
+/// What one watch of one Secret by name costs the apiserver to keep (held, live), in kB: [`FLOOR_WATCHES`]
+/// of them opened on the driver's identity and HTTP/2 connections (as kubelet's client carries
+/// its own), with no driver running, the kept memory read before and after.
+async fn kept_per_named_watch(admin: &kube::Client, cluster: &Cluster) -> Result<(f64, f64), String> {
+    let config = cluster.config_as(DRIVER, &DRIVER_GROUPS).await?;
+    let connections = sharedresource_csi_driver::apiserver_client::WatchConnections::new(
+        config,
+        sharedresource_csi_driver::apiserver_rate::RateLayer::shipped(),
+    )
+    .map_err(|e| e.to_string())?;
+    let before = kept(admin, "before-the-watches-alone").await?;
+    let mut open = Vec::with_capacity(FLOOR_WATCHES);
+    for watch in 0..FLOOR_WATCHES {
+        let lease = connections.lease(1).map_err(|e| e.to_string())?;
+        let secrets = Api::<Secret>::namespaced(lease.client.clone(), OWNER);
+        let by_name = kube::api::WatchParams::default().fields(&format!("metadata.name=secret-{}", watch % SHARES));
+        // Answered once the apiserver has started the watch; held (not read) until dropped.
+        let events = secrets.watch(&by_name, "0").await.map_err(|e| format!("watch: {e}"))?.boxed();
+        open.push((lease, events));
+    }
+    let opened = kept(admin, "the-watches-alone").await?;
+    drop(open);
+    let per_watch = |kept: fn(&Kept) -> f64| (kept(&opened) - kept(&before)) * 1e3 / FLOOR_WATCHES as f64;
+    Ok((per_watch(Kept::mb), per_watch(Kept::live_mb)))
 }
 
 /// What a phase cost, from the readings at its start and end.
@@ -341,15 +431,47 @@ fn watches_by_scope(reading: &Reading) -> Value {
     json!({"cluster": of("cluster"), "namespace": of("namespace"), "resource": of("resource")})
 }
 
+/// The watches of one object by name open, by resource (`secrets`, `leases`,
+/// `sharedresourcenodes`, ...).
+fn named_watches_by_resource(reading: &Reading) -> Value {
+    let named: Vec<Sample> = reading
+        .samples
+        .iter()
+        .filter(|s| {
+            s.name == "apiserver_longrunning_requests"
+                && s.labels.get("verb").is_some_and(|verb| verb == "WATCH")
+                && s.labels.get("scope").is_some_and(|scope| scope == "resource")
+        })
+        .cloned()
+        .collect();
+    json!(apiserver_metrics::by(&named, "apiserver_longrunning_requests", &["resource"]))
+}
+
 /// Waits until `done` holds for volume 0 (CONSUMER's reader, share-0) of every node; how long.
 async fn until_every_node(nodes: &[SimNode], what: &str, done: impl Fn(&Path) -> bool) -> Result<Duration, String> {
+    let each = until_each_node(nodes, what, done).await?;
+    Ok(each.into_iter().max().unwrap_or_default())
+}
+
+/// Waits until `done` holds for volume 0 (CONSUMER's reader, share-0) of every node; how long
+/// each node took (to within a look, every 2 ms). A node is looked at until it is there, so the
+/// looks, which share this process's core with the drivers, thin out as nodes arrive.
+async fn until_each_node(nodes: &[SimNode], what: &str, done: impl Fn(&Path) -> bool) -> Result<Vec<Duration>, String> {
     let started = Instant::now();
+    let mut took: Vec<Option<Duration>> = vec![None; nodes.len()];
     loop {
-        if nodes.iter().all(|node| done(&target(node.dir.path(), 0))) {
-            return Ok(started.elapsed());
+        let mut behind = 0;
+        for (node, took) in nodes.iter().zip(took.iter_mut()).filter(|(_, took)| took.is_none()) {
+            if done(&target(node.dir.path(), 0)) {
+                *took = Some(started.elapsed());
+            } else {
+                behind += 1;
+            }
+        }
+        if behind == 0 {
+            return Ok(took.into_iter().flatten().collect());
         }
         if started.elapsed() > PATIENCE {
-            let behind = nodes.iter().filter(|node| !done(&target(node.dir.path(), 0))).count();
             return Err(format!("{what}: {behind} of {} nodes not there after {PATIENCE:?}", nodes.len()));
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
@@ -403,6 +525,12 @@ async fn set_up(admin: &kube::Client, cluster: &Cluster, answers: bool) -> Resul
     Ok(controller)
 }
 
+/// Says on stderr which phase a run with `count` nodes is in (the whole bench takes most of an
+/// hour; a profiler can also be started on a phase's line).
+fn progress(count: usize, phase: &str) {
+    eprintln!("node_scale: {count} nodes: {phase}");
+}
+
 /// One run with `count` nodes, the controller answering the nodes' access questions or not
 /// (`answers`).
 async fn run(count: usize, idle: u64, churn_seconds: u64, answers: bool) -> Result<Value, String> {
@@ -412,13 +540,22 @@ async fn run(count: usize, idle: u64, churn_seconds: u64, answers: bool) -> Resu
     let etcd = pids_of(&[peers.etcd.as_path()]);
     let admin = cluster.client().await?;
     let _controller = set_up(&admin, &cluster, answers).await?;
+    progress(count, "a watch by name, alone");
+    let per_named_watch_kb = kept_per_named_watch(&admin, &cluster).await?;
+    progress(count, "starting the nodes");
     let memory_before = resident_mb();
+    let within = NodesDir::new()?;
     let mut nodes = Vec::with_capacity(count);
     for index in 0..count {
-        nodes.push(start_node(&cluster, index).await?);
+        nodes.push(start_node(&cluster, index, &within).await?);
     }
+    // Each node's own watches are open before a volume is published: what a node costs the
+    // apiserver before its volumes do.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let kept_without_volumes = kept(&admin, &format!("{count}-nodes-without-volumes")).await?;
     let mut phases = BTreeMap::new();
 
+    progress(count, "publishing");
     let start = read(&admin, &etcd).await?;
     let published = Instant::now();
     let retries: u64 = futures_util::future::try_join_all(nodes.iter_mut().map(publish_all)).await?.into_iter().sum();
@@ -433,13 +570,16 @@ async fn run(count: usize, idle: u64, churn_seconds: u64, answers: bool) -> Resu
     phases.insert("publish", phase);
     let memory = resident_mb();
 
+    progress(count, "idle");
     tokio::time::sleep(Duration::from_secs(idle)).await;
-    let retained = retained_mb(&admin).await?;
+    let retained = kept(&admin, &format!("{count}-nodes-idle")).await?;
     let after_idle = read(&admin, &etcd).await?;
     phases.insert("idle", cost(&after_publish, &after_idle));
     let watches = apiserver_metrics::sum(&after_idle.samples, "apiserver_longrunning_requests", &[("verb", "WATCH")]);
     let watch_scopes = watches_by_scope(&after_idle);
+    let named_watches = named_watches_by_resource(&after_idle);
 
+    progress(count, "bindings churned where no node serves, a share no node reads edited");
     let unrelated = churn(&admin, ELSEWHERE, "bystander", Duration::from_millis(100), churn_seconds).await?;
     let after_unrelated = read(&admin, &etcd).await?;
     let mut phase = cost(&after_idle, &after_unrelated);
@@ -453,6 +593,7 @@ async fn run(count: usize, idle: u64, churn_seconds: u64, answers: bool) -> Resu
     phase["share_edits"] = json!(edits);
     phases.insert("unread_share_edits", phase);
 
+    progress(count, "a tenant's bindings");
     let bodies = fat_bindings();
     let memory_before_tenant = resident_mb();
     let before_tenant = Instant::now();
@@ -467,6 +608,7 @@ async fn run(count: usize, idle: u64, churn_seconds: u64, answers: bool) -> Resu
     drop(bodies);
     phases.insert("tenant_fat_bindings", phase);
 
+    progress(count, "relevant bindings churned, Secret updates, share edits");
     let relevant = churn(&admin, CONSUMER, "reader", Duration::from_secs(1), churn_seconds).await?;
     // The last looks (2 s after the last change) belong to this phase.
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -510,12 +652,16 @@ async fn run(count: usize, idle: u64, churn_seconds: u64, answers: bool) -> Resu
 
     // The binding of half the volumes' account deleted, until every node's volume 0 is emptied;
     // made again, until every one shows its files.
+    progress(count, "revocations");
     let bindings = Api::<RoleBinding>::namespaced(admin.clone(), CONSUMER);
     let mut revocations = Vec::with_capacity(REVOCATIONS);
+    let mut each_node = Vec::with_capacity(REVOCATIONS * count);
     let mut before_round = after_retargets;
     for round in 0..REVOCATIONS {
         bindings.delete(BINDING, &DeleteParams::default()).await.map_err(|e| e.to_string())?;
-        revocations.push(until_every_node(&nodes, "a revocation", |mount| !mount.join("password").exists()).await?);
+        let each = until_each_node(&nodes, "a revocation", |mount| !mount.join("password").exists()).await?;
+        revocations.push(each.iter().max().copied().unwrap_or_default());
+        each_node.extend(each);
         let after_revocation = read(&admin, &etcd).await?;
         if round == 0 {
             phases.insert("revocation", cost(&before_round, &after_revocation));
@@ -530,6 +676,9 @@ async fn run(count: usize, idle: u64, churn_seconds: u64, answers: bool) -> Resu
     let ms = |p: f64| percentile(&revocations, p).as_secs_f64() * 1e3;
     if let Some(phase) = phases.get_mut("revocation") {
         phase["to_every_node_ms"] = json!({"p50": ms(0.5), "max": ms(1.0), "rounds": REVOCATIONS});
+        // Each node's own delay, every round: what a node of a cluster sees, where the nodes'
+        // work is not queued on one core.
+        phase["to_each_node_ms"] = spread(each_node);
     }
 
     let rss = apiserver_metrics::sum(&after_revocation.samples, "process_resident_memory_bytes", &[]) / 1e6;
@@ -540,11 +689,16 @@ async fn run(count: usize, idle: u64, churn_seconds: u64, answers: bool) -> Resu
         let _ = node.stop.send(());
         let _ = node.running.await;
     }
+    let directories = if within.tmpfs { "tmpfs" } else { "disk" };
+    drop(within);
     let result = json!({
         "nodes": count, "volumes_per_node": VOLUMES_PER_NODE, "shares": SHARES, "apiserver": cluster.version,
-        "placement": placement, "publish_seconds": publish_seconds, "watches_open": watches, "watches_by_scope": watch_scopes,
-        "apiserver_rss_mb": rss, "apiserver_heap_mb": heap, "apiserver_retained_mb": retained, "drivers_rss_mb": memory - memory_before, "phases": phases,
-        "central_answers": answers,
+        "placement": placement, "publish_seconds": publish_seconds, "watches_open": watches, "watches_by_scope": watch_scopes, "named_watches_by_resource": named_watches,
+        "apiserver_rss_mb": rss, "apiserver_heap_mb": heap, "apiserver_retained_mb": retained.mb(),
+        "apiserver_retained_stacks_mb": retained.stacks_mb, "apiserver_retained_without_volumes_mb": kept_without_volumes.mb(),
+        "apiserver_kept_per_named_watch_kb": per_named_watch_kb.0, "apiserver_live_per_named_watch_kb": per_named_watch_kb.1,
+        "apiserver_live_mb": retained.live_mb(), "apiserver_live_without_volumes_mb": kept_without_volumes.live_mb(), "drivers_rss_mb": memory - memory_before, "phases": phases,
+        "central_answers": answers, "nodes_directories": directories,
     });
     drop(cluster);
     Ok(result)

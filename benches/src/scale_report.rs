@@ -72,7 +72,7 @@ pub fn write(w: &mut String, scale: &Value, plot: &mut String, plot_name: &str) 
         "## The node's view at scale\n\n`cargo bench -p inline-guard-benches --bench node_scale -- --nodes 10,50,200`: \
          one real kube-apiserver {} and etcd ({}), and N driver instances in one process, each its own node \
          (its own name, directories, socket, apiserver client, watches and access checks), each with {} volumes \
-         over {} shares; the read-grants controller running, answering the nodes' access questions. Idle {} s; \
+         over {} shares (the nodes' directories on {}); the read-grants controller running, answering the nodes' access questions. Idle {} s; \
          churns {} s each. The drivers' CPU includes the load generator's (small). A row marked *before* is the \
          same run with a controller that only tells the nodes (`--baseline-nodes`): each node then asks its own \
          questions after every notice, the design before the central answers.\n",
@@ -80,19 +80,23 @@ pub fn write(w: &mut String, scale: &Value, plot: &mut String, plot_name: &str) 
         first["placement"].as_str().unwrap_or_default(),
         first["volumes_per_node"],
         first["shares"],
+        match first["nodes_directories"].as_str() {
+            Some("tmpfs") => "a tmpfs, as each volume is on a node",
+            _ => "the disk: not run as root",
+        },
         scale["idle_seconds"],
         scale["churn_seconds"],
     );
     let _ = writeln!(
         w,
-        "| N | watches open: cluster-wide / a namespace's / by name | apiserver RSS / Go heap in use / kept at idle | idle: apiserver / etcd / drivers CPU (cores) | \
+        "| N | watches open: cluster-wide / a namespace's / by name | apiserver RSS / Go heap in use / kept at idle (of it stacks) | idle: apiserver / etcd / drivers CPU (cores) | \
          node writes per binding change where no node serves | node writes per edit of a share no node reads | \
          relevant bindings: reviews per change per node | Secret update to every node p50 / p99 | \
-         share edit to every node p50 / p99 | revocation to every node p50 / max ({} rounds) | revocation, first round: apiserver CPU per node write / the drivers' CPU | a tenant's {} subjects: this process grew |",
+         share edit to every node p50 / p99 | revocation to every node p50 / max ({} rounds) | revocation to each node p50 / p99 (every node, every round) | revocation, first round: apiserver CPU per node write / the drivers' CPU | a tenant's {} subjects: this process grew |",
         number(&first["phases"]["revocation"]["to_every_node_ms"]["rounds"]),
         number(&first["phases"]["tenant_fat_bindings"]["subjects"]),
     );
-    let _ = writeln!(w, "|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for run in runs.iter().chain(baseline.iter().copied()) {
         let nodes = number(&run["nodes"]);
         let phase = |name: &str, of: &str| number(&run["phases"][name][of]);
@@ -101,7 +105,7 @@ pub fn write(w: &mut String, scale: &Value, plot: &mut String, plot_name: &str) 
         let scopes = &run["watches_by_scope"];
         let _ = writeln!(
             w,
-            "| {nodes}{} | {:.0} / {:.0} / {:.0} | {:.0} / {:.0} / {:.0} MB | {:.3} / {:.3} / {:.3} | {:.2} | {:.2} | {:.1} | {:.0} / {:.0} ms | {:.0} / {:.0} ms | {:.0} / {:.0} ms | {:.1} ms / {:.2} s | {:.1} MB |",
+            "| {nodes}{} | {:.0} / {:.0} / {:.0} | {:.0} / {:.0} / {:.0} ({:.0}) MB | {:.3} / {:.3} / {:.3} | {:.2} | {:.2} | {:.1} | {:.0} / {:.0} ms | {:.0} / {:.0} ms | {:.0} / {:.0} ms | {:.0} / {:.0} ms | {:.1} ms / {:.2} s | {:.1} MB |",
             if is_baseline(&run) { ", *before*" } else { "" },
             number(&scopes["cluster"]),
             number(&scopes["namespace"]),
@@ -109,6 +113,7 @@ pub fn write(w: &mut String, scale: &Value, plot: &mut String, plot_name: &str) 
             number(&run["apiserver_rss_mb"]),
             number(&run["apiserver_heap_mb"]),
             number(&run["apiserver_retained_mb"]),
+            number(&run["apiserver_retained_stacks_mb"]),
             cores(run, "idle", "apiserver_cpu_s"),
             cores(run, "idle", "etcd_cpu_s"),
             cores(run, "idle", "drivers_cpu_s"),
@@ -121,6 +126,8 @@ pub fn write(w: &mut String, scale: &Value, plot: &mut String, plot_name: &str) 
             ms("share_edits", "p99"),
             ms("revocation", "p50"),
             ms("revocation", "max"),
+            number(&run["phases"]["revocation"]["to_each_node_ms"]["p50"]),
+            number(&run["phases"]["revocation"]["to_each_node_ms"]["p99"]),
             per_node_write(&run["phases"]["revocation"]),
             phase("revocation", "drivers_cpu_s"),
             phase("tenant_fat_bindings", "drivers_and_controller_rss_growth_mb"),
@@ -129,7 +136,9 @@ pub fn write(w: &mut String, scale: &Value, plot: &mut String, plot_name: &str) 
     let _ = writeln!(
         w,
         "\nWatches by the apiserver's `scope`: `cluster` is a kind watched cluster-wide, `resource` one object by name \
-         (the apiserver's own and the controllers' watches included). The drivers' CPU of a revocation's first round is every \
+         (the apiserver's own and the controllers' watches included). A revocation reaches *every* node when the last of the simulated nodes, \
+         queued on this process's one core, has emptied its volume; *each* node's own delay is what a node of a cluster, \
+         with its own CPU, sees. The drivers' CPU of a revocation's first round is every \
          simulated node's work (emptying its volumes, reading its object and the lease) on this process's one core: \
          when it nears the round's time, the figure is the simulation's, which a cluster spreads over its nodes. \
          The last column is this process's growth while \
@@ -174,6 +183,20 @@ pub fn write(w: &mut String, scale: &Value, plot: &mut String, plot_name: &str) 
     let (memory_slope, _) = fit(&series(runs, |run| number(&run["apiserver_rss_mb"])));
     let (heap_slope, _) = fit(&series(runs, |run| number(&run["apiserver_heap_mb"])));
     let (retained_slope, _) = fit(&series(runs, |run| number(&run["apiserver_retained_mb"])));
+    let (bare_slope, _) = fit(&series(runs, |run| number(&run["apiserver_retained_without_volumes_mb"])));
+    let (live_slope, _) = fit(&series(runs, |run| number(&run["apiserver_live_mb"])));
+    let (bare_live_slope, _) = fit(&series(runs, |run| number(&run["apiserver_live_without_volumes_mb"])));
+    let named = |run: &Value, resources: &[&str]| {
+        resources
+            .iter()
+            .map(|resource| run["named_watches_by_resource"][*resource].as_f64().unwrap_or(0.0))
+            .sum::<f64>()
+    };
+    let (objects_slope, _) = fit(&series(runs, |run| named(run, &["secrets", "configmaps"])));
+    let (own_slope, _) = fit(&series(runs, |run| named(run, &["sharedresourcenodes", "leases"])));
+    let mean = |of: &str| runs.iter().map(|run| number(&run[of])).sum::<f64>() / runs.len() as f64;
+    let (floor_kb, floor_live_kb) =
+        (mean("apiserver_kept_per_named_watch_kb"), mean("apiserver_live_per_named_watch_kb"));
     let reviews_per_change = runs
         .iter()
         .map(|run| {
@@ -191,11 +214,16 @@ pub fn write(w: &mut String, scale: &Value, plot: &mut String, plot_name: &str) 
          | watches open | {watch_slope:.1} | {:.0} |\n\
          | of which cluster-wide | {cluster_wide_slope:.2} | {:.0} |\n\
          | of which one object by name | {named_slope:.1} | {:.0} |\n\
+         | of which a Secret or ConfigMap a volume shows | {objects_slope:.1} | {:.0} |\n\
+         | of which the node's own object and the access notices' lease | {own_slope:.1} | {:.0} |\n\
          | node writes per binding change where no node serves (the worst run) | {elsewhere_writes:.2} | {:.0} per change |\n\
          | node writes per edit of a share no node reads (the worst run) | {unread_writes:.2} | {:.0} per edit |\n\
          | apiserver resident set (mostly the watches) | {memory_slope:.1} MB | {:.0} MB |\n\
          | apiserver Go heap in use | {heap_slope:.1} MB | {:.0} MB |\n\
-         | apiserver memory kept at idle (heap after a collection, and stacks) | {retained_slope:.2} MB | {:.0} MB |\n\
+         | apiserver memory kept at idle, held / live (heap spans / objects after a collection, and stacks) | {retained_slope:.2} / {live_slope:.2} MB | {:.0} / {:.0} MB |\n\
+         | of which the node before its volumes (its own two watches, its connections), held / live | {bare_slope:.2} / {bare_live_slope:.2} MB | {:.0} / {:.0} MB |\n\
+         | of which each of its volumes (its object's watch, its part of the node's object and of that object's recent writes), held / live | {:.0} / {:.0} kB | |\n\
+         | a watch of one Secret by name alone, as kubelet keeps one per Secret its pods mount (the mean of the runs), held / live | {floor_kb:.0} / {floor_live_kb:.0} kB | |\n\
          | apiserver CPU, idle | {:.2} millicores | {:.2} cores |\n\
          | access reviews, idle (model: pairs / `accessRecheckSeconds`) | {:.3}/s | {:.0}/s |\n\
          | apiserver CPU per binding change where no node serves | {:.3} ms | {:.1} CPU-seconds; at 10 changes/s, {:.1} cores |\n\
@@ -204,11 +232,18 @@ pub fn write(w: &mut String, scale: &Value, plot: &mut String, plot_name: &str) 
         NODES * watch_slope,
         NODES * cluster_wide_slope,
         NODES * named_slope,
+        NODES * objects_slope,
+        NODES * own_slope,
         elsewhere_writes,
         unread_writes,
         NODES * memory_slope,
         NODES * heap_slope,
         NODES * retained_slope,
+        NODES * live_slope,
+        NODES * bare_slope,
+        NODES * bare_live_slope,
+        (retained_slope - bare_slope) * 1e3 / pairs,
+        (live_slope - bare_live_slope) * 1e3 / pairs,
         idle_slope * 1e3,
         NODES * idle_slope,
         pairs / ACCESS_RECHECK_SECONDS,

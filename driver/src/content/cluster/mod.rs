@@ -283,6 +283,11 @@ impl Cluster {
         &self.node_view
     }
 
+    /// The node this driver serves, when it has one.
+    pub fn node(&self) -> Option<&str> {
+        self.node.as_deref()
+    }
+
     /// Which shares' volumes on this node could not take an update.
     pub fn update_failures(&self) -> &UpdateFailures {
         &self.update_failures

@@ -37,6 +37,8 @@ pub trait Share:
     fn backing_ref(&self) -> &ObjectRef;
     /// The conditions its status reports.
     fn conditions(&self) -> Vec<Condition>;
+    /// Whether its status lists `node` among the nodes whose volumes serve what they had.
+    fn lists_node(&self, node: &str) -> bool;
     /// The files a backing object holds, one per key.
     fn files(backing: Self::Backing) -> Payload;
 }
@@ -51,6 +53,10 @@ impl Share for SharedSecret {
 
     fn conditions(&self) -> Vec<Condition> {
         self.status.as_ref().map(|status| status.conditions.clone()).unwrap_or_default()
+    }
+
+    fn lists_node(&self, node: &str) -> bool {
+        self.status.as_ref().is_some_and(|status| status.nodes_not_updated.iter().any(|entry| entry.node == node))
     }
 
     fn files(secret: Secret) -> Payload {
@@ -68,6 +74,10 @@ impl Share for SharedConfigMap {
 
     fn conditions(&self) -> Vec<Condition> {
         self.status.as_ref().map(|status| status.conditions.clone()).unwrap_or_default()
+    }
+
+    fn lists_node(&self, node: &str) -> bool {
+        self.status.as_ref().is_some_and(|status| status.nodes_not_updated.iter().any(|entry| entry.node == node))
     }
 
     fn files(config_map: ConfigMap) -> Payload {

@@ -3,8 +3,12 @@
 //! volume how it ended, and when a pass ends the shares whose entry for this node should change
 //! are written (`share_status::write_node_entries`). Only changes are written: an entry once
 //! when a share's volumes start failing, again when what is said changes, removed when they are
-//! current again or unpublished. Each share is written once after the driver starts, so an
-//! entry a previous run left is removed when the failure is gone.
+//! current again or unpublished. A share whose status, as this run first read it, lists this
+//! node is written once after the driver starts, so an entry a previous run left is removed
+//! when the failure is gone; one whose status does not list it needs nothing written (every
+//! node applying a removal to every share it serves at its start was a server-side apply per
+//! node and share, each costing the apiserver more the more nodes' field managers the share
+//! carries).
 //!
 //! Bounded by the volumes of this node: one record per volume, one per share with volumes (or
 //! whose entry is still to be removed).
@@ -73,6 +77,23 @@ impl UpdateFailures {
             .and_then(|state| state.failing.as_ref().map(|(_, since)| *since));
         let failing = why.map(|why| (crate::quote::bounded(why, MAX_WHY_BYTES), since.unwrap_or(now)));
         inner.volumes.insert(volume_id.to_string(), VolumeState { share, failing });
+    }
+
+    /// A read of `share` found its status listing this node (`listed`) or not. Not listed, and
+    /// not written since the driver started: nothing is there to remove. Listed where this run
+    /// wrote no entry (a previous run's, or a removal not landed when the share was read): it is
+    /// written again.
+    pub fn read_status(&self, share: ShareKey, listed: bool) {
+        let mut inner = self.inner.locked();
+        match (listed, inner.written.get(&share)) {
+            (false, None) => {
+                inner.written.insert(share, None);
+            }
+            (true, Some(None)) => {
+                inner.written.remove(&share);
+            }
+            _ => {}
+        }
     }
 
     /// `volume_id` is unpublished.
@@ -183,6 +204,31 @@ mod tests {
         failures.released("v1");
         assert_eq!(failures.to_write(), [], "no entry to remove: the share is forgotten");
         assert!(failures.inner.locked().written.is_empty());
+    }
+
+    #[test]
+    fn a_share_read_without_this_nodes_entry_needs_no_removal_at_start() {
+        let failures = UpdateFailures::default();
+        failures.read_status(db(), false);
+        failures.refreshed("v1", db(), None, at(10));
+        assert_eq!(failures.to_write(), [], "the share lists no entry of this node: nothing to remove");
+        failures.refreshed("v1", db(), Some("too large".into()), at(20));
+        assert_eq!(failures.to_write().len(), 1, "a failure is still written");
+
+        // Listed: a previous run's entry, removed once the volume is current.
+        let failures = UpdateFailures::default();
+        failures.read_status(db(), true);
+        failures.refreshed("v1", db(), None, at(10));
+        assert_eq!(failures.to_write(), [(db(), None)]);
+        assert_eq!(failures.to_write(), []);
+        // Read again while that removal had not landed: written again, not assumed gone.
+        failures.read_status(db(), true);
+        assert_eq!(failures.to_write(), [(db(), None)]);
+        // A read not listing it after an entry of this run's was written changes nothing.
+        failures.refreshed("v1", db(), Some("too large".into()), at(20));
+        assert_eq!(failures.to_write().len(), 1);
+        failures.read_status(db(), false);
+        assert_eq!(failures.to_write(), [], "this run's entry stays its own to remove");
     }
 
     #[test]

@@ -134,10 +134,14 @@ async fn find_share(cluster: &Cluster, kind: ShareKind, share: &ObjectName) -> R
     Ok(found)
 }
 
-/// Share `share` of kind `S` as the apiserver has it now.
+/// Share `share` of kind `S` as the apiserver has it now; whether its status lists this node
+/// among those serving what they had is noted for the node's entries.
 async fn read_share<S: Share>(cluster: &Cluster, share: &ObjectName) -> Result<Option<Found>> {
     let what = || format!("reading {} {}", S::KIND.kind(), quote(share.as_str()));
     let found = cluster.ask(&what, Api::<S>::all(cluster.client().clone()).get_opt(share.as_str())).await?;
+    if let (Some(node), Some(found)) = (cluster.node(), &found) {
+        cluster.update_failures().read_status((S::KIND, share.as_str().to_string()), found.lists_node(node));
+    }
     Ok(found.map(|share| (share.backing_ref().clone(), share.conditions())))
 }
 
