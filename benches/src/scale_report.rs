@@ -53,10 +53,24 @@ fn cores(run: &Value, phase: &str, of: &str) -> f64 {
     number(&run["phases"][phase][of]) / number(&run["phases"][phase]["seconds"])
 }
 
-/// Writes the section for `scale` (the `node_scale` bench's JSON) into `w`, and the plot's SVG
-/// into `plot`; the section links `plot_name`.
-pub fn write(w: &mut String, scale: &Value, plot: &mut String, plot_name: &str) {
+/// The run at the largest node count, made on its own (shorter idle) after the others.
+pub enum Large<'a> {
+    /// It finished: its JSON.
+    Held(&'a Value),
+    /// It did not: the end of its output.
+    NotHeld(&'a str),
+    /// It was not asked for.
+    NotRun,
+}
+
+/// Writes the section for `scale` (the `node_scale` bench's JSON) and the large run into `w`,
+/// and the plot's SVG into `plot`; the section links `plot_name`.
+pub fn write(w: &mut String, (scale, large): (&Value, Large<'_>), plot: &mut String, plot_name: &str) {
     let all = scale["runs"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let (large_runs, large_idle) = match large {
+        Large::Held(large) => (large["runs"].as_array().cloned().unwrap_or_default(), large["idle_seconds"].clone()),
+        _ => (Vec::new(), Value::Null),
+    };
     // A run whose controller did not answer the nodes' questions is the baseline: the design
     // before, shown beside the others and left out of the fits.
     let is_baseline = |run: &&Value| run["central_answers"] == Value::Bool(false);
@@ -97,8 +111,9 @@ pub fn write(w: &mut String, scale: &Value, plot: &mut String, plot_name: &str) 
         number(&first["phases"]["tenant_fat_bindings"]["subjects"]),
     );
     let _ = writeln!(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
-    for run in runs.iter().chain(baseline.iter().copied()) {
+    for run in runs.iter().chain(baseline.iter().copied()).chain(large_runs.iter()) {
         let nodes = number(&run["nodes"]);
+        let large = large_runs.iter().any(|large| std::ptr::eq(large, run));
         let phase = |name: &str, of: &str| number(&run["phases"][name][of]);
         let ms = |name: &str, of: &str| number(&run["phases"][name]["to_every_node_ms"][of]);
         let relevant_changes = phase("relevant_bindings", "binding_changes");
@@ -106,7 +121,13 @@ pub fn write(w: &mut String, scale: &Value, plot: &mut String, plot_name: &str) 
         let _ = writeln!(
             w,
             "| {nodes}{} | {:.0} / {:.0} / {:.0} | {:.0} / {:.0} / {:.0} ({:.0}) MB | {:.3} / {:.3} / {:.3} | {:.2} | {:.2} | {:.1} | {:.0} / {:.0} ms | {:.0} / {:.0} ms | {:.0} / {:.0} ms | {:.0} / {:.0} ms | {:.1} ms / {:.2} s | {:.1} MB |",
-            if is_baseline(&run) { ", *before*" } else { "" },
+            if is_baseline(&run) {
+                ", *before*".to_string()
+            } else if large {
+                format!(", idle {large_idle} s")
+            } else {
+                String::new()
+            },
             number(&scopes["cluster"]),
             number(&scopes["namespace"]),
             number(&scopes["resource"]),
@@ -145,6 +166,25 @@ pub fn write(w: &mut String, scale: &Value, plot: &mut String, plot_name: &str) 
          the tenant's bindings are made: every driver and the access-notices controller together. Before the node's \
          view by name (`git show 2610550465d9:benches/REPORT.md`), each node watched 7 kinds cluster-wide.\n"
     );
+    match large {
+        Large::Held(large) => {
+            let _ = writeln!(
+                w,
+                "The row marked with its idle time is a run of its own after the others (`SCALE_LARGE_NODES`, \
+                 idle {} s): shown, and left out of the fits below.\n",
+                large["idle_seconds"]
+            );
+        }
+        Large::NotHeld(why) => {
+            let _ = writeln!(
+                w,
+                "The run at the largest node count (`SCALE_LARGE_NODES`) did not finish on this machine; the end of \
+                 its output:\n\n```\n{}\n```\n",
+                why.trim()
+            );
+        }
+        Large::NotRun => {}
+    }
     let idle = series(runs, |run| cores(run, "idle", "apiserver_cpu_s"));
     let unrelated = series(runs, |run| cores(run, "unrelated_bindings", "apiserver_cpu_s"));
     let relevant = series(runs, |run| cores(run, "relevant_bindings", "apiserver_cpu_s"));

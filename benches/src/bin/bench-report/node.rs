@@ -19,7 +19,12 @@ pub fn write(w: &mut String, results: &Results, plots: &Path) -> Result<(), Stri
     match &results.scale {
         Some(scale) => {
             let mut plot = String::new();
-            scale_report::write(w, scale, &mut plot, "apiserver-cpu-by-nodes.svg");
+            let large = match (&results.scale_large, &results.scale_large_failed) {
+                (Some(large), _) => scale_report::Large::Held(large),
+                (None, Some(why)) => scale_report::Large::NotHeld(why),
+                (None, None) => scale_report::Large::NotRun,
+            };
+            scale_report::write(w, (scale, large), &mut plot, "apiserver-cpu-by-nodes.svg");
             if !plot.is_empty() {
                 write_plot(plots, "apiserver-cpu-by-nodes.svg", &plot)?;
             }

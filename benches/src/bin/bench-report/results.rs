@@ -30,6 +30,10 @@ pub struct Results {
     pub providers: Option<Value>,
     /// `node_scale`.
     pub scale: Option<Value>,
+    /// The node-scale run at the largest node count, on its own (`SCALE_LARGE_NODES`).
+    pub scale_large: Option<Value>,
+    /// Why that run did not finish, when it did not (the end of its output).
+    pub scale_large_failed: Option<String>,
     /// Criterion's medians: full benchmark id and nanoseconds, sorted by id.
     pub medians: Vec<(String, f64)>,
 }
@@ -57,6 +61,8 @@ impl Results {
             shares: optional("shares.json"),
             providers: optional("providers.json"),
             scale: optional("scale.json"),
+            scale_large: optional("scale-large.json"),
+            scale_large_failed: std::fs::read_to_string(dir.join("scale-large-failed.txt")).ok(),
             medians: inline_guard_benches::report::criterion_medians(criterion)?,
         })
     }
