@@ -178,8 +178,8 @@ pub fn write(w: &mut String, (scale, large): (&Value, Large<'_>), plot: &mut Str
         Large::NotHeld(why) => {
             let _ = writeln!(
                 w,
-                "The run at the largest node count (`SCALE_LARGE_NODES`) did not finish on this machine; the end of \
-                 its output:\n\n```\n{}\n```\n",
+                "The run at the largest node count (`SCALE_LARGE_NODES`) did not finish on this machine (a publish \
+                 is given up after about 50 s of retries, where kubelet would keep trying); how it ended:\n\n```\n{}\n```\n",
                 why.trim()
             );
         }
