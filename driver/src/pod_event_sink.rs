@@ -1,15 +1,21 @@
-//! Events on pods, created in the apiserver (`events.k8s.io/v1`) as the driver's
-//! ServiceAccount, which the shipped RBAC lets `create` events and nothing more about them. Each
-//! is created in the background on the runtime, timed like every request (`apiserver_request`),
-//! and a failure only logged: an Event is a courtesy, never a reason to hold a volume.
+//! Events on pods, in the apiserver (`events.k8s.io/v1`) as the driver's ServiceAccount, which
+//! the shipped RBAC lets `create` and `patch` events and nothing more about them: a repeat of a
+//! pod's Event (the same reason and note) within minutes is counted in the first one's `series`
+//! (`volume/event_series.rs`), patched at most every 30 s, not created again. Each write is made
+//! in the background on the runtime, timed like every request (`apiserver_request`), and a
+//! failure only logged: an Event is a courtesy, never a reason to hold a volume.
 
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use k8s_openapi::api::events::v1::Event;
+use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
 use crate::DRIVER_NAME;
 use crate::apiserver_request::ask;
+use crate::unpoisoned::UnpoisonedMutex;
+use crate::volume::event_series::{EventSeries, Occurrence, SeriesWrite};
 use crate::volume::pod_events::{PodEvent, PodEvents};
 
 /// Creates Events through `client`, reported as this node's driver.
@@ -18,14 +24,48 @@ pub struct ApiserverPodEvents {
     runtime: tokio::runtime::Handle,
     instance: String,
     timeout: Duration,
+    series: Arc<Mutex<EventSeries>>,
 }
 
 impl ApiserverPodEvents {
     /// Events reported by the driver of node `node`, each request given up after `timeout`.
+    /// Starts the flush of the series' counts on `runtime`, which ends with the sink.
     pub fn new(client: kube::Client, runtime: tokio::runtime::Handle, node: &str, timeout: Duration) -> Self {
         // reportingInstance holds at most 128 characters; node names may be longer.
         let instance: String = format!("{DRIVER_NAME}-{node}").chars().take(128).collect();
-        ApiserverPodEvents { client, runtime, instance, timeout }
+        let series = Arc::new(Mutex::new(EventSeries::default()));
+        runtime.spawn(flush(client.clone(), Arc::downgrade(&series), timeout));
+        ApiserverPodEvents { client, runtime, instance, timeout, series }
+    }
+}
+
+/// How often the counts of series whose last repeats no later repeat carried are looked at:
+/// each is written once its last write is half a minute old, within this much more.
+const FLUSH_EVERY: Duration = Duration::from_secs(5);
+
+/// Writes, every [`FLUSH_EVERY`], the counts of the series whose last repeats no later one
+/// carried and whose last write is old enough, until the sink is gone.
+async fn flush(client: kube::Client, series: Weak<Mutex<EventSeries>>, timeout: Duration) {
+    loop {
+        tokio::time::sleep(FLUSH_EVERY).await;
+        let Some(book) = series.upgrade() else { return };
+        let due = book.locked().due(std::time::Instant::now());
+        for write in due {
+            write_count(client.clone(), book.clone(), write, timeout).await;
+        }
+    }
+}
+
+/// Patches a series' count (nothing for another write); a failure (the Event expired or was
+/// deleted) forgets the series, so the next repeat creates a new Event.
+async fn write_count(client: kube::Client, book: Arc<Mutex<EventSeries>>, write: SeriesWrite, timeout: Duration) {
+    let SeriesWrite::Count { namespace, name, count } = write else { return };
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let patch = Patch::Merge(json!({"series": {"count": count, "lastObservedTime": format!("{now:.6}")}}));
+    let events = kube::Api::<Event>::namespaced(client, &namespace);
+    let what = || format!("counting a repeat in Event {namespace}/{name}");
+    if ask(timeout, what, events.patch(&name, &PatchParams::default(), &patch)).await.is_err() {
+        book.locked().forget(&namespace, &name);
     }
 }
 
@@ -66,8 +106,25 @@ impl PodEvents for ApiserverPodEvents {
                 return;
             }
         };
-        let events = kube::Api::<Event>::namespaced(self.client.clone(), &event.pod.namespace);
+        let name = object.metadata.name.clone().unwrap_or_default();
+        let occurrence = Occurrence {
+            uid: &event.pod.uid,
+            namespace: &event.pod.namespace,
+            reason: event.reason,
+            note: &event.note,
+            name: &name,
+        };
+        let write = self.series.locked().seen(occurrence, std::time::Instant::now());
         let timeout = self.timeout;
+        match write {
+            SeriesWrite::Create => {}
+            SeriesWrite::Later => return,
+            count @ SeriesWrite::Count { .. } => {
+                self.runtime.spawn(write_count(self.client.clone(), self.series.clone(), count, timeout));
+                return;
+            }
+        }
+        let events = kube::Api::<Event>::namespaced(self.client.clone(), &event.pod.namespace);
         self.runtime.spawn(async move {
             let what =
                 || format!("creating a {} Event on pod {}/{}", event.reason, event.pod.namespace, event.pod.name);

@@ -8,6 +8,7 @@ pub mod atomic_writer;
 pub mod checked;
 pub mod content_budget;
 pub mod error;
+pub mod event_series;
 pub mod fuse;
 pub mod handover;
 pub mod lazy_filesystem;

@@ -158,6 +158,8 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
         "driver::csi_sanity" => |s| driver::csi_sanity::passes_its_node_and_identity_specs(s),
         "manifests::read_grants_replicas_elect_one_leader_and_a_killed_leader_is_replaced" =>
             |s| leader::replicas_elect_one_leader_and_a_killed_leader_is_replaced(s),
+        "manifests::each_components_requests_fall_in_its_own_priority_level" =>
+            |s| manifests::flow_control::each_components_requests_fall_in_its_own_priority_level(s),
     ]
 }
 

@@ -2,6 +2,7 @@
 //! needs, the read-grants controller, and every object of `config/` passing a server-side dry run.
 
 pub mod dry_run;
+pub mod flow_control;
 pub mod node_writes;
 pub mod rbac;
 pub mod read_grants;

@@ -8,7 +8,11 @@
 //! through the notices.
 //!
 //! An answer asked before a grant's change and received after it could be stale: it is not held
-//! when any forgetting happened while it was asked.
+//! when a forgetting that concerns its account happened while it was asked. Forgettings of
+//! other accounts do not stop it (a tenant churning its own bindings would otherwise have every
+//! other namespace's answers asked again at their next use); the last [`RECENT_FORGETTINGS`]
+//! are remembered with the accounts they concerned, and an answer asked before the oldest of
+//! them is not held.
 //!
 //! The access-notices controller's answers ([`HeldAnswers::told`]) replace what is held for the
 //! accounts it answered for, when the node takes them instead of looking itself
@@ -22,7 +26,7 @@
 //! lags the second can differ from the first's and still be stale. So a change that flips a pair's answer costs that pair one review when
 //! the apiserver had caught up by the first look, and a change that leaves it as it was, three.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::hash::BuildHasher as _;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -48,6 +52,8 @@ struct Held {
     recheck: Duration,
     answers: HashMap<AccessQuestion, (bool, Instant)>,
     forgettings: u64,
+    /// The last forgettings, by number, with the accounts each concerned (oldest first).
+    recent: VecDeque<(u64, Forgot)>,
     /// Answers as they were when a first look forgot them, until the last look is past.
     before: HashMap<AccessQuestion, Before>,
     /// How many answers the table may hold before the next sweep of those past due.
@@ -56,6 +62,64 @@ struct Held {
 
 /// The smallest table that is swept: below it, a sweep would cost more than it saves.
 const SWEEP_AT_LEAST: usize = 256;
+
+/// How many forgettings are remembered with their accounts: an answer asked across more than
+/// this many (a burst of notices while one review was under way) is not held.
+pub const RECENT_FORGETTINGS: usize = 64;
+
+/// The most accounts one forgetting remembers by name; one concerning more counts as
+/// concerning every account.
+const FORGOT_ACCOUNTS_AT_MOST: usize = 32;
+
+/// Which accounts a forgetting concerned.
+#[derive(Debug)]
+enum Forgot {
+    Every,
+    These(Vec<Accounts>),
+}
+
+impl Forgot {
+    fn of(mut accounts: Vec<Accounts>) -> Forgot {
+        accounts.sort_unstable();
+        accounts.dedup();
+        if accounts.len() > FORGOT_ACCOUNTS_AT_MOST || accounts.contains(&Accounts::Every) {
+            Forgot::Every
+        } else {
+            Forgot::These(accounts)
+        }
+    }
+
+    fn concerns(&self, question: &AccessQuestion) -> bool {
+        match self {
+            Forgot::Every => true,
+            Forgot::These(accounts) => {
+                accounts.iter().any(|a| a.include(&question.namespace, &question.service_account))
+            }
+        }
+    }
+}
+
+impl Held {
+    /// Counts a forgetting that concerned `forgot`.
+    fn forgot(&mut self, forgot: Forgot) {
+        self.forgettings += 1;
+        self.recent.push_back((self.forgettings, forgot));
+        if self.recent.len() > RECENT_FORGETTINGS {
+            self.recent.pop_front();
+        }
+    }
+
+    /// Whether an answer to `question` asked at forgetting `asked` may be stale: a forgetting
+    /// since then concerned its account, or happened too long ago to be known.
+    fn forgotten_since(&self, asked: u64, question: &AccessQuestion) -> bool {
+        if self.forgettings == asked {
+            return false;
+        }
+        let known_from = self.recent.front().map_or(self.forgettings + 1, |(number, _)| *number);
+        asked + 1 < known_from
+            || self.recent.iter().any(|(number, forgot)| *number > asked && forgot.concerns(question))
+    }
+}
 
 /// An answer as a first look found it.
 #[derive(Debug)]
@@ -82,8 +146,14 @@ pub struct Asked {
 impl HeldAnswers {
     /// Answers held for `recheck` (spread ±10% per question).
     pub fn new(recheck: Duration) -> HeldAnswers {
-        let held =
-            Held { recheck, answers: HashMap::new(), forgettings: 0, before: HashMap::new(), sweep_at: SWEEP_AT_LEAST };
+        let held = Held {
+            recheck,
+            answers: HashMap::new(),
+            forgettings: 0,
+            recent: VecDeque::new(),
+            before: HashMap::new(),
+            sweep_at: SWEEP_AT_LEAST,
+        };
         HeldAnswers { spread: Default::default(), held: Mutex::new(held) }
     }
 
@@ -107,14 +177,15 @@ impl HeldAnswers {
         Asked { forgettings: self.lock().forgettings, at: Instant::now() }
     }
 
-    /// Holds the answer to `question` asked at `asked`, unless answers were forgotten meanwhile.
+    /// Holds the answer to `question` asked at `asked`, unless answers of its account were
+    /// forgotten meanwhile.
     /// Answers past their due time are swept whenever the table has doubled since the last
     /// sweep, so questions no volume asks any more (pods gone, accounts renamed) cost nothing
     /// for long: the table stays within twice the questions asked within one recheck interval.
     pub fn hold(&self, question: &AccessQuestion, allowed: bool, asked: Asked) {
         let mut held = self.lock();
         let due = asked.at + self.spread_for(question, held.recheck);
-        if held.forgettings == asked.forgettings {
+        if !held.forgotten_since(asked.forgettings, question) {
             held.answers.insert(question.clone(), (allowed, due));
         }
         if held.answers.len() >= held.sweep_at {
@@ -135,8 +206,12 @@ impl HeldAnswers {
     /// revocations' broadcast or an earlier status).
     pub fn told(&self, answers: impl IntoIterator<Item = (AccessQuestion, bool)>, replaced: &[Accounts]) -> bool {
         let now = Instant::now();
+        let answers: Vec<(AccessQuestion, bool)> = answers.into_iter().collect();
         let mut held = self.lock();
-        held.forgettings += 1;
+        // What is being asked of the replaced accounts, or of a question answered here, may
+        // predate these answers.
+        let told_of = answers.iter().map(|(q, _)| Accounts::One(q.namespace.clone(), q.service_account.clone()));
+        held.forgot(Forgot::of(replaced.iter().cloned().chain(told_of).collect()));
         let concerned = |q: &AccessQuestion| replaced.iter().any(|a| a.include(&q.namespace, &q.service_account));
         let mut forgotten: HashMap<AccessQuestion, bool> = HashMap::new();
         held.answers.retain(|q, (allowed, _)| {
@@ -166,7 +241,7 @@ impl HeldAnswers {
         let mut held = self.lock();
         let (first, again) = match look {
             GrantLook::Relisted => {
-                held.forgettings += 1;
+                held.forgot(Forgot::Every);
                 held.answers.clear();
                 held.before.clear();
                 return;
@@ -206,7 +281,7 @@ impl HeldAnswers {
         });
         unsettled |= before.keys().any(|q| concerns(again, q) && !answers.contains_key(q));
         if unsettled {
-            held.forgettings += 1;
+            held.forgot(Forgot::of(first.iter().chain(again).cloned().collect()));
         }
     }
 
@@ -245,6 +320,52 @@ mod tests {
 
     fn again(accounts: &[Accounts]) -> GrantLook<'_> {
         GrantLook::Window { first: &[], again: accounts }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_asked_across_another_accounts_forgetting_is_held_and_across_its_own_is_not() {
+        let (held, reader, q) = reader_of_db();
+        let stranger = [Accounts::OfNamespace("elsewhere".into())];
+        // Another namespace's grant changed while this answer was asked: it still holds.
+        let asked = held.asking();
+        held.look(first(&stranger));
+        held.told([(question("elsewhere", "app", "db"), true)], &stranger);
+        held.hold(&q, true, asked);
+        assert_eq!(held.answer(&q), Some(true), "another account's forgetting does not make it stale");
+        // Its own account's: not held.
+        let asked = held.asking();
+        held.look(first(&reader));
+        held.hold(&q, false, asked);
+        assert_eq!(held.answer(&q), None, "asked across its own account's change");
+        // Told an answer to this very question meanwhile: the one asked before is not held.
+        let asked = held.asking();
+        held.told([(q.clone(), true)], &[]);
+        held.hold(&q, false, asked);
+        assert_eq!(held.answer(&q), Some(true), "the controller's answer stays");
+        // A relist concerns every account.
+        let other = question("team", "other", "db");
+        let asked = held.asking();
+        held.look(GrantLook::Relisted);
+        held.hold(&other, true, asked);
+        assert_eq!(held.answer(&other), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_asked_across_more_forgettings_than_are_remembered_is_not_held() {
+        let (held, _, q) = reader_of_db();
+        let stranger = [Accounts::OfNamespace("elsewhere".into())];
+        let asked = held.asking();
+        for _ in 0..RECENT_FORGETTINGS {
+            held.look(first(&stranger));
+        }
+        held.hold(&q, true, asked);
+        assert_eq!(held.answer(&q), Some(true), "every forgetting since is remembered, none of its account");
+        let asked = held.asking();
+        for _ in 0..=RECENT_FORGETTINGS {
+            held.look(first(&stranger));
+        }
+        held.hold(&q, false, asked);
+        assert_eq!(held.answer(&q), Some(true), "the oldest forgetting since is not known: not held");
     }
 
     #[tokio::test(start_paused = true)]
@@ -394,9 +515,9 @@ mod tests {
         let held = HeldAnswers::new(Duration::from_secs(600));
         let q = question("team", "reader", "db");
         let asked = held.asking();
-        held.look(first(&[Accounts::One("elsewhere".into(), "x".into())]));
+        held.look(first(&[Accounts::OfNamespace("team".into())]));
         held.hold(&q, true, asked);
-        assert_eq!(held.answer(&q), None);
+        assert_eq!(held.answer(&q), None, "a change of its namespace's grants came while it was asked");
         held.hold(&q, false, held.asking());
         assert_eq!(held.answer(&q), Some(false), "a denial is held too");
     }
