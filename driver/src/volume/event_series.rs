@@ -20,6 +20,9 @@ pub const SERIES_WRITTEN_EVERY: Duration = Duration::from_secs(30);
 /// The most series kept open. Beyond, an Event is created without one: each namespace's bucket
 /// of Events still bounds them (`pod_events.rs`), and this bounds what the driver keeps.
 pub const MAX_OPEN_SERIES: usize = 4096;
+/// The most series one namespace's pods keep open, so one namespace cannot take the table from
+/// the others (its Events are also paced by its own bucket: about one a second).
+pub const MAX_OPEN_SERIES_PER_NAMESPACE: usize = 512;
 
 /// What to write for an Event seen now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,7 +91,8 @@ impl EventSeries {
             }
             return written(series, now);
         }
-        if self.open.len() < MAX_OPEN_SERIES {
+        let of_namespace = || self.open.values().filter(|series| series.namespace == event.namespace).count();
+        if self.open.len() < MAX_OPEN_SERIES && of_namespace() < MAX_OPEN_SERIES_PER_NAMESPACE {
             let series = Series {
                 namespace: event.namespace.to_string(),
                 name: event.name.to_string(),
@@ -212,8 +216,22 @@ mod tests {
         series.seen(occurrence("u1", "web.1"), start);
         series.forget("team-a", "web.1");
         assert_eq!(series.seen(occurrence("u1", "web.2"), start + SERIES_WRITTEN_EVERY), SeriesWrite::Create);
-        for pod in 0..MAX_OPEN_SERIES + 10 {
+        // One namespace's pods fill its part; another namespace's still get series.
+        for pod in 0..MAX_OPEN_SERIES_PER_NAMESPACE + 10 {
             series.seen(occurrence(&format!("pod-{pod}"), "x"), start);
+        }
+        assert_eq!(series.len(), MAX_OPEN_SERIES_PER_NAMESPACE, "the positive control filled its part");
+        let other = Occurrence { namespace: "team-b", ..occurrence("b-1", "b.1") };
+        assert_eq!(series.seen(other, start), SeriesWrite::Create);
+        assert_eq!(
+            series.seen(other, start + Duration::from_secs(1)),
+            SeriesWrite::Later,
+            "team-b's repeat is counted"
+        );
+        // Many namespaces fill the table; no more kept.
+        for pod in 0..MAX_OPEN_SERIES + 10 {
+            let namespace = format!("ns-{}", pod % 64);
+            series.seen(Occurrence { namespace: &namespace, ..occurrence(&format!("many-{pod}"), "x") }, start);
         }
         assert_eq!(series.len(), MAX_OPEN_SERIES, "the positive control filled it; no more kept");
         // Beyond the bound an Event is still created, without a series.

@@ -375,11 +375,12 @@ pub async fn one_namespaces_many_volumes_cannot_spend_the_events_of_another(suit
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
-        // The calm pod's three changes of one volume: one Event, its series counting them.
+        // The calm pod's three changes of one volume: one Event, its series counting them (at
+        // least three: a refresh told twice would be counted, not created).
         let calm = driver_events(admin, CALM).await?;
         let counted: Vec<Option<i32>> = calm.iter().map(|event| event.series.as_ref().map(|series| series.count)).collect();
-        if counted != [Some(CHANGES as i32)] {
-            return Err(format!("{CALM}'s pod was told {CHANGES} changes of one volume in Events with series counts {counted:?}: wanted one Event counting {CHANGES}"));
+        if !matches!(counted.as_slice(), [Some(count)] if *count >= CHANGES as i32) {
+            return Err(format!("{CALM}'s pod was told {CHANGES} changes of one volume in Events with series counts {counted:?}: wanted one Event counting at least {CHANGES}"));
         }
         // Whatever was created is in by now: the calm pod's last Event came after the flood's.
         let elapsed = first_change.elapsed().as_secs();

@@ -10,7 +10,7 @@ use serde::de::DeserializeOwned;
 use sharedresource_api::ShareKind;
 
 use crate::content::payload::{FileContent, Payload};
-use sharedresource_api::shares::{ObjectRef, SharedConfigMap, SharedSecret};
+use sharedresource_api::shares::{ObjectRef, ShareStatus, SharedConfigMap, SharedSecret};
 
 /// A kind of share as a type, for code that reads, watches or writes shares and their objects
 /// without caring which kind: [`SharedSecret`] and [`SharedConfigMap`].
@@ -56,7 +56,7 @@ impl Share for SharedSecret {
     }
 
     fn lists_node(&self, node: &str) -> bool {
-        self.status.as_ref().is_some_and(|status| status.nodes_not_updated.iter().any(|entry| entry.node == node))
+        lists(self.status.as_ref(), node)
     }
 
     fn files(secret: Secret) -> Payload {
@@ -77,7 +77,7 @@ impl Share for SharedConfigMap {
     }
 
     fn lists_node(&self, node: &str) -> bool {
-        self.status.as_ref().is_some_and(|status| status.nodes_not_updated.iter().any(|entry| entry.node == node))
+        lists(self.status.as_ref(), node)
     }
 
     fn files(config_map: ConfigMap) -> Payload {
@@ -85,6 +85,11 @@ impl Share for SharedConfigMap {
         let binary = config_map.binary_data.unwrap_or_default().into_iter().map(|(key, value)| (key, value.0));
         text.chain(binary).map(|(key, bytes)| (key, FileContent::new(bytes))).collect()
     }
+}
+
+/// Whether `status` lists `node` among the nodes whose volumes serve what they had.
+fn lists(status: Option<&ShareStatus>, node: &str) -> bool {
+    status.is_some_and(|status| status.nodes_not_updated.iter().any(|entry| entry.node == node))
 }
 
 #[cfg(test)]
