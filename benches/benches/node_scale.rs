@@ -50,6 +50,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt as _;
 use inline_guard_benches::apiserver_metrics::{self, Sample};
+use inline_guard_benches::dir_changes::{Changed, DirChanges};
 use inline_guard_benches::process_cpu::cpu_time;
 use inline_guard_benches::shares_cluster::{self, DRIVER, DRIVER_GROUPS, pids_of, pin, post};
 use inline_guard_benches::volume_requests::publish_request;
@@ -82,6 +83,10 @@ const FAT_BINDINGS: usize = 20;
 const FAT_SUBJECTS: usize = 30_000;
 /// How long a change may take to reach every node before the run gives up.
 const PATIENCE: Duration = Duration::from_secs(120);
+/// How long a wait for the nodes' volumes goes without news from inotify before it looks at
+/// every node still behind (a change inotify cannot tell, such as a file's content rewritten in
+/// place, is still seen).
+const LOOK_AGAIN: Duration = Duration::from_millis(100);
 
 /// One simulated node: its directories and socket, and its driver's task.
 struct SimNode {
@@ -150,6 +155,12 @@ async fn start_node(cluster: &Cluster, index: usize, within: &NodesDir) -> Resul
 }
 
 /// Publishes every volume of `node`; how many publishes were retried.
+/// How long one volume's publish is tried again while the apiserver answers UNAVAILABLE.
+const PUBLISH_PATIENCE: Duration = Duration::from_secs(600);
+/// The longest wait between two tries (kubelet's own cap is about two minutes; shorter here, so
+/// that a publish follows the apiserver's recovery closely).
+const PUBLISH_BACKOFF_CAP: Duration = Duration::from_secs(16);
+
 async fn publish_all(node: &mut SimNode) -> Result<u64, String> {
     let mut retries = 0;
     for volume in 0..VOLUMES_PER_NODE {
@@ -163,15 +174,18 @@ async fn publish_all(node: &mut SimNode) -> Result<u64, String> {
         ];
         let request = publish_request(volume, &target(node.dir.path(), volume), &pod);
         // As kubelet does: UNAVAILABLE (the apiserver's 429 when its priority and fairness
-        // queues are full, a grant not landed yet) is tried again, with backoff.
+        // queues are full, a grant not landed yet) is tried again, with backoff doubling to a
+        // cap, for as long as kubelet would keep the pod waiting here (it never gives up; this
+        // gives up after PUBLISH_PATIENCE, so a run that cannot finish says so).
         let mut wait = Duration::from_millis(100);
+        let first = Instant::now();
         loop {
             match node.node.node_publish_volume(request.clone()).await {
                 Ok(_) => break,
-                Err(status) if status.code() == tonic::Code::Unavailable && wait < Duration::from_secs(30) => {
+                Err(status) if status.code() == tonic::Code::Unavailable && first.elapsed() < PUBLISH_PATIENCE => {
                     retries += 1;
                     tokio::time::sleep(wait).await;
-                    wait *= 2;
+                    wait = (wait * 2).min(PUBLISH_BACKOFF_CAP);
                 }
                 Err(status) => return Err(format!("publish: {status}")),
             }
@@ -454,27 +468,35 @@ async fn until_every_node(nodes: &[SimNode], what: &str, done: impl Fn(&Path) ->
 }
 
 /// Waits until `done` holds for volume 0 (CONSUMER's reader, share-0) of every node; how long
-/// each node took (to within a look, every 2 ms). A node is looked at until it is there, so the
-/// looks, which share this process's core with the drivers, thin out as nodes arrive.
+/// each node took. A node is looked at once at the start, then when inotify tells its volume's
+/// directory changed, and every node still behind at each [`LOOK_AGAIN`] without news: the
+/// looks cost the core the simulated drivers share next to nothing while they work (looking at
+/// every node every 2 ms took a third of it at 200 nodes).
 async fn until_each_node(nodes: &[SimNode], what: &str, done: impl Fn(&Path) -> bool) -> Result<Vec<Duration>, String> {
     let started = Instant::now();
+    let targets: Vec<PathBuf> = nodes.iter().map(|node| target(node.dir.path(), 0)).collect();
+    // Watched before the first look: a change between the two is seen by the look or told.
+    let mut changes = DirChanges::watch(targets.iter().map(PathBuf::as_path))?;
     let mut took: Vec<Option<Duration>> = vec![None; nodes.len()];
-    loop {
-        let mut behind = 0;
-        for (node, took) in nodes.iter().zip(took.iter_mut()).filter(|(_, took)| took.is_none()) {
-            if done(&target(node.dir.path(), 0)) {
-                *took = Some(started.elapsed());
-            } else {
-                behind += 1;
-            }
+    let look = |index: usize, took: &mut Vec<Option<Duration>>| {
+        if took[index].is_none() && done(&targets[index]) {
+            took[index] = Some(started.elapsed());
         }
+    };
+    let mut changed = Changed::Any;
+    loop {
+        match changed {
+            Changed::Any => (0..targets.len()).for_each(|index| look(index, &mut took)),
+            Changed::Some(indices) => indices.into_iter().for_each(|index| look(index, &mut took)),
+        }
+        let behind = took.iter().filter(|took| took.is_none()).count();
         if behind == 0 {
             return Ok(took.into_iter().flatten().collect());
         }
         if started.elapsed() > PATIENCE {
             return Err(format!("{what}: {behind} of {} nodes not there after {PATIENCE:?}", nodes.len()));
         }
-        tokio::time::sleep(Duration::from_millis(2)).await;
+        changed = changes.next(LOOK_AGAIN).await?;
     }
 }
 
@@ -523,6 +545,39 @@ async fn set_up(admin: &kube::Client, cluster: &Cluster, answers: bool) -> Resul
     let driver = cluster.client_as(DRIVER, &DRIVER_GROUPS).await?;
     shares_cluster::wait_readable(&driver, OWNER, &format!("secret-{}", SHARES - 1)).await?;
     Ok(controller)
+}
+
+/// At most this share of a core, used by this process and by the apiserver over a
+/// [`QUIET_FOR`], is a settled cluster (idle, 200 nodes use about 5 % each).
+const QUIET_SHARE: f64 = 0.10;
+/// How long the quiet must last.
+const QUIET_FOR: Duration = Duration::from_millis(500);
+/// The longest wait for quiet: past it, the round starts anyway (the wait is reported).
+const SETTLE_AT_MOST: Duration = Duration::from_secs(30);
+
+/// Waits until this process (the drivers and the controller) and the apiserver (`apiserver`'s
+/// pids) each used at most [`QUIET_SHARE`] of a core over [`QUIET_FOR`]; how long that took. A
+/// revocation round starts from a settled cluster: right after the grant made again, the nodes
+/// still open their Secrets' watches again and the controller still writes their statuses, and
+/// a revocation timed in that aftermath measured it (1.3 to 1.6 s at 200 nodes, where rounds
+/// that began settled took 0.7 s).
+async fn settled(apiserver: &[u32]) -> Result<Duration, String> {
+    let started = Instant::now();
+    let used = || -> Result<(Duration, Duration), String> {
+        let theirs = apiserver.iter().map(|pid| cpu_time(*pid)).sum::<Result<Duration, String>>()?;
+        Ok((cpu_time(std::process::id())?, theirs))
+    };
+    let mut before = used()?;
+    loop {
+        tokio::time::sleep(QUIET_FOR).await;
+        let now = used()?;
+        let share = |then: Duration, now: Duration| (now - then).as_secs_f64() / QUIET_FOR.as_secs_f64();
+        let quiet = share(before.0, now.0) <= QUIET_SHARE && share(before.1, now.1) <= QUIET_SHARE;
+        if quiet || started.elapsed() >= SETTLE_AT_MOST {
+            return Ok(started.elapsed());
+        }
+        before = now;
+    }
 }
 
 /// Says on stderr which phase a run with `count` nodes is in (the whole bench takes most of an
@@ -657,7 +712,10 @@ async fn run(count: usize, idle: u64, churn_seconds: u64, answers: bool) -> Resu
     let mut revocations = Vec::with_capacity(REVOCATIONS);
     let mut each_node = Vec::with_capacity(REVOCATIONS * count);
     let mut before_round = after_retargets;
+    let apiserver = pids_of(&[peers.kube_apiserver.as_path()]);
+    let mut settling = Vec::with_capacity(REVOCATIONS);
     for round in 0..REVOCATIONS {
+        settling.push(settled(&apiserver).await?);
         bindings.delete(BINDING, &DeleteParams::default()).await.map_err(|e| e.to_string())?;
         let each = until_each_node(&nodes, "a revocation", |mount| !mount.join("password").exists()).await?;
         revocations.push(each.iter().max().copied().unwrap_or_default());
@@ -679,6 +737,7 @@ async fn run(count: usize, idle: u64, churn_seconds: u64, answers: bool) -> Resu
         // Each node's own delay, every round: what a node of a cluster sees, where the nodes'
         // work is not queued on one core.
         phase["to_each_node_ms"] = spread(each_node);
+        phase["settled_before_ms"] = spread(settling);
     }
 
     let rss = apiserver_metrics::sum(&after_revocation.samples, "process_resident_memory_bytes", &[]) / 1e6;

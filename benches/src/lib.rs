@@ -2,6 +2,7 @@
 //! realistic AdmissionReview bodies.
 
 pub mod apiserver_metrics;
+pub mod dir_changes;
 pub mod floor;
 pub mod lazy_bench;
 pub mod process_cpu;

@@ -158,8 +158,11 @@ pub fn write(w: &mut String, (scale, large): (&Value, Large<'_>), plot: &mut Str
         w,
         "\nWatches by the apiserver's `scope`: `cluster` is a kind watched cluster-wide, `resource` one object by name \
          (the apiserver's own and the controllers' watches included). A revocation reaches *every* node when the last of the simulated nodes, \
-         queued on this process's one core, has emptied its volume; *each* node's own delay is what a node of a cluster, \
-         with its own CPU, sees. The drivers' CPU of a revocation's first round is every \
+         queued on this process's one core, has emptied its volume; *each* node's delay is its own, from the binding's deletion to its volume \
+         emptied (queued, as every node's work, on this process's one core, where a cluster gives each node its own). \
+         Each round starts from a settled cluster: this process and the apiserver each under 10 % of a core for \
+         0.5 s (the nodes opening their Secrets' watches again after the grant made again, and the controller \
+         writing their statuses, are the last round's aftermath, not this revocation). The drivers' CPU of a revocation's first round is every \
          simulated node's work (emptying its volumes, reading its object and the lease) on this process's one core: \
          when it nears the round's time, the figure is the simulation's, which a cluster spreads over its nodes. \
          The last column is this process's growth while \
@@ -179,7 +182,7 @@ pub fn write(w: &mut String, (scale, large): (&Value, Large<'_>), plot: &mut Str
             let _ = writeln!(
                 w,
                 "The run at the largest node count (`SCALE_LARGE_NODES`) did not finish on this machine (a publish \
-                 is given up after about 50 s of retries, where kubelet would keep trying); how it ended:\n\n```\n{}\n```\n",
+                 is tried again for 10 minutes, with backoff, where kubelet would keep trying); how it ended:\n\n```\n{}\n```\n",
                 why.trim()
             );
         }

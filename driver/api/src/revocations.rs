@@ -11,10 +11,14 @@
 //! `content/cluster/broadcast_denials.rs`), so a line older than a grant given again costs a
 //! moment's denial and one review, never an allow.
 //!
-//! The value is one line per revocation, `SEQUENCE QUESTION`, oldest first, at most
-//! [`MAX_LINES`]; the sequence (the controller's clock in milliseconds, raised past the last
-//! line) makes a revocation of a question revoked before a new line. A node compares the lines
-//! with the value it saw last: the new ones are the revocations since.
+//! The value is one line per revoked account and resource, `SEQUENCE NAMESPACE/ACCOUNT/RESOURCE/NAMES`
+//! (the names comma-separated: a name of a share or provider never holds a comma; a line of one
+//! name is a question's own key), oldest first, at most [`MAX_LINES`] and [`MAX_VALUE`] bytes; the
+//! sequence (the controller's clock in milliseconds, raised past the last line) makes a revocation
+//! of a question revoked before a new line. A node compares the lines with the value it saw
+//! last: the new ones are the revocations since. One binding deleted commonly revokes one
+//! account's use of many shares at once: as one line, it fits in its namespace's part of the log
+//! (a line per question once let such a revocation push its own first questions out).
 
 use std::collections::{HashSet, VecDeque};
 
@@ -29,9 +33,14 @@ pub const MAX_LINES: usize = 64;
 /// The most lines of one namespace the log holds (its oldest go first): a tenant churning its
 /// own grants cannot push other namespaces' revocations out of the log.
 pub const MAX_LINES_PER_NAMESPACE: usize = 8;
-/// The longest line read: a sequence of 19 digits, a space and the longest question. With
-/// [`MAX_LINES`], the annotation stays under 40 KB of the 256 KiB the apiserver allows.
-const MAX_LINE: usize = 20 + MAX_QUESTION_LENGTH;
+/// The longest line: a sequence of 19 digits, a space, and an account's names of one resource
+/// (a longer list is cut into several lines; one question always fits).
+const MAX_LINE: usize = 20 + 2 * MAX_QUESTION_LENGTH;
+/// The most bytes the value holds (its oldest lines go first): every node receives the Lease at
+/// every renewal, so the log stays small; far under the 256 KiB the apiserver allows.
+pub const MAX_VALUE: usize = 40 * 1024;
+/// The most questions a reader takes from one value, whatever was written into it.
+const MAX_READ: usize = 4096;
 
 /// The log, as the controller keeps it.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -40,23 +49,26 @@ pub struct RevocationLog {
 }
 
 impl RevocationLog {
-    /// Adds `questions`, revoked at `now` (milliseconds), each with its own sequence past the
-    /// last one's; drops the oldest lines past [`MAX_LINES`]. Whether anything was added.
+    /// Adds `questions`, revoked at `now` (milliseconds): one line per account and resource
+    /// (cut where a line would grow too long), each with its own sequence past the last one's;
+    /// drops the oldest lines past [`MAX_LINES_PER_NAMESPACE`] of a namespace, [`MAX_LINES`] and
+    /// [`MAX_VALUE`]. Whether anything was added.
     pub fn revoked<'a>(&mut self, questions: impl IntoIterator<Item = &'a AccessQuestion>, now: i64) -> bool {
         let mut added = false;
-        for question in questions {
+        for key in grouped(questions) {
+            let namespace = key.split('/').next().unwrap_or_default().to_string();
             let last = self.lines.back().map_or(i64::MIN, |(sequence, _)| *sequence);
             let sequence = now.max(last.saturating_add(1));
-            let of_namespace = |key: &String| key.split('/').next() == Some(question.namespace.as_str());
+            let of_namespace = |key: &String| key.split('/').next() == Some(namespace.as_str());
             if self.lines.iter().filter(|(_, key)| of_namespace(key)).count() >= MAX_LINES_PER_NAMESPACE
                 && let Some(oldest) = self.lines.iter().position(|(_, key)| of_namespace(key))
             {
                 self.lines.remove(oldest);
             }
-            self.lines.push_back((sequence, question.key()));
+            self.lines.push_back((sequence, key));
             added = true;
         }
-        while self.lines.len() > MAX_LINES {
+        while self.lines.len() > MAX_LINES || self.value_len() > MAX_VALUE {
             self.lines.pop_front();
         }
         added
@@ -66,11 +78,38 @@ impl RevocationLog {
     pub fn value(&self) -> String {
         self.lines.iter().map(|(sequence, key)| format!("{sequence} {key}\n")).collect()
     }
+
+    fn value_len(&self) -> usize {
+        self.lines.iter().map(|(sequence, key)| sequence.to_string().len() + key.len() + 2).sum()
+    }
+}
+
+/// `questions` as the keys of lines: one per account and resource, in the order each was first
+/// revoked, its names in the order revoked (each once), cut so that no line is too long.
+fn grouped<'a>(questions: impl IntoIterator<Item = &'a AccessQuestion>) -> Vec<String> {
+    let mut groups: Vec<(String, Vec<&'a str>)> = Vec::new();
+    let mut seen = HashSet::new();
+    for question in questions {
+        if !seen.insert(question) {
+            continue;
+        }
+        let prefix = format!("{}/{}/{}/", question.namespace, question.service_account, question.kind.resource());
+        let fits = |(group, names): &(String, Vec<&str>)| {
+            *group == prefix
+                && prefix.len() + names.iter().map(|n| n.len() + 1).sum::<usize>() + question.name.len()
+                    <= MAX_LINE - 20
+        };
+        match groups.iter_mut().rev().find(|group| group.0 == prefix) {
+            Some(group) if fits(group) => group.1.push(&question.name),
+            _ => groups.push((prefix, vec![&question.name])),
+        }
+    }
+    groups.into_iter().map(|(prefix, names)| format!("{prefix}{}", names.join(","))).collect()
 }
 
 /// The questions in `now`'s lines that were not in `before`'s: revoked since the node saw
-/// `before`. Lines of no known form, past [`MAX_LINES`] or longer than a question can be, are
-/// passed over.
+/// `before`. Lines of no known form, past [`MAX_LINES`] or longer than a line can be, and
+/// questions past [`MAX_READ`], are passed over.
 pub fn revoked_since(before: &str, now: &str) -> Vec<AccessQuestion> {
     let seen: HashSet<&str> = lines(before).collect();
     lines(now)
@@ -78,8 +117,11 @@ pub fn revoked_since(before: &str, now: &str) -> Vec<AccessQuestion> {
         .filter_map(|line| {
             let (sequence, key) = line.split_once(' ')?;
             sequence.parse::<i64>().ok()?;
-            AccessQuestion::parse(key)
+            let (prefix, names) = key.rsplit_once('/')?;
+            Some(names.split(',').filter_map(move |name| AccessQuestion::parse(&format!("{prefix}/{name}"))))
         })
+        .flatten()
+        .take(MAX_READ)
         .collect()
 }
 
@@ -130,6 +172,42 @@ mod tests {
         assert_eq!(value.lines().filter(|line| line.contains(" team-a/")).count(), MAX_LINES_PER_NAMESPACE);
         assert!(value.contains(CA), "another namespace's revocation stays: {value}");
         assert!(value.contains("team-a/sa23/") && !value.contains("team-a/sa15/"), "its newest kept: {value}");
+    }
+
+    #[test]
+    fn one_accounts_many_shares_revoked_at_once_are_one_line_and_every_one_is_read() {
+        let mut log = RevocationLog::default();
+        let shares: Vec<AccessQuestion> = (0..2 * MAX_LINES_PER_NAMESPACE)
+            .map(|i| question(&format!("team-a/web/sharedsecrets/share-{i}")))
+            .collect();
+        log.revoked(shares.iter().chain([&question(CA)]), 5);
+        let value = log.value();
+        assert_eq!(value.lines().count(), 2, "{value}");
+        assert!(value.starts_with("5 team-a/web/sharedsecrets/share-0,share-1,"), "{value}");
+        assert_eq!(
+            keys(&revoked_since("", &value)),
+            keys(&shares).into_iter().chain([CA.to_string()]).collect::<Vec<_>>()
+        );
+        // Names too many for one line are cut into several, each read whole.
+        let long: Vec<AccessQuestion> =
+            (0..40).map(|i| question(&format!("team-b/web/sharedsecrets/{i:0>60}"))).collect();
+        let mut log = RevocationLog::default();
+        log.revoked(&long, 6);
+        let value = log.value();
+        assert!(value.lines().count() > 1 && value.lines().all(|line| line.len() <= MAX_LINE), "{value}");
+        assert_eq!(keys(&revoked_since("", &value)), keys(&long));
+    }
+
+    #[test]
+    fn the_value_stays_under_its_byte_bound() {
+        let mut log = RevocationLog::default();
+        for i in 0..MAX_LINES {
+            let names: Vec<AccessQuestion> =
+                (0..20).map(|n| question(&format!("team-{i}/web/sharedsecrets/{n:0>50}"))).collect();
+            log.revoked(&names, i as i64);
+        }
+        assert!(log.value().len() <= MAX_VALUE, "{}", log.value().len());
+        assert!(log.value().contains("team-63/"), "the newest kept");
     }
 
     #[test]
