@@ -558,9 +558,8 @@ const SETTLE_AT_MOST: Duration = Duration::from_secs(30);
 /// Waits until this process (the drivers and the controller) and the apiserver (`apiserver`'s
 /// pids) each used at most [`QUIET_SHARE`] of a core over [`QUIET_FOR`]; how long that took. A
 /// revocation round starts from a settled cluster: right after the grant made again, the nodes
-/// still open their Secrets' watches again and the controller still writes their statuses, and
-/// a revocation timed in that aftermath measured it (1.3 to 1.6 s at 200 nodes, where rounds
-/// that began settled took 0.7 s).
+/// may still open their Secrets' watches again and the controller still write their statuses,
+/// which a round timed then would count as the revocation's.
 async fn settled(apiserver: &[u32]) -> Result<Duration, String> {
     let started = Instant::now();
     let used = || -> Result<(Duration, Duration), String> {

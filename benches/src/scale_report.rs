@@ -161,8 +161,8 @@ pub fn write(w: &mut String, (scale, large): (&Value, Large<'_>), plot: &mut Str
          queued on this process's one core, has emptied its volume; *each* node's delay is its own, from the binding's deletion to its volume \
          emptied (queued, as every node's work, on this process's one core, where a cluster gives each node its own). \
          Each round starts from a settled cluster: this process and the apiserver each under 10 % of a core for \
-         0.5 s (the nodes opening their Secrets' watches again after the grant made again, and the controller \
-         writing their statuses, are the last round's aftermath, not this revocation). The drivers' CPU of a revocation's first round is every \
+         0.5 s, so that no round counts the last one's aftermath (the nodes opening their Secrets' watches again \
+         after the grant made again, the controller writing their statuses). The drivers' CPU of a revocation's first round is every \
          simulated node's work (emptying its volumes, reading its object and the lease) on this process's one core: \
          when it nears the round's time, the figure is the simulation's, which a cluster spreads over its nodes. \
          The last column is this process's growth while \
