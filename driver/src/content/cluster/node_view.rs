@@ -42,6 +42,15 @@ const MANAGER: &str = "sharedresource-csi-driver";
 /// at once when its entry appears); each write costs the apiserver a status write too, and at 200
 /// nodes publishing 20 volumes each, a shorter gather wrote each node's object once per volume.
 const GATHER: Duration = Duration::from_secs(1);
+/// The least time from one write of the spec to the next: a node whose pods arrive over several
+/// seconds (as kubelet starts them, or as a busy apiserver lets their publishes through) writes
+/// every few seconds, not once per volume. Every write is a whole new copy of the object that
+/// the apiserver keeps in its watch cache's history beside the controller's status write that
+/// follows it, and the object grows with the volumes, so writes per volume made that history
+/// grow with the square of a node's volumes. A volume new to the spec waits at most this long
+/// (and [`GATHER`]) for the controller to watch its access; its access was checked at its
+/// publish, and is looked at once more when its entry appears.
+const SPACING: Duration = Duration::from_secs(4);
 /// The first wait before a failed write is tried again, doubled up to [`MAX_RETRY`].
 const FIRST_RETRY: Duration = Duration::from_secs(1);
 const MAX_RETRY: Duration = Duration::from_secs(30);
@@ -414,6 +423,7 @@ async fn write_spec(client: kube::Client, node: &str, view: &NodeView, rewrite: 
     let owner = super::node_owner::own_node_uid(&client, node, timeout).await;
     let api = Api::<SharedResourceNode>::all(client);
     let mut written: Option<SharedResourceNodeSpec> = None;
+    let mut last_write: Option<tokio::time::Instant> = None;
     let mut retry = FIRST_RETRY;
     let mut failed = false;
     loop {
@@ -433,7 +443,9 @@ async fn write_spec(client: kube::Client, node: &str, view: &NodeView, rewrite: 
         }
         // The first write waits for nothing: the object must exist before any notice can reach it.
         if written.is_some() {
-            tokio::time::sleep(GATHER).await;
+            let gathered = tokio::time::Instant::now() + GATHER;
+            let spaced = last_write.map_or(gathered, |at| at + SPACING);
+            tokio::time::sleep_until(gathered.max(spaced)).await;
         }
         let spec = view.spec();
         if written.as_ref() == Some(&spec) {
@@ -451,6 +463,7 @@ async fn write_spec(client: kube::Client, node: &str, view: &NodeView, rewrite: 
         }
         let what = || format!("writing SharedResourceNode {node}");
         let apply = PatchParams::apply(MANAGER).force();
+        last_write = Some(tokio::time::Instant::now());
         match crate::apiserver_request::ask(timeout, what, api.patch(node, &apply, &Patch::Apply(&object))).await {
             Ok(_) => {
                 info!(
