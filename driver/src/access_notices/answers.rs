@@ -1,7 +1,7 @@
 //! The central answers: the access-notices controller asks each access question the nodes list
 //! (`NAMESPACE/ACCOUNT/RESOURCE/NAME`, at most `MAX_QUESTIONS` per node) once for the whole
-//! cluster, and again after each grant change that may concern it, then twice more while the
-//! apiserver's RBAC cache may lag ([`AGAIN`], as a node's own looks would); a node takes those
+//! cluster, and again after each grant change that may concern it, then 0.5, 2, 8 and 30 s later
+//! while the apiserver's RBAC cache may lag ([`AGAIN`], as a node's own looks would); a node takes those
 //! answers instead of asking itself. So a revocation costs one review per question, whatever the
 //! number of nodes serving it, and one status write per node that lists it.
 //!
@@ -25,9 +25,10 @@ use sharedresource_api::access::AccessQuestion;
 use sharedresource_api::node_view::{MAX_QUESTIONS, NodeNotices, SharedResourceNodeSpec};
 
 /// When a grant change's questions are asked again after the first time: while the apiserver's
-/// RBAC cache may lag the controller's watch (the node's own looks wait as long:
+/// RBAC cache may lag the controller's watch (the node's own looks wait as long, and say why:
 /// `content::changes::GRANT_LOOKS`).
-pub const AGAIN: [Duration; 2] = [Duration::from_millis(500), Duration::from_secs(2)];
+pub const AGAIN: [Duration; 4] =
+    [Duration::from_millis(500), Duration::from_secs(2), Duration::from_secs(8), Duration::from_secs(30)];
 /// The most questions one round asks: a change for every namespace at a large cluster is asked
 /// over several rounds (the nodes whose questions wait look at theirs themselves meanwhile).
 pub const ROUND_QUESTIONS: usize = 4096;
@@ -316,7 +317,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_grant_change_is_looked_at_again_twice() {
+    async fn a_grant_change_is_looked_at_again_until_an_apiserver_lagging_by_seconds_has_caught_up() {
         let mut book = AnswerBook::default();
         let start = Instant::now();
         book.look_again(start, &grant_changed(&["team-a"]));
@@ -326,6 +327,12 @@ mod tests {
         assert_eq!(book.due_looks(start + AGAIN[0]), grant_changed(&["team-a"]));
         assert_eq!(book.next_look(), Some(start + AGAIN[1]));
         assert_eq!(book.due_looks(start + Duration::from_secs(5)), grant_changed(&["team-a"]));
+        // An authorizer that learns of the change 5 s late (an apiserver under load, or another
+        // of the cluster's answering) still has it looked at after it has caught up.
+        assert_eq!(book.next_look(), Some(start + Duration::from_secs(8)));
+        assert_eq!(book.due_looks(start + Duration::from_secs(8)), grant_changed(&["team-a"]));
+        assert_eq!(book.next_look(), Some(start + Duration::from_secs(30)), "and one 25 s late");
+        assert_eq!(book.due_looks(start + Duration::from_secs(30)), grant_changed(&["team-a"]));
         assert_eq!(book.next_look(), None, "an object's change is no grant's");
     }
 }

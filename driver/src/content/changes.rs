@@ -6,9 +6,10 @@
 //! volumes of the shares backed by it (and of the projections naming those shares), and a
 //! RoleBinding of one namespace re-checks only its pods' volumes, not every volume of the node.
 //!
-//! A grant's change is looked at again a moment later ([`Changes::grant_changed`]): the
-//! apiserver answers access checks from its own RBAC cache, which can learn of a binding just
-//! after the notice reaches the driver. Those looks are gathered into windows of [`WINDOW`], so a burst
+//! A grant's change is looked at again a moment later, and until 30 s later
+//! ([`Changes::grant_changed`]): the apiserver answers access checks from its own RBAC cache,
+//! which can learn of a binding after the notice reaches the driver (just after, usually; seconds
+//! after, under load). Those looks are gathered into windows of [`WINDOW`], so a burst
 //! of binding changes costs each affected volume a bounded number of checks, not one per change;
 //! and the listener is told which looks are first and which again ([`GrantLook`]), so an answer
 //! the first look already saw change need not be asked again.
@@ -21,9 +22,19 @@ use crate::unpoisoned::UnpoisonedMutex;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-/// When a grant's change is looked at: at once (in the next window), and twice more while the
-/// apiserver's RBAC cache catches up (usually within milliseconds).
-pub const GRANT_LOOKS: [Duration; 3] = [Duration::ZERO, Duration::from_millis(500), Duration::from_secs(2)];
+/// When a grant's change is looked at: at once (in the next window), and four times more while
+/// the apiserver's RBAC cache catches up. It usually has within milliseconds; an apiserver under
+/// load, or another apiserver of the cluster answering, can lag by seconds, and one whose RBAC
+/// watch broke lists again before it learns: a revocation it learns of within 30 s is seen at
+/// the next look, one later than that at the answer's periodic recheck (`accessRecheckSeconds`).
+/// Each look after the first asks only for the answers not yet seen to change.
+pub const GRANT_LOOKS: [Duration; 5] = [
+    Duration::ZERO,
+    Duration::from_millis(500),
+    Duration::from_secs(2),
+    Duration::from_secs(8),
+    Duration::from_secs(30),
+];
 /// Looks due within one window are taken together.
 pub const WINDOW: Duration = Duration::from_millis(250);
 
@@ -424,7 +435,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_grant_touches_its_accounts_volumes_now_and_twice_later_and_a_burst_is_gathered() {
+    async fn a_grant_touches_its_accounts_volumes_now_and_four_times_later_and_a_burst_is_gathered() {
         let (changes, delivering) = delivering_looks();
         // The refresher, taking each look as it comes.
         let refresher = tokio::spawn({
@@ -437,7 +448,7 @@ mod tests {
                     assert!(pending.touches(&volume, "team-a", "web"), "{pending:?}");
                     assert!(!pending.touches(&volume, "team-a", "db") && !pending.touches(&volume, "team-b", "web"));
                     looks.push(Instant::now());
-                    if looks.len() == 12 {
+                    if looks.len() == 22 {
                         return looks;
                     }
                 }
@@ -450,11 +461,12 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         // The windows of 250 ms that end at 0, 0.25, ... 1.5 s (each change at once, and 0.5 s
-        // later) and at 2, 2.25, ... 3 s (2 s later): 12 looks instead of 300 (3 per change).
-        let looks = tokio::time::timeout(Duration::from_secs(10), refresher).await.expect("12 looks").unwrap();
-        assert_eq!(looks.last().unwrap().duration_since(started), Duration::from_secs(3));
-        tokio::time::sleep(Duration::from_secs(10)).await;
-        assert_eq!(changes.take(), Pending::default(), "no 13th look");
+        // later), at 2, 2.25, ... 3 s (2 s later), at 8, ... 9 s and at 30, ... 31 s: 22 looks
+        // instead of 500 (5 per change).
+        let looks = tokio::time::timeout(Duration::from_secs(40), refresher).await.expect("22 looks").unwrap();
+        assert_eq!(looks.last().unwrap().duration_since(started), Duration::from_secs(31));
+        tokio::time::sleep(Duration::from_secs(40)).await;
+        assert_eq!(changes.take(), Pending::default(), "no 23rd look");
         delivering.abort();
     }
 

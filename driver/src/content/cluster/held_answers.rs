@@ -18,13 +18,13 @@
 //! accounts it answered for, when the node takes them instead of looking itself
 //! (`node_view`). Answers past their due time are swept as the table grows.
 //!
-//! A grant's change is looked at first at once, then again twice while the apiserver's RBAC
+//! A grant's change is looked at first at once, then again four times while the apiserver's RBAC
 //! cache may lag the driver's watch ([`crate::content::changes::GRANT_LOOKS`]). The first look forgets
 //! the accounts' answers, noting each as it was; a later look keeps an answer that already
 //! differs from it (the apiserver has seen the change: asking again would tell nothing new) and
 //! forgets the others; after two changes close together, it keeps none, since an answer that
 //! lags the second can differ from the first's and still be stale. So a change that flips a pair's answer costs that pair one review when
-//! the apiserver had caught up by the first look, and a change that leaves it as it was, three.
+//! the apiserver had caught up by the first look, and a change that leaves it as it was, five.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::BuildHasher as _;
@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::content::changes::{Accounts, GrantLook};
+use crate::content::changes::{Accounts, GRANT_LOOKS, GrantLook, WINDOW};
 use crate::unpoisoned::UnpoisonedMutex;
 use sharedresource_api::access::AccessQuestion;
 
@@ -133,8 +133,8 @@ struct Before {
 }
 
 /// How long an answer forgotten by a first look is remembered for the looks after it: past the
-/// last of them, with a window to spare.
-const BEFORE_KEPT: Duration = Duration::from_millis(2_500);
+/// last of them, with two windows to spare.
+const BEFORE_KEPT: Duration = GRANT_LOOKS[GRANT_LOOKS.len() - 1].saturating_add(WINDOW.saturating_mul(2));
 
 /// When an answer was asked, as [`HeldAnswers::hold`] needs to know it.
 #[derive(Debug, Clone, Copy)]
@@ -418,7 +418,7 @@ mod tests {
         assert_eq!(held.answer(&q), None);
         // Long after the looks, the answer as it was is forgotten: a later look asks again.
         held.hold(&q, false, held.asking());
-        tokio::time::advance(Duration::from_secs(3)).await;
+        tokio::time::advance(BEFORE_KEPT + Duration::from_millis(500)).await;
         held.look(again(&reader));
         assert_eq!(held.answer(&q), None, "nothing to compare with any more");
     }
