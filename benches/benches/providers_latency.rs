@@ -132,7 +132,8 @@ fn providers(dir: &Path, provider: &Path) -> (ChildProcess, Providers) {
         .map(|(flag, path)| format!("{flag}={}", path.display()));
     let process = ChildProcess::spawn("e2e-provider", provider, &arguments, &[], dir).unwrap();
     let configured: Vec<ProviderConfig> = serde_json::from_value(json!([
-        {"name": "slow-helper", "kind": "exec", "helper": helper, "timeout": "10s"},
+        // As root: the helper lives in the run's private directory, which `nobody` cannot enter.
+        {"name": "slow-helper", "kind": "exec", "helper": helper, "timeout": "10s", "runAsUser": 0, "runAsGroup": 0},
         {"name": "e2e", "kind": "secrets-store", "socket": socket, "timeout": "10s"},
     ]))
     .unwrap();

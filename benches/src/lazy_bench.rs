@@ -36,6 +36,7 @@ pub fn lazy_provider(dir: &Path) -> Result<ExecProvider, String> {
         timeout: Duration::from_secs(30),
         cache_ttl: Duration::from_secs(3600),
         max_file_bytes: 1 << 20,
+        run_as: sharedresource_csi_driver::content::external::provider::HelperUser::this_process(),
     })
 }
 

@@ -10,9 +10,13 @@
 set -eu
 ROOT=/var/lib/inline-guard/example-vault
 
-# A value of the mount options: the driver writes compact JSON, and names are DNS labels.
+# A value of the mount options: the driver writes compact JSON, and names are DNS labels. The
+# key is matched where a key of the object stands, right after its `{` or `,`: inside a string,
+# every quote is escaped (`\"`), so text that a pod puts in an attribute (a key such as
+# `zz","kubernetes.io/pod.namespace`, which sorts after the real one) can never stand there and
+# pass for the pod's identity, as it could for a match found anywhere, the last one winning.
 option() {
-    printf '%s' "$2" | sed -n "s/.*\"$1\":\"\([a-z0-9.-]*\)\".*/\1/p"
+    printf '%s' "$2" | sed -n "s/.*[{,]\"$1\":\"\([a-z0-9.-]*\)\"[,}].*/\1/p"
 }
 
 case "${1:-}" in

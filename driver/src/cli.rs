@@ -171,6 +171,9 @@ fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let metrics = Arc::new(Metrics::new());
     let providers = check_providers(&config.providers)?;
+    // Before any helper can run: none gains a privilege by executing a file.
+    crate::content::external::helper_run::no_new_privileges()
+        .map_err(|error| format!("setting no_new_privs, so that no helper gains privileges: {error}"))?;
     // Checked before anything starts: a budget that could not hold is a configuration error.
     config.budget_limits()?;
     let mut events: Arc<dyn PodEvents> = Arc::new(NoEvents);

@@ -124,8 +124,22 @@ fn flag<K: Borrow<str> + Ord, V: AsRef<str>>(attributes: &BTreeMap<K, V>, key: &
     }
 }
 
-/// A provider parameter's key may not be under a [`RESERVED_PREFIXES`] prefix.
+/// The longest key of a provider parameter (a qualified name's prefix and name, and its `/`).
+pub const MAX_PARAMETER_KEY: usize = 317;
+
+/// A provider parameter's key is 1 to [`MAX_PARAMETER_KEY`] letters, digits, `-`, `_`, `.` and
+/// `/` (a ConfigMap key's characters and a qualified name's `/`: every provider's parameters
+/// are such names), and not under a [`RESERVED_PREFIXES`] prefix. The keys reach helpers as
+/// JSON that many read with text tools: a key holding quotes, commas or spaces could stand, to
+/// such a reader, where the pod's identity stands.
 pub fn check_parameter(key: &str) -> Result<()> {
+    let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/');
+    if key.is_empty() || key.len() > MAX_PARAMETER_KEY || !key.chars().all(plain) {
+        return Err(Invalid(format!(
+            "volumeAttributes[{}]: a provider parameter's key is 1 to {MAX_PARAMETER_KEY} letters, digits, '-', '_', '.' and '/'",
+            quote(key)
+        )));
+    }
     if RESERVED_PREFIXES.iter().any(|prefix| key.starts_with(prefix)) {
         return Err(Invalid(format!(
             "volumeAttributes[{}]: keys under kubernetes.io/ and csi.storage.k8s.io/ are the driver's to set (the pod's identity)",

@@ -27,8 +27,16 @@ use crate::support::{
 const NAMESPACE: &str = "providers-e2e";
 
 /// The node's providers when `config` (one entry of `driver.yaml`'s `providers:`) is the only
-/// one, at most 4 helpers at once.
-pub fn one_provider(config: Value) -> Result<Providers, String> {
+/// one, at most 4 helpers at once. An `exec` provider's helper runs as root (`runAsUser: 0`):
+/// the suite's helpers and vaults live in the run's private directory, which the default user,
+/// `nobody`, cannot enter. That default is proven by `helper_run`'s unit test (the user, groups,
+/// capabilities and `no_new_privs` a helper runs with) and by the deploy scenario, whose
+/// DaemonSet runs the shipped example helper as `nobody`.
+pub fn one_provider(mut config: Value) -> Result<Providers, String> {
+    if config["kind"] == "exec" {
+        config["runAsUser"] = 0.into();
+        config["runAsGroup"] = 0.into();
+    }
     let configured: ProviderConfig = serde_json::from_value(config).map_err(|e| e.to_string())?;
     Ok(Providers::new(check_providers(&[configured])?, 4))
 }

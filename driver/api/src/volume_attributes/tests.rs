@@ -23,6 +23,12 @@ fn a_volume_names_exactly_one_valid_share_projection_or_provider() {
     );
     assert_eq!(selected(&[("projection", "app")]), Ok(Selection::Projection(name("app"))));
     assert_eq!(selected(&[("provider", "vault"), ("objects", "x")]), Ok(Selection::Provider(name("vault"))));
+    // The parameters providers take, as their documentation names them.
+    let parameters = [("provider", "vault"), ("roleName", "db"), ("vault.example.com/skip_tls", "x"), ("a-b", "")];
+    assert_eq!(selected(&parameters), Ok(Selection::Provider(name("vault"))));
+    let longest = "k".repeat(MAX_PARAMETER_KEY);
+    assert_eq!(selected(&[("provider", "vault"), (&longest, "x")]), Ok(Selection::Provider(name("vault"))));
+    assert!(parse(&[("provider", "vault"), (&format!("{longest}k"), "x")]).is_err());
 }
 
 #[test]
@@ -58,6 +64,14 @@ fn each_refusal_names_what_is_wrong() {
         (
             &[("provider", "vault"), ("kubernetes.io/pod.namespace", "kube-system")],
             "volumeAttributes[\"kubernetes.io/pod.namespace\"]: keys under kubernetes.io/ and csi.storage.k8s.io/ are the driver's to set (the pod's identity)",
+        ),
+        (
+            &[("provider", "vault"), ("zz\",\"kubernetes.io/pod.namespace", "team-a")],
+            "volumeAttributes[\"zz\\\",\\\"kubernetes.io/pod.namespace\"]: a provider parameter's key is 1 to 317 letters, digits, '-', '_', '.' and '/'",
+        ),
+        (
+            &[("provider", "vault"), ("", "x")],
+            "volumeAttributes[\"\"]: a provider parameter's key is 1 to 317 letters, digits, '-', '_', '.' and '/'",
         ),
         (
             &[("provider", "vault"), ("secretProviderClass", "db"), ("roleName", "x")],

@@ -155,7 +155,7 @@ impl ExecProviders {
         arguments: Vec<OsString>,
     ) -> std::result::Result<Vec<u8>, HelperFailure> {
         let _permit = self.permits.acquire(namespace).await;
-        helper_run::run(&provider.helper, &arguments, provider.timeout, provider.max_file_bytes).await
+        helper_run::run(&provider.helper, provider.run_as, &arguments, provider.timeout, provider.max_file_bytes).await
     }
 }
 

@@ -1,7 +1,11 @@
-//! Running a helper program: no shell, an empty environment but `PATH`, standard input closed,
-//! its own process group (so that whatever it starts is killed with it), a time limit, and a
-//! limit on what it may print. A failure carries the helper's standard error, cut to 4 KiB,
-//! never what it printed on standard output (that is file content).
+//! Running a helper program: as its provider's user and group (by default `nobody`, with no
+//! supplementary group, and so, set from root, no capability), no shell, an empty environment
+//! but `PATH`, standard input closed, its own process group (so that whatever it starts is
+//! killed with it), a time limit, and a limit on what it may print. The driver's process gains
+//! no privilege by executing a file ([`no_new_privileges`], set at its start and inherited by
+//! every helper), so a setuid program a helper runs stays its user's. A failure carries the
+//! helper's standard error, cut to 4 KiB, never what it printed on standard output (that is file
+//! content).
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -11,6 +15,8 @@ use std::time::Duration;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::io::{AsyncRead, AsyncReadExt as _};
+
+use super::provider::HelperUser;
 
 /// The `PATH` a helper runs with.
 const HELPER_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -77,15 +83,29 @@ async fn spawn(command: &mut tokio::process::Command) -> std::io::Result<tokio::
     }
 }
 
-/// Runs `helper` with `arguments`; its standard output when it exits 0 within `timeout` having
-/// printed at most `max_output` bytes.
+/// Makes this process, and every program it starts from now on, unable to gain privileges by
+/// executing a file (a setuid or file-capability program runs with its caller's). The driver
+/// executes nothing but helpers, which must never run as more than their provider's user.
+pub fn no_new_privileges() -> nix::Result<()> {
+    nix::sys::prctl::set_no_new_privs()
+}
+
+/// Runs `helper` as `user` with `arguments`; its standard output when it exits 0 within
+/// `timeout` having printed at most `max_output` bytes.
 pub async fn run(
     helper: &Path,
+    user: HelperUser,
     arguments: &[OsString],
     timeout: Duration,
     max_output: u64,
 ) -> Result<Vec<u8>, HelperFailure> {
     let mut command = tokio::process::Command::new(helper);
+    // As the driver's own user (a driver not run as root, as in tests): nothing to change, and
+    // changing it would be refused.
+    if (user.uid, user.gid) != (nix::unistd::geteuid().as_raw(), nix::unistd::getegid().as_raw()) {
+        // From root, setting the user also drops every supplementary group and capability.
+        command.uid(user.uid).gid(user.gid);
+    }
     command
         .args(arguments)
         .env_clear()
@@ -167,7 +187,44 @@ mod tests {
     }
 
     async fn run_sh(script: &str, timeout: Duration, max: u64) -> Result<Vec<u8>, HelperFailure> {
-        run(Path::new("/bin/sh"), &sh(script), timeout, max).await
+        run(Path::new("/bin/sh"), HelperUser::this_process(), &sh(script), timeout, max).await
+    }
+
+    #[tokio::test]
+    async fn a_helper_runs_as_its_user_with_no_other_group_no_capability_and_no_way_to_gain_privileges() {
+        use std::os::unix::fs::PermissionsExt as _;
+        assert!(nix::unistd::geteuid().is_root(), "changing a helper's user needs root: run the test command as root");
+        // A helper every user may run, in a directory every user may enter.
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let helper = dir.path().join("helper");
+        let script =
+            "#!/bin/sh\nid -u; id -g; id -G; grep -E '^(CapPrm|CapEff|CapAmb|NoNewPrivs):' /proc/self/status\n";
+        std::fs::write(&helper, script).unwrap();
+        std::fs::set_permissions(&helper, std::fs::Permissions::from_mode(0o755)).unwrap();
+        // Inherited from here on by whatever this test process starts, as by the driver's helpers.
+        no_new_privileges().unwrap();
+        let as_root = run(&helper, HelperUser::ROOT, &[], Duration::from_secs(30), 4096).await.unwrap();
+        let as_root = String::from_utf8(as_root).unwrap();
+        assert!(as_root.starts_with("0\n0\n"), "the positive control: root when said: {as_root}");
+        assert!(!as_root.contains("CapEff:\t0000000000000000"), "root keeps its capabilities: {as_root}");
+        let output = run(&helper, HelperUser::NOBODY, &[], Duration::from_secs(30), 4096).await.unwrap();
+        assert_eq!(
+            String::from_utf8(output).unwrap(),
+            "65534\n65534\n65534\nCapPrm:\t0000000000000000\nCapEff:\t0000000000000000\n\
+             CapAmb:\t0000000000000000\nNoNewPrivs:\t1\n"
+        );
+        // Its directory's files: what a helper as nobody cannot read, it cannot print.
+        std::fs::write(dir.path().join("private"), "s3cret").unwrap();
+        std::fs::set_permissions(dir.path().join("private"), std::fs::Permissions::from_mode(0o600)).unwrap();
+        let private = [OsString::from("-c"), OsString::from(format!("cat {}/private", dir.path().display()))];
+        let error = run(Path::new("/bin/sh"), HelperUser::NOBODY, &private, Duration::from_secs(30), 4096).await;
+        assert!(
+            matches!(&error, Err(HelperFailure::Exit { stderr, .. }) if stderr.contains("Permission denied")),
+            "{error:?}"
+        );
+        let read = run(Path::new("/bin/sh"), HelperUser::ROOT, &private, Duration::from_secs(30), 4096).await.unwrap();
+        assert_eq!(read, b"s3cret", "the positive control: root reads it");
     }
 
     #[tokio::test]
@@ -181,7 +238,7 @@ mod tests {
 
         // Held open for writing for good: every try is refused, and the last refusal is the answer.
         let writer = std::fs::OpenOptions::new().write(true).open(&helper).unwrap();
-        let error = run(&helper, &args, Duration::from_secs(30), 100).await.unwrap_err();
+        let error = run(&helper, HelperUser::this_process(), &args, Duration::from_secs(30), 100).await.unwrap_err();
         let HelperFailure::Start(cause) = &error else { panic!("{error:?}") };
         assert_eq!(cause.raw_os_error(), Some(nix::errno::Errno::ETXTBSY as i32), "{cause}");
 
@@ -195,7 +252,10 @@ mod tests {
             std::thread::sleep(Duration::from_millis(30));
             drop(writer_again);
         });
-        assert_eq!(run(&helper, &args, Duration::from_secs(30), 100).await.unwrap(), b"started");
+        assert_eq!(
+            run(&helper, HelperUser::this_process(), &args, Duration::from_secs(30), 100).await.unwrap(),
+            b"started"
+        );
         closer.join().unwrap();
         closer_again.join().unwrap();
     }
@@ -270,7 +330,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_missing_helper_is_named_as_not_started() {
-        let error = run(Path::new("/nonexistent/helper"), &[], Duration::from_secs(1), 10).await.unwrap_err();
+        let error = run(Path::new("/nonexistent/helper"), HelperUser::this_process(), &[], Duration::from_secs(1), 10)
+            .await
+            .unwrap_err();
         assert!(error.to_string().starts_with("could not be started: "), "{error}");
     }
 }

@@ -341,9 +341,11 @@ impl HelperFiles {
         let _permit = self.permits.0.acquire(&self.permits.1).await;
         self.gets.fetch_add(1, Ordering::Relaxed);
         let provider = &self.provider;
-        helper_run::run(&provider.helper, &arguments, provider.timeout, provider.max_file_bytes).await.map_err(
-            |failure| Error::Unavailable(format!("provider {name}: the helper's get {} {failure}", quote(path))),
-        )
+        helper_run::run(&provider.helper, provider.run_as, &arguments, provider.timeout, provider.max_file_bytes)
+            .await
+            .map_err(|failure| {
+                Error::Unavailable(format!("provider {name}: the helper's get {} {failure}", quote(path)))
+            })
     }
 
     /// The content of the file at `path`: from the cache within the TTL, otherwise from the

@@ -34,6 +34,14 @@ pub struct ProviderConfig {
     /// `exec`: the largest file (or `mount` reply) a helper may print, e.g. `1Mi`.
     #[serde(default = "default_max_file_bytes", deserialize_with = "crate::config::quantity")]
     pub max_file_bytes: u64,
+    /// `exec`: the user the helper runs as (default 65534, `nobody`): never the driver's root
+    /// unless said (`0`), since a helper is a program of the operators' choosing that reads what
+    /// pods pass it. Set from root, the kernel leaves the helper no capability.
+    #[serde(default)]
+    pub run_as_user: Option<u32>,
+    /// `exec`: the helper's group (default 65534, `nogroup`); it has no other group.
+    #[serde(default)]
+    pub run_as_group: Option<u32>,
     /// `secrets-store`: the provider's unix socket (default
     /// `/var/run/secrets-store-csi-providers/NAME.sock`, upstream's directory).
     #[serde(default)]
@@ -108,6 +116,31 @@ pub struct ExecProvider {
     pub cache_ttl: Duration,
     /// The largest output of one call.
     pub max_file_bytes: u64,
+    /// Who the helper runs as.
+    pub run_as: HelperUser,
+}
+
+/// The user and group a helper runs as, with no supplementary group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HelperUser {
+    /// The user id.
+    pub uid: u32,
+    /// The group id.
+    pub gid: u32,
+}
+
+impl HelperUser {
+    /// `nobody` and `nogroup`: what a helper runs as unless its provider says otherwise.
+    pub const NOBODY: HelperUser = HelperUser { uid: 65534, gid: 65534 };
+    /// Root, as the driver runs: only when a provider says so (`runAsUser: 0`).
+    pub const ROOT: HelperUser = HelperUser { uid: 0, gid: 0 };
+
+    /// This process's own user and group: a helper of a test run as it, from the test's
+    /// private directories, whoever runs the test.
+    #[cfg(any(test, feature = "test-util"))]
+    pub fn this_process() -> HelperUser {
+        HelperUser { uid: nix::unistd::geteuid().as_raw(), gid: nix::unistd::getegid().as_raw() }
+    }
 }
 
 /// A Secrets Store CSI provider the driver can ask.
@@ -169,12 +202,22 @@ fn check_exec(config: &ProviderConfig, name: ObjectName, at: &str) -> Result<Exe
         timeout: config.timeout,
         cache_ttl: config.cache_ttl,
         max_file_bytes: config.max_file_bytes,
+        run_as: HelperUser {
+            uid: config.run_as_user.unwrap_or(HelperUser::NOBODY.uid),
+            gid: config.run_as_group.unwrap_or(HelperUser::NOBODY.gid),
+        },
     })
 }
 
 fn check_secrets_store(config: &ProviderConfig, name: ObjectName, at: &str) -> Result<SecretsStoreProvider, String> {
-    if config.helper.is_some() || config.mode != FetchMode::Eager {
-        return Err(format!("{at}: helper and mode are for kind exec; kind secrets-store asks the provider's socket"));
+    if config.helper.is_some()
+        || config.mode != FetchMode::Eager
+        || config.run_as_user.is_some()
+        || config.run_as_group.is_some()
+    {
+        return Err(format!(
+            "{at}: helper, mode, runAsUser and runAsGroup are for kind exec; kind secrets-store asks the provider's socket"
+        ));
     }
     let socket = match &config.socket {
         Some(socket) if !socket.is_absolute() => {
@@ -206,6 +249,8 @@ mod tests {
             max_file_bytes: default_max_file_bytes(),
             socket: None,
             max_message_bytes: default_max_message_bytes(),
+            run_as_user: None,
+            run_as_group: None,
         }
     }
 
@@ -220,6 +265,13 @@ mod tests {
         assert_eq!(provider.helper, PathBuf::from("/usr/libexec/inline-guard/vault-cli"));
         assert_eq!((provider.timeout, provider.max_file_bytes), (Duration::from_secs(10), 1 << 20));
         assert_eq!(provider.mode, FetchMode::Eager);
+        assert_eq!(provider.run_as, HelperUser::NOBODY, "never root unless said");
+        let as_root = ProviderConfig { run_as_user: Some(0), run_as_group: Some(0), ..exec("vault-cli") };
+        let Provider::Exec(provider) = &check_providers(&[as_root]).unwrap()["vault-cli"] else { panic!() };
+        assert_eq!(provider.run_as, HelperUser::ROOT);
+        let as_user = ProviderConfig { run_as_user: Some(1000), ..exec("vault-cli") };
+        let Provider::Exec(provider) = &check_providers(&[as_user]).unwrap()["vault-cli"] else { panic!() };
+        assert_eq!(provider.run_as, HelperUser { uid: 1000, gid: 65534 });
     }
 
     #[test]
@@ -247,9 +299,12 @@ mod tests {
     #[test]
     fn a_secrets_store_provider_is_refused_what_only_helpers_have() {
         type Change = fn(&mut ProviderConfig);
-        let cases: [(Change, &str); 4] = [
-            (|p| p.helper = Some("/h".into()), "provider \"vault\": helper and mode are for kind exec"),
-            (|p| p.mode = FetchMode::Lazy, "provider \"vault\": helper and mode are for kind exec"),
+        let only_exec = "provider \"vault\": helper, mode, runAsUser and runAsGroup are for kind exec";
+        let cases: [(Change, &str); 6] = [
+            (|p| p.helper = Some("/h".into()), only_exec),
+            (|p| p.mode = FetchMode::Lazy, only_exec),
+            (|p| p.run_as_user = Some(0), only_exec),
+            (|p| p.run_as_group = Some(0), only_exec),
             (
                 |p| p.socket = Some("vault.sock".into()),
                 "provider \"vault\": socket \"vault.sock\" is not an absolute path",

@@ -546,6 +546,7 @@ fn with_provider(
         timeout: Duration::from_secs(30),
         cache_ttl: Duration::from_secs(60),
         max_file_bytes: 1 << 20,
+        run_as: crate::content::external::provider::HelperUser::this_process(),
     };
     let providers = Providers::new([("example".to_string(), Provider::Exec(provider))].into(), 4);
     source(cluster, runtime).with_providers(providers)

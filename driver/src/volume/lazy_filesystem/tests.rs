@@ -119,6 +119,7 @@ fn a_helper_written_from_the_design_alone_is_served_lazily_unchanged() {
         timeout: Duration::from_secs(60),
         cache_ttl: HOUR,
         max_file_bytes: 1 << 20,
+        run_as: crate::content::external::provider::HelperUser::this_process(),
     };
     let providers = ExecProviders::new([("hashicorp-cli".to_string(), provider.clone())].into(), 4);
     let ask = crate::content::ask::VolumeAsk::example(&[("provider", "hashicorp-cli")]);

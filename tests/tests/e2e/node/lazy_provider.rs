@@ -38,7 +38,8 @@ pub async fn a_pod_on_the_node_reads_a_lazy_providers_file_when_it_first_opens_i
     }
     let wrapper = logging_example_helper(work.path(), &root)?;
     let config = format!(
-        "providers:\n- {{name: vault-lazy, kind: exec, helper: {}, mode: lazy, cacheTTL: 1h}}\n",
+        // As root: the helper lives in the run's private directory (see `one_provider`).
+        "providers:\n- {{name: vault-lazy, kind: exec, helper: {}, mode: lazy, cacheTTL: 1h, runAsUser: 0, runAsGroup: 0}}\n",
         wrapper.display()
     );
     node.restart_driver_with(&config)?;

@@ -57,6 +57,7 @@ impl Vault {
             timeout: Duration::from_secs(30),
             cache_ttl: Duration::from_secs(60),
             max_file_bytes: 1 << 20,
+            run_as: crate::content::external::provider::HelperUser::this_process(),
         }
     }
 
@@ -113,6 +114,30 @@ async fn each_pod_is_served_its_own_files_with_one_mount_and_one_get_per_file() 
     assert_eq!(calls, ["get secrets/api-key", "get secrets/db-password", &format!("mount {mount_point}")]);
     let other = providers.files(&vault.provider(), &ask("team-b", "web")).await.unwrap();
     assert_eq!(text(&other), [("secrets/db-password".into(), "other".into())], "the identity picks the files");
+}
+
+#[test]
+fn the_example_helper_takes_the_pod_s_identity_only_where_a_key_of_the_options_stands() {
+    let vault = Vault::new();
+    vault.keep("team-a", "web", "api-key", "k3y");
+    vault.keep("team-b", "web", "db-password", "other");
+    // A pod of team-b whose parameter's key carries the identity's key and another namespace:
+    // serialized, its quotes are escaped, and it sorts after the real key. The driver refuses
+    // such a key (`check_parameter`); the helper must not need it to.
+    let options = serde_json::json!({
+        "kubernetes.io/pod.name": "web",
+        "kubernetes.io/pod.namespace": "team-b",
+        "zz\",\"kubernetes.io/pod.namespace": "team-a",
+    });
+    let output = std::process::Command::new("/bin/sh")
+        .arg(vault.path("example"))
+        .args(["mount", "/mnt", &options.to_string()])
+        .output()
+        .unwrap();
+    let answer = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(answer.contains("\"db-password\""), "team-b/web's files listed: {answer}");
+    assert!(!answer.contains("api-key"), "team-a/web's files listed for a pod of team-b: {answer}");
 }
 
 #[tokio::test]

@@ -103,6 +103,7 @@ impl Helper {
             timeout: Duration::from_secs(60),
             cache_ttl,
             max_file_bytes: 1 << 20,
+            run_as: crate::content::external::provider::HelperUser::this_process(),
         }
     }
 
