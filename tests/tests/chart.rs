@@ -53,14 +53,12 @@ fn cases() -> Vec<Case> {
                 "admission.podMonitor=true",
                 "admission.networkPolicy=true",
                 "driver.podMonitor=true",
-                "driver.networkPolicy=true",
             ],
             overlay: Overlay {
                 files: &[
                     "config/deploy/pod-monitor.yaml",
                     "config/deploy/network-policy.yaml",
                     "config/deploy/driver/pod-monitor.yaml",
-                    "config/deploy/driver/network-policy.yaml",
                 ],
                 ..Default::default()
             },
@@ -242,6 +240,47 @@ fn the_values_schema_refuses_what_it_does_not_name_saying_which() {
     let text = serde_json::to_string(&rendered).unwrap();
     assert!(text.contains("/srv/kubelet/plugins_registry"), "kubeletDir did not reach driver.yaml");
     assert!(!text.contains("/var/lib/kubelet"), "kubeletDir left a path at kubelet's default");
+}
+
+/// The chart refuses to render a driver whose memory limit is below what its configuration lets
+/// it hold, as the driver computes it (`DriverConfig::memory_needed`) from the driver.yaml the
+/// chart renders: the chart's own arithmetic cannot drift from the driver's.
+#[test]
+fn the_chart_refuses_a_driver_memory_limit_below_what_its_configuration_lets_it_hold() {
+    let peers = peers().expect("the peers");
+    let needed = |values: &[&str]| {
+        let objects = render(&peers.helm, values).expect("renders");
+        let config_map = objects
+            .iter()
+            .find(|o| o["kind"] == "ConfigMap" && o["metadata"]["name"] == "sharedresource-csi-driver")
+            .expect("the driver's ConfigMap");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("driver.yaml");
+        std::fs::write(&path, config_map["data"]["driver.yaml"].as_str().unwrap()).unwrap();
+        sharedresource_csi_driver::config::DriverConfig::load(&path).unwrap().memory_needed()
+    };
+    for values in
+        [&[][..], &["driver.contentBudget=100Mi", "driver.namespaceContentBudget=50Mi", "driver.tmpfsSize=1Mi"][..]]
+    {
+        let needed = needed(values);
+        let at = format!("driver.resources.limits.memory={needed}");
+        let below = format!("driver.resources.limits.memory={}", needed - 1);
+        render(&peers.helm, &[values, &[at.as_str()]].concat())
+            .unwrap_or_else(|e| panic!("{values:?} at {needed}: {e}"));
+        let refused = render(&peers.helm, &[values, &[below.as_str()]].concat()).expect_err(&below);
+        assert!(
+            refused.contains("driver.resources.limits.memory")
+                && refused.contains(&format!("below the {needed} bytes")),
+            "{values:?}: {refused}"
+        );
+    }
+    // The mistake it is for: a budget raised without the limit.
+    let refused = render(&peers.helm, &["driver.contentBudget=400Mi"]).expect_err("400Mi of budget in 640Mi");
+    assert!(refused.contains("raise the limit, or lower contentBudget or tmpfsSize"), "{refused}");
+    let refused = render(&peers.helm, &["driver.resources.limits.memory=lots"]).expect_err("lots");
+    assert!(refused.contains("\"lots\" is not a quantity of bytes"), "{refused}");
+    // No limit: nothing to hold it to.
+    render(&peers.helm, &["driver.resources.limits=null"]).expect("no limit");
 }
 
 #[test]

@@ -1,11 +1,14 @@
-//! One tenant against the node's driver, with the shipped DaemonSet and its limits: a user with
+//! Tenants against the node's driver, with the shipped DaemonSet and its limits: a user with
 //! rights in one namespace only (pods and SharedProjections there, no grant of any share) floods
 //! the driver's health port and the webhook's pods from a pod, then fills volumes with a
 //! projection of 1 000 pod facts (no read of anything needed) in three pods of twelve volumes
 //! each, written without `readOnly` so that the mutating webhook must answer during the flood;
-//! meanwhile the victim, a pod of another namespace reading a share, must see an update and lose
-//! its grant within 10 s, and the driver must neither restart nor stop serving. What the node
-//! refused and how long the victim waited are printed for the report.
+//! a second such user of a second namespace fills volumes the same way, the two together asking
+//! more than the node's whole content budget. Meanwhile the victim, a pod of a third namespace
+//! reading a share, must see an update and lose its grant within 10 s, a new pod of that
+//! namespace must mount while both namespaces are refused more, and the driver must neither
+//! restart nor stop serving. What the node refused and how long the victim waited are printed
+//! for the report.
 
 use std::time::{Duration, Instant};
 
@@ -20,6 +23,10 @@ use crate::workload::{self, DRIVER};
 
 /// The attacker's namespace.
 pub const ATTACKER: &str = "deploy-attacker";
+/// The second attacker's namespace: with the first, two namespaces filling the node.
+pub const SECOND_ATTACKER: &str = "deploy-attacker-two";
+/// The third namespace's pod made while both fill the node.
+const LATE_READER: &str = "late-reader";
 /// The projection the attacker mounts.
 const FLOOD: &str = "flood";
 /// Pod facts in the projection: each a file of a few bytes, which tmpfs charges a page and an
@@ -28,7 +35,7 @@ const ITEMS: usize = 1000;
 /// Volumes per pod, and pods.
 const VOLUMES: usize = 12;
 const PODS: usize = 3;
-/// Every volume the attacker asks for.
+/// Every volume one attacker asks for.
 pub const ATTACKER_VOLUMES: usize = VOLUMES * PODS;
 /// How long the victim may wait for an update or a revocation, during the attack and after.
 const VICTIM_WAIT: Duration = Duration::from_secs(10);
@@ -47,23 +54,24 @@ pub struct AttackReport {
     pub mounted: usize,
 }
 
-/// Namespace [`ATTACKER`] and a client acting as a user with rights there only: a service
-/// account bound to a Role of its namespace that may create pods and SharedProjections.
+/// `namespace` and a client acting as a user with rights there only: a service account bound to
+/// a Role of its namespace that may create pods and SharedProjections.
 async fn attacker_client(
     admin: &kube::Client,
     cluster: &inline_guard_tests::cluster::Cluster,
+    namespace: &str,
 ) -> Result<kube::Client, String> {
-    workload::apply(admin, json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ATTACKER}})).await?;
-    namespace_defaults(admin, ATTACKER, Duration::from_secs(60)).await?;
+    workload::apply(admin, json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})).await?;
+    namespace_defaults(admin, namespace, Duration::from_secs(60)).await?;
     workload::apply(
         admin,
-        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "tenant", "namespace": ATTACKER}}),
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "tenant", "namespace": namespace}}),
     )
     .await?;
     workload::apply(
         admin,
         json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "tenant", "namespace": ATTACKER},
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "tenant", "namespace": namespace},
             "rules": [
                 {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "get", "list", "delete"]},
                 {"apiGroups": ["sharedresource.inlineguard.dev"], "resources": ["sharedprojections"], "verbs": ["create", "get", "delete"]}
@@ -74,9 +82,9 @@ async fn attacker_client(
     workload::apply(
         admin,
         json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "tenant", "namespace": ATTACKER},
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "tenant", "namespace": namespace},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tenant"},
-            "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": ATTACKER}]
+            "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": namespace}]
         }),
     )
     .await?;
@@ -84,7 +92,7 @@ async fn attacker_client(
         spec: TokenRequestSpec { audiences: vec![], expiration_seconds: Some(3600), bound_object_ref: None },
         ..Default::default()
     };
-    let token = Api::<ServiceAccount>::namespaced(admin.clone(), ATTACKER)
+    let token = Api::<ServiceAccount>::namespaced(admin.clone(), namespace)
         .create_token_request("tenant", &PostParams::default(), &request)
         .await
         .map_err(|e| format!("a token for the attacker: {e}"))?
@@ -238,9 +246,9 @@ fn csi_mounts_of(uids: &[String]) -> Result<usize, String> {
     Ok(mounted)
 }
 
-/// kubelet's FailedMount events for the attacker's pods that name the content budget.
-async fn budget_refusals(admin: &kube::Client) -> Result<Vec<String>, String> {
-    let events = Api::<Event>::namespaced(admin.clone(), ATTACKER)
+/// kubelet's FailedMount events for the pods of `namespace` that name the content budget.
+async fn budget_refusals(admin: &kube::Client, namespace: &str) -> Result<Vec<String>, String> {
+    let events = Api::<Event>::namespaced(admin.clone(), namespace)
         .list(&ListParams::default())
         .await
         .map_err(|e| format!("listing the attacker's events: {e}"))?;
@@ -253,22 +261,14 @@ async fn budget_refusals(admin: &kube::Client) -> Result<Vec<String>, String> {
         .collect())
 }
 
-/// The attack, while the victim (`reader` of [`CONSUMER`], reading the share whose content is
-/// `content` now, `seen` lines printed) keeps being served. Leaves the victim's grant in place and
-/// the content `"after-attack"`; removes everything of the attacker's.
-pub async fn one_tenant_cannot_take_the_node(
-    admin: &kube::Client,
-    cluster: &inline_guard_tests::cluster::Cluster,
-    node: &Node,
-    seen: &mut usize,
-) -> Result<AttackReport, String> {
-    let (restarts_before, _) = driver_restarts(admin).await?;
-    let tenant = attacker_client(admin, cluster).await?;
+/// The projection of [`ITEMS`] pod facts, made in `namespace` by its `tenant`: the projections'
+/// API, to delete it with.
+async fn flood_projection(tenant: &kube::Client, namespace: &str) -> Result<Api<kube::core::DynamicObject>, String> {
     let items: Vec<Value> =
         (0..ITEMS).map(|n| json!({"path": format!("name-{n}"), "fieldPath": "metadata.name"})).collect();
     let projection = json!({
         "apiVersion": "sharedresource.inlineguard.dev/v1alpha1", "kind": "SharedProjection",
-        "metadata": {"name": FLOOD, "namespace": ATTACKER},
+        "metadata": {"name": FLOOD, "namespace": namespace},
         "spec": {"sources": [{"podInfo": {"items": items}}]}
     });
     let resource = kube::discovery::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
@@ -276,12 +276,77 @@ pub async fn one_tenant_cannot_take_the_node(
         "v1alpha1",
         "SharedProjection",
     ));
-    let projections = Api::<kube::core::DynamicObject>::namespaced_with(tenant.clone(), ATTACKER, &resource);
+    let projections = Api::<kube::core::DynamicObject>::namespaced_with(tenant.clone(), namespace, &resource);
     let projection = serde_json::from_value(projection).map_err(|e| e.to_string())?;
     projections
         .create(&PostParams::default(), &projection)
         .await
-        .map_err(|e| format!("the attacker's projection: {}", short(&e)))?;
+        .map_err(|e| format!("the projection of {namespace}: {}", short(&e)))?;
+    Ok(projections)
+}
+
+/// The [`PODS`] filling pods of `namespace`, made by its `tenant`, each patched read-only by the
+/// webhook: their uids.
+async fn fill(tenant: &kube::Client, namespace: &str) -> Result<Vec<String>, String> {
+    let pods = Api::<Pod>::namespaced(tenant.clone(), namespace);
+    let mut uids = Vec::new();
+    for n in 0..PODS {
+        let pod: Pod = serde_json::from_value(attacker_pod(&format!("filler-{n}"))).map_err(|e| e.to_string())?;
+        let created =
+            pods.create(&PostParams::default(), &pod).await.map_err(|e| format!("{namespace}'s pod {n}: {e}"))?;
+        let volumes = created.spec.as_ref().and_then(|s| s.volumes.clone()).unwrap_or_default();
+        if volumes.iter().any(|v| v.csi.as_ref().is_some_and(|c| c.read_only != Some(true))) {
+            return Err(format!(
+                "{namespace}/filler-{n} was stored without csi.readOnly: the mutating webhook did not answer"
+            ));
+        }
+        uids.push(created.metadata.uid.unwrap_or_default());
+    }
+    Ok(uids)
+}
+
+/// Waits until the node has refused a publish of `namespace`'s for the content budget (kubelet's
+/// events say so); the refusals.
+async fn refused_for_budget(admin: &kube::Client, namespace: &str) -> Result<Vec<String>, String> {
+    let started = Instant::now();
+    loop {
+        let refused = budget_refusals(admin, namespace).await?;
+        if !refused.is_empty() {
+            return Ok(refused);
+        }
+        if started.elapsed() > Duration::from_secs(180) {
+            return Err(format!("no publish of {namespace}'s was refused for the content budget within 180 s"));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// A new pod of the victim's namespace, made while the two attackers fill the node, mounts the
+/// share and shows `content`; deleted afterwards.
+async fn a_third_namespace_still_mounts(admin: &kube::Client, node: &Node, content: &str) -> Result<(), String> {
+    let pod: Pod = serde_json::from_value(workload::reader_pod(LATE_READER)).map_err(|e| e.to_string())?;
+    Api::<Pod>::namespaced(admin.clone(), workload::CONSUMER)
+        .create(&PostParams::default(), &pod)
+        .await
+        .map_err(|e| format!("{}/{LATE_READER}: {e}", workload::CONSUMER))?;
+    workload::wait_for_content(node, LATE_READER, content, 0).await?;
+    inline_guard_tests::node::delete_and_wait(admin, workload::CONSUMER, LATE_READER).await
+}
+
+/// The attack, while the victim (`reader` of [`CONSUMER`], reading the share whose content is
+/// `content` now, `seen` lines printed) keeps being served. Leaves the victim's grant in place and
+/// the content `"after-attack"`; removes everything of the attacker's.
+pub async fn tenants_cannot_take_the_node(
+    admin: &kube::Client,
+    cluster: &inline_guard_tests::cluster::Cluster,
+    node: &Node,
+    seen: &mut usize,
+) -> Result<AttackReport, String> {
+    let (restarts_before, _) = driver_restarts(admin).await?;
+    let tenant = attacker_client(admin, cluster, ATTACKER).await?;
+    let second = attacker_client(admin, cluster, SECOND_ATTACKER).await?;
+    let projections = flood_projection(&tenant, ATTACKER).await?;
+    let second_projections = flood_projection(&second, SECOND_ATTACKER).await?;
 
     // The flood first: the driver's health port, and every webhook pod's HTTPS port.
     let pods = Api::<Pod>::namespaced(tenant.clone(), ATTACKER);
@@ -300,44 +365,37 @@ pub async fn one_tenant_cannot_take_the_node(
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 
-    // Then the volumes, each pod patched read-only by the webhook through the flood.
-    let mut uids = Vec::new();
-    for n in 0..PODS {
-        let pod: Pod = serde_json::from_value(attacker_pod(&format!("filler-{n}"))).map_err(|e| e.to_string())?;
-        let created =
-            pods.create(&PostParams::default(), &pod).await.map_err(|e| format!("the attacker's pod {n}: {e}"))?;
-        let volumes = created.spec.as_ref().and_then(|s| s.volumes.clone()).unwrap_or_default();
-        if volumes.iter().any(|v| v.csi.as_ref().is_some_and(|c| c.read_only != Some(true))) {
-            return Err(format!("filler-{n} was stored without csi.readOnly: the mutating webhook did not answer"));
-        }
-        uids.push(created.metadata.uid.unwrap_or_default());
-    }
+    // Then the volumes of both namespaces, each pod patched read-only by the webhook through
+    // the flood: together they ask more than the node's whole budget.
+    let uids = fill(&tenant, ATTACKER).await?;
+    let second_uids = fill(&second, SECOND_ATTACKER).await?;
 
-    // The node refuses the attacker beyond its part: kubelet's events say so.
-    let started = Instant::now();
-    let refused = loop {
-        let refused = budget_refusals(admin).await?;
-        if !refused.is_empty() {
-            break refused;
-        }
-        if started.elapsed() > Duration::from_secs(180) {
-            return Err("no publish of the attacker's was refused for the content budget within 180 s".into());
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    };
+    // The node refuses each attacker beyond its part: kubelet's events say so.
+    let mut refused = refused_for_budget(admin, ATTACKER).await?;
+    refused.extend(refused_for_budget(admin, SECOND_ATTACKER).await?);
 
     let mut victim_waits = victim_served(admin, node, seen, "during", restarts_before).await?;
+    // Two namespaces do not fill the node: a third one's new pod mounts.
+    a_third_namespace_still_mounts(admin, node, "during-attack").await?;
     let mounted = csi_mounts_of(&uids)?;
-    if mounted == 0 {
-        return Err("the positive control: none of the attacker's volumes was mounted".into());
+    let second_mounted = csi_mounts_of(&second_uids)?;
+    if mounted == 0 || second_mounted == 0 {
+        return Err(format!(
+            "the positive control: the attackers' volumes were not both mounted ({mounted} and {second_mounted})"
+        ));
     }
 
-    // After it: the attacker's pods deleted, the victim still served.
-    for n in 0..PODS {
-        inline_guard_tests::node::delete_and_wait(admin, ATTACKER, &format!("filler-{n}")).await?;
+    // After it: the attackers' pods deleted, the victim still served.
+    for (namespace, projections) in [(ATTACKER, &projections), (SECOND_ATTACKER, &second_projections)] {
+        for n in 0..PODS {
+            inline_guard_tests::node::delete_and_wait(admin, namespace, &format!("filler-{n}")).await?;
+        }
+        projections
+            .delete(FLOOD, &DeleteParams::default())
+            .await
+            .map_err(|e| format!("deleting the projection of {namespace}: {e}"))?;
     }
     inline_guard_tests::node::delete_and_wait(admin, ATTACKER, "flooder").await?;
-    projections.delete(FLOOD, &DeleteParams::default()).await.map_err(|e| format!("deleting the projection: {e}"))?;
     victim_waits.extend(victim_served(admin, node, seen, "after", restarts_before).await?);
-    Ok(AttackReport { victim_waits, refused, mounted })
+    Ok(AttackReport { victim_waits, refused, mounted: mounted + second_mounted })
 }

@@ -190,13 +190,14 @@ async fn steps(this: &Installation) -> Outcome {
     // provider's socket through the shipped providers directory.
     this.provider_served().await?;
 
-    // One tenant against the node: content, connections and slots, while the reader above is
-    // the victim (its update and revocation within 10 s, during the attack and after).
-    let report = attack::one_tenant_cannot_take_the_node(&this.admin, &this.cluster, &this.node, &mut seen).await?;
+    // Tenants against the node: content, connections and slots, two namespaces filling it,
+    // while the reader above is the victim (its update and revocation within 10 s, during the
+    // attack and after) and a new pod of its namespace mounts during it.
+    let report = attack::tenants_cannot_take_the_node(&this.admin, &this.cluster, &this.node, &mut seen).await?;
     println!(
-        "deploy: attack: {} attacker volumes of {} mounted, {} publishes refused for the content budget (first: {})",
+        "deploy: attack: {} volumes of the two attackers' {} mounted, {} publishes refused for the content budget (first: {})",
         report.mounted,
-        attack::ATTACKER_VOLUMES,
+        2 * attack::ATTACKER_VOLUMES,
         report.refused.len(),
         report.refused.first().map(|m| m.chars().take(400).collect::<String>()).unwrap_or_default()
     );
