@@ -784,4 +784,58 @@ mod tests {
         assert_eq!(listed.len(), MAX_QUESTIONS, "the first, sorted");
         assert_eq!(listed[0], "team-a/sa0000/sharedsecrets/db");
     }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_node_whose_volumes_arrive_one_by_one_writes_its_spec_every_spacing_not_per_volume() {
+        use bytes::Bytes;
+        use http_body_util::Full;
+        use hyper::{Method, Request, Response, StatusCode};
+        // An apiserver that takes every write of the node's object and knows nothing else (so the
+        // object has no owner): when each write came.
+        let writes: Arc<Mutex<Vec<tokio::time::Instant>>> = Arc::default();
+        let service = tower::service_fn({
+            let writes = writes.clone();
+            move |request: Request<kube::client::Body>| {
+                let write = request.method() == Method::PATCH && request.uri().path().contains("/sharedresourcenodes/");
+                let (status, body) = if write {
+                    writes.lock().unwrap().push(tokio::time::Instant::now());
+                    let node = serde_json::json!({
+                        "apiVersion": "sharedresource.inlineguard.dev/v1alpha1", "kind": "SharedResourceNode",
+                        "metadata": {"name": "node-a"}, "spec": {}
+                    });
+                    (StatusCode::OK, node)
+                } else {
+                    let missing = serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404});
+                    (StatusCode::NOT_FOUND, missing)
+                };
+                let mut response = Response::new(Full::new(Bytes::from(body.to_string())));
+                *response.status_mut() = status;
+                async move { Ok::<_, std::convert::Infallible>(response) }
+            }
+        });
+        let client = kube::Client::new(service, "default");
+        let view = Arc::new(NodeView::default());
+        let writer = tokio::spawn({
+            let view = view.clone();
+            async move { write_spec(client, "node-a", &view, &Notify::new(), Duration::from_secs(10)).await }
+        });
+        // 20 volumes, one every half second, as a busy apiserver lets their publishes through.
+        let started = tokio::time::Instant::now();
+        for volume in 0..20 {
+            view.note(&format!("v{volume}"), reads("team-a", Some(share(&format!("s{volume}")))));
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        tokio::time::sleep(SPACING * 2).await;
+        let writes = writes.lock().unwrap().clone();
+        writer.abort();
+        assert_eq!(view.behind_since(), None, "the last write says every volume");
+        assert!(writes.len() >= 2, "the positive control: the spec was written as the volumes came: {writes:?}");
+        for pair in writes.windows(2) {
+            assert!(pair[1] - pair[0] >= SPACING, "two writes {:?} apart", pair[1] - pair[0]);
+        }
+        // The first at once, then at most one per SPACING over the 10 s the volumes took and
+        // the spacing after: 4, where a write per gathered second made 10.
+        let span = writes.last().unwrap().duration_since(started);
+        assert!(writes.len() <= 4, "{} writes over {span:?}", writes.len());
+    }
 }
