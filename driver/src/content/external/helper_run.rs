@@ -102,7 +102,7 @@ pub async fn run(
     let mut command = tokio::process::Command::new(helper);
     // As the driver's own user (a driver not run as root, as in tests): nothing to change, and
     // changing it would be refused.
-    if (user.uid, user.gid) != (nix::unistd::geteuid().as_raw(), nix::unistd::getegid().as_raw()) {
+    if user != HelperUser::this_process() {
         // From root, setting the user also drops every supplementary group and capability.
         command.uid(user.uid).gid(user.gid);
     }

@@ -135,9 +135,8 @@ impl HelperUser {
     /// Root, as the driver runs: only when a provider says so (`runAsUser: 0`).
     pub const ROOT: HelperUser = HelperUser { uid: 0, gid: 0 };
 
-    /// This process's own user and group: a helper of a test run as it, from the test's
-    /// private directories, whoever runs the test.
-    #[cfg(any(test, feature = "test-util"))]
+    /// This process's own user and group (a helper run as it needs no change of user; a test's
+    /// helpers, in its private directories, run so whoever runs the test).
     pub fn this_process() -> HelperUser {
         HelperUser { uid: nix::unistd::geteuid().as_raw(), gid: nix::unistd::getegid().as_raw() }
     }
