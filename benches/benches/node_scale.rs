@@ -4,7 +4,8 @@
 //! cluster; volumes on a recording mounter, since mounts are not what is measured), each with 20
 //! published volumes over 20 shares. The read-grants controller runs too, as its
 //! ServiceAccount, with the access notices and their central answers. For each N:
-//! - publish: 20 volumes per node;
+//! - publish: 20 volumes per node, every node's at once, or with `--pods-per-second R` the
+//!   cluster's pods arriving one after another at R a second (as a scheduler binds them);
 //! - idle for `--idle-seconds` (300 by default), then what the apiserver keeps: its heap right
 //!   after a forced collection and its goroutines' stacks;
 //! - unrelated RoleBindings churned at 10 per second, in a namespace no volume uses;
@@ -38,7 +39,8 @@
 //! side by side in the same report.
 //!
 //! `cargo bench -p inline-guard-benches --bench node_scale -- [--nodes 10,50,200]
-//!  [--baseline-nodes 200] [--idle-seconds 300] [--churn-seconds 20] [--json FILE]` (root not
+//!  [--baseline-nodes 200] [--idle-seconds 300] [--churn-seconds 20] [--pods-per-second 0]
+//!  [--json FILE]` (root not
 //!  needed; Go for the peers). With `NODE_SCALE_HEAP_PROFILE=PREFIX`, the apiserver's heap
 //!  profile at each look at what it keeps (after the forced collection) is written to
 //!  `PREFIX-<when>`, for `go tool pprof -top -sample_index=inuse_space -diff_base A B`.
@@ -160,10 +162,33 @@ const PUBLISH_PATIENCE: Duration = Duration::from_secs(600);
 /// that a publish follows the apiserver's recovery closely).
 const PUBLISH_BACKOFF_CAP: Duration = Duration::from_secs(16);
 
-/// Publishes every volume of `node`; how many publishes were retried.
-async fn publish_all(node: &mut SimNode) -> Result<u64, String> {
+/// When pods arrive: all at once (`Pace::AtOnce`), or one after another across the cluster at
+/// a rate (`Pace::PerSecond`), as a scheduler binds them: kube-scheduler's client is allowed 50
+/// requests a second by default (`clientConnection.qps`), one binding each, so a cluster's new
+/// pods reach their kubelets at about that pace however many nodes there are.
+#[derive(Clone, Copy)]
+enum Pace {
+    AtOnce,
+    PerSecond { rate: f64, since: Instant, nodes: usize },
+}
+
+impl Pace {
+    /// Waits until the pod of `volume` on node `index` has arrived: the cluster's pods take
+    /// turns node by node, every node's first pod before any node's second.
+    async fn arrival(&self, index: usize, volume: usize) {
+        if let Pace::PerSecond { rate, since, nodes } = *self {
+            let turn = (volume * nodes + index) as f64;
+            tokio::time::sleep_until((since + Duration::from_secs_f64(turn / rate)).into()).await;
+        }
+    }
+}
+
+/// Publishes every volume of `node` (node `index`), each when its pod arrives (`pace`); how
+/// many publishes were retried.
+async fn publish_all(node: &mut SimNode, index: usize, pace: Pace) -> Result<u64, String> {
     let mut retries = 0;
     for volume in 0..VOLUMES_PER_NODE {
+        pace.arrival(index, volume).await;
         let namespace = if volume % 2 == 0 { CONSUMER } else { OTHER };
         let pod = [
             ("csi.storage.k8s.io/pod.name", format!("pod-{volume}")),
@@ -587,7 +612,13 @@ fn progress(count: usize, phase: &str) {
 
 /// One run with `count` nodes, the controller answering the nodes' access questions or not
 /// (`answers`).
-async fn run(count: usize, idle: u64, churn_seconds: u64, answers: bool) -> Result<Value, String> {
+async fn run(
+    count: usize,
+    idle: u64,
+    churn_seconds: u64,
+    answers: bool,
+    pods_per_second: f64,
+) -> Result<Value, String> {
     let peers = inline_guard_tests::peers::peers()?;
     let cluster = Cluster::start(&peers).await?;
     let placement = pin(&[peers.kube_apiserver.as_path(), peers.etcd.as_path()]);
@@ -612,7 +643,13 @@ async fn run(count: usize, idle: u64, churn_seconds: u64, answers: bool) -> Resu
     progress(count, "publishing");
     let start = read(&admin, &etcd).await?;
     let published = Instant::now();
-    let retries: u64 = futures_util::future::try_join_all(nodes.iter_mut().map(publish_all)).await?.into_iter().sum();
+    let pace = if pods_per_second > 0.0 {
+        Pace::PerSecond { rate: pods_per_second, since: published, nodes: count }
+    } else {
+        Pace::AtOnce
+    };
+    let publishes = nodes.iter_mut().enumerate().map(|(index, node)| publish_all(node, index, pace));
+    let retries: u64 = futures_util::future::try_join_all(publishes).await?.into_iter().sum();
     let publish_seconds = published.elapsed().as_secs_f64();
     let after_publish = read(&admin, &etcd).await?;
     let mut phase = cost(&start, &after_publish);
@@ -751,7 +788,7 @@ async fn run(count: usize, idle: u64, churn_seconds: u64, answers: bool) -> Resu
     drop(within);
     let result = json!({
         "nodes": count, "volumes_per_node": VOLUMES_PER_NODE, "shares": SHARES, "apiserver": cluster.version,
-        "placement": placement, "publish_seconds": publish_seconds, "watches_open": watches, "watches_by_scope": watch_scopes, "named_watches_by_resource": named_watches,
+        "placement": placement, "publish_seconds": publish_seconds, "pods_per_second": pods_per_second, "watches_open": watches, "watches_by_scope": watch_scopes, "named_watches_by_resource": named_watches,
         "apiserver_rss_mb": rss, "apiserver_heap_mb": heap, "apiserver_retained_mb": retained.mb(),
         "apiserver_retained_stacks_mb": retained.stacks_mb, "apiserver_retained_without_volumes_mb": kept_without_volumes.mb(),
         "apiserver_kept_per_named_watch_kb": per_named_watch_kb.0, "apiserver_live_per_named_watch_kb": per_named_watch_kb.1,
@@ -771,13 +808,15 @@ fn main() {
     let idle: u64 = option("--idle-seconds").expect("--idle-seconds").unwrap_or(300);
     let churn_seconds: u64 = option("--churn-seconds").expect("--churn-seconds").unwrap_or(20);
     let baseline: Option<usize> = option("--baseline-nodes").expect("--baseline-nodes");
+    // 0: every node's pods at once (the default); else the cluster's pods arrive at this rate.
+    let pods_per_second: f64 = option("--pods-per-second").expect("--pods-per-second").unwrap_or(0.0);
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let mut runs = Vec::new();
     let counts =
         counts.split(',').map(|count| (count.trim().parse().expect("--nodes: numbers separated by commas"), true));
     for (count, answers) in counts.chain(baseline.map(|count| (count, false))) {
         let result = runtime
-            .block_on(run(count, idle, churn_seconds, answers))
+            .block_on(run(count, idle, churn_seconds, answers, pods_per_second))
             .unwrap_or_else(|e| panic!("{count} nodes (central answers: {answers}): {e}"));
         println!("{}", serde_json::to_string_pretty(&result).unwrap());
         runs.push(result);

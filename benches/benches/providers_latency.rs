@@ -7,7 +7,8 @@
 //! - `secrets-store`: 10 objects of 1 KiB from the e2e provider built on the upstream driver's
 //!   provider API module, on its unix socket (target: p99 < 20 ms).
 //!
-//! The apiserver, etcd and the provider run on CPU 0, this process on CPU 1. Needs root (mounts)
+//! Helpers are started as the driver's program starts them: through this program, behind the
+//! helpers' seccomp filter. The apiserver, etcd and the provider run on CPU 0, this process on CPU 1. Needs root (mounts)
 //! and Go (the peers). Not a test: nothing fails on a number.
 //!
 //! `cargo bench -p inline-guard-benches --bench providers_latency [-- --json FILE]`
@@ -24,6 +25,7 @@ use inline_guard_tests::cluster::{ChildProcess, Cluster};
 use serde_json::json;
 use sharedresource_csi_driver::apiserver_client::ApiserverClients;
 use sharedresource_csi_driver::content::KubernetesSource;
+use sharedresource_csi_driver::content::external::helper_confinement;
 use sharedresource_csi_driver::content::external::provider::{ProviderConfig, check_providers};
 use sharedresource_csi_driver::content::external::providers::Providers;
 use sharedresource_csi_driver::plugin::Plugin;
@@ -141,6 +143,13 @@ fn providers(dir: &Path, provider: &Path) -> (ChildProcess, Providers) {
 }
 
 fn main() {
+    // The helper's calls are started as the driver's program starts them: through the program
+    // itself (here this one), behind the helpers' seccomp filter, the launcher's exec included.
+    if std::env::args_os().nth(1).is_some_and(|first| first == helper_confinement::CONFINE_HELPER) {
+        let failed = helper_confinement::main(std::env::args_os().skip(1));
+        std::process::exit(if failed == std::process::ExitCode::SUCCESS { 0 } else { 127 });
+    }
+    helper_confinement::confine_helpers_through_this_program();
     // Everything this benchmark makes on the machine lives under one run directory: swept at the
     // end, on SIGINT/SIGTERM, and by the next run if this one is killed (inline_guard_tests::run_root).
     let _run = inline_guard_tests::run_root::claim_until_dropped().expect("a run directory");

@@ -63,6 +63,20 @@ pub enum Large<'a> {
     NotRun,
 }
 
+/// What the large run's text says of when its pods arrived.
+fn paced(large: &Value) -> String {
+    let rate = large["runs"].as_array().and_then(|runs| runs.first()).and_then(|run| run["pods_per_second"].as_f64());
+    match rate {
+        Some(rate) if rate > 0.0 => format!(
+            "Its pods arrive one after another across the cluster at {rate} a second (`--pods-per-second`), \
+             the pace kube-scheduler binds pods at with its client's default rate of 50 requests a second, \
+             rather than all at once as in the runs above: at this count, every node's pods at once is more than \
+             this machine's one apiserver core answers before the publishes' deadlines."
+        ),
+        _ => "Every node's pods arrive at once, as in the runs above.".to_string(),
+    }
+}
+
 /// Writes the section for `scale` (the `node_scale` bench's JSON) and the large run into `w`,
 /// and the plot's SVG into `plot`; the section links `plot_name`.
 pub fn write(w: &mut String, (scale, large): (&Value, Large<'_>), plot: &mut String, plot_name: &str) {
@@ -124,7 +138,10 @@ pub fn write(w: &mut String, (scale, large): (&Value, Large<'_>), plot: &mut Str
             if is_baseline(&run) {
                 ", *before*".to_string()
             } else if large {
-                format!(", idle {large_idle} s")
+                match run["pods_per_second"].as_f64() {
+                    Some(rate) if rate > 0.0 => format!(", idle {large_idle} s, pods at {rate}/s"),
+                    _ => format!(", idle {large_idle} s"),
+                }
             } else {
                 String::new()
             },
@@ -174,15 +191,17 @@ pub fn write(w: &mut String, (scale, large): (&Value, Large<'_>), plot: &mut Str
             let _ = writeln!(
                 w,
                 "The row marked with its idle time is a run of its own after the others (`SCALE_LARGE_NODES`, \
-                 idle {} s): shown, and left out of the fits below.\n",
-                large["idle_seconds"]
+                 idle {} s): shown, and left out of the fits below. {}\n",
+                large["idle_seconds"],
+                paced(large)
             );
         }
         Large::NotHeld(why) => {
             let _ = writeln!(
                 w,
-                "The run at the largest node count (`SCALE_LARGE_NODES`) did not finish on this machine (a publish \
-                 is tried again for 10 minutes, with backoff, where kubelet would keep trying); how it ended:\n\n```\n{}\n```\n",
+                "The run at the largest node count (`SCALE_LARGE_NODES`, its pods arriving at `SCALE_LARGE_PODS_PER_SECOND`) \
+                 did not finish on this machine (a publish is tried again for 10 minutes, with backoff, where kubelet would \
+                 keep trying); how it ended:\n\n```\n{}\n```\n",
                 why.trim()
             );
         }

@@ -149,10 +149,13 @@ pub fn client(config: kube::Config, rate: RateLayer) -> Result<kube::Client, kub
     timed.set_write_timeout(config.write_timeout);
     timed.set_reset_reader_on_write(config.reset_reader_on_write);
     let http = hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build(timed);
-    // The token is taken outside the retries: a retried request (a 429, a 503) is one request
-    // of the caller's, as client-go counts it.
+    // The token is taken, and the request held back while the apiserver refuses most
+    // (`apiserver_overload`), outside the retries: a retried request (a 429, a 503) is one
+    // request of the caller's, as client-go counts it.
+    let overload = rate.overload();
     let service = ServiceBuilder::new()
         .layer(rate)
+        .layer(overload)
         .layer(config.base_uri_layer())
         .option_layer(config.default_retry.then(|| RetryLayer::new(RetryPolicy::server_retry())))
         .option_layer(config.auth_layer()?)
@@ -189,8 +192,10 @@ fn http2_client(config: kube::Config, rate: RateLayer) -> Result<kube::Client, k
         .http2_keep_alive_timeout(Duration::from_secs(15))
         .http2_keep_alive_while_idle(true)
         .build(https);
+    let overload = rate.overload();
     let service = ServiceBuilder::new()
         .layer(rate)
+        .layer(overload)
         .layer(config.base_uri_layer())
         .option_layer(config.auth_layer()?)
         .layer(config.extra_headers_layer()?)

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use crate::apiserver_overload::OverloadLayer;
 use crate::unpoisoned::UnpoisonedMutex;
 
 /// Requests a second unless configured (`apiserverQPS`): far above what held answers leave a
@@ -76,16 +77,28 @@ impl TokenBucket {
     }
 }
 
-/// A tower layer taking a token of one shared bucket before each request.
+/// A tower layer taking a token of one shared bucket before each request; it carries the
+/// binary's [`OverloadLayer`] too, so that every client made with one rate also holds back on
+/// one count of what the apiserver accepted.
 #[derive(Clone)]
 pub struct RateLayer {
     bucket: Arc<Mutex<TokenBucket>>,
+    overload: OverloadLayer,
 }
 
 impl RateLayer {
     /// A layer with a full bucket of `burst` tokens refilled at `qps`.
     pub fn new(qps: u32, burst: u32) -> RateLayer {
-        RateLayer { bucket: Arc::new(Mutex::new(TokenBucket::new(qps, burst, Instant::now()))) }
+        RateLayer {
+            bucket: Arc::new(Mutex::new(TokenBucket::new(qps, burst, Instant::now()))),
+            overload: OverloadLayer::default(),
+        }
+    }
+
+    /// The layer holding back requests while the apiserver refuses most of them, shared by
+    /// every client of this rate.
+    pub fn overload(&self) -> OverloadLayer {
+        self.overload.clone()
     }
 
     /// A layer at the defaults the shipped configuration has ([`DEFAULT_QPS`],

@@ -11,6 +11,7 @@ use clap::Parser;
 use crate::apiserver_client::ApiserverClients;
 use crate::config::{DriverConfig, SourceKind};
 use crate::content::KubernetesSource;
+use crate::content::external::helper_confinement;
 use crate::content::external::provider::check_providers;
 use crate::content::external::providers::Providers;
 use crate::content::{ContentSource, StaticDirSource};
@@ -48,13 +49,16 @@ pub const READ_GRANTS_PROGRAM: &str = "sharedresource-read-grants";
 
 /// Runs the program `args`' first (argv[0]) names by its file name: the read-grants controller
 /// for [`READ_GRANTS_PROGRAM`], the node plugin otherwise; the node plugin's `probe` (its first
-/// argument) asks the driver of its own pod (`health::probe`, the DaemonSet's exec probes). The
+/// argument) asks the driver of its own pod (`health::probe`, the DaemonSet's exec probes), and
+/// its `confine-helper` starts a helper behind its seccomp filter (`helper_confinement`). The
 /// driver's image holds one program under both names, so it carries the code they share once.
 pub fn main_by_name(args: Vec<OsString>) -> ExitCode {
     if started_as_read_grants(args.first()) {
         crate::read_grants::cli::main(args)
     } else if args.get(1).is_some_and(|first| first == "probe") {
         crate::health::probe::main(args.into_iter().skip(1))
+    } else if args.get(1).is_some_and(|first| first == helper_confinement::CONFINE_HELPER) {
+        helper_confinement::main(args.into_iter().skip(1))
     } else {
         main(args)
     }
@@ -174,6 +178,10 @@ fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
     // Before any helper can run: none gains a privilege by executing a file.
     crate::content::external::helper_run::no_new_privileges()
         .map_err(|error| format!("setting no_new_privs, so that no helper gains privileges: {error}"))?;
+    // Every helper is started through this program, behind its seccomp filter; a filter this
+    // machine cannot have is a start-up error, not a helper's first failure.
+    helper_confinement::filters().map_err(|error| format!("the helpers' seccomp filter: {error}"))?;
+    helper_confinement::confine_helpers_through_this_program();
     // Checked before anything starts: a budget that could not hold is a configuration error.
     config.budget_limits()?;
     let mut events: Arc<dyn PodEvents> = Arc::new(NoEvents);

@@ -26,6 +26,7 @@
 
 pub mod access_notices;
 pub mod apiserver_client;
+pub mod apiserver_overload;
 pub mod apiserver_rate;
 pub mod apiserver_request;
 pub mod cli;

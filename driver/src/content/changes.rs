@@ -303,6 +303,18 @@ impl Changes {
         self.looks_added.notify_one();
     }
 
+    /// `accounts`' volumes are looked at in the next window, once (a node asking on its own
+    /// about what notices may not reach: no grant is known to have changed, so no look again).
+    pub fn look_once(&self, accounts: impl IntoIterator<Item = Accounts>) {
+        let accounts: Vec<Accounts> = accounts.into_iter().collect();
+        if accounts.is_empty() {
+            return;
+        }
+        let window = (Instant::now() - self.epoch).as_nanos().div_ceil(WINDOW.as_nanos()) as u64;
+        self.looks.locked().entry(window).or_default().first.extend(accounts);
+        self.looks_added.notify_one();
+    }
+
     /// Hands each window's looks at grants to the refresher when the window ends; runs until
     /// dropped.
     pub async fn deliver_grant_looks(&self) {

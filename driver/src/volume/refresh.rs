@@ -252,9 +252,24 @@ impl Refresher {
     }
 }
 
+/// What the content source is told of a refresh that ended with `result` (for the shares'
+/// status): `Some(None)` it succeeded, `Some(Some(why))` it failed (the volume serves what it
+/// had), `None` nothing: the volume is gone, another operation held it, or the apiserver did not
+/// answer. That last says nothing of the share, and the report of it would be one more write to
+/// that apiserver from every node at once: when it is overloaded, its refusals would come back
+/// to it as thousands of status writes (the metrics and the pods' Events say it instead). The
+/// volume's last outcome stands.
+fn told_source(result: &Option<crate::volume::error::Result<bool>>) -> Option<Option<String>> {
+    match result {
+        None | Some(Err(Error::Busy(_))) => None,
+        Some(Err(Error::Content(crate::content::error::Error::Unavailable(_)))) => None,
+        Some(Ok(_)) => Some(None),
+        Some(Err(error)) => Some(Some(error.to_string())),
+    }
+}
+
 impl Refresher {
-    /// Tells the content source how a refresh of `volume_id` ended: failed (the volume serves
-    /// what it had) or not. Nothing when the volume is gone or another operation held it.
+    /// Tells the content source how a refresh of `volume_id` ended, as [`told_source`] says.
     fn tell_source(
         &self,
         volume_id: &str,
@@ -262,10 +277,8 @@ impl Refresher {
         result: &Option<crate::volume::error::Result<bool>>,
     ) {
         let Some(source) = &self.source else { return };
-        match result {
-            None | Some(Err(Error::Busy(_))) => {}
-            Some(Ok(_)) => source.refresh_ended(volume_id, attributes, None),
-            Some(Err(error)) => source.refresh_ended(volume_id, attributes, Some(&error.to_string())),
+        if let Some(failed) = told_source(result) {
+            source.refresh_ended(volume_id, attributes, failed.as_deref());
         }
     }
 

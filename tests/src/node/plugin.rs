@@ -12,8 +12,16 @@ const DRIVER_CHILD_ENV: &str = "INLINE_GUARD_E2E_DRIVER";
 const READ_GRANTS: &str = "read-grants";
 
 /// Call first thing in a test binary's `main`: when this process is the driver child (the node
-/// plugin, or the read-grants controller), runs it and exits.
+/// plugin, or the read-grants controller), runs it and exits. The driver child starts its
+/// helpers through its own program (`/proc/self/exe confine-helper -- HELPER ...`, with an
+/// emptied environment), which here is this test binary: it is the launcher too.
 pub fn run_driver_if_child() {
+    use sharedresource_csi_driver::content::external::helper_confinement;
+    if std::env::args_os().nth(1).is_some_and(|first| first == helper_confinement::CONFINE_HELPER) {
+        // Returns only when the helper could not be started.
+        let failed = helper_confinement::main(std::env::args_os().skip(1));
+        std::process::exit(if failed == std::process::ExitCode::SUCCESS { 0 } else { 127 });
+    }
     let Some(program) = std::env::var_os(DRIVER_CHILD_ENV) else {
         return;
     };

@@ -3,9 +3,11 @@
 //! test-only ValidatingAdmissionPolicy refuses writes to this node's status) while a Lease the
 //! scenario renews tells the node that notices are kept: a revoked grant and a share retargeted
 //! to another Secret are then not seen (the positive control: only the fallback delivers them).
-//! The scenario stops renewing, as a controller that died would, and one volume is emptied and
-//! the other shows the new Secret within [`LEASE_SECONDS`] + `accessFallbackSeconds` (+ one
-//! refresh pass) of the last renewal.
+//! Then a pod of a namespace new to the node: its status cut, the namespace is never told, so it
+//! lags, and the node asks about it alone: its revocation is seen within [`VIEW_GRACE`] + the
+//! fallback, the two above still are not. The scenario stops renewing, as a controller that died
+//! would, and one volume is emptied and the other shows the new Secret within [`LEASE_SECONDS`] +
+//! `accessFallbackSeconds` (+ one refresh pass) of the last renewal.
 
 use std::time::{Duration, Instant};
 
@@ -16,6 +18,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::json;
 use sharedresource_api::node_view::{LEASE_SECONDS, LeaseRef, SharedResourceNode};
 use sharedresource_csi_driver::content::cluster::NoticeSettings;
+use sharedresource_csi_driver::content::cluster::notice_lease::VIEW_GRACE;
 
 use crate::driver::kubelet_publish::{channel, kubelet_request, publish_as_kubelet};
 use crate::shares::{
@@ -26,6 +29,8 @@ use crate::support::{Outcome, Suite, create, create_namespace, create_service_ac
 
 const OWNER: &str = "notices-owner";
 const CONSUMER: &str = "notices-consumer";
+/// A namespace whose first pod comes while the node's status is cut: it lags.
+const LATE: &str = "notices-late";
 const SHARE: &str = "notices-db";
 /// A second share of the same Secret, retargeted while the notices are cut.
 const RETARGETED: &str = "notices-retargeted";
@@ -120,10 +125,12 @@ async fn until_cut(nodes: &Api<SharedResourceNode>, node: &str) -> Outcome {
 
 pub async fn a_node_that_hears_no_notices_still_sees_a_revocation(suite: &Suite) -> Outcome {
     let admin = &suite.admin;
-    for namespace in [OWNER, CONSUMER] {
+    for namespace in [OWNER, CONSUMER, LATE] {
         create_namespace(admin, namespace, "none", &[]).await?;
     }
-    create_service_account(admin, CONSUMER, "reader").await?;
+    for namespace in [CONSUMER, LATE] {
+        create_service_account(admin, namespace, "reader").await?;
+    }
     for (secret, password) in [("db", "s3cret"), ("db-next", "next")] {
         let secret = json!({
             "apiVersion": "v1", "kind": "Secret", "metadata": {"name": secret}, "stringData": {"password": password}
@@ -134,6 +141,7 @@ pub async fn a_node_that_hears_no_notices_still_sees_a_revocation(suite: &Suite)
         create_shared_secret(suite, share, OWNER, "db").await?;
         create_use_grant(suite, CONSUMER, "sharedsecrets", share).await?;
     }
+    create_use_grant(suite, LATE, "sharedsecrets", SHARE).await?;
     let pod_of = crate::shares::reader_pod;
     let answer = create(admin, &pods_path(CONSUMER), &pod_of("reader", SHARE), false).await?;
     let pod: Pod = serde_json::from_value(answer.body).map_err(|e| e.to_string())?;
@@ -226,6 +234,52 @@ pub async fn a_node_that_hears_no_notices_still_sees_a_revocation(suite: &Suite)
                 driver.metrics.encode().lines().filter(|l| l.contains("notices") || l.contains("access_checks")).collect::<Vec<_>>().join("\n")
             ));
         }
+
+        // A pod of a namespace new to the node, its status still cut: the node writes the
+        // namespace into its spec, and no entry for it ever comes, so that namespace lags. The
+        // node asks about it on its own (its grant's deletion empties its volume within the
+        // grace, the fallback and a look), and about nothing else: the revocation and the edit
+        // above stay unseen (asking about everything, as a lagging node once did, finds them).
+        let late_pod: Pod = serde_json::from_value(
+            create(admin, &pods_path(LATE), &pod_of("late", SHARE), false).await?.body,
+        )
+        .map_err(|e| e.to_string())?;
+        let late = driver.dir.path().join("pods/late/volumes/kubernetes.io~csi/db/mount");
+        let late_request = kubelet_request(&late_pod, "db", &late)?;
+        publish_as_kubelet(&mut node, &late_request).await.map_err(|e| format!("publish: {e}"))?;
+        wait_for_files(&late, "published", &[("password", password.as_str())]).await?;
+        Api::<RoleBinding>::namespaced(admin.clone(), LATE)
+            .delete(&format!("reader-uses-{SHARE}"), &DeleteParams::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        let lagging_revoked = Instant::now();
+        let bound = VIEW_GRACE + FALLBACK + WITHIN;
+        while !files(&late).is_empty() {
+            if lagging_revoked.elapsed() > bound {
+                let object = nodes.get(NODE).await.map_err(|e| e.to_string())?;
+                return Err(format!(
+                    "the revocation in {LATE}, a namespace the node's status never told, did not reach it within \
+                     {bound:?}: {:?}; its object {:?}",
+                    files(&late),
+                    (object.spec, object.status)
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        println!(
+            "notices: a namespace never told (the status cut) saw its revocation after {:?} (bound: {VIEW_GRACE:?} + {FALLBACK:?})",
+            lagging_revoked.elapsed()
+        );
+        let unchanged = [("password".to_string(), password.clone())];
+        if files(&target) != unchanged || files(&other) != unchanged {
+            return Err(format!(
+                "while only {LATE} lagged, the node looked at what notices tell too: the revoked volume shows {:?}, \
+                 the retargeted one {:?}",
+                files(&target),
+                files(&other)
+            ));
+        }
+        unpublish_as_kubelet(&mut node, late_request.volume_id, late_request.target_path).await?;
         renewing.abort();
         let stopped = Instant::now();
         let bound = Duration::from_secs(LEASE_SECONDS) + FALLBACK + WITHIN;

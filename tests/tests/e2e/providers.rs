@@ -57,16 +57,26 @@ fn example_helper(dir: &Path, root: &Path) -> Result<PathBuf, String> {
 }
 
 /// The shipped example helper reading `root`, wrapped to log each call's first two arguments
-/// (`mount TARGET`, `get PATH`) to `dir/calls`: the wrapper's path.
+/// (`mount TARGET`, `get PATH`) to `dir/calls` and its seccomp mode (`/proc/self/status`'s
+/// `Seccomp:` line, 2 behind a filter) to `dir/confinement`: the wrapper's path.
 pub fn logging_example_helper(dir: &Path, root: &Path) -> Result<PathBuf, String> {
     let example = example_helper(dir, root)?;
     let wrapper = dir.join("logging-helper");
-    let script =
-        format!("#!/bin/sh\necho \"$1 $2\" >> {}\nexec {} \"$@\"\n", dir.join("calls").display(), example.display());
+    let script = format!(
+        "#!/bin/sh\necho \"$1 $2\" >> {}\ngrep '^Seccomp:' /proc/self/status > {}\nexec {} \"$@\"\n",
+        dir.join("calls").display(),
+        dir.join("confinement").display(),
+        example.display()
+    );
     std::fs::write(&wrapper, script).map_err(|e| e.to_string())?;
     use std::os::unix::fs::PermissionsExt as _;
     std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).map_err(|e| e.to_string())?;
     Ok(wrapper)
+}
+
+/// The seccomp line [`logging_example_helper`] wrote in `dir` at its last call.
+pub fn helper_confinement(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("confinement")).unwrap_or_default().trim().to_string()
 }
 
 /// The calls [`logging_example_helper`] logged in `dir` so far.

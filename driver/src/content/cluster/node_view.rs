@@ -70,6 +70,33 @@ pub struct NodeView {
     changed: Notify,
     behind_since: Mutex<Option<tokio::time::Instant>>,
     untold_since: Mutex<Option<tokio::time::Instant>>,
+    /// The spec last written (`None`: none yet by this run).
+    written_spec: Mutex<Option<SharedResourceNodeSpec>>,
+    /// The namespaces and objects the spec, as last seen, lists without a status entry.
+    untold: Mutex<Lagging>,
+}
+
+/// The namespaces and objects of this node's volumes that the controller may not know of or
+/// has not told the node of yet: not in the spec last written, or in it without a status entry.
+/// Grant and object changes that concern them may not reach the node, which looks at them on its
+/// own meanwhile (`notice_lease`).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Lagging {
+    /// Namespaces whose grant changes may not be told.
+    pub namespaces: BTreeSet<String>,
+    /// Objects (their `NoticedObject::key`) whose changes may not be told.
+    pub objects: BTreeSet<String>,
+    /// Every namespace's (the spec says `everyNamespace` and the spec written did not).
+    pub every_namespace: bool,
+    /// Every object's.
+    pub every_object: bool,
+}
+
+impl Lagging {
+    /// Whether nothing lags.
+    pub fn is_empty(&self) -> bool {
+        self.namespaces.is_empty() && self.objects.is_empty() && !self.every_namespace && !self.every_object
+    }
 }
 
 /// What one volume makes the node hear of: its pod's namespace and service account, and the
@@ -101,14 +128,32 @@ impl NodeView {
         behind.into_iter().chain(untold).min()
     }
 
-    /// The object, as last seen, lists in its spec something its status has no entry for
-    /// (`untold`), or not.
-    fn seen(&self, untold: bool) {
+    /// The object, as last seen, lists in its spec these namespaces and objects without a status
+    /// entry (`untold`; empty: none).
+    fn seen(&self, untold: Lagging) {
         let mut since = self.untold_since.locked();
-        if untold {
-            since.get_or_insert_with(tokio::time::Instant::now);
-        } else {
+        if untold.is_empty() {
             *since = None;
+        } else {
+            since.get_or_insert_with(tokio::time::Instant::now);
+        }
+        *self.untold.locked() = untold;
+    }
+
+    /// What lags now: of the namespaces and objects the volumes need told, those the spec last
+    /// written does not list, or lists with no status entry yet.
+    pub fn lagging(&self) -> Lagging {
+        let now = self.spec();
+        let written = self.written_spec.locked().clone().unwrap_or_default();
+        let untold = self.untold.locked().clone();
+        let lags = |listed: &[String], written: &[String], untold: &BTreeSet<String>| -> BTreeSet<String> {
+            listed.iter().filter(|item| !written.contains(item) || untold.contains(*item)).cloned().collect()
+        };
+        Lagging {
+            namespaces: lags(&now.namespaces, &written.namespaces, &untold.namespaces),
+            objects: lags(&now.objects, &written.objects, &untold.objects),
+            every_namespace: now.every_namespace && !written.every_namespace,
+            every_object: now.every_object && !written.every_object,
         }
     }
 
@@ -125,6 +170,7 @@ impl NodeView {
         if self.spec() == *spec {
             *behind = None;
         }
+        *self.written_spec.locked() = Some(spec.clone());
     }
 
     /// Volume `volume_id` reads `reads` (noted at each ask, before its access is asked or what it
@@ -515,9 +561,14 @@ async fn watch_status(
         // The controller answers a namespace or object new to the spec with an entry: one missing
         // for long means it is not telling this node (its writes refused, or it does not run).
         let spec = &object.spec;
-        let untold_namespace = !spec.every_namespace && spec.namespaces.iter().any(|n| status.of(n).is_none());
-        let untold_object = !spec.every_object && spec.objects.iter().any(|o| status.of_object(o).is_none());
-        view.seen(untold_namespace || untold_object);
+        let untold = |listed: &[String], every: bool, entry: &dyn Fn(&str) -> bool| -> BTreeSet<String> {
+            if every { BTreeSet::new() } else { listed.iter().filter(|item| !entry(item)).cloned().collect() }
+        };
+        view.seen(Lagging {
+            namespaces: untold(&spec.namespaces, spec.every_namespace, &|n| status.of(n).is_some()),
+            objects: untold(&spec.objects, spec.every_object, &|o| status.of_object(o).is_some()),
+            ..Lagging::default()
+        });
         let (known, doubted) = (view.questions_of(None), denials.doubted());
         let asking = Asking { listed: &spec.questions, known: &known, doubted: &doubted };
         let told = told(seen.as_ref(), &status, asking);
@@ -637,12 +688,44 @@ mod tests {
         view.note("v4", reads("team-a", Some(share("db"))));
         assert!(view.behind_since().is_some(), "an object it does not list yet");
         view.written(&view.spec());
-        view.seen(true);
+        let db_untold = || Lagging { objects: BTreeSet::from(["SharedSecret/db".to_string()]), ..Lagging::default() };
+        view.seen(db_untold());
         let untold = view.behind_since().expect("behind while the status lacks an entry");
-        view.seen(true);
+        view.seen(db_untold());
         assert_eq!(view.behind_since(), Some(untold), "since the first sight");
-        view.seen(false);
+        view.seen(Lagging::default());
         assert_eq!(view.behind_since(), None);
+    }
+
+    #[test]
+    fn what_lags_is_what_the_spec_written_lacks_or_the_status_has_not_told() {
+        let view = NodeView::default();
+        view.note("v1", reads("team-a", Some(share("db"))));
+        view.note("v2", reads("team-b", Some(share("ca"))));
+        // Nothing written yet: all of it lags.
+        let all = view.lagging();
+        assert_eq!(all.namespaces, BTreeSet::from(["team-a".to_string(), "team-b".to_string()]));
+        assert_eq!(all.objects, BTreeSet::from(["SharedSecret/ca".to_string(), "SharedSecret/db".to_string()]));
+        view.written(&view.spec());
+        // Written, and the status tells team-a and db only.
+        view.seen(Lagging {
+            namespaces: BTreeSet::from(["team-b".to_string()]),
+            objects: BTreeSet::from(["SharedSecret/ca".to_string()]),
+            ..Lagging::default()
+        });
+        let untold = view.lagging();
+        assert_eq!(untold.namespaces, BTreeSet::from(["team-b".to_string()]));
+        assert_eq!(untold.objects, BTreeSet::from(["SharedSecret/ca".to_string()]));
+        // Everything told; a new volume's namespace and object lag until written and told.
+        view.seen(Lagging::default());
+        assert!(view.lagging().is_empty(), "{:?}", view.lagging());
+        view.note("v3", reads("team-c", Some(share("db"))));
+        let new = view.lagging();
+        assert_eq!(new.namespaces, BTreeSet::from(["team-c".to_string()]));
+        assert!(new.objects.is_empty(), "db is written and told: {new:?}");
+        // A volume gone: what only it needed no longer lags.
+        view.released("v3");
+        assert!(view.lagging().is_empty(), "{:?}", view.lagging());
     }
 
     #[test]

@@ -3,13 +3,16 @@
 //! the controller knows what the node serves only once the node's object says it. While
 //! renewals arrive and the object is current, access answers are held until a notice concerns
 //! them (or they are due). When no renewal has arrived for [`LEASE_SECONDS`] (the controller is
-//! down, or this node cannot hear it), or the object has lagged the node's volumes for
-//! [`VIEW_GRACE`] (its write fails), the node falls back to asking on its own: every answer and
-//! every share held is forgotten at once and again every `fallback`, so each volume's access and
-//! share are asked again at that pace and a revocation or a share's edit is never lost, only
-//! slower: at most `LEASE_SECONDS` + `fallback` after the controller's last renewal,
-//! and `fallback` (plus one refresh) after it. Time is this node's own (when a renewal was
-//! seen), never the controller's clock.
+//! down, or this node cannot hear it), the node falls back to asking on its own: every answer
+//! and every share held is forgotten at once and again every `fallback`, so each volume's access
+//! and share are asked again at that pace and a revocation or a share's edit is never lost, only
+//! slower: at most `LEASE_SECONDS` + `fallback` after the controller's last renewal, and
+//! `fallback` (plus one refresh) after it. When renewals arrive but the object has lagged the
+//! node's volumes for [`VIEW_GRACE`] (its write pending or failing, or the controller not
+//! telling it of something it lists), only what lags is asked on its own that way: the
+//! namespaces and objects the object does not list, or lists untold (`NodeView::lagging`);
+//! the rest is told. Time is this node's own (when a renewal was seen), never the controller's
+//! clock.
 
 use std::time::Duration;
 
@@ -26,20 +29,24 @@ use tracing::{info, warn};
 use super::broadcast_denials::{BroadcastDenials, accounts_of};
 use super::cache::ShareCache;
 use super::held_answers::HeldAnswers;
-use super::node_view::NodeView;
-use crate::content::changes::Changes;
+use super::node_view::{Lagging, NodeView};
+use crate::content::changes::{Accounts, Changes};
 use crate::metrics::Metrics;
 use crate::quote::Logged;
 use sharedresource_api::access::AccessQuestion;
-use sharedresource_api::node_view::{LEASE_SECONDS, LeaseRef};
+use sharedresource_api::node_view::{LEASE_SECONDS, LeaseRef, NoticedObject};
 use sharedresource_api::revocations;
 
 /// How this node hears of grant changes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Hearing {
-    /// Renewals arrive: notices do.
+    /// Renewals arrive and the object is current: notices do.
     Notices,
-    /// None for too long: the node asks on its own.
+    /// Renewals arrive, but the object has lagged the volumes for [`VIEW_GRACE`]: notices
+    /// reach what it lists and the status tells, and the node asks on its own about the rest
+    /// (`NodeView::lagging`).
+    Lagging,
+    /// No renewal for too long: the node asks on its own about everything.
     OnItsOwn,
 }
 
@@ -52,7 +59,11 @@ pub const VIEW_GRACE: Duration = Duration::from_secs(10);
 pub fn hearing(last_renewal: Option<Instant>, behind_since: Option<Instant>, now: Instant) -> Hearing {
     let renewed = last_renewal.is_some_and(|at| now.saturating_duration_since(at) < Duration::from_secs(LEASE_SECONDS));
     let current = behind_since.is_none_or(|since| now.saturating_duration_since(since) < VIEW_GRACE);
-    if renewed && current { Hearing::Notices } else { Hearing::OnItsOwn }
+    match (renewed, current) {
+        (false, _) => Hearing::OnItsOwn,
+        (true, false) => Hearing::Lagging,
+        (true, true) => Hearing::Notices,
+    }
 }
 
 /// How often the node looks again at whether it hears notices, besides each renewal.
@@ -120,20 +131,38 @@ pub async fn follow(
             let now = Instant::now();
             let heard = hearing(last, view.behind_since(), now);
             match (state, heard) {
-                (Hearing::Notices, Hearing::OnItsOwn) => {
+                (Hearing::Notices | Hearing::Lagging, Hearing::OnItsOwn) => {
                     warn!(
                         fallback_seconds = fallback.as_secs(),
-                        "grant changes may not reach this node (no renewal of the access notices' lease, or its own \
-                         object behind): checking every volume's access again on its own"
+                        "grant changes may not reach this node (no renewal of the access notices' lease): checking \
+                         every volume's access again on its own"
                     );
                     forget_everything(&wake, &cache);
                     next_forget = now + fallback;
                 }
-                (Hearing::OnItsOwn, Hearing::Notices) => {
-                    info!("the access notices' lease is renewed: grant changes are heard")
+                (Hearing::Notices, Hearing::Lagging) => {
+                    let lagging = view.lagging();
+                    warn!(
+                        fallback_seconds = fallback.as_secs(),
+                        namespaces = lagging.namespaces.len(),
+                        objects = lagging.objects.len(),
+                        "this node's object lags its volumes (its write pending or failing, or the controller not \
+                         telling it): checking what it lacks on its own"
+                    );
+                    forget_lagging(lagging, &wake, &cache);
+                    next_forget = now + fallback;
+                }
+                (Hearing::OnItsOwn | Hearing::Lagging, Hearing::Notices) => {
+                    info!(
+                        "the access notices' lease is renewed and this node's object current: grant changes are heard"
+                    )
                 }
                 (Hearing::OnItsOwn, Hearing::OnItsOwn) if now >= next_forget => {
                     forget_everything(&wake, &cache);
+                    next_forget = now + fallback;
+                }
+                (Hearing::OnItsOwn | Hearing::Lagging, Hearing::Lagging) if now >= next_forget => {
+                    forget_lagging(view.lagging(), &wake, &cache);
                     next_forget = now + fallback;
                 }
                 _ => {}
@@ -147,7 +176,7 @@ pub async fn follow(
             // Woken by a renewal, or to look again (the object's state has no signal of its own).
             let until = match state {
                 Hearing::Notices => now + LOOK_EVERY,
-                Hearing::OnItsOwn => next_forget.min(now + LOOK_EVERY),
+                Hearing::Lagging | Hearing::OnItsOwn => next_forget.min(now + LOOK_EVERY),
             };
             tokio::select! {
                 changed = renewals.changed() => if changed.is_err() { return },
@@ -172,9 +201,38 @@ fn forget_everything(wake: &Changes, cache: &ShareCache) {
     wake.grants_relisted();
 }
 
+/// What the node holds of what `lagging` names is forgotten, and those volumes looked at again,
+/// once: the answers of its namespaces' accounts, its shares (the rest is told by notices). On a
+/// busy cluster, where a node's newest volumes wait seconds for the controller, this keeps the
+/// node's own asking to them: forgetting everything, a thousand simulated nodes each asked again
+/// about every volume every `fallback`, and those reviews and reads were most of what the
+/// apiserver answered while their pods arrived.
+fn forget_lagging(lagging: Lagging, wake: &Changes, cache: &ShareCache) {
+    if lagging.every_namespace {
+        wake.grants_relisted();
+    } else if !lagging.namespaces.is_empty() {
+        wake.look_once(lagging.namespaces.into_iter().map(Accounts::OfNamespace));
+    }
+    if lagging.every_object {
+        cache.forget_shares();
+        wake.everything();
+        return;
+    }
+    for object in lagging.objects.iter().filter_map(|key| NoticedObject::parse(key)) {
+        match object {
+            NoticedObject::Share(kind, name) => {
+                cache.forget_share(kind, &name);
+                wake.share(kind.attribute(), &name);
+            }
+            NoticedObject::Projection(namespace, name) => wake.projection(&namespace, &name),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sharedresource_api::ShareKind;
 
     #[test]
     fn a_broadcast_is_read_only_after_the_first_sight() {
@@ -186,6 +244,49 @@ mod tests {
         assert!(revoked_since(None, &log.value()).is_empty(), "the first sight predates the driver's own look");
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn a_lagging_object_has_the_node_ask_about_what_lags_and_nothing_else() {
+        use std::collections::{BTreeMap, BTreeSet};
+        let cache = ShareCache::default();
+        let backing = sharedresource_api::shares::ObjectRef { namespace: "infra".into(), name: "db".into() };
+        for name in ["db", "ca"] {
+            cache.keep_share(cache.read_begins(), ShareKind::Secret, name, Some((backing.clone(), vec![])));
+        }
+        let wake = std::sync::Arc::new(Changes::default());
+        let looks = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        wake.on_grant_looks({
+            let looks = looks.clone();
+            move |look| {
+                if let crate::content::changes::GrantLook::Window { first, again } = look {
+                    looks.lock().unwrap().push((first.to_vec(), again.to_vec()));
+                }
+            }
+        });
+        let delivering = tokio::spawn({
+            let wake = wake.clone();
+            async move { wake.deliver_grant_looks().await }
+        });
+        let lagging = Lagging {
+            namespaces: BTreeSet::from(["team-b".to_string()]),
+            objects: BTreeSet::from(["SharedSecret/ca".to_string()]),
+            ..Lagging::default()
+        };
+        forget_lagging(lagging, &wake, &cache);
+        assert!(cache.share(ShareKind::Secret, "ca").is_none(), "lagging: read again");
+        assert!(cache.share(ShareKind::Secret, "db").is_some(), "told by notices: held");
+        let attributes = |name: &str| BTreeMap::from([("sharedSecret".to_string(), name.to_string())]);
+        let pending = wake.take();
+        assert!(pending.touches(&attributes("ca"), "team-a", "reader"));
+        assert!(!pending.touches(&attributes("db"), "team-a", "reader"), "{pending:?}");
+        // The lagging namespace's accounts are looked at once, in the next window, not again.
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        let pending = wake.take();
+        assert!(pending.touches(&attributes("db"), "team-b", "reader"), "{pending:?}");
+        assert!(!pending.touches(&attributes("db"), "team-a", "reader"), "{pending:?}");
+        assert_eq!(*looks.lock().unwrap(), [(vec![Accounts::OfNamespace("team-b".into())], vec![])]);
+        delivering.abort();
+    }
+
     #[test]
     fn notices_are_heard_only_while_a_renewal_is_recent_and_the_object_current() {
         let now = Instant::now() + Duration::from_secs(1_000);
@@ -195,6 +296,7 @@ mod tests {
         assert_eq!(hearing(ago(LEASE_SECONDS - 1), None, now), Hearing::Notices);
         assert_eq!(hearing(ago(LEASE_SECONDS), None, now), Hearing::OnItsOwn);
         assert_eq!(hearing(ago(1), ago(VIEW_GRACE.as_secs() - 1), now), Hearing::Notices, "a write pending");
-        assert_eq!(hearing(ago(1), ago(VIEW_GRACE.as_secs()), now), Hearing::OnItsOwn, "the object lags");
+        assert_eq!(hearing(ago(1), ago(VIEW_GRACE.as_secs()), now), Hearing::Lagging, "the object lags");
+        assert_eq!(hearing(None, ago(VIEW_GRACE.as_secs()), now), Hearing::OnItsOwn, "lagging and never renewed");
     }
 }

@@ -3,7 +3,8 @@
 //! but `PATH`, standard input closed, its own process group (so that whatever it starts is
 //! killed with it), a time limit, and a limit on what it may print. The driver's process gains
 //! no privilege by executing a file ([`no_new_privileges`], set at its start and inherited by
-//! every helper), so a setuid program a helper runs stays its user's. A failure carries the
+//! every helper), so a setuid program a helper runs stays its user's; and the driver's program
+//! starts it behind a seccomp filter (`helper_confinement`). A failure carries the
 //! helper's standard error, cut to 4 KiB, never what it printed on standard output (that is file
 //! content).
 
@@ -16,6 +17,7 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::io::{AsyncRead, AsyncReadExt as _};
 
+use super::helper_confinement;
 use super::provider::HelperUser;
 
 /// The `PATH` a helper runs with.
@@ -99,7 +101,16 @@ pub async fn run(
     timeout: Duration,
     max_output: u64,
 ) -> Result<Vec<u8>, HelperFailure> {
-    let mut command = tokio::process::Command::new(helper);
+    // Through the launcher when the process confines its helpers (`helper_confinement`): it
+    // installs the helper's seccomp filter and executes the helper in its place.
+    let mut command = match helper_confinement::launcher() {
+        Some(launcher) => {
+            let mut command = tokio::process::Command::new(launcher);
+            command.args([OsString::from(helper_confinement::CONFINE_HELPER), "--".into(), helper.into()]);
+            command
+        }
+        None => tokio::process::Command::new(helper),
+    };
     // As the driver's own user (a driver not run as root, as in tests): nothing to change, and
     // changing it would be refused.
     if user != HelperUser::this_process() {

@@ -6,7 +6,8 @@
 //!
 //! The configuration checked into typed providers (`provider`), the node's providers by name
 //! (`providers`), and the two kinds: helper programs speaking the FUSE flexVolume design's
-//! protocol (`helper_protocol`), run bounded and isolated (`helper_run`), in `eager` mode
+//! protocol (`helper_protocol`), run bounded and isolated (`helper_run`) behind a seccomp filter
+//! (`helper_confinement`), in `eager` mode
 //! (`exec`: every listed file fetched at publish and at each refresh) or `lazy` mode
 //! (`lazy_files`: each file fetched when first opened, which the volume layer serves through
 //! FUSE); and the Secrets Store CSI Driver's providers over their gRPC API (`secrets_store`).
@@ -16,6 +17,7 @@ pub(crate) mod concurrency_probe;
 #[cfg(test)]
 pub(crate) mod design_helper;
 pub mod exec;
+pub mod helper_confinement;
 pub mod helper_protocol;
 pub mod helper_run;
 pub mod lazy_files;

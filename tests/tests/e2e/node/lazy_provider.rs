@@ -1,6 +1,7 @@
 //! A lazy `exec` provider on the real node: the node's driver configured with the shipped
 //! example helper (wrapped to log its calls) in mode lazy. The pod's container, running as a user
-//! other than root, starts with the volume mounted and the helper asked only `mount`; once the
+//! other than root, starts with the volume mounted and the helper asked only `mount` (run behind
+//! the helpers' seccomp filter); once the
 //! test lets it read, the helper's `get` runs, once for many reads within the TTL. Then a
 //! planned restart (a new driver beside the old one, as the DaemonSet's rolling update starts
 //! it): the old driver hands the volume over and exits 0 on its SIGTERM, and the running
@@ -14,7 +15,7 @@ use crate::node::{
     DriverConfigured, ONE_AT_A_TIME, create_pod, delete_and_wait, node, nothing_left, pod_on_node, uid, volume_present,
     wait_for_log,
 };
-use crate::providers::{helper_calls, logging_example_helper};
+use crate::providers::{helper_calls, helper_confinement, logging_example_helper};
 use crate::shares::{create_object, use_grant};
 use crate::support::{Outcome, SHARED_RESOURCE_DRIVER, Suite, create_namespace};
 
@@ -69,6 +70,11 @@ pub async fn a_pod_on_the_node_reads_a_lazy_providers_file_when_it_first_opens_i
     let before = helper_calls(work.path());
     if before.len() != 1 || !before[0].starts_with("mount ") {
         return Err(format!("before the container read anything the helper was called {before:?}; expected one mount"));
+    }
+    // The node's driver program started it behind the helpers' seccomp filter.
+    let confinement = helper_confinement(work.path());
+    if confinement != "Seccomp:\t2" {
+        return Err(format!("the helper ran with {confinement:?}; expected \"Seccomp:\\t2\", behind a filter"));
     }
 
     std::fs::write(trigger.join("go"), "").map_err(|e| e.to_string())?;
