@@ -15,7 +15,9 @@
 //! at least, so that it sees the apiserver recover), so its attempts follow what the apiserver
 //! can take.
 //! Below [`FLOOR`] requests in the window nothing is refused either: a node asking that little
-//! overloads nothing, and an apiserver just back is then reached at once. The proportion is
+//! overloads nothing. An apiserver that accepts again is sent more as its acceptances count,
+//! and everything once the refusals have aged out of the window (within two windows, unit
+//! test below). The proportion is
 //! spread evenly (an error-diffusion counter, not a random draw), so the same history refuses
 //! the same requests, and a test can say which.
 //!
@@ -39,8 +41,8 @@ pub const K: f64 = 2.0;
 /// Below this many requests in the window, none is refused.
 pub const FLOOR: u64 = 30;
 /// The largest share refused: a request held back counts as one, so an apiserver accepting
-/// nothing would otherwise be asked almost never again, and one that recovers would be seen
-/// only as its refusals age out, slowly; a tenth still sent finds it within a few slots.
+/// nothing would otherwise be asked almost never again, and one that recovers would hardly be
+/// seen to; a tenth still sent finds it.
 pub const MOST_REFUSED: f64 = 0.9;
 
 /// One slot's counts.

@@ -721,6 +721,15 @@ impl Installation {
             text += &format!("--- driver pod {name} ---\n");
             text += &self.node.container_log(DRIVER_NAMESPACE, &name, "driver").join("\n");
         }
+        // The read-grants controller's too: a share the driver may not read yet is its to grant.
+        let pods = Api::<Pod>::namespaced(self.admin.clone(), DRIVER_NAMESPACE);
+        let controllers = ListParams::default().labels("app.kubernetes.io/name=sharedresource-read-grants");
+        for pod in pods.list(&controllers).await.map(|listed| listed.items).unwrap_or_default() {
+            let name = pod.metadata.name.unwrap_or_default();
+            text += &format!("\n--- read-grants pod {name} ---\n");
+            let log = self.node.container_log(DRIVER_NAMESPACE, &name, "controller");
+            text += &log[log.len().saturating_sub(60)..].join("\n");
+        }
         text + "\n" + &self.provider.log_tail(20) + "\n" + &self.node.log_tails()
     }
 }

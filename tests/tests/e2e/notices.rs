@@ -5,7 +5,7 @@
 //! to another Secret are then not seen (the positive control: only the fallback delivers them).
 //! Then a pod of a namespace new to the node: its status cut, the namespace is never told, so it
 //! lags, and the node asks about it alone: its revocation is seen within [`VIEW_GRACE`] + the
-//! fallback, the two above still are not. The scenario stops renewing, as a controller that died
+//! fallback, the share's edit above still is not. The scenario stops renewing, as a controller that died
 //! would, and one volume is emptied and the other shows the new Secret within [`LEASE_SECONDS`] +
 //! `accessFallbackSeconds` (+ one refresh pass) of the last renewal.
 
@@ -238,8 +238,11 @@ pub async fn a_node_that_hears_no_notices_still_sees_a_revocation(suite: &Suite)
         // A pod of a namespace new to the node, its status still cut: the node writes the
         // namespace into its spec, and no entry for it ever comes, so that namespace lags. The
         // node asks about it on its own (its grant's deletion empties its volume within the
-        // grace, the fallback and a look), and about nothing else: the revocation and the edit
-        // above stay unseen (asking about everything, as a lagging node once did, finds them).
+        // grace, the fallback and a look), and about nothing else: the share's edit above stays
+        // unseen (forgetting everything, as a lagging node once did, reads it again: shown
+        // failing so). The revocation above is not watched here: a look at the consumer's
+        // namespace that the controller's last told change scheduled before the cut (the looks
+        // go on for 30 s) may still find it, as it would without any lag.
         let late_pod: Pod = serde_json::from_value(
             create(admin, &pods_path(LATE), &pod_of("late", SHARE), false).await?.body,
         )
@@ -270,12 +273,10 @@ pub async fn a_node_that_hears_no_notices_still_sees_a_revocation(suite: &Suite)
             "notices: a namespace never told (the status cut) saw its revocation after {:?} (bound: {VIEW_GRACE:?} + {FALLBACK:?})",
             lagging_revoked.elapsed()
         );
-        let unchanged = [("password".to_string(), password.clone())];
-        if files(&target) != unchanged || files(&other) != unchanged {
+        if files(&other) != [("password".to_string(), password.clone())] {
             return Err(format!(
-                "while only {LATE} lagged, the node looked at what notices tell too: the revoked volume shows {:?}, \
-                 the retargeted one {:?}",
-                files(&target),
+                "while only {LATE} lagged, the node read again a share that notices tell: the retargeted volume \
+                 shows {:?}",
                 files(&other)
             ));
         }
