@@ -145,10 +145,7 @@ fn providers(dir: &Path, provider: &Path) -> (ChildProcess, Providers) {
 fn main() {
     // The helper's calls are started as the driver's program starts them: through the program
     // itself (here this one), behind the helpers' seccomp filter, the launcher's exec included.
-    if std::env::args_os().nth(1).is_some_and(|first| first == helper_confinement::CONFINE_HELPER) {
-        let failed = helper_confinement::main(std::env::args_os().skip(1));
-        std::process::exit(if failed == std::process::ExitCode::SUCCESS { 0 } else { 127 });
-    }
+    helper_confinement::launch_if_asked();
     helper_confinement::confine_helpers_through_this_program();
     // Everything this benchmark makes on the machine lives under one run directory: swept at the
     // end, on SIGINT/SIGTERM, and by the next run if this one is killed (inline_guard_tests::run_root).

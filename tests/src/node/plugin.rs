@@ -16,12 +16,7 @@ const READ_GRANTS: &str = "read-grants";
 /// helpers through its own program (`/proc/self/exe confine-helper -- HELPER ...`, with an
 /// emptied environment), which here is this test binary: it is the launcher too.
 pub fn run_driver_if_child() {
-    use sharedresource_csi_driver::content::external::helper_confinement;
-    if std::env::args_os().nth(1).is_some_and(|first| first == helper_confinement::CONFINE_HELPER) {
-        // Returns only when the helper could not be started.
-        let failed = helper_confinement::main(std::env::args_os().skip(1));
-        std::process::exit(if failed == std::process::ExitCode::SUCCESS { 0 } else { 127 });
-    }
+    sharedresource_csi_driver::content::external::helper_confinement::launch_if_asked();
     let Some(program) = std::env::var_os(DRIVER_CHILD_ENV) else {
         return;
     };

@@ -152,6 +152,17 @@ pub fn filters() -> Result<Vec<BpfProgram>, String> {
     [eperm, enosys].into_iter().map(|filter| filter.and_then(BpfProgram::try_from).map_err(|e| e.to_string())).collect()
 }
 
+/// For a program that runs the driver inside itself (a test or benchmark binary, whose
+/// `/proc/self/exe` is then what starts helpers): when this process was started as the launcher
+/// (`PROGRAM confine-helper -- ...`), runs it and exits (127 when the helper could not be
+/// started); otherwise returns. Call first thing in `main`.
+pub fn launch_if_asked() {
+    if std::env::args_os().nth(1).is_some_and(|first| first == CONFINE_HELPER) {
+        let failed = main(std::env::args_os().skip(1));
+        std::process::exit(if failed == ExitCode::SUCCESS { 0 } else { 127 });
+    }
+}
+
 /// How often executing a helper whose file is open for writing (ETXTBSY) is tried again: as
 /// `helper_run` does for its own start, since a fork of the driver may still hold the file.
 const BUSY_RETRIES: u32 = 12;
