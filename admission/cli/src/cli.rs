@@ -83,7 +83,8 @@ enum Command {
         /// connection while new connections are still served (so endpoints move first).
         #[arg(long, value_name = "SECONDS", default_value_t = 5)]
         shutdown_delay_seconds: u64,
-        /// Webhook connections served at once; more wait in the listen backlog.
+        /// Webhook connections served at once; beyond them, a newcomer takes an idle connection's place
+        /// from an address holding more, or waits (as many, up to the request timeout).
         #[arg(long, value_name = "N", default_value_t = inline_guard_server::server::DEFAULT_MAX_CONNECTIONS,
               value_parser = clap::value_parser!(usize))]
         max_connections: usize,

@@ -5,6 +5,7 @@
 pub mod body_budget;
 pub mod cache;
 pub mod drain;
+pub mod fair_share;
 pub mod health;
 pub mod held_answers;
 pub mod label_store;

@@ -17,6 +17,7 @@ use tracing::{error, info};
 
 use crate::body_budget::BodyBudget;
 use crate::drain::Drain;
+use crate::fair_share::ShareLimits;
 use crate::health::{Health, Readiness};
 use crate::listener::{self, Endpoint, Handler, Timeouts};
 use crate::metrics::{Metrics, ReloadResult};
@@ -50,7 +51,9 @@ pub struct ServerOptions {
     /// From the start of shutdown until the listener closes: long enough for the endpoints
     /// controller to take the pod out of the Service, so no client is refused meanwhile.
     pub shutdown_delay: Duration,
-    /// Webhook connections served at once; the next one waits in the listen backlog.
+    /// Webhook connections served at once. When all are taken, a new one takes the place of an
+    /// idle connection of the address holding the most; when none is idle, it waits (at most a
+    /// quarter as many wait, each at most `request_timeout`) for the next place freed.
     pub max_connections: usize,
     /// Bytes of request bodies held in memory at once; a request over it is answered 429.
     pub body_budget_bytes: usize,
@@ -122,15 +125,17 @@ impl Server {
                 listener: webhook_listener,
                 tls: Some(TlsAcceptor::from(tls)),
                 handler: Handler::Webhook(webhook),
-                max_connections: options.max_connections,
-                per_peer: None,
+                limits: ShareLimits::shared(options.max_connections),
             },
             Endpoint {
                 listener: health_listener,
                 tls: None,
                 handler: Handler::Health(health),
-                max_connections: HEALTH_CONNECTIONS,
-                per_peer: Some(HEALTH_CONNECTIONS_PER_PEER),
+                limits: ShareLimits {
+                    capacity: HEALTH_CONNECTIONS,
+                    waiting: HEALTH_CONNECTIONS / 4,
+                    per_address: Some(HEALTH_CONNECTIONS_PER_PEER),
+                },
             },
         ];
         let (stop, stopped) = watch::channel(false);

@@ -1,6 +1,7 @@
 //! The server over real TLS on loopback: round trips on both endpoints, a kept-alive connection
-//! surviving a certificate rotation, slow clients cut off without slowing others, readiness
-//! gating, and graceful shutdown with a request in flight.
+//! surviving a certificate rotation, slow clients cut off without slowing others, connections
+//! shared among addresses (idle ones making room), readiness gating, and graceful shutdown with a
+//! request in flight.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -74,7 +75,12 @@ async fn start_with(options: ServerOptions) -> Harness {
     let options = ServerOptions {
         listen: "127.0.0.1:0".parse().unwrap(),
         health_listen: "127.0.0.1:0".parse().unwrap(),
-        request_timeout: TIMEOUT,
+        // The tests' short bound, unless the test set its own.
+        request_timeout: if options.request_timeout == defaults.request_timeout {
+            TIMEOUT
+        } else {
+            options.request_timeout
+        },
         shutdown_grace: Duration::from_secs(5),
         reload_interval: Duration::from_millis(50),
         shutdown_delay: if options.shutdown_delay == defaults.shutdown_delay {
@@ -95,6 +101,14 @@ impl Harness {
 
     async fn tls_stream(&self) -> tokio_rustls::client::TlsStream<TcpStream> {
         let tcp = TcpStream::connect(self.server.webhook_addr()).await.unwrap();
+        self.connector().connect(ServerName::try_from("localhost").unwrap(), tcp).await.unwrap()
+    }
+
+    /// A TLS connection to the webhook from `source` (any loopback address).
+    async fn tls_stream_from(&self, source: &str) -> tokio_rustls::client::TlsStream<TcpStream> {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind(format!("{source}:0").parse().unwrap()).unwrap();
+        let tcp = socket.connect(self.server.webhook_addr()).await.unwrap();
         self.connector().connect(ServerName::try_from("localhost").unwrap(), tcp).await.unwrap()
     }
 
@@ -415,12 +429,15 @@ async fn bodies_over_the_budget_are_answered_429_with_retry_after_and_the_budget
 
 #[tokio::test]
 async fn connections_over_the_limit_wait_and_are_served_when_one_closes() {
-    let harness = start_with(ServerOptions { max_connections: 2, ..ServerOptions::default() }).await;
+    // A long bound: a waiting connection is not given up, nor an idle one cut off, in this test.
+    let options =
+        ServerOptions { max_connections: 2, request_timeout: Duration::from_secs(60), ..ServerOptions::default() };
+    let harness = start_with(options).await;
     let (mut first, _) = harness.connection().await;
     let (mut second, _) = harness.connection().await;
     assert_eq!(post(&mut first, "/validate", review("open", "csi.example.com")).await.0, StatusCode::OK);
     assert_eq!(post(&mut second, "/validate", review("open", "csi.example.com")).await.0, StatusCode::OK);
-    // The third connects (the kernel's backlog) but its handshake waits for a slot.
+    // The third, from the same address, waits for a place: none of its own is closed for it.
     let tcp = TcpStream::connect(harness.server.webhook_addr()).await.unwrap();
     let connector = harness.connector();
     let third = tokio::spawn(async move { connector.connect(ServerName::try_from("localhost").unwrap(), tcp).await });
@@ -432,6 +449,110 @@ async fn connections_over_the_limit_wait_and_are_served_when_one_closes() {
     let (mut third, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.unwrap();
     tokio::spawn(connection);
     assert_eq!(post(&mut third, "/validate", review("open", "csi.example.com")).await.0, StatusCode::OK);
+    harness.server.shutdown().await;
+}
+
+/// A head of a review whose body is not sent yet, asking to be told when the server reads it,
+/// and that body.
+fn held_review() -> (Vec<u8>, Vec<u8>) {
+    let body = review("open", "csi.example.com").into_bytes();
+    let head = format!(
+        "POST /validate HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\nexpect: 100-continue\r\n\r\n",
+        body.len()
+    );
+    (head.into_bytes(), body)
+}
+
+/// Reads from `stream` until `what` has arrived (a minute only turns a hang into a failure).
+async fn read_until<S: tokio::io::AsyncRead + Unpin>(stream: &mut S, what: &str) -> String {
+    let mut seen = Vec::new();
+    let reading = async {
+        let mut buffer = [0u8; 4096];
+        while !String::from_utf8_lossy(&seen).contains(what) {
+            let read = stream.read(&mut buffer).await.unwrap();
+            assert!(read > 0, "closed before {what:?}: {}", String::from_utf8_lossy(&seen));
+            seen.extend_from_slice(&buffer[..read]);
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), reading).await.expect("never arrived");
+    String::from_utf8_lossy(&seen).into_owned()
+}
+
+#[tokio::test]
+async fn with_every_connection_answering_the_next_waits_and_takes_the_first_place_an_answer_frees() {
+    // Long bounds, so that no timeout frees a place in this test.
+    let options =
+        ServerOptions { max_connections: 2, request_timeout: Duration::from_secs(60), ..ServerOptions::default() };
+    let harness = start_with(options).await;
+    let (head, body) = held_review();
+    let mut answering = Vec::new();
+    for _ in 0..2 {
+        let mut stream = harness.tls_stream().await;
+        stream.write_all(&head).await.unwrap();
+        // The server reads the body: the request is being answered.
+        read_until(&mut stream, "100 Continue").await;
+        answering.push(stream);
+    }
+    // The third comes from another address, which holds none.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.5:0".parse().unwrap()).unwrap();
+    let tcp = socket.connect(harness.server.webhook_addr()).await.unwrap();
+    let connector = harness.connector();
+    let third = tokio::spawn(async move { connector.connect(ServerName::try_from("localhost").unwrap(), tcp).await });
+    // A negative can only be watched for a while: 300 ms is far beyond a loopback handshake.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!third.is_finished(), "a third connection was served while both were answering");
+    // The first request is answered; its connection, idle now, makes room for the waiting one
+    // and closes after its answer.
+    let mut first = answering.remove(0);
+    first.write_all(&body).await.unwrap();
+    let mut answer = String::new();
+    tokio::time::timeout(Duration::from_secs(60), first.read_to_string(&mut answer))
+        .await
+        .expect("the first connection was neither answered nor closed")
+        .ok();
+    assert!(answer.contains("HTTP/1.1 200 OK"), "{answer}");
+    let stream = tokio::time::timeout(Duration::from_secs(60), third).await.expect("never served").unwrap().unwrap();
+    let (mut third, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.unwrap();
+    tokio::spawn(connection);
+    assert_eq!(post(&mut third, "/validate", review("open", "csi.example.com")).await.0, StatusCode::OK);
+    // The second, still answering, was never closed: its answer arrives.
+    let mut second = answering.remove(0);
+    second.write_all(&body).await.unwrap();
+    read_until(&mut second, "HTTP/1.1 200 OK").await;
+    harness.server.shutdown().await;
+}
+
+#[tokio::test]
+async fn idle_connections_held_from_other_addresses_do_not_keep_a_client_out() {
+    // Idle connections are not cut off by a timeout within this test: only making room frees them.
+    let options =
+        ServerOptions { max_connections: 8, request_timeout: Duration::from_secs(60), ..ServerOptions::default() };
+    let harness = start_with(options).await;
+    // Two pods hold every connection, idle past their handshakes (as a flood holds them cheaply).
+    let mut flood = Vec::new();
+    for source in ["127.0.0.3", "127.0.0.4"] {
+        for _ in 0..4 {
+            flood.push(harness.tls_stream_from(source).await);
+        }
+    }
+    // The apiserver's connection, from its own address, is served now, not when one times out.
+    let stream = tokio::time::timeout(Duration::from_secs(30), harness.tls_stream_from("127.0.0.1"))
+        .await
+        .expect("a client was kept out by idle connections of other addresses");
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.unwrap();
+    tokio::spawn(connection);
+    assert_eq!(post(&mut sender, "/validate", review("open", "csi.example.com")).await.0, StatusCode::OK);
+    // The place was the flood's longest idle connection's: closed.
+    let mut buffer = [0u8; 16];
+    let read = tokio::time::timeout(Duration::from_secs(60), flood[0].read(&mut buffer)).await;
+    assert!(matches!(read, Ok(Ok(0) | Err(_))), "the longest idle connection was not closed");
+    // Another of the flood's is still served.
+    let (head, body) = held_review();
+    flood[1].write_all(&head).await.unwrap();
+    read_until(&mut flood[1], "100 Continue").await;
+    flood[1].write_all(&body).await.unwrap();
+    read_until(&mut flood[1], "HTTP/1.1 200 OK").await;
     harness.server.shutdown().await;
 }
 

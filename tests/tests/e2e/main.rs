@@ -74,6 +74,8 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
         "admission::cold_cache_no_spurious_admission" => |s| admission::cold_cache::no_spurious_admission(s),
         "admission::webhook_killed_and_restarted_admits_nothing_forbidden" =>
             |s| admission::webhook_restart::no_forbidden_pod_admitted(s),
+        "admission::a_connection_flood_does_not_keep_the_apiserver_out" =>
+            |s| admission::connection_flood::does_not_keep_the_apiserver_out(s),
         "admission::shared_resource_refusals_come_at_creation" =>
             |s| admission::shared_admission::the_drivers_refusals_come_at_creation(s),
         "admission::audit_command_reports_what_tightening_would_deny" =>
