@@ -159,15 +159,17 @@ pub struct NodeNotices {
     pub every_namespace_answered: bool,
     /// The controller's answer to each question the spec lists, asked after the last grant
     /// change that may concern it was noticed (and again twice while the apiserver's RBAC cache
-    /// may lag); a question it could not ask yet has none.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = MAX_QUESTIONS))]
-    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
+    /// may lag); a question it could not ask yet has none. On the wire `accessAnswers`, a map of
+    /// each question's entry to whether it is allowed ([`wire_maps`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty", rename = "accessAnswers", with = "wire_maps::answers")]
+    #[schemars(with = "std::collections::BTreeMap<String, bool>")]
+    #[schemars(extend("maxProperties" = MAX_QUESTIONS, "x-kubernetes-map-type" = "atomic"))]
     pub answers: Vec<CentralAnswer>,
-    /// One entry per object the spec lists (the controller drops the others).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = MAX_OBJECTS))]
-    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
+    /// One entry per object the spec lists (the controller drops the others). On the wire
+    /// `objectsNoticed`, a map of each object's entry to when its change was last noticed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty", rename = "objectsNoticed", with = "wire_maps::objects")]
+    #[schemars(with = "std::collections::BTreeMap<String, i64>")]
+    #[schemars(extend("maxProperties" = MAX_OBJECTS, "x-kubernetes-map-type" = "atomic"))]
     pub objects: Vec<ObjectChanges>,
     /// When (Unix milliseconds, raised by at least one each time) the controller last noticed a
     /// change that may concern every share and projection: a relist of their watches (it may have
@@ -219,6 +221,48 @@ pub struct NamespaceGrantChanges {
     pub answered: bool,
 }
 
+/// The status's per-volume lists as maps on the wire: one object of `entry: value` pairs is a
+/// fraction of a list of two-field objects in the apiserver, which keeps every object decoded
+/// (a map per list item, two key strings each) in its watch cache, and a copy in each event of
+/// the cache's history: most of what a node's volumes cost it beyond their Secrets' watches.
+/// New names (`accessAnswers`, `objectsNoticed`; the lists were `answers` and `objects`), so
+/// that a driver and a controller of different releases never read each other's shape: an
+/// entry missing is read as not told, and the node looks at it itself. Read back in entry
+/// order, as the controller writes them.
+mod wire_maps {
+    use std::collections::BTreeMap;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use super::{CentralAnswer, ObjectChanges};
+
+    pub mod answers {
+        use super::*;
+
+        pub fn serialize<S: Serializer>(answers: &[CentralAnswer], serializer: S) -> Result<S::Ok, S::Error> {
+            serializer.collect_map(answers.iter().map(|answer| (&answer.question, answer.allowed)))
+        }
+
+        pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<CentralAnswer>, D::Error> {
+            let map = BTreeMap::<String, bool>::deserialize(deserializer)?;
+            Ok(map.into_iter().map(|(question, allowed)| CentralAnswer { question, allowed }).collect())
+        }
+    }
+
+    pub mod objects {
+        use super::*;
+
+        pub fn serialize<S: Serializer>(objects: &[ObjectChanges], serializer: S) -> Result<S::Ok, S::Error> {
+            serializer.collect_map(objects.iter().map(|entry| (&entry.object, entry.noticed)))
+        }
+
+        pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<ObjectChanges>, D::Error> {
+            let map = BTreeMap::<String, i64>::deserialize(deserializer)?;
+            Ok(map.into_iter().map(|(object, noticed)| ObjectChanges { object, noticed }).collect())
+        }
+    }
+}
+
 impl NodeNotices {
     /// When a change in `namespace` was last noticed, if the node was told of it.
     pub fn of(&self, namespace: &str) -> Option<i64> {
@@ -254,16 +298,49 @@ mod tests {
         assert_eq!(status["namespaces"]["x-kubernetes-list-type"], "atomic");
         assert_eq!(spec["objects"]["maxItems"], MAX_OBJECTS);
         assert_eq!(spec["objects"]["items"]["maxLength"], MAX_OBJECT_LENGTH);
-        assert_eq!(status["objects"]["maxItems"], MAX_OBJECTS);
-        assert_eq!(status["objects"]["x-kubernetes-list-type"], "atomic");
+        assert_eq!(status["objectsNoticed"]["maxProperties"], MAX_OBJECTS);
+        assert_eq!(status["objectsNoticed"]["x-kubernetes-map-type"], "atomic");
+        assert_eq!(status["objectsNoticed"]["additionalProperties"]["type"], "integer");
         assert_eq!(spec["questions"]["maxItems"], MAX_QUESTIONS);
         assert_eq!(spec["questions"]["items"]["maxLength"], MAX_QUESTION_LENGTH);
-        assert_eq!(status["answers"]["maxItems"], MAX_QUESTIONS);
-        assert_eq!(status["answers"]["x-kubernetes-list-type"], "atomic");
+        assert_eq!(status["accessAnswers"]["maxProperties"], MAX_QUESTIONS);
+        assert_eq!(status["accessAnswers"]["x-kubernetes-map-type"], "atomic");
+        assert_eq!(status["accessAnswers"]["additionalProperties"]["type"], "boolean");
+        // The lists of the release before are not in the schema: the apiserver prunes them.
+        assert!(status.get("answers").is_none() && status.get("objects").is_none());
         assert!(
             crd.spec.versions[0].subresources.as_ref().and_then(|s| s.status.as_ref()).is_some(),
             "status is a subresource"
         );
+    }
+
+    #[test]
+    fn answers_and_object_notices_are_maps_on_the_wire_and_read_back_in_entry_order() {
+        let status = NodeNotices {
+            answers: vec![
+                CentralAnswer { question: "team-a/web/sharedsecrets/a".into(), allowed: true },
+                CentralAnswer { question: "team-a/web/sharedsecrets/b".into(), allowed: false },
+            ],
+            objects: vec![
+                ObjectChanges { object: "SharedConfigMap/z".into(), noticed: 7 },
+                ObjectChanges { object: "SharedSecret/a".into(), noticed: 9 },
+            ],
+            ..NodeNotices::default()
+        };
+        let wire = serde_json::to_value(&status).unwrap();
+        assert_eq!(
+            wire["accessAnswers"],
+            serde_json::json!({"team-a/web/sharedsecrets/a": true, "team-a/web/sharedsecrets/b": false})
+        );
+        assert_eq!(wire["objectsNoticed"], serde_json::json!({"SharedConfigMap/z": 7, "SharedSecret/a": 9}));
+        assert!(wire.get("answers").is_none() && wire.get("objects").is_none());
+        assert_eq!(serde_json::from_value::<NodeNotices>(wire).unwrap(), status);
+        // A status of the release before (lists) reads as one that tells nothing yet.
+        let before = serde_json::json!({"answers": [{"question": "team-a/web/sharedsecrets/a", "allowed": true}],
+            "objects": [{"object": "SharedSecret/a", "noticed": 9}], "everyNamespace": 3});
+        let read: NodeNotices = serde_json::from_value(before).unwrap();
+        assert!(read.answers.is_empty() && read.objects.is_empty());
+        assert_eq!(read.every_namespace, 3);
     }
 
     #[test]

@@ -28,6 +28,7 @@ use tracing::{debug, info, warn};
 use super::answers::AnswerBook;
 use super::lease::{LeaseRef, keep_renewed};
 use super::plan::{Concerns, GrantingClusterRoles, Notices, next_status};
+use super::status_patch::status_patch;
 use super::waiting_pods::{Registrations, tell_asking_nodes};
 use crate::apiserver_request::ask;
 use crate::quote::Logged;
@@ -342,19 +343,22 @@ async fn write_notices(
             let current = written.get(&name).cloned().unwrap_or_else(|| node.status.clone().unwrap_or_default());
             if let Some(status) = next_status(&node.spec, &current, &due, now, &book) {
                 debug!(node = %name, namespaces = ?due.namespaces, every_namespace = due.every_namespace, objects = ?due.objects, every_object = due.every_object, node_changed = changed.contains(&name), "telling a node of changes");
-                writes.push((name, status, due));
+                // What the stored status may still hold: as written last, and as last seen.
+                let before: Vec<NodeNotices> =
+                    written.get(&name).cloned().into_iter().chain(node.status.clone()).collect();
+                let patch = status_patch(&status, &before.iter().collect::<Vec<_>>());
+                writes.push((name, status, patch, due));
             }
         }
         // What was owed to or written for a node gone from the cluster is forgotten.
         written.retain(|name, _| nodes.get(&reflector::ObjectRef::new(name)).is_some());
         owed.retain(|name, _| nodes.get(&reflector::ObjectRef::new(name)).is_some());
         let results = futures_util::stream::iter(writes)
-            .map(|(name, status, due)| {
+            .map(|(name, status, patch, due)| {
                 let api = api.clone();
                 async move {
                     // The registration's entry is the waiting pods' teller's: never written from here.
-                    let notices = NodeNotices { registration_told: None, ..status.clone() };
-                    let patch = Patch::Merge(serde_json::json!({ "status": notices }));
+                    let patch = Patch::Merge(patch);
                     let what = || format!("telling node {name} of grant changes");
                     let wrote = ask(timeout, what, api.patch_status(&name, &PatchParams::default(), &patch)).await;
                     (name, status, due, wrote.map(drop))
