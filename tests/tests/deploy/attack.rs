@@ -1,23 +1,27 @@
 //! Tenants against the node's driver, with the shipped DaemonSet and its limits: a user with
-//! rights in one namespace only (pods and SharedProjections there, no grant of any share) floods
-//! the driver's health port and the webhook's pods from a pod, then fills volumes with a
-//! projection of 1 000 pod facts (no read of anything needed) in three pods of twelve volumes
-//! each, written without `readOnly` so that the mutating webhook must answer during the flood;
-//! a second such user of a second namespace fills volumes the same way, the two together asking
-//! more than the node's whole content budget. Meanwhile the victim, a pod of a third namespace
-//! reading a share, must see an update and lose its grant within 10 s, a new pod of that
-//! namespace must mount while both namespaces are refused more, and the driver must neither
+//! rights in one namespace only (pods, Deployments and SharedProjections there, no grant of any
+//! share) floods the driver's health port and the webhook's pods from a pod, then fills volumes
+//! with a projection of 1 000 pod facts (no read of anything needed) in three pods of twelve
+//! volumes each, written without `readOnly` so that the mutating webhook must answer during the
+//! flood; a second such user of a second namespace fills volumes the same way, the two together
+//! asking more than the node's whole content budget. Meanwhile the victim, a pod of a third
+//! namespace reading a share, must see an update and lose its grant within 10 s, a new pod of
+//! that namespace must mount while both namespaces are refused more, and the driver must neither
 //! restart nor stop serving. What the node refused and how long the victim waited are printed
-//! for the report.
+//! for the report. The first attacker also labels thirty workloads of a MiB each to restart on
+//! change, naming the victim's share: the read-grants controller must list them without a
+//! restart and record nothing of a share they may not use.
 
 use std::time::{Duration, Instant};
 
 use inline_guard_tests::cluster::namespace_defaults;
 use inline_guard_tests::node::{BUSYBOX_IMAGE, Node};
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Event, Pod, ServiceAccount};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::{Value, json};
+use sharedresource_csi_driver::rollout::plan::{OBSERVED_ANNOTATION, RESTART_LABEL};
 
 use crate::workload::{self, DRIVER};
 
@@ -43,6 +47,13 @@ const VICTIM_WAIT: Duration = Duration::from_secs(10);
 const FLOOD_CONNECTIONS: usize = 400;
 /// Connections it trickles at the webhook's pods, in all (the attack the webhook was tried with).
 const WEBHOOK_CONNECTIONS: usize = 300;
+
+/// Workloads the first attacker labels to restart on change, none of them running a pod, each
+/// naming the victim's share (which it may not use) and carrying a MiB of environment: a page of
+/// all of them is more than the read-grants controller's shipped 128 MiB would hold beside its
+/// caches, and its record of them must say nothing of the share.
+const FAT_WORKLOADS: usize = 30;
+const FAT_ENV_BYTES: usize = 1 << 20;
 
 /// What the attack left to report.
 pub struct AttackReport {
@@ -74,7 +85,8 @@ async fn attacker_client(
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "tenant", "namespace": namespace},
             "rules": [
                 {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "get", "list", "delete"]},
-                {"apiGroups": ["sharedresource.inlineguard.dev"], "resources": ["sharedprojections"], "verbs": ["create", "get", "delete"]}
+                {"apiGroups": ["sharedresource.inlineguard.dev"], "resources": ["sharedprojections"], "verbs": ["create", "get", "delete"]},
+                {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["create", "get", "list", "delete"]}
             ]
         }),
     )
@@ -210,6 +222,75 @@ async fn driver_restarts(admin: &kube::Client) -> Result<(i32, bool), String> {
     Ok((status.restart_count, oom))
 }
 
+/// The read-grants controller's restarts, over its pods, and whether any last ended OOM killed.
+async fn read_grants_restarts(admin: &kube::Client) -> Result<(i32, bool), String> {
+    let pods = Api::<Pod>::namespaced(admin.clone(), crate::DRIVER_NAMESPACE)
+        .list(&ListParams::default().labels(crate::READ_GRANTS_LABEL))
+        .await
+        .map_err(|e| format!("listing the read-grants controller's pods: {e}"))?;
+    let statuses: Vec<_> = pods
+        .items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| p.status.as_ref()?.container_statuses.as_ref()?.first().cloned())
+        .collect();
+    if statuses.is_empty() {
+        return Err("no read-grants controller pod with a container status".into());
+    }
+    let oom = statuses.iter().any(|status| {
+        status
+            .last_state
+            .as_ref()
+            .and_then(|s| s.terminated.as_ref())
+            .is_some_and(|t| t.reason.as_deref() == Some("OOMKilled"))
+    });
+    Ok((statuses.iter().map(|status| status.restart_count).sum(), oom))
+}
+
+/// The first attacker's labelled workloads ([`FAT_WORKLOADS`]), made with its own rights.
+async fn workload_flood(tenant: &kube::Client) -> Result<Api<Deployment>, String> {
+    let deployments = Api::<Deployment>::namespaced(tenant.clone(), ATTACKER);
+    let filler = "x".repeat(FAT_ENV_BYTES);
+    for i in 0..FAT_WORKLOADS {
+        let name = format!("fat-{i}");
+        let mut template = json!({"metadata": {"labels": {"app": name}}, "spec": workload::reader_pod(&name)["spec"]});
+        template["spec"]["containers"][0]["env"] = json!([{"name": "FILLER", "value": filler}]);
+        let object = json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "namespace": ATTACKER, "labels": {RESTART_LABEL: "true"}},
+            "spec": {"replicas": 0, "selector": {"matchLabels": {"app": name}}, "template": template}
+        });
+        let object: Deployment = serde_json::from_value(object).map_err(|e| e.to_string())?;
+        deployments
+            .create(&PostParams::default(), &object)
+            .await
+            .map_err(|e| format!("the attacker's labelled workload {name}: {}", short(&e)))?;
+    }
+    Ok(deployments)
+}
+
+/// Whether any of the attacker's workloads' records names the share: (workloads, records
+/// naming it).
+async fn records_naming_the_share(deployments: &Api<Deployment>) -> Result<(usize, Vec<String>), String> {
+    let mut listed = 0;
+    let mut naming = Vec::new();
+    let mut params = ListParams::default().limit(5);
+    loop {
+        let page = deployments.list_metadata(&params).await.map_err(|e| format!("listing the workloads: {e}"))?;
+        for workload in &page.items {
+            listed += 1;
+            let record = workload.metadata.annotations.as_ref().and_then(|a| a.get(OBSERVED_ANNOTATION));
+            if let Some(record) = record.filter(|record| record.contains(workload::SHARE)) {
+                naming.push(format!("{}: {record}", workload.metadata.name.as_deref().unwrap_or_default()));
+            }
+        }
+        match page.metadata.continue_.filter(|token| !token.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok((listed, naming)),
+        }
+    }
+}
+
 /// `error`'s message, cut at 400 characters (an apiserver's refusal lists every field).
 fn short(error: &impl std::fmt::Display) -> String {
     error.to_string().chars().take(400).collect()
@@ -343,6 +424,7 @@ pub async fn tenants_cannot_take_the_node(
     seen: &mut usize,
 ) -> Result<AttackReport, String> {
     let (restarts_before, _) = driver_restarts(admin).await?;
+    let (grants_restarts_before, _) = read_grants_restarts(admin).await?;
     let tenant = attacker_client(admin, cluster, ATTACKER).await?;
     let second = attacker_client(admin, cluster, SECOND_ATTACKER).await?;
     let projections = flood_projection(&tenant, ATTACKER).await?;
@@ -369,6 +451,8 @@ pub async fn tenants_cannot_take_the_node(
     // the flood: together they ask more than the node's whole budget.
     let uids = fill(&tenant, ATTACKER).await?;
     let second_uids = fill(&second, SECOND_ATTACKER).await?;
+    // And the rollout controller's list: the first attacker's fat labelled workloads.
+    let fat = workload_flood(&tenant).await?;
 
     // The node refuses each attacker beyond its part: kubelet's events say so.
     let mut refused = refused_for_budget(admin, ATTACKER).await?;
@@ -397,5 +481,28 @@ pub async fn tenants_cannot_take_the_node(
     }
     inline_guard_tests::node::delete_and_wait(admin, ATTACKER, "flooder").await?;
     victim_waits.extend(victim_served(admin, node, seen, "after", restarts_before).await?);
+    // The victim's share changed twice meanwhile, each change read by the rollout controller
+    // (the overlay opts it in): it listed every fat workload without a restart, and recorded
+    // nothing of the share the attacker may not use.
+    let (listed, naming) = records_naming_the_share(&fat).await?;
+    if listed != FAT_WORKLOADS {
+        return Err(format!(
+            "the positive control: {listed} of the attacker's {FAT_WORKLOADS} labelled workloads listed"
+        ));
+    }
+    if !naming.is_empty() {
+        return Err(format!("the rollout record tells an ungranted tenant of the share: {naming:?}"));
+    }
+    let (grants_restarts, oom) = read_grants_restarts(admin).await?;
+    if grants_restarts != grants_restarts_before {
+        return Err(format!(
+            "the read-grants controller restarted under the attacker's labelled workloads \
+             ({grants_restarts_before} → {grants_restarts}, OOM killed: {oom})"
+        ));
+    }
+    Api::<Deployment>::namespaced(admin.clone(), ATTACKER)
+        .delete_collection(&DeleteParams::default(), &ListParams::default())
+        .await
+        .map_err(|e| format!("deleting the attacker's labelled workloads: {e}"))?;
     Ok(AttackReport { victim_waits, refused, mounted: mounted + second_mounted })
 }

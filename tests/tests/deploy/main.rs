@@ -12,6 +12,7 @@
 //! DaemonSet) and the end-to-end suite's (a host process) would claim one driver name on a node.
 
 mod attack;
+mod handover_ask;
 mod helm;
 mod kubectl;
 mod lazy;
@@ -43,6 +44,8 @@ type Outcome = Result<(), String>;
 const SYSTEM: &str = "inline-guard-system";
 const DRIVER_NAMESPACE: &str = "inline-guard-driver";
 const DRIVER_LABEL: &str = "app.kubernetes.io/name=sharedresource-csi-driver";
+/// The read-grants controller's pods.
+const READ_GRANTS_LABEL: &str = "app.kubernetes.io/name=sharedresource-read-grants";
 const DRIVER_USER: &str = "system:serviceaccount:inline-guard-driver:sharedresource-csi-driver";
 const READ_GRANTS_USER: &str = "system:serviceaccount:inline-guard-driver:sharedresource-read-grants";
 /// The read-grants controller's Role and RoleBinding, in each namespace a share points into.
@@ -238,6 +241,11 @@ async fn steps(this: &Installation) -> Outcome {
     let mut lazy_file = lazy::LazyFile::new(&this.example_vault(), "lazy-first")?;
     let lazy_pod = this.create_patched(lazy::pod()).await?;
     let mut lazy_reads = lazy_file.read_after(&this.node, 0).await?;
+    // A root pod mounting the state directory read-only asks the driver for that volume: it is
+    // refused before anything is paused, and the volume is read on and serves its next value.
+    handover_ask::refused(&this.admin, &this.node).await?;
+    lazy_file.set("lazy-after-the-ask")?;
+    lazy_reads = lazy_file.read_after(&this.node, lazy_reads).await?;
 
     // An upgrade: images tagged with a new version, `apply -k` again; the DaemonSet rolls while
     // a workload keeps its volume.
@@ -371,7 +379,7 @@ impl Installation {
     async fn share_deleted_while_the_read_grants_controller_is_down(&self, seen: usize) -> Result<usize, String> {
         let grants = ["deployment/sharedresource-read-grants", "-n", DRIVER_NAMESPACE];
         self.kubectl.run(&[&["scale", "--replicas=0"][..], &grants[..]].concat()).await?;
-        let controller = ListParams::default().labels("app.kubernetes.io/name=sharedresource-read-grants");
+        let controller = ListParams::default().labels(READ_GRANTS_LABEL);
         let pods = Api::<Pod>::namespaced(self.admin.clone(), DRIVER_NAMESPACE);
         let deadline = Instant::now() + Duration::from_secs(120);
         while !pods.list(&controller).await.map_err(|e| format!("listing the controller's pods: {e}"))?.items.is_empty()
@@ -723,7 +731,7 @@ impl Installation {
         }
         // The read-grants controller's too: a share the driver may not read yet is its to grant.
         let pods = Api::<Pod>::namespaced(self.admin.clone(), DRIVER_NAMESPACE);
-        let controllers = ListParams::default().labels("app.kubernetes.io/name=sharedresource-read-grants");
+        let controllers = ListParams::default().labels(READ_GRANTS_LABEL);
         for pod in pods.list(&controllers).await.map(|listed| listed.items).unwrap_or_default() {
             let name = pod.metadata.name.unwrap_or_default();
             text += &format!("\n--- read-grants pod {name} ---\n");
