@@ -53,7 +53,7 @@ pub struct ServerOptions {
     pub shutdown_delay: Duration,
     /// Webhook connections served at once. When all are taken, a new one takes the place of an
     /// idle connection of the address holding the most; when none is idle, it waits (at most a
-    /// quarter as many wait, each at most `request_timeout`) for the next place freed.
+    /// half as many wait, each at most `request_timeout`) for the next place freed.
     pub max_connections: usize,
     /// Bytes of request bodies held in memory at once; a request over it is answered 429.
     pub body_budget_bytes: usize,
