@@ -1,0 +1,137 @@
+//! `tests/run` itself, with a stand-in `cargo` first on its PATH (every other tool the real
+//! one): a SIGTERM to its pid alone, as a CI runner sends one, stops the cargo command it is
+//! running (SIGINT to that command's session) rather than leaving it to run on; and a run that
+//! ends prints each step's time and each test binary's.
+//!
+//! The stand-in answers `fmt` and `clippy` at once, blocks on `build` (the background images
+//! build, killed by tests/run's end), and for `test` either waits to be interrupted (writing
+//! its pid, then what ended it) or prints what cargo and libtest print for two binaries.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The stand-in `cargo`. `FAKE_TEST` says what its `test` does: `wait` or `pass`.
+const FAKE_CARGO: &str = r#"#!/bin/sh
+case "$1" in
+fmt | clippy) exit 0 ;;
+build) exec sleep 3600 ;;
+test)
+    if [ "$FAKE_TEST" = wait ]; then
+        echo $$ > "$FAKE_DIR/test.pid"
+        trap 'echo SIGINT > "$FAKE_DIR/test.ended"; exit 130' INT
+        while :; do sleep 0.1; done
+    fi
+    for arg in "$@"; do
+        case $arg in
+        installed_as_shipped_* | the_images_build_*) echo "test $arg ... ok" ;;
+        esac
+    done
+    case " $* " in
+    *" --test deploy "*) name=deploy; seconds=7.50 ;;
+    *) name=quick; seconds=1.30 ;;
+    esac
+    echo "     Running tests/$name.rs (target/debug/deps/$name-0123)"
+    echo "test result: ok. 2 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in ${seconds}s"
+    ;;
+*) echo "stand-in cargo: unexpected $*" >&2; exit 2 ;;
+esac
+"#;
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace").to_path_buf()
+}
+
+/// `tests/run` started with the stand-in cargo in `dir`, its `test` doing `mode`.
+fn start(dir: &Path, mode: &str) -> Child {
+    let cargo = dir.join("cargo");
+    fs::write(&cargo, FAKE_CARGO).expect("writing the stand-in cargo");
+    fs::set_permissions(&cargo, fs::Permissions::from_mode(0o755)).expect("making it executable");
+    let path = format!("{}:{}", dir.display(), std::env::var("PATH").unwrap_or_default());
+    let mut command = Command::new(repo_root().join("tests/run"));
+    // What cargo test sets for this test would reach the stand-in only; UPDATE_* would make
+    // tests/run refuse (it is not set here, or this test's own run would have refused).
+    command
+        .env("PATH", path)
+        .env("FAKE_DIR", dir)
+        .env("FAKE_TEST", mode)
+        .stdin(Stdio::null())
+        .stdout(fs::File::create(dir.join("run.log")).expect("the run's log"))
+        .stderr(fs::File::create(dir.join("run.err")).expect("the run's errors"));
+    command.spawn().expect("starting tests/run")
+}
+
+fn wait_within(child: &mut Child, within: Duration) -> Option<std::process::ExitStatus> {
+    let started = Instant::now();
+    while started.elapsed() < within {
+        if let Some(status) = child.try_wait().expect("waiting for tests/run") {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    None
+}
+
+fn alive(pid: i32) -> bool {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
+}
+
+fn output(dir: &Path) -> String {
+    let read = |name: &str| fs::read_to_string(dir.join(name)).unwrap_or_default();
+    format!("stdout:\n{}\nstderr:\n{}", read("run.log"), read("run.err"))
+}
+
+#[test]
+fn a_sigterm_to_the_script_alone_stops_the_cargo_command_it_runs() {
+    let dir = tempfile::tempdir().expect("a directory for the stand-in");
+    let mut run = start(dir.path(), "wait");
+    let pid_file = dir.path().join("test.pid");
+    let started = Instant::now();
+    while !pid_file.exists() {
+        if let Some(status) = run.try_wait().expect("waiting for tests/run") {
+            panic!("tests/run ended ({status}) before its cargo test started:\n{}", output(dir.path()));
+        }
+        assert!(started.elapsed() < Duration::from_secs(120), "no cargo test within 120 s:\n{}", output(dir.path()));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let test_pid: i32 = fs::read_to_string(&pid_file).unwrap().trim().parse().expect("the stand-in's pid");
+    assert!(alive(test_pid), "the stand-in cargo test is not running: this test would prove nothing");
+
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(run.id() as i32), nix::sys::signal::Signal::SIGTERM)
+        .expect("SIGTERM to tests/run");
+    let status = wait_within(&mut run, Duration::from_secs(90));
+    let ended = fs::read_to_string(dir.path().join("test.ended")).unwrap_or_default();
+    let still = alive(test_pid);
+    if still {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(test_pid), nix::sys::signal::Signal::SIGKILL);
+    }
+    if status.is_none() {
+        let _ = run.kill();
+    }
+    assert_eq!(status.and_then(|s| s.code()), Some(143), "tests/run's exit:\n{}", output(dir.path()));
+    assert!(!still, "the cargo test tests/run was running outlived it");
+    assert_eq!(ended.trim(), "SIGINT", "the cargo test was not interrupted as Ctrl-C would:\n{}", output(dir.path()));
+}
+
+#[test]
+fn a_finished_run_prints_each_steps_time_and_each_test_binarys() {
+    let dir = tempfile::tempdir().expect("a directory for the stand-in");
+    let mut run = start(dir.path(), "pass");
+    let status = wait_within(&mut run, Duration::from_secs(180));
+    if status.is_none() {
+        let _ = run.kill();
+    }
+    let out = output(dir.path());
+    assert_eq!(status.and_then(|s| s.code()), Some(0), "{out}");
+    let times = out.split("==> times").nth(1).unwrap_or_else(|| panic!("no times printed:\n{out}"));
+    for step in ["rustfmt --check", "clippy -D warnings", "cargo test"] {
+        assert!(times.lines().any(|line| line.trim_end().ends_with(&format!("s  {step}"))), "{step}: {times}");
+    }
+    let deploy = times.lines().position(|line| line.trim() == "7.5 s  tests/deploy.rs (target/debug/deps/deploy-0123)");
+    let quick = times.lines().position(|line| line.trim() == "1.3 s  tests/quick.rs (target/debug/deps/quick-0123)");
+    assert!(deploy.is_some() && quick.is_some() && deploy < quick, "the binaries' times, longest first: {times}");
+    assert!(out.contains("tests: 4 passed, 0 failed"), "{out}");
+}
