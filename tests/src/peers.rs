@@ -74,6 +74,9 @@ pub struct OldestRelease {
     pub kube_apiserver: PathBuf,
     /// `kubelet` of that release.
     pub kubelet: PathBuf,
+    /// `kube-controller-manager` of that release: upstream's skew policy allows none newer than
+    /// the apiserver.
+    pub kube_controller_manager: PathBuf,
     /// Its version, e.g. `v1.33.5`.
     pub kubernetes_version: String,
 }
@@ -160,6 +163,11 @@ const OLDEST: PeerSet = PeerSet {
     targets: &[
         Target { file: "kube-apiserver", package: "k8s.io/kubernetes/cmd/kube-apiserver", module: "oldest" },
         Target { file: "kubelet", package: "k8s.io/kubernetes/cmd/kubelet", module: "oldest" },
+        Target {
+            file: "kube-controller-manager",
+            package: "k8s.io/kubernetes/cmd/kube-controller-manager",
+            module: "oldest",
+        },
     ],
     sources: &["oldest/go.mod", "oldest/go.sum", "oldest/tools.go"],
 };
@@ -210,26 +218,32 @@ pub fn peers() -> Result<Peers, String> {
 }
 
 impl Peers {
-    /// The same peers with the oldest claimed minor's apiserver and kubelet in place of the
-    /// newest's.
+    /// The same peers with the oldest claimed minor's apiserver, kubelet and controller-manager
+    /// in place of the newest's.
     pub fn with_release(&self, release: OldestRelease) -> Peers {
         Peers {
             kube_apiserver: release.kube_apiserver,
             kubelet: release.kubelet,
+            kube_controller_manager: release.kube_controller_manager,
             kubernetes_version: release.kubernetes_version,
             ..self.clone()
         }
     }
 }
 
-/// Builds the oldest claimed minor's apiserver and kubelet on first use (minutes, cold) and
-/// returns them.
+/// Builds the oldest claimed minor's apiserver, kubelet and controller-manager on first use
+/// (minutes, cold) and returns them.
 pub fn oldest_release() -> Result<OldestRelease, String> {
     let module = repo_root().join("tests/peers");
     let go_version = go(&module, &["env", "GOVERSION"])?;
     let kubernetes_version = required_version(&read(&module.join("oldest/go.mod"))?, "k8s.io/kubernetes")?;
     let dir = build_set(&module, &OLDEST, &go_version, &kubernetes_version)?;
-    Ok(OldestRelease { kube_apiserver: dir.join("kube-apiserver"), kubelet: dir.join("kubelet"), kubernetes_version })
+    Ok(OldestRelease {
+        kube_apiserver: dir.join("kube-apiserver"),
+        kubelet: dir.join("kubelet"),
+        kube_controller_manager: dir.join("kube-controller-manager"),
+        kubernetes_version,
+    })
 }
 
 /// Generates the Prometheus Operator's CRDs into `dir` (the monitoring set's cache directory)

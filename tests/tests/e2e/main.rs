@@ -23,6 +23,7 @@ mod rotation_events;
 mod share_notices;
 mod shares;
 mod support;
+mod version_skew;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -189,6 +190,8 @@ fn oldest_only_scenarios() -> Vec<(&'static str, Scenario)> {
     scenarios![
         "compatibility::the_oldest_minor_serves_no_mutating_admission_policy_the_native_policies_use" =>
             |s| admission::native_policies::not_served_on_the_oldest_minor(s),
+        "compatibility::the_controller_manager_is_of_the_apiservers_release" =>
+            |s| version_skew::the_controller_manager_is_of_the_apiservers_release(s),
     ]
 }
 
