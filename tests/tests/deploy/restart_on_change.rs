@@ -127,6 +127,15 @@ pub async fn restarted_once_when_its_share_changes(
     })
     .await?;
     node.nothing_left(&first_uid)?;
+    // Still once, seen again after the rollout finished and the controller had the new pod's
+    // and ReplicaSet's changes to react to: no second restart, no third ReplicaSet.
+    let (_, restarted_later, sets_later) = deployment_state(admin).await?;
+    if restarted_later != restarted || sets_later != 2 {
+        return Err(format!(
+            "{NAME} was restarted again after its one change: restartedAt {restarted:?} then {restarted_later:?}, \
+             {sets_later} ReplicaSets"
+        ));
+    }
 
     Api::<Deployment>::namespaced(admin.clone(), CONSUMER)
         .delete(NAME, &DeleteParams::foreground())

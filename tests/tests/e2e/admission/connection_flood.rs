@@ -1,11 +1,11 @@
 //! Pods flooding the webhook's port, as any pod can where no NetworkPolicy narrows it: eight
 //! addresses open 40 connections each, more than the shipped 256 places, hold them idle past
-//! their handshakes, and open another each time one is closed. The real apiserver, calling the webhook meanwhile, must still
-//! get every answer (the fine pod admitted, the forbidden one denied by the webhook), never fail
-//! the call: a newcomer from an address holding fewer takes an idle connection's place
-//! (`admission/server/src/fair_share.rs`). Before that, the apiserver's connection waited in the
-//! listen backlog until one of the flood's was cut off by the 10 s request timeout, longer than
-//! the webhook's 5 s `timeoutSeconds`.
+//! their handshakes, and open another each time one is closed. The real apiserver, calling the
+//! webhook meanwhile, must still get every answer (the fine pod admitted, the forbidden one
+//! denied by the webhook), never fail the call: a newcomer from an address holding fewer takes
+//! an idle connection's place (`admission/server/src/fair_share.rs`). Before that, the
+//! apiserver's connection waited in the listen backlog until one of the flood's was cut off by
+//! the 10 s request timeout, longer than the webhook's 5 s `timeoutSeconds`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
