@@ -161,13 +161,13 @@ pub struct NodeNotices {
     /// change that may concern it was noticed (and again twice while the apiserver's RBAC cache
     /// may lag); a question it could not ask yet has none. On the wire `accessAnswers`, a map of
     /// each question's entry to whether it is allowed ([`wire_maps`]).
-    #[serde(default, skip_serializing_if = "Vec::is_empty", rename = "accessAnswers", with = "wire_maps::answers")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty", rename = "accessAnswers", with = "wire_maps")]
     #[schemars(with = "std::collections::BTreeMap<String, bool>")]
     #[schemars(extend("maxProperties" = MAX_QUESTIONS, "x-kubernetes-map-type" = "atomic"))]
     pub answers: Vec<CentralAnswer>,
     /// One entry per object the spec lists (the controller drops the others). On the wire
     /// `objectsNoticed`, a map of each object's entry to when its change was last noticed.
-    #[serde(default, skip_serializing_if = "Vec::is_empty", rename = "objectsNoticed", with = "wire_maps::objects")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty", rename = "objectsNoticed", with = "wire_maps")]
     #[schemars(with = "std::collections::BTreeMap<String, i64>")]
     #[schemars(extend("maxProperties" = MAX_OBJECTS, "x-kubernetes-map-type" = "atomic"))]
     pub objects: Vec<ObjectChanges>,
@@ -221,45 +221,60 @@ pub struct NamespaceGrantChanges {
     pub answered: bool,
 }
 
-/// The status's per-volume lists as maps on the wire: one object of `entry: value` pairs is a
-/// fraction of a list of two-field objects in the apiserver, which keeps every object decoded
-/// (a map per list item, two key strings each) in its watch cache, and a copy in each event of
-/// the cache's history: most of what a node's volumes cost it beyond their Secrets' watches.
-/// New names (`accessAnswers`, `objectsNoticed`; the lists were `answers` and `objects`), so
-/// that a driver and a controller of different releases never read each other's shape: an
-/// entry missing is read as not told, and the node looks at it itself. Read back in entry
-/// order, as the controller writes them.
+/// The status's per-volume lists as maps on the wire (`entry: value`), smaller in etcd and in every
+/// watch event than a list of two-field objects. New names (`accessAnswers`, `objectsNoticed`; the
+/// lists were `answers` and `objects`), so that a driver and a controller of different releases
+/// never read each other's shape: an entry missing is read as not told, and the node looks at it
+/// itself. Read back in key order, as the controller writes them.
 mod wire_maps {
     use std::collections::BTreeMap;
 
-    use serde::{Deserialize, Deserializer, Serializer};
+    use serde::de::DeserializeOwned;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
     use super::{CentralAnswer, ObjectChanges};
 
-    pub mod answers {
-        use super::*;
+    /// One list item, as a key and a value of the map.
+    pub trait Entry: Sized {
+        type Value: Serialize + DeserializeOwned;
+        fn key(&self) -> &str;
+        fn value(&self) -> Self::Value;
+        fn from_pair(key: String, value: Self::Value) -> Self;
+    }
 
-        pub fn serialize<S: Serializer>(answers: &[CentralAnswer], serializer: S) -> Result<S::Ok, S::Error> {
-            serializer.collect_map(answers.iter().map(|answer| (&answer.question, answer.allowed)))
+    impl Entry for CentralAnswer {
+        type Value = bool;
+        fn key(&self) -> &str {
+            &self.question
         }
-
-        pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<CentralAnswer>, D::Error> {
-            let map = BTreeMap::<String, bool>::deserialize(deserializer)?;
-            Ok(map.into_iter().map(|(question, allowed)| CentralAnswer { question, allowed }).collect())
+        fn value(&self) -> bool {
+            self.allowed
+        }
+        fn from_pair(question: String, allowed: bool) -> Self {
+            CentralAnswer { question, allowed }
         }
     }
 
-    pub mod objects {
-        use super::*;
-
-        pub fn serialize<S: Serializer>(objects: &[ObjectChanges], serializer: S) -> Result<S::Ok, S::Error> {
-            serializer.collect_map(objects.iter().map(|entry| (&entry.object, entry.noticed)))
+    impl Entry for ObjectChanges {
+        type Value = i64;
+        fn key(&self) -> &str {
+            &self.object
         }
-
-        pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<ObjectChanges>, D::Error> {
-            let map = BTreeMap::<String, i64>::deserialize(deserializer)?;
-            Ok(map.into_iter().map(|(object, noticed)| ObjectChanges { object, noticed }).collect())
+        fn value(&self) -> i64 {
+            self.noticed
         }
+        fn from_pair(object: String, noticed: i64) -> Self {
+            ObjectChanges { object, noticed }
+        }
+    }
+
+    pub fn serialize<S: Serializer, E: Entry>(entries: &[E], serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(entries.iter().map(|entry| (entry.key(), entry.value())))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>, E: Entry>(deserializer: D) -> Result<Vec<E>, D::Error> {
+        let map = BTreeMap::<String, E::Value>::deserialize(deserializer)?;
+        Ok(map.into_iter().map(|(key, value)| E::from_pair(key, value)).collect())
     }
 }
 

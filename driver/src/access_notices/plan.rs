@@ -171,7 +171,9 @@ pub fn next_status(
     book: &AnswerBook,
 ) -> Option<NodeNotices> {
     let raise = |before: Option<i64>| before.map_or(now, |before| now.max(before.saturating_add(1)));
-    let questions: Vec<&String> = spec.questions.iter().take(MAX_QUESTIONS).collect();
+    // In key order and once each, as the status's map holds them when read back: a status read
+    // from the apiserver then equals the one that was written.
+    let questions: BTreeSet<&String> = spec.questions.iter().take(MAX_QUESTIONS).collect();
     // Each listed question looked at once: the namespaces one of whose questions is not current.
     let mut stale: std::collections::HashSet<String> = std::collections::HashSet::new();
     for key in &questions {
@@ -448,5 +450,26 @@ mod tests {
         book.record(&question(ca), true);
         let every = next_status(&node, &answered, &notices(&[], true), 40, &book).unwrap();
         assert!(!every.every_namespace_answered, "team-b's question was not asked since the change");
+    }
+
+    #[test]
+    fn a_status_read_back_from_its_map_needs_no_second_write() {
+        let (db, ca) = ("team-a/web/sharedsecrets/db", "team-a/web/sharedconfigmaps/ca");
+        // Listed out of key order, one twice: the map on the wire holds each once, sorted.
+        let node = SharedResourceNodeSpec {
+            namespaces: vec!["team-a".into()],
+            questions: vec![db.into(), ca.into(), db.into()],
+            ..SharedResourceNodeSpec::default()
+        };
+        let mut book = AnswerBook::default();
+        book.begin_round();
+        for key in [db, ca] {
+            book.record(&AccessQuestion::parse(key).unwrap(), true);
+        }
+        let written = next_status(&node, &NodeNotices::default(), &Notices::default(), 10, &book).unwrap();
+        assert_eq!(written.answers.iter().map(|a| a.question.as_str()).collect::<Vec<_>>(), [ca, db]);
+        let read_back: NodeNotices = serde_json::from_value(serde_json::to_value(&written).unwrap()).unwrap();
+        assert_eq!(read_back, written);
+        assert_eq!(next_status(&node, &read_back, &Notices::default(), 20, &book), None);
     }
 }

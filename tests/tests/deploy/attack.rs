@@ -192,42 +192,22 @@ async fn victim_served(
     waits.push(victim_sees(node, "", seen, &format!("a revocation {when} the attack")).await?);
     workload::grant(admin).await?;
     waits.push(victim_sees(node, &content, seen, &format!("its grant back {when} the attack")).await?);
-    let (restarts, oom) = driver_restarts(admin).await?;
-    if restarts != restarts_before || oom {
+    let (restarts_now, oom) = restarts(admin, crate::DRIVER_LABEL).await?;
+    if restarts_now != restarts_before || oom {
         return Err(format!(
-            "the driver restarted {when} the attack ({restarts_before} → {restarts}, OOM killed: {oom})"
+            "the driver restarted {when} the attack ({restarts_before} → {restarts_now}, OOM killed: {oom})"
         ));
     }
     Ok(waits)
 }
 
-/// The driver pod's (restart count, whether its last end was an OOM kill).
-async fn driver_restarts(admin: &kube::Client) -> Result<(i32, bool), String> {
+/// Restarts of the pods labelled `labels` in the driver's namespace (the DaemonSet's one on this
+/// node, or the read-grants controller's replicas), summed, and whether any last ended OOM killed.
+async fn restarts(admin: &kube::Client, labels: &str) -> Result<(i32, bool), String> {
     let pods = Api::<Pod>::namespaced(admin.clone(), crate::DRIVER_NAMESPACE)
-        .list(&ListParams::default().labels(crate::DRIVER_LABEL))
+        .list(&ListParams::default().labels(labels))
         .await
-        .map_err(|e| format!("listing the driver's pods: {e}"))?;
-    let pod = pods.items.iter().find(|p| p.metadata.deletion_timestamp.is_none()).ok_or("no driver pod")?;
-    let status = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_ref())
-        .and_then(|s| s.first())
-        .ok_or("no container status")?;
-    let oom = status
-        .last_state
-        .as_ref()
-        .and_then(|s| s.terminated.as_ref())
-        .is_some_and(|t| t.reason.as_deref() == Some("OOMKilled"));
-    Ok((status.restart_count, oom))
-}
-
-/// The read-grants controller's restarts, over its pods, and whether any last ended OOM killed.
-async fn read_grants_restarts(admin: &kube::Client) -> Result<(i32, bool), String> {
-    let pods = Api::<Pod>::namespaced(admin.clone(), crate::DRIVER_NAMESPACE)
-        .list(&ListParams::default().labels(crate::READ_GRANTS_LABEL))
-        .await
-        .map_err(|e| format!("listing the read-grants controller's pods: {e}"))?;
+        .map_err(|e| format!("listing the pods {labels}: {e}"))?;
     let statuses: Vec<_> = pods
         .items
         .iter()
@@ -235,7 +215,7 @@ async fn read_grants_restarts(admin: &kube::Client) -> Result<(i32, bool), Strin
         .filter_map(|p| p.status.as_ref()?.container_statuses.as_ref()?.first().cloned())
         .collect();
     if statuses.is_empty() {
-        return Err("no read-grants controller pod with a container status".into());
+        return Err(format!("no pod {labels} with a container status"));
     }
     let oom = statuses.iter().any(|status| {
         status
@@ -423,8 +403,8 @@ pub async fn tenants_cannot_take_the_node(
     node: &Node,
     seen: &mut usize,
 ) -> Result<AttackReport, String> {
-    let (restarts_before, _) = driver_restarts(admin).await?;
-    let (grants_restarts_before, _) = read_grants_restarts(admin).await?;
+    let (restarts_before, _) = restarts(admin, crate::DRIVER_LABEL).await?;
+    let (grants_restarts_before, _) = restarts(admin, crate::READ_GRANTS_LABEL).await?;
     let tenant = attacker_client(admin, cluster, ATTACKER).await?;
     let second = attacker_client(admin, cluster, SECOND_ATTACKER).await?;
     let projections = flood_projection(&tenant, ATTACKER).await?;
@@ -493,7 +473,7 @@ pub async fn tenants_cannot_take_the_node(
     if !naming.is_empty() {
         return Err(format!("the rollout record tells an ungranted tenant of the share: {naming:?}"));
     }
-    let (grants_restarts, oom) = read_grants_restarts(admin).await?;
+    let (grants_restarts, oom) = restarts(admin, crate::READ_GRANTS_LABEL).await?;
     if grants_restarts != grants_restarts_before {
         return Err(format!(
             "the read-grants controller restarted under the attacker's labelled workloads \
