@@ -27,7 +27,8 @@ use crate::health::{self, Health};
 use crate::metrics::Metrics;
 use crate::unpoisoned::UnpoisonedMutex;
 use crate::volume::handover::offer::Offer;
-use crate::volume::handover::take::{self, TakenVolume};
+use crate::volume::handover::take::{self, TakenNode, TakenVolume};
+use crate::volume::handover::{ListeningSocket, take_socket};
 use crate::volume::lock::{LockError, StateLock};
 use crate::volume::mounter::Mounter;
 use crate::volume::pod_events::PodEvents;
@@ -130,8 +131,9 @@ impl Plugin {
     /// What must be this process's alone on the node, taken before anything is read or served:
     /// the state directory's lock, the CSI socket and (when registering) the registration
     /// socket. When another driver holds the lock and offers a handover, its lazy volumes are
-    /// taken first (returned), then the lock it lets go of, and its sockets are replaced in
-    /// place; a driver that offers none keeps the node, and this one stops.
+    /// taken first (returned), then the lock it lets go of, and its sockets are accepted on
+    /// (or, from a driver that cannot hand them, replaced in place); a driver that offers none
+    /// keeps the node, and this one stops.
     async fn claim_node(&self) -> Result<ClaimedNode> {
         let registration_path = self.config.registry_dir.join(format!("{DRIVER_NAME}-reg.sock"));
         let registration_path = self.register.then_some(registration_path.as_path());
@@ -147,8 +149,9 @@ impl Plugin {
 
     /// The node, from the driver holding its lock (`held` says who): this driver's sockets are
     /// bound beside the holder's first (what fails there fails before anything is taken), then
-    /// its lazy volumes are asked for, then the lock it lets go of is taken and the sockets are
-    /// put in place of its own. A holder that offers no handover keeps the node.
+    /// its lazy volumes and listening sockets are asked for, then the lock it lets go of is
+    /// taken; each socket it handed is accepted on as it is, and the others are put in place of
+    /// its own. A holder that offers no handover keeps the node.
     async fn take_node_over(&self, held: String, registration_path: Option<&std::path::Path>) -> Result<ClaimedNode> {
         let csi_beside = socket::bind_beside(&self.csi_socket)?;
         let registration_beside = registration_path.map(socket::bind_beside).transpose()?;
@@ -165,12 +168,28 @@ impl Plugin {
         })
         .await
         .map_err(|error| RunError::Handover(format!("the handover's task: {error}")))?;
-        let Some((lock, taken)) = asked? else {
+        let Some((lock, TakenNode { volumes: taken, mut sockets })) = asked? else {
             return Err(LockError::Held(format!("{held} (it offers no handover)")).into());
         };
-        info!(volumes = taken.len(), "took over the running driver's lazy volumes and the node");
-        let csi_socket = csi_beside.put_in_place()?;
-        let registration_socket = registration_beside.map(socket::Beside::put_in_place).transpose()?;
+        info!(
+            volumes = taken.len(),
+            sockets = sockets.len(),
+            "took over the running driver's lazy volumes, sockets and the node"
+        );
+        let (csi_socket, _) = in_place(csi_beside, &self.csi_socket, &mut sockets)?;
+        let registration_socket = match (registration_beside, registration_path) {
+            (Some(beside), Some(path)) => {
+                let (socket, inherited) = in_place(beside, path, &mut sockets)?;
+                if inherited {
+                    // kubelet registered this very socket and sees no change: it sends no new
+                    // registration notice, and the one it sent the predecessor stands.
+                    info!("kubelet's registration of the driver stands: its socket was handed over");
+                    self.registered.send_replace(true);
+                }
+                Some(socket)
+            }
+            _ => None,
+        };
         Ok(ClaimedNode { lock, csi_socket, registration_socket, taken })
     }
 
@@ -208,6 +227,14 @@ impl Plugin {
             .add_service(NodeServer::new(NodeGrpc::new(node.clone())));
         let mut sockets_kept = vec![csi_socket.keeper()];
         sockets_kept.extend(registration_socket.as_ref().map(|socket| socket.keeper()));
+        // What a successor accepts on after a handover: copies of the listening sockets.
+        let mut handed_sockets = Vec::new();
+        for bound in std::iter::once(&csi_socket).chain(registration_socket.as_ref()) {
+            match bound.listener_copy() {
+                Ok(listener) => handed_sockets.push(ListeningSocket { path: bound.path().to_path_buf(), listener }),
+                Err(error) => warn!(problem = %crate::quote::Logged(&error), "a successor will replace this socket"),
+            }
+        }
 
         // `stop_node` ends what serves the node (the sockets, the refresher): at shutdown, or
         // once a successor took the volumes; `stop` ends everything (the health port too).
@@ -264,7 +291,7 @@ impl Plugin {
                 return;
             };
             tokio::select! {
-                offered = offer.serve(node.clone(), let_go) => {
+                offered = offer.serve(node.clone(), handed_sockets, let_go) => {
                     if let Err(error) = offered {
                         warn!(problem = %crate::quote::Logged(&error), "no handover can be offered");
                     }
@@ -294,6 +321,23 @@ impl Plugin {
             }
         }
     }
+}
+
+/// The socket for `path`: the one the predecessor handed over (taken out of `handed`; `true`
+/// returned with it), or, when none was or it is unusable, `beside` put in place of its own.
+fn in_place(
+    beside: socket::Beside,
+    path: &std::path::Path,
+    handed: &mut Vec<ListeningSocket>,
+) -> Result<(socket::BoundSocket, bool)> {
+    if let Some(handed) = take_socket(handed, path) {
+        match socket::inherit(handed.listener, path) {
+            // Dropping `beside` removes its temporary file.
+            Ok(inherited) => return Ok((inherited, true)),
+            Err(error) => warn!(problem = %crate::quote::Logged(&error), "a handed socket is replaced instead"),
+        }
+    }
+    Ok((beside.put_in_place()?, false))
 }
 
 /// What [`Plugin::claim_node`] took.

@@ -239,20 +239,23 @@ fn a_second_instance_takes_the_node_over_and_the_first_waits_for_its_sigterm() {
     let first_socket = identity(&socket).expect("the first driver's socket");
 
     // Same configuration, as a DaemonSet's rolling update starts it: it asks the first for a
-    // handover (no lazy volume to take) and serves the node in its place.
+    // handover (no lazy volume to take) and serves the node in its place, accepting on the
+    // very socket the first listened on (its file untouched). The lock file names its holder.
     let mut second = Driver::start(dir.path(), "");
+    let lock = dir.path().join("state/driver.lock");
     let deadline = Instant::now() + Duration::from_secs(60);
-    while identity(&socket) == Some(first_socket) {
+    while std::fs::read_to_string(&lock).unwrap_or_default().trim() != second.child.id().to_string() {
         assert!(second.child.try_wait().unwrap().is_none(), "the second driver exited");
-        assert!(Instant::now() < deadline, "the second driver never took the socket's path");
+        assert!(Instant::now() < deadline, "the second driver never took the node");
         std::thread::sleep(Duration::from_millis(10));
     }
+    assert_eq!(identity(&socket), Some(first_socket), "the socket's file is the one the first bound");
     assert_eq!(probe(&socket), Some(true), "the second driver serves");
     let mut first = first;
     assert!(first.child.try_wait().unwrap().is_none(), "the first driver waits for its SIGTERM");
     first.signal(Signal::SIGTERM);
     assert_eq!(first.wait(Duration::from_secs(15)).0, Some(0));
-    assert!(identity(&socket).is_some_and(|now| now != first_socket), "the second driver's socket stays");
+    assert_eq!(identity(&socket), Some(first_socket), "the socket the second accepts on stays");
     assert_eq!(probe(&socket), Some(true), "and answers");
     let offer = dir.path().join("state/handover.sock");
     assert!(

@@ -1,10 +1,13 @@
 //! Serving gRPC on unix sockets. A socket left by a dead process is replaced, but one a live
 //! process still answers on is not (a second instance refuses to start instead of stealing it),
 //! and another kind of file is never touched. The socket is made 0660, and removed on exit only
-//! while it is still the one this process bound.
+//! while it is still the one this process bound. A successor in a handover accepts on the very
+//! socket its predecessor listened on ([`inherit`]), or (from a predecessor that cannot hand it)
+//! binds one beside it, under a name kubelet's plugin watcher ignores, and renames it in place.
 
 use std::fs;
 use std::future::Future;
+use std::os::fd::{AsFd as _, OwnedFd};
 use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -44,10 +47,59 @@ pub struct BoundSocket {
 
 impl BoundSocket {
     /// What, once set, leaves the socket file in place when this socket stops being served
-    /// (a successor that took a handover replaces it: kubelet never sees it go).
+    /// (a successor that took a handover accepts on it, or replaces it: kubelet never sees it go).
     pub fn keeper(&self) -> Arc<AtomicBool> {
         self.kept.clone()
     }
+
+    /// The socket file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A second descriptor of the listening socket, for a successor to accept on (a handover).
+    /// Taken before the socket is served.
+    pub fn listener_copy(&self) -> Result<OwnedFd> {
+        let listener = self
+            .listener
+            .as_ref()
+            .ok_or_else(|| RunError::Fault(format!("{} is served already", quote_path(&self.path))))?;
+        listener
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(|e| RunError::step(format!("copying the descriptor of {}", quote_path(&self.path)), e))
+    }
+}
+
+/// The socket a predecessor listened on at `path`, handed over as `listener`: accepted on as it
+/// is, its file untouched (kubelet's plugin watcher sees nothing change). Refused, naming why,
+/// unless it is a listening unix stream socket bound at `path` and the file there is a socket.
+pub fn inherit(listener: OwnedFd, path: &Path) -> Result<BoundSocket> {
+    use rustix::net::{AddressFamily, SocketType, sockopt};
+    let refused = |why: String| RunError::Handover(format!("the socket handed over for {}: {why}", quote_path(path)));
+    let family = sockopt::socket_domain(&listener).map_err(|e| refused(format!("reading its family: {e}")))?;
+    let kind = sockopt::socket_type(&listener).map_err(|e| refused(format!("reading its type: {e}")))?;
+    let listening = sockopt::socket_acceptconn(&listener).map_err(|e| refused(format!("reading its state: {e}")))?;
+    if family != AddressFamily::UNIX || kind != SocketType::STREAM || !listening {
+        return Err(refused("it is not a listening unix stream socket".into()));
+    }
+    let listener = std::os::unix::net::UnixListener::from(listener);
+    let address = listener.local_addr().map_err(|e| refused(format!("reading its address: {e}")))?;
+    if address.as_pathname() != Some(path) {
+        return Err(refused("it is bound at another path".into()));
+    }
+    let metadata = fs::symlink_metadata(path).map_err(|e| refused(format!("inspecting its file: {e}")))?;
+    if !metadata.file_type().is_socket() {
+        return Err(refused("its file is not a socket".into()));
+    }
+    listener.set_nonblocking(true).map_err(|e| refused(format!("making it non-blocking: {e}")))?;
+    let listener = UnixListener::from_std(listener).map_err(|e| refused(format!("accepting on it: {e}")))?;
+    Ok(BoundSocket {
+        listener: Some(listener),
+        path: path.to_path_buf(),
+        identity: (metadata.dev(), metadata.ino()),
+        kept: Arc::default(),
+    })
 }
 
 impl Drop for BoundSocket {
@@ -105,9 +157,10 @@ pub struct Beside {
 }
 
 /// Binds a socket beside `path`, under a name no longer than its own (a socket's path is
-/// bounded, 108 bytes, and one that fits must not be refused for a longer temporary name), made
-/// 0660 before it takes the path (kubelet may connect at once). Any other kind of file at
-/// `path` is an error naming it.
+/// bounded, 108 bytes, and one that fits must not be refused for a longer temporary name) that
+/// starts with `.` (kubelet's plugin watcher skips such names: it never dials the temporary
+/// socket as a second driver), made 0660 before it takes the path (kubelet may connect at once).
+/// Any other kind of file at `path` is an error naming it.
 pub fn bind_beside(path: &Path) -> Result<Beside> {
     if fs::symlink_metadata(path).is_ok_and(|metadata| !metadata.file_type().is_socket()) {
         return Err(RunError::Taken(format!(
@@ -117,7 +170,7 @@ pub fn bind_beside(path: &Path) -> Result<Beside> {
     }
     let name = path.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
     let shortened: String = name.chars().take(name.chars().count().saturating_sub(1)).collect();
-    let beside = path.with_file_name(format!("~{shortened}"));
+    let beside = path.with_file_name(format!(".{shortened}"));
     // Only a socket there is one a successor left (killed before it put it in place).
     if let Ok(metadata) = fs::symlink_metadata(&beside) {
         if !metadata.file_type().is_socket() {
@@ -142,7 +195,8 @@ pub fn bind_beside(path: &Path) -> Result<Beside> {
 
 impl Beside {
     /// Renames the socket over its path, so the path never lacks a socket (kubelet's plugin
-    /// watcher sees no removal of the registration socket).
+    /// watcher sees no removal of the registration socket, but a new one: it deregisters the
+    /// driver and registers it again, which a handed socket avoids).
     pub fn put_in_place(mut self) -> Result<BoundSocket> {
         let Some(listener) = self.listener.take() else {
             return Err(RunError::Fault(format!("{} was put in place already", quote_path(&self.path))));
@@ -298,7 +352,7 @@ mod tests {
         assert!(bind_in_place_of(&file).is_err());
         assert_eq!(fs::read_to_string(&file).unwrap(), "keep me");
         // A file of someone else's where the socket would be bound beside: left alone.
-        let other = dir.path().join("~csi.soc");
+        let other = dir.path().join(".csi.soc");
         fs::write(&other, "theirs").unwrap();
         assert!(bind_beside(&dir.path().join("csi.sock")).is_err());
         assert_eq!(fs::read_to_string(&other).unwrap(), "theirs");

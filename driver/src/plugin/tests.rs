@@ -1,8 +1,11 @@
 //! Two drivers on one node, as a DaemonSet's rolling update with `maxSurge: 1` runs them: the
-//! second finds the first holding the node and takes its lazy volumes over a real socket (real
-//! FUSE mounts, real descriptors passed, the real CSI socket replaced in place), while a
-//! container reads its secret in a loop and keeps a file open; or, unable to serve them, it
-//! refuses and stops, and the first serves on as before.
+//! second finds the first holding the node and takes its lazy volumes and its listening sockets
+//! over a real socket (real FUSE mounts, real descriptors passed, the CSI and registration
+//! sockets' files never changed), while a container reads its secret in a loop and keeps a
+//! file open; or, unable to serve them, it refuses and stops, and the first serves on as before.
+//! Either version of the handover meets the other: a version-1 successor (its bytes as that
+//! version wrote them) is handed no socket, and a successor meeting a version-1 predecessor
+//! asks again in version 1 and replaces the sockets in place.
 
 use std::collections::BTreeMap;
 use std::os::fd::AsFd as _;
@@ -29,6 +32,8 @@ const HOUR: Duration = Duration::from_secs(3600);
 struct RunningDriver {
     stop: tokio::sync::oneshot::Sender<()>,
     thread: std::thread::JoinHandle<std::result::Result<(), String>>,
+    /// Whether it holds kubelet's registration (told by kubelet, or handed over).
+    registered: watch::Receiver<bool>,
 }
 
 impl RunningDriver {
@@ -46,6 +51,9 @@ impl RunningDriver {
     ) -> RunningDriver {
         let mut plugin = Plugin::in_directory(root, root.join("csi.sock"));
         plugin.config.health_address = health;
+        // Its registration socket too, as on a node (nobody dials it here).
+        plugin.register = true;
+        let registered = plugin.registered.subscribe();
         // Every volume a lazy volume of provider `vault-cli`, when this driver has it.
         plugin.content = Arc::new(LazyOnlySource {
             providers: ExecProviders::new(providers.iter().cloned().collect::<BTreeMap<_, _>>(), 4),
@@ -61,7 +69,7 @@ impl RunningDriver {
                 }))
                 .map_err(|error| error.to_string())
         });
-        RunningDriver { stop, thread }
+        RunningDriver { stop, thread, registered }
     }
 
     /// Stops it (its SIGTERM): how its run ended.
@@ -74,6 +82,20 @@ impl RunningDriver {
 /// The identity of the file at `path`, once there is one.
 fn identity(path: &Path) -> Option<(u64, u64)> {
     std::fs::symlink_metadata(path).ok().map(|metadata| (metadata.dev(), metadata.ino()))
+}
+
+/// The registration socket's path on the node under `root`.
+fn registration(root: &Path) -> PathBuf {
+    root.join("registry").join(format!("{DRIVER_NAME}-reg.sock"))
+}
+
+/// The files under `root`'s socket directories whose names start with `.` (a temporary socket).
+fn hidden_sockets(root: &Path) -> Vec<PathBuf> {
+    [root.to_path_buf(), root.join("registry")]
+        .iter()
+        .flat_map(|dir| std::fs::read_dir(dir).unwrap().map(|entry| entry.unwrap().path()))
+        .filter(|path| path.file_name().is_some_and(|name| name.to_string_lossy().starts_with('.')))
+        .collect()
 }
 
 /// Waits (a minute at most) for `done`.
@@ -167,6 +189,11 @@ fn serving() -> Serving {
     Serving { dir, helper, providers, runtime, kubelet, first, reader, first_socket }
 }
 
+/// The offer socket's path on the node under `root`.
+fn offer(root: &Path) -> PathBuf {
+    root.join("state").join(crate::volume::handover::offer::SOCKET_FILE)
+}
+
 /// The records in the node's state directory.
 fn records(root: &Path) -> usize {
     let entries = std::fs::read_dir(root.join("state")).unwrap();
@@ -177,6 +204,7 @@ fn records(root: &Path) -> usize {
 fn successors_take_the_lazy_volumes_over_rollout_after_rollout_while_a_container_reads_on() {
     let Serving { dir, helper, providers, runtime, kubelet, first, reader, first_socket } = serving();
     let root = dir.path();
+    let registration_socket = identity(&registration(root)).expect("the first driver's registration socket");
     // A handle the container keeps open across the handover.
     let held = std::fs::File::open(target(root).join("secrets/db-password")).unwrap();
     let mut first_read = String::new();
@@ -184,9 +212,17 @@ fn successors_take_the_lazy_volumes_over_rollout_after_rollout_while_a_container
     assert_eq!(first_read, "s3cret");
 
     let second = RunningDriver::start(root, &providers, runtime.handle());
-    wait_until("the successor's socket in place of the first's", || {
-        identity(&root.join("csi.sock")).is_some_and(|now| now != first_socket)
+    // The successor holds the node once it has the registration socket the first handed over.
+    wait_until("the successor to take the node", || {
+        assert!(!second.thread.is_finished(), "the successor stopped");
+        *second.registered.borrow()
     });
+    wait_until("the successor's offer", || identity(&offer(root)).is_some());
+    // It accepts on the very sockets the first listened on: kubelet's plugin watcher sees no
+    // file change (no new registration, no deregistration), and no temporary socket is left.
+    assert_eq!(identity(&root.join("csi.sock")), Some(first_socket), "the CSI socket's file is the first's");
+    assert_eq!(identity(&registration(root)), Some(registration_socket), "and the registration socket's");
+    assert_eq!(hidden_sockets(root), Vec::<PathBuf>::new(), "no temporary socket left");
     assert_eq!(kubelet.probe(), Some(true), "the successor serves the node's socket");
     reader.wait_for(reader.reads() + 20, "after the handover");
     assert!(!first.thread.is_finished(), "the first driver stays up, not ready, until it is stopped");
@@ -204,20 +240,20 @@ fn successors_take_the_lazy_volumes_over_rollout_after_rollout_while_a_container
     assert_eq!(again, b"s3cret");
     drop(held);
 
-    // Stopped, the first driver leaves the successor's socket where it is.
+    // Stopped, the first driver leaves the sockets the successor accepts on where they are.
     first.stop().unwrap();
-    let second_socket = identity(&root.join("csi.sock")).expect("the second driver's socket");
-    assert_ne!(second_socket, first_socket);
+    assert_eq!(identity(&root.join("csi.sock")), Some(first_socket));
+    assert_eq!(identity(&registration(root)), Some(registration_socket));
     assert_eq!(kubelet.probe(), Some(true), "the successor still serves");
 
     // The next rollout: the successor offers a handover in turn (the first left its offer
-    // alone), and a third driver takes the volume from it.
+    // alone), and a third driver takes the volume and the same sockets from it.
     let third = RunningDriver::start(root, &providers, runtime.handle());
-    wait_until("the third driver's socket in place of the second's", || {
-        identity(&root.join("csi.sock")).is_some_and(|now| now != second_socket)
-    });
+    wait_until("the third driver to take the node", || *third.registered.borrow());
+    assert_eq!(identity(&root.join("csi.sock")), Some(first_socket));
     reader.wait_for(reader.reads() + 20, "after the second handover");
     second.stop().unwrap();
+    assert_eq!(kubelet.probe(), Some(true), "the third driver serves");
     let reads = reader.stop().expect("no read failed across either handover");
     assert!(reads >= 60, "{reads} reads");
 
@@ -225,7 +261,8 @@ fn successors_take_the_lazy_volumes_over_rollout_after_rollout_while_a_container
     kubelet.unpublish(root).unwrap();
     assert!(!listed_in_mountinfo(&target(root)).unwrap(), "unmounted by the last driver");
     third.stop().unwrap();
-    assert!(!root.join("csi.sock").exists(), "the last driver removes its own socket on exit");
+    assert!(!root.join("csi.sock").exists(), "the last driver removes the socket it served on exit");
+    assert!(!registration(root).exists(), "and the registration socket");
     assert_eq!(records(root), 0, "no record left");
 }
 
@@ -273,4 +310,112 @@ fn a_successor_that_cannot_start_stops_before_it_takes_anything() {
     reader.stop().expect("no read failed");
     kubelet.unpublish(root).unwrap();
     first.stop().unwrap();
+}
+
+/// Reads the next 8 bytes from `socket`.
+fn word_from(mut socket: &std::os::unix::net::UnixStream) -> [u8; 8] {
+    let mut word = [0u8; 8];
+    std::io::Read::read_exact(&mut socket, &mut word).unwrap();
+    word
+}
+
+fn say_raw(mut socket: &std::os::unix::net::UnixStream, bytes: &[u8]) {
+    std::io::Write::write_all(&mut socket, bytes).unwrap();
+}
+
+#[test]
+fn a_version_1_successor_is_handed_the_node_without_a_socket() {
+    assert!(nix::unistd::geteuid().is_root(), "mounting needs root: run the test command as root");
+    let dir = crate::mounted_dir::MountedDir::new();
+    let root = dir.path();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let first = RunningDriver::start(root, &[], runtime.handle());
+    wait_until("the driver's offer", || identity(&offer(root)).is_some());
+    let kubelet = Kubelet::new(root);
+    assert_eq!(kubelet.probe(), Some(true), "the positive control: the driver serves its socket");
+    let csi_socket = identity(&root.join("csi.sock")).unwrap();
+
+    // What a driver of version 1 sends and expects, byte for byte.
+    let asking = std::os::unix::net::UnixStream::connect(offer(root)).unwrap();
+    asking.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    say_raw(&asking, b"IGH1ASK_");
+    assert_eq!(&word_from(&asking), b"IGH1PROV");
+    let mut challenge = [0u8; 32];
+    std::io::Read::read_exact(&mut &asking, &mut challenge).unwrap();
+    let proof = root.join("state").join(format!(".handover-proof-{}", std::str::from_utf8(&challenge).unwrap()));
+    std::fs::write(&proof, b"").unwrap();
+    say_raw(&asking, b"IGH1PRVD");
+    // No volume, and no socket: the end comes first (a socket's frame would read IGH2SOCK).
+    assert_eq!(word_from(&asking), [0u8; 8], "a version-1 successor is sent the end, nothing else");
+    say_raw(&asking, b"IGH1TAKE");
+    assert_eq!(&word_from(&asking), b"IGH1GONE");
+
+    // The first let go: it accepts no more, and leaves the socket's file for the successor to
+    // replace in place.
+    wait_until("the first driver to stop accepting", || {
+        std::os::unix::net::UnixStream::connect(root.join("csi.sock")).is_err()
+    });
+    assert_eq!(identity(&root.join("csi.sock")), Some(csi_socket), "the file is left for the successor");
+    first.stop().unwrap();
+    assert_eq!(identity(&root.join("csi.sock")), Some(csi_socket));
+}
+
+/// A driver of version 1 holding the node under `root`, written from that version's bytes: it
+/// closes the connection at a word it does not know; to `IGH1ASK_` it asks for a proof, hands
+/// no volume, and lets go once told the node is taken. Returns every first word it heard.
+fn version_1_predecessor(root: &Path) -> std::thread::JoinHandle<Vec<[u8; 8]>> {
+    let state = root.join("state");
+    std::fs::create_dir_all(root.join("registry")).unwrap();
+    let lock = StateLock::acquire(&state).unwrap();
+    let csi = std::os::unix::net::UnixListener::bind(root.join("csi.sock")).unwrap();
+    let reg = std::os::unix::net::UnixListener::bind(registration(root)).unwrap();
+    let listener = std::os::unix::net::UnixListener::bind(offer(root)).unwrap();
+    std::thread::spawn(move || {
+        let mut heard = Vec::new();
+        let mut lock = Some(lock);
+        for socket in listener.incoming() {
+            let socket = socket.unwrap();
+            let first = word_from(&socket);
+            heard.push(first);
+            if &first != b"IGH1ASK_" {
+                continue;
+            }
+            let challenge = "0123456789abcdef0123456789abcdef";
+            say_raw(&socket, format!("IGH1PROV{challenge}").as_bytes());
+            assert_eq!(&word_from(&socket), b"IGH1PRVD");
+            let proof = state.join(format!(".handover-proof-{challenge}"));
+            assert!(proof.is_file(), "the successor wrote its proof");
+            std::fs::remove_file(proof).unwrap();
+            say_raw(&socket, &[0u8; 8]);
+            assert_eq!(&word_from(&socket), b"IGH1TAKE");
+            drop((csi, reg, lock.take()));
+            say_raw(&socket, b"IGH1GONE");
+            break;
+        }
+        heard
+    })
+}
+
+#[test]
+fn a_successor_asks_a_version_1_predecessor_again_in_version_1_and_replaces_its_sockets() {
+    assert!(nix::unistd::geteuid().is_root(), "mounting needs root: run the test command as root");
+    let dir = crate::mounted_dir::MountedDir::new();
+    let root = dir.path();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let predecessor = version_1_predecessor(root);
+    let (old_socket, old_registration) = (identity(&root.join("csi.sock")), identity(&registration(root)));
+    assert!(old_socket.is_some() && old_registration.is_some(), "the positive control: the old driver's sockets");
+
+    let successor = RunningDriver::start(root, &[], runtime.handle());
+    let heard = predecessor.join().unwrap();
+    assert_eq!(heard, [*b"IGH2ASK_", *b"IGH1ASK_"], "asked in version 2, then again in version 1");
+    wait_until("the successor's sockets in place of the old driver's", || {
+        identity(&root.join("csi.sock")).is_some_and(|now| Some(now) != old_socket)
+            && identity(&registration(root)).is_some_and(|now| Some(now) != old_registration)
+    });
+    assert_eq!(Kubelet::new(root).probe(), Some(true), "the successor serves");
+    assert_eq!(hidden_sockets(root), Vec::<PathBuf>::new(), "the temporary sockets were renamed in place");
+    assert!(!*successor.registered.borrow(), "a replaced registration socket waits for kubelet's notice");
+    successor.stop().unwrap();
+    assert!(!root.join("csi.sock").exists() && !registration(root).exists());
 }

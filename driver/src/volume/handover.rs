@@ -1,14 +1,32 @@
-//! The lazy volumes passed from one driver process to its successor over a unix socket. One
-//! frame per volume: an 8-byte little-endian length sent together with the volume's FUSE
-//! descriptor (SCM_RIGHTS: the kernel gives the receiver its own descriptor of the same
-//! connection), then that many bytes of JSON naming the volume and its state; a frame of length
-//! 0 with no descriptor ends the handover. One descriptor per frame keeps every message far
-//! below the kernel's limit on descriptors per message, however many volumes a node serves.
+//! The node passed from one driver process to its successor over a unix socket: its lazy
+//! volumes and (from protocol version 2) its listening sockets. One frame per volume: an 8-byte
+//! little-endian length sent together with the volume's FUSE descriptor (SCM_RIGHTS: the kernel
+//! gives the receiver its own descriptor of the same connection), then that many bytes of JSON
+//! naming the volume and its state; a frame of length 0 with no descriptor ends the handover.
+//! One descriptor per frame keeps every message far below the kernel's limit on descriptors per
+//! message, however many volumes a node serves.
+//!
+//! **Versions.** The successor's first word says which version it speaks; every word of version
+//! 1 is answered as version 1 answered it, so a driver of either version hands over to one of
+//! the other (an upgrade, and a rollback).
+//! - Version 1 (`IGH1ASK_`): the volumes only. The successor binds its own sockets and renames
+//!   them over the predecessor's, which kubelet's plugin watcher sees as a new plugin: it
+//!   deregisters the driver and registers it again (about a second without it in CSINode).
+//! - Version 2 (`IGH2ASK_`): after the volumes, each socket the predecessor listens on (the CSI
+//!   socket, kubelet's registration socket) travels as a frame `IGH2SOCK` carrying the
+//!   listening descriptor, then an 8-byte little-endian length and the socket's path. The
+//!   successor accepts on the very socket kubelet registered: no file changes, kubelet never
+//!   deregisters, and connections made while neither process accepts wait in its backlog.
+//!   A version-1 predecessor closes the connection at a word it does not know, before pausing
+//!   anything; the successor then asks again in version 1.
 
+use std::ffi::OsString;
 use std::io::{IoSlice, IoSliceMut, Read as _, Write as _};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::{OsStrExt as _, OsStringExt as _};
 use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
 
 use rustix::net::{
     RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags, SendAncillaryBuffer, SendAncillaryMessage,
@@ -43,14 +61,28 @@ pub struct HandedVolume {
     pub files: HandedFiles,
 }
 
+/// A listening socket as it travels: where its file is, and the listening descriptor.
+#[derive(Debug)]
+pub struct ListeningSocket {
+    /// The socket file's path (what kubelet dials).
+    pub path: PathBuf,
+    /// The listening socket itself.
+    pub listener: OwnedFd,
+}
+
+/// The longest path a unix socket may have (`sun_path`, its NUL excluded).
+pub const SOCKET_PATH_MAX: u64 = 107;
+
 /// What the two processes say besides the volumes, one 8-byte word each: the successor asks,
 /// the predecessor sends every volume and the end, the successor says it has taken them (or
 /// refuses them), and the predecessor, once it has let go of the node (its lock released, its
 /// sockets no longer served), says so.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Word {
-    /// "Hand me your lazy volumes."
+    /// "Hand me your lazy volumes." (version 1)
     Ask,
+    /// "Hand me your lazy volumes and your listening sockets." (version 2)
+    AskWithSockets,
     /// "I serve them from now on."
     Taken,
     /// "I cannot serve them: keep them."
@@ -61,8 +93,9 @@ pub enum Word {
     Proved,
 }
 
-const WORDS: [(Word, &[u8; 8]); 5] = [
+const WORDS: [(Word, &[u8; 8]); 6] = [
     (Word::Ask, b"IGH1ASK_"),
+    (Word::AskWithSockets, b"IGH2ASK_"),
     (Word::Taken, b"IGH1TAKE"),
     (Word::Refused, b"IGH1NOPE"),
     (Word::LetGo, b"IGH1GONE"),
@@ -74,6 +107,8 @@ const WORDS: [(Word, &[u8; 8]); 5] = [
 /// write the driver's state directory can answer it (a pod with that directory mounted
 /// read-only cannot), and the file's owner is checked too.
 pub const PROVE: &[u8; 8] = b"IGH1PROV";
+/// What starts a listening socket's frame (version 2), sent with its descriptor.
+pub const SOCKET: &[u8; 8] = b"IGH2SOCK";
 /// The proof file's name in the state directory, before the challenge's hex digits.
 pub const PROOF_PREFIX: &str = ".handover-proof-";
 /// How many hex digits a challenge holds (128 random bits).
@@ -88,6 +123,8 @@ pub enum Frame {
     End,
     /// The predecessor asks for the proof named by this challenge (hex digits) first.
     Prove(String),
+    /// A socket the predecessor listens on (version 2).
+    Socket(ListeningSocket),
 }
 
 /// Says `word`.
@@ -122,9 +159,22 @@ pub fn send(socket: &UnixStream, volume: &HandedVolume, device: BorrowedFd, boun
             json.len()
         )));
     }
-    send_header(socket, json.len() as u64, Some(device))?;
+    send_header(socket, (json.len() as u64).to_le_bytes(), Some(device))?;
     let mut writer = socket;
     writer.write_all(&json).map_err(|error| failed("sending a volume", error))
+}
+
+/// Sends the listening socket `listening` (version 2).
+pub fn send_socket(socket: &UnixStream, listening: &ListeningSocket) -> Result<()> {
+    let path = listening.path.as_os_str().as_bytes();
+    if path.len() as u64 > SOCKET_PATH_MAX {
+        return Err(failed("sending a socket", format!("its path is {} bytes, more than a socket's", path.len())));
+    }
+    send_header(socket, *SOCKET, Some(listening.listener.as_fd()))?;
+    let mut frame = (path.len() as u64).to_le_bytes().to_vec();
+    frame.extend_from_slice(path);
+    let mut writer = socket;
+    writer.write_all(&frame).map_err(|error| failed("sending a socket", error))
 }
 
 /// Asks the successor to prove it may write the state directory: the file named by `challenge`.
@@ -136,11 +186,11 @@ pub fn send_challenge(mut socket: &UnixStream, challenge: &str) -> Result<()> {
 
 /// Says that every volume was sent.
 pub fn send_end(socket: &UnixStream) -> Result<()> {
-    send_header(socket, 0, None)
+    send_header(socket, 0u64.to_le_bytes(), None)
 }
 
-fn send_header(socket: &UnixStream, length: u64, device: Option<BorrowedFd>) -> Result<()> {
-    let header = length.to_le_bytes();
+/// Sends a frame's first 8 bytes, with `device` alongside when given.
+fn send_header(socket: &UnixStream, header: [u8; 8], device: Option<BorrowedFd>) -> Result<()> {
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
     let mut control = SendAncillaryBuffer::new(&mut space);
     let devices = device.as_slice();
@@ -163,11 +213,12 @@ pub fn receive(socket: &UnixStream, bound: u64) -> Result<Option<(HandedVolume, 
         Frame::Volume(volume, device) => Ok(Some((*volume, device))),
         Frame::End => Ok(None),
         Frame::Prove(_) => Err(failed("receiving a frame", "a proof was asked for where a volume was expected")),
+        Frame::Socket(_) => Err(failed("receiving a frame", "a socket came where a volume was expected")),
     }
 }
 
-/// The next frame: a volume and its connection, the end, or (before any volume) a challenge.
-/// Errors as [`receive`].
+/// The next frame: a volume and its connection, a listening socket, the end, or (before any
+/// volume) a challenge. Errors as [`receive`].
 pub fn receive_frame(socket: &UnixStream, bound: u64) -> Result<Frame> {
     let mut header = [0u8; 8];
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
@@ -203,6 +254,9 @@ pub fn receive_frame(socket: &UnixStream, bound: u64) -> Result<Frame> {
             _ => Err(failed("receiving a challenge", "it is not lowercase hex digits")),
         };
     }
+    if header == *SOCKET {
+        return receive_socket(socket, devices).map(Frame::Socket);
+    }
     let length = u64::from_le_bytes(header);
     match (length, devices.len()) {
         (0, 0) => return Ok(Frame::End),
@@ -222,6 +276,33 @@ pub fn receive_frame(socket: &UnixStream, bound: u64) -> Result<Frame> {
         .pop()
         .map(|device| Frame::Volume(Box::new(volume), device))
         .ok_or_else(|| failed("receiving a frame", "its descriptor was lost"))
+}
+
+/// The rest of a listening socket's frame, whose start came with `devices`: its path.
+fn receive_socket(mut socket: &UnixStream, mut devices: Vec<OwnedFd>) -> Result<ListeningSocket> {
+    if devices.len() != 1 {
+        return Err(failed("receiving a socket", format!("it carried {} descriptors, not one", devices.len())));
+    }
+    let mut length = [0u8; 8];
+    socket.read_exact(&mut length).map_err(|error| failed("receiving a socket's path", error))?;
+    let length = u64::from_le_bytes(length);
+    if length == 0 || length > SOCKET_PATH_MAX {
+        return Err(failed("receiving a socket", format!("its path is {length} bytes, not 1 to {SOCKET_PATH_MAX}")));
+    }
+    let mut path = vec![0u8; length as usize];
+    socket.read_exact(&mut path).map_err(|error| failed("receiving a socket's path", error))?;
+    let path = PathBuf::from(OsString::from_vec(path));
+    if !path.is_absolute() {
+        return Err(failed("receiving a socket", "its path is not absolute"));
+    }
+    let listener = devices.pop().ok_or_else(|| failed("receiving a socket", "its descriptor was lost"))?;
+    Ok(ListeningSocket { path, listener })
+}
+
+/// The handed socket listening at `path`, taken out of `sockets`.
+pub fn take_socket(sockets: &mut Vec<ListeningSocket>, path: &Path) -> Option<ListeningSocket> {
+    let at = sockets.iter().position(|socket| socket.path == path)?;
+    Some(sockets.swap_remove(at))
 }
 
 pub mod offer;

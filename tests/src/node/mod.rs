@@ -301,6 +301,11 @@ impl Node {
         Ok(records)
     }
 
+    /// kubelet's log so far.
+    pub fn kubelet_log(&self) -> String {
+        self.kubelet.as_ref().map(ChildProcess::log_text).unwrap_or_default()
+    }
+
     /// The last lines of kubelet's, containerd's and the driver's logs, for failure messages.
     pub fn log_tails(&self) -> String {
         let mut tails = Vec::new();

@@ -2,9 +2,10 @@
 //! `stateDir/handover.sock` (root only: the directory is the driver's, and the socket is made
 //! 0600). A successor's request there stops this driver's publishes, unpublishes and refreshes
 //! (kubelet's retries reach the successor), pauses every lazy volume at a request boundary and
-//! sends it; once the successor says it has taken them, this driver lets go of the node (its
-//! lock released, its CSI sockets no longer served, their files left for the successor to
-//! replace) and says so. Short of that word, every volume is resumed and served on, as if
+//! sends it, then (to a successor speaking version 2) each socket it listens on; once the
+//! successor says it has taken them, this driver lets go of the node (its lock released, its
+//! CSI sockets no longer accepted on, their files left for the successor, which accepts on the
+//! same sockets, or replaces them in version 1) and says so. Short of that word, every volume is resumed and served on, as if
 //! nobody had asked.
 //!
 //! Who may ask: a peer of this process's own user (root), that proves it may write the state
@@ -22,7 +23,10 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 use super::take::STEP_TIMEOUT;
-use super::{CHALLENGE_DIGITS, HandedVolume, PROOF_PREFIX, Word, hear, say, send, send_challenge, send_end};
+use super::{
+    CHALLENGE_DIGITS, HandedVolume, ListeningSocket, PROOF_PREFIX, Word, hear, say, send, send_challenge, send_end,
+    send_socket,
+};
 use crate::quote::{Logged, quote_path};
 use crate::volume::error::{Error, Result};
 use crate::volume::service::NodeService;
@@ -98,11 +102,18 @@ impl Offer {
         Ok(Offer { listener, file, frame_bound: super::frame_bound(tmpfs_size) })
     }
 
-    /// Waits for a successor and hands `node`'s lazy volumes to the first whose handover
+    /// Waits for a successor and hands `node`'s lazy volumes (and, in version 2, the listening
+    /// `sockets`: copies of the descriptors this driver accepts on) to the first whose handover
     /// completes; a failed one is logged, and the next successor may ask. `let_go` runs once a
     /// successor has taken the volumes, before it is told the node is its: it releases what the
     /// successor takes next (the lock, the sockets). Returns after that.
-    pub async fn serve(self, node: Arc<NodeService>, let_go: impl FnOnce()) -> Result<()> {
+    pub async fn serve(
+        self,
+        node: Arc<NodeService>,
+        sockets: Vec<ListeningSocket>,
+        let_go: impl FnOnce(),
+    ) -> Result<()> {
+        let sockets = Arc::new(sockets);
         let Offer { listener, mut file, frame_bound } = self;
         let path = file.path.clone();
         listener
@@ -129,7 +140,7 @@ impl Offer {
             let state_dir = state_dir.clone();
             let handed = tokio::task::spawn_blocking(move || {
                 let socket = blocking(socket)?;
-                proved(&socket, &state_dir)?;
+                let request = proved(&socket, &state_dir)?;
                 if let Some(since) = last_paused.map(|at| at.elapsed()).filter(|since| *since < PAUSES_EVERY) {
                     let _ = say(&socket, Word::Refused);
                     return Err(Error::Handover(format!(
@@ -138,12 +149,12 @@ impl Offer {
                         PAUSES_EVERY.as_secs()
                     )));
                 }
-                Ok((socket, std::time::Instant::now()))
+                Ok((socket, request, std::time::Instant::now()))
             })
             .await
             .map_err(|error| Error::Handover(format!("the handover's task: {error}")))
             .and_then(|proved| proved);
-            let (socket, paused_at) = match handed {
+            let (socket, request, paused_at) = match handed {
                 Ok(proved) => proved,
                 Err(error) => {
                     warn!(problem = %Logged(&error), "a handover request was refused; no volume was paused");
@@ -152,11 +163,14 @@ impl Offer {
             };
             last_paused = Some(paused_at);
             let node = node.clone();
-            let handed =
-                tokio::task::spawn_blocking(move || hand_off(&socket, &node, frame_bound).map(|count| (socket, count)))
-                    .await
-                    .map_err(|error| Error::Handover(format!("the handover's task: {error}")))
-                    .and_then(|handed| handed);
+            // Only a successor that asked for them (version 2) knows what a socket's frame is.
+            let handed_sockets = if request == Word::AskWithSockets { sockets.clone() } else { Arc::default() };
+            let handed = tokio::task::spawn_blocking(move || {
+                hand_off(&socket, &node, &handed_sockets, frame_bound).map(|count| (socket, count))
+            })
+            .await
+            .map_err(|error| Error::Handover(format!("the handover's task: {error}")))
+            .and_then(|handed| handed);
             match handed {
                 Ok((socket, count)) => {
                     // Before the word: the successor opens its own offer at the same path once
@@ -202,20 +216,21 @@ fn same_user(socket: &tokio::net::UnixStream) -> Result<()> {
     Ok(())
 }
 
-/// Hears the successor's request and has it prove that it may write `state_dir`: it creates
-/// there, owned by this process's user, the file a fresh challenge names, which is then removed.
-/// Nothing is paused before; the proof must come within [`PROOF_WITHIN`].
-fn proved(socket: &std::os::unix::net::UnixStream, state_dir: &Path) -> Result<()> {
+/// Hears the successor's request (returned: an ask of either version) and has it prove that it
+/// may write `state_dir`: it creates there, owned by this process's user, the file a fresh
+/// challenge names, which is then removed. Nothing is paused before; the proof must come within
+/// [`PROOF_WITHIN`].
+fn proved(socket: &std::os::unix::net::UnixStream, state_dir: &Path) -> Result<Word> {
     let timeouts = |within: Duration| {
         socket
             .set_read_timeout(Some(within))
             .map_err(|error| Error::Handover(format!("setting the handover's timeout: {error}")))
     };
     timeouts(PROOF_WITHIN)?;
-    match hear(socket, "a successor's request")? {
-        Word::Ask => {}
+    let request = match hear(socket, "a successor's request")? {
+        request @ (Word::Ask | Word::AskWithSockets) => request,
         other => return Err(Error::Handover(format!("a successor said {other:?} instead of asking"))),
-    }
+    };
     let challenge = challenge()?;
     send_challenge(socket, &challenge)?;
     let word = hear(socket, "the successor's proof");
@@ -236,7 +251,8 @@ fn proved(socket: &std::os::unix::net::UnixStream, state_dir: &Path) -> Result<(
             ));
         }
     }
-    timeouts(STEP_TIMEOUT)
+    timeouts(STEP_TIMEOUT)?;
+    Ok(request)
 }
 
 /// A fresh challenge: 128 bits from the kernel's random source, as lowercase hex.
@@ -250,8 +266,13 @@ fn challenge() -> Result<String> {
 }
 
 /// One successor's handover, once it has asked and proved itself: every lazy volume paused and
-/// sent, until its word that it has taken them; how many were handed.
-fn hand_off(socket: &std::os::unix::net::UnixStream, node: &NodeService, frame_bound: u64) -> Result<usize> {
+/// sent, then `sockets`, until its word that it has taken them; how many volumes were handed.
+fn hand_off(
+    socket: &std::os::unix::net::UnixStream,
+    node: &NodeService,
+    sockets: &[ListeningSocket],
+    frame_bound: u64,
+) -> Result<usize> {
     let mut count = 0;
     node.hand_over_lazy(|mounts| {
         let sent = (|| {
@@ -260,6 +281,9 @@ fn hand_off(socket: &std::os::unix::net::UnixStream, node: &NodeService, frame_b
                 let volume = HandedVolume { volume_id: volume_id.clone(), mount: state, files: mount.files().handed() };
                 send(socket, &volume, device.as_fd(), frame_bound)?;
                 count += 1;
+            }
+            for listening in sockets {
+                send_socket(socket, listening)?;
             }
             send_end(socket)?;
             match hear(socket, "the successor to take the volumes")? {
@@ -297,7 +321,7 @@ mod tests {
             assert_eq!(challenge.len(), CHALLENGE_DIGITS);
             asker(&asking, &state_dir, challenge);
         });
-        let result = proved(&offer, dir.path());
+        let result = proved(&offer, dir.path()).map(drop);
         successor.join().unwrap();
         (result, dir)
     }

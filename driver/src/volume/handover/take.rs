@@ -1,5 +1,6 @@
 //! The successor's side of a handover: a driver that finds the state directory's lock held asks
-//! the holder, on its offer socket, for its lazy volumes; lays each one's files out again from
+//! the holder, on its offer socket, for its lazy volumes and its listening sockets (in version
+//! 2, then in version 1 if the holder does not know it); lays each volume's files out again from
 //! what travelled (no helper runs); says it has taken them only once every one could be laid
 //! out (otherwise it refuses, and the predecessor resumes them all); and waits for the
 //! predecessor to let go of the node before it takes the lock.
@@ -10,10 +11,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tracing::warn;
+use tracing::{info, warn};
 
 use super::offer::SOCKET_FILE;
-use super::{Frame, HandedVolume, PROOF_PREFIX, Word, hear, receive_frame, say};
+use super::{Frame, HandedVolume, ListeningSocket, PROOF_PREFIX, Word, hear, receive_frame, say};
 use crate::content::ContentSource;
 use crate::content::lazy::LazyFiles;
 use crate::quote::{Logged, quote, quote_path};
@@ -36,6 +37,25 @@ pub struct TakenVolume {
     pub files: Arc<dyn LazyFiles>,
     /// This process's descriptor of its FUSE connection.
     pub device: OwnedFd,
+}
+
+/// What a successor took from its predecessor.
+pub struct TakenNode {
+    /// The lazy volumes.
+    pub volumes: Vec<TakenVolume>,
+    /// The sockets the predecessor listened on (none from a version-1 predecessor).
+    pub sockets: Vec<ListeningSocket>,
+}
+
+/// How one request for the node ended, short of an error.
+enum Asked {
+    /// Nobody offers a handover.
+    NoOffer,
+    /// The holder closed the connection at the request's first word, before anything else: it
+    /// does not speak that version.
+    NotUnderstood,
+    /// The node was taken.
+    Taken(TakenNode),
 }
 
 /// Writes the proof `challenge` names into `state_dir` (new, 0600): only a process that may write
@@ -62,17 +82,37 @@ fn remove_proofs(state_dir: &Path) {
     }
 }
 
-/// Asks the driver holding `state_dir` for its lazy volumes, laying their files out with
-/// `content`. `None` when it offers none (no offer socket, or nobody answers on it: a driver
-/// from before handovers); the volumes once this process has said it took them (the lock is
-/// then to be taken as the predecessor lets go of it); an error when the handover failed
-/// before that (the predecessor then keeps serving everything).
-pub fn ask(state_dir: &Path, content: &dyn ContentSource, tmpfs_size: u64) -> Result<Option<Vec<TakenVolume>>> {
+/// Asks the driver holding `state_dir` for its lazy volumes and listening sockets, laying the
+/// volumes' files out with `content`: in version 2, and again in version 1 when the holder closed
+/// the connection at that word (a driver from before version 2; it paused nothing). `None` when
+/// it offers none (no offer socket, or nobody answers on it: a driver from before handovers);
+/// what was taken once this process has said it took it (the lock is then to be taken as the
+/// predecessor lets go of it); an error when the handover failed before that (the predecessor
+/// then keeps serving everything).
+pub fn ask(state_dir: &Path, content: &dyn ContentSource, tmpfs_size: u64) -> Result<Option<TakenNode>> {
+    match ask_in(Word::AskWithSockets, state_dir, content, tmpfs_size)? {
+        Asked::NoOffer => Ok(None),
+        Asked::Taken(taken) => Ok(Some(taken)),
+        Asked::NotUnderstood => {
+            info!("the running driver speaks the handover's version 1: its sockets are replaced, not handed");
+            match ask_in(Word::Ask, state_dir, content, tmpfs_size)? {
+                Asked::NoOffer => Ok(None),
+                Asked::Taken(taken) => Ok(Some(taken)),
+                Asked::NotUnderstood => Err(Error::Handover(
+                    "the running driver closed the handover at its first word, in version 1 too".into(),
+                )),
+            }
+        }
+    }
+}
+
+/// One request for the node, starting with `request` (an ask of either version).
+fn ask_in(request: Word, state_dir: &Path, content: &dyn ContentSource, tmpfs_size: u64) -> Result<Asked> {
     let path = state_dir.join(SOCKET_FILE);
     let socket = match UnixStream::connect(&path) {
         Ok(socket) => socket,
         Err(error) if matches!(error.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused) => {
-            return Ok(None);
+            return Ok(Asked::NoOffer);
         }
         Err(error) => {
             return Err(Error::Handover(format!("asking {} for a handover: {error}", quote_path(&path))));
@@ -81,24 +121,36 @@ pub fn ask(state_dir: &Path, content: &dyn ContentSource, tmpfs_size: u64) -> Re
     let timeouts =
         socket.set_read_timeout(Some(STEP_TIMEOUT)).and_then(|()| socket.set_write_timeout(Some(STEP_TIMEOUT)));
     timeouts.map_err(|error| Error::Handover(format!("setting the handover's timeouts: {error}")))?;
-    say(&socket, Word::Ask)?;
-    let mut taken = Vec::new();
+    say(&socket, request)?;
+    if closed_unanswered(&socket) {
+        return Ok(Asked::NotUnderstood);
+    }
+    let mut volumes = Vec::new();
+    let mut sockets = Vec::new();
     loop {
         let (volume, device) = match receive_frame(&socket, super::frame_bound(tmpfs_size))? {
             Frame::Volume(volume, device) => (volume, device),
             Frame::End => break,
             // Asked only before the first volume (a predecessor from before the proof asks
             // nothing): the file goes once the predecessor has looked at it.
-            Frame::Prove(challenge) if taken.is_empty() => {
+            Frame::Prove(challenge) if volumes.is_empty() && sockets.is_empty() => {
                 prove(state_dir, &challenge)?;
                 say(&socket, Word::Proved)?;
                 continue;
             }
             Frame::Prove(_) => return Err(Error::Handover("the running driver asked for a proof twice".into())),
+            Frame::Socket(listening) if request == Word::AskWithSockets => {
+                sockets.push(listening);
+                continue;
+            }
+            Frame::Socket(_) => {
+                let _ = say(&socket, Word::Refused);
+                return Err(Error::Handover("the running driver sent a socket to a version-1 request".into()));
+            }
         };
         let HandedVolume { volume_id, mount, files } = *volume;
         match content.lazy_handed(files) {
-            Ok(files) => taken.push(TakenVolume { volume_id, mount, files, device }),
+            Ok(files) => volumes.push(TakenVolume { volume_id, mount, files, device }),
             Err(error) => {
                 // Refused as a whole: the predecessor keeps serving every volume, this process
                 // stops, and the rollout waits (the DaemonSet's maxUnavailable: 0).
@@ -121,5 +173,15 @@ pub fn ask(state_dir: &Path, content: &dyn ContentSource, tmpfs_size: u64) -> Re
         Ok(other) => warn!(word = ?other, "the running driver answered something else than letting go of the node"),
         Err(error) => warn!(problem = %Logged(&error), "the running driver did not say it let go of the node"),
     }
-    Ok(Some(taken))
+    Ok(Asked::Taken(TakenNode { volumes, sockets }))
+}
+
+/// Whether the other side closed `socket` without a byte sent: what a driver does at a first
+/// word it does not know. Waits (up to the socket's read timeout) for its first answer.
+fn closed_unanswered(socket: &UnixStream) -> bool {
+    let mut first = [0u8; 1];
+    match rustix::net::recv(socket, &mut first, rustix::net::RecvFlags::PEEK) {
+        Ok((_, received)) => received == 0,
+        Err(error) => error == rustix::io::Errno::CONNRESET || error == rustix::io::Errno::PIPE,
+    }
 }

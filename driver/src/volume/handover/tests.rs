@@ -148,7 +148,7 @@ fn what_a_broken_or_hostile_sender_writes_is_refused_naming_it() {
 #[test]
 fn each_word_is_heard_as_said_and_anything_else_is_refused() {
     let (sender, receiver) = UnixStream::pair().unwrap();
-    for word in [Word::Ask, Word::Taken, Word::Refused, Word::LetGo] {
+    for word in [Word::Ask, Word::AskWithSockets, Word::Taken, Word::Refused, Word::LetGo, Word::Proved] {
         say(&sender, word).unwrap();
         assert_eq!(hear(&receiver, "a word").unwrap(), word);
     }
@@ -164,4 +164,66 @@ fn each_word_is_heard_as_said_and_anything_else_is_refused() {
         error.starts_with("the handover of lazy volumes: waiting for the successor to take the volumes: "),
         "{error}"
     );
+}
+
+#[test]
+fn a_listening_socket_travels_with_its_path_and_is_the_same_socket() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("csi.sock");
+    let listening = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    let (sender, receiver) = UnixStream::pair().unwrap();
+    let handed = ListeningSocket { path: path.clone(), listener: listening.as_fd().try_clone_to_owned().unwrap() };
+    send_socket(&sender, &handed).unwrap();
+    send_end(&sender).unwrap();
+    let Frame::Socket(received) = receive_frame(&receiver, BOUND).unwrap() else { panic!("not a socket's frame") };
+    assert_eq!(received.path, path);
+    assert!(matches!(receive_frame(&receiver, BOUND).unwrap(), Frame::End));
+    // What connects to the path is accepted on the descriptor received.
+    drop((handed, listening));
+    let mut client = UnixStream::connect(&path).unwrap();
+    client.write_all(b"hello").unwrap();
+    let (mut accepted, _) = std::os::unix::net::UnixListener::from(received.listener).accept().unwrap();
+    let mut heard = [0u8; 5];
+    accepted.read_exact(&mut heard).unwrap();
+    assert_eq!(&heard, b"hello");
+    // A version-1 reader of volumes refuses a socket's frame rather than misreading it.
+    let (sender, receiver) = UnixStream::pair().unwrap();
+    let listening = std::os::unix::net::UnixListener::bind(dir.path().join("other.sock")).unwrap();
+    let other = ListeningSocket { path: dir.path().join("other.sock"), listener: listening.into() };
+    send_socket(&sender, &other).unwrap();
+    let error = receive(&receiver, BOUND).unwrap_err().to_string();
+    assert_eq!(error, "the handover of lazy volumes: receiving a frame: a socket came where a volume was expected");
+}
+
+#[test]
+fn a_broken_or_hostile_sockets_frame_is_refused_naming_it() {
+    let (_pipe_out, pipe_in) = std::io::pipe().unwrap();
+    let frame = |path: &[u8]| {
+        let mut bytes = SOCKET.to_vec();
+        bytes.extend_from_slice(&(path.len() as u64).to_le_bytes());
+        bytes.extend_from_slice(path);
+        bytes
+    };
+    let cases: [(&str, Vec<u8>, bool, &str); 4] = [
+        ("without its descriptor", frame(b"/csi.sock"), false, "receiving a socket: it carried 0 descriptors, not one"),
+        ("an empty path", frame(b""), true, "receiving a socket: its path is 0 bytes, not 1 to 107"),
+        (
+            "a path longer than a socket's",
+            frame(&[b'a'; 200]),
+            true,
+            "receiving a socket: its path is 200 bytes, not 1 to 107",
+        ),
+        ("a relative path", frame(b"csi.sock"), true, "receiving a socket: its path is not absolute"),
+    ];
+    for (name, bytes, with_descriptor, expected) in cases {
+        let (sender, receiver) = UnixStream::pair().unwrap();
+        raw(&sender, &bytes, with_descriptor.then(|| pipe_in.as_fd()));
+        let error = receive_frame(&receiver, BOUND).map(drop).unwrap_err().to_string();
+        assert_eq!(error, format!("the handover of lazy volumes: {expected}"), "{name}");
+    }
+    // A path a socket cannot have is not sent either.
+    let (sender, _receiver) = UnixStream::pair().unwrap();
+    let long = ListeningSocket { path: PathBuf::from(format!("/{}", "a".repeat(120))), listener: pipe_in.into() };
+    let error = send_socket(&sender, &long).unwrap_err().to_string();
+    assert_eq!(error, "the handover of lazy volumes: sending a socket: its path is 121 bytes, more than a socket's");
 }

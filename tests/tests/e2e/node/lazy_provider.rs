@@ -5,7 +5,10 @@
 //! test lets it read, the helper's `get` runs, once for many reads within the TTL. Then a
 //! planned restart (a new driver beside the old one, as the DaemonSet's rolling update starts
 //! it): the old driver hands the volume over and exits 0 on its SIGTERM, and the running
-//! container reads on, no read failed, with no new `mount`. Then an unplanned one (SIGKILL):
+//! container reads on, no read failed, with no new `mount`; kubelet neither deregisters the
+//! driver nor registers it again (the successor accepts on the very registration socket), and
+//! the CSINode lists it. Then an unplanned one (SIGKILL), whose new socket kubelet registers
+//! again (the control that its log shows a registration when one happens):
 //! the FUSE session ends with the process, so the container's reads fail with "Transport
 //! endpoint is not connected" as documented; deleting the pod still leaves nothing on the node.
 
@@ -87,6 +90,10 @@ pub async fn a_pod_on_the_node_reads_a_lazy_providers_file_when_it_first_opens_i
 
     // A planned restart: the successor takes the volume over while the container reads on.
     let reads_before = last_read(&node.container_log(NAMESPACE, POD, "reader"))?;
+    let registrations_before = registrations(&node.kubelet_log());
+    if registrations_before.0 == 0 {
+        return Err(format!("kubelet's log shows no registration of the driver: {}", node.log_tails()));
+    }
     node.hand_over_driver()?;
     let wanted = format!("read {}: from-the-helper", reads_before + 3);
     wait_for_log(node, NAMESPACE, POD, "three more reads after the handover", |line| line == wanted).await?;
@@ -102,9 +109,25 @@ pub async fn a_pod_on_the_node_reads_a_lazy_providers_file_when_it_first_opens_i
     if handed.iter().filter(|call| call.starts_with("mount ")).count() != 1 {
         return Err(format!("the handover ran the helper's mount again: {handed:?}"));
     }
+    // kubelet saw no change of the registration socket: no deregistration, no new registration.
+    let registrations_after = registrations(&node.kubelet_log());
+    if registrations_after != registrations_before {
+        return Err(format!(
+            "across the handover kubelet's (registrations, deregistrations) of the driver went from {registrations_before:?} to {registrations_after:?}"
+        ));
+    }
+    csi_node_lists_the_driver(suite).await?;
 
     // An unplanned restart: the FUSE session ended with the killed process, as documented.
     node.restart_driver_with(&config)?;
+    // Its new socket is a new plugin to kubelet: the count above would have seen one.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while registrations(&node.kubelet_log()).0 <= registrations_after.0 {
+        if std::time::Instant::now() > deadline {
+            return Err(format!("kubelet did not register the restarted driver: {}", node.log_tails()));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
     let broken = "Transport endpoint is not connected";
     wait_for_log(node, NAMESPACE, POD, "the running container's reads after a driver restart", |line| {
         line.starts_with("read ") && line.ends_with(broken)
@@ -117,6 +140,26 @@ pub async fn a_pod_on_the_node_reads_a_lazy_providers_file_when_it_first_opens_i
          calls {handed:?}); after a SIGKILL restart its reads failed: {broken}",
         reads_before + 3
     );
+    Ok(())
+}
+
+/// How many times kubelet's log says it registered the driver, and deregistered it (its CSI
+/// plugin's own lines, logged at every level).
+fn registrations(log: &str) -> (usize, usize) {
+    let registered = format!("Register new plugin with name: {SHARED_RESOURCE_DRIVER} ");
+    let deregistered = format!("DeRegisterPlugin request for plugin {SHARED_RESOURCE_DRIVER},");
+    (log.matches(&registered).count(), log.matches(&deregistered).count())
+}
+
+/// Fails unless the node's CSINode lists the driver.
+async fn csi_node_lists_the_driver(suite: &Suite) -> Outcome {
+    let csi_nodes = kube::Api::<k8s_openapi::api::storage::v1::CSINode>::all(suite.admin.clone());
+    let name = node(suite)?.name();
+    let csi_node = csi_nodes.get(name).await.map_err(|e| format!("reading CSINode {name}: {e}"))?;
+    let drivers: Vec<&str> = csi_node.spec.drivers.iter().map(|driver| driver.name.as_str()).collect();
+    if !drivers.contains(&SHARED_RESOURCE_DRIVER) {
+        return Err(format!("the CSINode lists {drivers:?}, not {SHARED_RESOURCE_DRIVER}"));
+    }
     Ok(())
 }
 
