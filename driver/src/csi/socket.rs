@@ -85,7 +85,11 @@ pub fn inherit(listener: OwnedFd, path: &Path) -> Result<BoundSocket> {
     }
     let listener = std::os::unix::net::UnixListener::from(listener);
     let address = listener.local_addr().map_err(|e| refused(format!("reading its address: {e}")))?;
-    if address.as_pathname() != Some(path) {
+    // A socket keeps the name it was bound under: one bound beside its path and renamed there
+    // (a successor of a version-1 predecessor, or of this version's, or of v0.1.0's `~` name)
+    // is the path's socket all the same.
+    let names = [path.to_path_buf(), beside(path, '.'), beside(path, '~')];
+    if !address.as_pathname().is_some_and(|bound| names.iter().any(|name| name == bound)) {
         return Err(refused("it is bound at another path".into()));
     }
     let metadata = fs::symlink_metadata(path).map_err(|e| refused(format!("inspecting its file: {e}")))?;
@@ -168,9 +172,7 @@ pub fn bind_beside(path: &Path) -> Result<Beside> {
             quote_path(path)
         )));
     }
-    let name = path.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
-    let shortened: String = name.chars().take(name.chars().count().saturating_sub(1)).collect();
-    let beside = path.with_file_name(format!(".{shortened}"));
+    let beside = beside(path, '.');
     // Only a socket there is one a successor left (killed before it put it in place).
     if let Ok(metadata) = fs::symlink_metadata(&beside) {
         if !metadata.file_type().is_socket() {
@@ -191,6 +193,14 @@ pub fn bind_beside(path: &Path) -> Result<Beside> {
     fs::set_permissions(&bound.beside, fs::Permissions::from_mode(0o660))
         .map_err(|e| RunError::step(format!("setting the mode of {}", quote_path(&bound.beside)), e))?;
     Ok(bound)
+}
+
+/// The name beside `path` a successor binds under before it renames the socket there: `mark`
+/// (`.` here; v0.1.0 used `~`) and the file name without its last character.
+fn beside(path: &Path, mark: char) -> PathBuf {
+    let name = path.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
+    let shortened: String = name.chars().take(name.chars().count().saturating_sub(1)).collect();
+    path.with_file_name(format!("{mark}{shortened}"))
 }
 
 impl Beside {

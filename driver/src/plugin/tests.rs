@@ -416,6 +416,18 @@ fn a_successor_asks_a_version_1_predecessor_again_in_version_1_and_replaces_its_
     assert_eq!(Kubelet::new(root).probe(), Some(true), "the successor serves");
     assert_eq!(hidden_sockets(root), Vec::<PathBuf>::new(), "the temporary sockets were renamed in place");
     assert!(!*successor.registered.borrow(), "a replaced registration socket waits for kubelet's notice");
+
+    // The next rollout hands the renamed sockets on (they keep the temporary name they were
+    // bound under): a third driver accepts on them, their files unchanged.
+    let renamed = (identity(&root.join("csi.sock")), identity(&registration(root)));
+    let third = RunningDriver::start(root, &[], runtime.handle());
+    wait_until("the third driver to take the node", || {
+        assert!(!third.thread.is_finished(), "the third driver stopped");
+        *third.registered.borrow()
+    });
+    assert_eq!((identity(&root.join("csi.sock")), identity(&registration(root))), renamed);
     successor.stop().unwrap();
+    assert_eq!(Kubelet::new(root).probe(), Some(true), "the third driver serves");
+    third.stop().unwrap();
     assert!(!root.join("csi.sock").exists() && !registration(root).exists());
 }
