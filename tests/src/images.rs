@@ -1,16 +1,69 @@
-//! `images/build`, run as a user runs it: both container images as OCI layout tars.
+//! `images/build`, run as a user runs it: the container images as OCI layout tars, of this
+//! checkout or of the previous release (built from its tag's source, cached).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
 use crate::repo_root;
 
+/// The release the suite upgrades from and rolls back to: its tag (the images' tag too) and
+/// commit. The commit is named as well as the tag, so a clone without tags still finds it.
+pub const PREVIOUS_RELEASE: (&str, &str) = ("v0.1.0", "3c1947abad95f6d3417225dce3e50ac51031336e");
+
+/// The image archives every build writes, by name.
+pub const IMAGE_NAMES: [&str; 3] = ["csi-volume-admission", "sharedresource-csi-driver", "example-providers"];
+
 /// Runs `images/build OUT` (with `IMAGE_VERSION` when `version` is given, and
 /// `IMAGE_PLATFORMS` when `platforms` is) and returns what it printed. A cold build compiles the
 /// release programs with link-time optimisation: minutes.
 pub fn build_images(out: &Path, version: Option<&str>, platforms: Option<&str>) -> Result<String, String> {
-    let mut command = Command::new(repo_root().join("images/build"));
+    build_images_of(&repo_root(), out, version, platforms)
+}
+
+/// The previous release's images for amd64, tagged with its tag: built once from its commit's
+/// source (`git archive` of this repository, its own `images/build`, its own target directory,
+/// removed afterwards) and kept in the peers' cache, keyed by the commit. Fails naming the
+/// commit when this clone lacks it (a shallow clone: `git fetch --unshallow`).
+pub fn previous_release_images() -> Result<PathBuf, String> {
+    let (tag, commit) = PREVIOUS_RELEASE;
+    let name = format!("release-{tag}-{}", &commit[..12]);
+    let cached = crate::peers::cache_root()?.join(&name);
+    if IMAGE_NAMES.iter().all(|name| cached.join(format!("{name}.tar")).is_file()) {
+        return Ok(cached);
+    }
+    let root = repo_root();
+    let git = |args: &[&str]| Command::new("git").arg("-C").arg(&root).args(args).output();
+    let known = git(&["cat-file", "-e", &format!("{commit}^{{commit}}")]).map_err(|e| format!("running git: {e}"))?;
+    if !known.status.success() {
+        return Err(format!(
+            "the previous release {tag} (commit {commit}) is not in this clone: the upgrade from it cannot be built              (in a shallow clone, `git fetch --unshallow`)"
+        ));
+    }
+    let source = tempfile::Builder::new()
+        .prefix("inline-guard-release-")
+        .tempdir()
+        .map_err(|e| format!("a directory for {tag}'s source: {e}"))?;
+    let archive = Command::new("sh")
+        .arg("-c")
+        .arg(r#"git -C "$1" archive "$2" | tar -x -C "$3""#)
+        .args(["sh", &root.to_string_lossy(), commit, &source.path().to_string_lossy()])
+        .output()
+        .map_err(|e| format!("extracting {tag}'s source: {e}"))?;
+    if !archive.status.success() {
+        return Err(format!("extracting {tag}'s source: {}", String::from_utf8_lossy(&archive.stderr)));
+    }
+    let partial = cached.with_file_name(format!("{name}.partial-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&partial);
+    build_images_of(source.path(), &partial, Some(tag), Some("amd64"))?;
+    let _ = std::fs::remove_dir_all(&cached);
+    std::fs::rename(&partial, &cached).map_err(|e| format!("keeping {tag}'s images in {}: {e}", cached.display()))?;
+    Ok(cached)
+}
+
+/// `images/build OUT` of the source tree at `tree`, as [`build_images`].
+fn build_images_of(tree: &Path, out: &Path, version: Option<&str>, platforms: Option<&str>) -> Result<String, String> {
+    let mut command = Command::new(tree.join("images/build"));
     // As a user runs it, not with what cargo test sets for this test: cargo's own variables
     // reach the build scripts' fingerprints, and the build would start over each time.
     for (key, _) in std::env::vars_os() {

@@ -336,7 +336,7 @@ fn version_flags(module: &Path, target: &Target, kubernetes_version: &str) -> Re
 
 /// `$INLINE_GUARD_PEERS_CACHE`, else `$XDG_CACHE_HOME/inline-guard/peers`, else
 /// `~/.cache/inline-guard/peers`.
-fn cache_root() -> Result<PathBuf, String> {
+pub(crate) fn cache_root() -> Result<PathBuf, String> {
     if let Some(dir) = std::env::var_os("INLINE_GUARD_PEERS_CACHE") {
         return Ok(PathBuf::from(dir));
     }

@@ -301,9 +301,13 @@ impl Node {
         Ok(records)
     }
 
-    /// kubelet's log so far.
-    pub fn kubelet_log(&self) -> String {
-        self.kubelet.as_ref().map(ChildProcess::log_text).unwrap_or_default()
+    /// How many times kubelet's log so far says it registered the CSI driver `driver`, and
+    /// deregistered it (its CSI plugin's own lines, logged at every verbosity).
+    pub fn kubelet_registrations(&self, driver: &str) -> (usize, usize) {
+        let log = self.kubelet.as_ref().map(ChildProcess::log_text).unwrap_or_default();
+        let registered = format!("Register new plugin with name: {driver} ");
+        let deregistered = format!("DeRegisterPlugin request for plugin {driver},");
+        (log.matches(&registered).count(), log.matches(&deregistered).count())
     }
 
     /// The last lines of kubelet's, containerd's and the driver's logs, for failure messages.

@@ -51,8 +51,6 @@ const READ_GRANTS_USER: &str = "system:serviceaccount:inline-guard-driver:shared
 /// The read-grants controller's Role and RoleBinding, in each namespace a share points into.
 const GRANT: &str = "sharedresource-csi-driver-reads";
 const WEBHOOK_USER: &str = "system:serviceaccount:inline-guard-system:csi-volume-admission";
-/// The images' repositories, in `images/build`'s order.
-const IMAGES: [&str; 3] = ["csi-volume-admission", "sharedresource-csi-driver", "example-providers"];
 
 /// No step may hang the run: the cold image build is the longest part (both architectures'
 /// release builds with link-time optimisation: tens of minutes on two busy cores).
@@ -247,8 +245,30 @@ async fn steps(this: &Installation) -> Outcome {
     lazy_file.set("lazy-after-the-ask")?;
     lazy_reads = lazy_file.read_after(&this.node, lazy_reads).await?;
 
-    // An upgrade: images tagged with a new version, `apply -k` again; the DaemonSet rolls while
-    // a workload keeps its volume.
+    // A rollback to the previous release (its images built from its tag's source): every
+    // program rolls back, and its driver, speaking version 1 of the handover, takes the lazy
+    // volume from this build's while it is read (handed no socket, it replaces them in place,
+    // so kubelet registers the driver again).
+    let (previous, _) = inline_guard_tests::images::PREVIOUS_RELEASE;
+    this.previous_release_images().await?;
+    let before_rollback = this.driver_pod().await?;
+    let registrations = this.node.kubelet_registrations(DRIVER);
+    this.write_overlay(Some(previous))?;
+    this.kubectl.run(&["apply", "-k", &path(&overlay)]).await?;
+    this.wait_rolled_out().await?;
+    this.wait_for_new_driver_pod(&before_rollback).await?;
+    this.driver_runs(previous).await?;
+    lazy_file.set("lazy-on-the-previous-release")?;
+    lazy_reads = lazy_file.read_after(&this.node, lazy_reads).await?;
+    let rolled_back = this.node.kubelet_registrations(DRIVER);
+    println!(
+        "deploy: rolled back to {previous}; the lazy volume was read across it; kubelet's (registrations, \
+         deregistrations) of the driver went from {registrations:?} to {rolled_back:?}"
+    );
+
+    // An upgrade from it: this build's images tagged with a new version, `apply -k` again; the
+    // DaemonSet rolls while a workload keeps its volume and the lazy volume is read. The new
+    // driver asks in version 2, is refused by the old one, asks again in version 1.
     let upgraded = format!("{version}-upgrade");
     let pod = this.create_reader("across-upgrade").await?;
     seen = wait_for_content(&this.node, "across-upgrade", "third", 0).await?;
@@ -258,10 +278,7 @@ async fn steps(this: &Installation) -> Outcome {
     this.kubectl.run(&["apply", "-k", &path(&overlay)]).await?;
     this.wait_rolled_out().await?;
     let upgraded_driver = this.wait_for_new_driver_pod(&before_upgrade).await?;
-    let image = this.driver_image().await?;
-    if !image.ends_with(&format!(":{upgraded}")) {
-        return Err(format!("after the upgrade the driver runs {image}, not the {upgraded} image"));
-    }
+    let image = this.driver_runs(&upgraded).await?;
     seen = wait_for_content(&this.node, "across-upgrade", "third", seen).await?;
     workload::set_content(&this.admin, "fourth").await?;
     wait_for_content(&this.node, "across-upgrade", "fourth", seen).await?;
@@ -270,14 +287,35 @@ async fn steps(this: &Installation) -> Outcome {
     lazy_reads = lazy_file.read_after(&this.node, lazy_reads).await?;
     println!("deploy: the lazy volume was read across the upgrade; the new driver served its next value");
 
-    // `kubectl rollout restart` of the DaemonSet: the same handover, the same image.
+    // `kubectl rollout restart` of the DaemonSet: the same image, both drivers of version 2:
+    // the new one accepts on the old one's sockets, and kubelet neither deregisters the driver
+    // nor registers it again (the upgrade's rename above is the control: kubelet's log shows a
+    // registration when one happens).
+    let upgraded_registrations = this.node.kubelet_registrations(DRIVER);
+    if upgraded_registrations.0 <= rolled_back.0 {
+        return Err(format!(
+            "the upgrade from {previous} replaced the sockets, yet kubelet's (registrations, deregistrations) \
+             stayed {rolled_back:?} -> {upgraded_registrations:?}"
+        ));
+    }
     let restart = ["rollout", "restart", "daemonset/sharedresource-csi-driver", "-n", DRIVER_NAMESPACE];
     this.kubectl.run(&restart).await?;
     this.wait_rolled_out().await?;
     this.wait_for_new_driver_pod(&upgraded_driver).await?;
     lazy_file.set("lazy-third")?;
     lazy_file.read_after(&this.node, lazy_reads).await?;
-    println!("deploy: the lazy volume was read across kubectl rollout restart; the new driver served its next value");
+    let restarted_registrations = this.node.kubelet_registrations(DRIVER);
+    if restarted_registrations != upgraded_registrations {
+        return Err(format!(
+            "across kubectl rollout restart kubelet's (registrations, deregistrations) of the driver went from \
+             {upgraded_registrations:?} to {restarted_registrations:?}: the socket was not handed over"
+        ));
+    }
+    this.wait_registered().await?;
+    println!(
+        "deploy: the lazy volume was read across kubectl rollout restart; the new driver served its next value; \
+         kubelet's (registrations, deregistrations) of the driver stayed {restarted_registrations:?}"
+    );
 
     // Removed: the workloads first (as a user would), then everything `apply -k` made.
     this.node.volume_present(&pod)?;
@@ -310,14 +348,39 @@ impl Installation {
                 .await
                 .map_err(|e| e.to_string())??;
         print!("{said}");
-        for name in IMAGES {
+        self.import_images(&out, tag.unwrap_or(version))
+    }
+
+    /// The previous release's images (built from its tag's source once, then cached), imported.
+    async fn previous_release_images(&self) -> Outcome {
+        let started = Instant::now();
+        let out = tokio::task::spawn_blocking(inline_guard_tests::images::previous_release_images)
+            .await
+            .map_err(|e| e.to_string())??;
+        println!("deploy: the previous release's images at {} after {:?}", out.display(), started.elapsed());
+        self.import_images(&out, inline_guard_tests::images::PREVIOUS_RELEASE.0)
+    }
+
+    /// Imports the image archives in `out` into the node's containerd; each must then be listed
+    /// under `tag`.
+    fn import_images(&self, out: &Path, tag: &str) -> Outcome {
+        for name in inline_guard_tests::images::IMAGE_NAMES {
             self.node.import_image(&out.join(format!("{name}.tar")))?;
-            let reference = format!("ghcr.io/inline-guard/{name}:{}", tag.unwrap_or(version));
+            let reference = format!("ghcr.io/inline-guard/{name}:{tag}");
             if !self.node.image_names()?.contains(&reference) {
                 return Err(format!("containerd does not list {reference} after the import"));
             }
         }
         Ok(())
+    }
+
+    /// The driver's image, once it is the one tagged `tag`.
+    async fn driver_runs(&self, tag: &str) -> Result<String, String> {
+        let image = self.driver_image().await?;
+        if !image.ends_with(&format!(":{tag}")) {
+            return Err(format!("the driver runs {image}, not the {tag} image"));
+        }
+        Ok(image)
     }
 
     /// A pod of `reader`, granted `use` of the provider, reads its object; deleted, it leaves

@@ -158,6 +158,13 @@ pub async fn content_changes_and_failed_updates_are_told_on_the_pod(suite: &Suit
         if (kind.as_str(), note.as_str()) != ("Normal", expected.as_str()) {
             return Err(format!("expected a Normal Event {expected:?}, got {kind} {note:?}"));
         }
+        // Anything the driver told of the publish (which the check above may have looked for
+        // before a background write landed) was written before the update this Event answers
+        // was even made: by now it would be listed beside it.
+        let told_so_far = events_about(admin, CONSUMER, &uid).await?;
+        if told_so_far.len() != 1 {
+            return Err(format!("the pod was told {told_so_far:?}; only the update (kubelet tells publishes)"));
+        }
         println!("rotation events: ContentUpdated on the pod {:?} after the Secret's update", changed.elapsed());
 
         // An update too large for the volume: a Warning saying why; the previous content stays.

@@ -39,6 +39,9 @@ pub struct TakenVolume {
     pub device: OwnedFd,
 }
 
+/// The most sockets a predecessor hands over: the CSI socket and the registration socket.
+const MOST_SOCKETS: usize = 2;
+
 /// What a successor took from its predecessor.
 pub struct TakenNode {
     /// The lazy volumes.
@@ -140,6 +143,11 @@ fn ask_in(request: Word, state_dir: &Path, content: &dyn ContentSource, tmpfs_si
             }
             Frame::Prove(_) => return Err(Error::Handover("the running driver asked for a proof twice".into())),
             Frame::Socket(listening) if request == Word::AskWithSockets => {
+                // The CSI socket and kubelet's registration socket: no more descriptors are kept.
+                if sockets.len() == MOST_SOCKETS {
+                    let _ = say(&socket, Word::Refused);
+                    return Err(Error::Handover(format!("the running driver sent more than {MOST_SOCKETS} sockets")));
+                }
                 sockets.push(listening);
                 continue;
             }

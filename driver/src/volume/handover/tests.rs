@@ -227,3 +227,25 @@ fn a_broken_or_hostile_sockets_frame_is_refused_naming_it() {
     let error = send_socket(&sender, &long).unwrap_err().to_string();
     assert_eq!(error, "the handover of lazy volumes: sending a socket: its path is 121 bytes, more than a socket's");
 }
+
+#[test]
+fn a_successor_keeps_no_more_sockets_than_a_driver_listens_on() {
+    let state = tempfile::tempdir().unwrap();
+    let listener = std::os::unix::net::UnixListener::bind(state.path().join(offer::SOCKET_FILE)).unwrap();
+    let sockets = tempfile::tempdir().unwrap();
+    let predecessor = std::thread::spawn(move || {
+        let (socket, _) = listener.accept().unwrap();
+        assert_eq!(hear(&socket, "the request").unwrap(), Word::AskWithSockets);
+        for name in ["a.sock", "b.sock", "c.sock"] {
+            let path = sockets.path().join(name);
+            let bound = std::os::unix::net::UnixListener::bind(&path).unwrap();
+            send_socket(&socket, &ListeningSocket { path, listener: bound.into() }).unwrap();
+        }
+        send_end(&socket).unwrap();
+        hear(&socket, "the successor's answer").unwrap()
+    });
+    let content = crate::content::StaticDirSource::new(state.path().join("shares"));
+    let error = take::ask(state.path(), &content, 1 << 20).map(drop).unwrap_err().to_string();
+    assert_eq!(error, "the running driver sent more than 2 sockets");
+    assert_eq!(predecessor.join().unwrap(), Word::Refused, "the predecessor is told, and serves on");
+}

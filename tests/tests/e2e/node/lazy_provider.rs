@@ -90,7 +90,7 @@ pub async fn a_pod_on_the_node_reads_a_lazy_providers_file_when_it_first_opens_i
 
     // A planned restart: the successor takes the volume over while the container reads on.
     let reads_before = last_read(&node.container_log(NAMESPACE, POD, "reader"))?;
-    let registrations_before = registrations(&node.kubelet_log());
+    let registrations_before = node.kubelet_registrations(SHARED_RESOURCE_DRIVER);
     if registrations_before.0 == 0 {
         return Err(format!("kubelet's log shows no registration of the driver: {}", node.log_tails()));
     }
@@ -110,7 +110,7 @@ pub async fn a_pod_on_the_node_reads_a_lazy_providers_file_when_it_first_opens_i
         return Err(format!("the handover ran the helper's mount again: {handed:?}"));
     }
     // kubelet saw no change of the registration socket: no deregistration, no new registration.
-    let registrations_after = registrations(&node.kubelet_log());
+    let registrations_after = node.kubelet_registrations(SHARED_RESOURCE_DRIVER);
     if registrations_after != registrations_before {
         return Err(format!(
             "across the handover kubelet's (registrations, deregistrations) of the driver went from {registrations_before:?} to {registrations_after:?}"
@@ -122,7 +122,7 @@ pub async fn a_pod_on_the_node_reads_a_lazy_providers_file_when_it_first_opens_i
     node.restart_driver_with(&config)?;
     // Its new socket is a new plugin to kubelet: the count above would have seen one.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while registrations(&node.kubelet_log()).0 <= registrations_after.0 {
+    while node.kubelet_registrations(SHARED_RESOURCE_DRIVER).0 <= registrations_after.0 {
         if std::time::Instant::now() > deadline {
             return Err(format!("kubelet did not register the restarted driver: {}", node.log_tails()));
         }
@@ -141,14 +141,6 @@ pub async fn a_pod_on_the_node_reads_a_lazy_providers_file_when_it_first_opens_i
         reads_before + 3
     );
     Ok(())
-}
-
-/// How many times kubelet's log says it registered the driver, and deregistered it (its CSI
-/// plugin's own lines, logged at every level).
-fn registrations(log: &str) -> (usize, usize) {
-    let registered = format!("Register new plugin with name: {SHARED_RESOURCE_DRIVER} ");
-    let deregistered = format!("DeRegisterPlugin request for plugin {SHARED_RESOURCE_DRIVER},");
-    (log.matches(&registered).count(), log.matches(&deregistered).count())
 }
 
 /// Fails unless the node's CSINode lists the driver.
