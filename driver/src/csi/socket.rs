@@ -73,7 +73,8 @@ impl BoundSocket {
 
 /// The socket a predecessor listened on at `path`, handed over as `listener`: accepted on as it
 /// is, its file untouched (kubelet's plugin watcher sees nothing change). Refused, naming why,
-/// unless it is a listening unix stream socket bound at `path` and the file there is a socket.
+/// unless it is a listening unix stream socket bound at `path` (or at a name [`bind_beside`]
+/// gives, before its rename there) and the file there is a socket.
 pub fn inherit(listener: OwnedFd, path: &Path) -> Result<BoundSocket> {
     use rustix::net::{AddressFamily, SocketType, sockopt};
     let refused = |why: String| RunError::Handover(format!("the socket handed over for {}: {why}", quote_path(path)));
