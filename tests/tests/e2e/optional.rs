@@ -233,5 +233,15 @@ pub async fn an_optional_share_is_served_empty_until_its_secret_exists(suite: &S
     }
     .await;
     let stopped = driver.stop().await;
+    // Counted again once the driver has stopped, not only the moment the sixth arrived: an
+    // absence told twice would have been written by now.
+    let outcome = match outcome {
+        Ok(()) => {
+            let told = events_about(admin, CONSUMER, &uid).await?;
+            let missing = told.iter().filter(|(_, reason, _)| reason == "OptionalObjectMissing").count();
+            if missing == 6 { Ok(()) } else { Err(format!("after the driver stopped the pod was told {told:?}")) }
+        }
+        failed => failed,
+    };
     outcome.and(stopped)
 }
