@@ -96,11 +96,9 @@ pub fn write(dir: &Path, overlay: &Overlay) -> Result<(), String> {
         )
     };
     let images = match overlay.image_tag {
-        Some(tag) => ["csi-volume-admission", "sharedresource-csi-driver", "example-providers"]
-            .iter()
-            .fold("images:\n".to_string(), |text, name| {
-                text + &format!("  - name: ghcr.io/inline-guard/{name}\n    newTag: {tag}\n")
-            }),
+        Some(tag) => inline_guard_tests::images::IMAGE_NAMES.iter().fold("images:\n".to_string(), |text, name| {
+            text + &format!("  - name: ghcr.io/inline-guard/{name}\n    newTag: {tag}\n")
+        }),
         None => String::new(),
     };
     // The Component's vault, by volume name (the Component's volumes come after the

@@ -93,20 +93,16 @@ fn remove_proofs(state_dir: &Path) {
 /// predecessor lets go of it); an error when the handover failed before that (the predecessor
 /// then keeps serving everything).
 pub fn ask(state_dir: &Path, content: &dyn ContentSource, tmpfs_size: u64) -> Result<Option<TakenNode>> {
-    match ask_in(Word::AskWithSockets, state_dir, content, tmpfs_size)? {
-        Asked::NoOffer => Ok(None),
-        Asked::Taken(taken) => Ok(Some(taken)),
-        Asked::NotUnderstood => {
-            info!("the running driver speaks the handover's version 1: its sockets are replaced, not handed");
-            match ask_in(Word::Ask, state_dir, content, tmpfs_size)? {
-                Asked::NoOffer => Ok(None),
-                Asked::Taken(taken) => Ok(Some(taken)),
-                Asked::NotUnderstood => Err(Error::Handover(
-                    "the running driver closed the handover at its first word, in version 1 too".into(),
-                )),
+    for request in [Word::AskWithSockets, Word::Ask] {
+        match ask_in(request, state_dir, content, tmpfs_size)? {
+            Asked::NoOffer => return Ok(None),
+            Asked::Taken(taken) => return Ok(Some(taken)),
+            Asked::NotUnderstood => {
+                info!(?request, "the running driver does not speak this version of the handover");
             }
         }
     }
+    Err(Error::Handover("the running driver closed the handover at its first word, in version 1 too".into()))
 }
 
 /// One request for the node, starting with `request` (an ask of either version).
