@@ -1,18 +1,21 @@
-//! For tests that mount: a temporary directory that unmounts whatever is still mounted below it
-//! when it is dropped, so a test that fails between a mount and its unmount leaves nothing
-//! mounted on the machine.
+//! For tests that mount: a directory of the test's own that unmounts whatever is still mounted
+//! below it when it is dropped, so a test that fails between a mount and its unmount leaves
+//! nothing mounted on the machine. It is an owned run directory ([`OwnedDir`]): a test process
+//! killed before the drop (SIGKILL, a CI timeout) leaves it to the next run of any suite, which
+//! unmounts, kills the processes that name it (a driver the test started) and removes it.
 
 use std::ops::Deref;
 
+use inline_guard_run_root::OwnedDir;
 use nix::mount::{MntFlags, umount2};
 
-/// A temporary directory whose mounts go with it.
-pub struct MountedDir(pub tempfile::TempDir);
+/// A test's directory whose mounts go with it.
+pub struct MountedDir(OwnedDir);
 
 impl MountedDir {
-    /// A fresh temporary directory.
+    /// A fresh directory, after sweeping what killed test runs left.
     pub fn new() -> MountedDir {
-        MountedDir(tempfile::tempdir().expect("a temporary directory"))
+        MountedDir(OwnedDir::new().unwrap_or_else(|e| panic!("a test directory: {e}")))
     }
 }
 
@@ -23,8 +26,8 @@ impl Default for MountedDir {
 }
 
 impl Deref for MountedDir {
-    type Target = tempfile::TempDir;
-    fn deref(&self) -> &tempfile::TempDir {
+    type Target = OwnedDir;
+    fn deref(&self) -> &OwnedDir {
         &self.0
     }
 }
@@ -43,5 +46,6 @@ impl Drop for MountedDir {
         for point in points {
             let _ = umount2(point, MntFlags::MNT_DETACH);
         }
+        // The directory itself goes with the owned directory, dropped next.
     }
 }

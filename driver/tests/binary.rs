@@ -40,7 +40,7 @@ fn the_read_grants_controller_refuses_a_driver_account_that_is_not_namespace_sla
 
 #[test]
 fn a_bad_configuration_stops_the_driver_naming_the_field() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = support::NodeDir::new();
     let config = dir.path().join("driver.yaml");
     std::fs::write(&config, "stateDir: /tmp/x\ntmpfsSize: lots\n").unwrap();
     let output = Command::new(env!("CARGO_BIN_EXE_sharedresource-csi-driver"))
@@ -61,7 +61,7 @@ fn a_bad_configuration_stops_the_driver_naming_the_field() {
 
 #[test]
 fn a_relative_endpoint_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = support::NodeDir::new();
     let config = dir.path().join("driver.yaml");
     std::fs::write(
         &config,
@@ -142,11 +142,11 @@ impl Drop for Driver {
 
 fn node_dir() -> NodeDir {
     assert!(support::is_root(), "real mounts need root: run the test command as root");
-    let dir = tempfile::tempdir().unwrap();
+    let dir = support::NodeDir::new();
     std::fs::create_dir_all(dir.path().join("kubelet/pods")).unwrap();
     std::fs::create_dir_all(dir.path().join("shares/cluster-ca")).unwrap();
     std::fs::write(dir.path().join("shares/cluster-ca/ca.crt"), "pem").unwrap();
-    NodeDir(dir)
+    dir
 }
 
 fn runtime() -> tokio::runtime::Runtime {

@@ -112,7 +112,7 @@ fn content_bytes(metrics: &sharedresource_csi_driver::metrics::Metrics) -> u64 {
 async fn one_namespace_is_refused_beyond_its_part_while_another_is_served_and_a_restart_keeps_the_count() {
     assert!(support::is_root(), "real mounts need root: run the test command as root");
     // Whatever is still mounted below it when the test ends, failed or not, is unmounted.
-    let dir = support::NodeDir(tempfile::tempdir().unwrap());
+    let dir = support::NodeDir::new();
     let root = dir.path();
     std::fs::create_dir_all(root.join("shares/big")).unwrap();
     std::fs::write(root.join("shares/big/blob"), vec![7u8; MIB as usize]).unwrap();
@@ -185,7 +185,7 @@ async fn one_namespace_is_refused_beyond_its_part_while_another_is_served_and_a_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_shipped_budgets_hold_110_pods_of_one_namespace_each_mounting_a_1_mib_share() {
     assert!(support::is_root(), "real mounts need root: run the test command as root");
-    let dir = support::NodeDir(tempfile::tempdir().unwrap());
+    let dir = support::NodeDir::new();
     let root = dir.path();
     // A Secret's data is below 1 MiB (etcd's limit is on the whole object): 1 MiB less 4 KiB.
     std::fs::create_dir_all(root.join("shares/big")).unwrap();

@@ -27,7 +27,7 @@ impl Node {
     async fn start() -> Node {
         assert!(support::is_root(), "real mounts need root: run the test command as root");
         // Unmounts whatever is still mounted below it when the test ends, failed or not.
-        let dir = support::NodeDir(tempfile::tempdir().unwrap());
+        let dir = support::NodeDir::new();
         std::fs::create_dir_all(dir.path().join("shares/cluster-ca")).unwrap();
         std::fs::write(dir.path().join("shares/cluster-ca/ca.crt"), "pem").unwrap();
         std::fs::create_dir_all(dir.path().join("kubelet/pods")).unwrap();

@@ -19,7 +19,7 @@ mod support;
 async fn publish_and_unpublish_over_the_socket_with_real_mounts() {
     assert!(support::is_root(), "real mounts need root: run the test command as root");
     // Unmounts whatever is still mounted below it when the test ends, failed or not.
-    let dir = support::NodeDir(tempfile::tempdir().unwrap());
+    let dir = support::NodeDir::new();
     let shares = dir.path().join("shares");
     std::fs::create_dir_all(shares.join("cluster-ca")).unwrap();
     std::fs::write(shares.join("cluster-ca/ca.crt"), "-----BEGIN CERTIFICATE-----").unwrap();
@@ -119,7 +119,7 @@ fn plugin(dir: &Path, csi_socket: &Path) -> Plugin {
 async fn a_hundred_concurrent_publishes_and_a_restart_in_between() {
     assert!(support::is_root(), "real mounts need root: run the test command as root");
     // Unmounts whatever is still mounted below it when the test ends, failed or not.
-    let dir = support::NodeDir(tempfile::tempdir().unwrap());
+    let dir = support::NodeDir::new();
     std::fs::create_dir_all(dir.path().join("shares/cluster-ca")).unwrap();
     std::fs::write(dir.path().join("shares/cluster-ca/ca.crt"), "pem").unwrap();
     let socket = dir.path().join("csi.sock");
@@ -182,7 +182,7 @@ fn a_host_read_only_volume_is_refreshed_through_its_descriptor_and_stays_read_on
 
     assert!(support::is_root(), "real mounts need root: run the test command as root");
     // Unmounts whatever is still mounted below it when the test ends, failed or not.
-    let dir = support::NodeDir(tempfile::tempdir().unwrap());
+    let dir = support::NodeDir::new();
     let shares = dir.path().join("shares");
     std::fs::create_dir_all(shares.join("cluster-ca")).unwrap();
     std::fs::write(shares.join("cluster-ca/ca.crt"), "first").unwrap();
@@ -285,7 +285,7 @@ async fn grpc_with_authority(socket: &Path, method: &str, authority: &str) -> An
 #[tokio::test]
 async fn kubelets_registration_dial_with_its_socket_path_as_authority_is_answered() {
     // Unmounts whatever is still mounted below it when the test ends, failed or not.
-    let dir = support::NodeDir(tempfile::tempdir().unwrap());
+    let dir = support::NodeDir::new();
     std::fs::create_dir_all(dir.path().join("shares")).unwrap();
     let csi_socket = dir.path().join("csi.sock");
     let registration = dir.path().join("registry/sharedresource.csi.inlineguard.dev-reg.sock");

@@ -6,6 +6,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use crate::repo_root;
+use crate::run_root::OwnedDir;
 
 /// The release the suite upgrades from and rolls back to: its tag (the images' tag too) and
 /// commit. The commit is named as well as the tag, so a clone without tags still finds it.
@@ -53,11 +54,13 @@ pub fn previous_release_images() -> Result<PathBuf, String> {
     if !archive.status.success() {
         return Err(format!("extracting {tag}'s source: {}", String::from_utf8_lossy(&archive.stderr)));
     }
-    let partial = cached.with_file_name(format!("{name}.partial-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&partial);
-    build_images_of(source.path(), &partial, Some(tag), Some("amd64"))?;
-    let _ = std::fs::remove_dir_all(&cached);
-    std::fs::rename(&partial, &cached).map_err(|e| format!("keeping {tag}'s images in {}: {e}", cached.display()))?;
+    // Built in a directory this process owns beside the cache's entries: a run killed mid-build
+    // leaves it to the next one's sweep (OwnedDir), never a half-built entry under the cache key.
+    let cache = cached.parent().ok_or("the peers' cache has no directory")?;
+    let building = OwnedDir::new_in(cache)?;
+    let images = building.path().join("images");
+    build_images_of(source.path(), &images, Some(tag), Some("amd64"))?;
+    building.keep(&images, &cached).map_err(|e| format!("keeping {tag}'s images: {e}"))?;
     Ok(cached)
 }
 

@@ -4,7 +4,6 @@
 //! process registered with it ([`webhook`]).
 
 pub mod apply;
-pub mod bounded;
 pub mod chart;
 pub mod cluster;
 pub mod images;
@@ -13,6 +12,8 @@ pub mod peers;
 pub mod policy_equivalence;
 pub mod run_root;
 pub mod webhook;
+
+pub use inline_guard_run_root::bounded;
 
 use std::path::{Path, PathBuf};
 

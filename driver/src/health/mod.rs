@@ -316,6 +316,21 @@ mod tests {
         answer.lines().next().unwrap_or_default().to_string()
     }
 
+    /// Whether `tcp`, which sent `G`, is still served: the rest of its request is answered.
+    async fn served(tcp: &mut tokio::net::TcpStream) -> bool {
+        use tokio::io::AsyncWriteExt as _;
+        if tcp.write_all(b"ET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").await.is_err() {
+            return false;
+        }
+        let mut answer = String::new();
+        let _ = tokio::io::AsyncReadExt::read_to_string(tcp, &mut answer).await;
+        answer.starts_with("HTTP/1.1 200 OK")
+    }
+
+    async fn assert_held(tcp: &mut tokio::net::TcpStream) {
+        assert!(served(tcp).await, "a held connection was not served");
+    }
+
     #[tokio::test]
     async fn a_flood_from_one_address_holds_its_own_slots_only_and_probes_are_answered() {
         use tokio::io::AsyncWriteExt as _;
@@ -335,10 +350,7 @@ mod tests {
         assert_eq!(probe("127.0.0.2", port).await, "HTTP/1.1 200 OK", "another address is served meanwhile");
         // The held ones are still open: they answer once their request is finished.
         for tcp in held.iter_mut() {
-            tcp.write_all(b"ET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").await.unwrap();
-            let mut answer = String::new();
-            tokio::io::AsyncReadExt::read_to_string(tcp, &mut answer).await.unwrap();
-            assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+            assert_held(tcp).await;
         }
         assert_eq!(probe("127.0.0.1", port).await, "HTTP/1.1 200 OK", "the address's slots are given back");
     }
@@ -357,6 +369,10 @@ mod tests {
         // Written after the six so that the server has accepted them first.
         let mut late = connect_from("127.0.0.6", port).await;
         assert!(closed(&mut late).await, "a seventh connection is refused, from any address");
+        // The six were held, not refused too: each is answered (and then closed by the server).
+        for tcp in held.iter_mut() {
+            assert_held(tcp).await;
+        }
         drop(held);
         // Given back as the server notices the six closed; until then a probe may be refused.
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
@@ -420,7 +436,14 @@ mod tests {
             let answer = tokio::task::spawn_blocking(move || probe::ask(port, path)).await.unwrap().unwrap();
             assert_eq!(answer, "HTTP/1.1 200 OK", "{path}");
         }
+        // The flood held the port's every slot throughout, rather than being refused with the
+        // probe: exactly `total` of its connections are served once their requests finish.
         assert_eq!(flood.len(), addresses * ConnectionLimits::HEALTH.per_peer);
+        let mut held = 0;
+        for tcp in &mut flood {
+            held += usize::from(served(tcp).await);
+        }
+        assert_eq!(held, ConnectionLimits::HEALTH.total, "connections of the flood that held a slot");
     }
 
     #[test]
