@@ -292,20 +292,25 @@ pub async fn nodes_report_failed_updates_without_writing_over_each_other(suite: 
 /// The share the two nodes' entries are written into.
 const NODES_SHARE: &str = "events-nodes";
 
-/// The namespace whose many volumes flood, the calm one beside it, and their share's owner.
+/// The namespace whose many volumes flood, the calm one beside it, and their shares' owner.
 const FLOOD: &str = "events-flood";
 const CALM: &str = "events-calm";
 const FLOOD_OWNER: &str = "events-flood-owner";
+/// The flood's share, its Secret churned all along; the calm namespace's own share.
 const FLOOD_SHARE: &str = "events-flood";
+const CALM_SHARE: &str = "events-calm";
 /// The flooding pod's volumes: more than a namespace's burst of Events.
 const FLOOD_VOLUMES: usize = 30;
-/// How many times the share's Secret changes, each after a volume's own pace (10 s) has passed.
+/// How often the flood's Secret changes: every flood volume has a change to tell as soon as its
+/// own pace (10 s) has passed, 3 Events a second wanted against a refill of 1.
+const CHURN_EVERY: Duration = Duration::from_secs(1);
+/// How many times the calm share's Secret changes, each after its volume's own pace has passed.
 const CHANGES: usize = 3;
 
-/// A pod of `namespace` mounting the flood's share `volumes` times.
-fn mounting(name: &str, volumes: usize) -> Value {
+/// A pod of `namespace` mounting `share` `volumes` times.
+fn mounting(name: &str, share: &str, volumes: usize) -> Value {
     let volumes: Vec<Value> = (0..volumes)
-        .map(|i| json!({"name": format!("v{i}"), "csi": {"driver": DRIVER_NAME, "readOnly": true, "volumeAttributes": {"sharedSecret": FLOOD_SHARE}}}))
+        .map(|i| json!({"name": format!("v{i}"), "csi": {"driver": DRIVER_NAME, "readOnly": true, "volumeAttributes": {"sharedSecret": share}}}))
         .collect();
     json!({
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
@@ -318,12 +323,19 @@ async fn events_in(admin: &kube::Client, namespace: &str) -> Result<usize, Strin
     Ok(driver_events(admin, namespace).await?.iter().map(occurrences).sum())
 }
 
-/// One namespace's pod with 30 volumes of a share, another namespace's pod with one, the share's
-/// Secret changed three times 11 s apart: the calm namespace's pod is told every change, in one
-/// Event whose series counts the three (a repeat is not created again: client-go's Event
-/// series), while the flooding namespace's Events, counted by the apiserver, stay within its
-/// bucket (20, then 1 a second) however many of its volumes changed (90 changes were there to
-/// tell).
+/// One namespace's pod with 30 volumes of a share whose Secret changes every second, another
+/// namespace's pod with one volume of its own share: once the flood has spent its burst, the
+/// calm share's Secret is changed three times 11 s apart while the flood goes on, and the calm
+/// pod is told each change before the next (one Event whose series counts the three: a repeat
+/// is not created again, client-go's Event series). The flooding namespace's Events, counted by
+/// the apiserver, stay within its bucket (20, then 1 a second) however many of its volumes
+/// changed.
+///
+/// Why this shape: an Event the bucket has no room for is not created, and a change not told is
+/// told only with the volume's next change. Were the bucket the node's (one for every
+/// namespace), the flood, wanting 3 Events a second, would leave it empty whenever the calm
+/// volume's change came, and the calm pod would not be told that change before the next: the
+/// check below would fail, in any order the driver refreshes its volumes in.
 pub async fn one_namespaces_many_volumes_cannot_spend_the_events_of_another(suite: &Suite) -> Outcome {
     let admin = &suite.admin;
     apply_file(suite, "config/deploy/driver/crds.yaml").await?;
@@ -332,15 +344,17 @@ pub async fn one_namespaces_many_volumes_cannot_spend_the_events_of_another(suit
     for namespace in [FLOOD_OWNER, FLOOD, CALM] {
         create_namespace(admin, namespace, "none", &[]).await?;
     }
-    let secret =
-        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "flood-creds"}, "stringData": {"v": "0"}});
-    create_object(suite, &format!("/api/v1/namespaces/{FLOOD_OWNER}/secrets"), secret).await?;
-    create_shared_secret(suite, FLOOD_SHARE, FLOOD_OWNER, "flood-creds").await?;
+    for (share, secret) in [(FLOOD_SHARE, "flood-creds"), (CALM_SHARE, "calm-creds")] {
+        let object =
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": secret}, "stringData": {"v": "0"}});
+        create_object(suite, &format!("/api/v1/namespaces/{FLOOD_OWNER}/secrets"), object).await?;
+        create_shared_secret(suite, share, FLOOD_OWNER, secret).await?;
+    }
     let mut pods = Vec::new();
-    for (namespace, volumes) in [(FLOOD, FLOOD_VOLUMES), (CALM, 1)] {
+    for (namespace, share, volumes) in [(FLOOD, FLOOD_SHARE, FLOOD_VOLUMES), (CALM, CALM_SHARE, 1)] {
         create_service_account(admin, namespace, "reader").await?;
-        create_use_grant(suite, namespace, "sharedsecrets", FLOOD_SHARE).await?;
-        let answer = create(admin, &pods_path(namespace), &mounting(namespace, volumes), false).await?;
+        create_use_grant(suite, namespace, "sharedsecrets", share).await?;
+        let answer = create(admin, &pods_path(namespace), &mounting(namespace, share, volumes), false).await?;
         if answer.status != 201 {
             return Err(format!("creating pod {namespace}: {} {}", answer.status, answer.message()));
         }
@@ -350,6 +364,18 @@ pub async fn one_namespaces_many_volumes_cannot_spend_the_events_of_another(suit
 
     let driver = InProcessDriver::start_telling_events(suite, TMPFS).await?;
     let mut node = NodeClient::new(channel(driver.socket.clone()).await?);
+    let secrets = Api::<Secret>::namespaced(admin.clone(), FLOOD_OWNER);
+    let change = move |name: &'static str, value: usize| {
+        let secrets = secrets.clone();
+        async move {
+            let update = json!({"stringData": {"v": value.to_string()}});
+            secrets
+                .patch(name, &PatchParams::default(), &Patch::Merge(&update))
+                .await
+                .map(drop)
+                .map_err(|e| e.to_string())
+        }
+    };
     let outcome = async {
         let mut published = Vec::new();
         for (pod, volumes) in &pods {
@@ -361,27 +387,63 @@ pub async fn one_namespaces_many_volumes_cannot_spend_the_events_of_another(suit
                 published.push((request, target));
             }
         }
-        let secrets = Api::<Secret>::namespaced(admin.clone(), FLOOD_OWNER);
+        let (flood_targets, calm_target) = published.split_at(FLOOD_VOLUMES);
+        let calm_target = &calm_target[0].1;
+
+        // The flood: its Secret changes every second until the calm pod has been told all.
         let first_change = Instant::now();
-        for change in 1..=CHANGES {
-            if change > 1 {
-                // Past each volume's own pace, so every volume has a change to tell.
-                tokio::time::sleep(UPDATED_AT_MOST_EVERY + Duration::from_secs(1)).await;
+        let (stop_churn, mut churn_stopped) = tokio::sync::oneshot::channel::<()>();
+        let churn = tokio::spawn({
+            let change = change.clone();
+            async move {
+                let mut value = 0;
+                loop {
+                    value += 1;
+                    change("flood-creds", value).await?;
+                    tokio::select! {
+                        _ = tokio::time::sleep(CHURN_EVERY) => {}
+                        _ = &mut churn_stopped => return Ok::<usize, String>(value),
+                    }
+                }
             }
-            let update = json!({"stringData": {"v": change.to_string()}});
-            secrets.patch("flood-creds", &PatchParams::default(), &Patch::Merge(&update)).await.map_err(|e| e.to_string())?;
-            for (_, target) in &published {
-                crate::shares::wait_for_files(target, "after the update", &[("v", &change.to_string())]).await?;
-            }
-            // The calm namespace's pod is told this change (its Events counted by the apiserver).
+        });
+        let calm_told = async {
+            // The flood has spent its burst first: from here on it wants more than it is given.
             let deadline = Instant::now() + Duration::from_secs(60);
-            while events_in(admin, CALM).await? < change {
+            while events_in(admin, FLOOD).await? < NAMESPACE_EVENT_BURST as usize {
                 if Instant::now() > deadline {
-                    return Err(format!("the calm namespace's pod was not told change {change} within 60 s"));
+                    return Err(format!("{FLOOD}'s volumes did not make its burst of Events within 60 s"));
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
+            for calm_change in 1..=CHANGES {
+                if calm_change > 1 {
+                    // Past the calm volume's own pace, so each change is its to tell.
+                    tokio::time::sleep(UPDATED_AT_MOST_EVERY + Duration::from_secs(1)).await;
+                }
+                change("calm-creds", calm_change).await?;
+                crate::shares::wait_for_files(calm_target, "after the update", &[("v", &calm_change.to_string())]).await?;
+                // Told this change itself, not with the next one.
+                let deadline = Instant::now() + Duration::from_secs(60);
+                while events_in(admin, CALM).await? < calm_change {
+                    if Instant::now() > deadline {
+                        return Err(format!(
+                            "the calm namespace's pod was not told change {calm_change} within 60 s while {FLOOD} flooded"
+                        ));
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+            Ok(())
         }
+        .await;
+        let _ = stop_churn.send(());
+        let last = churn.await.map_err(|e| format!("the flood's churn: {e}"))??;
+        calm_told?;
+        for (_, target) in flood_targets {
+            crate::shares::wait_for_files(target, "after the flood", &[("v", &last.to_string())]).await?;
+        }
+
         // The calm pod's three changes of one volume: one Event, its series counting them (at
         // least three: a refresh told twice would be counted, not created).
         let calm = driver_events(admin, CALM).await?;
@@ -389,14 +451,14 @@ pub async fn one_namespaces_many_volumes_cannot_spend_the_events_of_another(suit
         if !matches!(counted.as_slice(), [Some(count)] if *count >= CHANGES as i32) {
             return Err(format!("{CALM}'s pod was told {CHANGES} changes of one volume in Events with series counts {counted:?}: wanted one Event counting at least {CHANGES}"));
         }
-        // Whatever was created is in by now: the calm pod's last Event came after the flood's.
+        // Whatever was created is in by now: every flood volume has the last change, and its
+        // Event (if any) was created before its files were swapped in.
         let elapsed = first_change.elapsed().as_secs();
         let flood = events_in(admin, FLOOD).await?;
         let bound = NAMESPACE_EVENT_BURST as usize + (elapsed as usize + 1) * NAMESPACE_EVENTS_PER_SECOND as usize;
         println!(
-            "rotation events: {} changes of {FLOOD_VOLUMES} volumes in {FLOOD} made {flood} Events in {elapsed} s (bound {bound}); \
+            "rotation events: {last} changes of {FLOOD_VOLUMES} volumes in {FLOOD} made {flood} Events in {elapsed} s (bound {bound}); \
              {CALM}'s one volume told {} times",
-            CHANGES * FLOOD_VOLUMES,
             events_in(admin, CALM).await?
         );
         if flood < NAMESPACE_EVENT_BURST as usize || flood > bound {
