@@ -1,6 +1,7 @@
 //! `tests/run` itself, with a stand-in `cargo` first on its PATH (every other tool the real
 //! one): a SIGTERM to its pid alone, as a CI runner sends one, stops the cargo command it is
-//! running (SIGINT to that command's session) rather than leaving it to run on; and a run that
+//! running (SIGINT to that command's session) rather than leaving it to run on; a SIGKILL, which
+//! no script can catch, leaves its sessions to the next run, which stops them; and a run that
 //! ends prints each step's time and each test binary's.
 //!
 //! The stand-in answers `fmt` and `clippy` at once, blocks on `build` (the background images
@@ -83,19 +84,25 @@ fn output(dir: &Path) -> String {
     format!("stdout:\n{}\nstderr:\n{}", read("run.log"), read("run.err"))
 }
 
+/// Waits until `run`'s stand-in cargo test (in mode `wait`) has written its pid; the pid file.
+fn wait_for_cargo_test(run: &mut Child, dir: &Path) -> PathBuf {
+    let pid_file = dir.join("test.pid");
+    let started = Instant::now();
+    while !pid_file.exists() {
+        if let Some(status) = run.try_wait().expect("waiting for tests/run") {
+            panic!("tests/run ended ({status}) before its cargo test started:\n{}", output(dir));
+        }
+        assert!(started.elapsed() < Duration::from_secs(120), "no cargo test within 120 s:\n{}", output(dir));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    pid_file
+}
+
 #[test]
 fn a_sigterm_to_the_script_alone_stops_the_cargo_command_it_runs() {
     let dir = tempfile::tempdir().expect("a directory for the stand-in");
     let mut run = start(dir.path(), "wait");
-    let pid_file = dir.path().join("test.pid");
-    let started = Instant::now();
-    while !pid_file.exists() {
-        if let Some(status) = run.try_wait().expect("waiting for tests/run") {
-            panic!("tests/run ended ({status}) before its cargo test started:\n{}", output(dir.path()));
-        }
-        assert!(started.elapsed() < Duration::from_secs(120), "no cargo test within 120 s:\n{}", output(dir.path()));
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let pid_file = wait_for_cargo_test(&mut run, dir.path());
     std::thread::sleep(Duration::from_millis(200));
     let test_pid: i32 = fs::read_to_string(&pid_file).unwrap().trim().parse().expect("the stand-in's pid");
     assert!(alive(test_pid), "the stand-in cargo test is not running: this test would prove nothing");
@@ -134,4 +141,69 @@ fn a_finished_run_prints_each_steps_time_and_each_test_binarys() {
     let quick = times.lines().position(|line| line.trim() == "1.3 s  tests/quick.rs (target/debug/deps/quick-0123)");
     assert!(deploy.is_some() && quick.is_some() && deploy < quick, "the binaries' times, longest first: {times}");
     assert!(out.contains("tests: 4 passed, 0 failed"), "{out}");
+}
+
+/// The sessions `tests/target/.tests-run-sessions` records for the run `owner`.
+fn sessions_of(owner: u32) -> Vec<i32> {
+    let record = fs::read_to_string(repo_root().join("target/.tests-run-sessions")).unwrap_or_default();
+    record
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            (fields.first() == Some(&owner.to_string().as_str())).then(|| fields.get(2)?.parse().ok()).flatten()
+        })
+        .collect()
+}
+
+fn group_alive(session: i32) -> bool {
+    nix::sys::signal::killpg(nix::unistd::Pid::from_raw(session), None).is_ok()
+}
+
+#[test]
+fn a_sigkilled_runs_cargo_command_and_background_build_are_stopped_by_the_next_run() {
+    let dir = tempfile::tempdir().expect("a directory for the stand-in");
+    let mut run = start(dir.path(), "wait");
+    wait_for_cargo_test(&mut run, dir.path());
+    // The background build and the cargo test, each a session of its own.
+    let sessions = sessions_of(run.id());
+    let running: Vec<i32> = sessions.iter().copied().filter(|s| group_alive(*s)).collect();
+    assert!(
+        running.len() >= 2,
+        "tests/run recorded sessions {sessions:?}, {running:?} running: wanted the build's and cargo test's\n{}",
+        output(dir.path())
+    );
+    run.kill().expect("SIGKILL to tests/run");
+    run.wait().expect("waiting for the killed run");
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        running.iter().all(|s| group_alive(*s)),
+        "the SIGKILLed run's sessions ended with it: this test would prove nothing"
+    );
+
+    // The next run stops them before it starts anything; nothing else would (a sleep of an
+    // hour, a loop without end).
+    let next_dir = tempfile::tempdir().expect("a directory for the next run");
+    let mut next = start(next_dir.path(), "pass");
+    let status = wait_within(&mut next, Duration::from_secs(180));
+    if status.is_none() {
+        let _ = next.kill();
+    }
+    // Killed processes are gone once reaped, a moment after the kill.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while running.iter().any(|s| group_alive(*s)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let left: Vec<i32> = running.iter().copied().filter(|s| group_alive(*s)).collect();
+    for session in &left {
+        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(*session), nix::sys::signal::Signal::SIGKILL);
+    }
+    assert_eq!(status.and_then(|s| s.code()), Some(0), "{}", output(next_dir.path()));
+    assert!(
+        left.is_empty(),
+        "the next run left the killed run's sessions {left:?} running:\n{}",
+        output(next_dir.path())
+    );
+    // Which run stopped them is not asked: this binary's other tests start runs of their own
+    // meanwhile, and the first to start does it (its standard error says so).
+    assert!(sessions_of(run.id()).is_empty(), "the killed run's sessions are still recorded");
 }
