@@ -19,7 +19,17 @@ pub const IMAGE_NAMES: [&str; 3] = ["csi-volume-admission", "sharedresource-csi-
 /// `IMAGE_PLATFORMS` when `platforms` is) and returns what it printed. A cold build compiles the
 /// release programs with link-time optimisation: minutes.
 pub fn build_images(out: &Path, version: Option<&str>, platforms: Option<&str>) -> Result<String, String> {
-    build_images_of(&repo_root(), out, version, platforms)
+    build_images_of(&repo_root(), out, version, platforms, None)
+}
+
+/// [`build_images`] compiling in `target` (`IMAGE_TARGET_DIR`) instead of `target/images`.
+pub fn build_images_in(
+    out: &Path,
+    version: Option<&str>,
+    platforms: Option<&str>,
+    target: Option<&Path>,
+) -> Result<String, String> {
+    build_images_of(&repo_root(), out, version, platforms, target)
 }
 
 /// The previous release's images for amd64, tagged with its tag: built once from its commit's
@@ -33,39 +43,67 @@ pub fn previous_release_images() -> Result<PathBuf, String> {
     if IMAGE_NAMES.iter().all(|name| cached.join(format!("{name}.tar")).is_file()) {
         return Ok(cached);
     }
-    let root = repo_root();
-    let git = |args: &[&str]| Command::new("git").arg("-C").arg(&root).args(args).output();
-    let known = git(&["cat-file", "-e", &format!("{commit}^{{commit}}")]).map_err(|e| format!("running git: {e}"))?;
-    if !known.status.success() {
-        return Err(format!(
-            "the previous release {tag} (commit {commit}) is not in this clone: the upgrade from it cannot be built              (in a shallow clone, `git fetch --unshallow`)"
-        ));
-    }
     let source = tempfile::Builder::new()
         .prefix("inline-guard-release-")
         .tempdir()
         .map_err(|e| format!("a directory for {tag}'s source: {e}"))?;
-    let archive = Command::new("sh")
-        .arg("-c")
-        .arg(r#"git -C "$1" archive "$2" | tar -x -C "$3""#)
-        .args(["sh", &root.to_string_lossy(), commit, &source.path().to_string_lossy()])
-        .output()
-        .map_err(|e| format!("extracting {tag}'s source: {e}"))?;
-    if !archive.status.success() {
-        return Err(format!("extracting {tag}'s source: {}", String::from_utf8_lossy(&archive.stderr)));
-    }
+    extract_release(source.path(), &[])?;
     // Built in a directory this process owns beside the cache's entries: a run killed mid-build
     // leaves it to the next one's sweep (OwnedDir), never a half-built entry under the cache key.
     let cache = cached.parent().ok_or("the peers' cache has no directory")?;
     let building = OwnedDir::new_in(cache)?;
     let images = building.path().join("images");
-    build_images_of(source.path(), &images, Some(tag), Some("amd64"))?;
+    build_images_of(source.path(), &images, Some(tag), Some("amd64"), None)?;
     building.keep(&images, &cached).map_err(|e| format!("keeping {tag}'s images: {e}"))?;
     Ok(cached)
 }
 
+/// The previous release's own manifests: its `config/` extracted under `into` (`into/config/…`),
+/// to install it as it was released. Returns `into`.
+pub fn previous_release_manifests(into: &Path) -> Result<PathBuf, String> {
+    extract_release(into, &["config"])?;
+    Ok(into.to_path_buf())
+}
+
+/// Extracts `paths` (all of it if none) of [`PREVIOUS_RELEASE`]'s commit into `into`. Fails
+/// naming the commit when this clone lacks it (a shallow clone: `git fetch --unshallow`).
+fn extract_release(into: &Path, paths: &[&str]) -> Result<(), String> {
+    let (tag, commit) = PREVIOUS_RELEASE;
+    let root = repo_root();
+    let known = Command::new("git")
+        .arg("-C")
+        .arg(&root)
+        .args(["cat-file", "-e", &format!("{commit}^{{commit}}")])
+        .output()
+        .map_err(|e| format!("running git: {e}"))?;
+    if !known.status.success() {
+        return Err(format!(
+            "the previous release {tag} (commit {commit}) is not in this clone: the upgrade from it cannot be \
+             built (in a shallow clone, `git fetch --unshallow`)"
+        ));
+    }
+    std::fs::create_dir_all(into).map_err(|e| format!("{}: {e}", into.display()))?;
+    let archive = Command::new("sh")
+        .arg("-c")
+        .arg(r#"root=$1 commit=$2 into=$3; shift 3; git -C "$root" archive "$commit" "$@" | tar -x -C "$into""#)
+        .args(["sh", &root.to_string_lossy(), commit, &into.to_string_lossy()])
+        .args(paths)
+        .output()
+        .map_err(|e| format!("extracting {tag}'s source: {e}"))?;
+    if !archive.status.success() {
+        return Err(format!("extracting {tag}'s source: {}", String::from_utf8_lossy(&archive.stderr)));
+    }
+    Ok(())
+}
+
 /// `images/build OUT` of the source tree at `tree`, as [`build_images`].
-fn build_images_of(tree: &Path, out: &Path, version: Option<&str>, platforms: Option<&str>) -> Result<String, String> {
+fn build_images_of(
+    tree: &Path,
+    out: &Path,
+    version: Option<&str>,
+    platforms: Option<&str>,
+    target: Option<&Path>,
+) -> Result<String, String> {
     let mut command = Command::new(tree.join("images/build"));
     // As a user runs it, not with what cargo test sets for this test: cargo's own variables
     // reach the build scripts' fingerprints, and the build would start over each time.
@@ -75,7 +113,10 @@ fn build_images_of(tree: &Path, out: &Path, version: Option<&str>, platforms: Op
             command.env_remove(key.as_ref());
         }
     }
-    command.env_remove("IMAGE_VERSION").env_remove("IMAGE_PLATFORMS");
+    command.env_remove("IMAGE_VERSION").env_remove("IMAGE_PLATFORMS").env_remove("IMAGE_TARGET_DIR");
+    if let Some(target) = target {
+        command.env("IMAGE_TARGET_DIR", target);
+    }
     if let Some(version) = version {
         command.env("IMAGE_VERSION", version);
     }

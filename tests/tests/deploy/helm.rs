@@ -6,6 +6,7 @@
 //! pod reads on; `helm uninstall` leaves nothing but the CRDs it keeps by default, and nothing
 //! once they are deleted as NOTES says.
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use inline_guard_tests::chart::{chart_dir, chart_metadata, helm, last_release};
@@ -26,9 +27,10 @@ const CRDS: [&str; 4] = [
     "sharedresourcenodes.sharedresource.inlineguard.dev",
 ];
 
-/// The whole Helm path: the last release installed at this build's images (`version`), upgraded
-/// to this chart and the images tagged `upgraded`.
-pub async fn installed_upgraded_and_removed(this: &Installation, version: &str, upgraded: &str) -> Outcome {
+/// The whole Helm path: the last release's chart installed at the last release's images
+/// (`released`: its `config/` extracted there, its images imported already), upgraded to this
+/// chart and this build's images tagged `upgraded`.
+pub async fn installed_upgraded_and_removed(this: &Installation, released: &Path, upgraded: &str) -> Outcome {
     let helm_binary = inline_guard_tests::peers::peers()?.helm;
     let kubeconfig = this.cluster.kubeconfig().to_path_buf();
     let run = |args: Vec<String>| {
@@ -45,6 +47,17 @@ pub async fn installed_upgraded_and_removed(this: &Installation, version: &str, 
     std::fs::write(&values, serde_json::to_string_pretty(&node_values(this)?).map_err(|e| e.to_string())?)
         .map_err(|e| format!("{}: {e}", values.display()))?;
     let (previous, chart) = (path(&last_release()?), path(&chart_dir()));
+    // The package is the release's own chart, as a chart repository would serve it.
+    let (tag, _) = inline_guard_tests::images::PREVIOUS_RELEASE;
+    let released_chart = released.join("config/helm/inline-guard/Chart.yaml");
+    let text = std::fs::read_to_string(&released_chart).map_err(|e| format!("{}: {e}", released_chart.display()))?;
+    let released_version = chart_metadata(&text)?["version"].as_str().unwrap_or_default().to_string();
+    if !previous.ends_with(&format!("/inline-guard-{released_version}.tgz")) {
+        return Err(format!(
+            "tests/fixtures/charts/ holds {previous}, not {tag}'s chart (version {released_version}): \
+             package {tag}'s config/helm/inline-guard there"
+        ));
+    }
     let common = |verb: &str, chart: &str, tag: &str| -> Vec<String> {
         let args = [verb, RELEASE, chart, "--namespace", RELEASE_NAMESPACE, "-f", &path(&values)].map(String::from);
         // The images this run built: a release installs its own tag, which this node has not.
@@ -55,7 +68,7 @@ pub async fn installed_upgraded_and_removed(this: &Installation, version: &str, 
     // `csi-volume-admission certificate` wrote (made once the chart has made its namespace), its
     // CA in the values.
     let started = Instant::now();
-    let installed = run(common("install", &previous, version)).await?;
+    let installed = run(common("install", &previous, tag)).await?;
     if !installed.contains("STATUS: deployed")
         || !installed.contains("rollout status daemonset/sharedresource-csi-driver")
     {
@@ -64,7 +77,11 @@ pub async fn installed_upgraded_and_removed(this: &Installation, version: &str, 
     this.kubectl.run(&["apply", "-f", &path(&this.dir.join("overlay/tls/secret.yaml"))]).await?;
     this.wait_rolled_out().await?;
     this.wait_registered().await?;
-    println!("deploy: helm install to driver, webhook and read-grants Ready in {:?}", started.elapsed());
+    let image = this.driver_image().await?;
+    if !image.ends_with(&format!(":{tag}")) {
+        return Err(format!("after helm install of {tag}'s chart the driver runs {image}, not {tag}'s image"));
+    }
+    println!("deploy: helm install of {tag} to driver, webhook and read-grants Ready in {:?}", started.elapsed());
     let manifest =
         run(vec!["get".into(), "manifest".into(), RELEASE.into(), "-n".into(), RELEASE_NAMESPACE.into()]).await?;
     let objects = identities(&manifest)?;

@@ -30,6 +30,7 @@ use inline_guard_tests::images::build_images;
 use inline_guard_tests::node::kubelet::NODE_NAME;
 use inline_guard_tests::node::{Node, delete_and_wait};
 use inline_guard_tests::peers::peers;
+use inline_guard_tests::repo_root;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use serde_json::json;
@@ -131,7 +132,7 @@ async fn steps(this: &Installation) -> Outcome {
 
     // Installed and Ready through the shipped probes (the webhook's and the controller's pods
     // only once the driver has taken the startup taint off).
-    this.write_overlay(None)?;
+    this.write_overlay(None, &repo_root())?;
     let started = Instant::now();
     let applied = this.kubectl.run(&["apply", "-k", &path(&overlay)]).await?;
     this.wait_rolled_out().await?;
@@ -245,15 +246,17 @@ async fn steps(this: &Installation) -> Outcome {
     lazy_file.set("lazy-after-the-ask")?;
     lazy_reads = lazy_file.read_after(&this.node, lazy_reads).await?;
 
-    // A rollback to the previous release (its images built from its tag's source): every
-    // program rolls back, and its driver, speaking version 1 of the handover, takes the lazy
-    // volume from this build's while it is read (handed no socket, it replaces them in place,
-    // so kubelet registers the driver again).
+    // A rollback to the previous release, as it was released: its own manifests (CRDs,
+    // RBAC, workloads) and its images, built from its tag's source: every program rolls back,
+    // and its driver, speaking version 1 of the handover, takes the lazy volume from this
+    // build's while it is read (handed no socket, it replaces them in place, so kubelet
+    // registers the driver again).
     let (previous, _) = inline_guard_tests::images::PREVIOUS_RELEASE;
     this.previous_release_images().await?;
+    let released = inline_guard_tests::images::previous_release_manifests(&this.dir.join("release"))?;
     let before_rollback = this.driver_pod().await?;
     let registrations = this.node.kubelet_registrations(DRIVER);
-    this.write_overlay(Some(previous))?;
+    this.write_overlay(Some(previous), &released)?;
     this.kubectl.run(&["apply", "-k", &path(&overlay)]).await?;
     this.wait_rolled_out().await?;
     this.wait_for_new_driver_pod(&before_rollback).await?;
@@ -266,15 +269,16 @@ async fn steps(this: &Installation) -> Outcome {
          deregistrations) of the driver went from {registrations:?} to {rolled_back:?}"
     );
 
-    // An upgrade from it: this build's images tagged with a new version, `apply -k` again; the
-    // DaemonSet rolls while a workload keeps its volume and the lazy volume is read. The new
+    // An upgrade from it: this build's manifests, and its images tagged with a new version,
+    // `apply -k` again; the DaemonSet rolls while a workload keeps its volume and the lazy
+    // volume is read. The new
     // driver asks in version 2, is refused by the old one, asks again in version 1.
     let upgraded = format!("{version}-upgrade");
     let pod = this.create_reader("across-upgrade").await?;
     seen = wait_for_content(&this.node, "across-upgrade", "third", 0).await?;
     this.images(version, Some(&upgraded)).await?;
     let before_upgrade = this.driver_pod().await?;
-    this.write_overlay(Some(&upgraded))?;
+    this.write_overlay(Some(&upgraded), &repo_root())?;
     this.kubectl.run(&["apply", "-k", &path(&overlay)]).await?;
     this.wait_rolled_out().await?;
     let upgraded_driver = this.wait_for_new_driver_pod(&before_upgrade).await?;
@@ -328,7 +332,7 @@ async fn steps(this: &Installation) -> Outcome {
 
     // The same node and control plane, installed again with the Helm chart, upgraded and
     // removed (helm.rs).
-    helm::installed_upgraded_and_removed(this, version, &upgraded).await
+    helm::installed_upgraded_and_removed(this, &released, &upgraded).await
 }
 
 fn path(path: &Path) -> String {
@@ -405,7 +409,9 @@ impl Installation {
         self.dir.join("example-vault")
     }
 
-    fn write_overlay(&self, image_tag: Option<&str>) -> Outcome {
+    /// The overlay of `manifests`' `config/deploy` (this checkout, or a release's own) with the
+    /// images tagged `image_tag`.
+    fn write_overlay(&self, image_tag: Option<&str>, manifests: &Path) -> Outcome {
         let port = self.cluster.url().rsplit(':').next().and_then(|p| p.parse().ok()).ok_or("the apiserver's port")?;
         let vault = self.example_vault();
         std::fs::create_dir_all(&vault).map_err(|e| format!("{}: {e}", vault.display()))?;
@@ -416,6 +422,7 @@ impl Installation {
             example_vault: &vault,
             apiserver: (POD_NETWORK_GATEWAY, port),
             image_tag,
+            manifests,
         };
         overlay::write(&self.dir.join("overlay"), &overlay)
     }

@@ -5,8 +5,6 @@
 
 use std::path::Path;
 
-use inline_guard_tests::repo_root;
-
 /// What the overlay points the manifests at.
 pub struct Overlay<'a> {
     /// kubelet's `--root-dir`.
@@ -21,6 +19,9 @@ pub struct Overlay<'a> {
     pub example_vault: &'a Path,
     /// A tag for every image other than the shipped one (an upgrade).
     pub image_tag: Option<&'a str>,
+    /// The source tree whose `config/deploy` is installed: this checkout, or a release's own
+    /// (`images::previous_release_manifests`).
+    pub manifests: &'a Path,
 }
 
 /// The shipped values the overlay replaces; `test` operations check them first, so a change to
@@ -85,7 +86,7 @@ pub fn write(dir: &Path, overlay: &Overlay) -> Result<(), String> {
     let providers = format!("/spec/template/spec/volumes/{PROVIDERS_INDEX}/hostPath/path");
     operations.push(json_op("test", &providers, PROVIDERS));
     operations.push(json_op("replace", &providers, &overlay.providers_dir.display().to_string()));
-    let shipped = shipped_config(&root, &state)?;
+    let shipped = shipped_config(overlay.manifests, &root, &state)?;
     if shipped.contains("startupTaint") {
         return Err("the shipped driver.yaml now sets startupTaint: the overlay must follow it".into());
     }
@@ -103,7 +104,7 @@ pub fn write(dir: &Path, overlay: &Overlay) -> Result<(), String> {
     };
     // The Component's vault, by volume name (the Component's volumes come after the
     // DaemonSet's, in an order kustomize chooses); the shipped path checked here instead.
-    let component = std::fs::read_to_string(repo_root().join(EXAMPLE_PROVIDERS).join("kustomization.yaml"))
+    let component = std::fs::read_to_string(overlay.manifests.join(EXAMPLE_PROVIDERS).join("kustomization.yaml"))
         .map_err(|e| format!("{EXAMPLE_PROVIDERS}: {e}"))?;
     if !component.contains(&format!("path: {EXAMPLE_VAULT}\n")) {
         return Err(format!("{EXAMPLE_PROVIDERS} no longer mounts {EXAMPLE_VAULT}: the overlay must follow it"));
@@ -136,11 +137,11 @@ kind: Kustomization
     let deploy = format!(
         "{}{}",
         "../".repeat(up),
-        repo_root().join("config/deploy").display().to_string().trim_start_matches('/')
+        overlay.manifests.join("config/deploy").display().to_string().trim_start_matches('/')
     );
     // Opt-in files, copied beside the overlay: kustomize loads no file from outside its root.
     for opt_in in OPT_INS {
-        let from = repo_root().join("config/deploy/driver").join(opt_in);
+        let from = overlay.manifests.join("config/deploy/driver").join(opt_in);
         std::fs::copy(&from, dir.join(opt_in)).map_err(|e| format!("{}: {e}", from.display()))?;
     }
     text += &format!(
@@ -169,8 +170,8 @@ kind: Kustomization
 
 /// The shipped ConfigMap's `driver.yaml` with kubelet's root and the state directory moved: every
 /// other setting stays as shipped.
-fn shipped_config(root: &str, state: &str) -> Result<String, String> {
-    let objects = inline_guard_tests::apply::objects(&repo_root().join("config/deploy/driver/daemonset.yaml"))?;
+fn shipped_config(manifests: &Path, root: &str, state: &str) -> Result<String, String> {
+    let objects = inline_guard_tests::apply::objects(&manifests.join("config/deploy/driver/daemonset.yaml"))?;
     let shipped = objects
         .iter()
         .find(|o| o["kind"] == "ConfigMap")
