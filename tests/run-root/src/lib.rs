@@ -27,6 +27,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 pub mod bounded;
+pub mod cgroups;
 mod owned_dir;
 
 use bounded::output_within;
@@ -143,6 +144,8 @@ pub struct Swept {
     pub containers: Vec<String>,
     /// Mount points at or below the directory.
     pub mounts: Vec<String>,
+    /// Cgroups the run's containers had, left behind empty.
+    pub cgroups: Vec<String>,
     /// Whether the directory itself was there to remove.
     pub directory: bool,
 }
@@ -156,13 +159,15 @@ impl Swept {
             format!("{} [{}{more}]", items.len(), shown.join("; "))
         };
         format!(
-            "{} processes {}, {} containers {}, {} mounts {}, directory {}",
+            "{} processes {}, {} containers {}, {} mounts {}, {} cgroups {}, directory {}",
             self.processes.len(),
             sample(&self.processes),
             self.containers.len(),
             sample(&self.containers),
             self.mounts.len(),
             sample(&self.mounts),
+            self.cgroups.len(),
+            sample(&self.cgroups),
             if self.directory { "removed" } else { "absent" }
         )
     }
@@ -202,6 +207,8 @@ pub fn sweep_dead_runs(base: &Path) -> DeadRuns {
 /// mount at or below it, deepest first, then the files.
 pub fn sweep(dir: &Path) -> Swept {
     let needle = dir.to_string_lossy().into_owned();
+    // Read first: runc forgets a container once deleted.
+    let ids = cgroups::container_ids_under(dir);
     let processes = kill_processes_mentioning(&needle);
     let containers = delete_containers_under(dir);
     let mut mounts = Vec::new();
@@ -219,9 +226,10 @@ pub fn sweep(dir: &Path) -> Swept {
             }
         }
     }
+    let cgroups = cgroups::remove_container_cgroups(&ids);
     let directory = dir.exists();
     let _ = std::fs::remove_dir_all(dir);
-    Swept { processes, containers, mounts, directory }
+    Swept { processes, containers, mounts, cgroups, directory }
 }
 
 /// Mount points at or below `dir`, deepest first, from this process's mount table.

@@ -23,6 +23,7 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::{Value, json};
 use sharedresource_csi_driver::rollout::plan::{OBSERVED_ANNOTATION, RESTART_LABEL};
 
+use crate::connections;
 use crate::workload::{self, DRIVER};
 
 /// The attacker's namespace.
@@ -294,6 +295,35 @@ async fn pod_addresses(admin: &kube::Client, namespace: &str, labels: &str) -> R
     Ok(addresses)
 }
 
+/// The flooding pod's address.
+async fn flooder_address(pods: &Api<Pod>) -> Result<std::net::Ipv4Addr, String> {
+    let pod = pods.get("flooder").await.map_err(|e| format!("the flooding pod: {e}"))?;
+    let ip = pod.status.and_then(|s| s.pod_ip).ok_or("the flooding pod has no address")?;
+    ip.parse().map_err(|e| format!("the flooding pod's address {ip}: {e}"))
+}
+
+/// kubelet's failed probes (Warning `Unhealthy` Events) in the driver's namespace (only the
+/// driver's pods have probes there), one line per occurrence.
+async fn failed_probes(admin: &kube::Client) -> Result<Vec<String>, String> {
+    let mut failed = Vec::new();
+    for namespace in [crate::DRIVER_NAMESPACE] {
+        let events = Api::<Event>::namespaced(admin.clone(), namespace)
+            .list(&ListParams::default().fields("reason=Unhealthy"))
+            .await
+            .map_err(|e| format!("listing the Unhealthy Events of {namespace}: {e}"))?;
+        for event in events.items {
+            let line = format!(
+                "{namespace}/{}: {}",
+                event.involved_object.name.unwrap_or_default(),
+                event.message.unwrap_or_default().chars().take(300).collect::<String>()
+            );
+            let times = event.count.unwrap_or(1).max(1) as usize;
+            failed.extend(std::iter::repeat_n(line, times));
+        }
+    }
+    Ok(failed)
+}
+
 /// How many CSI volumes of the pods `uids` are mounted on the host now (the driver's mounts
 /// reach the host's mount table through the DaemonSet's Bidirectional propagation).
 fn csi_mounts_of(uids: &[String]) -> Result<usize, String> {
@@ -405,6 +435,7 @@ pub async fn tenants_cannot_take_the_node(
 ) -> Result<AttackReport, String> {
     let (restarts_before, _) = restarts(admin, crate::DRIVER_LABEL).await?;
     let (grants_restarts_before, _) = restarts(admin, crate::READ_GRANTS_LABEL).await?;
+    let probes_failed_before = failed_probes(admin).await?;
     let tenant = attacker_client(admin, cluster, ATTACKER).await?;
     let second = attacker_client(admin, cluster, SECOND_ATTACKER).await?;
     let projections = flood_projection(&tenant, ATTACKER).await?;
@@ -425,6 +456,28 @@ pub async fn tenants_cannot_take_the_node(
             return Err("the positive control: the flooding pod never started its connections".into());
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    // The positive control: the flood holds connections to the driver's health port and to
+    // the webhook's port, as the node's kernel counts them in each pod's network namespace.
+    let flooder_ip = flooder_address(&pods).await?;
+    for (program, port) in [("sharedresource-csi-driver", 9808), ("csi-volume-admission", 8443)] {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let held: usize = connections::processes_running(program)
+                .into_iter()
+                .map(|pid| connections::established_from(pid, port, flooder_ip))
+                .sum();
+            if held > 0 {
+                println!("deploy: attack: the flood holds {held} connections to {program}'s port {port}");
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "the positive control: no connection of the flood ({flooder_ip}) to {program}'s port {port} established within 60 s"
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
     }
 
     // Then the volumes of both namespaces, each pod patched read-only by the webhook through
@@ -478,6 +531,19 @@ pub async fn tenants_cannot_take_the_node(
         return Err(format!(
             "the read-grants controller restarted under the attacker's labelled workloads \
              ({grants_restarts_before} → {grants_restarts}, OOM killed: {oom})"
+        ));
+    }
+    // The driver's every probe answered throughout, not only too few failed to restart it:
+    // kubelet told no new failed probe of it (its Events reach the apiserver: the startup
+    // taint's step reads its FailedMount). Its probes ask over its own socket (5 s each), so the
+    // flood of its TCP health port cannot reach them; a failure here is the attack's doing.
+    let probes_failed = failed_probes(admin).await?;
+    if probes_failed.len() > probes_failed_before.len() {
+        return Err(format!(
+            "kubelet told failed probes of the driver during the attack ({} before, {} after): {:?}",
+            probes_failed_before.len(),
+            probes_failed.len(),
+            probes_failed.iter().take(10).collect::<Vec<_>>()
         ));
     }
     Api::<Deployment>::namespaced(admin.clone(), ATTACKER)

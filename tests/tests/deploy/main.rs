@@ -12,6 +12,7 @@
 //! DaemonSet) and the end-to-end suite's (a host process) would claim one driver name on a node.
 
 mod attack;
+mod connections;
 mod handover_ask;
 mod helm;
 mod kubectl;
