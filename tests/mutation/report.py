@@ -24,7 +24,9 @@
                                 equivalent.tsv
   report.py check               says on stderr what falls short and exits 1: a piece not run, a
                                 scoped path no mutant of which was tested, a piece whose code
-                                changed since it was run (stale), a piece under 90 %, a
+                                changed since it was run (stale: by the code hashes its
+                                outcomes record, or by git for outcomes recorded before them,
+                                which a shallow clone cannot tell and says so), a piece under 90 %, a
                                 surviving mutant neither killed nor listed in equivalent.tsv (or
                                 one listed there that no longer survives)
 
@@ -33,6 +35,7 @@ committed outcomes make, so the report cannot claim what was not run.
 """
 
 import fnmatch
+import hashlib
 import json
 import os
 import platform
@@ -120,8 +123,21 @@ def record_json(piece, outcomes_path, tree, seconds):
         "seconds": int(seconds),
         "machine": f"{os.cpu_count()} CPUs ({cpu_model()})",
         "cargo_mutants": outcomes.get("cargo_mutants_version", "?"),
+        # What the mutants were made of, file by file: check compares it with the working tree
+        # without git's history, so a shallow clone tells a stale piece too.
+        "code": code_hashes([path for p, path, _ in scope() if p == piece]),
         "mutants": mutants,
     }, indent=1)
+
+
+def code_hashes(paths):
+    """{file: sha256 of its code above its test module} for the tracked files `paths` name."""
+    hashes = {}
+    for file in tracked_files():
+        if any(matches(path, file) for path in paths):
+            with open(os.path.join(ROOT, file)) as now:
+                hashes[file] = hashlib.sha256(code_of(now.read()).encode()).hexdigest()
+    return hashes
 
 
 def survivors(piece):
@@ -171,6 +187,12 @@ def code_of(text):
     return text
 
 
+def has_commit(base):
+    """Whether this clone holds the commit `base` (a shallow clone may not)."""
+    known = subprocess.run(["git", "cat-file", "-e", f"{base}^{{commit}}"], cwd=ROOT, capture_output=True)
+    return known.returncode == 0
+
+
 def changed_since(base, paths):
     """The tracked files `paths` name whose code (above a trailing test module) differs at
     `base` from the working tree, or that `base` does not have."""
@@ -185,6 +207,8 @@ def changed_since(base, paths):
 
 
 def unchanged(base, paths):
+    if not has_commit(base):
+        sys.exit(f"tests/mutation: {base} is not in this clone (a shallow clone: git fetch --unshallow)")
     changed = changed_since(base, paths)
     for file in changed:
         print(f"tests/mutation: {file}: its code changed since {base} (not only its tests)", file=sys.stderr)
@@ -257,8 +281,16 @@ def problems():
                 found.append(f"piece {piece}: no mutant of {path} was tested")
         # The outcomes are of the code as it was: a change to it since makes them stale.
         base = base_of(data)
-        found.extend(f"piece {piece}: the code of {file} changed since {base}: rerun tests/mutation/run {piece}"
-                     for file in changed_since(base, paths))
+        if "code" in data:
+            now = code_hashes(paths)
+            found.extend(f"piece {piece}: the code of {file} changed since {base}: rerun tests/mutation/run {piece}"
+                         for file in sorted(set(now) | set(data["code"])) if now.get(file) != data["code"].get(file))
+        elif not has_commit(base):
+            found.append(f"piece {piece}: its tree {base} is not in this clone, so whether its code changed "
+                         f"cannot be told (a shallow clone: git fetch --unshallow)")
+        else:
+            found.extend(f"piece {piece}: the code of {file} changed since {base}: rerun tests/mutation/run {piece}"
+                         for file in changed_since(base, paths))
         kinds = tally(data, listed)
         value = score(kinds)
         if value is not None and value < TARGET:
