@@ -164,9 +164,17 @@ fn a_sigkilled_runs_cargo_command_and_background_build_are_stopped_by_the_next_r
     let dir = tempfile::tempdir().expect("a directory for the stand-in");
     let mut run = start(dir.path(), "wait");
     wait_for_cargo_test(&mut run, dir.path());
-    // The background build and the cargo test, each a session of its own.
-    let sessions = sessions_of(run.id());
-    let running: Vec<i32> = sessions.iter().copied().filter(|s| group_alive(*s)).collect();
+    // The background build and the cargo test, each a session of its own: the cargo test's is
+    // recorded as it starts, which may be a moment after its stand-in wrote its pid.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (sessions, running) = loop {
+        let sessions = sessions_of(run.id());
+        let running: Vec<i32> = sessions.iter().copied().filter(|s| group_alive(*s)).collect();
+        if running.len() >= 2 || Instant::now() > deadline {
+            break (sessions, running);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
     assert!(
         running.len() >= 2,
         "tests/run recorded sessions {sessions:?}, {running:?} running: wanted the build's and cargo test's\n{}",
