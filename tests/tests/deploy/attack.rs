@@ -295,11 +295,20 @@ async fn pod_addresses(admin: &kube::Client, namespace: &str, labels: &str) -> R
     Ok(addresses)
 }
 
-/// The flooding pod's address.
+/// The flooding pod's address, once kubelet has written it to the pod's status (its container
+/// may run, and log, before that).
 async fn flooder_address(pods: &Api<Pod>) -> Result<std::net::Ipv4Addr, String> {
-    let pod = pods.get("flooder").await.map_err(|e| format!("the flooding pod: {e}"))?;
-    let ip = pod.status.and_then(|s| s.pod_ip).ok_or("the flooding pod has no address")?;
-    ip.parse().map_err(|e| format!("the flooding pod's address {ip}: {e}"))
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let pod = pods.get("flooder").await.map_err(|e| format!("the flooding pod: {e}"))?;
+        if let Some(ip) = pod.status.and_then(|s| s.pod_ip) {
+            return ip.parse().map_err(|e| format!("the flooding pod's address {ip}: {e}"));
+        }
+        if Instant::now() > deadline {
+            return Err("the flooding pod has no address in its status after 60 s".into());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }
 
 /// kubelet's failed probes (Warning `Unhealthy` Events) in the driver's namespace (only the
