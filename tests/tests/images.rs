@@ -80,6 +80,14 @@ fn image_index(files: &BTreeMap<String, Vec<u8>>) -> (serde_json::Value, Vec<(St
     (entry, platforms)
 }
 
+/// The revision label of the image's first platform in `archive`.
+fn revision_of(archive: &[u8]) -> String {
+    let files = files(archive);
+    let (_, platforms) = image_index(&files);
+    let config = json(blob(&files, &platforms[0].1["config"]["digest"]));
+    config["config"]["Labels"]["org.opencontainers.image.revision"].as_str().unwrap_or_default().to_string()
+}
+
 /// The ELF header's `e_machine` (little-endian, at byte 18).
 fn elf_machine(bytes: &[u8]) -> u16 {
     assert!(bytes.starts_with(b"\x7fELF"), "not an ELF file");
@@ -164,6 +172,13 @@ fn the_images_are_the_same_and_start(first: &Path, second: &Path, said: &str, ar
     for (name, programs, target) in IMAGES {
         let archive = std::fs::read(first.join(format!("{name}.tar"))).unwrap();
         let again = std::fs::read(second.join(format!("{name}.tar"))).unwrap();
+        // Two builds of one tree: a checkout changed between them (an edit, a commit) is named
+        // in the images' revision label, and is no finding about the build.
+        let (revision, revision_again) = (revision_of(&archive), revision_of(&again));
+        assert_eq!(
+            revision, revision_again,
+            "{name}: the checkout changed between the two builds; build an unchanging one"
+        );
         assert!(archive == again, "{name}: two builds of one commit differ");
 
         let files = files(&archive);
