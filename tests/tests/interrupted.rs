@@ -81,7 +81,7 @@ fn a_killed_deploy_run_and_an_interrupted_one_leave_nothing_once_the_next_run_is
 }
 
 fn killed_then_interrupted(program: &Program) {
-    let binary = test_binary(program.binary).unwrap_or_else(|e| panic!("{e}"));
+    let binary = test_binary(program.binary, program.test).unwrap_or_else(|e| panic!("{e}"));
     let logs = tempfile::tempdir().expect("a directory for the runs' output");
     let before = Machine::observe();
 
@@ -135,7 +135,7 @@ const QUICK_DRIVER_TEST: &str = "a_relative_endpoint_is_refused";
 #[test]
 fn a_killed_run_of_the_driver_crates_tests_leaves_nothing_once_the_next_run_is_done() {
     let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    let binary = test_binary(DRIVER_TESTS).unwrap_or_else(|e| panic!("{e}"));
+    let binary = test_binary(DRIVER_TESTS, QUICK_DRIVER_TEST).unwrap_or_else(|e| panic!("{e}"));
     let logs = tempfile::tempdir().expect("a directory for the runs' output");
     let before = Machine::observe();
 
@@ -304,11 +304,18 @@ impl Machine {
     }
 }
 
-/// The test binary `name` built beside this one by the same `cargo test` (the newest if several
-/// builds are there).
-fn test_binary(name: &str) -> Result<PathBuf, String> {
+/// The test binary `name` built beside this one by the same `cargo test` that holds the test
+/// `holding` (two crates may name a test program alike: the driver's and the CLI's `binary`),
+/// the newest if several builds are there.
+fn test_binary(name: &str, holding: &str) -> Result<PathBuf, String> {
     let me = std::env::current_exe().map_err(|e| format!("this test's own path: {e}"))?;
     let deps = me.parent().ok_or("this test's binary has no directory")?;
+    let holds = |path: &Path| {
+        Command::new(path)
+            .arg("--list")
+            .output()
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).lines().any(|line| line == format!("{holding}: test")))
+    };
     let newest = std::fs::read_dir(deps)
         .map_err(|e| format!("{}: {e}", deps.display()))?
         .flatten()
@@ -318,10 +325,14 @@ fn test_binary(name: &str) -> Result<PathBuf, String> {
                 .and_then(|rest| rest.strip_prefix('-'))
                 .is_some_and(|hash| !hash.is_empty() && hash.chars().all(|c| c.is_ascii_hexdigit()))
         })
+        .filter(|e| holds(&e.path()))
         .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
         .max();
     newest.map(|(_, path)| path).ok_or_else(|| {
-        format!("no {name} test binary in {}: build it first (`cargo test --workspace --no-run`)", deps.display())
+        format!(
+            "no {name} test binary holding {holding} in {}: build it first (`cargo test --workspace --no-run`)",
+            deps.display()
+        )
     })
 }
 
