@@ -175,6 +175,10 @@ fn a_sigkilled_runs_cargo_command_and_background_build_are_stopped_by_the_next_r
         }
         std::thread::sleep(Duration::from_millis(100));
     };
+    if running.len() < 2 {
+        // Not left running past this test's failure.
+        let _ = run.kill();
+    }
     assert!(
         running.len() >= 2,
         "tests/run recorded sessions {sessions:?}, {running:?} running: wanted the build's and cargo test's\n{}",
