@@ -4,8 +4,10 @@
 //! process registered with it ([`webhook`]).
 
 pub mod apply;
+pub mod bench_areas;
 pub mod chart;
 pub mod cluster;
+pub mod code_digest;
 pub mod images;
 pub mod node;
 pub mod peers;

@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use inline_guard_tests::code_digest::{code_hash, code_of, path_matches};
 use inline_guard_tests::repo_root;
 use serde_json::Value;
 
@@ -23,14 +24,6 @@ fn scope() -> Vec<(String, String)> {
             (fields[0].to_string(), fields[1].to_string())
         })
         .collect()
-}
-
-/// cargo-mutants' reading of a scope path: a file, or `dir/**` for everything below `dir`.
-fn in_scope(pattern: &str, file: &str) -> bool {
-    match pattern.strip_suffix("**") {
-        Some(dir) => file.starts_with(dir),
-        None => file == pattern,
-    }
 }
 
 fn rust_files_below(dir: &Path) -> usize {
@@ -128,7 +121,7 @@ fn the_report_shows_what_the_committed_outcomes_hold_and_nothing_else() {
             for mutant in data["mutants"].as_array().expect("outcomes: a mutants array") {
                 let file = mutant["file"].as_str().unwrap_or_default();
                 assert!(
-                    paths.iter().any(|path| in_scope(path, file)),
+                    paths.iter().any(|path| path_matches(path, file)),
                     "outcomes/{piece}.json holds a mutant of {file}, outside the piece's scope {paths:?}: the outcomes are stale; rerun tests/mutation/run {piece}"
                 );
             }
@@ -141,37 +134,10 @@ fn the_report_shows_what_the_committed_outcomes_hold_and_nothing_else() {
     }
 }
 
-/// What mutants are made of: `text` above a trailing `#[cfg(test)] mod tests` (tests may change
-/// without making a piece stale), as `report.py` reads it.
-fn code_of(text: &str) -> String {
-    let lines: Vec<&str> = text.split('\n').collect();
-    for number in 0..lines.len().saturating_sub(1) {
-        if lines[number].trim() == "#[cfg(test)]" && lines[number + 1].starts_with("mod tests") {
-            return lines[..number].join("\n");
-        }
-    }
-    text.to_string()
-}
-
-/// The sha256 of `code`, in hexadecimal, as `report.py record` writes it.
-fn code_hash(code: &str) -> String {
-    ring::digest::digest(&ring::digest::SHA256, code.as_bytes()).as_ref().iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// `git args...` in the checkout, its output; `None` when it fails.
 fn git(args: &[&str]) -> Option<String> {
     let output = std::process::Command::new("git").args(args).current_dir(repo_root()).output().expect("git runs");
     output.status.success().then(|| String::from_utf8_lossy(&output.stdout).into_owned())
-}
-
-#[test]
-fn code_of_drops_only_a_trailing_test_module() {
-    let file = "fn f() {}\n\n#[cfg(test)]\nmod tests {\n    #[test]\n    fn t() {}\n}\n";
-    assert_eq!(code_of(file), "fn f() {}\n");
-    assert_eq!(code_of("fn f() {}\n"), "fn f() {}\n", "no test module: all of it is code");
-    let changed_test = file.replace("fn t()", "fn u()");
-    assert_eq!(code_of(file), code_of(&changed_test), "a test's change is no code change");
-    assert_ne!(code_of(file), code_of(&file.replace("fn f()", "fn g()")), "a code change is one");
 }
 
 #[test]
@@ -200,7 +166,8 @@ fn a_piece_whose_code_changed_since_its_run_is_named_stale_in_the_report() {
         let base: String = tree.chars().take_while(char::is_ascii_hexdigit).collect();
         assert!(!base.is_empty(), "outcomes/{piece}.json names no commit: {tree:?}");
         let paths: Vec<&str> = scope.iter().filter(|(p, _)| *p == piece).map(|(_, path)| path.as_str()).collect();
-        let files: Vec<&str> = tracked.lines().filter(|file| paths.iter().any(|path| in_scope(path, file))).collect();
+        let files: Vec<&str> =
+            tracked.lines().filter(|file| paths.iter().any(|path| path_matches(path, file))).collect();
         // Outcomes that record their code's hashes are compared without git's history (a
         // shallow clone too); older ones by the file at their commit.
         if let Some(recorded) = data["code"].as_object() {

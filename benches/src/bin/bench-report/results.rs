@@ -1,17 +1,19 @@
 //! One run's results as the report reads them, and the few ways every section formats them.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+use inline_guard_tests::bench_areas::{BenchArea, Recorded};
 
 use serde_json::Value;
 
-/// What `benches/run` left in its results directory. A bench that did not run (no root, no Go)
-/// left no file: its field is `None` and its section says it was not measured.
+use crate::record::{MEDIANS, RECORDED};
+
+/// What `benches/run` left in `benches/results/`: each area's files in its own directory, and
+/// the record of its run. A bench that did not run (no root, no Go) left no file: its field is
+/// `None` and its section says it was not measured.
 pub struct Results {
-    /// The commit `benches/run` measured, as it wrote it in `commit.txt` before the first bench.
-    pub commit: String,
-    /// Minutes from the first bench to the last one's results, when `benches/run` recorded its
-    /// start.
-    pub minutes: Option<f64>,
+    /// Every area of `benches/areas.tsv` and its record (`None`: never measured).
+    pub areas: Vec<(BenchArea, Option<Recorded>)>,
     /// `https_pinned`: the webhook beside nginx and the floors. Required: it is the headline.
     pub https: Value,
     /// `cache_memory`.
@@ -39,20 +41,31 @@ pub struct Results {
 }
 
 impl Results {
-    /// Reads `dir` and criterion's output under `criterion`.
-    pub fn read(dir: &Path, criterion: &Path) -> Result<Results, String> {
-        let optional = |file: &str| read_json(&dir.join(file)).ok();
-        let commit = std::fs::read_to_string(dir.join("commit.txt"))
-            .map(|text| text.trim().to_string())
-            .unwrap_or_else(|_| "not recorded (bench-report run without benches/run)".to_string());
-        let minutes = std::fs::read_to_string(dir.join("started.txt")).ok().and_then(|text| {
-            let started: u64 = text.trim().parse().ok()?;
-            Some(last_written(dir)?.saturating_sub(started) as f64 / 60.0)
-        });
+    /// Reads `dir`: the files of each area's directory below it (or, written by hand, in it).
+    pub fn read(dir: &Path, areas: Vec<BenchArea>) -> Result<Results, String> {
+        let find = |file: &str| -> Option<PathBuf> {
+            std::iter::once(dir.join(file))
+                .chain(areas.iter().map(|area| dir.join(&area.name).join(file)))
+                .find(|path| path.exists())
+        };
+        let optional = |file: &str| find(file).and_then(|path| read_json(&path).ok());
+        let mut recorded = Vec::new();
+        for area in areas.iter().cloned() {
+            let path = dir.join(&area.name).join(RECORDED);
+            let record = match std::fs::read_to_string(&path) {
+                Ok(text) => Some(serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?),
+                Err(_) => None,
+            };
+            recorded.push((area, record));
+        }
+        let https = find("https.json")
+            .ok_or_else(|| format!("{}: no https.json (the webhook area's headline)", dir.display()))?;
+        let medians: Vec<(String, f64)> = match find(MEDIANS) {
+            Some(path) => serde_json::from_value(read_json(&path)?).map_err(|e| format!("{}: {e}", path.display()))?,
+            None => Vec::new(),
+        };
         Ok(Results {
-            commit,
-            minutes,
-            https: read_json(&dir.join("https.json"))?,
+            https: read_json(&https)?,
             cache: optional("cache.json"),
             apiserver: optional("apiserver.json"),
             driver: optional("driver.json"),
@@ -62,8 +75,9 @@ impl Results {
             providers: optional("providers.json"),
             scale: optional("scale.json"),
             scale_large: optional("scale-large.json"),
-            scale_large_failed: std::fs::read_to_string(dir.join("scale-large-failed.txt")).ok(),
-            medians: inline_guard_benches::report::criterion_medians(criterion)?,
+            scale_large_failed: find("scale-large-failed.txt").and_then(|path| std::fs::read_to_string(path).ok()),
+            areas: recorded,
+            medians,
         })
     }
 
@@ -76,20 +90,6 @@ impl Results {
     pub fn median_containing(&self, part: &str) -> Option<f64> {
         self.medians.iter().find(|(name, _)| name.contains(part)).map(|(_, nanos)| *nanos)
     }
-}
-
-/// When the last bench wrote its results (seconds since the epoch): the run's end, however
-/// long after it the report is written.
-fn last_written(dir: &Path) -> Option<u64> {
-    std::fs::read_dir(dir)
-        .ok()?
-        .flatten()
-        .filter(|entry| entry.path().extension().is_some_and(|extension| extension == "json"))
-        .filter_map(|entry| entry.metadata().ok()?.modified().ok())
-        .max()?
-        .duration_since(std::time::UNIX_EPOCH)
-        .ok()
-        .map(|elapsed| elapsed.as_secs())
 }
 
 fn read_json(path: &Path) -> Result<Value, String> {

@@ -5,6 +5,8 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
+use inline_guard_tests::bench_areas::{Recorded, bench_areas};
+
 use super::write_report;
 
 fn sample(throughput: f64, cpu: f64) -> Value {
@@ -37,9 +39,10 @@ fn https_results(dir: &Path) -> std::path::PathBuf {
     results
 }
 
-fn report_of(dir: &Path, results: &Path, criterion: &Path) -> String {
+fn report_of(dir: &Path, results: &Path) -> String {
     let report = dir.join("REPORT.md");
-    write_report(results, criterion, &report).unwrap();
+    let areas = bench_areas(&inline_guard_tests::repo_root()).unwrap();
+    write_report(results, areas, &report).unwrap();
     std::fs::read_to_string(&report).unwrap()
 }
 
@@ -53,11 +56,12 @@ fn assert_lines(text: &str, lines: &[&str]) {
 fn the_headline_is_computed_from_the_results_and_judged_against_the_targets() {
     let dir = tempfile::tempdir().unwrap();
     let results = https_results(dir.path());
-    let text = report_of(dir.path(), &results, &dir.path().join("no-criterion"));
+    let text = report_of(dir.path(), &results);
     assert_lines(
         &text,
         &[
-            "Commit measured: not recorded (bench-report run without benches/run).",
+            "| webhook | not measured | | |",
+            "| scale | not measured | | |",
             "| CPU per request at saturation | 1.40× | ≤ 1.5×: met |",
             "| CPU per request at 5 000/s | 1.50× | ≤ 1.5×: met |",
             "| saturation throughput | 70 % | ≥ 67 %: met; long goal 80 %: **not met** |",
@@ -88,7 +92,15 @@ fn criterion_median(dir: &Path, id: &str, nanos: f64) {
 fn the_commit_the_native_policies_the_lazy_reads_the_providers_and_shared_admission_are_reported() {
     let dir = tempfile::tempdir().unwrap();
     let results = https_results(dir.path());
-    std::fs::write(results.join("commit.txt"), "0123abcd plus uncommitted changes\n").unwrap();
+    let recorded = Recorded {
+        commit: "0123abcd plus uncommitted changes".into(),
+        measured: "Fri Dec  4 03:00:00 UTC 2026".into(),
+        seconds: 61,
+        machine: "AMD EPYC (2 cores)".into(),
+        code: Default::default(),
+    };
+    std::fs::create_dir_all(results.join("webhook")).unwrap();
+    std::fs::write(results.join("webhook/recorded.json"), serde_json::to_string(&recorded).unwrap()).unwrap();
     let phase = |p50: f64, to_cel: f64| json!({"p50_ms": p50, "p99_ms": 2.0 * p50, "p99_added_paired_ms": 0.5, "p50_to_cel_paired": to_cel});
     let apiserver = json!({"pods_per_policy": 1000, "rounds": 10, "calls": {}, "policies": {
         "none": phase(2.0, 0.9), "cel": phase(2.5, 1.0), "webhooks": phase(3.0, 1.2), "webhooks-forcing": phase(4.0, 1.6),
@@ -117,11 +129,14 @@ fn the_commit_the_native_policies_the_lazy_reads_the_providers_and_shared_admiss
     ] {
         criterion_median(&criterion, id, nanos);
     }
-    let text = report_of(dir.path(), &results, &criterion);
+    let medians = inline_guard_benches::report::criterion_medians(&criterion).unwrap();
+    std::fs::write(results.join("webhook/medians.json"), serde_json::to_string(&medians).unwrap()).unwrap();
+    let text = report_of(dir.path(), &results);
     assert_lines(
         &text,
         &[
-            "Commit measured: 0123abcd plus uncommitted changes.",
+            "| webhook | 0123abcd plus uncommitted changes | Fri Dec  4 03:00:00 UTC 2026 | 2 min |",
+            "Machine: AMD EPYC (2 cores). servers pinned",
             "| everything `policy` prints, with the read-only MutatingAdmissionPolicy | 2.90 ms | 5.80 ms |",
             "| `generated-validating` | 1.04× | 1.04× | ≤ 1.10×: met |",
             "| `generated-policies` | 1.12× | 1.16× | ≤ 1.10×: **not met** |",
@@ -137,4 +152,43 @@ fn the_commit_the_native_policies_the_lazy_reads_the_providers_and_shared_admiss
             "| SharedResourceAdmission, a pod with one share, answers held (warm) | 2.50 µs | < 2 µs: **not met** |",
         ],
     );
+}
+
+#[test]
+fn an_area_is_recorded_with_the_code_it_measured_and_not_when_that_code_changed_during_its_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("checkout");
+    std::fs::create_dir_all(root.join("driver/src")).unwrap();
+    let code = root.join("driver/src/publish.rs");
+    std::fs::write(&code, "fn publish() {}\n").unwrap();
+    let git = std::process::Command::new("git").args(["init", "-q"]).current_dir(&root).status().unwrap();
+    assert!(git.success());
+    let add = std::process::Command::new("git").args(["add", "-A"]).current_dir(&root).status().unwrap();
+    assert!(add.success());
+    let area = inline_guard_tests::bench_areas::BenchArea {
+        name: "driver".into(),
+        results: vec!["driver.json".into(), "shares.json".into()],
+        code: vec!["driver/src/**".into()],
+        sections: "the driver".into(),
+        takes: "1 min".into(),
+    };
+    let run = dir.path().join("run");
+    let kept = dir.path().join("results/driver");
+    super::record::start(&root, &area, &run).unwrap();
+    std::fs::write(run.join("driver.json"), r#"{"p50_ms": 1.0}"#).unwrap();
+    std::fs::write(&code, "fn publish() { changed() }\n").unwrap();
+    let refused = super::record::record(&root, &area, &run, &dir.path().join("criterion"), &kept).unwrap_err();
+    assert!(refused.contains("driver/src/publish.rs") && refused.contains("nothing recorded"), "{refused}");
+    assert!(!kept.exists(), "nothing is kept of a run whose code changed under it");
+
+    std::fs::write(&code, "fn publish() {}\n").unwrap();
+    std::fs::write(run.join("commit.txt"), "0123456789ab\n").unwrap();
+    super::record::record(&root, &area, &run, &dir.path().join("criterion"), &kept).unwrap();
+    assert_eq!(std::fs::read_to_string(kept.join("driver.json")).unwrap(), r#"{"p50_ms": 1.0}"#);
+    assert!(!kept.join("shares.json").exists(), "a bench that did not run leaves no file");
+    let recorded: Recorded =
+        serde_json::from_str(&std::fs::read_to_string(kept.join("recorded.json")).unwrap()).unwrap();
+    assert_eq!(recorded.commit, "0123456789ab");
+    assert_eq!(recorded.code.keys().collect::<Vec<_>>(), ["driver/src/publish.rs"]);
+    assert_eq!(recorded.code, inline_guard_tests::bench_areas::code_now(&root, &area).unwrap());
 }
