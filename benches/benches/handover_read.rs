@@ -4,7 +4,7 @@
 //! real FUSE, the successor started beside the predecessor, `HANDOVERS` times in a row. Each
 //! read is what a program does to read a small file (open, read to the end, close); its time is
 //! classed by when it ran: before the first handover, during one (from the successor's start
-//! until it answers on the node's CSI socket), after the last. The longest read during a handover is
+//! until it holds the node and answers on its CSI socket), after the last. The longest read during a handover is
 //! what a container waits while its volume is paused and passed on. No read may fail: one that
 //! does ends the benchmark with its error. (A handover ends when the successor answers a Probe
 //! on the node's socket: it serves the CSI socket only once it serves the volumes it took.)
@@ -75,8 +75,11 @@ impl Driver {
 }
 
 /// The identity of the file at `path`, once there is one.
-fn identity(path: &Path) -> Option<(u64, u64)> {
-    std::fs::symlink_metadata(path).ok().map(|m| (m.dev(), m.ino()))
+/// With the time it was made: a socket bound where another was just removed often gets the
+/// removed one's inode number (ext4 reuses it at once), so the number alone does not tell them
+/// apart.
+fn identity(path: &Path) -> Option<(u64, u64, i64, i64)> {
+    std::fs::symlink_metadata(path).ok().map(|m| (m.dev(), m.ino(), m.ctime(), m.ctime_nsec()))
 }
 
 /// One read: when it started and how long it took.
@@ -135,6 +138,10 @@ fn main() -> Result<(), String> {
     if !nix::unistd::geteuid().is_root() {
         return Err("handover_read mounts FUSE: run it as root".into());
     }
+    // The drivers' log, when asked for (`RUST_LOG=info`): why a handover did not complete.
+    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_default_env() {
+        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    }
     // Everything this benchmark makes on the machine lives under one run directory: swept at the
     // end, on SIGINT/SIGTERM, and by the next run if this one is killed (inline_guard_tests::run_root).
     let _run = inline_guard_tests::run_root::claim_until_dropped()?;
@@ -177,6 +184,7 @@ fn main() -> Result<(), String> {
         })
     };
 
+    let offer = root.join("state").join(sharedresource_csi_driver::volume::handover::offer::SOCKET_FILE);
     let mut driver = Driver::start(root, &provider, helpers.handle());
     publish(socket.clone())?;
     let stop = Arc::new(AtomicBool::new(false));
@@ -186,11 +194,25 @@ fn main() -> Result<(), String> {
     let mut outcome = Ok(());
     for _ in 0..HANDOVERS {
         std::thread::sleep(STEADY);
-        let before = identity(&socket);
+        // The CSI socket itself is handed over (the same listening socket, the same file), so
+        // the successor is seen by its own handover offer, bound once it holds the node; the
+        // predecessor accepts no more by then, so the Probe is the successor's answer.
+        let before = identity(&offer);
         let started = Instant::now();
         let successor = Driver::start(root, &provider, helpers.handle());
-        let placed = wait_until("the successor's CSI socket in place", || identity(&socket) != before)
-            .and_then(|()| probe(socket.clone()));
+        let placed = wait_until("the successor holding the node (its handover offer in place)", || {
+            identity(&offer).is_some_and(|now| Some(now) != before)
+        })
+        .and_then(|()| probe(socket.clone()));
+        // A successor that stopped says why (its run's error) rather than the wait's.
+        let (placed, successor) = match (placed, successor.thread.is_finished()) {
+            (Err(waited), true) => (Err(format!("{waited}; the successor stopped: {:?}", successor.stop())), None),
+            (placed, _) => (placed, Some(successor)),
+        };
+        let Some(successor) = successor else {
+            outcome = placed;
+            break;
+        };
         windows.push((started, Instant::now()));
         // The predecessor, handed over, is stopped as kubelet stops the old pod.
         let predecessor = std::mem::replace(&mut driver, successor);

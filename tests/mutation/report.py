@@ -20,6 +20,10 @@
                                 exits 1, naming the file, unless each tracked file the paths name
                                 holds the same code at BASE as in the working tree above its test
                                 module (a trailing `#[cfg(test)] mod tests`): tests may change
+  report.py adopt PIECE...      records in PIECE's outcomes, made before outcomes recorded them,
+                                the digests of its code, when git shows that code unchanged since
+                                the piece's tree (so that a shallow clone can tell it current);
+                                fails, naming the file, for a piece whose code changed
   report.py report              REPORT.md (on stdout), from scope.tsv, outcomes/*.json and
                                 equivalent.tsv
   report.py check               says on stderr what falls short and exits 1: a piece not run, a
@@ -115,8 +119,12 @@ def record_json(piece, outcomes_path, tree, seconds):
             continue
         mutant = scenario["Mutant"]
         kind = KINDS.get(outcome["summary"], outcome["summary"])
-        mutants.append({"file": mutant["file"], "name": mutant["name"], "outcome": kind})
+        entry = {"file": mutant["file"], "name": mutant["name"], "outcome": kind}
+        if kind == "caught":
+            entry["killed_by"] = killers(os.path.dirname(outcomes_path), outcome.get("log_path"), mutant["file"])
+        mutants.append(entry)
     mutants.sort(key=lambda m: (m["file"], m["name"]))
+    tests = sorted({test for m in mutants for test in m.get("killed_by", [])})
     return json.dumps({
         "piece": piece,
         "tree": tree,
@@ -126,6 +134,9 @@ def record_json(piece, outcomes_path, tree, seconds):
         # What the mutants were made of, file by file: check compares it with the working tree
         # without git's history, so a shallow clone tells a stale piece too.
         "code": code_hashes([path for p, path, _ in scope() if p == piece]),
+        # What each killing test was: a mutant whose every killer changed or went since is no
+        # longer known to be caught, and its piece is stale (tests/tests/mutation_scope.rs).
+        "tests": {test: test_hash(test) for test in tests},
         "mutants": mutants,
     }, indent=1)
 
@@ -173,9 +184,85 @@ def merge(piece, outcomes_path, tree, seconds):
             sys.exit(f"tests/mutation: {mutant['name']} was not a mutant of piece {piece} to test again")
         before["outcome"] = mutant["outcome"]
         before["tree"] = tree
+        before.pop("killed_by", None)
+        if "killed_by" in mutant:
+            before["killed_by"] = mutant["killed_by"]
+    if rerun["tests"]:
+        data.setdefault("tests", {}).update(rerun["tests"])
     data["tree"] = f"{data['tree']}; survivors on {tree}"
     data["seconds"] = int(data["seconds"]) + int(seconds)
     print(json.dumps(data, indent=1))
+
+
+def killers(out_dir, log_path, mutated_file):
+    """The tests that failed against one mutant, from its log: `TARGET::TEST` where TARGET is the
+    test target's source (`driver/src/lib.rs` for the unit tests, `driver/tests/binary.rs`) and
+    TEST libtest's full name. Empty when no test is named (a crash of the whole binary)."""
+    if not log_path:
+        return []
+    try:
+        log = open(os.path.join(out_dir, log_path), errors="replace").read()
+    except OSError:
+        return []
+    crate = crate_of(mutated_file)
+    found, target = set(), None
+    for line in log.split("\n"):
+        running = re.match(r"\s+Running (?:unittests )?(\S+) \(", line)
+        if running:
+            target = f"{crate}/{running.group(1)}" if crate else running.group(1)
+            continue
+        failed = re.match(r"test (\S+) \.\.\. FAILED$", line.strip())
+        if failed and target:
+            found.add(f"{target}::{failed.group(1)}")
+    return sorted(found)
+
+
+def crate_of(file):
+    """The directory of the package holding `file` (the nearest with a Cargo.toml)."""
+    parts = file.split("/")[:-1]
+    while parts:
+        if os.path.exists(os.path.join(ROOT, *parts, "Cargo.toml")):
+            return "/".join(parts)
+        parts.pop()
+    return ""
+
+
+def test_sources(target):
+    """The tracked files a test target's tests may be written in: its crate's `src/` for the unit
+    tests, its crate's `tests/` for an integration test."""
+    crate, _, rest = target.rpartition("/src/") if "/src/" in target else target.rpartition("/tests/")
+    below = f"{crate}/src/" if "/src/" in target else f"{crate}/tests/"
+    return sorted(f for f in tracked_files() if f.startswith(below))
+
+
+def test_text(source, name):
+    """The text of every `fn NAME` in `source` as rustfmt writes it: from its `fn` line to the
+    first line after it that closes at the same indentation; the texts joined."""
+    lines = source.split("\n")
+    texts = []
+    pattern = re.compile(r"^(\s*)(?:pub(?:\([a-z]+\))? )?(?:async )?fn " + re.escape(name) + r"\s*[(<]")
+    for number, line in enumerate(lines):
+        start = pattern.match(line)
+        if not start:
+            continue
+        closing = start.group(1) + "}"
+        end = next((i for i in range(number + 1, len(lines)) if lines[i] == closing), len(lines) - 1)
+        texts.append("\n".join(lines[number:end + 1]))
+    return "\n".join(texts)
+
+
+def test_hash(test):
+    """The sha256 of a killing test's text (`TARGET::TEST`), over every file its target's tests may
+    be in, in path order; the digest of nothing when no such function is left."""
+    target, _, name = test.partition("::")
+    function = name.rsplit("::", 1)[-1]
+    texts = []
+    for file in test_sources(target):
+        with open(os.path.join(ROOT, file), errors="replace") as source:
+            text = test_text(source.read(), function)
+        if text:
+            texts.append(text)
+    return hashlib.sha256("\n".join(texts).encode()).hexdigest()
 
 
 def code_of(text):
@@ -213,6 +300,36 @@ def unchanged(base, paths):
     for file in changed:
         print(f"tests/mutation: {file}: its code changed since {base} (not only its tests)", file=sys.stderr)
     sys.exit(1 if changed else 0)
+
+
+def adopt(pieces):
+    """Adds the code digests to old outcomes whose code is unchanged since their tree."""
+    runs = recorded()
+    failed = False
+    for piece in pieces:
+        data = runs.get(piece)
+        if data is None:
+            sys.exit(f"tests/mutation: piece {piece} has no committed outcomes")
+        if "code" in data:
+            print(f"tests/mutation: piece {piece} already records its code", file=sys.stderr)
+            continue
+        base = base_of(data)
+        if not has_commit(base):
+            sys.exit(f"tests/mutation: {base} is not in this clone (a shallow clone: git fetch --unshallow)")
+        paths = [path for p, path, _ in scope() if p == piece]
+        changed = changed_since(base, paths)
+        if changed:
+            failed = True
+            for file in changed:
+                print(f"tests/mutation: piece {piece}: the code of {file} changed since {base}: rerun it", file=sys.stderr)
+            continue
+        # The same keys in the same order as `record` writes them.
+        adopted = {key: value for key, value in data.items() if key != "mutants"}
+        adopted["code"] = code_hashes(paths)
+        adopted["mutants"] = data["mutants"]
+        with open(os.path.join(HERE, "outcomes", f"{piece}.json"), "w") as out:
+            out.write(json.dumps(adopted, indent=1) + "\n")
+    sys.exit(1 if failed else 0)
 
 
 def base_of(data):
@@ -360,6 +477,8 @@ def main():
         merge(*args)
     elif command == "unchanged" and len(args) >= 2:
         unchanged(args[0], args[1:])
+    elif command == "adopt" and args:
+        adopt(args)
     elif command == "report" and not args:
         report()
     elif command == "check" and not args:

@@ -21,8 +21,6 @@ pub struct BenchArea {
     pub code: Vec<String>,
     /// The report's sections it writes, for people.
     pub sections: String,
-    /// About how long it takes.
-    pub takes: String,
 }
 
 /// What an area's run recorded beside its results (`recorded.json`).
@@ -50,9 +48,9 @@ pub fn bench_areas(root: &Path) -> Result<Vec<BenchArea>, String> {
             continue;
         }
         let fields: Vec<&str> = line.split('\t').collect();
-        let [name, results, code, sections, takes] = fields.as_slice() else {
+        let [name, results, code, sections] = fields.as_slice() else {
             return Err(format!(
-                "benches/areas.tsv:{}: expected area, results, code, sections and time, TAB-separated; found {} fields",
+                "benches/areas.tsv:{}: expected area, results, code and sections, TAB-separated; found {} fields",
                 index + 1,
                 fields.len()
             ));
@@ -63,7 +61,6 @@ pub fn bench_areas(root: &Path) -> Result<Vec<BenchArea>, String> {
             results: list(results),
             code: list(code),
             sections: sections.to_string(),
-            takes: takes.to_string(),
         });
     }
     Ok(areas)

@@ -78,6 +78,70 @@ pub fn changed_files(recorded: &BTreeMap<String, String>, now: &BTreeMap<String,
     changed
 }
 
+/// The digest of a test that killed a mutant, `TARGET::TEST` as `tests/mutation/report.py`
+/// records it (TARGET: `driver/src/lib.rs` for a crate's unit tests, `driver/tests/binary.rs`
+/// for an integration test; TEST: libtest's full name): the text of every function of that name
+/// in the files the target's tests may be in, in path order (`tracked`: the checkout's files).
+/// A test deleted is the digest of nothing.
+pub fn test_digest(root: &Path, tracked: &[String], test: &str) -> String {
+    let (target, name) = test.split_once("::").unwrap_or((test, ""));
+    let function = name.rsplit("::").next().unwrap_or(name);
+    let below = match (target.rfind("/src/"), target.rfind("/tests/")) {
+        (Some(at), _) => format!("{}/src/", &target[..at]),
+        (None, Some(at)) => format!("{}/tests/", &target[..at]),
+        (None, None) => return code_hash(""),
+    };
+    let mut files: Vec<&String> = tracked.iter().filter(|f| f.starts_with(&below) && f.ends_with(".rs")).collect();
+    files.sort();
+    let mut texts = Vec::new();
+    for file in files {
+        let source = String::from_utf8_lossy(&std::fs::read(root.join(file)).unwrap_or_default()).into_owned();
+        let text = function_text(&source, function);
+        if !text.is_empty() {
+            texts.push(text);
+        }
+    }
+    code_hash(&texts.join("\n"))
+}
+
+/// The text of every `fn NAME` in `source` as rustfmt writes it: from its `fn` line to the first
+/// line after it that closes at the same indentation; the texts joined by newlines.
+pub fn function_text(source: &str, name: &str) -> String {
+    let lines: Vec<&str> = source.split('\n').collect();
+    let mut texts = Vec::new();
+    for (number, line) in lines.iter().enumerate() {
+        let Some(indent) = fn_line_indent(line, name) else { continue };
+        let closing = format!("{indent}}}");
+        let end = (number + 1..lines.len()).find(|&i| lines[i] == closing).unwrap_or(lines.len() - 1);
+        texts.push(lines[number..=end].join("\n"));
+    }
+    texts.join("\n")
+}
+
+/// The indentation of `line` when it starts `fn NAME(` or `fn NAME<` (after `pub`, `pub(crate)`,
+/// `async`), as report.py's pattern reads it.
+fn fn_line_indent<'a>(line: &'a str, name: &str) -> Option<&'a str> {
+    let mut rest = line.trim_start();
+    let indent = &line[..line.len() - rest.len()];
+    if let Some(after) = rest.strip_prefix("pub") {
+        let after = match after.strip_prefix('(') {
+            Some(inside) => {
+                let close = inside.find(')')?;
+                let scope = &inside[..close];
+                if scope.is_empty() || !scope.chars().all(|c| c.is_ascii_lowercase()) {
+                    return None;
+                }
+                &inside[close + 1..]
+            }
+            None => after,
+        };
+        rest = after.strip_prefix(' ')?;
+    }
+    rest = rest.strip_prefix("async ").unwrap_or(rest);
+    let rest = rest.strip_prefix("fn ")?.strip_prefix(name)?.trim_start();
+    (rest.starts_with('(') || rest.starts_with('<')).then_some(indent)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -110,5 +174,14 @@ mod tests {
         let now = digests(&[("a.rs", "1"), ("b.rs", "9"), ("new.rs", "4")]);
         assert_eq!(changed_files(&recorded, &now), ["b.rs", "gone.rs", "new.rs"]);
         assert!(changed_files(&now, &now).is_empty());
+    }
+
+    #[test]
+    fn a_test_function_is_read_to_its_closing_brace() {
+        let source = "mod tests {\n    #[test]\n    fn kills() {\n        if x {\n        }\n    }\n\n    fn kills_more() {}\n}\n";
+        assert_eq!(function_text(source, "kills"), "    fn kills() {\n        if x {\n        }\n    }");
+        assert_eq!(function_text(source, "gone"), "");
+        assert_eq!(function_text("pub(crate) async fn t<T>() {\n}\n", "t"), "pub(crate) async fn t<T>() {\n}");
+        assert_eq!(function_text("fn tt() {}\n", "t"), "", "a longer name is another function");
     }
 }

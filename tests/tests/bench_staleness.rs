@@ -26,8 +26,12 @@ fn stale(root: &Path, area: &BenchArea, record: Option<&Recorded>) -> Option<Str
     }
     Some(format!(
         "area {} ({}): measured at {}, and since then its code changed: {files}. Measure it again: \
-         `benches/run --only {}` (about {}), then commit benches/results/, benches/REPORT.md and benches/report/",
-        area.name, area.sections, record.commit, area.name, area.takes
+         `benches/run --only {}` (it took {} min last time), then commit benches/results/, benches/REPORT.md and benches/report/",
+        area.name,
+        area.sections,
+        record.commit,
+        area.name,
+        record.seconds.div_ceil(60)
     ))
 }
 
@@ -82,7 +86,7 @@ fn scratch_checkout(dir: &Path) {
     std::fs::create_dir_all(dir.join("driver/src")).unwrap();
     std::fs::write(
         dir.join("benches/areas.tsv"),
-        "# area\tresults\tcode\tsections\ttime\ndriver\tdriver.json\tdriver/src/** Cargo.lock\tthe driver\t1 min\n",
+        "# area\tresults\tcode\tsections\ndriver\tdriver.json\tdriver/src/** Cargo.lock\tthe driver\n",
     )
     .unwrap();
     std::fs::write(dir.join("driver/src/publish.rs"), "fn publish() {}\n\n#[cfg(test)]\nmod tests {}\n").unwrap();

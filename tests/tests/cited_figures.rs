@@ -1,5 +1,5 @@
 //! A figure the README or docs/ cite is one a command wrote: every measured figure in them (a
-//! time in ns, µs, ms, s or min, a ratio, a size in MB or GB, a percentage, a rate) appears, as written, in a report a
+//! time in ns, µs, ms, s or min or in words, a ratio, a size in MB or GB, a percentage, a rate) appears, as written, in a report a
 //! command makes (`benches/REPORT.md` from `benches/run`, `tests/mutation/REPORT.md` from
 //! `tests/mutation/run`). Targets and bounds (`< 10 ms`, `≤ 1.5×`) are not measurements; sizes
 //! in KiB, MiB and GiB are, by the docs' convention, configured limits, never measurements.
@@ -17,7 +17,11 @@ const REPORTS: [&str; 2] = ["benches/REPORT.md", "tests/mutation/REPORT.md"];
 
 /// The units of a measured figure, longest first where one is a prefix of another: `min` and
 /// `s` after the shorter times they start (`ms` is not `m` then `s`; a whole word is needed).
-const UNITS: [&str; 10] = ["ns", "µs", "ms", "min", "s", "×", "MB", "GB", "%", "/s"];
+/// Times written out in words count too (`5 minutes`); a unit that starts a longer word is not
+/// one (`min` of `minutes`, `s` of `seconds`), so the order among them does not matter.
+const UNITS: [&str; 16] = [
+    "ns", "µs", "ms", "min", "s", "×", "MB", "GB", "%", "/s", "seconds", "second", "minutes", "minute", "hours", "hour",
+];
 
 /// One figure as the text writes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -190,6 +194,16 @@ fn the_scanner_finds_figures_as_the_docs_write_them() {
     // Not figures: configured sizes, words that start like a unit, versions, identifiers.
     assert!(found("16 MiB, 3 msgs, v1.35.4, p99, 4 KiB, x86_64, sha256:1f35, 2 cores, 8 000 × 250").is_empty());
     assert_eq!(found("≤ 1.5×: met"), vec![figure("1.5×", true)]);
+    // Times in words.
+    assert_eq!(
+        found("every 5 minutes, 1 minute, 30 seconds and 2 hours"),
+        vec![
+            figure("5 minutes", false),
+            figure("1 minute", false),
+            figure("30 seconds", false),
+            figure("2 hours", false)
+        ]
+    );
     // Seconds and minutes, with or without the space; not the start of a word, nor `ms`.
     assert_eq!(
         found("2.5–5.6 s (seven runs), 290 s, 10s, 87 min; 3 ms"),
@@ -201,5 +215,5 @@ fn the_scanner_finds_figures_as_the_docs_write_them() {
             figure("3 ms", false)
         ]
     );
-    assert!(found("3 steps, 2 seconds, 5 mins, v1 spec").is_empty());
+    assert!(found("3 steps, 5 mins, 2 secondary, v1 spec").is_empty());
 }

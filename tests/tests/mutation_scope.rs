@@ -9,7 +9,9 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use inline_guard_tests::code_digest::{code_hash, code_of, path_matches};
+use inline_guard_tests::code_digest::{
+    changed_files, code_digests, code_hash, code_of, path_matches, test_digest, tracked_files,
+};
 use inline_guard_tests::repo_root;
 use serde_json::Value;
 
@@ -157,6 +159,7 @@ fn a_piece_whose_code_changed_since_its_run_is_named_stale_in_the_report() {
     let report = std::fs::read_to_string(root.join("tests/mutation/REPORT.md")).expect("tests/mutation/REPORT.md");
     let tracked = git(&["ls-files", "*.rs"]).expect("git ls-files: the suite runs in a git checkout");
     let (mut expected, mut read_from_history, mut with_history) = (Vec::new(), 0, 0);
+    let mut judged_by_nothing: Vec<String> = Vec::new();
     for entry in std::fs::read_dir(root.join("tests/mutation/outcomes")).expect("tests/mutation/outcomes").flatten() {
         let Some(piece) = entry.file_name().to_string_lossy().strip_suffix(".json").map(str::to_string) else {
             continue;
@@ -184,6 +187,12 @@ fn a_piece_whose_code_changed_since_its_run_is_named_stale_in_the_report() {
             }
             continue;
         }
+        // Older outcomes are compared by the file at their commit; a clone without that commit
+        // (a shallow one) cannot tell, and such a piece must be waiting (see the test below).
+        if git(&["cat-file", "-e", &format!("{base}^{{commit}}")]).is_none() {
+            judged_by_nothing.push(piece.clone());
+            continue;
+        }
         with_history += 1;
         for file in files {
             let before = git(&["show", &format!("{base}:{file}")]);
@@ -202,12 +211,162 @@ fn a_piece_whose_code_changed_since_its_run_is_named_stale_in_the_report() {
         "no scoped file could be read at its piece's commit: is the history there? (a shallow clone: git fetch --unshallow)"
     );
     expected.sort();
-    let mut named: Vec<String> =
-        report.lines().filter(|line| line.contains(": the code of ")).map(str::to_string).collect();
+    let mut named: Vec<String> = report
+        .lines()
+        .filter(|line| line.contains(": the code of "))
+        .filter(|line| !judged_by_nothing.iter().any(|piece| line.starts_with(&format!("- piece {piece}: "))))
+        .map(str::to_string)
+        .collect();
     named.sort();
     assert_eq!(
         named, expected,
         "tests/mutation/REPORT.md must name exactly the pieces whose code changed since they were run \
          (rewrite it with `python3 tests/mutation/report.py report > tests/mutation/REPORT.md`, or rerun them)"
     );
+}
+
+/// `(piece, why)` of `tests/mutation/waiting.tsv`: the pieces whose committed outcomes are known
+/// to be older than their code, each with why its rerun waits.
+fn waiting() -> Vec<(String, String)> {
+    let text =
+        std::fs::read_to_string(repo_root().join("tests/mutation/waiting.tsv")).expect("tests/mutation/waiting.tsv");
+    text.lines()
+        .filter(|line| !line.is_empty() && !line.starts_with('#'))
+        .map(|line| {
+            let (piece, why) = line.split_once('\t').unwrap_or((line, ""));
+            assert!(!why.trim().is_empty(), "waiting.tsv: expected <piece>TAB<why its rerun waits>: {line:?}");
+            (piece.to_string(), why.to_string())
+        })
+        .collect()
+}
+
+/// The gate of every test run: a piece's committed outcomes are of its code as it is now, by the
+/// digests they record (no history needed), or the piece is listed in `waiting.tsv` with why; a
+/// listed piece whose outcomes are current fails too, so the list only shrinks as pieces are
+/// rerun. A change to a scoped file thus fails the suite until its piece runs again.
+#[test]
+fn every_piece_is_of_its_code_as_it_is_or_listed_as_waiting() {
+    let root = repo_root();
+    let scope = scope();
+    let waiting = waiting();
+    let mut pieces: Vec<&str> = Vec::new();
+    for (piece, _) in &scope {
+        if !pieces.contains(&piece.as_str()) {
+            pieces.push(piece);
+        }
+    }
+    for (piece, _) in &waiting {
+        assert!(pieces.contains(&piece.as_str()), "waiting.tsv names {piece}, no piece of the scope");
+    }
+    let mut problems = Vec::new();
+    for piece in pieces {
+        let waits = waiting.iter().any(|(p, _)| p == piece);
+        let path = root.join(format!("tests/mutation/outcomes/{piece}.json"));
+        let outcomes: Option<Value> =
+            std::fs::read_to_string(&path).ok().map(|text| serde_json::from_str(&text).expect("an outcomes file"));
+        let recorded = outcomes.as_ref().and_then(|data| data["code"].as_object()).map(|code| {
+            code.iter().map(|(file, digest)| (file.clone(), digest.as_str().unwrap_or_default().to_string())).collect()
+        });
+        let Some(recorded) = recorded else {
+            if !waits {
+                problems.push(format!(
+                    "piece {piece}: {}: run it (tests/mutation/run {piece}) and commit its outcomes with the report",
+                    if outcomes.is_some() { "its outcomes record no digests of their code" } else { "not run" }
+                ));
+            }
+            continue;
+        };
+        let paths: Vec<String> = scope.iter().filter(|(p, _)| p == piece).map(|(_, path)| path.clone()).collect();
+        let mut now = code_digests(&root, &paths).expect("the scope's files can be read");
+        // The mutants are made of Rust files only, as report.py reads them.
+        now.retain(|file, _| file.ends_with(".rs"));
+        let mut changed = changed_files(&recorded, &now);
+        changed.extend(mutants_no_longer_known_caught(&root, outcomes.as_ref().expect("outcomes were read")));
+        match (changed.is_empty(), waits) {
+            (true, true) => problems.push(format!(
+                "piece {piece}: its outcomes are of its code as it is: remove it from tests/mutation/waiting.tsv"
+            )),
+            (false, false) => problems.push(format!(
+                "piece {piece}: its outcomes are older than its code or its tests ({}): rerun tests/mutation/run {piece} and commit its outcomes with the report",
+                changed.join(", ")
+            )),
+            _ => {}
+        }
+    }
+    assert!(problems.is_empty(), "the mutation outcomes do not keep up with the code:\n{}", problems.join("\n"));
+}
+
+/// The caught mutants of one piece's outcomes every one of whose killing tests changed or went
+/// since (outcomes record which tests failed against each mutant, and each such test's digest):
+/// such a mutant is no longer known to be caught. Outcomes recorded before they named their
+/// killers name none.
+fn mutants_no_longer_known_caught(root: &Path, outcomes: &Value) -> Vec<String> {
+    let Some(tests) = outcomes["tests"].as_object() else { return Vec::new() };
+    let tracked = tracked_files(root).expect("git ls-files");
+    let changed: Vec<&String> = tests
+        .iter()
+        .filter(|(test, digest)| test_digest(root, &tracked, test) != digest.as_str().unwrap_or_default())
+        .map(|(test, _)| test)
+        .collect();
+    let mut lost = Vec::new();
+    for mutant in outcomes["mutants"].as_array().into_iter().flatten() {
+        let killers: Vec<&str> =
+            mutant["killed_by"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+        if !killers.is_empty() && killers.iter().all(|killer| changed.iter().any(|test| test.as_str() == *killer)) {
+            lost.push(format!(
+                "every test that caught `{}` changed or went: {}",
+                mutant["name"].as_str().unwrap_or("?"),
+                killers.join(", ")
+            ));
+        }
+    }
+    lost
+}
+
+#[test]
+fn a_killing_tests_digest_is_the_one_report_py_records() {
+    let root = repo_root();
+    let tracked = tracked_files(&root).unwrap();
+    let tests = [
+        "tests/src/lib.rs::code_digest::tests::a_test_function_is_read_to_its_closing_brace",
+        "tests/tests/mutation_scope.rs::a_killing_tests_digest_is_the_one_report_py_records",
+        "driver/src/lib.rs::no::such::test",
+    ];
+    for test in tests {
+        let python = std::process::Command::new("python3")
+            .args([
+                "-c",
+                "import sys; sys.path.insert(0, 'tests/mutation'); import report; print(report.test_hash(sys.argv[1]))",
+                test,
+            ])
+            .current_dir(&root)
+            .output()
+            .expect("python3 runs");
+        assert!(python.status.success(), "{}", String::from_utf8_lossy(&python.stderr));
+        assert_eq!(String::from_utf8_lossy(&python.stdout).trim(), test_digest(&root, &tracked, test), "{test}");
+    }
+    assert_ne!(
+        test_digest(&root, &tracked, tests[0]),
+        test_digest(&root, &tracked, tests[2]),
+        "a test found is not the digest of nothing"
+    );
+}
+
+#[test]
+fn a_mutant_whose_every_killer_changed_is_no_longer_known_caught() {
+    let root = repo_root();
+    let tracked = tracked_files(&root).unwrap();
+    let changed = "tests/tests/mutation_scope.rs::a_killing_tests_digest_is_the_one_report_py_records";
+    let kept = "tests/src/lib.rs::code_digest::tests::a_test_function_is_read_to_its_closing_brace";
+    let outcomes = serde_json::json!({
+        "tests": {changed: "the digest of an older text", kept: test_digest(&root, &tracked, kept)},
+        "mutants": [
+            {"name": "killed by the changed test alone", "outcome": "caught", "killed_by": [changed]},
+            {"name": "killed by both", "outcome": "caught", "killed_by": [changed, kept]},
+            {"name": "killed by no test named (a crash)", "outcome": "caught"},
+        ],
+    });
+    let lost = mutants_no_longer_known_caught(&root, &outcomes);
+    assert_eq!(lost.len(), 1, "{lost:?}");
+    assert!(lost[0].contains("killed by the changed test alone"), "{lost:?}");
 }

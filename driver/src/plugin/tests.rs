@@ -79,9 +79,13 @@ impl RunningDriver {
     }
 }
 
-/// The identity of the file at `path`, once there is one.
-fn identity(path: &Path) -> Option<(u64, u64)> {
-    std::fs::symlink_metadata(path).ok().map(|metadata| (metadata.dev(), metadata.ino()))
+/// The identity of the file at `path`, once there is one, with the time it was made: a socket
+/// bound where another was just removed often gets the removed one's inode number (ext4 reuses
+/// it at once), so the number alone would call a replaced socket the same file.
+fn identity(path: &Path) -> Option<(u64, u64, i64, i64)> {
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|metadata| (metadata.dev(), metadata.ino(), metadata.ctime(), metadata.ctime_nsec()))
 }
 
 /// The registration socket's path on the node under `root`.
@@ -168,7 +172,7 @@ struct Serving {
     kubelet: Kubelet,
     first: RunningDriver,
     reader: LoopingReader,
-    first_socket: (u64, u64),
+    first_socket: (u64, u64, i64, i64),
 }
 
 fn serving() -> Serving {

@@ -170,7 +170,6 @@ fn an_area_is_recorded_with_the_code_it_measured_and_not_when_that_code_changed_
         results: vec!["driver.json".into(), "shares.json".into()],
         code: vec!["driver/src/**".into()],
         sections: "the driver".into(),
-        takes: "1 min".into(),
     };
     let run = dir.path().join("run");
     let kept = dir.path().join("results/driver");
