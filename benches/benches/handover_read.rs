@@ -138,10 +138,6 @@ fn main() -> Result<(), String> {
     if !nix::unistd::geteuid().is_root() {
         return Err("handover_read mounts FUSE: run it as root".into());
     }
-    // The drivers' log, when asked for (`RUST_LOG=info`): why a handover did not complete.
-    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_default_env() {
-        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
-    }
     // Everything this benchmark makes on the machine lives under one run directory: swept at the
     // end, on SIGINT/SIGTERM, and by the next run if this one is killed (inline_guard_tests::run_root).
     let _run = inline_guard_tests::run_root::claim_until_dropped()?;

@@ -205,11 +205,15 @@ def killers(out_dir, log_path, mutated_file):
     except OSError:
         return []
     crate = crate_of(mutated_file)
+    tracked = set(tracked_files())
     found, target = set(), None
     for line in log.split("\n"):
-        running = re.match(r"\s+Running (?:unittests )?(\S+) \(", line)
+        # cargo's verbose line for a test binary: `Running `/…/deps/NAME-HASH``; an integration
+        # test's NAME is its file's, any other is the crate's own (its unit tests).
+        running = re.match(r"\s+Running `\S*/deps/([A-Za-z0-9_]+)-[0-9a-f]+(?: [^`]*)?`$", line)
         if running:
-            target = f"{crate}/{running.group(1)}" if crate else running.group(1)
+            integration = f"{crate}/tests/{running.group(1)}.rs"
+            target = integration if integration in tracked else f"{crate}/src/lib.rs"
             continue
         failed = re.match(r"test (\S+) \.\.\. FAILED$", line.strip())
         if failed and target:
