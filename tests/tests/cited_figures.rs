@@ -1,5 +1,6 @@
 //! A figure the README or docs/ cite is one a command wrote: every measured figure in them (a
-//! time in ns, µs, ms, s or min or in words, a ratio, a size in MB or GB, a percentage, a rate) appears, as written, in a report a
+//! time in ns, µs, ms, s or min or in words, a ratio, a size in MB or GB, a percentage, a rate,
+//! a count of what a run saw: mutants, reads, watches, answers, ...) appears, as written, in a report a
 //! command makes (`benches/REPORT.md` from `benches/run`, `tests/mutation/REPORT.md` from
 //! `tests/mutation/run`). Targets and bounds (`< 10 ms`, `≤ 1.5×`) are not measurements; sizes
 //! in KiB, MiB and GiB are, by the docs' convention, configured limits, never measurements.
@@ -23,6 +24,29 @@ const UNITS: [&str; 16] = [
     "ns", "µs", "ms", "min", "s", "×", "MB", "GB", "%", "/s", "seconds", "second", "minutes", "minute", "hours", "hour",
 ];
 
+/// The nouns a run counts what it saw in (`759 mutants`, `22004 watches`, `2 679 reads`, `900
+/// passed`): a number before one is a measured count. A report's tables hold counts without
+/// their noun (`105 / 2 / 22004`), so a count is found when its number stands alone in a report
+/// (not as part of a longer number); a count the docs configure or set up (`1000 volumes`,
+/// `200 nodes`) uses other nouns, or is excused in the list like any configured figure.
+const COUNTS: [&str; 15] = [
+    "mutants",
+    "reads",
+    "watches",
+    "answers",
+    "passed",
+    "failed",
+    "caught",
+    "survived",
+    "registrations",
+    "deregistrations",
+    "restarts",
+    "handovers",
+    "writes",
+    "requests",
+    "differ",
+];
+
 /// One figure as the text writes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Figure {
@@ -30,6 +54,8 @@ struct Figure {
     line: usize,
     /// Written after `<`, `≤`, `>` or `≥`: a target or a bound, not a measurement.
     bound: bool,
+    /// A count's number (a noun of `COUNTS` after it), by which a report is searched.
+    count: Option<String>,
 }
 
 /// The figures in `text`: a number (digits, `5 000`-style groups, a decimal part, an optional
@@ -48,14 +74,19 @@ fn figures(text: &str) -> Vec<Figure> {
             }
             let begin = if at > 0 && matches!(chars[at - 1], '+' | '−') { at - 1 } else { at };
             let end = number_end(&chars, at);
-            let (end, unit) = match unit_after(&chars, end) {
-                Some(unit_end) => (unit_end, true),
-                None => (end, false),
+            let number_ends = end;
+            let (end, unit) = match unit_after(&chars, end, &UNITS) {
+                Some(unit_end) => (unit_end, Some(false)),
+                None => match unit_after(&chars, end, &COUNTS) {
+                    Some(noun_end) => (noun_end, Some(true)),
+                    None => (end, None),
+                },
             };
-            if unit {
+            if let Some(count) = unit {
                 let before: String = chars[..begin].iter().collect();
                 let bound = ["<", "≤", ">", "≥"].iter().any(|c| before.trim_end().ends_with(c));
-                found.push(Figure { text: chars[begin..end].iter().collect(), line: index + 1, bound });
+                let count = count.then(|| chars[begin..number_ends].iter().collect());
+                found.push(Figure { text: chars[begin..end].iter().collect(), line: index + 1, bound, count });
             }
             at = end.max(at + 1);
         }
@@ -85,16 +116,25 @@ fn number_end(chars: &[char], at: usize) -> usize {
     end
 }
 
-/// The end of a unit of `UNITS` after `end` (one space allowed before it, except before `×`,
+/// The end of one of `units` after `end` (one space allowed before it, except before `×`,
 /// which after a space multiplies: `8 000 × 250`), when one follows and is not the start of a
 /// longer word (`ms` of `msgs`, `MB` of `MBps`).
-fn unit_after(chars: &[char], end: usize) -> Option<usize> {
+fn unit_after(chars: &[char], end: usize, units: &[&str]) -> Option<usize> {
     let from = if chars.get(end) == Some(&' ') { end + 1 } else { end };
-    UNITS.iter().filter(|unit| from == end || **unit != "×").find_map(|unit| {
+    units.iter().filter(|unit| from == end || **unit != "×").find_map(|unit| {
         let unit: Vec<char> = unit.chars().collect();
         let stop = from + unit.len();
         let whole_word = chars.get(stop).is_none_or(|c| !c.is_alphanumeric());
         (chars.get(from..stop) == Some(unit.as_slice()) && whole_word).then_some(stop)
+    })
+}
+
+/// Whether `number` is in `text` as a number of its own: not part of a longer one (`2204` is
+/// not in `22004`, nor `3` in `3.5` or `v1.3`).
+fn stands_alone(text: &str, number: &str) -> bool {
+    let part_of_a_number = |c: Option<char>| c.is_some_and(|c| c.is_ascii_digit() || c == '.' || c == ',');
+    text.match_indices(number).any(|(at, _)| {
+        !part_of_a_number(text[..at].chars().next_back()) && !part_of_a_number(text[at + number.len()..].chars().next())
     })
 }
 
@@ -145,7 +185,11 @@ fn every_measured_figure_in_the_readme_and_docs_is_in_a_report_a_command_writes(
         for figure in figures(&read(&root.join(&document))) {
             seen += 1;
             let listed = excused.iter().any(|(d, f)| *d == document && *f == figure.text);
-            if !figure.bound && !listed && !reports.contains(&figure.text) {
+            let reported = match &figure.count {
+                Some(number) => stands_alone(&reports, number),
+                None => reports.contains(&figure.text),
+            };
+            if !figure.bound && !listed && !reported {
                 unexplained.push(format!("{document}:{}: {}", figure.line, figure.text));
             }
         }
@@ -216,4 +260,31 @@ fn the_scanner_finds_figures_as_the_docs_write_them() {
         ]
     );
     assert!(found("3 steps, 5 mins, 2 secondary, v1 spec").is_empty());
+    // Counts of what a run saw, each with the number a report is searched for.
+    let counts = |text: &str| figures(text).into_iter().map(|f| (f.text, f.count)).collect::<Vec<_>>();
+    let count = |text: &str, number: &str| (text.to_string(), Some(number.to_string()));
+    assert_eq!(
+        counts(
+            "759 of 759 mutants, 2 679 reads, 22004 watches, 48 answers differ, 900 passed, 0 failed; 3 readers, 2 ms"
+        ),
+        vec![
+            count("759 mutants", "759"),
+            count("2 679 reads", "2 679"),
+            count("22004 watches", "22004"),
+            count("48 answers", "48"),
+            count("900 passed", "900"),
+            count("0 failed", "0"),
+            ("2 ms".to_string(), None)
+        ]
+    );
+}
+
+#[test]
+fn a_count_is_found_by_its_number_standing_alone() {
+    let table = "| 1000, idle 60 s | 105 / 2 / 22004 | 3.5 ms | v1.35.4 |";
+    assert!(stands_alone(table, "22004"));
+    assert!(stands_alone(table, "105"));
+    assert!(!stands_alone(table, "2204"), "a part of a longer number");
+    assert!(!stands_alone(table, "3"), "a whole part of a decimal");
+    assert!(!stands_alone(table, "35"), "a part of a version");
 }

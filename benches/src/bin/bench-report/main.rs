@@ -68,7 +68,9 @@ fn write_report(results_dir: &Path, areas: Vec<BenchArea>, report: &Path) -> Res
     );
     let _ = writeln!(w, "| area | commit measured | measured on | took | sections |");
     let _ = writeln!(w, "|---|---|---|---|---|");
-    let mut machines: Vec<&str> = Vec::new();
+    // Each machine with the areas measured on it: areas measured on different days may have run
+    // on different hosts, and a reader comparing figures across sections must see it.
+    let mut machines: Vec<(&str, Vec<&str>)> = Vec::new();
     for (area, recorded) in &results.areas {
         match recorded {
             Some(r) => {
@@ -81,8 +83,9 @@ fn write_report(results_dir: &Path, areas: Vec<BenchArea>, report: &Path) -> Res
                     r.seconds.div_ceil(60),
                     area.sections
                 );
-                if !machines.contains(&r.machine.as_str()) {
-                    machines.push(&r.machine);
+                match machines.iter_mut().find(|(machine, _)| *machine == r.machine) {
+                    Some((_, names)) => names.push(&area.name),
+                    None => machines.push((&r.machine, vec![&area.name])),
                 }
             }
             None => {
@@ -90,10 +93,21 @@ fn write_report(results_dir: &Path, areas: Vec<BenchArea>, report: &Path) -> Res
             }
         }
     }
+    let machines = match machines.as_slice() {
+        [] => "Machine: not recorded".to_string(),
+        [(machine, _)] => format!("Machine: {machine}"),
+        several => format!(
+            "Machines: {}",
+            several
+                .iter()
+                .map(|(machine, names)| format!("{machine} ({})", names.join(", ")))
+                .collect::<Vec<_>>()
+                .join("; ")
+        ),
+    };
     let _ = writeln!(
         w,
-        "\nMachine: {}. {}. nginx {}.\n",
-        if machines.is_empty() { "not recorded".to_string() } else { machines.join("; ") },
+        "\n{machines}. {}. nginx {}.\n",
         results.https["placement"].as_str().unwrap_or_default(),
         results.https["nginx"].as_str().unwrap_or_default()
     );

@@ -101,6 +101,9 @@ fn the_commit_the_native_policies_the_lazy_reads_the_providers_and_shared_admiss
     };
     std::fs::create_dir_all(results.join("webhook")).unwrap();
     std::fs::write(results.join("webhook/recorded.json"), serde_json::to_string(&recorded).unwrap()).unwrap();
+    let elsewhere = Recorded { machine: "AMD EPYC (2 cores), another host".into(), ..recorded.clone() };
+    std::fs::create_dir_all(results.join("driver")).unwrap();
+    std::fs::write(results.join("driver/recorded.json"), serde_json::to_string(&elsewhere).unwrap()).unwrap();
     let phase = |p50: f64, to_cel: f64| json!({"p50_ms": p50, "p99_ms": 2.0 * p50, "p99_added_paired_ms": 0.5, "p50_to_cel_paired": to_cel});
     let apiserver = json!({"pods_per_policy": 1000, "rounds": 10, "calls": {}, "policies": {
         "none": phase(2.0, 0.9), "cel": phase(2.5, 1.0), "webhooks": phase(3.0, 1.2), "webhooks-forcing": phase(4.0, 1.6),
@@ -136,7 +139,7 @@ fn the_commit_the_native_policies_the_lazy_reads_the_providers_and_shared_admiss
         &text,
         &[
             "| webhook | 0123abcd plus uncommitted changes | Fri Dec  4 03:00:00 UTC 2026 | 2 min |",
-            "Machine: AMD EPYC (2 cores). servers pinned",
+            "Machines: AMD EPYC (2 cores) (webhook); AMD EPYC (2 cores), another host (driver). servers pinned",
             "| everything `policy` prints, with the read-only MutatingAdmissionPolicy | 2.90 ms | 5.80 ms |",
             "| `generated-validating` | 1.04× | 1.04× | ≤ 1.10×: met |",
             "| `generated-policies` | 1.12× | 1.16× | ≤ 1.10×: **not met** |",
