@@ -2,7 +2,7 @@
 //! time in ns, µs, ms, s or min or in words, a ratio, a size in MB or GB, a percentage, a rate,
 //! a count of what a run saw: mutants, reads, watches, answers, ...) appears, as written, in a report a
 //! command makes (`benches/REPORT.md` from `benches/run`, `tests/mutation/REPORT.md` from
-//! `tests/mutation/run`). Targets and bounds (`< 10 ms`, `≤ 1.5×`) are not measurements; sizes
+//! `tests/mutation/run`, `tests/cold/REPORT.md` from `tests/cold/run`). Targets and bounds (`< 10 ms`, `≤ 1.5×`) are not measurements; sizes
 //! in KiB, MiB and GiB are, by the docs' convention, configured limits, never measurements.
 //! A number that is neither measured nor a target (a configured interval, a kernel's constant)
 //! is listed in `docs/figures-not-measured.tsv` with why; a listed entry the docs no longer
@@ -13,8 +13,9 @@ use std::path::Path;
 
 use inline_guard_tests::repo_root;
 
-/// Where measured figures may come from: the reports the benchmark and mutation commands write.
-const REPORTS: [&str; 2] = ["benches/REPORT.md", "tests/mutation/REPORT.md"];
+/// Where measured figures may come from: the reports the benchmark, mutation and cold-run
+/// commands write.
+const REPORTS: [&str; 3] = ["benches/REPORT.md", "tests/mutation/REPORT.md", "tests/cold/REPORT.md"];
 
 /// The units of a measured figure, longest first where one is a prefix of another: `min` and
 /// `s` after the shorter times they start (`ms` is not `m` then `s`; a whole word is needed).
