@@ -50,7 +50,12 @@ mod tests {
     #[test]
     fn reservations_fit_the_budget_and_give_back_on_drop() {
         let budget = BodyBudget::new(10);
+        assert_eq!(budget.available(), 10);
+        let whole = budget.try_reserve(10).expect("a body as large as the whole budget fits an idle server");
+        assert_eq!(budget.available(), 0);
+        drop(whole);
         let six = budget.try_reserve(6).unwrap();
+        assert_eq!(budget.available(), 4);
         assert!(budget.try_reserve(5).is_none(), "over budget");
         let four = budget.try_reserve(4).unwrap();
         assert_eq!(budget.available(), 0);

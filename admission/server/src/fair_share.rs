@@ -469,6 +469,70 @@ mod tests {
     }
 
     #[test]
+    fn the_shared_limits_let_half_the_capacity_wait() {
+        assert_eq!(ShareLimits::shared(10), ShareLimits { capacity: 10, waiting: 5, per_address: None });
+        assert_eq!(ShareLimits::shared(3), ShareLimits { capacity: 3, waiting: 1, per_address: None });
+        assert_eq!(ShareLimits::shared(0), ShareLimits { capacity: 1, waiting: 1, per_address: None });
+    }
+
+    #[test]
+    fn the_longest_idle_is_told_by_when_it_last_answered_not_by_when_it_came() {
+        let share = FairShare::new(ShareLimits::shared(3));
+        let flood: Vec<_> = (0..3).map(|_| served(share.admit(address(9)))).collect();
+        // The oldest connection answered since: the second is now the longest idle.
+        drop(flood[0].answering());
+        let _newcomer = served(share.admit(address(1)));
+        assert!(told(&flood[1]), "the connection idle the longest was kept");
+        assert!(!told(&flood[0]) && !told(&flood[2]), "a connection that answered since was told to close");
+    }
+
+    #[test]
+    fn an_address_s_own_bound_counts_its_waiting_connections_too() {
+        let share = FairShare::new(ShareLimits { capacity: 1, waiting: 4, per_address: Some(2) });
+        let only = served(share.admit(address(9)));
+        let _answering = only.answering();
+        let (_handed, _ticket) = waits(share.admit(address(9)));
+        // One served and one waiting: the address holds its two.
+        assert!(matches!(share.admit(address(9)), Admission::Refused), "a third from one address waited");
+        let (_other, _other_ticket) = waits(share.admit(address(1)));
+    }
+
+    #[test]
+    fn an_address_s_waiting_count_follows_its_waiters_giving_up() {
+        let share = FairShare::new(ShareLimits { capacity: 1, waiting: 8, per_address: Some(3) });
+        let only = served(share.admit(address(9)));
+        let _answering = only.answering();
+        let gave_up = waits(share.admit(address(9)));
+        let _stays = waits(share.admit(address(9)));
+        drop(gave_up);
+        // One served and one waiting: a third may wait, a fourth may not.
+        let _third = waits(share.admit(address(9)));
+        assert!(matches!(share.admit(address(9)), Admission::Refused), "a fourth from one address waited");
+    }
+
+    #[test]
+    fn connections_told_to_close_but_not_yet_closed_are_bounded_by_the_waiting_bound() {
+        let share = FairShare::new(ShareLimits { capacity: 3, waiting: 1, per_address: None });
+        let flood: Vec<_> = (0..3).map(|_| served(share.admit(address(9)))).collect();
+        let _first = served(share.admit(address(1)));
+        assert!(told(&flood[0]));
+        // The told one has not closed: one leaving is all the waiting bound allows, so the next
+        // newcomer waits rather than another of the flood's being told.
+        let (mut handed, _ticket) = waits(share.admit(address(2)));
+        assert!(!told(&flood[1]) && !told(&flood[2]), "more were told to close than the bound allows");
+        // Nor does an answer, while the told one is still leaving.
+        drop(flood[2].answering());
+        assert!(!told(&flood[1]) && !told(&flood[2]), "an answer told another to close beyond the bound");
+        assert!(handed.try_recv().is_err(), "handed a place while every place was taken");
+        let mut flood = flood;
+        drop(flood.remove(0));
+        // Closed now: the flood's longest idle connection makes room at the next answer.
+        drop(flood[0].answering());
+        assert!(told(&flood[1]) && !told(&flood[0]), "the flood's longest idle connection was kept");
+        let _second = handed.try_recv().expect("the waiting connection was not handed a place once the first closed");
+    }
+
+    #[test]
     fn a_waiter_that_gave_up_is_skipped_and_its_entry_forgotten() {
         let share = FairShare::new(ShareLimits::shared(1));
         let only = served(share.admit(address(9)));

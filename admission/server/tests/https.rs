@@ -286,7 +286,9 @@ async fn readiness_is_served_on_the_health_port() {
 
 #[tokio::test]
 async fn shutdown_finishes_the_request_in_flight_and_refuses_new_connections() {
-    let harness = start().await;
+    // A long request bound: the body's second half is sent only once shutdown was seen waiting.
+    let harness =
+        start_with(ServerOptions { request_timeout: Duration::from_secs(30), ..ServerOptions::default() }).await;
     let addr = harness.server.webhook_addr();
     let (mut sender, connection) =
         hyper::client::conn::http1::handshake(TokioIo::new(harness.tls_stream().await)).await.unwrap();
@@ -310,6 +312,11 @@ async fn shutdown_finishes_the_request_in_flight_and_refuses_new_connections() {
         assert!(Instant::now() < deadline, "still accepting after shutdown started");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // Shutdown waits for the request in flight, however long it takes (the linger before it is
+    // none here, the test's shutdown delay being zero): a while later it is still not finished.
+    // A slower machine only waits longer here; it cannot make this fail.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!shutdown.is_finished(), "shutdown finished while a request was in flight");
     body_sender.send(Ok(Frame::data(Bytes::from(rest.to_string())))).await.unwrap();
     drop(body_sender);
 
