@@ -511,6 +511,19 @@ mod tests {
     }
 
     #[test]
+    fn a_waiter_giving_up_removes_its_own_entry_not_another_s() {
+        let share = FairShare::new(ShareLimits { capacity: 1, waiting: 2, per_address: None });
+        let only = served(share.admit(address(9)));
+        let answering = only.answering();
+        let (mut stays, _stays_ticket) = waits(share.admit(address(1)));
+        let gives_up = waits(share.admit(address(2)));
+        drop(gives_up);
+        assert_eq!(share.counts(), (1, 1));
+        drop((answering, only));
+        let _place = stays.try_recv().expect("the waiter that stayed lost its entry to one that gave up");
+    }
+
+    #[test]
     fn connections_told_to_close_but_not_yet_closed_are_bounded_by_the_waiting_bound() {
         let share = FairShare::new(ShareLimits { capacity: 3, waiting: 1, per_address: None });
         let flood: Vec<_> = (0..3).map(|_| served(share.admit(address(9)))).collect();
