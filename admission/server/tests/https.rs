@@ -81,7 +81,11 @@ async fn start_with(options: ServerOptions) -> Harness {
         } else {
             options.request_timeout
         },
-        shutdown_grace: Duration::from_secs(5),
+        shutdown_grace: if options.shutdown_grace == defaults.shutdown_grace {
+            Duration::from_secs(5)
+        } else {
+            options.shutdown_grace
+        },
         reload_interval: Duration::from_millis(50),
         shutdown_delay: if options.shutdown_delay == defaults.shutdown_delay {
             Duration::ZERO
@@ -286,9 +290,14 @@ async fn readiness_is_served_on_the_health_port() {
 
 #[tokio::test]
 async fn shutdown_finishes_the_request_in_flight_and_refuses_new_connections() {
-    // A long request bound: the body's second half is sent only once shutdown was seen waiting.
-    let harness =
-        start_with(ServerOptions { request_timeout: Duration::from_secs(30), ..ServerOptions::default() }).await;
+    // A long request bound and grace: the body's second half is sent only once shutdown was seen
+    // waiting, which no stall of a busy machine short of a minute can cut short.
+    let harness = start_with(ServerOptions {
+        request_timeout: Duration::from_secs(60),
+        shutdown_grace: Duration::from_secs(60),
+        ..ServerOptions::default()
+    })
+    .await;
     let addr = harness.server.webhook_addr();
     let (mut sender, connection) =
         hyper::client::conn::http1::handshake(TokioIo::new(harness.tls_stream().await)).await.unwrap();
