@@ -1,8 +1,9 @@
 //! A figure the README or docs/ cite is one a command wrote: every measured figure in them (a
-//! time in ns, µs, ms, s or min or in words, a ratio, a size in MB or GB, a percentage, a rate,
-//! a count of what a run saw: mutants, reads, watches, answers, ...) appears, as written, in a report a
-//! command makes (`benches/REPORT.md` from `benches/run`, `tests/mutation/REPORT.md` from
-//! `tests/mutation/run`, `tests/cold/REPORT.md` from `tests/cold/run`). Targets and bounds (`< 10 ms`, `≤ 1.5×`) are not measurements; sizes
+//! time in ns, µs, ms, s or min or in words, a ratio, a size in MB or GB, a percentage, a rate)
+//! appears, as written, in a report a command makes (`benches/REPORT.md` from `benches/run`,
+//! `tests/mutation/REPORT.md` from `tests/mutation/run`, `tests/cold/REPORT.md` from
+//! `tests/cold/run`); a count of what a run saw (mutants, reads, watches, answers, ...) appears
+//! there by its number, as the reports' tables print counts. Targets and bounds (`< 10 ms`, `≤ 1.5×`) are not measurements; sizes
 //! in KiB, MiB and GiB are, by the docs' convention, configured limits, never measurements.
 //! A number that is neither measured nor a target (a configured interval, a kernel's constant)
 //! is listed in `docs/figures-not-measured.tsv` with why; a listed entry the docs no longer
