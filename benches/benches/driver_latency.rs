@@ -12,7 +12,7 @@ use inline_guard_benches::{percentile, resident_mb};
 use inline_guard_proto::csi::v1::NodePublishVolumeRequest;
 use inline_guard_proto::csi::v1::node_client::NodeClient;
 use sharedresource_csi_driver::plugin::Plugin;
-use sharedresource_csi_driver::test_client::unix_channel;
+use sharedresource_csi_driver::test_util::client::unix_channel;
 
 const VOLUMES: usize = 1_000;
 const KEYS: usize = 10;

@@ -32,7 +32,7 @@ use sharedresource_csi_driver::content::external::exec::ExecProviders;
 use sharedresource_csi_driver::content::external::lazy_only::LazyOnlySource;
 use sharedresource_csi_driver::content::external::provider::ExecProvider;
 use sharedresource_csi_driver::plugin::Plugin;
-use sharedresource_csi_driver::test_client::unix_channel;
+use sharedresource_csi_driver::test_util::client::unix_channel;
 
 const HANDOVERS: usize = 5;
 /// How long the reader reads before the first handover, between two, and after the last.
@@ -180,7 +180,7 @@ fn main() -> Result<(), String> {
         })
     };
 
-    let offer = root.join("state").join(sharedresource_csi_driver::volume::handover::offer::SOCKET_FILE);
+    let offer = root.join("state").join(sharedresource_csi_driver::volume::lazy::handover::SOCKET_FILE);
     let mut driver = Driver::start(root, &provider, helpers.handle());
     publish(socket.clone())?;
     let stop = Arc::new(AtomicBool::new(false));

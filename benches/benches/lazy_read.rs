@@ -23,7 +23,7 @@ use inline_guard_benches::percentile;
 use sharedresource_csi_driver::content::ask::{PodInfo, VolumeAsk};
 use sharedresource_csi_driver::content::external::helper_protocol::{MountReply, mount_options};
 use sharedresource_csi_driver::content::external::lazy_files::HelperFiles;
-use sharedresource_csi_driver::volume::lazy_filesystem::LazyMount;
+use sharedresource_csi_driver::volume::lazy::LazyMount;
 use sharedresource_csi_driver::volume::mounter::{LinuxMounter, Mounter};
 use sharedresource_csi_driver::volume::target_dir;
 use sharedresource_csi_driver::volume::target_path::TargetPath;

@@ -63,10 +63,10 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::{Value, json};
-use sharedresource_csi_driver::apiserver_client::ApiserverClients;
+use sharedresource_csi_driver::apiserver::client::ApiserverClients;
 use sharedresource_csi_driver::content::KubernetesSource;
 use sharedresource_csi_driver::plugin::Plugin;
-use sharedresource_csi_driver::test_client::unix_channel;
+use sharedresource_csi_driver::test_util::client::unix_channel;
 use sharedresource_csi_driver::volume::mounter::FakeMounter;
 
 const VOLUMES_PER_NODE: usize = 20;
@@ -142,7 +142,7 @@ async fn start_node(cluster: &Cluster, index: usize, within: &NodesDir) -> Resul
     plugin.mounter = Arc::new(FakeMounter::default());
     // Requests over HTTP/1.1, watches over HTTP/2, as the driver's binary has them.
     let config = cluster.config_as(DRIVER, &DRIVER_GROUPS).await?;
-    let clients = ApiserverClients::new(config, sharedresource_csi_driver::apiserver_rate::RateLayer::shipped())
+    let clients = ApiserverClients::new(config, sharedresource_csi_driver::apiserver::rate::RateLayer::shipped())
         .map_err(|e| e.to_string())?;
     // As the binary: its own node's view, through which grant changes arrive.
     let source = KubernetesSource::new(clients, tokio::runtime::Handle::current(), plugin.metrics.clone())
@@ -292,9 +292,9 @@ const FLOOR_WATCHES: usize = 200;
 /// its own), with no driver running, the kept memory read before and after.
 async fn kept_per_named_watch(admin: &kube::Client, cluster: &Cluster) -> Result<(f64, f64), String> {
     let config = cluster.config_as(DRIVER, &DRIVER_GROUPS).await?;
-    let connections = sharedresource_csi_driver::apiserver_client::WatchConnections::new(
+    let connections = sharedresource_csi_driver::apiserver::client::WatchConnections::new(
         config,
-        sharedresource_csi_driver::apiserver_rate::RateLayer::shipped(),
+        sharedresource_csi_driver::apiserver::rate::RateLayer::shipped(),
     )
     .map_err(|e| e.to_string())?;
     let before = kept(admin, "before-the-watches-alone").await?;
@@ -803,7 +803,7 @@ fn main() {
     // Everything this benchmark makes on the machine lives under one run directory: swept at the
     // end, on SIGINT/SIGTERM, and by the next run if this one is killed (inline_guard_tests::run_root).
     let _run = inline_guard_tests::run_root::claim_until_dropped().expect("a run directory");
-    sharedresource_csi_driver::cli::raise_open_files_limit();
+    sharedresource_csi_driver::program::raise_open_files_limit();
     let counts: String = option("--nodes").expect("--nodes").unwrap_or_else(|| "10,50,200".into());
     let idle: u64 = option("--idle-seconds").expect("--idle-seconds").unwrap_or(300);
     let churn_seconds: u64 = option("--churn-seconds").expect("--churn-seconds").unwrap_or(20);

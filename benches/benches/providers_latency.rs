@@ -23,13 +23,13 @@ use inline_guard_benches::volume_requests::{publish_request, unpublish_request};
 use inline_guard_proto::csi::v1::node_client::NodeClient;
 use inline_guard_tests::cluster::{ChildProcess, Cluster};
 use serde_json::json;
-use sharedresource_csi_driver::apiserver_client::ApiserverClients;
+use sharedresource_csi_driver::apiserver::client::ApiserverClients;
 use sharedresource_csi_driver::content::KubernetesSource;
 use sharedresource_csi_driver::content::external::helper_confinement;
 use sharedresource_csi_driver::content::external::provider::{ProviderConfig, check_providers};
 use sharedresource_csi_driver::content::external::providers::Providers;
 use sharedresource_csi_driver::plugin::Plugin;
-use sharedresource_csi_driver::test_client::unix_channel;
+use sharedresource_csi_driver::test_util::client::unix_channel;
 
 /// Publishes of each kind, in alternating rounds.
 const PUBLISHES: usize = 300;
@@ -166,7 +166,7 @@ fn main() {
         plugin.config.refresh_seconds = 3600;
         let clients = ApiserverClients::new(
             cluster.config_as(DRIVER, &DRIVER_GROUPS).await.unwrap(),
-            sharedresource_csi_driver::apiserver_rate::RateLayer::shipped(),
+            sharedresource_csi_driver::apiserver::rate::RateLayer::shipped(),
         )
         .unwrap();
         let source = KubernetesSource::new(clients, tokio::runtime::Handle::current(), plugin.metrics.clone());

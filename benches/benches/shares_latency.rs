@@ -23,10 +23,10 @@ use inline_guard_tests::cluster::Cluster;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
-use sharedresource_csi_driver::apiserver_client::ApiserverClients;
+use sharedresource_csi_driver::apiserver::client::ApiserverClients;
 use sharedresource_csi_driver::content::KubernetesSource;
 use sharedresource_csi_driver::plugin::Plugin;
-use sharedresource_csi_driver::test_client::unix_channel;
+use sharedresource_csi_driver::test_util::client::unix_channel;
 
 const VOLUMES: usize = 1_000;
 const SHARES: usize = 100;
@@ -102,7 +102,7 @@ fn main() {
         let mut plugin = Plugin::in_directory(dir.path(), socket.clone());
         plugin.config.refresh_seconds = 3600;
         // Requests over HTTP/1.1, watches over HTTP/2, as the driver's binary has them.
-        let clients = ApiserverClients::new(cluster.config_as(DRIVER, &DRIVER_GROUPS).await.unwrap(), sharedresource_csi_driver::apiserver_rate::RateLayer::shipped()).unwrap();
+        let clients = ApiserverClients::new(cluster.config_as(DRIVER, &DRIVER_GROUPS).await.unwrap(), sharedresource_csi_driver::apiserver::rate::RateLayer::shipped()).unwrap();
         plugin.content = Arc::new(KubernetesSource::new(clients, tokio::runtime::Handle::current(), plugin.metrics.clone()));
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let running = tokio::spawn(plugin.run(async {

@@ -70,18 +70,21 @@ pub async fn install_driver_answering(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let controller = cluster.client_as(READ_GRANTS, &[]).await?;
-    let driver = sharedresource_csi_driver::read_grants::plan::DriverAccount::parse(
+    let driver = sharedresource_csi_driver::controllers::read_grants::plan::DriverAccount::parse(
         "inline-guard-driver/sharedresource-csi-driver",
     )?;
     // The read-grants program runs the access notices beside the grants, as shipped.
-    let notices = sharedresource_csi_driver::access_notices::controller::NoticeSettings {
+    let notices = sharedresource_csi_driver::controllers::access_notices::controller::NoticeSettings {
         lease: sharedresource_api::node_view::LeaseRef::parse(sharedresource_api::node_view::DEFAULT_LEASE)?,
         timeout: Duration::from_secs(10),
         answers,
     };
-    let grants =
-        sharedresource_csi_driver::read_grants::controller::run(controller.clone(), driver, Duration::from_secs(10));
-    let notices = sharedresource_csi_driver::access_notices::controller::run(controller, notices);
+    let grants = sharedresource_csi_driver::controllers::read_grants::controller::run(
+        controller.clone(),
+        driver,
+        Duration::from_secs(10),
+    );
+    let notices = sharedresource_csi_driver::controllers::access_notices::controller::run(controller, notices);
     Ok(tokio::spawn(async move {
         futures_util::future::join(grants, notices).await;
     }))

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use clap::Parser;
 
-use crate::apiserver_client::ApiserverClients;
+use crate::apiserver::client::ApiserverClients;
 use crate::config::{DriverConfig, SourceKind};
 use crate::content::KubernetesSource;
 use crate::content::external::helper_confinement;
@@ -18,8 +18,8 @@ use crate::content::{ContentSource, StaticDirSource};
 use crate::csi::socket::socket_path;
 use crate::metrics::Metrics;
 use crate::plugin::Plugin;
-use crate::pod_event_sink::ApiserverPodEvents;
 use crate::volume::mounter::LinuxMounter;
+use crate::volume::pod_event_sink::ApiserverPodEvents;
 use crate::volume::pod_events::{NoEvents, PodEvents};
 
 #[derive(Parser)]
@@ -54,7 +54,7 @@ pub const READ_GRANTS_PROGRAM: &str = "sharedresource-read-grants";
 /// driver's image holds one program under both names, so it carries the code they share once.
 pub fn main_by_name(args: Vec<OsString>) -> ExitCode {
     if started_as_read_grants(args.first()) {
-        crate::read_grants::cli::main(args)
+        crate::controllers::program::main(args)
     } else if args.get(1).is_some_and(|first| first == "probe") {
         crate::health::probe::main(args.into_iter().skip(1))
     } else if args.get(1).is_some_and(|first| first == helper_confinement::CONFINE_HELPER) {
@@ -71,103 +71,11 @@ fn started_as_read_grants(argv0: Option<&OsString>) -> bool {
 /// Parses `args` (the program name first), serves until SIGTERM or SIGINT, and returns the exit
 /// code: 0 after a clean shutdown, 2 when the driver cannot start.
 pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
-    run_program::<Flags>("sharedresource-csi-driver", args, run)
-}
-
-/// A program of the driver's image: `args` parsed into `F` (help and version printed, a usage
-/// error is exit code 2), logging started, then `run`; its error is printed after `name`, with
-/// exit code 2.
-pub(crate) fn run_program<F: Parser>(
-    name: &str,
-    args: impl IntoIterator<Item = OsString>,
-    run: fn(F) -> Result<(), Box<dyn std::error::Error>>,
-) -> ExitCode {
-    let flags = match F::try_parse_from(args) {
-        Ok(flags) => flags,
-        Err(error) => {
-            let _ = error.print();
-            return if error.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS };
-        }
-    };
-    init_logging();
-    match run(flags) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("{name}: {error}");
-            ExitCode::from(2)
-        }
-    }
-}
-
-/// Logs to standard error, in colour only on a terminal.
-fn init_logging() {
-    use std::io::IsTerminal as _;
-    // RUST_LOG as usual (`info` when unset or invalid).
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(|| LossyStderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .try_init();
-}
-
-/// Standard error that swallows write failures: tracing-subscriber panics when it cannot report a
-/// failed write, and a closed log pipe must not take the node plugin down. Written twice, here
-/// and in the admission server's `serve`: the two binaries share only the shares' API crate,
-/// which has no business carrying a logger, and a crate of its own for twelve lines would cost
-/// more to follow than the copy.
-struct LossyStderr;
-
-impl std::io::Write for LossyStderr {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let _ = std::io::stderr().write_all(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        let _ = std::io::stderr().flush();
-        Ok(())
-    }
-}
-
-/// A client for `kubeconfig`, else for `$KUBECONFIG` or the in-cluster service account, whose
-/// requests take tokens of `rate`.
-pub(crate) async fn kube_client(
-    kubeconfig: Option<&std::path::Path>,
-    rate: crate::apiserver_rate::RateLayer,
-) -> Result<kube::Client, Box<dyn std::error::Error>> {
-    Ok(crate::apiserver_client::client(kube_config(kubeconfig).await?, rate)?)
-}
-
-/// The configuration for `kubeconfig`, else for `$KUBECONFIG` or the in-cluster service account.
-async fn kube_config(kubeconfig: Option<&std::path::Path>) -> Result<kube::Config, Box<dyn std::error::Error>> {
-    // kube's TLS goes through rustls; only the ring provider is compiled in.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    Ok(match kubeconfig {
-        Some(path) => {
-            let file = kube::config::Kubeconfig::read_from(path).map_err(|e| format!("{}: {e}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default()).await?
-        }
-        None => kube::Config::infer().await?,
-    })
-}
-
-/// Raises the soft limit of open files to the hard limit, as Go's runtime does at start: the
-/// driver holds a socket per client and a descriptor per watch, and a container's default soft
-/// limit (often 1024) is no bound the node chose for it.
-pub fn raise_open_files_limit() {
-    use nix::sys::resource::{Resource, getrlimit, setrlimit};
-    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE)
-        && soft < hard
-        && let Err(error) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard)
-    {
-        tracing::warn!(%error, soft, hard, "could not raise the open-files limit");
-    }
+    crate::program::run_program::<Flags>("sharedresource-csi-driver", args, run)
 }
 
 fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
-    raise_open_files_limit();
+    crate::program::raise_open_files_limit();
     let config = match &flags.config {
         Some(path) => DriverConfig::load(path)?,
         None => DriverConfig::default(),
@@ -195,8 +103,8 @@ fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
         SourceKind::Kubernetes => {
             // kube's client spawns its buffer's task: it is made on the runtime.
             let clients = runtime.block_on(async {
-                let rate = crate::apiserver_rate::RateLayer::new(config.apiserver_qps, config.apiserver_burst);
-                let config = kube_config(config.kubeconfig.as_deref()).await?;
+                let rate = crate::apiserver::rate::RateLayer::new(config.apiserver_qps, config.apiserver_burst);
+                let config = crate::apiserver::client::kube_config(config.kubeconfig.as_deref()).await?;
                 Ok::<_, Box<dyn std::error::Error>>(ApiserverClients::new(config, rate)?)
             })?;
             let timeout = std::time::Duration::from_secs(config.request_timeout_seconds);
@@ -235,11 +143,11 @@ fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
         // Made on the runtime (kube's client spawns its buffer's task there), with a bucket of
         // its own at the configured rate: it asks a few times at start, then never again.
         let client = runtime.block_on(async {
-            let rate = crate::apiserver_rate::RateLayer::new(config.apiserver_qps, config.apiserver_burst);
-            kube_client(config.kubeconfig.as_deref(), rate).await
+            let rate = crate::apiserver::rate::RateLayer::new(config.apiserver_qps, config.apiserver_burst);
+            crate::apiserver::client::kube_client(config.kubeconfig.as_deref(), rate).await
         })?;
         let timeout = std::time::Duration::from_secs(config.request_timeout_seconds);
-        runtime.spawn(crate::startup_taint::remove_when_registered(
+        runtime.spawn(crate::controllers::startup_taint::remove_when_registered(
             client,
             flags.node_id.clone(),
             registered.subscribe(),

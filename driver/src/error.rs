@@ -37,6 +37,9 @@ pub enum RunError {
     /// A step the code should never take (a socket served twice).
     #[error("{0}")]
     Fault(String),
+    /// A socket could not be bound, taken over or served.
+    #[error(transparent)]
+    Socket(#[from] crate::csi::socket::SocketError),
     /// The volume records of an earlier run could not be read.
     #[error(transparent)]
     Records(#[from] volume::error::Error),

@@ -24,32 +24,23 @@
 //! name; and `rollout`, its opt-in second duty: restarting labelled workloads when a share they
 //! mount changes.
 
-pub mod access_notices;
-pub mod apiserver_client;
-pub mod apiserver_overload;
-pub mod apiserver_rate;
-pub mod apiserver_request;
+pub mod apiserver;
 pub mod cli;
 pub mod config;
-pub mod config_file;
 pub mod content;
-pub mod controller_pacing;
+pub mod controllers;
 pub mod csi;
 pub mod dir_tree;
 pub mod error;
 pub mod fair_slots;
 pub mod health;
 pub mod metrics;
-#[cfg(feature = "test-util")]
-pub mod mounted_dir;
 pub mod plugin;
-pub mod pod_event_sink;
+pub mod program;
 pub mod quote;
-pub mod read_grants;
-pub mod rollout;
-pub mod startup_taint;
 #[cfg(feature = "test-util")]
-pub mod test_client;
+pub mod test_util;
+pub mod units;
 pub mod unpoisoned;
 pub mod volume;
 

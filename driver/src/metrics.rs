@@ -1,7 +1,8 @@
 //! What the driver counts, exported in OpenMetrics text on its health port: publishes and
 //! unpublishes by result, their failures and refreshes' by kind (`error_type`), access checks by
 //! result, refreshes and revocations, volumes published, watch errors, the publish latency, and
-//! per-share gauges (volumes, last refresh, seconds stale; `volume::share_gauges`).
+//! per-share gauges (volumes, last refresh, seconds stale: what is mounted ([`Mounted`]) and its
+//! values ([`Series`]), as the refresher computes them).
 //! docs/driver.md maps them to the Secrets Store CSI Driver's metrics.
 
 use std::collections::{BTreeMap, HashSet};
@@ -14,7 +15,6 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::unpoisoned::UnpoisonedMutex;
-use crate::volume::share_gauges::{Mounted, Series};
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct ResultLabels {
@@ -344,6 +344,30 @@ fn count_error(family: &Family<ErrorLabels, Counter>, error_type: Option<&'stati
     if let Some(error_type) = error_type {
         family.get_or_create(&ErrorLabels { error_type }).inc();
     }
+}
+
+/// What a volume mounts, as the gauges' labels name it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Mounted {
+    /// `SharedSecret`, `SharedConfigMap`, `SharedProjection` or `provider`.
+    pub kind: &'static str,
+    /// The projection's namespace; empty for shares (cluster-scoped) and providers.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+}
+
+/// One thing mounted: its gauges' values.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Series {
+    /// Volumes of this node mounting it.
+    pub volumes: u64,
+    /// When one of them was last refreshed successfully (or published, if none has been
+    /// refreshed since), in seconds since the Unix epoch.
+    pub last_refresh_seconds: f64,
+    /// How long the stalest of them has been failing to refresh, serving the content it had
+    /// (0 while none fails).
+    pub stale_seconds: f64,
 }
 
 #[cfg(test)]

@@ -26,9 +26,9 @@ use crate::error::{Result, RunError};
 use crate::health::{self, Health};
 use crate::metrics::Metrics;
 use crate::unpoisoned::UnpoisonedMutex;
-use crate::volume::handover::offer::Offer;
-use crate::volume::handover::take::{self, TakenNode, TakenVolume};
-use crate::volume::handover::{ListeningSocket, take_socket};
+use crate::volume::lazy::handover::offer::Offer;
+use crate::volume::lazy::handover::take::{self, TakenNode, TakenVolume};
+use crate::volume::lazy::handover::{ListeningSocket, take_socket};
 use crate::volume::lock::{LockError, StateLock};
 use crate::volume::mounter::Mounter;
 use crate::volume::pod_events::PodEvents;
@@ -163,7 +163,7 @@ impl Plugin {
                 return Ok(None);
             };
             // The predecessor releases the lock as it lets go of the node.
-            let lock = StateLock::acquire_within(&state_dir, take::STEP_TIMEOUT)?;
+            let lock = StateLock::acquire_within(&state_dir, crate::volume::lazy::handover::STEP_TIMEOUT)?;
             Ok::<_, RunError>(Some((lock, taken)))
         })
         .await
@@ -313,7 +313,7 @@ impl Plugin {
         };
         tokio::select! {
             (csi, registration, (), (), (), ()) = async { tokio::join!(csi, registration, signal, refresher, health_port, offering) } => {
-                csi.and(registration)
+                csi.and(registration).map_err(RunError::from)
             }
             () = deadline => {
                 warn!(?grace, "shutdown: connections still open after the grace period; closing them");

@@ -41,7 +41,7 @@ echo 'still running'",
 fn a_helper_started_through_the_driver_is_refused_namespaces_and_mounts_and_runs_otherwise() {
     assert!(nix::unistd::geteuid().is_root(), "this test mounts: run it as root, as tests/run does");
     // Its own directory: a run killed with a helper inside is swept by the next one.
-    let dir = sharedresource_csi_driver::mounted_dir::MountedDir::new();
+    let dir = sharedresource_csi_driver::test_util::mounted_dir::MountedDir::new();
     let script = tries(dir.path());
     let (code, free, _) = shell(&script, false);
     assert_eq!(code, Some(0), "{free}");

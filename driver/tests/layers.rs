@@ -1,36 +1,71 @@
-//! The driver's floors hold: imports run one way, csi → volume → content, and inside content
-//! the sources stand side by side on the cluster floor. Read from the source itself, every path
-//! a file names (`crate::…`, `super::…`, `self::…`, brace groups expanded) resolved to the
-//! module it reaches, then judged by the rules below. Tests are exempt (a `tests.rs`, a
-//! `tests/` folder, a trailing `#[cfg(test)] mod tests`): they may reach across to build
-//! fixtures.
+//! The driver's floors hold: imports run one way, csi → volume → content, over a ground every
+//! floor may stand on; inside content the sources stand side by side on the cluster floor; the
+//! lazy wing is entered by its doors; and no two modules reach each other, at any depth. Read
+//! from the source itself, every path a file names (`crate::…`, `super::…`, `self::…`, brace
+//! groups expanded, and inside attribute strings such as serde's
+//! `deserialize_with = "crate::…"`, which the compiler resolves as any path) resolved to the
+//! module it reaches, then judged by the rules below. Tests are exempt (a `tests.rs`, a `tests/`
+//! folder, a trailing `#[cfg(test)] mod tests`): they may reach across to build fixtures.
 //!
 //! The rules:
-//! - the process around the layers (`cli`, `config`, `plugin`, …) assembles them and may reach
-//!   any; `csi` and `volume` reach content only through its face (what a volume asks, the files it
+//! - the ground ([`GROUND`]: the apiserver client, metrics, quoting, units, …) reaches only the
+//!   ground: `metrics` names no volume type, `units` no configuration;
+//! - the three floors (`csi`, `volume`, `content`) reach the ground and each other downwards,
+//!   never the process around them (`cli`, `config`, `plugin`, `program`, `controllers`,
+//!   `error`, `health`), which assembles them and may reach any;
+//! - `csi` and `volume` reach content only through its face (what a volume asks, the files it
 //!   gets, its errors and changes, the tokens, a lazy volume's files: `content::{ask, changes,
 //!   error, payload, tokens, lazy}` and the items of `content` itself); `volume` never reaches
-//!   `csi`, `content` neither.
+//!   `csi`, `content` neither;
 //! - the face reaches only the face; `content::cluster` the face and itself; `content::shares`
 //!   the face, the cluster and itself; `content::projection` those and the shares;
 //!   `content::external` the face, the cluster and itself; `content::kubernetes_source`, the one
-//!   dispatcher, all of content.
+//!   dispatcher, all of content;
+//! - outside the lazy wing (`volume::lazy`), it is entered by two doors: its own items (a lazy
+//!   mount, a taken volume, what hands volumes over) and `volume::lazy::handover` (taking a
+//!   node's volumes, offering them); never its FUSE session, filesystem or open files.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The modules of content a volume, the wire and the face itself may reach.
 const FACE: [&str; 8] = ["ask", "changes", "error", "payload", "tokens", "lazy", "static_dir", "live_volumes"];
 
+/// The ground: top-level modules any floor may reach, which reach only each other.
+const GROUND: [&str; 7] = ["apiserver", "dir_tree", "fair_slots", "metrics", "quote", "units", "unpoisoned"];
+
+/// The three floors.
+const FLOORS: [&str; 3] = ["csi", "volume", "content"];
+
+/// The most `.rs` files `driver/src` may hold loose (beside its folders), `lib.rs` and
+/// `main.rs` counted: past it, what the crate is made of stops showing at a glance.
+const MOST_LOOSE_FILES: usize = 12;
+
 /// Why `from` may not reach `to` (both module paths from the crate root), or `None` when it may.
 fn refusal(from: &[String], to: &[String]) -> Option<String> {
     let top = |path: &[String]| path.first().cloned().unwrap_or_default();
+    // An item of the crate root (DRIVER_NAME) is ground.
+    let is_item = |part: &str| part.chars().next().is_some_and(char::is_uppercase);
+    let (from_top, to_top) = (top(from), top(to));
+    if from_top != to_top && !is_item(&to_top) {
+        let ground = |part: &str| GROUND.contains(&part);
+        let floor = |part: &str| FLOORS.contains(&part);
+        if ground(&from_top) && !ground(&to_top) {
+            return Some(format!("the ground reaches only the ground, and {to_top} is not of it"));
+        }
+        if floor(&from_top) && !floor(&to_top) && !ground(&to_top) {
+            return Some(format!("{to_top} is the process around the floors, above them"));
+        }
+    }
+    if let Some(why) = lazy_door_refusal(from, to) {
+        return Some(why);
+    }
     let in_content = |path: &[String]| -> Option<String> {
         (top(path) == "content").then(|| path.get(1).cloned().unwrap_or_default())
     };
     // An item of `content` itself (ContentSource, PassId, …) is the face; so is a face module.
-    let is_face =
-        |part: &str| FACE.contains(&part) || part.is_empty() || part.chars().next().is_some_and(char::is_uppercase);
-    match (top(from).as_str(), top(to).as_str()) {
+    let is_face = |part: &str| FACE.contains(&part) || part.is_empty() || is_item(part);
+    match (from_top.as_str(), to_top.as_str()) {
         ("volume" | "content", "csi") => return Some("the CSI wire is above it".into()),
         ("content", "volume") => return Some("the volume layer is above it".into()),
         _ => {}
@@ -39,7 +74,7 @@ fn refusal(from: &[String], to: &[String]) -> Option<String> {
     let allowed: Vec<&str> = match in_content(from).as_deref() {
         // The process around the layers (configuration, the command line, the plugin that
         // assembles them) may reach any of them; the wire and the volume layer only the face.
-        None if matches!(top(from).as_str(), "csi" | "volume") => vec![],
+        None if matches!(from_top.as_str(), "csi" | "volume") => vec![],
         None => return None,
         Some("kubernetes_source") => return None,
         Some(part) if is_face(part) => vec![],
@@ -56,6 +91,21 @@ fn refusal(from: &[String], to: &[String]) -> Option<String> {
         let more: String = allowed.iter().map(|a| format!(", content::{a}")).collect();
         more
     }))
+}
+
+/// Why `from`, outside the lazy wing, may not reach `to` inside it: only by its doors.
+fn lazy_door_refusal(from: &[String], to: &[String]) -> Option<String> {
+    let wing = ["volume".to_string(), "lazy".to_string()];
+    if !to.starts_with(&wing) || from.starts_with(&wing) {
+        return None;
+    }
+    let room = to.get(2).map(String::as_str).unwrap_or_default();
+    let door = room.is_empty() || room == "handover" || room.chars().next().is_some_and(char::is_uppercase);
+    (!door).then(|| {
+        format!(
+            "volume::lazy::{room} is inside the lazy wing: enter by its doors (its items, or volume::lazy::handover)"
+        )
+    })
 }
 
 /// Every `.rs` file under `dir` that is not a test file, with its module path.
@@ -203,14 +253,30 @@ fn the_rules_refuse_what_the_floors_forbid() {
     assert!(refused("content::cluster::watch", "content::shares::source"));
     assert!(refused("volume::service", "csi::request"));
     assert!(refused("content::changes", "volume::live"));
+    // The ground and the process around the floors (each was an import circle once).
+    assert!(refused("content::external::provider", "config::duration"));
+    assert!(refused("metrics", "volume::share_gauges::Mounted"));
+    assert!(refused("csi::socket", "error::RunError"));
+    assert!(refused("apiserver::client", "cli::run"));
+    assert!(refused("units", "config::DriverConfig"));
+    // The lazy wing's doors.
+    assert!(refused("volume::live", "volume::lazy::filesystem::LazyMount"));
+    assert!(refused("volume::service::publish", "volume::lazy::fuse::session"));
     // What they allow.
     assert!(!refused("content::projection::fetch", "content::shares::source"));
     assert!(!refused("content::kubernetes_source", "content::external::provider_volume"));
-    assert!(!refused("volume::lazy_filesystem", "content::lazy::LazyFiles"));
+    assert!(!refused("volume::lazy::filesystem", "content::lazy::LazyFiles"));
     assert!(!refused("csi::request", "content::tokens::Tokens"));
     assert!(!refused("content::external::provider_class", "content::cluster::Cluster"));
     assert!(!refused("csi::node", "volume::service"));
     assert!(!refused("cli", "content::external::providers::Providers"));
+    assert!(!refused("content::external::provider", "units::duration"));
+    assert!(!refused("volume::service", "metrics::Metrics"));
+    assert!(!refused("controllers::startup_taint", "content::cluster::node_owner"));
+    assert!(!refused("volume::live", "volume::lazy::LazyMount"));
+    assert!(!refused("plugin", "volume::lazy::handover::offer::Offer"));
+    assert!(!refused("volume::lazy::handover::take", "volume::lazy::filesystem::HandedLazyVolume"));
+    assert!(!refused("csi::socket", "DRIVER_NAME"));
 }
 
 #[test]
@@ -233,4 +299,158 @@ fn paths_are_read_through_groups_renames_and_super() {
         ["content", "external", "lazy_files", "HelperFiles"]
     );
     assert_eq!(resolve(&module, "super::super::cluster::Cluster"), ["content", "cluster", "Cluster"]);
+}
+
+#[test]
+fn paths_in_attribute_strings_are_read() {
+    let code = "#[serde(default = \"d\", deserialize_with = \"crate::units::duration\")]\nfield: u64,";
+    assert_eq!(named_paths(code), ["crate::units::duration"]);
+}
+
+/// The circles known today, each between two files of one folder, with why it stands: (the
+/// folder, its two modules). The list only shrinks: a circle gone must leave it.
+const KNOWN_CIRCLES: [(&str, [&str; 2]); 2] = [
+    // The notices gathered (`plan::Notices`) are what the answers look again at, and the next
+    // status (`plan::next_status`) writes the answers: the vocabulary of both wants a file of
+    // its own (issue 65's access-notices step).
+    ("controllers::access_notices", ["answers", "plan"]),
+    // The shares' and projections' watches (`objects`) feed the RBAC controller's gathering
+    // and listing (`controller`), which starts them.
+    ("controllers::access_notices", ["controller", "objects"]),
+];
+
+/// The module `path` reaches: its longest prefix that is a module of `modules`.
+fn module_reached(path: &[String], modules: &BTreeSet<Vec<String>>) -> Vec<String> {
+    (0..=path.len()).rev().map(|end| path[..end].to_vec()).find(|prefix| modules.contains(prefix)).unwrap_or_default()
+}
+
+/// Every circle of modules reaching each other: for each module, the groups of its children
+/// (each with what lies below it) that reach one another round, as (the parent, the children).
+fn circles(
+    edges: &BTreeMap<Vec<String>, BTreeSet<Vec<String>>>,
+    modules: &BTreeSet<Vec<String>>,
+) -> Vec<(String, Vec<String>)> {
+    let mut found = Vec::new();
+    let parents: BTreeSet<Vec<String>> =
+        modules.iter().filter(|m| !m.is_empty()).map(|m| m[..m.len() - 1].to_vec()).collect();
+    for parent in parents {
+        let child = |module: &Vec<String>| {
+            (module.len() > parent.len() && module.starts_with(&parent)).then(|| module[parent.len()].clone())
+        };
+        let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for (from, reached) in edges {
+            let Some(a) = child(from) else { continue };
+            for to in reached {
+                if let Some(b) = child(to).filter(|b| *b != a) {
+                    graph.entry(a.clone()).or_default().insert(b);
+                }
+            }
+        }
+        // Two children are in one circle when each reaches the other (through any others).
+        let reach = |start: &String| {
+            let mut seen = BTreeSet::from([start.clone()]);
+            let mut next = vec![start.clone()];
+            while let Some(at) = next.pop() {
+                for to in graph.get(&at).into_iter().flatten() {
+                    if seen.insert(to.clone()) {
+                        next.push(to.clone());
+                    }
+                }
+            }
+            seen
+        };
+        let mut placed = BTreeSet::new();
+        for start in graph.keys() {
+            if placed.contains(start) {
+                continue;
+            }
+            let circle: Vec<String> =
+                reach(start).into_iter().filter(|other| other != start && reach(other).contains(start)).collect();
+            if !circle.is_empty() {
+                let mut members = circle;
+                members.push(start.clone());
+                members.sort();
+                placed.extend(members.iter().cloned());
+                found.push((if parent.is_empty() { "crate".to_string() } else { parent.join("::") }, members));
+            }
+        }
+    }
+    found
+}
+
+/// A module's path from the crate root.
+type Module = Vec<String>;
+
+/// What each module reaches.
+type Reaches = BTreeMap<Module, BTreeSet<Module>>;
+
+/// What each module of the driver's source reaches, and its modules.
+fn reaches() -> (Reaches, BTreeSet<Module>) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&root, &root, &mut files);
+    let modules: BTreeSet<Vec<String>> = files.iter().map(|(_, m)| m.clone()).collect();
+    let mut edges: Reaches = BTreeMap::new();
+    for (path, module) in &files {
+        let code = code_of(&std::fs::read_to_string(path).unwrap());
+        for named in named_paths(&code) {
+            let to = module_reached(&resolve(module, &named), &modules);
+            if !to.is_empty() {
+                edges.entry(module.clone()).or_default().insert(to);
+            }
+        }
+    }
+    (edges, modules)
+}
+
+#[test]
+fn no_two_modules_reach_each_other() {
+    let (edges, modules) = reaches();
+    // Positive control: the walk sees the process reach the floors and the floors the ground.
+    let reached = |from: &[&str], to: &[&str]| {
+        let (from, to): (Vec<String>, Vec<String>) =
+            (from.iter().map(|s| s.to_string()).collect(), to.iter().map(|s| s.to_string()).collect());
+        edges.get(&from).is_some_and(|set| set.contains(&to))
+    };
+    assert!(reached(&["plugin"], &["volume", "service"]) && reached(&["volume", "service"], &["metrics"]), "{edges:?}");
+    let found = circles(&edges, &modules);
+    let known: Vec<(String, Vec<String>)> = KNOWN_CIRCLES
+        .iter()
+        .map(|(parent, pair)| (parent.to_string(), pair.iter().map(|s| s.to_string()).collect()))
+        .collect();
+    let new: Vec<_> = found.iter().filter(|circle| !known.contains(circle)).collect();
+    assert!(new.is_empty(), "modules that reach each other (parent, the circle): {new:?}");
+    let gone: Vec<_> = known.iter().filter(|circle| !found.contains(circle)).collect();
+    assert!(gone.is_empty(), "known circles that are gone: take them off KNOWN_CIRCLES: {gone:?}");
+}
+
+#[test]
+fn the_circle_finder_finds_a_circle_through_a_third_module() {
+    let module = |text: &str| text.split("::").map(String::from).collect::<Vec<_>>();
+    let modules: BTreeSet<_> = ["a", "a::x", "b", "c", "d"].map(module).into_iter().collect();
+    let edges = BTreeMap::from([
+        (module("a::x"), BTreeSet::from([module("b")])),
+        (module("b"), BTreeSet::from([module("c")])),
+        (module("c"), BTreeSet::from([module("a")])),
+        (module("d"), BTreeSet::from([module("a")])),
+    ]);
+    let found = circles(&edges, &modules);
+    assert_eq!(found, [("crate".to_string(), vec!["a".to_string(), "b".to_string(), "c".to_string()])]);
+}
+
+#[test]
+fn the_top_level_holds_at_most_a_dozen_loose_files() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let loose: Vec<String> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.is_file() && path.extension().is_some_and(|e| e == "rs"))
+        .map(|path| path.file_name().unwrap().to_string_lossy().to_string())
+        .collect();
+    assert!(loose.contains(&"lib.rs".to_string()), "the walk did not see lib.rs: {loose:?}");
+    assert!(
+        loose.len() <= MOST_LOOSE_FILES,
+        "{} loose files in driver/src (at most {MOST_LOOSE_FILES}): {loose:?}",
+        loose.len()
+    );
 }

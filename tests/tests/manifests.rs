@@ -101,7 +101,7 @@ fn the_driver_s_memory_limit_holds_its_content_budget_and_the_process() {
     let containers = daemon_set["spec"]["template"]["spec"]["containers"].as_array().unwrap();
     let driver = containers.iter().find(|c| c["name"] == "driver").expect("the driver's container");
     let limit = driver["resources"]["limits"]["memory"].as_str().expect("a memory limit");
-    let limit = sharedresource_csi_driver::config::size_of(limit).unwrap();
+    let limit = sharedresource_csi_driver::units::size_of(limit).unwrap();
     let needed = config.memory_needed();
     assert!(needed > config.content_budget, "the positive control: the process needs room beside the budget");
     assert!(limit >= needed, "the driver's limit is {limit} bytes; its configuration needs {needed}");

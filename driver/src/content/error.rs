@@ -33,8 +33,8 @@ pub enum Error {
 }
 
 // A request the apiserver did not answer is content that may be had later.
-impl From<crate::apiserver_request::RequestFailed> for Error {
-    fn from(failed: crate::apiserver_request::RequestFailed) -> Error {
+impl From<crate::apiserver::request::RequestFailed> for Error {
+    fn from(failed: crate::apiserver::request::RequestFailed) -> Error {
         Error::Unavailable(failed.0)
     }
 }

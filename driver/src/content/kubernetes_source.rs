@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::apiserver_client::ApiserverClients;
+use crate::apiserver::client::ApiserverClients;
 use crate::content::ask::VolumeAsk;
 use crate::content::changes::{Absence, Changes};
 use crate::content::cluster::node_view::VolumeReads;

@@ -20,15 +20,53 @@ use tonic::service::Routes;
 use tonic::transport::server::Connected;
 
 use crate::csi::authority_rewrite::AuthorityRewrite;
-
-use crate::error::{Result, RunError};
 use crate::quote::{quote, quote_path};
+use crate::volume::error::Cause;
+
+/// Why a socket of the driver could not be bound, taken over or served. These reach the log and
+/// the exit status (as the process's `RunError::Socket`), never a gRPC client.
+#[derive(Debug, thiserror::Error)]
+pub enum SocketError {
+    /// The CSI endpoint is not a `unix://` path.
+    #[error("{0}")]
+    Endpoint(String),
+    /// What must be this process's alone is another's: a socket a live process answers on, a
+    /// path that is not a socket.
+    #[error("{0}")]
+    Taken(String),
+    /// A socket a predecessor handed over is not one this driver can serve on.
+    #[error("{0}")]
+    Handover(String),
+    /// A step the code should never take (a socket served twice).
+    #[error("{0}")]
+    Fault(String),
+    /// A step failed. The message says both what the driver was doing and how it failed;
+    /// `source` keeps the cause.
+    #[error("{context}: {source}")]
+    Step {
+        /// What the driver was doing, naming the path.
+        context: String,
+        /// The underlying failure.
+        #[source]
+        source: Cause,
+    },
+}
+
+/// Result with a socket error.
+pub type Result<T, E = SocketError> = std::result::Result<T, E>;
+
+impl SocketError {
+    /// A step that failed: `context` says what the driver was doing, `source` how it failed.
+    pub fn step(context: impl Into<String>, source: impl Into<Cause>) -> SocketError {
+        SocketError::Step { context: context.into(), source: source.into() }
+    }
+}
 
 /// Parses `unix:///path` (or a bare path) into the socket path.
 pub fn socket_path(endpoint: &str) -> Result<PathBuf> {
     let path = endpoint.strip_prefix("unix://").unwrap_or(endpoint);
     if !path.starts_with('/') {
-        return Err(RunError::Endpoint(format!("endpoint {} is not unix:///absolute/path", quote(endpoint))));
+        return Err(SocketError::Endpoint(format!("endpoint {} is not unix:///absolute/path", quote(endpoint))));
     }
     Ok(PathBuf::from(path))
 }
@@ -63,11 +101,11 @@ impl BoundSocket {
         let listener = self
             .listener
             .as_ref()
-            .ok_or_else(|| RunError::Fault(format!("{} is served already", quote_path(&self.path))))?;
+            .ok_or_else(|| SocketError::Fault(format!("{} is served already", quote_path(&self.path))))?;
         listener
             .as_fd()
             .try_clone_to_owned()
-            .map_err(|e| RunError::step(format!("copying the descriptor of {}", quote_path(&self.path)), e))
+            .map_err(|e| SocketError::step(format!("copying the descriptor of {}", quote_path(&self.path)), e))
     }
 }
 
@@ -77,7 +115,8 @@ impl BoundSocket {
 /// gives, before its rename there) and the file there is a socket.
 pub fn inherit(listener: OwnedFd, path: &Path) -> Result<BoundSocket> {
     use rustix::net::{AddressFamily, SocketType, sockopt};
-    let refused = |why: String| RunError::Handover(format!("the socket handed over for {}: {why}", quote_path(path)));
+    let refused =
+        |why: String| SocketError::Handover(format!("the socket handed over for {}: {why}", quote_path(path)));
     let family = sockopt::socket_domain(&listener).map_err(|e| refused(format!("reading its family: {e}")))?;
     let kind = sockopt::socket_type(&listener).map_err(|e| refused(format!("reading its type: {e}")))?;
     let listening = sockopt::socket_acceptconn(&listener).map_err(|e| refused(format!("reading its state: {e}")))?;
@@ -124,24 +163,25 @@ impl Drop for BoundSocket {
 pub fn bind(path: &Path) -> Result<BoundSocket> {
     if let Ok(metadata) = fs::symlink_metadata(path) {
         if !metadata.file_type().is_socket() {
-            return Err(RunError::Taken(format!(
+            return Err(SocketError::Taken(format!(
                 "{} exists and is not a socket; refusing to replace it",
                 quote_path(path)
             )));
         }
         if std::os::unix::net::UnixStream::connect(path).is_ok() {
-            return Err(RunError::Taken(format!(
+            return Err(SocketError::Taken(format!(
                 "{} is served by a live process (another instance of the driver?); refusing to take it over",
                 quote_path(path)
             )));
         }
         fs::remove_file(path)
-            .map_err(|e| RunError::step(format!("removing the stale socket {}", quote_path(path)), e))?;
+            .map_err(|e| SocketError::step(format!("removing the stale socket {}", quote_path(path)), e))?;
     }
     if let Some(parent) = path.parent() {
-        fs::create_dir_all(parent).map_err(|e| RunError::step(format!("creating {}", quote_path(parent)), e))?;
+        fs::create_dir_all(parent).map_err(|e| SocketError::step(format!("creating {}", quote_path(parent)), e))?;
     }
-    let listener = UnixListener::bind(path).map_err(|e| RunError::step(format!("binding {}", quote_path(path)), e))?;
+    let listener =
+        UnixListener::bind(path).map_err(|e| SocketError::step(format!("binding {}", quote_path(path)), e))?;
     bound_at(listener, path)
 }
 
@@ -168,7 +208,7 @@ pub struct Beside {
 /// Any other kind of file at `path` is an error naming it.
 pub fn bind_beside(path: &Path) -> Result<Beside> {
     if fs::symlink_metadata(path).is_ok_and(|metadata| !metadata.file_type().is_socket()) {
-        return Err(RunError::Taken(format!(
+        return Err(SocketError::Taken(format!(
             "{} exists and is not a socket; refusing to replace it",
             quote_path(path)
         )));
@@ -177,22 +217,22 @@ pub fn bind_beside(path: &Path) -> Result<Beside> {
     // Only a socket there is one a successor left (killed before it put it in place).
     if let Ok(metadata) = fs::symlink_metadata(&beside) {
         if !metadata.file_type().is_socket() {
-            return Err(RunError::Taken(format!(
+            return Err(SocketError::Taken(format!(
                 "{} exists and is not a socket; refusing to replace it",
                 quote_path(&beside)
             )));
         }
         fs::remove_file(&beside)
-            .map_err(|e| RunError::step(format!("removing the stale socket {}", quote_path(&beside)), e))?;
+            .map_err(|e| SocketError::step(format!("removing the stale socket {}", quote_path(&beside)), e))?;
     }
     if let Some(parent) = path.parent() {
-        fs::create_dir_all(parent).map_err(|e| RunError::step(format!("creating {}", quote_path(parent)), e))?;
+        fs::create_dir_all(parent).map_err(|e| SocketError::step(format!("creating {}", quote_path(parent)), e))?;
     }
     let listener =
-        UnixListener::bind(&beside).map_err(|e| RunError::step(format!("binding {}", quote_path(&beside)), e))?;
+        UnixListener::bind(&beside).map_err(|e| SocketError::step(format!("binding {}", quote_path(&beside)), e))?;
     let bound = Beside { listener: Some(listener), beside, path: path.to_path_buf() };
     fs::set_permissions(&bound.beside, fs::Permissions::from_mode(0o660))
-        .map_err(|e| RunError::step(format!("setting the mode of {}", quote_path(&bound.beside)), e))?;
+        .map_err(|e| SocketError::step(format!("setting the mode of {}", quote_path(&bound.beside)), e))?;
     Ok(bound)
 }
 
@@ -210,10 +250,10 @@ impl Beside {
     /// driver and registers it again, which a handed socket avoids).
     pub fn put_in_place(mut self) -> Result<BoundSocket> {
         let Some(listener) = self.listener.take() else {
-            return Err(RunError::Fault(format!("{} was put in place already", quote_path(&self.path))));
+            return Err(SocketError::Fault(format!("{} was put in place already", quote_path(&self.path))));
         };
         fs::rename(&self.beside, &self.path).map_err(|e| {
-            RunError::step(format!("renaming {} over {}", quote_path(&self.beside), quote_path(&self.path)), e)
+            SocketError::step(format!("renaming {} over {}", quote_path(&self.beside), quote_path(&self.path)), e)
         })?;
         bound_at(listener, &self.path)
     }
@@ -230,7 +270,7 @@ impl Drop for Beside {
 /// `listener`, whose socket file is at `path`, made 0660.
 fn bound_at(listener: UnixListener, path: &Path) -> Result<BoundSocket> {
     let metadata =
-        fs::symlink_metadata(path).map_err(|e| RunError::step(format!("inspecting {}", quote_path(path)), e))?;
+        fs::symlink_metadata(path).map_err(|e| SocketError::step(format!("inspecting {}", quote_path(path)), e))?;
     let socket = BoundSocket {
         listener: Some(listener),
         path: path.to_path_buf(),
@@ -238,7 +278,7 @@ fn bound_at(listener: UnixListener, path: &Path) -> Result<BoundSocket> {
         kept: Arc::default(),
     };
     fs::set_permissions(path, fs::Permissions::from_mode(0o660))
-        .map_err(|e| RunError::step(format!("setting the mode of {}", quote_path(path)), e))?;
+        .map_err(|e| SocketError::step(format!("setting the mode of {}", quote_path(path)), e))?;
     Ok(socket)
 }
 
@@ -261,7 +301,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<()> {
     let Some(listener) = socket.listener.take() else {
-        return Err(RunError::Fault(format!("{} was served already", quote_path(&socket.path))));
+        return Err(SocketError::Fault(format!("{} was served already", quote_path(&socket.path))));
     };
     let server = tonic::transport::Server::builder().add_routes(routes);
     let connections = UnixListenerStream::new(listener);
@@ -272,7 +312,7 @@ pub async fn serve(
             server.serve_with_incoming_shutdown(rewritten, shutdown).await
         }
     };
-    served.map_err(|e| RunError::step(format!("serving on {}", quote_path(&socket.path)), e))
+    served.map_err(|e| SocketError::step(format!("serving on {}", quote_path(&socket.path)), e))
 }
 
 impl<S: Connected> Connected for AuthorityRewrite<S> {

@@ -23,7 +23,7 @@ use crate::content::external::exec::ExecProviders;
 use crate::content::external::lazy_files::tests::Helper;
 use crate::content::external::lazy_only::LazyOnlySource;
 use crate::content::external::provider::ExecProvider;
-use crate::volume::lazy_filesystem::tests::LoopingReader;
+use crate::volume::lazy::filesystem::tests::LoopingReader;
 use crate::volume::mounter::listed_in_mountinfo;
 
 const HOUR: Duration = Duration::from_secs(3600);
@@ -136,7 +136,7 @@ impl Kubelet {
     }
 
     fn channel(&self) -> tonic::transport::Channel {
-        let channel = crate::test_client::unix_channel(self.socket.clone(), Duration::from_secs(60));
+        let channel = crate::test_util::client::unix_channel(self.socket.clone(), Duration::from_secs(60));
         self.runtime.block_on(channel).unwrap()
     }
 
@@ -164,7 +164,7 @@ impl Kubelet {
 /// whose first driver serves the lazy volume of a helper serving `db-password` and `api-key`,
 /// read in a loop by a container (20 reads made).
 struct Serving {
-    dir: crate::mounted_dir::MountedDir,
+    dir: crate::test_util::mounted_dir::MountedDir,
     helper: Helper,
     providers: Vec<(String, ExecProvider)>,
     // The runtime the providers' helpers run on.
@@ -177,7 +177,7 @@ struct Serving {
 
 fn serving() -> Serving {
     assert!(nix::unistd::geteuid().is_root(), "mounting needs root: run the test command as root");
-    let dir = crate::mounted_dir::MountedDir::new();
+    let dir = crate::test_util::mounted_dir::MountedDir::new();
     let root = dir.path();
     std::fs::create_dir_all(root.join("shares")).unwrap();
     let helper = Helper::new(&[("db-password", "s3cret"), ("api-key", "k3y")]);
@@ -195,7 +195,7 @@ fn serving() -> Serving {
 
 /// The offer socket's path on the node under `root`.
 fn offer(root: &Path) -> PathBuf {
-    root.join("state").join(crate::volume::handover::offer::SOCKET_FILE)
+    root.join("state").join(crate::volume::lazy::handover::SOCKET_FILE)
 }
 
 /// The records in the node's state directory.
@@ -330,7 +330,7 @@ fn say_raw(mut socket: &std::os::unix::net::UnixStream, bytes: &[u8]) {
 #[test]
 fn a_version_1_successor_is_handed_the_node_without_a_socket() {
     assert!(nix::unistd::geteuid().is_root(), "mounting needs root: run the test command as root");
-    let dir = crate::mounted_dir::MountedDir::new();
+    let dir = crate::test_util::mounted_dir::MountedDir::new();
     let root = dir.path();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
     let first = RunningDriver::start(root, &[], runtime.handle());
@@ -403,7 +403,7 @@ fn version_1_predecessor(root: &Path) -> std::thread::JoinHandle<Vec<[u8; 8]>> {
 #[test]
 fn a_successor_asks_a_version_1_predecessor_again_in_version_1_and_replaces_its_sockets() {
     assert!(nix::unistd::geteuid().is_root(), "mounting needs root: run the test command as root");
-    let dir = crate::mounted_dir::MountedDir::new();
+    let dir = crate::test_util::mounted_dir::MountedDir::new();
     let root = dir.path();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
     let predecessor = version_1_predecessor(root);

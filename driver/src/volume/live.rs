@@ -14,7 +14,7 @@ use crate::content::tokens::Tokens;
 use crate::quote::{quote, quote_path};
 use crate::unpoisoned::UnpoisonedMutex;
 use crate::volume::error::{Error, Result};
-use crate::volume::lazy_filesystem::LazyMount;
+use crate::volume::lazy::LazyMount;
 use crate::volume::published::PublishedVolume;
 use crate::volume::store::VolumeRecord;
 use crate::volume::target_path::TargetPath;

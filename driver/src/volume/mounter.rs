@@ -352,10 +352,10 @@ mod tests {
     }
 
     /// A kubelet target created below a fresh root (as root: these tests mount).
-    fn created_target() -> (crate::mounted_dir::MountedDir, PathBuf, crate::volume::target_dir::OpenTarget) {
+    fn created_target() -> (crate::test_util::mounted_dir::MountedDir, PathBuf, crate::volume::target_dir::OpenTarget) {
         assert!(nix::unistd::geteuid().is_root(), "mounting needs root: run the test command as root");
         // Whatever a failed test leaves mounted below it is unmounted with it.
-        let dir = crate::mounted_dir::MountedDir::new();
+        let dir = crate::test_util::mounted_dir::MountedDir::new();
         let text = dir.path().join("pods/u/volumes/kubernetes.io~csi/v/mount");
         let target = crate::volume::target_path::TargetPath::parse(text.to_str().unwrap(), dir.path()).unwrap();
         let opened = crate::volume::target_dir::create(dir.path(), &target, &mut Vec::new()).unwrap();

@@ -5,14 +5,14 @@
 //! namespace a bounded number of Events; and each namespace has a bucket of Events of its own,
 //! so one whose many volumes all change (its own ConfigMap, churned, behind many projections)
 //! cannot spend the driver's apiserver rate that every other namespace's volumes need. The decisions are here; the sink that creates the
-//! Events (`crate::pod_event_sink`) is the I/O at the edge, given to the refresher at start.
+//! Events (`crate::volume::pod_event_sink`) is the I/O at the edge, given to the refresher at start.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use sharedresource_api::quote::quote;
 
-use crate::apiserver_rate::TokenBucket;
+use crate::apiserver::rate::TokenBucket;
 use sharedresource_api::share_kind::{SHARED_CONFIG_MAP_ATTRIBUTE, SHARED_SECRET_ATTRIBUTE};
 use sharedresource_api::volume_attributes::{PROJECTION_ATTRIBUTE, PROVIDER_ATTRIBUTE};
 

@@ -25,8 +25,9 @@ use crate::volume::content_budget::{
     BudgetLimits, ContentBudget, ENTRY_BYTES, LAZY_VOLUME_BYTES, LazyCharge, Payer, VOLUME_BYTES,
 };
 use crate::volume::error::{Error, Result};
-use crate::volume::handover::take::TakenVolume;
-use crate::volume::lazy_filesystem::LazyMount;
+use crate::volume::lazy::LazyMount;
+use crate::volume::lazy::TakenVolume;
+use crate::volume::lazy::{HandOver, HandsOverLazy};
 use crate::volume::live::{Claim, LiveVolumes};
 use crate::volume::mounter::Mounter;
 use crate::volume::ownership::{Ownership, ownership};
@@ -48,6 +49,13 @@ pub struct VolumeSettings {
     pub refresh_content: bool,
     /// How much content the node's volumes, and one namespace's, may hold.
     pub content_budget: BudgetLimits,
+}
+
+/// The offer reaches the node's lazy volumes through this (see [`HandsOverLazy`]).
+impl HandsOverLazy for NodeService {
+    fn hand_over_lazy(&self, hand: HandOver<'_>) -> Result<()> {
+        NodeService::hand_over_lazy(self, hand)
+    }
 }
 
 #[cfg(test)]

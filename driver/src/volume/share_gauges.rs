@@ -18,6 +18,8 @@ use std::time::SystemTime;
 use sharedresource_api::Selection;
 use sharedresource_api::volume_attributes::selection;
 
+pub use crate::metrics::{Mounted, Series};
+
 /// The most series of each gauge: things mounted beyond it are counted under [`OTHERS`].
 pub const MAX_SERIES: usize = 500;
 /// The most projections of one namespace named in the series: the rest of that namespace's are
@@ -35,17 +37,6 @@ fn rank(kind: &str) -> u8 {
     }
 }
 
-/// What a volume mounts, as the gauges' labels name it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Mounted {
-    /// `SharedSecret`, `SharedConfigMap`, `SharedProjection` or `provider`.
-    pub kind: &'static str,
-    /// The projection's namespace; empty for shares (cluster-scoped) and providers.
-    pub namespace: String,
-    /// Its name.
-    pub name: String,
-}
-
 impl Mounted {
     /// What a volume with `attributes` in a pod of `namespace` mounts; `None` when the
     /// attributes name nothing valid (such a volume is never published).
@@ -57,19 +48,6 @@ impl Mounted {
         };
         Some(Mounted { kind, namespace, name: name.as_str().to_string() })
     }
-}
-
-/// One thing mounted: its gauges' values.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Series {
-    /// Volumes of this node mounting it.
-    pub volumes: u64,
-    /// When one of them was last refreshed successfully (or published, if none has been
-    /// refreshed since), in seconds since the Unix epoch.
-    pub last_refresh_seconds: f64,
-    /// How long the stalest of them has been failing to refresh, serving the content it had
-    /// (0 while none fails).
-    pub stale_seconds: f64,
 }
 
 /// What the refresher knows of one volume.

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use inline_guard_proto::csi::v1::volume_capability::{AccessMode, AccessType, MountVolume};
 use inline_guard_proto::csi::v1::{NodePublishVolumeRequest, NodeUnpublishVolumeRequest, VolumeCapability};
-use sharedresource_csi_driver::test_client::unix_channel;
+use sharedresource_csi_driver::test_util::client::unix_channel;
 use tonic::transport::Channel;
 
 /// A channel to the socket at `path`, once something listens there (waits up to 5 s: the
@@ -86,4 +86,4 @@ pub fn is_root() -> bool {
 
 /// A node's directory; whatever is still mounted below it when the test ends (a failed
 /// assertion between a kill and the restart that undoes it) is unmounted with it.
-pub use sharedresource_csi_driver::mounted_dir::MountedDir as NodeDir;
+pub use sharedresource_csi_driver::test_util::mounted_dir::MountedDir as NodeDir;

@@ -14,8 +14,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use sharedresource_csi_driver::volume::handover::offer::SOCKET_FILE;
-use sharedresource_csi_driver::volume::handover::{CHALLENGE_DIGITS, PROOF_PREFIX, PROVE, Word, say};
+use sharedresource_csi_driver::volume::lazy::handover::SOCKET_FILE;
+use sharedresource_csi_driver::volume::lazy::handover::{CHALLENGE_DIGITS, PROOF_PREFIX, PROVE, Word, say};
 
 /// The most bytes read after the claim: a volume frame is far smaller than this, and an end is
 /// all that is expected.

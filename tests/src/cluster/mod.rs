@@ -308,7 +308,7 @@ impl Cluster {
         let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
             .await
             .map_err(|e| e.to_string())?;
-        sharedresource_csi_driver::apiserver_client::client(config, unlimited()).map_err(|e| e.to_string())
+        sharedresource_csi_driver::apiserver::client::client(config, unlimited()).map_err(|e| e.to_string())
     }
 
     /// A kubeconfig file acting as `user` by impersonation (`as:`), so that a process given it
@@ -335,7 +335,7 @@ impl Cluster {
     /// (a service account is `system:serviceaccount:NAMESPACE:NAME`).
     pub async fn client_as(&self, user: &str, groups: &[&str]) -> Result<kube::Client, String> {
         let config = self.config_as(user, groups).await?;
-        sharedresource_csi_driver::apiserver_client::client(config, unlimited()).map_err(|e| e.to_string())
+        sharedresource_csi_driver::apiserver::client::client(config, unlimited()).map_err(|e| e.to_string())
     }
 
     /// A client authenticating with `token` (a ServiceAccount's, from a TokenRequest): the
@@ -369,7 +369,7 @@ impl Cluster {
         let config = self.config_with(adjust).await?;
         // The driver's own client stack, so what the suite and the benchmarks measure is what the
         // driver does on a node (connections with TCP_NODELAY).
-        sharedresource_csi_driver::apiserver_client::client(config, unlimited()).map_err(|e| e.to_string())
+        sharedresource_csi_driver::apiserver::client::client(config, unlimited()).map_err(|e| e.to_string())
     }
 
     /// Every audit event written so far.
@@ -423,8 +423,8 @@ fn random_token() -> Result<String, String> {
 
 /// The suite's own clients (the admin, the identities it acts as) are not the driver: they send
 /// at whatever rate a scenario needs.
-fn unlimited() -> sharedresource_csi_driver::apiserver_rate::RateLayer {
-    sharedresource_csi_driver::apiserver_rate::RateLayer::new(u32::MAX, u32::MAX)
+fn unlimited() -> sharedresource_csi_driver::apiserver::rate::RateLayer {
+    sharedresource_csi_driver::apiserver::rate::RateLayer::new(u32::MAX, u32::MAX)
 }
 
 /// MutatingAdmissionPolicy is beta and off by default from 1.34 (through 1.35): on, so the

@@ -22,7 +22,7 @@ pub fn run_driver_if_child() {
     };
     let code = if program == READ_GRANTS {
         let args = std::iter::once("sharedresource-read-grants".into()).chain(std::env::args_os().skip(1));
-        sharedresource_csi_driver::read_grants::cli::main(args)
+        sharedresource_csi_driver::controllers::program::main(args)
     } else {
         let args = std::iter::once("sharedresource-csi-driver".into()).chain(std::env::args_os().skip(1));
         sharedresource_csi_driver::cli::main(args)
@@ -42,7 +42,10 @@ pub fn start_read_grants_as(name: &str, kubeconfig: &Path, dir: &Path, extra: &[
     let mut args = vec!["--kubeconfig".into(), kubeconfig.display().to_string()];
     args.extend(extra.iter().map(|arg| (*arg).to_owned()));
     // Its notices logged one by one: a scenario that counts them can say which were written.
-    let env = [(DRIVER_CHILD_ENV, READ_GRANTS), ("RUST_LOG", "info,sharedresource_csi_driver::access_notices=debug")];
+    let env = [
+        (DRIVER_CHILD_ENV, READ_GRANTS),
+        ("RUST_LOG", "info,sharedresource_csi_driver::controllers::access_notices=debug"),
+    ];
     ChildProcess::spawn(name, &exe, &args, &env, dir)
 }
 

@@ -21,7 +21,7 @@ use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Event, Pod, ServiceAccount};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::{Value, json};
-use sharedresource_csi_driver::rollout::plan::{OBSERVED_ANNOTATION, RESTART_LABEL};
+use sharedresource_csi_driver::controllers::rollout::plan::{OBSERVED_ANNOTATION, RESTART_LABEL};
 
 use crate::connections;
 use crate::workload::{self, DRIVER};

@@ -35,7 +35,7 @@ use inline_guard_tests::repo_root;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use serde_json::json;
-use sharedresource_csi_driver::startup_taint::STARTUP_TAINT_KEY;
+use sharedresource_csi_driver::controllers::startup_taint::STARTUP_TAINT_KEY;
 
 use kubectl::Kubectl;
 use overlay::Overlay;

@@ -11,7 +11,9 @@ use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams};
 use serde_json::json;
-use sharedresource_csi_driver::rollout::plan::{OBSERVED_ANNOTATION, RESTART_LABEL, RESTARTED_AT_ANNOTATION};
+use sharedresource_csi_driver::controllers::rollout::plan::{
+    OBSERVED_ANNOTATION, RESTART_LABEL, RESTARTED_AT_ANNOTATION,
+};
 
 use crate::workload::{CONSUMER, apply, reader_pod, set_content, wait_for_content};
 

@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::{Node as NodeObject, Pod};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
-use sharedresource_csi_driver::startup_taint::STARTUP_TAINT_KEY;
+use sharedresource_csi_driver::controllers::startup_taint::STARTUP_TAINT_KEY;
 
 use crate::workload::{CONSUMER, DRIVER, apply, reader_pod};
 

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, DeleteParams};
 use serde_json::json;
-use sharedresource_csi_driver::read_grants::leader::{LEASE_DURATION, RETRY};
+use sharedresource_csi_driver::controllers::leader::{LEASE_DURATION, RETRY};
 
 use crate::support::{Outcome, READ_GRANTS_USER, Suite};
 use inline_guard_tests::cluster::ChildProcess;

@@ -20,7 +20,9 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 use sharedresource_csi_driver::DRIVER_NAME;
-use sharedresource_csi_driver::rollout::plan::{OBSERVED_ANNOTATION, RESTART_LABEL, RESTARTED_AT_ANNOTATION};
+use sharedresource_csi_driver::controllers::rollout::plan::{
+    OBSERVED_ANNOTATION, RESTART_LABEL, RESTARTED_AT_ANNOTATION,
+};
 
 use crate::shares::{WITHIN, apply_file, create_object, create_shared_secret, create_use_grant, shared_secrets};
 use crate::support::{
@@ -40,7 +42,7 @@ async fn record_key_id(admin: &kube::Client) -> Result<String, String> {
     let secrets = Api::<Secret>::namespaced(admin.clone(), "inline-guard-driver");
     let secret = secrets.get("sharedresource-rollout-key").await.map_err(|e| format!("the key's Secret: {e}"))?;
     let bytes = secret.data.and_then(|data| data.get("key").cloned()).ok_or("the key's Secret holds no key")?;
-    let key = sharedresource_csi_driver::rollout::content_version::RecordKey::from_bytes(&bytes.0)?;
+    let key = sharedresource_csi_driver::controllers::rollout::content_version::RecordKey::from_bytes(&bytes.0)?;
     Ok(key.id().to_owned())
 }
 

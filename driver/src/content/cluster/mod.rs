@@ -35,8 +35,8 @@ use self::node_view::NodeView;
 use self::pass::Pass;
 use self::update_failures::UpdateFailures;
 use self::watch::{Served, watch_changes};
-use crate::apiserver_client::{ApiserverClients, WatchConnections};
-use crate::apiserver_request::DEFAULT_REQUEST_TIMEOUT;
+use crate::apiserver::client::{ApiserverClients, WatchConnections};
+use crate::apiserver::request::DEFAULT_REQUEST_TIMEOUT;
 use crate::content::PassId;
 use crate::content::changes::Changes;
 use crate::content::error::Result;
@@ -188,7 +188,7 @@ impl Cluster {
         what: impl FnOnce() -> String,
         call: impl std::future::Future<Output = std::result::Result<T, kube::Error>>,
     ) -> Result<T> {
-        Ok(crate::apiserver_request::ask(self.request_timeout, what, call).await?)
+        Ok(crate::apiserver::request::ask(self.request_timeout, what, call).await?)
     }
 
     /// `use_it` on pass `pass`, when there is one and it has not ended.

@@ -31,7 +31,7 @@ pub async fn own_node_uid(client: &kube::Client, node: &str, timeout: Duration) 
     let reviews = Api::<SelfSubjectReview>::all(client.clone());
     let what = || "asking the apiserver who this driver is (SelfSubjectReview)".to_string();
     let (params, review) = (PostParams::default(), SelfSubjectReview::default());
-    match crate::apiserver_request::ask(timeout, what, reviews.create(&params, &review)).await {
+    match crate::apiserver::request::ask(timeout, what, reviews.create(&params, &review)).await {
         Ok(review) => {
             let uid = bound_node_uid(&review, node);
             if uid.is_none() {

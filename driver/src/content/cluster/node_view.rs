@@ -510,7 +510,7 @@ async fn write_spec(client: kube::Client, node: &str, view: &NodeView, rewrite: 
         let what = || format!("writing SharedResourceNode {node}");
         let apply = PatchParams::apply(MANAGER).force();
         last_write = Some(tokio::time::Instant::now());
-        match crate::apiserver_request::ask(timeout, what, api.patch(node, &apply, &Patch::Apply(&object))).await {
+        match crate::apiserver::request::ask(timeout, what, api.patch(node, &apply, &Patch::Apply(&object))).await {
             Ok(_) => {
                 info!(
                     namespaces = spec.namespaces.len(),

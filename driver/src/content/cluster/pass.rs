@@ -11,7 +11,6 @@ use sharedresource_api::object_name::{NamespaceName, ObjectName};
 use sharedresource_api::projection::spec::ProjectionSpec;
 use sharedresource_api::shares::ObjectRef;
 
-use super::share_status::Seen;
 use crate::content::payload::Payload;
 
 /// A share found: the object it names and the conditions it reports.
@@ -19,6 +18,17 @@ pub type Found = (ObjectRef, Vec<Condition>);
 /// What a pass saw of a share, by share: the object it names, the conditions it reports, and
 /// whether that object was read.
 pub type SeenShares = HashMap<(ShareKind, String), (ObjectRef, Vec<Condition>, Seen)>;
+
+/// What a pass saw of a share's backing object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Seen {
+    /// Read.
+    Read,
+    /// It does not exist.
+    Missing,
+    /// It could not be read; why.
+    Unreadable(String),
+}
 
 /// Answers shared by the volumes of one refresh pass.
 #[derive(Default)]

@@ -17,28 +17,17 @@ use sharedresource_api::shares::{SharedConfigMap, SharedSecret};
 use tracing::warn;
 
 use super::cache::ShareCache;
-use super::pass::SeenShares;
+use super::pass::{Seen, SeenShares};
 use super::share_types::Share;
 use super::update_failures::UpdateFailures;
 use crate::DRIVER_NAME;
-use crate::apiserver_request::{RequestFailed, ask};
+use crate::apiserver::request::{RequestFailed, ask};
 use crate::quote::{Logged, quote};
 
 /// The condition saying whether the backing object exists.
 pub const EXISTS: &str = "BackingObjectExists";
 /// The condition saying whether the driver can read the backing object.
 pub const READABLE: &str = "BackingObjectReadable";
-
-/// What a pass saw of a share's backing object.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Seen {
-    /// Read.
-    Read,
-    /// It does not exist.
-    Missing,
-    /// It could not be read; why.
-    Unreadable(String),
-}
 
 /// The conditions for `seen` of the object `what` (e.g. `Secret infra/db-creds`), keeping
 /// `current`'s transition times where a condition's status did not change; `None` when

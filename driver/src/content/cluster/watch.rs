@@ -20,7 +20,7 @@ use tracing::warn;
 
 use super::cache::ShareCache;
 use super::share_types::Share;
-use crate::apiserver_client::WatchConnections;
+use crate::apiserver::client::WatchConnections;
 use crate::content::changes::Changes;
 use crate::metrics::Metrics;
 use crate::unpoisoned::UnpoisonedMutex;

@@ -26,13 +26,13 @@ pub struct ProviderConfig {
     #[serde(default)]
     pub mode: FetchMode,
     /// `exec`: how long one helper call may take (`10s`, `500ms`, `1m`, or seconds).
-    #[serde(default = "default_timeout", deserialize_with = "crate::config::duration")]
+    #[serde(default = "default_timeout", deserialize_with = "crate::units::duration")]
     pub timeout: Duration,
     /// `exec`, lazy mode: how long a file's content is kept before the helper is asked again.
-    #[serde(default = "default_cache_ttl", rename = "cacheTTL", deserialize_with = "crate::config::duration")]
+    #[serde(default = "default_cache_ttl", rename = "cacheTTL", deserialize_with = "crate::units::duration")]
     pub cache_ttl: Duration,
     /// `exec`: the largest file (or `mount` reply) a helper may print, e.g. `1Mi`.
-    #[serde(default = "default_max_file_bytes", deserialize_with = "crate::config::quantity")]
+    #[serde(default = "default_max_file_bytes", deserialize_with = "crate::units::quantity")]
     pub max_file_bytes: u64,
     /// `exec`: the user the helper runs as (default 65534, `nobody`): never the driver's root
     /// unless said (`0`), since a helper is a program of the operators' choosing that reads what
@@ -48,7 +48,7 @@ pub struct ProviderConfig {
     pub socket: Option<PathBuf>,
     /// `secrets-store`: the largest answer to `Mount` accepted, e.g. `16Mi` (gRPC's default of
     /// 4 MiB is too small for some providers' certificate bundles).
-    #[serde(default = "default_max_message_bytes", deserialize_with = "crate::config::quantity")]
+    #[serde(default = "default_max_message_bytes", deserialize_with = "crate::units::quantity")]
     pub max_message_bytes: u64,
 }
 

@@ -17,7 +17,7 @@ use crate::content::PassId;
 use crate::content::ask::PodInfo;
 use crate::content::cluster::Cluster;
 use crate::content::cluster::pass::Found;
-use crate::content::cluster::share_status::Seen;
+use crate::content::cluster::pass::Seen;
 use crate::content::cluster::share_types::Share;
 use crate::content::error::{Error, Result};
 use crate::content::payload::Payload;

@@ -785,7 +785,7 @@ async fn a_lazy_volume_is_recorded_as_lazy_and_a_refresh_withdraws_and_gives_bac
     let files = Arc::new(helper.files(std::time::Duration::from_secs(3600)));
     let source = Arc::new(LazySource(files.clone(), Default::default()));
     // Real mounts below a directory that unmounts whatever a failure leaves.
-    let dir = crate::mounted_dir::MountedDir::new();
+    let dir = crate::test_util::mounted_dir::MountedDir::new();
     let store = Arc::new(FileVolumeStore::open(dir.path().join("state")).unwrap());
     let metrics = Arc::new(Metrics::new());
     let service = NodeService::new(

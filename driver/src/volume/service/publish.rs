@@ -13,7 +13,7 @@ use crate::volume::atomic_writer::{Payload, check_key};
 use crate::volume::checked::Publish;
 use crate::volume::content_budget::{LAZY_VOLUME_BYTES, LazyCharge};
 use crate::volume::error::{Error, Result};
-use crate::volume::lazy_filesystem::LazyMount;
+use crate::volume::lazy::LazyMount;
 use crate::volume::ownership::mount_tag;
 use crate::volume::published::PublishedVolume;
 use crate::volume::service::{NodeService, payer_of};

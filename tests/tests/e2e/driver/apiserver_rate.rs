@@ -5,8 +5,8 @@
 
 use std::time::{Duration, Instant};
 
-use sharedresource_csi_driver::apiserver_client::ApiserverClients;
-use sharedresource_csi_driver::apiserver_rate::RateLayer;
+use sharedresource_csi_driver::apiserver::client::ApiserverClients;
+use sharedresource_csi_driver::apiserver::rate::RateLayer;
 
 use crate::support::{Outcome, Suite};
 

@@ -22,7 +22,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use serde_json::json;
 use sharedresource_csi_driver::plugin::Plugin;
-use sharedresource_csi_driver::test_client::unix_channel;
+use sharedresource_csi_driver::test_util::client::unix_channel;
 use tonic::transport::Channel;
 
 use inline_guard_tests::repo_root;

@@ -19,7 +19,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use sharedresource_api::node_view::SharedResourceNode;
 use sharedresource_csi_driver::DRIVER_NAME;
-use sharedresource_csi_driver::startup_taint::{STARTUP_TAINT_KEY, remove_when_registered};
+use sharedresource_csi_driver::controllers::startup_taint::{STARTUP_TAINT_KEY, remove_when_registered};
 
 use crate::support::{Outcome, Suite, create, create_namespace, create_service_account, pods_path};
 

@@ -12,7 +12,7 @@ use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 use tracing::warn;
 
-use crate::apiserver_request::ask;
+use crate::apiserver::request::ask;
 use crate::quote::Logged;
 pub use sharedresource_api::node_view::LeaseRef;
 use sharedresource_api::node_view::{LEASE_RENEW_SECONDS, LEASE_SECONDS};

@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::apiserver_rate::RateLayer;
+use crate::apiserver::rate::RateLayer;
 use crate::unpoisoned::UnpoisonedMutex;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -211,6 +211,28 @@ fn tcp_connector() -> HttpConnector {
     tcp.enforce_http(false);
     tcp.set_nodelay(true);
     tcp
+}
+
+/// A client for `kubeconfig`, else for `$KUBECONFIG` or the in-cluster service account, whose
+/// requests take tokens of `rate`.
+pub async fn kube_client(
+    kubeconfig: Option<&std::path::Path>,
+    rate: RateLayer,
+) -> Result<kube::Client, Box<dyn std::error::Error>> {
+    Ok(client(kube_config(kubeconfig).await?, rate)?)
+}
+
+/// The configuration for `kubeconfig`, else for `$KUBECONFIG` or the in-cluster service account.
+pub async fn kube_config(kubeconfig: Option<&std::path::Path>) -> Result<kube::Config, Box<dyn std::error::Error>> {
+    // kube's TLS goes through rustls; only the ring provider is compiled in.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    Ok(match kubeconfig {
+        Some(path) => {
+            let file = kube::config::Kubeconfig::read_from(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default()).await?
+        }
+        None => kube::Config::infer().await?,
+    })
 }
 
 #[cfg(test)]

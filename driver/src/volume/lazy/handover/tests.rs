@@ -5,8 +5,8 @@
 use std::io::{Read as _, Write as _};
 
 use super::*;
-use crate::volume::fuse::wire::Negotiated;
-use crate::volume::lazy_open_files::OpenFilesState;
+use crate::volume::lazy::fuse::wire::Negotiated;
+use crate::volume::lazy::open_files::OpenFilesState;
 
 fn volume(volume_id: &str) -> HandedVolume {
     HandedVolume { volume_id: volume_id.into(), mount: mount(), files: HandedFiles::example() }
@@ -231,7 +231,7 @@ fn a_broken_or_hostile_sockets_frame_is_refused_naming_it() {
 #[test]
 fn a_successor_keeps_no_more_sockets_than_a_driver_listens_on() {
     let state = tempfile::tempdir().unwrap();
-    let listener = std::os::unix::net::UnixListener::bind(state.path().join(offer::SOCKET_FILE)).unwrap();
+    let listener = std::os::unix::net::UnixListener::bind(state.path().join(SOCKET_FILE)).unwrap();
     let sockets = tempfile::tempdir().unwrap();
     let predecessor = std::thread::spawn(move || {
         let (socket, _) = listener.accept().unwrap();

@@ -20,10 +20,10 @@ const HOUR: Duration = Duration::from_secs(3600);
 const NOBODY: u32 = 65534;
 
 /// A kubelet target below a fresh root that any user may walk to.
-fn created_target() -> (crate::mounted_dir::MountedDir, PathBuf, OpenTarget, Vec<PathBuf>) {
+fn created_target() -> (crate::test_util::mounted_dir::MountedDir, PathBuf, OpenTarget, Vec<PathBuf>) {
     assert!(nix::unistd::geteuid().is_root(), "mounting needs root: run the test command as root");
     // Whatever a failed test leaves mounted below it is unmounted with it.
-    let dir = crate::mounted_dir::MountedDir::new();
+    let dir = crate::test_util::mounted_dir::MountedDir::new();
     use std::os::unix::fs::PermissionsExt as _;
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let text = dir.path().join("pods/u/volumes/kubernetes.io~csi/v/mount");
@@ -339,7 +339,7 @@ fn fuse_control(dir: &Path) -> PathBuf {
 struct Served {
     runtime: tokio::runtime::Runtime,
     helper: Helper,
-    dir: crate::mounted_dir::MountedDir,
+    dir: crate::test_util::mounted_dir::MountedDir,
     text: PathBuf,
     root: crate::volume::target_dir::OpenDir,
     mount: LazyMount,
@@ -481,7 +481,7 @@ fn a_volume_paused_and_resumed_again_and_again_never_fails_a_read() {
 
 #[test]
 fn a_lazy_volume_handed_over_a_real_socket_is_served_on_by_its_successor_with_no_failed_read() {
-    use crate::volume::handover;
+    use crate::volume::lazy::handover;
     use std::os::fd::AsFd as _;
     let mut served = Served::new("csi-lazy-handover", Some(2000));
     let file = served.file();
@@ -541,7 +541,7 @@ fn a_files_first_read_by_sendfile_gets_its_content() {
 
 #[test]
 fn a_handed_over_volume_that_does_not_hold_together_is_taken_down_and_an_unrecorded_one_is_not_served() {
-    use crate::volume::handover::take::TakenVolume;
+    use crate::volume::lazy::handover::take::TakenVolume;
     use crate::volume::recovery::recover;
     use crate::volume::service::{NodeService, VolumeSettings};
     use crate::volume::store::{FileVolumeStore, VolumeStore};
@@ -568,11 +568,11 @@ fn a_handed_over_volume_that_does_not_hold_together_is_taken_down_and_an_unrecor
     );
     // Its state does not hold together (one path, two inodes); another volume has no record.
     let broken = HandedLazyVolume {
-        negotiated: crate::volume::fuse::wire::Negotiated { minor: 31 },
+        negotiated: crate::volume::lazy::fuse::wire::Negotiated { minor: 31 },
         mounted: (0, 0),
         group: 0,
         inodes: vec!["secrets".into(), "secrets".into()],
-        open_files: crate::volume::lazy_open_files::OpenFilesState { handles: vec![], pages: vec![], next_handle: 1 },
+        open_files: crate::volume::lazy::open_files::OpenFilesState { handles: vec![], pages: vec![], next_handle: 1 },
         contents: vec![],
     };
     let files = || Arc::new(runtime.block_on(async { helper.files(HOUR) }));

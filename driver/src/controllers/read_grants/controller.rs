@@ -12,12 +12,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::StreamExt as _;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt as _, watcher};
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
 use kube::{Client, Resource};
 use tokio::sync::Notify;
 use tracing::{info, warn};
@@ -25,8 +24,9 @@ use tracing::{info, warn};
 use super::plan::{
     DriverAccount, Existing, GRANT_NAME, GrantOwner, MANAGED_BY, MANAGED_BY_LABEL, Step, binding, role, steps, wanted,
 };
-use crate::apiserver_request::{RequestFailed, ask};
-use crate::controller_pacing::PassPacing;
+use crate::apiserver::request::{RequestFailed, ask};
+use crate::controllers::follow::follow;
+use crate::controllers::pacing::PassPacing;
 use crate::quote::Logged;
 use sharedresource_api::ShareKind;
 use sharedresource_api::shares::{SharedConfigMap, SharedSecret};
@@ -103,32 +103,6 @@ async fn grant_owner(client: &Client, driver: &DriverAccount, timeout: Duration)
         "granting without an owner: the read grants will outlive the driver's namespace (delete them by name when uninstalling)"
     );
     None
-}
-
-/// A reflector of `api` (as `config` selects) kept current in the background until the runtime
-/// ends; every event notifies `changed`.
-pub(crate) fn follow<K>(api: Api<K>, config: watcher::Config, changed: Arc<Notify>) -> Store<K>
-where
-    K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
-{
-    let (store, writer) = reflector::store();
-    // What the controller never reads is not kept: a tenant's large annotations stay out.
-    let events = watcher::watcher(api, config).default_backoff().modify(|object: &mut K| {
-        let meta = object.meta_mut();
-        meta.managed_fields = None;
-        meta.annotations = None;
-    });
-    let events = events.reflect(writer);
-    tokio::spawn(events.for_each(move |event| {
-        match event {
-            Ok(_) => changed.notify_one(),
-            Err(error) => {
-                warn!(kind = %K::kind(&()), error = %Logged(&error), "watch failed; retrying with backoff")
-            }
-        }
-        std::future::ready(())
-    }));
-    store
 }
 
 /// Applies what differs; true when a step failed (it is retried).

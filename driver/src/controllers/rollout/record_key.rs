@@ -14,7 +14,7 @@ use kube::api::{Api, Patch, PatchParams};
 use tracing::warn;
 
 use super::content_version::RecordKey;
-use crate::apiserver_request::ask;
+use crate::apiserver::request::ask;
 use crate::quote::Logged;
 
 /// The key's Secret as shipped.

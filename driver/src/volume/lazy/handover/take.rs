@@ -9,22 +9,17 @@ use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tracing::{info, warn};
 
-use super::offer::SOCKET_FILE;
-use super::{Frame, HandedVolume, ListeningSocket, PROOF_PREFIX, Word, hear, receive_frame, say};
+use super::{
+    Frame, HandedVolume, ListeningSocket, PROOF_PREFIX, SOCKET_FILE, STEP_TIMEOUT, Word, hear, receive_frame, say,
+};
 use crate::content::ContentSource;
 use crate::content::lazy::LazyFiles;
 use crate::quote::{Logged, quote, quote_path};
 use crate::volume::error::{Error, Result};
-use crate::volume::lazy_filesystem::HandedLazyVolume;
-
-/// How long one read or write of the handover may wait for the other side: the predecessor
-/// pauses each volume (at most its own bound on answers owed) and stops its sockets between
-/// two of them.
-pub const STEP_TIMEOUT: Duration = Duration::from_secs(60);
+use crate::volume::lazy::filesystem::HandedLazyVolume;
 
 /// A lazy volume taken over: what its mount's kernel side holds, its files laid out again and
 /// this process's descriptor of its connection.

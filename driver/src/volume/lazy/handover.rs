@@ -27,6 +27,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt as _, OsStringExt as _};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use rustix::net::{
     RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags, SendAncillaryBuffer, SendAncillaryMessage,
@@ -36,7 +37,7 @@ use rustix::net::{
 use crate::content::lazy::HandedFiles;
 use crate::quote::quote;
 use crate::volume::error::{Error, Result};
-use crate::volume::lazy_filesystem::HandedLazyVolume;
+use crate::volume::lazy::filesystem::{HandedLazyVolume, LazyMount};
 
 /// The most bytes of JSON one volume's frame may hold on a node whose volumes are at most
 /// `tmpfs_size` bytes: its files' contents travel in it, and a lazy volume holds at most
@@ -304,6 +305,26 @@ pub fn take_socket(sockets: &mut Vec<ListeningSocket>, path: &Path) -> Option<Li
     let at = sockets.iter().position(|socket| socket.path == path)?;
     Some(sockets.swap_remove(at))
 }
+
+/// The offer socket's name in the state directory.
+pub const SOCKET_FILE: &str = "handover.sock";
+
+/// How long one read or write of the handover may wait for the other side: the predecessor
+/// pauses each volume (at most its own bound on answers owed) and stops its sockets between
+/// two of them.
+pub const STEP_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What hands lazy volumes over: the node service, which the offer reaches only through this,
+/// so that the service can take a predecessor's volumes (`take`) without the two depending on
+/// each other.
+pub trait HandsOverLazy: Send + Sync {
+    /// Runs `hand` over every live lazy volume, with every other operation on the node held off
+    /// from then on; when `hand` fails, the volumes stay this driver's and operations resume.
+    fn hand_over_lazy(&self, hand: HandOver<'_>) -> Result<()>;
+}
+
+/// What hands each of the node's lazy volumes (its id and mount) to a successor.
+pub type HandOver<'a> = Box<dyn FnOnce(&mut Vec<(String, LazyMount)>) -> Result<()> + 'a>;
 
 pub mod offer;
 pub mod take;

@@ -1,6 +1,6 @@
 //! The command line of `sharedresource-read-grants`: which cluster, which ServiceAccount the
-//! grants are for, the lease of the access notices (`crate::access_notices`), whether it
-//! restarts workloads on a share's change (`crate::rollout`), then the controllers until SIGTERM.
+//! grants are for, the lease of the access notices (`crate::controllers::access_notices`), whether it
+//! restarts workloads on a share's change (`crate::controllers::rollout`), then the controllers until SIGTERM.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
-use super::plan::DriverAccount;
+use super::read_grants::plan::DriverAccount;
 
 #[derive(Parser)]
 #[command(
@@ -71,23 +71,23 @@ struct Flags {
     rollout_workloads_per_namespace: u32,
     /// With --rollout-on-change: the Secret (NAMESPACE/NAME) holding the key the workloads'
     /// records are made with (made when missing; rollout-on-change.yaml lets it).
-    #[arg(long, value_name = "NAMESPACE/NAME", default_value = crate::rollout::record_key::DEFAULT_KEY_SECRET)]
+    #[arg(long, value_name = "NAMESPACE/NAME", default_value = crate::controllers::rollout::record_key::DEFAULT_KEY_SECRET)]
     rollout_key_secret: String,
 }
 
 /// Parses `args` (the program name first) and runs until SIGTERM or SIGINT: 0 then, 2 when it
 /// cannot start.
 pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
-    crate::cli::run_program::<Flags>("sharedresource-read-grants", args, run)
+    crate::program::run_program::<Flags>("sharedresource-read-grants", args, run)
 }
 
 fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
     let driver = DriverAccount::parse(&flags.driver_service_account)?;
-    let lease = crate::access_notices::lease::LeaseRef::parse(&flags.access_lease)
+    let lease = crate::controllers::access_notices::lease::LeaseRef::parse(&flags.access_lease)
         .map_err(|e| format!("--access-lease: {e}"))?;
-    let leader_lease = crate::access_notices::lease::LeaseRef::parse(&flags.leader_election_lease)
+    let leader_lease = crate::controllers::access_notices::lease::LeaseRef::parse(&flags.leader_election_lease)
         .map_err(|e| format!("--leader-election-lease: {e}"))?;
-    let key_secret = crate::rollout::record_key::KeySecret::parse(&flags.rollout_key_secret)
+    let key_secret = crate::controllers::rollout::record_key::KeySecret::parse(&flags.rollout_key_secret)
         .map_err(|e| format!("--rollout-key-secret: {e}"))?;
     if flags.request_timeout_seconds == 0 {
         return Err("--request-timeout-seconds must be at least 1".into());
@@ -99,30 +99,33 @@ fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
         // Caught before the controller starts: a signal must stop it, not kill the process.
         let mut terminate = signal(SignalKind::terminate())?;
         let mut interrupt = signal(SignalKind::interrupt())?;
-        let rate = crate::apiserver_rate::RateLayer::new(flags.apiserver_qps, flags.apiserver_burst);
-        let client = crate::cli::kube_client(flags.kubeconfig.as_deref(), rate).await?;
+        let rate = crate::apiserver::rate::RateLayer::new(flags.apiserver_qps, flags.apiserver_burst);
+        let client = crate::apiserver::client::kube_client(flags.kubeconfig.as_deref(), rate).await?;
         // The rollout on a client and rate bucket of its own: the requests tenants' labelled
         // workloads cost it (listed a few at a time) never delay the read grants.
-        let rollout_rate = crate::apiserver_rate::RateLayer::new(flags.apiserver_qps, flags.apiserver_burst);
-        let rollout_client = crate::cli::kube_client(flags.kubeconfig.as_deref(), rollout_rate).await?;
+        let rollout_rate = crate::apiserver::rate::RateLayer::new(flags.apiserver_qps, flags.apiserver_burst);
+        let rollout_client = crate::apiserver::client::kube_client(flags.kubeconfig.as_deref(), rollout_rate).await?;
         let rollout = async {
             if flags.rollout_on_change {
-                let settings = crate::rollout::controller::RolloutSettings {
+                let settings = crate::controllers::rollout::controller::RolloutSettings {
                     workloads_per_namespace: flags.rollout_workloads_per_namespace as usize,
                     timeout,
                     key_secret: key_secret.clone(),
                 };
-                crate::rollout::controller::run(rollout_client, settings).await;
+                crate::controllers::rollout::controller::run(rollout_client, settings).await;
             }
         };
-        let grants = super::controller::run(client.clone(), driver, timeout);
-        let settings =
-            crate::access_notices::controller::NoticeSettings { lease, timeout, answers: !flags.no_central_answers };
-        let notices_rate = crate::apiserver_rate::RateLayer::new(flags.notices_qps, flags.notices_burst);
-        let notices_client = crate::cli::kube_client(flags.kubeconfig.as_deref(), notices_rate).await?;
+        let grants = super::read_grants::controller::run(client.clone(), driver, timeout);
+        let settings = crate::controllers::access_notices::controller::NoticeSettings {
+            lease,
+            timeout,
+            answers: !flags.no_central_answers,
+        };
+        let notices_rate = crate::apiserver::rate::RateLayer::new(flags.notices_qps, flags.notices_burst);
+        let notices_client = crate::apiserver::client::kube_client(flags.kubeconfig.as_deref(), notices_rate).await?;
         let notices = async {
             if !flags.no_access_notices {
-                crate::access_notices::controller::run(notices_client, settings).await;
+                crate::controllers::access_notices::controller::run(notices_client, settings).await;
             }
         };
         let work = async {

@@ -20,7 +20,7 @@ use kube::Client;
 use kube::api::{Api, PostParams};
 use tracing::{info, warn};
 
-use crate::apiserver_request::ask;
+use crate::apiserver::request::ask;
 use crate::quote::Logged;
 use sharedresource_api::node_view::LeaseRef;
 

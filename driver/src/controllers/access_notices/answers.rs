@@ -185,7 +185,7 @@ pub async fn ask(client: &Client, timeout: Duration, questions: Vec<AccessQuesti
             async move {
                 let what = || "asking the apiserver whether a pod may use a share".to_string();
                 let (review, post) = (question.review(), PostParams::default());
-                let asked = crate::apiserver_request::ask(timeout, what, api.create(&post, &review)).await;
+                let asked = crate::apiserver::request::ask(timeout, what, api.create(&post, &review)).await;
                 let allowed = asked.map(|review| review.status.is_some_and(|status| status.allowed));
                 (question, allowed)
             }

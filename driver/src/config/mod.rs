@@ -3,9 +3,13 @@
 //! too, where the static shares are, and how long shutdown may take. Parsed once at start; a bad
 //! file stops the driver naming the field.
 
+pub mod file;
+
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Deserializer};
+
+use crate::units::{nonzero, quantity};
 
 /// What the driver's process needs beside the content it holds: its code, caches, records and
 /// the pages of listed objects it reads (about 20 MiB resident when idle, measured on the e2e
@@ -121,8 +125,8 @@ impl Default for DriverConfig {
             access_lease: crate::content::cluster::NoticeSettings::default().lease,
             access_fallback_seconds: crate::content::cluster::DEFAULT_ACCESS_FALLBACK.as_secs(),
             request_timeout_seconds: 10,
-            apiserver_qps: crate::apiserver_rate::DEFAULT_QPS,
-            apiserver_burst: crate::apiserver_rate::DEFAULT_BURST,
+            apiserver_qps: crate::apiserver::rate::DEFAULT_QPS,
+            apiserver_burst: crate::apiserver::rate::DEFAULT_BURST,
             refresh: true,
             pod_metadata: false,
             startup_taint: false,
@@ -194,8 +198,8 @@ impl DriverConfig {
     }
 
     /// Reads and validates `path` (YAML or JSON).
-    pub fn load(path: &Path) -> Result<DriverConfig, crate::config_file::ConfigFileError> {
-        crate::config_file::load(path)
+    pub fn load(path: &Path) -> Result<DriverConfig, crate::config::file::ConfigFileError> {
+        crate::config::file::load(path)
     }
 }
 
@@ -203,39 +207,6 @@ impl DriverConfig {
 fn lease<'de, D: Deserializer<'de>>(deserializer: D) -> Result<sharedresource_api::node_view::LeaseRef, D::Error> {
     let text = String::deserialize(deserializer)?;
     sharedresource_api::node_view::LeaseRef::parse(&text).map_err(serde::de::Error::custom)
-}
-
-/// `64Mi`, `512Ki`, `1Gi` or a plain number of bytes.
-pub(crate) fn quantity<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Raw {
-        Bytes(u64),
-        Text(String),
-    }
-    let text = match Raw::deserialize(deserializer)? {
-        Raw::Bytes(bytes) => return nonzero(bytes),
-        Raw::Text(text) => text,
-    };
-    nonzero(size_of(&text).map_err(serde::de::Error::custom)?)
-}
-
-/// The bytes `text` says: a number of bytes, or a `Ki`, `Mi` or `Gi` quantity (`64Mi`), as the
-/// configuration and the shipped manifests write sizes.
-pub fn size_of(text: &str) -> Result<u64, String> {
-    let (number, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()));
-    let multiplier: u64 = match unit {
-        "" => 1,
-        "Ki" => 1 << 10,
-        "Mi" => 1 << 20,
-        "Gi" => 1 << 30,
-        _ => return Err(format!("invalid size {text:?}: use bytes or a Ki, Mi or Gi quantity")),
-    };
-    number
-        .parse::<u64>()
-        .ok()
-        .and_then(|n| n.checked_mul(multiplier))
-        .ok_or_else(|| format!("invalid size {text:?}: use bytes or a Ki, Mi or Gi quantity"))
 }
 
 /// An absolute path with no `.`, `..` or empty components: the prefix every target is compared
@@ -267,54 +238,17 @@ fn count<'de, D: Deserializer<'de>>(deserializer: D) -> Result<usize, D::Error> 
     usize::try_from(value).map_err(|_| serde::de::Error::custom("too large"))
 }
 
-/// A duration: `500ms`, `10s`, `2m`, `1h`, or a plain number of seconds; greater than zero.
-pub(crate) fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<std::time::Duration, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Raw {
-        Seconds(u64),
-        Text(String),
-    }
-    let invalid = |text: &str| {
-        serde::de::Error::custom(format!(
-            "invalid duration {}: use a number with ms, s, m or h (500ms, 10s, 2m, 1h)",
-            crate::quote::quote(text)
-        ))
-    };
-    let millis = match Raw::deserialize(deserializer)? {
-        Raw::Seconds(seconds) => seconds.checked_mul(1000),
-        Raw::Text(text) => {
-            let split = text.find(|c: char| !c.is_ascii_digit()).ok_or_else(|| invalid(&text))?;
-            let (number, unit) = text.split_at(split);
-            let per_unit = match unit {
-                "ms" => 1,
-                "s" => 1000,
-                "m" => 60_000,
-                "h" => 3_600_000,
-                _ => return Err(invalid(&text)),
-            };
-            Some(number.parse::<u64>().ok().and_then(|n| n.checked_mul(per_unit)).ok_or_else(|| invalid(&text))?)
-        }
-    };
-    let millis = millis.ok_or_else(|| serde::de::Error::custom("duration too large"))?;
-    Ok(std::time::Duration::from_millis(nonzero(millis)?))
-}
-
-fn nonzero<E: serde::de::Error>(value: u64) -> Result<u64, E> {
-    if value == 0 { Err(E::custom("must be greater than zero")) } else { Ok(value) }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn parse(text: &str) -> Result<DriverConfig, String> {
-        crate::config_file::decode(Path::new("driver.yaml"), text).map_err(|e| e.to_string())
+        crate::config::file::decode(Path::new("driver.yaml"), text).map_err(|e| e.to_string())
     }
 
     #[test]
     fn the_shipped_file_is_valid() {
-        let config = parse(include_str!("../../config/driver.yaml")).unwrap();
+        let config = parse(include_str!("../../../config/driver.yaml")).unwrap();
         assert_eq!(config.tmpfs_size, 8 << 20);
         assert_eq!((config.content_budget, config.namespace_content_budget), (320 << 20, 160 << 20));
         assert_eq!(config.budget_limits().map(|limits| limits.node_bytes), Ok(320 << 20));

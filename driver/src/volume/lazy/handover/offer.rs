@@ -22,17 +22,13 @@ use std::time::Duration;
 
 use tracing::{info, warn};
 
-use super::take::STEP_TIMEOUT;
+use super::HandsOverLazy;
 use super::{
-    CHALLENGE_DIGITS, HandedVolume, ListeningSocket, PROOF_PREFIX, Word, hear, say, send, send_challenge, send_end,
-    send_socket,
+    CHALLENGE_DIGITS, HandedVolume, ListeningSocket, PROOF_PREFIX, SOCKET_FILE, STEP_TIMEOUT, Word, hear, say, send,
+    send_challenge, send_end, send_socket,
 };
 use crate::quote::{Logged, quote_path};
 use crate::volume::error::{Error, Result};
-use crate::volume::service::NodeService;
-
-/// The offer socket's name in the state directory.
-pub const SOCKET_FILE: &str = "handover.sock";
 
 /// How long a lazy volume being handed over may take to answer what it owes (opens waiting on
 /// its helper) once paused: a helper's own timeout may be longer, and then the handover fails
@@ -109,7 +105,7 @@ impl Offer {
     /// successor takes next (the lock, the sockets). Returns after that.
     pub async fn serve(
         self,
-        node: Arc<NodeService>,
+        node: Arc<dyn HandsOverLazy>,
         sockets: Vec<ListeningSocket>,
         let_go: impl FnOnce(),
     ) -> Result<()> {
@@ -166,7 +162,7 @@ impl Offer {
             // Only a successor that asked for them (version 2) knows what a socket's frame is.
             let handed_sockets = if request == Word::AskWithSockets { sockets.clone() } else { Arc::default() };
             let handed = tokio::task::spawn_blocking(move || {
-                hand_off(&socket, &node, &handed_sockets, frame_bound).map(|count| (socket, count))
+                hand_off(&socket, &*node, &handed_sockets, frame_bound).map(|count| (socket, count))
             })
             .await
             .map_err(|error| Error::Handover(format!("the handover's task: {error}")))
@@ -269,12 +265,12 @@ fn challenge() -> Result<String> {
 /// sent, then `sockets`, until its word that it has taken them; how many volumes were handed.
 fn hand_off(
     socket: &std::os::unix::net::UnixStream,
-    node: &NodeService,
+    node: &dyn HandsOverLazy,
     sockets: &[ListeningSocket],
     frame_bound: u64,
 ) -> Result<usize> {
     let mut count = 0;
-    node.hand_over_lazy(|mounts| {
+    node.hand_over_lazy(Box::new(|mounts| {
         let sent = (|| {
             for (volume_id, mount) in mounts.iter_mut() {
                 let (state, device) = mount.hand_over(ANSWERS_OWED_WITHIN)?;
@@ -300,14 +296,14 @@ fn hand_off(
             }
         }
         sent
-    })?;
+    }))?;
     Ok(count)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::volume::handover::{Frame, receive_frame};
+    use crate::volume::lazy::handover::{Frame, receive_frame};
     use std::os::unix::net::UnixStream;
 
     /// Runs `asker` as the asking side of `proved` over a socket pair, in a state directory.

@@ -13,7 +13,7 @@ use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
 use crate::DRIVER_NAME;
-use crate::apiserver_request::ask;
+use crate::apiserver::request::ask;
 use crate::unpoisoned::UnpoisonedMutex;
 use crate::volume::event_series::{EventSeries, Occurrence, SeriesWrite};
 use crate::volume::pod_events::{PodEvent, PodEvents};

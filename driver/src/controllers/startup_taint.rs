@@ -27,7 +27,7 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::DRIVER_NAME;
-use crate::apiserver_request::{RequestFailed, ask};
+use crate::apiserver::request::{RequestFailed, ask};
 use crate::quote::Logged;
 use sharedresource_api::node_view::SharedResourceNode;
 

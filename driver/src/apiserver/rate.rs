@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use crate::apiserver_overload::OverloadLayer;
+use crate::apiserver::overload::OverloadLayer;
 use crate::unpoisoned::UnpoisonedMutex;
 
 /// Requests a second unless configured (`apiserverQPS`): far above what held answers leave a

@@ -35,10 +35,10 @@ use super::plan::{
 };
 use super::record_key::{KeySecret, load_or_make};
 use super::workloads::{Skipped, Workload, WorkloadKey, WorkloadKind, Workloads, summarize};
-use crate::apiserver_request::{RequestFailed, ask};
-use crate::controller_pacing::PassPacing;
+use crate::apiserver::request::{RequestFailed, ask};
+use crate::controllers::follow::follow;
+use crate::controllers::pacing::PassPacing;
 use crate::quote::Logged;
-use crate::read_grants::controller::follow;
 use crate::unpoisoned::UnpoisonedMutex as _;
 
 /// What the controller is given.

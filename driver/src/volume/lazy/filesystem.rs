@@ -33,9 +33,11 @@ use crate::content::lazy::{EntryKind, Fetched, LazyFiles};
 use crate::quote::{Logged, quote};
 use crate::unpoisoned::UnpoisonedMutex;
 use crate::volume::error::{Error, Result};
-use crate::volume::fuse::session::{self, Device, Filesystem, Paused, Reply, Serving};
-use crate::volume::fuse::wire::{Attr, Entries, FOPEN_DIRECT_IO, FOPEN_KEEP_CACHE, FOPEN_NOFLUSH, Kind, Negotiated};
-use crate::volume::lazy_open_files::{OpenFiles, OpenFilesState, OpenMode};
+use crate::volume::lazy::fuse::session::{self, Device, Filesystem, Paused, Reply, Serving};
+use crate::volume::lazy::fuse::wire::{
+    Attr, Entries, FOPEN_DIRECT_IO, FOPEN_KEEP_CACHE, FOPEN_NOFLUSH, Kind, Negotiated,
+};
+use crate::volume::lazy::open_files::{OpenFiles, OpenFilesState, OpenMode};
 
 /// The root directory's inode number, as the kernel knows it.
 const ROOT: u64 = 1;

@@ -30,7 +30,7 @@ use super::lease::{LeaseRef, keep_renewed};
 use super::plan::{Concerns, GrantingClusterRoles, Notices, next_status};
 use super::status_patch::status_patch;
 use super::waiting_pods::{Registrations, tell_asking_nodes};
-use crate::apiserver_request::ask;
+use crate::apiserver::request::ask;
 use crate::quote::Logged;
 use crate::unpoisoned::UnpoisonedMutex;
 use sharedresource_api::node_view::{NodeNotices, SharedResourceNode};
