@@ -307,18 +307,6 @@ fn paths_in_attribute_strings_are_read() {
     assert_eq!(named_paths(code), ["crate::units::duration"]);
 }
 
-/// The circles known today, each between two files of one folder, with why it stands: (the
-/// folder, its two modules). The list only shrinks: a circle gone must leave it.
-const KNOWN_CIRCLES: [(&str, [&str; 2]); 2] = [
-    // The notices gathered (`plan::Notices`) are what the answers look again at, and the next
-    // status (`plan::next_status`) writes the answers: the vocabulary of both wants a file of
-    // its own (issue 65's access-notices step).
-    ("controllers::access_notices", ["answers", "plan"]),
-    // The shares' and projections' watches (`objects`) feed the RBAC controller's gathering
-    // and listing (`controller`), which starts them.
-    ("controllers::access_notices", ["controller", "objects"]),
-];
-
 /// The module `path` reaches: its longest prefix that is a module of `modules`.
 fn module_reached(path: &[String], modules: &BTreeSet<Vec<String>>) -> Vec<String> {
     (0..=path.len()).rev().map(|end| path[..end].to_vec()).find(|prefix| modules.contains(prefix)).unwrap_or_default()
@@ -414,14 +402,7 @@ fn no_two_modules_reach_each_other() {
     };
     assert!(reached(&["plugin"], &["volume", "service"]) && reached(&["volume", "service"], &["metrics"]), "{edges:?}");
     let found = circles(&edges, &modules);
-    let known: Vec<(String, Vec<String>)> = KNOWN_CIRCLES
-        .iter()
-        .map(|(parent, pair)| (parent.to_string(), pair.iter().map(|s| s.to_string()).collect()))
-        .collect();
-    let new: Vec<_> = found.iter().filter(|circle| !known.contains(circle)).collect();
-    assert!(new.is_empty(), "modules that reach each other (parent, the circle): {new:?}");
-    let gone: Vec<_> = known.iter().filter(|circle| !found.contains(circle)).collect();
-    assert!(gone.is_empty(), "known circles that are gone: take them off KNOWN_CIRCLES: {gone:?}");
+    assert!(found.is_empty(), "modules that reach each other (the parent, the circle): {found:?}");
 }
 
 #[test]

@@ -19,7 +19,7 @@ use kube::api::{Api, PostParams};
 use tokio::time::Instant;
 use tracing::warn;
 
-use super::plan::Notices;
+use super::notices::Notices;
 use crate::quote::Logged;
 use sharedresource_api::access::AccessQuestion;
 use sharedresource_api::node_view::{MAX_QUESTIONS, NodeNotices, SharedResourceNodeSpec};

@@ -22,12 +22,13 @@ use kube::runtime::WatchStreamExt as _;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::{self, Event};
 use kube::{Client, Resource, ResourceExt as _};
-use tokio::sync::Notify;
 use tracing::{debug, info, warn};
 
 use super::answers::AnswerBook;
+use super::gathering::{Gathered, ListedWatches, PAGE, follow_each_change, listed_again, watch_failed};
 use super::lease::{LeaseRef, keep_renewed};
-use super::plan::{Concerns, GrantingClusterRoles, Notices, next_status};
+use super::notices::{Concerns, Notices};
+use super::plan::{GrantingClusterRoles, next_status};
 use super::status_patch::status_patch;
 use super::waiting_pods::{Registrations, tell_asking_nodes};
 use crate::apiserver::request::ask;
@@ -43,9 +44,6 @@ pub const GATHER: Duration = Duration::from_millis(50);
 /// tenant churning its own grants costs every node at most one Lease event (of at most 64 lines)
 /// a second; a revocation in a quiet cluster is written at once.
 const BROADCAST_EVERY: Duration = Duration::from_secs(1);
-/// Objects listed per page: metadata only for Roles and RoleBindings (a tenant's annotations at
-/// most), so a page stays a few MiB whatever tenants make.
-const PAGE: u32 = 20;
 /// Node writes in flight at once.
 const WRITES_AT_ONCE: usize = 16;
 /// The first wait before owed writes are tried again, doubled up to [`MAX_RETRY`].
@@ -63,32 +61,6 @@ pub struct NoticeSettings {
     /// each node asks its own after every notice (the design before, kept as the benchmark's
     /// baseline).
     pub answers: bool,
-}
-
-/// Notices gathered since the last write, and the nodes whose object changed.
-#[derive(Debug, Default)]
-pub(super) struct Gathered {
-    state: Mutex<(Notices, HashSet<String>)>,
-    arrived: Notify,
-}
-
-impl Gathered {
-    pub(super) fn add(&self, concerns: Concerns) {
-        if concerns == Concerns::Nobody {
-            return;
-        }
-        self.state.locked().0.add(concerns);
-        self.arrived.notify_one();
-    }
-
-    fn node_changed(&self, name: String) {
-        self.state.locked().1.insert(name);
-        self.arrived.notify_one();
-    }
-
-    fn take(&self) -> (Notices, HashSet<String>) {
-        std::mem::take(&mut *self.state.locked())
-    }
 }
 
 /// Runs the controller with `client` until dropped.
@@ -118,33 +90,6 @@ pub async fn run(client: Client, settings: NoticeSettings) {
 
 /// The RBAC watches whose first list the lease waits for.
 const RBAC_WATCHES: usize = 4;
-
-/// Counts the watches that have listed once.
-#[derive(Debug, Default)]
-pub(super) struct ListedWatches {
-    count: tokio::sync::watch::Sender<usize>,
-}
-
-impl ListedWatches {
-    fn first_listed(&self) {
-        self.count.send_modify(|count| *count += 1);
-    }
-
-    async fn wait_for(&self, watches: usize) {
-        let mut count = self.count.subscribe();
-        let _ = count.wait_for(|count| *count >= watches).await;
-    }
-}
-
-/// A watch listed (again): it may have missed changes, which concerns every namespace (an RBAC
-/// watch's) or every object (a share or projection watch's: `concerns`); its first list counts
-/// toward the lease's start.
-pub(super) fn listed_again(gathered: &Gathered, listed: &ListedWatches, first: &mut bool, concerns: Concerns) {
-    gathered.add(concerns);
-    if std::mem::take(first) {
-        listed.first_listed();
-    }
-}
 
 /// Every node's object, kept without managed fields; each event marks its node to be looked at
 /// (and, when it asks, its waiting pods to be told).
@@ -180,28 +125,6 @@ where
     let of_namespace =
         |object: PartialObjectMeta<K>| Concerns::Namespace(object.metadata.namespace.unwrap_or_default());
     follow_each_change(api, (of_namespace, Concerns::EveryNamespace), gathered, listed).await;
-}
-
-/// Objects of kind `K`, metadata only, kept nowhere: each change concerns what `concerns` says
-/// of it, a relist what `relisted` says.
-pub(super) async fn follow_each_change<K>(
-    api: Api<PartialObjectMeta<K>>,
-    (concerns, relisted): (impl Fn(PartialObjectMeta<K>) -> Concerns, Concerns),
-    gathered: Arc<Gathered>,
-    listed: Arc<ListedWatches>,
-) where
-    K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
-{
-    let mut first = true;
-    let mut events = watcher::watcher(api, watcher::Config::default().page_size(PAGE)).default_backoff().boxed();
-    while let Some(event) = events.next().await {
-        match event {
-            Ok(Event::Init | Event::InitApply(_)) => {}
-            Ok(Event::InitDone) => listed_again(&gathered, &listed, &mut first, relisted.clone()),
-            Ok(Event::Apply(object) | Event::Delete(object)) => gathered.add(concerns(object)),
-            Err(error) => watch_failed(&K::kind(&()), &error),
-        }
-    }
 }
 
 /// ClusterRoles, whole: the names of those that can grant `use` are kept.
@@ -299,7 +222,7 @@ async fn write_notices(
         let broadcast_at = unsent.then_some(next_broadcast);
         let wake_at = look.into_iter().chain(retry_at).chain(broadcast_at).min();
         tokio::select! {
-            _ = gathered.arrived.notified() => {}
+            _ = gathered.arrived() => {}
             _ = sleep_until(wake_at) => {}
         }
         tokio::time::sleep(GATHER).await;
@@ -396,8 +319,4 @@ fn now_millis() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |since| i64::try_from(since.as_millis()).unwrap_or(i64::MAX))
-}
-
-pub(super) fn watch_failed(kind: &str, error: &watcher::Error) {
-    warn!(kind = %kind, error = %Logged(error), "watch failed; retrying with backoff");
 }

@@ -16,8 +16,8 @@ use kube::runtime::WatchStreamExt as _;
 use kube::runtime::watcher::{self, Event};
 use kube::{Client, ResourceExt as _};
 
-use super::controller::{Gathered, ListedWatches, follow_each_change, listed_again, watch_failed};
-use super::plan::Concerns;
+use super::gathering::{Gathered, ListedWatches, follow_each_change, listed_again, watch_failed};
+use super::notices::Concerns;
 use crate::content::cluster::share_types::Share;
 use sharedresource_api::node_view::NoticedObject;
 use sharedresource_api::projection::spec::SharedProjection;

@@ -12,29 +12,15 @@
 use std::collections::{BTreeSet, HashSet};
 
 use super::answers::AnswerBook;
+use super::notices::{Concerns, Notices};
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use sharedresource_api::API_GROUP;
 use sharedresource_api::access::AccessQuestion;
 use sharedresource_api::access::USE_VERB;
 use sharedresource_api::node_view::{
-    CentralAnswer, MAX_NAMESPACES, MAX_OBJECTS, MAX_QUESTIONS, NamespaceGrantChanges, NodeNotices, NoticedObject,
-    ObjectChanges, SharedResourceNodeSpec,
+    CentralAnswer, MAX_NAMESPACES, MAX_OBJECTS, MAX_QUESTIONS, NamespaceGrantChanges, NodeNotices, ObjectChanges,
+    SharedResourceNodeSpec,
 };
-
-/// What a change concerns.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Concerns {
-    /// The pods of one namespace.
-    Namespace(String),
-    /// The pods of every namespace.
-    EveryNamespace,
-    /// The volumes that read one share or projection.
-    Object(NoticedObject),
-    /// The volumes that read any share or projection.
-    EveryObject,
-    /// Nobody: it cannot grant `use`, before or after.
-    Nobody,
-}
 
 /// Whether `rules` can grant `use` of something in the driver's API group (wildcards included).
 /// Resources are not looked at: any resource of the group may be what a share or provider's
@@ -88,64 +74,6 @@ impl GrantingClusterRoles {
     /// Whether none is known.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
-    }
-}
-
-/// Notices gathered for the nodes since the last write.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Notices {
-    /// A change that may concern every namespace.
-    pub every_namespace: bool,
-    /// The namespaces where a grant changed.
-    pub namespaces: BTreeSet<String>,
-    /// A change that may concern every share and projection (a relist of their watches).
-    pub every_object: bool,
-    /// The shares and projections that changed, as [`NoticedObject`] entries.
-    pub objects: BTreeSet<String>,
-}
-
-impl Notices {
-    /// Adds what `concerns` says.
-    pub fn add(&mut self, concerns: Concerns) {
-        match concerns {
-            Concerns::Namespace(namespace) => {
-                self.namespaces.insert(namespace);
-            }
-            Concerns::EveryNamespace => self.every_namespace = true,
-            Concerns::Object(object) => {
-                self.objects.insert(object.key());
-            }
-            Concerns::EveryObject => self.every_object = true,
-            Concerns::Nobody => {}
-        }
-    }
-
-    /// Adds every notice of `other`.
-    pub fn extend(&mut self, other: &Notices) {
-        self.every_namespace |= other.every_namespace;
-        self.namespaces.extend(other.namespaces.iter().cloned());
-        self.every_object |= other.every_object;
-        self.objects.extend(other.objects.iter().cloned());
-    }
-
-    /// Whether a node with `spec` is to be told of these. A node that serves no namespace has
-    /// no volume a grant could concern, and one that reads no object none an object's change
-    /// could: it is told nothing of them, even of a change that concerns every namespace or
-    /// object (the entry of one it comes to serve is written then).
-    pub fn concern(&self, spec: &SharedResourceNodeSpec) -> bool {
-        let serves = |namespace: &String| spec.every_namespace || spec.namespaces.contains(namespace);
-        let serves_any = spec.every_namespace || !spec.namespaces.is_empty();
-        let reads = |object: &String| spec.every_object || spec.objects.contains(object);
-        let reads_any = spec.every_object || !spec.objects.is_empty();
-        (self.every_namespace && serves_any)
-            || self.namespaces.iter().any(serves)
-            || (self.every_object && reads_any)
-            || self.objects.iter().any(reads)
-    }
-
-    /// Whether nothing was gathered.
-    pub fn is_empty(&self) -> bool {
-        !self.every_namespace && self.namespaces.is_empty() && !self.every_object && self.objects.is_empty()
     }
 }
 
@@ -236,6 +164,7 @@ pub fn next_status(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sharedresource_api::node_view::NoticedObject;
 
     fn rule(groups: &[&str], verbs: &[&str]) -> PolicyRule {
         PolicyRule {
