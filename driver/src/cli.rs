@@ -44,7 +44,7 @@ struct Flags {
 }
 
 /// The other name the driver's image starts this program by (a link to it): the read-grants
-/// controller's, `read_grants::cli`.
+/// controller's, `controllers::program`.
 pub const READ_GRANTS_PROGRAM: &str = "sharedresource-read-grants";
 
 /// Runs the program `args`' first (argv[0]) names by its file name: the read-grants controller

@@ -14,15 +14,20 @@
 //! - [`content`]: what a volume holds (the content sources: shares and projections of the
 //!   cluster, a directory of static shares for demos; what changed and whom it concerns).
 //!
-//! Beside them: `plugin` assembles the services on their sockets; `config` (and `config_file`,
-//! its reader), `cli`, `error` (why the process could not start or stopped serving),
-//! `health` and `metrics`, `quote` (bounded quoting of input), `unpoisoned` (locks that outlive a
-//! panicking holder), `dir_tree`, `fair_slots` (pools
-//! no one namespace can hold whole: publishes, refreshes, helpers), the apiserver client
-//! stack and the one way its requests are made (`apiserver_request`: timed, their failures told
-//! in general terms); `read_grants`, the small controller that lets the driver read exactly what shares
-//! name; and `rollout`, its opt-in second duty: restarting labelled workloads when a share they
-//! mount changes.
+//! Under them, the ground every floor may stand on: `apiserver` (the client, the rate every
+//! request takes a token of, holding back while the apiserver is overloaded, the one way a
+//! request is made), `metrics`, `quote` (bounded quoting of input), `units` (sizes and
+//! durations as configuration writes them), `unpoisoned` (locks that outlive a panicking
+//! holder), `dir_tree` and `fair_slots` (pools no one namespace can hold whole: publishes,
+//! refreshes, helpers).
+//!
+//! Around them, the process: `cli` (the node plugin's command line and start) and `plugin`
+//! (the services assembled on their sockets, the node taken over from a predecessor), `program`
+//! (what every program of the image shares), `config`, `error` (why the process could not start
+//! or stopped serving), `health`; and `controllers`, the loops that keep cluster objects: the
+//! control-plane program `sharedresource-read-grants` (read grants, access notices, the opt-in
+//! rollout on a share's change) and the node's startup taint. `driver/tests/layers.rs` holds
+//! the imports to these floors, and refuses any two modules that reach each other.
 
 pub mod apiserver;
 pub mod cli;

@@ -195,7 +195,7 @@ impl Plugin {
 
     /// Serves until `shutdown` completes, then removes its sockets. After `shutdown`, requests
     /// in flight get `shutdownTimeoutSeconds` to finish; then the servers are dropped with
-    /// whatever connections are still open. A successor's handover (see `volume::handover`)
+    /// whatever connections are still open. A successor's handover (see `volume::lazy::handover`)
     /// stops the serving early: this driver then waits, not ready, for `shutdown`, leaving its
     /// socket files to the successor.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<()> {

@@ -150,7 +150,7 @@ pub fn client(config: kube::Config, rate: RateLayer) -> Result<kube::Client, kub
     timed.set_reset_reader_on_write(config.reset_reader_on_write);
     let http = hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build(timed);
     // The token is taken, and the request held back while the apiserver refuses most
-    // (`apiserver_overload`), outside the retries: a retried request (a 429, a 503) is one
+    // (`apiserver::overload`), outside the retries: a retried request (a 429, a 503) is one
     // request of the caller's, as client-go counts it.
     let overload = rate.overload();
     let service = ServiceBuilder::new()

@@ -75,7 +75,7 @@ pub struct DriverConfig {
     #[serde(deserialize_with = "seconds")]
     pub request_timeout_seconds: u64,
     /// Requests a second the driver sends the apiserver after a burst (client-go's `QPS`);
-    /// a whole number, at least 1. See `apiserver_rate`.
+    /// a whole number, at least 1. See `apiserver::rate`.
     #[serde(rename = "apiserverQPS", deserialize_with = "at_least_one")]
     pub apiserver_qps: u32,
     /// Requests the driver may send at once after a quiet time (client-go's `Burst`); at least 1.

@@ -29,7 +29,7 @@ pub(crate) struct LiveVolume {
     /// The nodePublishSecretRef data of its last publish; `None` as for tokens.
     pub(crate) secrets: Option<PublishSecrets>,
     /// The FUSE session serving it, for a lazy volume this process serves (a successor takes it
-    /// over at a planned restart: `volume::handover`; none survives a crash: see recovery).
+    /// over at a planned restart: `volume::lazy::handover`; none survives a crash: see recovery).
     pub(crate) lazy: Option<LazyMount>,
     /// Its last refresh failed: its content is not current.
     pub(crate) stale: bool,

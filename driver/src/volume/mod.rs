@@ -1,8 +1,10 @@
 //! A volume's life on the node: the requests the wire checked (`checked`), publish, unpublish
-//! and one volume's refresh (`service`), the one table of live volumes (`live`), the refresher,
-//! kubelet's target paths and their symlink-free walk, the mounter, the atomic writer and the
-//! node's content budget it writes within, the volume records, recovery after a restart, and
-//! the state lock.
+//! and one volume's refresh (`service`), the one table of live volumes (`live`), the refresher
+//! and what it tells (`refresh`; pod Events in `pod_events`, `event_series` and
+//! `pod_event_sink`; the per-share gauges in `share_gauges`), kubelet's target paths and their
+//! symlink-free walk, the mounter, the atomic writer and the node's content budget it writes
+//! within, the volume records, recovery after a restart, the state lock, and the lazy wing
+//! (`lazy`: volumes served through FUSE, and their handover to a successor).
 
 pub mod atomic_writer;
 pub mod checked;

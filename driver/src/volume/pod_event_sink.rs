@@ -2,7 +2,7 @@
 //! the shipped RBAC lets `create` and `patch` events and nothing more about them: a repeat of a
 //! pod's Event (the same reason and note) within minutes is counted in the first one's `series`
 //! (`volume/event_series.rs`), patched at most every 30 s, not created again. Each write is made
-//! in the background on the runtime, timed like every request (`apiserver_request`), and a
+//! in the background on the runtime, timed like every request (`apiserver::request`), and a
 //! failure only logged: an Event is a courtesy, never a reason to hold a volume.
 
 use std::sync::{Arc, Mutex, Weak};

@@ -4,8 +4,9 @@
 //! RoleBindings (selected by its label: it never touches another object), and after any change
 //! applies the difference (server-side apply, so two replicas agree rather than fight). Nothing
 //! is removed before every watch has listed: a controller that has not yet seen the shares must
-//! not take grants away. A failed step is retried with backoff (`controller_pacing`), so a grant for a
-//! namespace created after its share arrives within that; every request has a timeout. Every
+//! not take grants away. A failed step is retried with backoff (`controllers::pacing`), so a
+//! grant for a namespace created after its share arrives within that; every request has a
+//! timeout. Every
 //! grant names the driver's Namespace as its owner (read once at start), so the grants go with
 //! an uninstalled driver; a controller that cannot read it grants all the same, and says so.
 

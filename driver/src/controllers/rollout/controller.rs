@@ -7,7 +7,7 @@
 //! A restart is for the shares the workload's pods may `use` (a SubjectAccessReview as their
 //! ServiceAccount, as the driver asks at mount): a tenant cannot learn when a share it may not
 //! mount changes by labelling a workload that names it. A failed step is retried with backoff
-//! (`controller_pacing`); nothing acts before every watch has listed.
+//! (`controllers::pacing`); nothing acts before every watch has listed.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -56,7 +56,7 @@ pub struct RolloutSettings {
 /// 1.5 MiB), and a page is held whole while it is read, so two at a time (a page of 500, the
 /// watcher's default, of a tenant's thirty 1 MiB workloads took this process from 44 to 102 MiB
 /// of its 128 MiB limit; pages of 2, to 55). The many small requests a tenant's many workloads
-/// then cost go through the rollout's own rate bucket, not the read grants' (`read_grants::cli`).
+/// then cost go through the rollout's own rate bucket, not the read grants' (`controllers::program`).
 const WORKLOAD_PAGE: u32 = 2;
 
 /// An object a share names: its kind, namespace and name.
