@@ -7,13 +7,6 @@ use crate::volume;
 /// Why the driver could not start or stopped serving.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
-    /// The CSI endpoint is not a `unix://` path.
-    #[error("{0}")]
-    Endpoint(String),
-    /// What must be this process's alone is another's: a socket a live process answers on, a
-    /// path that is not a socket.
-    #[error("{0}")]
-    Taken(String),
     /// The state directory's lock could not be taken (another driver holds it).
     #[error(transparent)]
     Lock(#[from] volume::lock::LockError),
@@ -34,9 +27,6 @@ pub enum RunError {
     /// The configuration cannot be run as it stands (checked again where it is used).
     #[error("{0}")]
     Config(String),
-    /// A step the code should never take (a socket served twice).
-    #[error("{0}")]
-    Fault(String),
     /// A socket could not be bound, taken over or served.
     #[error(transparent)]
     Socket(#[from] crate::csi::socket::SocketError),

@@ -13,6 +13,7 @@ pub mod node;
 pub mod peers;
 pub mod policy_equivalence;
 pub mod run_root;
+pub mod walk;
 pub mod webhook;
 
 pub use inline_guard_run_root::bounded;

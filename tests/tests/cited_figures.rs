@@ -140,19 +140,10 @@ fn stands_alone(text: &str, number: &str) -> bool {
     })
 }
 
-/// The documents whose figures must come from a report: the README and every page of docs/.
+/// The documents whose figures must come from a report: the README and every page of docs/,
+/// its folders' pages included.
 fn documents() -> Vec<String> {
-    let root = repo_root();
-    let mut pages: Vec<String> = std::fs::read_dir(root.join("docs"))
-        .expect("docs/")
-        .flatten()
-        .filter_map(|entry| entry.file_name().into_string().ok())
-        .filter(|name| name.ends_with(".md"))
-        .map(|name| format!("docs/{name}"))
-        .collect();
-    pages.sort();
-    pages.insert(0, "README.md".to_string());
-    pages
+    inline_guard_tests::walk::doc_pages(&repo_root())
 }
 
 /// `(document, figure)` pairs excused, each with its reason.

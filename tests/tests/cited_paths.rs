@@ -1,6 +1,7 @@
 //! A file the README or docs/ name is a file of the tree: a move or a rename that leaves the
 //! reference pages pointing at nothing fails here, not in a reader's hands. Paths are read as
-//! written from the repository's root (`driver/src/volume/refresh.rs`); a glob (`dir/**`) or a
+//! written from the repository's root (`driver/src/volume/refresh.rs`), but a link's target
+//! (`[state](driver/state.md)`) from its page's folder, as a reader's browser reads it; a glob (`dir/**`) or a
 //! missing path with a placeholder segment in capitals (`outcomes/PIECE.json`) names no one
 //! file and is excused.
 
@@ -13,8 +14,9 @@ const TOPS: [&str; 8] = ["admission/", "driver/", "proto/", "config/", "benches/
 /// The endings of a cited file.
 const ENDINGS: [&str; 9] = [".rs", ".py", ".yaml", ".md", ".toml", ".tsv", ".json", ".proto", ".sh"];
 
-/// The file paths `text` cites, with their line numbers.
-fn cited(text: &str) -> Vec<(usize, String)> {
+/// The file paths `text` cites, with their line numbers and whether each is a link's target
+/// (read from the page's folder).
+fn cited(text: &str) -> Vec<(usize, String, bool)> {
     let mut found = Vec::new();
     for (index, line) in text.lines().enumerate() {
         for (at, _) in line.char_indices() {
@@ -31,7 +33,7 @@ fn cited(text: &str) -> Vec<(usize, String)> {
                 .collect();
             let path = path.trim_end_matches('.');
             if ENDINGS.iter().any(|ending| path.ends_with(ending)) && !path.contains('*') {
-                found.push((index + 1, path.to_string()));
+                found.push((index + 1, path.to_string(), line[..at].ends_with("](")));
             }
         }
     }
@@ -47,18 +49,19 @@ fn placeholder(path: &str) -> bool {
 #[test]
 fn every_file_the_readme_and_docs_name_exists() {
     let root = repo_root();
-    let mut pages = vec![root.join("README.md")];
-    let mut docs: Vec<_> = std::fs::read_dir(root.join("docs")).unwrap().map(|e| e.unwrap().path()).collect();
-    docs.sort();
-    pages.extend(docs.into_iter().filter(|p| p.extension().is_some_and(|e| e == "md")));
+    let pages = inline_guard_tests::walk::doc_pages(&root);
+    // Positive control: the pages below docs/'s folders are read too.
+    assert!(pages.iter().any(|page| page.starts_with("docs/driver/")), "{pages:?}");
     let mut read = 0;
     let mut missing = Vec::new();
     for page in &pages {
-        let text = std::fs::read_to_string(page).unwrap();
-        for (line, path) in cited(&text) {
+        let text = std::fs::read_to_string(root.join(page)).unwrap();
+        let folder = Path::new(page).parent().unwrap_or(Path::new(""));
+        for (line, path, link) in cited(&text) {
             read += 1;
-            if !Path::new(&root).join(&path).exists() && !placeholder(&path) {
-                missing.push(format!("{}:{line}: {path}", page.strip_prefix(&root).unwrap().display()));
+            let file = if link { root.join(folder).join(&path) } else { root.join(&path) };
+            if !file.exists() && !placeholder(&path) {
+                missing.push(format!("{page}:{line}: {path}"));
             }
         }
     }
@@ -74,10 +77,15 @@ fn paths_are_read_as_written_and_placeholders_and_globs_are_not() {
     assert_eq!(
         cited(text),
         [
-            (1, "driver/src/volume/refresh.rs".to_string()),
-            (1, "driver/src/volume/refresh/tests.rs".to_string()),
-            (2, "tests/mutation/outcomes/PIECE.json".to_string())
+            (1, "driver/src/volume/refresh.rs".to_string(), false),
+            (1, "driver/src/volume/refresh/tests.rs".to_string(), false),
+            (2, "tests/mutation/outcomes/PIECE.json".to_string(), false)
         ]
+    );
+    // A link's target is read from its page's folder; its text, as written.
+    assert_eq!(
+        cited("see [docs/driver/state.md](driver/state.md#the-lock)"),
+        [(1, "docs/driver/state.md".to_string(), false), (1, "driver/state.md".to_string(), true)]
     );
     assert!(placeholder("tests/mutation/outcomes/PIECE.json"));
 }

@@ -29,19 +29,7 @@ fn scope() -> Vec<(String, String)> {
 }
 
 fn rust_files_below(dir: &Path) -> usize {
-    std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|entry| {
-            let path = entry.path();
-            if path.is_dir() {
-                rust_files_below(&path)
-            } else {
-                usize::from(path.extension().is_some_and(|e| e == "rs"))
-            }
-        })
-        .sum()
+    inline_guard_tests::walk::files_under(dir).iter().filter(|path| path.extension().is_some_and(|e| e == "rs")).count()
 }
 
 #[test]
