@@ -358,22 +358,12 @@ fn release_number(version: &str) -> [u64; 3] {
     parts.try_into().unwrap_or_else(|_| panic!("version {version} is not MAJOR.MINOR.PATCH"))
 }
 
-/// Every file under `dir`, by its path relative to it.
+/// Every file under `dir`, by its path relative to it, with its bytes.
 fn files_under(dir: &Path) -> BTreeMap<String, Vec<u8>> {
-    let mut files = BTreeMap::new();
-    let mut pending = vec![dir.to_path_buf()];
-    while let Some(next) = pending.pop() {
-        for entry in std::fs::read_dir(&next).unwrap_or_else(|e| panic!("{}: {e}", next.display())).flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                pending.push(path);
-            } else {
-                let name = path.strip_prefix(dir).unwrap().display().to_string();
-                files.insert(name, std::fs::read(&path).unwrap());
-            }
-        }
-    }
-    files
+    inline_guard_tests::walk::files_under(dir)
+        .into_iter()
+        .map(|path| (path.strip_prefix(dir).unwrap().display().to_string(), std::fs::read(&path).unwrap()))
+        .collect()
 }
 
 /// Every image the chart names is one `images/build` makes, at the workspace's version.

@@ -103,20 +103,6 @@ fn machine(architecture: &str) -> u16 {
     }
 }
 
-fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let entry = entry.unwrap();
-        let kind = entry.file_type().unwrap();
-        if kind.is_dir() {
-            found.extend(walk(&entry.path()));
-        } else if kind.is_file() {
-            found.push(entry.path());
-        }
-    }
-    found
-}
-
 /// `program --version` answers from `root` with nothing but the image's files and an empty
 /// environment: amd64 in a chroot (root, as tests/run is); arm64 under qemu's user-mode
 /// emulator with `root` as the prefix its loader and libraries are found under.
@@ -230,7 +216,10 @@ fn the_images_are_the_same_and_start(first: &Path, second: &Path, said: &str, ar
                 starts_in_its_own_root(root.path(), program, architecture, version);
             }
             // Every library the image holds is of its architecture too.
-            for library in walk(root.path()).into_iter().filter(|p| p.to_string_lossy().contains(".so")) {
+            for library in inline_guard_tests::walk::files_under(root.path())
+                .into_iter()
+                .filter(|p| p.to_string_lossy().contains(".so"))
+            {
                 let bytes = std::fs::read(&library).unwrap();
                 assert_eq!(
                     elf_machine(&bytes),
