@@ -109,7 +109,44 @@ async fn run() -> Outcome {
     outcome
 }
 
+/// The scenario, step by step; each step says what it proves.
 async fn steps(this: &Installation) -> Outcome {
+    let installed = installed_behind_the_startup_taint(this).await?;
+    let mut reader = a_share_served_kept_fresh_revoked_and_restored(this, &installed).await?;
+    the_denial_the_rollout_on_change_and_a_provider(this).await?;
+    tenants_cannot_take_the_node(this, &mut reader).await?;
+    the_driver_pod_recreated_and_the_controller_down(this, &installed, reader).await?;
+    the_webhook_restarted_under_load(this).await?;
+    let across = a_lazy_volume_across_rollback_upgrade_and_restart(this).await?;
+    removed_then_installed_by_helm(this, across).await
+}
+
+/// What the install leaves for the steps after it: the pods the startup taint held off (their
+/// uids) and the first driver pod.
+struct Installed {
+    early: String,
+    tolerant: String,
+    first_driver: String,
+}
+
+/// The reader pod of the share (its uid) and how many lines of its log were read.
+struct Reader {
+    pod: String,
+    seen: usize,
+}
+
+/// What the versions step leaves: the reader across the upgrade (its uid), the lazy volume's
+/// pod (its uid), the previous release's manifests and the upgrade's tag.
+struct AcrossVersions {
+    reader: String,
+    lazy_pod: String,
+    released: PathBuf,
+    upgraded: String,
+}
+
+/// Installed with `apply -k` as shipped, with pods made before it held off by the startup
+/// taint until the driver registers.
+async fn installed_behind_the_startup_taint(this: &Installation) -> Result<Installed, String> {
     let version = env!("CARGO_PKG_VERSION");
     this.images(version, None).await?;
     let overlay = this.dir.join("overlay");
@@ -149,23 +186,31 @@ async fn steps(this: &Installation) -> Outcome {
     startup_taint::removed_after_kubelet_listed_the_driver(&this.admin, &this.cluster).await?;
     startup_taint::told_the_driver_is_registered(&this.admin, &tolerant).await?;
 
-    // A share served to a pod the scheduler placed, patched read-only by the webhook through
-    // its Service, kept fresh, revoked and restored.
+    Ok(Installed { early, tolerant, first_driver })
+}
+
+/// A share served to a pod the scheduler placed, patched read-only by the webhook through its
+/// Service, kept fresh, revoked and restored; the pods the taint held off served too.
+async fn a_share_served_kept_fresh_revoked_and_restored(
+    this: &Installation,
+    installed: &Installed,
+) -> Result<Reader, String> {
+    let Installed { early, tolerant, .. } = installed;
     workload::share_and_grant(&this.admin, "first").await?;
     let pod = this.create_reader("reader").await?;
     let mut seen = wait_for_content(&this.node, "reader", "first", 0).await?;
     // The pod made before the driver was placed once the taint went, and reads the share too.
     wait_for_content(&this.node, startup_taint::EARLY, "first", 0).await?;
-    this.node.volume_present(&early)?;
+    this.node.volume_present(early)?;
     delete_and_wait(&this.admin, CONSUMER, startup_taint::EARLY).await?;
-    this.node.nothing_left(&early)?;
+    this.node.nothing_left(early)?;
     // The pod placed before the driver mounts at kubelet's retry (whose backoff, grown while
     // there was no driver and then no share, reaches about two minutes).
     startup_taint::wait_running(&this.admin, startup_taint::TOLERANT).await?;
     wait_for_content(&this.node, startup_taint::TOLERANT, "first", 0).await?;
-    this.node.volume_present(&tolerant)?;
+    this.node.volume_present(tolerant)?;
     delete_and_wait(&this.admin, CONSUMER, startup_taint::TOLERANT).await?;
-    this.node.nothing_left(&tolerant)?;
+    this.node.nothing_left(tolerant)?;
     this.driver_acted_as_its_service_account()?;
     let updated = Instant::now();
     workload::set_content(&this.admin, "second").await?;
@@ -182,6 +227,11 @@ async fn steps(this: &Installation) -> Outcome {
     // share's gauges with their labels.
     this.driver_metrics_count_what_happened().await?;
 
+    Ok(Reader { pod, seen })
+}
+
+/// The denial through the Service, the rollout on change and a Secrets Store provider's object.
+async fn the_denial_the_rollout_on_change_and_a_provider(this: &Installation) -> Outcome {
     // Denied through the Service with the exact message.
     this.denied_with_the_exact_message().await?;
 
@@ -193,10 +243,16 @@ async fn steps(this: &Installation) -> Outcome {
     // provider's socket through the shipped providers directory.
     this.provider_served().await?;
 
+    Ok(())
+}
+
+/// Tenants against the node, the reader the victim.
+async fn tenants_cannot_take_the_node(this: &Installation, reader: &mut Reader) -> Outcome {
+    let seen = &mut reader.seen;
     // Tenants against the node: content, connections and slots, two namespaces filling it,
     // while the reader above is the victim (its update and revocation within 10 s, during the
     // attack and after) and a new pod of its namespace mounts during it.
-    let report = attack::tenants_cannot_take_the_node(&this.admin, &this.cluster, &this.node, &mut seen).await?;
+    let report = attack::tenants_cannot_take_the_node(&this.admin, &this.cluster, &this.node, seen).await?;
     println!(
         "deploy: attack: {} volumes of the two attackers' {} mounted, {} publishes refused for the content budget (first: {})",
         report.mounted,
@@ -208,10 +264,21 @@ async fn steps(this: &Installation) -> Outcome {
         println!("deploy: attack: the victim waited {waited:?} for {what}");
     }
 
+    Ok(())
+}
+
+/// The driver pod deleted and recreated; a share deleted while the read-grants controller is
+/// down; the reader deleted leaves nothing.
+async fn the_driver_pod_recreated_and_the_controller_down(
+    this: &Installation,
+    installed: &Installed,
+    reader: Reader,
+) -> Outcome {
+    let (first_driver, pod, mut seen) = (&installed.first_driver, reader.pod, reader.seen);
     // The driver pod deleted: recreated by the DaemonSet; the workload keeps reading and
     // refresh resumes; the workload deleted afterwards leaves nothing.
     this.kubectl.run(&["delete", "pod", "-n", DRIVER_NAMESPACE, "-l", DRIVER_LABEL, "--wait=false"]).await?;
-    let second_driver = this.wait_for_new_driver_pod(&first_driver).await?;
+    let second_driver = this.wait_for_new_driver_pod(first_driver).await?;
     println!("deploy: driver pod {first_driver} deleted, {second_driver} Ready in its place");
     seen = wait_for_content(&this.node, "reader", "after-attack", seen).await?;
     seen = this.share_deleted_while_the_read_grants_controller_is_down(seen).await?;
@@ -221,6 +288,11 @@ async fn steps(this: &Installation) -> Outcome {
     delete_and_wait(&this.admin, CONSUMER, "reader").await?;
     this.node.nothing_left(&pod)?;
 
+    Ok(())
+}
+
+/// A rolling restart of the webhook under a create loop changes no answer.
+async fn the_webhook_restarted_under_load(this: &Installation) -> Outcome {
     // A rolling restart of the webhook under a create loop.
     let tally = rollout::restart_under_load(&this.admin, &this.kubectl, this.probes().await?).await?;
     println!("deploy: during the webhook's rollout restart: {}", tally.summary());
@@ -234,19 +306,51 @@ async fn steps(this: &Installation) -> Outcome {
         return Err(format!("the rollout restart changed answers: {}", tally.summary()));
     }
 
+    Ok(())
+}
+
+/// A lazy volume of the example exec provider being read, and how far.
+struct LazyReading {
+    file: lazy::LazyFile,
+    reads: u64,
+    pod: String,
+}
+
+/// A lazy volume read across a rollback to the previous release, an upgrade from it and a
+/// `kubectl rollout restart`, with a workload reading a share across the upgrade.
+async fn a_lazy_volume_across_rollback_upgrade_and_restart(this: &Installation) -> Result<AcrossVersions, String> {
+    let mut lazy = a_lazy_volume_a_stranger_cannot_ask_for(this).await?;
+    let (released, rolled_back) = rolled_back_to_the_previous_release(this, &mut lazy).await?;
+    let (reader, upgraded, upgraded_driver) = upgraded_from_it(this, &mut lazy).await?;
+    restarted_with_the_sockets_handed_on(this, &mut lazy, rolled_back, &upgraded_driver).await?;
+    Ok(AcrossVersions { reader, lazy_pod: lazy.pod, released, upgraded })
+}
+
+/// A lazy volume being read; a root pod asking the driver for it is refused.
+async fn a_lazy_volume_a_stranger_cannot_ask_for(this: &Installation) -> Result<LazyReading, String> {
     // A lazy volume of the example exec provider, its helper installed from its own image by
     // the example-providers Component, read five times a second across the upgrade and the
     // rollout restart below (lazy.rs): each roll hands its FUSE connection to the new driver.
     workload::grant_provider(&this.admin, lazy::PROVIDER).await?;
-    let mut lazy_file = lazy::LazyFile::new(&this.example_vault(), "lazy-first")?;
+    let mut file = lazy::LazyFile::new(&this.example_vault(), "lazy-first")?;
     let lazy_pod = this.create_patched(lazy::pod()).await?;
-    let mut lazy_reads = lazy_file.read_after(&this.node, 0).await?;
+    let mut reads = file.read_after(&this.node, 0).await?;
     // A root pod mounting the state directory read-only asks the driver for that volume: it is
     // refused before anything is paused, and the volume is read on and serves its next value.
     handover_ask::refused(&this.admin, &this.node).await?;
-    lazy_file.set("lazy-after-the-ask")?;
-    lazy_reads = lazy_file.read_after(&this.node, lazy_reads).await?;
+    file.set("lazy-after-the-ask")?;
+    reads = file.read_after(&this.node, reads).await?;
 
+    Ok(LazyReading { file, reads, pod: lazy_pod })
+}
+
+/// Rolled back to the previous release as it was released, the lazy volume read across it:
+/// the previous release's manifests, and kubelet's (registrations, deregistrations) after.
+async fn rolled_back_to_the_previous_release(
+    this: &Installation,
+    lazy: &mut LazyReading,
+) -> Result<(PathBuf, (usize, usize)), String> {
+    let overlay = this.dir.join("overlay");
     // A rollback to the previous release, as it was released: its own manifests (CRDs,
     // RBAC, workloads) and its images, built from its tag's source: every program rolls back,
     // and its driver, speaking version 1 of the handover, takes the lazy volume from this
@@ -262,21 +366,29 @@ async fn steps(this: &Installation) -> Outcome {
     this.wait_rolled_out().await?;
     this.wait_for_new_driver_pod(&before_rollback).await?;
     this.driver_runs(previous).await?;
-    lazy_file.set("lazy-on-the-previous-release")?;
-    lazy_reads = lazy_file.read_after(&this.node, lazy_reads).await?;
+    lazy.file.set("lazy-on-the-previous-release")?;
+    lazy.reads = lazy.file.read_after(&this.node, lazy.reads).await?;
     let rolled_back = this.node.kubelet_registrations(DRIVER);
     println!(
         "deploy: rolled back to {previous}; the lazy volume was read across it; kubelet's (registrations, \
          deregistrations) of the driver went from {registrations:?} to {rolled_back:?}"
     );
 
+    Ok((released, rolled_back))
+}
+
+/// Upgraded from the previous release to this build, a workload and the lazy volume read
+/// across it: the workload's pod, the upgrade's tag and its driver pod.
+async fn upgraded_from_it(this: &Installation, lazy: &mut LazyReading) -> Result<(String, String, String), String> {
+    let version = env!("CARGO_PKG_VERSION");
+    let overlay = this.dir.join("overlay");
     // An upgrade from it: this build's manifests, and its images tagged with a new version,
     // `apply -k` again; the DaemonSet rolls while a workload keeps its volume and the lazy
     // volume is read. The new
     // driver asks in version 2, is refused by the old one, asks again in version 1.
     let upgraded = format!("{version}-upgrade");
     let pod = this.create_reader("across-upgrade").await?;
-    seen = wait_for_content(&this.node, "across-upgrade", "third", 0).await?;
+    let mut seen = wait_for_content(&this.node, "across-upgrade", "third", 0).await?;
     this.images(version, Some(&upgraded)).await?;
     let before_upgrade = this.driver_pod().await?;
     this.write_overlay(Some(&upgraded), &repo_root())?;
@@ -288,10 +400,22 @@ async fn steps(this: &Installation) -> Outcome {
     workload::set_content(&this.admin, "fourth").await?;
     wait_for_content(&this.node, "across-upgrade", "fourth", seen).await?;
     println!("deploy: upgraded to {image}; the workload read on and saw the next change");
-    lazy_file.set("lazy-second")?;
-    lazy_reads = lazy_file.read_after(&this.node, lazy_reads).await?;
+    lazy.file.set("lazy-second")?;
+    lazy.reads = lazy.file.read_after(&this.node, lazy.reads).await?;
     println!("deploy: the lazy volume was read across the upgrade; the new driver served its next value");
 
+    Ok((pod, upgraded, upgraded_driver))
+}
+
+/// `kubectl rollout restart`: the sockets handed on, so kubelet neither deregisters the
+/// driver nor registers it again, and the lazy volume is read across it.
+async fn restarted_with_the_sockets_handed_on(
+    this: &Installation,
+    lazy: &mut LazyReading,
+    rolled_back: (usize, usize),
+    upgraded_driver: &str,
+) -> Outcome {
+    let (previous, _) = inline_guard_tests::images::PREVIOUS_RELEASE;
     // `kubectl rollout restart` of the DaemonSet: the same image, both drivers of version 2:
     // the new one accepts on the old one's sockets, and kubelet neither deregisters the driver
     // nor registers it again (the upgrade's rename above is the control: kubelet's log shows a
@@ -306,9 +430,9 @@ async fn steps(this: &Installation) -> Outcome {
     let restart = ["rollout", "restart", "daemonset/sharedresource-csi-driver", "-n", DRIVER_NAMESPACE];
     this.kubectl.run(&restart).await?;
     this.wait_rolled_out().await?;
-    this.wait_for_new_driver_pod(&upgraded_driver).await?;
-    lazy_file.set("lazy-third")?;
-    lazy_file.read_after(&this.node, lazy_reads).await?;
+    this.wait_for_new_driver_pod(upgraded_driver).await?;
+    lazy.file.set("lazy-third")?;
+    lazy.file.read_after(&this.node, lazy.reads).await?;
     let restarted_registrations = this.node.kubelet_registrations(DRIVER);
     if restarted_registrations != upgraded_registrations {
         return Err(format!(
@@ -322,6 +446,14 @@ async fn steps(this: &Installation) -> Outcome {
          kubelet's (registrations, deregistrations) of the driver stayed {restarted_registrations:?}"
     );
 
+    Ok(())
+}
+
+/// Removed (the workloads first, as a user would), then installed again with the Helm chart,
+/// upgraded and removed.
+async fn removed_then_installed_by_helm(this: &Installation, across: AcrossVersions) -> Outcome {
+    let AcrossVersions { reader: pod, lazy_pod, released, upgraded } = across;
+    let overlay = this.dir.join("overlay");
     // Removed: the workloads first (as a user would), then everything `apply -k` made.
     this.node.volume_present(&pod)?;
     delete_and_wait(&this.admin, CONSUMER, "across-upgrade").await?;
