@@ -19,9 +19,15 @@ pub fn path_matches(pattern: &str, file: &str) -> bool {
     file == pattern
 }
 
+/// Whether the tracked `file` is a Rust file's tests kept beside it (`mod tests;` in a sibling
+/// `tests.rs`, as large test modules are): no code, as a trailing test module is none.
+pub fn is_test_file(file: &str) -> bool {
+    file == "tests.rs" || file.ends_with("/tests.rs")
+}
+
 /// A Rust file's code: `text` above a trailing `#[cfg(test)] mod tests`, so that a change to a
-/// file's tests alone leaves its results standing (`tests/mutation/report.py` reads it alike).
-/// Any other file is all code.
+/// file's tests alone leaves its results standing (`tests/mutation/report.py` reads it alike;
+/// a sibling `tests.rs` is no code at all: [`is_test_file`]). Any other file is all code.
 pub fn code_of(text: &str) -> String {
     let lines: Vec<&str> = text.split('\n').collect();
     for number in 0..lines.len().saturating_sub(1) {
@@ -59,7 +65,7 @@ pub fn tracked_files(root: &Path) -> Result<Vec<String>, String> {
 pub fn code_digests(root: &Path, patterns: &[String]) -> Result<BTreeMap<String, String>, String> {
     let mut digests = BTreeMap::new();
     for file in tracked_files(root)? {
-        if patterns.iter().any(|pattern| path_matches(pattern, &file)) {
+        if !is_test_file(&file) && patterns.iter().any(|pattern| path_matches(pattern, &file)) {
             // A tracked file deleted but not yet committed is no code: it is absent.
             let Ok(text) = std::fs::read_to_string(root.join(&file)) else { continue };
             digests.insert(file.clone(), code_hash(&code_of(&text)));
@@ -69,11 +75,12 @@ pub fn code_digests(root: &Path, patterns: &[String]) -> Result<BTreeMap<String,
 }
 
 /// The files whose code differs between a `recorded` set of digests and `now`: changed, added or
-/// removed, sorted.
+/// removed, sorted. Test files a record names (records made before they were told apart) are
+/// not code on either side.
 pub fn changed_files(recorded: &BTreeMap<String, String>, now: &BTreeMap<String, String>) -> Vec<String> {
     let mut changed: Vec<String> =
-        now.iter().filter(|(f, d)| recorded.get(*f) != Some(*d)).map(|(f, _)| f.clone()).collect();
-    changed.extend(recorded.keys().filter(|f| !now.contains_key(*f)).cloned());
+        now.iter().filter(|(f, d)| !is_test_file(f) && recorded.get(*f) != Some(*d)).map(|(f, _)| f.clone()).collect();
+    changed.extend(recorded.keys().filter(|f| !is_test_file(f) && !now.contains_key(*f)).cloned());
     changed.sort();
     changed
 }
@@ -174,6 +181,11 @@ mod tests {
         let now = digests(&[("a.rs", "1"), ("b.rs", "9"), ("new.rs", "4")]);
         assert_eq!(changed_files(&recorded, &now), ["b.rs", "gone.rs", "new.rs"]);
         assert!(changed_files(&now, &now).is_empty());
+        // A sibling tests.rs, changed, recorded and gone or new, is no code.
+        let recorded = digests(&[("a.rs", "1"), ("a/tests.rs", "2"), ("b/tests.rs", "3")]);
+        let now = digests(&[("a.rs", "1"), ("a/tests.rs", "9"), ("c/tests.rs", "4")]);
+        assert!(changed_files(&recorded, &now).is_empty());
+        assert!(is_test_file("driver/src/volume/lazy/handover/tests.rs") && !is_test_file("driver/src/tests_util.rs"));
     }
 
     #[test]
