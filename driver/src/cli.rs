@@ -19,8 +19,8 @@ use crate::csi::socket::socket_path;
 use crate::metrics::Metrics;
 use crate::plugin::Plugin;
 use crate::volume::mounter::LinuxMounter;
-use crate::volume::pod_event_sink::ApiserverPodEvents;
-use crate::volume::pod_events::{NoEvents, PodEvents};
+use crate::volume::refresh::pod_event_sink::ApiserverPodEvents;
+use crate::volume::refresh::pod_events::{NoEvents, PodEvents};
 
 #[derive(Parser)]
 #[command(
@@ -83,6 +83,31 @@ fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let metrics = Arc::new(Metrics::new());
     let providers = check_providers(&config.providers)?;
+    confine_helpers()?;
+    // Checked before anything starts: a budget that could not hold is a configuration error.
+    config.budget_limits()?;
+    let (content, events) = content_source(&config, &flags, &runtime, &metrics, providers)?;
+    let registered = Arc::new(tokio::sync::watch::channel(false).0);
+    if config.startup_taint {
+        remove_taint_when_registered(&config, &flags, &runtime, &registered)?;
+    }
+    let plugin = Plugin {
+        config,
+        csi_socket: socket_path(&flags.endpoint)?,
+        node_id: flags.node_id,
+        register: !flags.no_registration,
+        mounter: Arc::new(LinuxMounter),
+        content,
+        metrics,
+        registered,
+        events,
+    };
+    serve_until_signalled(runtime, plugin)
+}
+
+/// Sets the process up so that every helper program is started through it, behind its seccomp
+/// filter, and none gains a privilege by executing a file.
+fn confine_helpers() -> Result<(), Box<dyn std::error::Error>> {
     // Before any helper can run: none gains a privilege by executing a file.
     crate::content::external::helper_run::no_new_privileges()
         .map_err(|error| format!("setting no_new_privs, so that no helper gains privileges: {error}"))?;
@@ -90,8 +115,21 @@ fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
     // machine cannot have is a start-up error, not a helper's first failure.
     helper_confinement::filters().map_err(|error| format!("the helpers' seccomp filter: {error}"))?;
     helper_confinement::confine_helpers_through_this_program();
-    // Checked before anything starts: a budget that could not hold is a configuration error.
-    config.budget_limits()?;
+    Ok(())
+}
+
+/// Where volumes' content comes from, and where the refresher's Events on pods go.
+type ContentAndEvents = (Arc<dyn ContentSource>, Arc<dyn PodEvents>);
+
+/// The content source `config` names, with `providers`, and where the refresher's Events on
+/// pods go (nowhere without a cluster).
+fn content_source(
+    config: &DriverConfig,
+    flags: &Flags,
+    runtime: &tokio::runtime::Runtime,
+    metrics: &Arc<Metrics>,
+    providers: std::collections::BTreeMap<String, crate::content::external::provider::Provider>,
+) -> Result<ContentAndEvents, Box<dyn std::error::Error>> {
     let mut events: Arc<dyn PodEvents> = Arc::new(NoEvents);
     let content: Arc<dyn ContentSource> = match config.source()? {
         SourceKind::Static if !providers.is_empty() => {
@@ -133,38 +171,39 @@ fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
             )
         }
     };
-    let registered = Arc::new(tokio::sync::watch::channel(false).0);
-    if config.startup_taint {
-        if flags.no_registration {
-            return Err("startupTaint needs the driver's own registration with kubelet (it waits for kubelet's \
-                        answer to it): drop --no-registration"
-                .into());
-        }
-        // Made on the runtime (kube's client spawns its buffer's task there), with a bucket of
-        // its own at the configured rate: it asks a few times at start, then never again.
-        let client = runtime.block_on(async {
-            let rate = crate::apiserver::rate::RateLayer::new(config.apiserver_qps, config.apiserver_burst);
-            crate::apiserver::client::kube_client(config.kubeconfig.as_deref(), rate).await
-        })?;
-        let timeout = std::time::Duration::from_secs(config.request_timeout_seconds);
-        runtime.spawn(crate::controllers::startup_taint::remove_when_registered(
-            client,
-            flags.node_id.clone(),
-            registered.subscribe(),
-            timeout,
-        ));
+    Ok((content, events))
+}
+
+/// Removes the node's startup taint once kubelet says it registered the driver (`registered`).
+fn remove_taint_when_registered(
+    config: &DriverConfig,
+    flags: &Flags,
+    runtime: &tokio::runtime::Runtime,
+    registered: &Arc<tokio::sync::watch::Sender<bool>>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    if flags.no_registration {
+        return Err("startupTaint needs the driver's own registration with kubelet (it waits for kubelet's \
+                    answer to it): drop --no-registration"
+            .into());
     }
-    let plugin = Plugin {
-        config,
-        csi_socket: socket_path(&flags.endpoint)?,
-        node_id: flags.node_id,
-        register: !flags.no_registration,
-        mounter: Arc::new(LinuxMounter),
-        content,
-        metrics,
-        registered,
-        events,
-    };
+    // Made on the runtime (kube's client spawns its buffer's task there), with a bucket of
+    // its own at the configured rate: it asks a few times at start, then never again.
+    let client = runtime.block_on(async {
+        let rate = crate::apiserver::rate::RateLayer::new(config.apiserver_qps, config.apiserver_burst);
+        crate::apiserver::client::kube_client(config.kubeconfig.as_deref(), rate).await
+    })?;
+    let timeout = std::time::Duration::from_secs(config.request_timeout_seconds);
+    runtime.spawn(crate::controllers::startup_taint::remove_when_registered(
+        client,
+        flags.node_id.clone(),
+        registered.subscribe(),
+        timeout,
+    ));
+    Ok(())
+}
+
+/// Serves `plugin` on `runtime` until SIGTERM or SIGINT, then lets the runtime go.
+fn serve_until_signalled(runtime: tokio::runtime::Runtime, plugin: Plugin) -> Result<(), Box<dyn std::error::Error>> {
     let served = runtime.block_on(async {
         use tokio::signal::unix::{SignalKind, signal};
         // Registered before anything is served: a SIGTERM arriving the moment the driver is

@@ -31,8 +31,8 @@ use crate::volume::lazy::handover::take::{self, TakenNode, TakenVolume};
 use crate::volume::lazy::handover::{ListeningSocket, take_socket};
 use crate::volume::lock::{LockError, StateLock};
 use crate::volume::mounter::Mounter;
-use crate::volume::pod_events::PodEvents;
 use crate::volume::recovery::recover;
+use crate::volume::refresh::pod_events::PodEvents;
 use crate::volume::service::{NodeService, VolumeSettings};
 use crate::volume::store::{FileVolumeStore, VolumeStore};
 
@@ -91,7 +91,7 @@ impl Plugin {
             content: Arc::new(crate::content::StaticDirSource::new(shares)),
             metrics: Arc::new(Metrics::new()),
             registered: Arc::new(watch::channel(false).0),
-            events: Arc::new(crate::volume::pod_events::NoEvents),
+            events: Arc::new(crate::volume::refresh::pod_events::NoEvents),
         }
     }
 
@@ -203,11 +203,7 @@ impl Plugin {
         // successor that stopped after taking them would leave them to nobody).
         // The health port, and beside it the probe socket named by its port.
         let health_listeners = match self.config.health_address {
-            Some(address) => {
-                let listener = health::bind(address).await?;
-                let port = listener.local_addr().map_or(address.port(), |bound| bound.port());
-                Some((listener, health::bind_probe_socket(port)?))
-            }
+            Some(address) => Some(bind_health(address).await?),
             None => None,
         };
         let ClaimedNode { lock, csi_socket, registration_socket, taken } = self.claim_node().await?;
@@ -227,14 +223,7 @@ impl Plugin {
             .add_service(NodeServer::new(NodeGrpc::new(node.clone())));
         let mut sockets_kept = vec![csi_socket.keeper()];
         sockets_kept.extend(registration_socket.as_ref().map(|socket| socket.keeper()));
-        // What a successor accepts on after a handover: copies of the listening sockets.
-        let mut handed_sockets = Vec::new();
-        for bound in std::iter::once(&csi_socket).chain(registration_socket.as_ref()) {
-            match bound.listener_copy() {
-                Ok(listener) => handed_sockets.push(ListeningSocket { path: bound.path().to_path_buf(), listener }),
-                Err(error) => warn!(problem = %crate::quote::Logged(&error), "a successor will replace this socket"),
-            }
-        }
+        let handed_sockets = listening_copies(std::iter::once(&csi_socket).chain(registration_socket.as_ref()));
 
         // `stop_node` ends what serves the node (the sockets, the refresher): at shutdown, or
         // once a successor took the volumes; `stop` ends everything (the health port too).
@@ -321,6 +310,26 @@ impl Plugin {
             }
         }
     }
+}
+
+/// The health port at `address`, and beside it the probe socket named by its port.
+async fn bind_health(address: std::net::SocketAddr) -> Result<(tokio::net::TcpListener, tokio::net::UnixListener)> {
+    let listener = health::bind(address).await?;
+    let port = listener.local_addr().map_or(address.port(), |bound| bound.port());
+    Ok((listener, health::bind_probe_socket(port)?))
+}
+
+/// What a successor accepts on after a handover: copies of the listening sockets `bound` (one
+/// that cannot be copied is replaced by the successor).
+fn listening_copies<'a>(bound: impl Iterator<Item = &'a socket::BoundSocket>) -> Vec<ListeningSocket> {
+    let mut copies = Vec::new();
+    for bound in bound {
+        match bound.listener_copy() {
+            Ok(listener) => copies.push(ListeningSocket { path: bound.path().to_path_buf(), listener }),
+            Err(error) => warn!(problem = %crate::quote::Logged(&error), "a successor will replace this socket"),
+        }
+    }
+    copies
 }
 
 /// The socket for `path`: the one the predecessor handed over (taken out of `handed`; `true`

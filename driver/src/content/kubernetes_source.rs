@@ -18,9 +18,10 @@ use crate::content::external::providers::Providers;
 use crate::content::lazy::{HandedFiles, LazyFiles};
 use crate::content::payload::Payload;
 use crate::content::projection::fetch::{self, ProjectionOptions};
+use crate::content::share_entries::ShareEntries;
 use crate::content::shares;
 use crate::content::shares::source::ShareFiles;
-use crate::content::{ContentSource, PassId};
+use crate::content::{ContentSource, Gone, Opened, Opening, PassId, Shown};
 use crate::metrics::Metrics;
 use sharedresource_api::node_view::NoticedObject;
 use sharedresource_api::volume_attributes::{OPTIONAL_ATTRIBUTE, selection};
@@ -104,11 +105,19 @@ impl KubernetesSource {
         self.cluster.changes()
     }
 
-    /// The files of `request`'s volume, from the source of what it names; what it began to lack
-    /// of what it marks optional is told to its pod (through the changes, to the refresher).
-    async fn payload(&self, request: &VolumeAsk, pass: Option<PassId>) -> Result<Payload> {
+    /// What `request`'s volume shows, from the source of what it names (the one dispatch);
+    /// what it began to lack of what it marks optional is told to its pod (through the
+    /// changes, to the refresher).
+    async fn opened(&self, request: &VolumeAsk, opening: Opening) -> Result<Opened> {
         let cluster = &self.cluster;
-        let selection = volume_of(request)?;
+        let selection = match opening {
+            Opening::Publish => VolumeAttributes::parse(&request.attributes)?.selection,
+            Opening::Refresh(_) => volume_of(request)?,
+        };
+        let pass = match opening {
+            Opening::Publish => None,
+            Opening::Refresh(pass) => pass,
+        };
         // Before any access is asked or anything read: a grant change, or a change of what it
         // reads, from now on reaches this volume.
         let object = match &selection {
@@ -119,17 +128,26 @@ impl KubernetesSource {
             Selection::Provider(_) => None,
         };
         cluster.node_view().note(&request.volume_id, VolumeReads::of(&request.pod, object));
-        let (files, absent) = match selection {
+        let (opened, absent) = match selection {
             Selection::Share(kind, share) => {
                 let optional = request.attributes.get(OPTIONAL_ATTRIBUTE).is_some_and(|value| value == "true");
                 match shares::source::payload(cluster, &request.pod, kind, &share, optional, pass).await? {
-                    ShareFiles::Read(files) => (files, Vec::new()),
-                    ShareFiles::Absent(what) => (Payload::new(), vec![what]),
+                    ShareFiles::Read(files) => (Opened::files(files), Vec::new()),
+                    ShareFiles::Absent(what) => (Opened::files(Payload::new()), vec![what]),
                 }
             }
-            Selection::Projection(name) => fetch::payload(cluster, &self.projections, request, &name, pass).await?,
+            Selection::Projection(name) => {
+                let (files, absent) = fetch::payload(cluster, &self.projections, request, &name, pass).await?;
+                (Opened::files(files), absent)
+            }
+            Selection::Provider(name) if opening == Opening::Publish && self.providers.is_lazy(name.as_str()) => {
+                let files = provider_volume::lazy_files(cluster, &self.providers, request, &name).await?;
+                (Opened { shown: Shown::Lazy(files), versions: Default::default() }, Vec::new())
+            }
             Selection::Provider(name) => {
-                (provider_volume::payload(cluster, &self.providers, request, &name, pass).await?, Vec::new())
+                let (files, versions) =
+                    provider_volume::payload(cluster, &self.providers, request, &name, pass).await?;
+                (Opened { shown: Shown::Files(files), versions }, Vec::new())
             }
         };
         let begun = self.absences.note(&request.volume_id, absent);
@@ -141,12 +159,12 @@ impl KubernetesSource {
                 absent: begun,
             });
         }
-        Ok(files)
+        Ok(opened)
     }
 }
 
 /// What a request's volume mounts: the one thing it names, by the vocabulary's rules. The other
-/// attributes are checked at publish ([`ContentSource::check_attributes`]), not at each refresh.
+/// attributes are checked at publish only.
 fn volume_of(request: &VolumeAsk) -> Result<Selection> {
     Ok(selection(&request.attributes)?)
 }
@@ -156,24 +174,8 @@ impl ContentSource for KubernetesSource {
         true
     }
 
-    fn content(&self, request: &VolumeAsk) -> Result<Payload> {
-        self.cluster.runtime().block_on(self.payload(request, None))
-    }
-
-    fn check_attributes(&self, request: &VolumeAsk) -> Result<()> {
-        VolumeAttributes::parse(&request.attributes)?;
-        Ok(())
-    }
-
-    fn content_in_pass(&self, request: &VolumeAsk, pass: PassId) -> Result<Payload> {
-        self.cluster.runtime().block_on(self.payload(request, Some(pass)))
-    }
-
-    fn lazy(&self, request: &VolumeAsk) -> Result<Option<Arc<dyn LazyFiles>>> {
-        let reads = VolumeReads::of(&request.pod, None);
-        self.cluster.node_view().note(&request.volume_id, reads);
-        let lazy = provider_volume::lazy_files(&self.cluster, &self.providers, request);
-        self.cluster.runtime().block_on(lazy)
+    fn open(&self, request: &VolumeAsk, opening: Opening) -> Result<Opened> {
+        self.cluster.runtime().block_on(self.opened(request, opening))
     }
 
     fn lazy_handed(&self, handed: HandedFiles) -> Result<Arc<dyn LazyFiles>> {
@@ -186,43 +188,25 @@ impl ContentSource for KubernetesSource {
         Some(self.cluster.changes().clone())
     }
 
-    fn refresh_ended(
-        &self,
-        volume_id: &str,
-        attributes: &std::collections::BTreeMap<String, String>,
-        why: Option<&str>,
-    ) {
-        // A share's volume only: a projection's failure may be the projection's, not a share's.
-        if let Ok(Selection::Share(kind, share)) = selection(attributes) {
-            let share = (kind, share.as_str().to_string());
-            let now = std::time::SystemTime::now();
-            self.cluster.update_failures().refreshed(volume_id, share, why.map(str::to_string), now);
+    fn gone(&self, gone: Gone<'_>) {
+        match gone {
+            Gone::Volume(volume_id) => {
+                self.absences.forget(volume_id);
+                self.cluster.node_view().released(volume_id);
+            }
+            Gone::AllBut(live) => {
+                self.absences.retain_live(live);
+                self.cluster.node_view().retain_live(live);
+            }
         }
-    }
-
-    fn live_volumes(&self, volume_ids: &std::collections::HashSet<String>) {
-        self.absences.retain_live(volume_ids);
-        self.cluster.update_failures().retain_live(volume_ids);
-        self.cluster.node_view().retain_live(volume_ids);
-    }
-
-    fn released(&self, volume_id: &str) {
-        self.providers.release(volume_id);
-        self.absences.forget(volume_id);
-        self.cluster.update_failures().released(volume_id);
-        self.cluster.node_view().released(volume_id);
-    }
-
-    fn object_versions(&self, volume_id: &str) -> std::collections::BTreeMap<String, String> {
-        self.providers.object_versions(volume_id)
     }
 
     fn start_pass(&self, pass: PassId) {
         self.cluster.start_pass(pass);
     }
 
-    fn end_pass(&self, pass: PassId) {
-        self.cluster.end_pass(pass);
+    fn end_pass(&self, pass: PassId, entries: Option<ShareEntries>) {
+        self.cluster.end_pass(pass, entries);
     }
 }
 

@@ -20,6 +20,7 @@ pub mod lazy;
 pub mod live_volumes;
 pub mod payload;
 pub mod projection;
+pub mod share_entries;
 pub mod shares;
 pub mod static_dir;
 pub mod tokens;
@@ -37,26 +38,71 @@ use crate::content::error::Result;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PassId(pub u64);
 
+/// Why a volume is opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Opening {
+    /// A new publish: its attributes are checked in full, and a lazy provider's volume is
+    /// opened as lazy files.
+    Publish,
+    /// A refresh (within a pass when given): the files as they are now. The attributes are not
+    /// checked again, so a volume published before a rule was added keeps its content (only
+    /// what it names decides that).
+    Refresh(Option<PassId>),
+}
+
+/// What a volume shows.
+pub enum Shown {
+    /// Files laid out in full.
+    Files(Payload),
+    /// Files fetched when opened (a lazy provider's).
+    Lazy(std::sync::Arc<dyn lazy::LazyFiles>),
+}
+
+/// A volume as its source opened it: what it shows, and what the source answered that the
+/// volume's record keeps and sends back in its next ask.
+pub struct Opened {
+    /// What the volume shows.
+    pub shown: Shown,
+    /// What its provider answered, by object (a Secrets Store provider's object versions);
+    /// empty for other sources.
+    pub versions: std::collections::BTreeMap<String, String>,
+}
+
+impl Opened {
+    /// Files laid out in full, with no versions.
+    pub fn files(payload: Payload) -> Opened {
+        Opened { shown: Shown::Files(payload), versions: Default::default() }
+    }
+
+    /// The files laid out in full, or why the volume shows lazy files.
+    pub fn into_files(self) -> Result<Payload> {
+        match self.shown {
+            Shown::Files(payload) => Ok(payload),
+            Shown::Lazy(_) => Err(error::Error::Internal("a lazy volume has no files laid out in full".into())),
+        }
+    }
+}
+
+/// Which volumes are gone, for a source to drop what it kept for them alone.
+#[derive(Debug, Clone, Copy)]
+pub enum Gone<'a> {
+    /// This one was unpublished.
+    Volume(&'a str),
+    /// Every volume but these, the ones published now (told every few seconds): what the
+    /// source kept for a volume missing from two of these in a row may go (a refresh that ended
+    /// just after an unpublish noted it again; a publish not yet in the table is spared by the
+    /// second look).
+    AllBut(&'a std::collections::HashSet<String>),
+}
+
 /// Produces the files of a volume.
 pub trait ContentSource: Send + Sync {
     /// True once the source can serve (Probe reports it).
     fn ready(&self) -> bool;
-    /// The files for `ask` as they are now, or why it may not have them.
-    fn content(&self, ask: &VolumeAsk) -> Result<Payload>;
-    /// At a new publish only: whether the volume's attributes are all ones this source takes.
-    /// Refreshes do not ask it again, so a volume published before a rule was added keeps its
-    /// content (only what it names decides that).
-    fn check_attributes(&self, ask: &VolumeAsk) -> Result<()> {
-        let _ = ask;
-        Ok(())
-    }
-    /// [`ContentSource::content`] within refresh pass `pass`: answers may be shared with the
-    /// other volumes of the pass (one access check per service account and share, not per
-    /// volume).
-    fn content_in_pass(&self, ask: &VolumeAsk, pass: PassId) -> Result<Payload> {
-        let _ = pass;
-        self.content(ask)
-    }
+    /// What `ask`'s volume shows now, opened for `opening`, or why it may not have it. Within a
+    /// refresh pass, answers may be shared with the other volumes of the pass (one access check
+    /// per service account and share, not per volume).
+    fn open(&self, ask: &VolumeAsk, opening: Opening) -> Result<Opened>;
     /// Where the source notes what changed, so a refresh need not wait for its interval and
     /// covers only the volumes touched; `None` for a source that cannot tell.
     fn changes(&self) -> Option<std::sync::Arc<crate::content::changes::Changes>> {
@@ -66,16 +112,12 @@ pub trait ContentSource: Send + Sync {
     fn start_pass(&self, pass: PassId) {
         let _ = pass;
     }
-    /// Refresh pass `pass` is over: its shared answers are dropped (and what it saw reported).
-    fn end_pass(&self, pass: PassId) {
-        let _ = pass;
-    }
-    /// For a volume whose files are fetched only when opened (a lazy provider's), those files
-    /// once the pod may have them; `None` for a volume whose content is laid out in full
-    /// ([`ContentSource::content`]).
-    fn lazy(&self, ask: &VolumeAsk) -> Result<Option<std::sync::Arc<dyn lazy::LazyFiles>>> {
-        let _ = ask;
-        Ok(None)
+    /// Refresh pass `pass` is over: its shared answers are dropped, what it saw is reported,
+    /// and this node's entries in the shares' status are written where they differ from
+    /// `entries` (what the node's volumes' refreshes say now; `None`: the pass says nothing of
+    /// them, and what was wanted before stands).
+    fn end_pass(&self, pass: PassId, entries: Option<share_entries::ShareEntries>) {
+        let _ = (pass, entries);
     }
     /// The files of a lazy volume a predecessor process served as `handed` (its handover, at
     /// a planned restart): laid out as they were, nothing fetched. A source without lazy
@@ -86,31 +128,8 @@ pub trait ContentSource: Send + Sync {
             crate::quote::quote(&handed.provider)
         )))
     }
-    /// What the volume's provider answered last, by object (recorded with the volume and
-    /// passed back in its ask); empty for sources without such versions.
-    fn object_versions(&self, volume_id: &str) -> std::collections::BTreeMap<String, String> {
-        let _ = volume_id;
-        Default::default()
-    }
-    /// Volume `volume_id` was unpublished: whatever the source kept for it alone may go.
-    fn released(&self, volume_id: &str) {
-        let _ = volume_id;
-    }
-    /// The volumes published now, told every few seconds: what the source kept for a volume
-    /// missing from two of these in a row may go (a refresh that ended just after an unpublish
-    /// noted it again; a publish not yet in the table is spared by the second look).
-    fn live_volumes(&self, volume_ids: &std::collections::HashSet<String>) {
-        let _ = volume_ids;
-    }
-    /// A refresh of `volume_id` (with `attributes`) ended: it failed `why`, the volume serving
-    /// its previous content, or succeeded (`None`). A share's source reports it in the share's
-    /// status.
-    fn refresh_ended(
-        &self,
-        volume_id: &str,
-        attributes: &std::collections::BTreeMap<String, String>,
-        why: Option<&str>,
-    ) {
-        let _ = (volume_id, attributes, why);
+    /// Volumes are gone: whatever the source kept for them alone may go.
+    fn gone(&self, gone: Gone<'_>) {
+        let _ = gone;
     }
 }

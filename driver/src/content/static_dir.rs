@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use crate::content::error::{Error, Result};
 use crate::content::payload::{FileContent, Payload, check_key};
-use crate::content::{ContentSource, VolumeAsk};
+use crate::content::{ContentSource, Opened, Opening, VolumeAsk};
 use crate::dir_tree::non_directories_below;
 use crate::quote::{quote, quote_path};
 
@@ -34,7 +34,7 @@ impl ContentSource for StaticDirSource {
         self.root.is_dir()
     }
 
-    fn content(&self, ask: &VolumeAsk) -> Result<Payload> {
+    fn open(&self, ask: &VolumeAsk, _: Opening) -> Result<Opened> {
         let named = std::iter::once(SHARE_ATTRIBUTE).chain(SHARE_ALIASES).find_map(|key| ask.attributes.get(key));
         let Some(share) = named else {
             return Err(Error::Invalid(format!("volumeAttributes lacks {SHARE_ATTRIBUTE:?}: name the share to mount")));
@@ -50,7 +50,7 @@ impl ContentSource for StaticDirSource {
         }
         let mut payload = Payload::new();
         collect(&dir, &dir, &mut payload)?;
-        Ok(payload)
+        Ok(Opened::files(payload))
     }
 }
 

@@ -1,13 +1,16 @@
 //! The volumes this process serves, one entry each behind one lock: what is recorded of the
 //! volume, what kubelet passed at its last publish (tokens, nodePublishSecretRef data: in memory
-//! only, never in a record), the FUSE session of a lazy volume, whether its last refresh failed,
-//! and its write generation; beside them, the volume ids and targets an operation holds. A
+//! only, never in a record), the FUSE session of a lazy volume, what its refreshes did
+//! (`refresh::record`), and its write generation; beside them, the volume ids and targets an operation holds. A
 //! volume is forgotten in one place ([`LiveVolumes::forget`]), so nothing of it outlives it.
+
+pub mod record;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::SystemTime;
 
 use crate::content::ask::PublishSecrets;
 use crate::content::tokens::Tokens;
@@ -18,6 +21,7 @@ use crate::volume::lazy::LazyMount;
 use crate::volume::published::PublishedVolume;
 use crate::volume::store::VolumeRecord;
 use crate::volume::target_path::TargetPath;
+use record::{Outcome, RefreshRecord};
 
 /// One volume this process serves.
 pub(crate) struct LiveVolume {
@@ -31,8 +35,8 @@ pub(crate) struct LiveVolume {
     /// The FUSE session serving it, for a lazy volume this process serves (a successor takes it
     /// over at a planned restart: `volume::lazy::handover`; none survives a crash: see recovery).
     pub(crate) lazy: Option<LazyMount>,
-    /// Its last refresh failed: its content is not current.
-    pub(crate) stale: bool,
+    /// What its refreshes did: the one record of it the refresh wing's reporters read.
+    pub(crate) refreshes: RefreshRecord,
     /// Changed whenever a publish or a republish writes the volume: a refresh whose content was
     /// fetched under an older generation writes nothing (it could roll the newer write back).
     pub(crate) generation: u64,
@@ -81,7 +85,8 @@ impl LiveVolumes {
     ) {
         let generation = self.next_generation();
         let id = volume.record.volume_id.clone();
-        let entry = LiveVolume { volume, tokens, secrets, lazy, stale: false, generation };
+        let refreshes = RefreshRecord::new(SystemTime::now());
+        let entry = LiveVolume { volume, tokens, secrets, lazy, refreshes, generation };
         self.table.locked().volumes.insert(id, entry);
     }
 
@@ -133,14 +138,21 @@ impl LiveVolumes {
         self.with(volume_id, |live| live.secrets.clone()).flatten().unwrap_or_default()
     }
 
-    /// Notes whether `volume_id`'s last refresh failed.
-    pub(crate) fn set_stale(&self, volume_id: &str, stale: bool) {
-        self.with_mut(volume_id, |live| live.stale = stale);
+    /// Notes how a refresh of `volume_id` ended, at `now`; nothing when it is no longer served
+    /// (a refresh that ends after its volume's unpublish leaves nothing behind).
+    pub(crate) fn note_refresh(&self, volume_id: &str, outcome: Outcome, now: SystemTime) {
+        self.with_mut(volume_id, |live| live.refreshes.note(outcome, now));
     }
 
     /// How many volumes' last refresh failed.
     pub(crate) fn stale_count(&self) -> usize {
-        self.table.locked().volumes.values().filter(|live| live.stale).count()
+        self.table.locked().volumes.values().filter(|live| live.refreshes.stale()).count()
+    }
+
+    /// The volumes `pick` selects, each with what `pick` said of it and what its refreshes did.
+    pub(crate) fn select_refreshes<T>(&self, pick: impl Fn(&VolumeRecord) -> Option<T>) -> Vec<(T, RefreshRecord)> {
+        let table = self.table.locked();
+        table.volumes.values().filter_map(|live| Some((pick(&live.volume.record)?, live.refreshes.clone()))).collect()
     }
 
     /// How many volumes are served.

@@ -14,8 +14,9 @@ use serde_json::{Value, json};
 use sharedresource_api::ShareKind;
 use sharedresource_csi_driver::DRIVER_NAME;
 use sharedresource_csi_driver::content::cluster::share_status::write_node_entries;
-use sharedresource_csi_driver::content::cluster::update_failures::UpdateFailures;
-use sharedresource_csi_driver::volume::pod_events::{
+use sharedresource_csi_driver::content::cluster::written_entries::WrittenEntries;
+use sharedresource_csi_driver::content::share_entries::NodeEntry;
+use sharedresource_csi_driver::volume::refresh::pod_events::{
     NAMESPACE_EVENT_BURST, NAMESPACE_EVENTS_PER_SECOND, UPDATED_AT_MOST_EVERY,
 };
 
@@ -245,12 +246,15 @@ pub async fn nodes_report_failed_updates_without_writing_over_each_other(suite: 
     let timeout = Duration::from_secs(10);
     let share = (ShareKind::Secret, NODES_SHARE.to_string());
     let now = std::time::SystemTime::now();
-    let write = |node: &str, failures: &Arc<UpdateFailures>| {
-        write_node_entries(client.clone(), timeout, node.to_string(), failures.clone())
+    let write = |node: &str, entries: &Arc<WrittenEntries>| {
+        write_node_entries(client.clone(), timeout, node.to_string(), entries.clone())
     };
-    let (a, b) = (Arc::new(UpdateFailures::default()), Arc::new(UpdateFailures::default()));
-    a.refreshed("v-a", share.clone(), Some("too large for node a".into()), now);
-    b.refreshed("v-b", share.clone(), Some("too large for node b".into()), now);
+    let failing = |why: &str| {
+        Some(NodeEntry { message: format!("1 volume on this node serves its previous content: {why}"), since: now })
+    };
+    let (a, b) = (Arc::new(WrittenEntries::default()), Arc::new(WrittenEntries::default()));
+    a.want([(share.clone(), failing("too large for node a"))].into());
+    b.want([(share.clone(), failing("too large for node b"))].into());
     write("node-a", &a).await;
     write("node-b", &b).await;
     let nodes = |entries: &[Value]| -> Vec<String> {
@@ -270,12 +274,12 @@ pub async fn nodes_report_failed_updates_without_writing_over_each_other(suite: 
         return Err(format!("expected each node's own field manager on the share, got {owning:?}"));
     }
     // Node a's volume is current again: its entry goes, b's stays.
-    a.refreshed("v-a", share.clone(), None, now);
+    a.want([(share.clone(), None)].into());
     write("node-a", &a).await;
     wait_for_entries(admin, NODES_SHARE, |entries| nodes(entries) == ["node-b"]).await?;
     // Node b's driver restarted: it knows nothing of its old entry, and its volume is current.
-    let restarted = Arc::new(UpdateFailures::default());
-    restarted.refreshed("v-b", share.clone(), None, now);
+    let restarted = Arc::new(WrittenEntries::default());
+    restarted.want([(share.clone(), None)].into());
     write("node-b", &restarted).await;
     wait_for_entries(admin, NODES_SHARE, |entries| entries.is_empty()).await?;
     // Nor does a node that owns nothing any more stay listed among the share's field managers

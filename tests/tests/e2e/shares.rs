@@ -19,7 +19,7 @@ use sharedresource_csi_driver::content::KubernetesSource;
 use sharedresource_csi_driver::content::cluster::NoticeSettings;
 use sharedresource_csi_driver::content::external::providers::Providers;
 use sharedresource_csi_driver::plugin::Plugin;
-use sharedresource_csi_driver::volume::pod_event_sink::ApiserverPodEvents;
+use sharedresource_csi_driver::volume::refresh::pod_event_sink::ApiserverPodEvents;
 use tonic::Code;
 
 use crate::driver::kubelet_publish::{channel, kubelet_request, publish_as_kubelet};

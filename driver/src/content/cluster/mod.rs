@@ -22,8 +22,8 @@ pub mod notice_lease;
 pub mod pass;
 pub mod share_status;
 pub mod share_types;
-pub mod update_failures;
 pub mod watch;
+pub mod written_entries;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -33,13 +33,14 @@ use self::cache::ShareCache;
 use self::held_answers::{DEFAULT_ACCESS_RECHECK, HeldAnswers};
 use self::node_view::NodeView;
 use self::pass::Pass;
-use self::update_failures::UpdateFailures;
 use self::watch::{Served, watch_changes};
+use self::written_entries::WrittenEntries;
 use crate::apiserver::client::{ApiserverClients, WatchConnections};
 use crate::apiserver::request::DEFAULT_REQUEST_TIMEOUT;
 use crate::content::PassId;
 use crate::content::changes::Changes;
 use crate::content::error::Result;
+use crate::content::share_entries::ShareEntries;
 use crate::metrics::Metrics;
 use crate::unpoisoned::UnpoisonedMutex;
 
@@ -61,7 +62,7 @@ pub struct Cluster {
     /// This node's name, for its entries in the shares' status and its own object; neither
     /// written without it.
     node: Option<String>,
-    update_failures: Arc<UpdateFailures>,
+    written_entries: Arc<WrittenEntries>,
     /// The namespaces of the volumes whose access this node checks.
     node_view: Arc<NodeView>,
     /// The node's own object and the notices' lease followed, once it has a name.
@@ -138,7 +139,7 @@ impl Cluster {
             watches,
             watch_connections,
             node: None,
-            update_failures: Arc::default(),
+            written_entries: Arc::default(),
             node_view: Arc::default(),
             node_watches: None,
         }
@@ -224,19 +225,23 @@ impl Cluster {
     }
 
     /// Refresh pass `pass` is over: its shared answers are dropped, and the status of every
-    /// share it saw is written where it changed.
-    pub fn end_pass(&self, pass: PassId) {
+    /// share it saw is written where it changed, with this node's entries as `entries` says
+    /// (`None`: as wanted before).
+    pub fn end_pass(&self, pass: PassId, entries: Option<ShareEntries>) {
         let pass = self.passes.locked().remove(&pass);
         if let Some(pass) = pass {
+            if let Some(entries) = entries {
+                self.written_entries.want(entries);
+            }
             // Spawned, not awaited: a pass may end anywhere (its last volume's task, shutdown),
             // and the statuses are a report, not part of any volume's refresh.
             let statuses =
                 share_status::write_statuses(self.client.clone(), self.request_timeout, pass.seen, self.cache.clone());
             self.runtime.spawn(statuses);
             if let Some(node) = &self.node {
-                let failures = self.update_failures.clone();
+                let entries = self.written_entries.clone();
                 let write =
-                    share_status::write_node_entries(self.client.clone(), self.request_timeout, node.clone(), failures);
+                    share_status::write_node_entries(self.client.clone(), self.request_timeout, node.clone(), entries);
                 self.runtime.spawn(write);
             }
         }
@@ -289,7 +294,7 @@ impl Cluster {
     }
 
     /// Which shares' volumes on this node could not take an update.
-    pub fn update_failures(&self) -> &UpdateFailures {
-        &self.update_failures
+    pub fn written_entries(&self) -> &WrittenEntries {
+        &self.written_entries
     }
 }

@@ -19,7 +19,7 @@ use tracing::warn;
 use super::cache::ShareCache;
 use super::pass::{Seen, SeenShares};
 use super::share_types::Share;
-use super::update_failures::UpdateFailures;
+use super::written_entries::WrittenEntries;
 use crate::DRIVER_NAME;
 use crate::apiserver::request::{RequestFailed, ask};
 use crate::quote::{Logged, quote};
@@ -105,16 +105,16 @@ pub async fn write_statuses(client: kube::Client, timeout: Duration, seen: SeenS
     }
 }
 
-/// Writes this node's entries of the shares' `status.nodesNotUpdated` that `failures` says
+/// Writes this node's entries of the shares' `status.nodesNotUpdated` that `entries` says
 /// changed, each by server-side apply as this node's own field manager: the entries of other
 /// nodes belong to their drivers, so no driver ever writes over another's. An entry is applied
 /// with its words; applying none removes this node's. A failed write is tried again at the
 /// next pass's end.
-pub async fn write_node_entries(client: kube::Client, timeout: Duration, node: String, failures: Arc<UpdateFailures>) {
+pub async fn write_node_entries(client: kube::Client, timeout: Duration, node: String, entries: Arc<WrittenEntries>) {
     // A field manager's name holds at most 128 characters.
     let manager: String = format!("{DRIVER_NAME}/{node}").chars().take(128).collect();
-    let _writing = failures.writing.lock().await;
-    for ((kind, share), entry) in failures.to_write() {
+    let _writing = entries.writing.lock().await;
+    for ((kind, share), entry) in entries.to_write() {
         let Ok(name) = ObjectName::parse(&share) else { continue };
         let mut apply = serde_json::json!({
             "apiVersion": "sharedresource.inlineguard.dev/v1alpha1",
@@ -139,7 +139,7 @@ pub async fn write_node_entries(client: kube::Client, timeout: Duration, node: S
             }
         };
         if let Err(error) = written {
-            failures.not_written(&(kind, share));
+            entries.not_written(&(kind, share));
             warn!(error = %Logged(&error), "could not write this node's entry in the share's status");
         }
     }

@@ -4,12 +4,12 @@
 
 use std::sync::Arc;
 
-use crate::content::ContentSource;
 use crate::content::ask::VolumeAsk;
 use crate::content::error::Result;
 use crate::content::external::exec::ExecProviders;
 use crate::content::lazy::{HandedFiles, LazyFiles};
 use crate::content::payload::Payload;
+use crate::content::{ContentSource, Opened, Opening, Shown};
 
 /// Every volume a lazy volume of `provider` when `providers` has it; otherwise an empty eager
 /// volume (a driver configured without it cannot take that provider's volumes over).
@@ -27,16 +27,13 @@ impl ContentSource for LazyOnlySource {
         true
     }
 
-    fn content(&self, _: &VolumeAsk) -> Result<Payload> {
-        Ok(Payload::new())
-    }
-
-    fn lazy(&self, ask: &VolumeAsk) -> Result<Option<Arc<dyn LazyFiles>>> {
-        let Some(provider) = self.providers.get(&self.provider) else {
-            return Ok(None);
+    fn open(&self, ask: &VolumeAsk, opening: Opening) -> Result<Opened> {
+        let provider = self.providers.get(&self.provider).filter(|_| opening == Opening::Publish);
+        let Some(provider) = provider else {
+            return Ok(Opened::files(Payload::new()));
         };
         let files = self.runtime.block_on(self.providers.lazy_files(provider, ask))?;
-        Ok(Some(Arc::new(files)))
+        Ok(Opened { shown: Shown::Lazy(Arc::new(files)), versions: Default::default() })
     }
 
     fn lazy_handed(&self, handed: HandedFiles) -> Result<Arc<dyn LazyFiles>> {

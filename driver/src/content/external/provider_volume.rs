@@ -4,6 +4,7 @@
 //! that a change to the class reaches the next refresh.
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::provider_class;
@@ -15,44 +16,35 @@ use crate::content::error::{Error, Result};
 use crate::content::lazy::LazyFiles;
 use crate::content::payload::Payload;
 use crate::quote::quote;
-use sharedresource_api::Selection;
 use sharedresource_api::access::{AccessQuestion, Guarded};
 use sharedresource_api::object_name::ObjectName;
-use sharedresource_api::volume_attributes::{PROVIDER_ATTRIBUTE, selection};
 
 /// The files of `request`'s volume from provider `name`, once the pod's service account is
-/// allowed to use it.
+/// allowed to use it, with what the provider answered of each object's version.
 pub async fn payload(
     cluster: &Cluster,
     providers: &Providers,
     request: &VolumeAsk,
     name: &ObjectName,
     pass: Option<PassId>,
-) -> Result<Payload> {
+) -> Result<(Payload, BTreeMap<String, String>)> {
     may_use_provider(cluster, providers, request, name, pass).await?;
     let request = provider_ask(cluster, providers, request, name).await?;
     providers.files(name.as_str(), &request).await
 }
 
-/// The files of `request`'s volume when its provider fetches them only when opened; `None` for
-/// any other volume.
+/// The files of `request`'s volume of lazy provider `name`, fetched when opened, once the pod's
+/// service account is allowed to use it.
 pub async fn lazy_files(
     cluster: &Cluster,
     providers: &Providers,
     request: &VolumeAsk,
-) -> Result<Option<Arc<dyn LazyFiles>>> {
-    let Some(name) = request.attributes.get(PROVIDER_ATTRIBUTE).filter(|name| providers.is_lazy(name)) else {
-        return Ok(None);
-    };
-    // The whole attribute check, as for any volume: a lazy volume naming a share too is
-    // refused alike.
-    let Selection::Provider(name) = selection(&request.attributes)? else {
-        return Err(Error::Internal(format!("volume of provider {} read as another kind", quote(name))));
-    };
-    may_use_provider(cluster, providers, request, &name, None).await?;
-    let request = provider_ask(cluster, providers, request, &name).await?;
+    name: &ObjectName,
+) -> Result<Arc<dyn LazyFiles>> {
+    may_use_provider(cluster, providers, request, name, None).await?;
+    let request = provider_ask(cluster, providers, request, name).await?;
     let files = providers.lazy_files(name.as_str(), &request).await?;
-    Ok(Some(Arc::new(files)))
+    Ok(Arc::new(files))
 }
 
 /// What provider `name` is asked for `request`'s volume: its own attributes, or those of the

@@ -58,10 +58,11 @@ impl Providers {
         Err(unknown(name))
     }
 
-    /// The files provider `name` serves for `ask`'s volume.
-    pub async fn files(&self, name: &str, ask: &VolumeAsk) -> Result<Payload> {
+    /// The files provider `name` serves for `ask`'s volume, and what it answered of each
+    /// object's version (a Secrets Store provider's; none for a helper).
+    pub async fn files(&self, name: &str, ask: &VolumeAsk) -> Result<(Payload, BTreeMap<String, String>)> {
         if let Some(provider) = self.exec.get(name) {
-            return self.exec.files(provider, ask).await;
+            return Ok((self.exec.files(provider, ask).await?, BTreeMap::new()));
         }
         match self.secrets_store.get(name) {
             Some(client) => client.files(ask).await,
@@ -91,18 +92,6 @@ impl Providers {
     /// The files of a lazy volume a predecessor process served as `handed`.
     pub fn lazy_handed(&self, handed: HandedFiles) -> Result<HelperFiles> {
         self.exec.lazy_handed(handed)
-    }
-
-    /// What the volume's provider answered last, by object.
-    pub fn object_versions(&self, volume_id: &str) -> BTreeMap<String, String> {
-        self.secrets_store.values().find_map(|client| client.object_versions(volume_id)).unwrap_or_default()
-    }
-
-    /// Forgets what the providers answered for `volume_id` (it was unpublished).
-    pub fn release(&self, volume_id: &str) {
-        for client in self.secrets_store.values() {
-            client.release(volume_id);
-        }
     }
 }
 

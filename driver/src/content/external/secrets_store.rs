@@ -9,8 +9,8 @@
 //! A provider that cannot be reached, does not answer in time or answers with an error keeps
 //! what the volume shows (not now); an answer that cannot be served withdraws it.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Mutex, OnceLock};
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
 
 use hyper_util::rt::TokioIo;
 use inline_guard_proto::secretsstore::csi_driver_provider_client::CsiDriverProviderClient;
@@ -24,17 +24,16 @@ use crate::content::ask::VolumeAsk;
 use crate::content::error::{Error, Result};
 use crate::content::payload::{DEFAULT_MODE, FileContent, Payload, check_key};
 use crate::quote::{quote, quote_path};
-use crate::unpoisoned::UnpoisonedMutex;
 
 /// The permission upstream's driver sends: 0644 as a JSON number.
 const PERMISSION: &str = "420";
 
-/// One `secrets-store` provider: its connection, made at first use, and the object versions it
-/// answered last for each volume this process served (until the volume layer records them).
+/// One `secrets-store` provider and its connection, made at first use. It keeps nothing of
+/// the volumes it serves: the object versions it answers go back with the files, into the
+/// volume's record.
 pub struct SecretsStoreClient {
     provider: SecretsStoreProvider,
     channel: OnceLock<Channel>,
-    versions: Mutex<HashMap<String, Vec<ObjectVersion>>>,
     /// The largest answer decoded: the provider's `maxMessageBytes`, or less when the volume
     /// could not hold more ([`SecretsStoreClient::limit_answers_to`]).
     answer_limit: usize,
@@ -47,7 +46,7 @@ impl SecretsStoreClient {
     /// A client of `provider` (nothing is dialled yet).
     pub fn new(provider: SecretsStoreProvider) -> SecretsStoreClient {
         let answer_limit = provider.max_message_bytes;
-        SecretsStoreClient { provider, channel: OnceLock::new(), versions: Mutex::default(), answer_limit }
+        SecretsStoreClient { provider, channel: OnceLock::new(), answer_limit }
     }
 
     /// Decodes no answer larger than what a volume of `volume_bytes` can show plus
@@ -58,8 +57,9 @@ impl SecretsStoreClient {
         self.answer_limit = self.answer_limit.min(most);
     }
 
-    /// The files the provider serves for `ask`'s volume.
-    pub async fn files(&self, ask: &VolumeAsk) -> Result<Payload> {
+    /// The files the provider serves for `ask`'s volume, and the version it answered of each
+    /// object.
+    pub async fn files(&self, ask: &VolumeAsk) -> Result<(Payload, BTreeMap<String, String>)> {
         let name = quote(self.provider.name.as_str());
         let request = MountRequest {
             attributes: Value::Object(mount_attributes(ask).map_err(Error::Invalid)?).to_string(),
@@ -104,19 +104,7 @@ impl SecretsStoreClient {
             }
             Refusal::Unservable(why) => Error::Unservable(format!("provider {name}: {why}")),
         })?;
-        self.versions.locked().insert(ask.volume_id.clone(), versions);
-        Ok(payload)
-    }
-
-    /// Forgets what the provider answered for `volume_id` (the volume is gone).
-    pub fn release(&self, volume_id: &str) {
-        self.versions.locked().remove(volume_id);
-    }
-
-    /// What the provider answered last for `volume_id`, if it served the volume.
-    pub fn object_versions(&self, volume_id: &str) -> Option<BTreeMap<String, String>> {
-        let versions = self.versions.locked();
-        versions.get(volume_id).map(|v| v.iter().map(|v| (v.id.clone(), v.version.clone())).collect())
+        Ok((payload, versions.into_iter().map(|version| (version.id, version.version)).collect()))
     }
 
     /// The provider's channel: dialled lazily, so a provider that starts after the driver (or

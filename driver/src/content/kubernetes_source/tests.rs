@@ -202,7 +202,7 @@ fn an_optional_share_that_is_missing_serves_nothing_and_its_pod_hears_of_it_once
     let told = source.change_log().take().absences;
     assert_eq!(told[0].absent, ["Secret infra/db-creds, shared by SharedSecret \"db\", not found"]);
     // Unpublished: forgotten, so a new publish under the same id is told again.
-    source.released("csi-1");
+    source.gone(Gone::Volume("csi-1"));
     source.content(&optional_request()).unwrap();
     assert_eq!(source.change_log().take().absences.len(), 1);
 
@@ -250,10 +250,10 @@ fn an_access_answer_is_held_until_a_grant_change_concerns_its_account() {
     }
     source.content_in_pass(&request("other"), pass).unwrap();
     assert_eq!(reviews.load(Ordering::SeqCst), 2, "one per (service account, share)");
-    source.end_pass(pass);
+    source.end_pass(pass, None);
     source.start_pass(PassId(2));
     source.content_in_pass(&request("web"), PassId(2)).unwrap();
-    source.end_pass(PassId(2));
+    source.end_pass(PassId(2), None);
     source.content(&request("web")).unwrap();
     source.content(&request("other")).unwrap();
     assert_eq!(reviews.load(Ordering::SeqCst), 2, "held across passes and publishes");
@@ -635,7 +635,7 @@ fn a_share_is_held_until_told_and_read_once_per_pass_after() {
     source.start_pass(pass);
     source.content_in_pass(&request("web"), pass).unwrap();
     source.content_in_pass(&other_volume, pass).unwrap();
-    source.end_pass(pass);
+    source.end_pass(pass, None);
     assert_eq!(reads.load(Ordering::SeqCst), 3);
 }
 
@@ -698,7 +698,7 @@ fn the_end_of_a_pass_writes_what_it_saw_into_the_shares_status() {
     source.start_pass(pass);
     assert!(source.content_in_pass(&request("web"), pass).is_err(), "the Secret is missing");
     assert_eq!(written.load(Ordering::SeqCst), 0, "nothing is written before the pass ends");
-    source.end_pass(pass);
+    source.end_pass(pass, None);
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while written.load(Ordering::SeqCst) == 0 {
         assert!(std::time::Instant::now() < deadline, "the pass's end wrote no status");
@@ -731,7 +731,7 @@ fn the_changes_it_hands_out_are_the_feed_its_watches_write() {
 }
 
 #[test]
-fn a_released_volume_s_object_versions_are_forgotten() {
+fn a_providers_object_versions_come_back_with_its_files_and_nothing_is_kept_of_them() {
     use crate::content::external::provider::{Provider, SecretsStoreProvider};
     use crate::content::external::secrets_store::tests::{answer, serve};
     let runtime = runtime();
@@ -745,9 +745,44 @@ fn a_released_volume_s_object_versions_are_forgotten() {
     let providers = Providers::new([("vault".to_string(), Provider::SecretsStore(provider))].into(), 4);
     let source = source(everything(), &runtime).with_providers(providers);
     let ask = VolumeAsk { attributes: [("provider".to_string(), "vault".to_string())].into(), ..request("web") };
-    assert_eq!(source.content(&ask).unwrap()["db/password"].data, b"s3cret");
-    let versions = source.object_versions("csi-1");
-    assert_eq!(versions, [("db".to_string(), "7".to_string())].into(), "the positive control: kept while published");
-    source.released("csi-1");
-    assert!(source.object_versions("csi-1").is_empty(), "forgotten once the volume is unpublished");
+    let opened = source.open(&ask, Opening::Refresh(None)).unwrap();
+    assert_eq!(opened.versions, [("db".to_string(), "7".to_string())].into(), "the versions the provider answered");
+    let Shown::Files(files) = opened.shown else { panic!("an eager provider's files are laid out") };
+    assert_eq!(files["db/password"].data, b"s3cret");
+    // What the volume's record sends back is the provider's to compare: the source keeps none.
+    let again = VolumeAsk { object_versions: [("db".to_string(), "7".to_string())].into(), ..ask };
+    assert_eq!(source.open(&again, Opening::Refresh(None)).unwrap().versions.len(), 1);
+}
+
+/// The ways these tests open a volume, each through the one [`ContentSource::open`].
+trait Opens {
+    /// A volume's files outside a pass, as a refresh of it asks them.
+    fn content(&self, ask: &VolumeAsk) -> Result<Payload>;
+    /// A volume's files within refresh pass `pass`.
+    fn content_in_pass(&self, ask: &VolumeAsk, pass: PassId) -> Result<Payload>;
+    /// A new publish's lazy files; `None` when the volume's files are laid out in full.
+    fn lazy(&self, ask: &VolumeAsk) -> Result<Option<Arc<dyn crate::content::lazy::LazyFiles>>>;
+    /// Whether a new publish of the volume is taken (its attributes first).
+    fn check_attributes(&self, ask: &VolumeAsk) -> Result<()>;
+}
+
+impl Opens for KubernetesSource {
+    fn content(&self, ask: &VolumeAsk) -> Result<Payload> {
+        self.open(ask, Opening::Refresh(None))?.into_files()
+    }
+
+    fn content_in_pass(&self, ask: &VolumeAsk, pass: PassId) -> Result<Payload> {
+        self.open(ask, Opening::Refresh(Some(pass)))?.into_files()
+    }
+
+    fn lazy(&self, ask: &VolumeAsk) -> Result<Option<Arc<dyn crate::content::lazy::LazyFiles>>> {
+        Ok(match self.open(ask, Opening::Publish)?.shown {
+            Shown::Lazy(files) => Some(files),
+            Shown::Files(_) => None,
+        })
+    }
+
+    fn check_attributes(&self, ask: &VolumeAsk) -> Result<()> {
+        self.open(ask, Opening::Publish).map(drop)
+    }
 }

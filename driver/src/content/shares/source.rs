@@ -140,7 +140,7 @@ async fn read_share<S: Share>(cluster: &Cluster, share: &ObjectName) -> Result<O
     let what = || format!("reading {} {}", S::KIND.kind(), quote(share.as_str()));
     let found = cluster.ask(&what, Api::<S>::all(cluster.client().clone()).get_opt(share.as_str())).await?;
     if let (Some(node), Some(found)) = (cluster.node(), &found) {
-        cluster.update_failures().read_status((S::KIND, share.as_str().to_string()), found.lists_node(node));
+        cluster.written_entries().read_status((S::KIND, share.as_str().to_string()), found.lists_node(node));
     }
     Ok(found.map(|share| (share.backing_ref().clone(), share.conditions())))
 }

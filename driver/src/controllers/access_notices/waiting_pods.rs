@@ -26,8 +26,8 @@ use crate::DRIVER_NAME;
 use crate::apiserver::request::ask;
 use crate::quote::Logged;
 use crate::unpoisoned::UnpoisonedMutex;
-use crate::volume::pod_event_sink::ApiserverPodEvents;
-use crate::volume::pod_events::{NAMESPACE_EVENT_BURST, PodEvent, PodEvents, PodRef};
+use crate::volume::refresh::pod_event_sink::ApiserverPodEvents;
+use crate::volume::refresh::pod_events::{NAMESPACE_EVENT_BURST, PodEvent, PodEvents, PodRef};
 
 /// The most pods told: a node runs at most a few hundred (kubelet's `maxPods`, 110 unless
 /// raised).

@@ -377,13 +377,19 @@ impl Scripted {
     }
 }
 
+impl Scripted {
+    fn content(&self, _: &VolumeAsk) -> Result<crate::volume::atomic_writer::Payload> {
+        self.0.lock().unwrap().clone().unwrap_or_else(|| Err(Error::Unavailable("nothing scripted".into())))
+    }
+}
+
 impl ContentSource for Scripted {
     fn ready(&self) -> bool {
         true
     }
 
-    fn content(&self, _: &VolumeAsk) -> Result<crate::volume::atomic_writer::Payload> {
-        self.0.lock().unwrap().clone().unwrap_or_else(|| Err(Error::Unavailable("nothing scripted".into())))
+    fn open(&self, ask: &VolumeAsk, _: crate::content::Opening) -> Result<crate::content::Opened> {
+        self.content(ask).map(crate::content::Opened::files)
     }
 }
 
@@ -529,14 +535,20 @@ fn gauge(metrics: &crate::metrics::Metrics, name: &str) -> i64 {
 /// `none` without one: what a Secrets Store provider authenticating with them does.
 struct SecretSource;
 
+impl SecretSource {
+    fn content(&self, ask: &VolumeAsk) -> Result<crate::volume::atomic_writer::Payload> {
+        let password = ask.secrets.by_key().get("password").map_or("none", String::as_str);
+        Ok([("password".to_string(), crate::volume::atomic_writer::FileContent::new(password))].into())
+    }
+}
+
 impl ContentSource for SecretSource {
     fn ready(&self) -> bool {
         true
     }
 
-    fn content(&self, ask: &VolumeAsk) -> Result<crate::volume::atomic_writer::Payload> {
-        let password = ask.secrets.by_key().get("password").map_or("none", String::as_str);
-        Ok([("password".to_string(), crate::volume::atomic_writer::FileContent::new(password))].into())
+    fn open(&self, ask: &VolumeAsk, _: crate::content::Opening) -> Result<crate::content::Opened> {
+        self.content(ask).map(crate::content::Opened::files)
     }
 }
 
@@ -557,11 +569,7 @@ async fn a_refresh_asks_with_the_secrets_of_the_last_publish() {
 /// serviceAccountToken source does, without a cluster.
 struct TokenSource;
 
-impl ContentSource for TokenSource {
-    fn ready(&self) -> bool {
-        true
-    }
-
+impl TokenSource {
     fn content(&self, request: &VolumeAsk) -> Result<crate::volume::atomic_writer::Payload> {
         if request.tokens.is_lost() {
             return Err(Error::Unavailable("tokens lost".into()));
@@ -571,6 +579,16 @@ impl ContentSource for TokenSource {
             return Err(Error::Unavailable("the token was refused".into()));
         }
         Ok([("token".to_string(), crate::volume::atomic_writer::FileContent::new(token))].into())
+    }
+}
+
+impl ContentSource for TokenSource {
+    fn ready(&self) -> bool {
+        true
+    }
+
+    fn open(&self, ask: &VolumeAsk, _: crate::content::Opening) -> Result<crate::content::Opened> {
+        self.content(ask).map(crate::content::Opened::files)
     }
 }
 
@@ -658,11 +676,7 @@ struct RacedTokenSource {
     race: std::sync::Mutex<Option<Box<dyn FnOnce() + Send>>>,
 }
 
-impl ContentSource for RacedTokenSource {
-    fn ready(&self) -> bool {
-        true
-    }
-
+impl RacedTokenSource {
     fn content(&self, request: &VolumeAsk) -> Result<crate::volume::atomic_writer::Payload> {
         let answer = TokenSource.content(request);
         let race = self.race.lock().unwrap().take();
@@ -670,6 +684,16 @@ impl ContentSource for RacedTokenSource {
             race();
         }
         answer
+    }
+}
+
+impl ContentSource for RacedTokenSource {
+    fn ready(&self) -> bool {
+        true
+    }
+
+    fn open(&self, ask: &VolumeAsk, _: crate::content::Opening) -> Result<crate::content::Opened> {
+        self.content(ask).map(crate::content::Opened::files)
     }
 }
 
@@ -707,11 +731,7 @@ struct Picky {
     picky: std::sync::atomic::AtomicBool,
 }
 
-impl ContentSource for Picky {
-    fn ready(&self) -> bool {
-        true
-    }
-
+impl Picky {
     fn content(&self, ask: &VolumeAsk) -> Result<crate::volume::atomic_writer::Payload> {
         self.scripted.content(ask)
     }
@@ -723,6 +743,19 @@ impl ContentSource for Picky {
             ));
         }
         Ok(())
+    }
+}
+
+impl ContentSource for Picky {
+    fn ready(&self) -> bool {
+        true
+    }
+
+    fn open(&self, ask: &VolumeAsk, opening: crate::content::Opening) -> Result<crate::content::Opened> {
+        if opening == crate::content::Opening::Publish {
+            self.check_attributes(ask)?;
+        }
+        self.content(ask).map(crate::content::Opened::files)
     }
 }
 
@@ -761,11 +794,7 @@ async fn attributes_are_judged_at_a_new_publish_and_never_empty_a_published_volu
 /// which access is denied while `1` says so (what a refresh asks of a lazy volume).
 struct LazySource(Arc<dyn crate::content::lazy::LazyFiles>, std::sync::atomic::AtomicBool);
 
-impl ContentSource for LazySource {
-    fn ready(&self) -> bool {
-        true
-    }
-
+impl LazySource {
     fn content(&self, _: &VolumeAsk) -> Result<crate::volume::atomic_writer::Payload> {
         match self.1.load(std::sync::atomic::Ordering::SeqCst) {
             true => Err(Error::Denied("access to the provider was withdrawn".into())),
@@ -775,6 +804,24 @@ impl ContentSource for LazySource {
 
     fn lazy(&self, _: &VolumeAsk) -> Result<Option<Arc<dyn crate::content::lazy::LazyFiles>>> {
         Ok(Some(self.0.clone()))
+    }
+}
+
+impl ContentSource for LazySource {
+    fn ready(&self) -> bool {
+        true
+    }
+
+    fn open(&self, ask: &VolumeAsk, opening: crate::content::Opening) -> Result<crate::content::Opened> {
+        if opening == crate::content::Opening::Publish
+            && let Some(files) = self.lazy(ask)?
+        {
+            return Ok(crate::content::Opened {
+                shown: crate::content::Shown::Lazy(files),
+                versions: Default::default(),
+            });
+        }
+        self.content(ask).map(crate::content::Opened::files)
     }
 }
 
@@ -934,11 +981,7 @@ struct PassRecorder {
     noted: std::sync::Mutex<Vec<String>>,
 }
 
-impl ContentSource for PassRecorder {
-    fn ready(&self) -> bool {
-        true
-    }
-
+impl PassRecorder {
     fn content(&self, _: &VolumeAsk) -> Result<crate::volume::atomic_writer::Payload> {
         Ok([("f".to_string(), crate::volume::atomic_writer::FileContent::new("x"))].into())
     }
@@ -951,12 +994,25 @@ impl ContentSource for PassRecorder {
         self.noted.lock().unwrap().push(format!("{} in {}", ask.volume_id, pass.0));
         self.content(ask)
     }
+}
+
+impl ContentSource for PassRecorder {
+    fn ready(&self) -> bool {
+        true
+    }
+
+    fn open(&self, ask: &VolumeAsk, opening: crate::content::Opening) -> Result<crate::content::Opened> {
+        if let crate::content::Opening::Refresh(Some(pass)) = opening {
+            return self.content_in_pass(ask, pass).map(crate::content::Opened::files);
+        }
+        self.content(ask).map(crate::content::Opened::files)
+    }
 
     fn start_pass(&self, pass: crate::content::PassId) {
         self.noted.lock().unwrap().push(format!("start {}", pass.0));
     }
 
-    fn end_pass(&self, pass: crate::content::PassId) {
+    fn end_pass(&self, pass: crate::content::PassId, _: Option<crate::content::share_entries::ShareEntries>) {
         self.noted.lock().unwrap().push(format!("end {}", pass.0));
     }
 }
@@ -977,18 +1033,27 @@ async fn a_refresh_pass_is_started_and_ended_at_the_source_around_its_volumes() 
 #[derive(Default)]
 struct Versioned(std::sync::Mutex<String>);
 
-impl ContentSource for Versioned {
-    fn ready(&self) -> bool {
-        true
-    }
-
+impl Versioned {
     fn content(&self, _: &VolumeAsk) -> Result<crate::volume::atomic_writer::Payload> {
         let version = self.0.lock().unwrap().clone();
         Ok([("db".to_string(), crate::volume::atomic_writer::FileContent::new(version))].into())
     }
 
-    fn object_versions(&self, _: &str) -> std::collections::BTreeMap<String, String> {
+    fn object_versions(&self) -> std::collections::BTreeMap<String, String> {
         [("db".to_string(), self.0.lock().unwrap().clone())].into()
+    }
+}
+
+impl ContentSource for Versioned {
+    fn ready(&self) -> bool {
+        true
+    }
+
+    fn open(&self, ask: &VolumeAsk, _: crate::content::Opening) -> Result<crate::content::Opened> {
+        Ok(crate::content::Opened {
+            shown: crate::content::Shown::Files(self.content(ask)?),
+            versions: self.object_versions(),
+        })
     }
 }
 

@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use tracing::warn;
 
-use crate::content::lazy::LazyFiles;
+use crate::content::{Opened, Opening, Shown};
 use crate::quote::{Logged, quote, quote_path};
-use crate::volume::atomic_writer::{Payload, check_key};
+use crate::volume::atomic_writer::check_key;
 use crate::volume::checked::Publish;
 use crate::volume::content_budget::{LAZY_VOLUME_BYTES, LazyCharge};
 use crate::volume::error::{Error, Result};
@@ -21,13 +21,6 @@ use crate::volume::store::VolumeRecord;
 use crate::volume::target_dir::{self, OpenTarget};
 use crate::volume::target_path::TargetPath;
 use sharedresource_api::volume_attributes::PROJECTION_ATTRIBUTE;
-
-/// What a volume shows: files laid out in a tmpfs, or a lazy provider's files served through
-/// FUSE as they are opened.
-enum Shown {
-    Files(Payload),
-    Lazy(Arc<dyn LazyFiles>),
-}
 
 /// What a publish has made so far: directories, its mount, that mount's device once seen, and
 /// the FUSE session serving a lazy volume.
@@ -68,18 +61,15 @@ impl NodeService {
             return Err(Error::Conflict(format!("{} already holds another volume", quote_path(target.as_path()))));
         }
 
-        self.content.check_attributes(&request.ask)?;
-        let shown = match self.content.lazy(&request.ask)? {
-            Some(files) => Shown::Lazy(files),
-            None => {
-                let payload = self.content.content(&request.ask)?;
-                // A hostile key is refused before anything is created or mounted.
-                for key in payload.keys() {
-                    check_key(key)?;
-                }
-                Shown::Files(payload)
+        // Files laid out in a tmpfs, or a lazy provider's files served through FUSE as they
+        // are opened.
+        let Opened { shown, versions } = self.content.open(&request.ask, Opening::Publish)?;
+        if let Shown::Files(payload) = &shown {
+            // A hostile key is refused before anything is created or mounted.
+            for key in payload.keys() {
+                check_key(key)?;
             }
-        };
+        }
         let made_before = existing.map(|volume| volume.record.created_dirs).unwrap_or_default();
         let lazy = matches!(shown, Shown::Lazy(_));
         let mut record = VolumeRecord { complete: false, created_dirs: made_before.clone(), lazy, ..wanted };
@@ -95,7 +85,7 @@ impl NodeService {
             record.created_dirs = made.dirs.clone();
             record.device = made.device;
             record.complete = true;
-            record.object_versions = self.content.object_versions(&record.volume_id);
+            record.object_versions = versions;
             // Durable before answering: kubelet treats the volume as published from here on.
             self.store.put(&record, true)
         });
@@ -126,7 +116,7 @@ impl NodeService {
             .with_mut(volume_id, |live| {
                 let held = live.tokens.replace(request.ask.tokens.clone());
                 live.secrets = Some(request.ask.secrets.clone());
-                (held, live.stale)
+                (held, live.refreshes.stale())
             })
             .unwrap_or_default();
         // After a restart the held tokens are unknown: a republish without tokens (the

@@ -3,14 +3,20 @@
 //! holding it, unless a publish or republish wrote it meanwhile. Content that may no longer be
 //! had empties the volume; a lazy volume's files stop opening instead.
 
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
 use tracing::{info, warn};
 
-use crate::content::PassId;
 use crate::content::ask::VolumeAsk;
+use crate::content::share_entries::ShareEntries;
+use crate::content::{Opened, Opening, PassId, Shown};
 use crate::metrics::RefreshResult;
 use crate::quote::{Logged, quote, quote_path};
 use crate::volume::atomic_writer::Payload;
 use crate::volume::error::{Error, Result};
+use crate::volume::live::record::Outcome;
+use crate::volume::live::record::RefreshRecord;
 use crate::volume::published::PublishedVolume;
 use crate::volume::service::{NodeService, REFRESH_ATTRIBUTE};
 use crate::volume::store::VolumeRecord;
@@ -19,6 +25,8 @@ use crate::volume::target_dir;
 /// A volume's content as fetched for a refresh.
 struct Fetched {
     payload: Payload,
+    /// What the volume's provider answered of each object's version (kept in its record).
+    versions: BTreeMap<String, String>,
     /// Why the content may no longer be had, when it may not (the payload is then empty).
     withdrawn: Option<crate::content::error::Error>,
 }
@@ -45,7 +53,7 @@ impl NodeService {
                 Some((volume_id, result))
             })
             .collect();
-        self.end_pass(pass);
+        self.end_pass(pass, None);
         results
     }
 
@@ -59,6 +67,12 @@ impl NodeService {
         self.live.select(pick)
     }
 
+    /// The live volumes `pick` selects, each with what `pick` said of it and what its
+    /// refreshes did (the refresh wing's reporters read them).
+    pub fn refreshes_where<T>(&self, pick: impl Fn(&VolumeRecord) -> Option<T>) -> Vec<(T, RefreshRecord)> {
+        self.live.select_refreshes(pick)
+    }
+
     /// A new refresh pass, started at the content source.
     pub fn start_pass(&self) -> PassId {
         let pass = PassId(self.passes.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
@@ -67,9 +81,10 @@ impl NodeService {
     }
 
     /// Ends refresh pass `pass` at the content source (which may start writing the shares'
-    /// status in the background).
-    pub fn end_pass(&self, pass: PassId) {
-        self.content.end_pass(pass);
+    /// status in the background), with this node's entries in the shares' status as `entries`
+    /// says (`None`: the pass says nothing of them; the refresher's passes do, tests' need not).
+    pub fn end_pass(&self, pass: PassId, entries: Option<ShareEntries>) {
+        self.content.end_pass(pass, entries);
     }
 
     /// Refreshes one volume, within refresh pass `pass` when given; `None` when the volume is
@@ -102,13 +117,15 @@ impl NodeService {
         Some(result)
     }
 
-    /// Remembers whether `volume_id`'s last refresh failed (an operation under way is not a
-    /// failure), so the next republish can report it to kubelet, which records it as the pod's
-    /// event: a volume serving old content is not known to the driver's log alone.
+    /// Writes how a refresh of `volume_id` ended into its record (an operation under way is no
+    /// outcome: the refresh is tried again), so the next republish can report a failure to
+    /// kubelet, which records it as the pod's event, and the refresh wing's reporters (gauges,
+    /// the shares' per-node entries) see it: a volume serving old content is not known to the
+    /// driver's log alone.
     fn note_refresh(&self, volume_id: &str, result: &Result<bool>) {
-        match result {
-            Err(Error::Busy(_)) => {}
-            failed_or_not => self.live.set_stale(volume_id, failed_or_not.is_err()),
+        let outcome = Outcome::of(result);
+        if let Some(outcome) = outcome {
+            self.live.note_refresh(volume_id, outcome, SystemTime::now());
         }
         self.metrics.set_stale_volumes(self.live.stale_count());
         self.metrics.set_content_bytes(self.budget.used());
@@ -138,15 +155,18 @@ impl NodeService {
             secrets: self.live.secrets_of(&record.volume_id),
             object_versions: record.object_versions.clone(),
         };
-        let answer = match pass {
-            Some(pass) => self.content.content_in_pass(&ask, pass),
-            None => self.content.content(&ask),
-        };
+        let answer = self.content.open(&ask, Opening::Refresh(pass));
         match answer {
-            Ok(payload) => Ok(Fetched { payload, withdrawn: None }),
-            Err(error) if error.withdraws_content() => {
-                Ok(Fetched { payload: Default::default(), withdrawn: Some(error) })
-            }
+            Ok(Opened { shown: Shown::Files(payload), versions }) => Ok(Fetched { payload, versions, withdrawn: None }),
+            Ok(Opened { shown: Shown::Lazy(_), .. }) => Err(Error::Fault(format!(
+                "the content source opened volume {} for a refresh as lazy files",
+                quote(&record.volume_id)
+            ))),
+            Err(error) if error.withdraws_content() => Ok(Fetched {
+                payload: Default::default(),
+                versions: record.object_versions.clone(),
+                withdrawn: Some(error),
+            }),
             Err(error) => Err(error.into()),
         }
     }
@@ -179,7 +199,7 @@ impl NodeService {
             self.metrics.revocation();
             info!(volume = %quote(&record.volume_id), reason = %Logged(reason), "content withdrawn; the volume was emptied");
         }
-        self.note_object_versions(&record.volume_id);
+        self.note_object_versions(&record.volume_id, fetched.versions);
         Ok(changed)
     }
 
@@ -204,8 +224,7 @@ impl NodeService {
     /// Records what the volume's provider answered last, when it changed, so that a restarted
     /// driver sends it back too. Not worth failing a refresh over: a record not rewritten costs
     /// the provider one full answer after a restart.
-    fn note_object_versions(&self, volume_id: &str) {
-        let versions = self.content.object_versions(volume_id);
+    fn note_object_versions(&self, volume_id: &str, versions: BTreeMap<String, String>) {
         let record = self.live.with_mut(volume_id, |live| {
             let record = &mut live.volume.record;
             (record.object_versions != versions).then(|| {

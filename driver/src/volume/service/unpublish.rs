@@ -43,7 +43,7 @@ impl NodeService {
         // Unmounted above: a lazy volume's session ends as soon as the kernel lets go of it.
         self.live.forget(volume_id);
         self.metrics.set_stale_volumes(self.live.stale_count());
-        self.content.released(volume_id);
+        self.content.gone(crate::content::Gone::Volume(volume_id));
         self.count_volumes();
         Ok(())
     }

@@ -2,7 +2,7 @@
 //! `Mount` is sent, how answers are checked, and how a provider that fails, hangs or is not
 //! there is reported. (The end-to-end suites ask a provider built from upstream's own module.)
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use inline_guard_proto::secretsstore::csi_driver_provider_server::{CsiDriverProvider, CsiDriverProviderServer};
@@ -93,7 +93,8 @@ async fn mount_is_sent_what_upstreams_driver_sends_and_its_files_are_served_with
     let served =
         serve(Ok(answer(&[("db/password", 0o440, "s3cret"), ("ca.crt", 0, "pem")], &[("db", "7")])), Duration::ZERO)
             .await;
-    let payload = served.client.files(&ask()).await.unwrap();
+    let (payload, versions) = served.client.files(&ask()).await.unwrap();
+    assert_eq!(versions, [("db".to_string(), "7".to_string())].into());
     assert_eq!(payload["db/password"].data, b"s3cret");
     assert_eq!(payload["db/password"].mode, 0o440);
     assert_eq!(payload["ca.crt"].mode, 0o644, "an unset mode is the permission asked for");
@@ -128,16 +129,13 @@ async fn the_node_publish_secrets_are_sent_and_never_printed() {
 }
 
 #[tokio::test]
-async fn the_versions_answered_are_kept_for_the_volume_and_the_recorded_ones_sent_back() {
+async fn the_versions_answered_come_back_with_the_files_and_the_recorded_ones_are_sent_back() {
     let served = serve(Ok(answer(&[("a", 0, "x")], &[("secret/a", "v1")])), Duration::ZERO).await;
-    served.client.files(&ask()).await.unwrap();
+    let (_, answered) = served.client.files(&ask()).await.unwrap();
     let v1: BTreeMap<String, String> = [("secret/a".to_string(), "v1".to_string())].into();
-    assert_eq!(served.client.object_versions("csi-1"), Some(v1.clone()));
-    assert_eq!(served.client.object_versions("csi-2"), None);
+    assert_eq!(answered, v1);
     // A refresh of the volume whose record holds them.
     served.client.files(&VolumeAsk { object_versions: v1, ..ask() }).await.unwrap();
-    served.client.release("csi-1");
-    assert_eq!(served.client.object_versions("csi-1"), None);
 
     let sent: Vec<Vec<(String, String)>> = served
         .provider
@@ -254,7 +252,7 @@ async fn an_answer_over_the_message_bound_is_refused_and_the_client_stays_usable
         "{error:?}"
     );
     *served.provider.answer.lock().unwrap() = Ok(answer(&[("small", 0, "x")], &[]));
-    assert_eq!(served.client.files(&ask()).await.unwrap()["small"].data, b"x");
+    assert_eq!(served.client.files(&ask()).await.unwrap().0["small"].data, b"x");
 }
 
 #[tokio::test]

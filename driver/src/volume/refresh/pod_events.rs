@@ -5,7 +5,7 @@
 //! namespace a bounded number of Events; and each namespace has a bucket of Events of its own,
 //! so one whose many volumes all change (its own ConfigMap, churned, behind many projections)
 //! cannot spend the driver's apiserver rate that every other namespace's volumes need. The decisions are here; the sink that creates the
-//! Events (`crate::volume::pod_event_sink`) is the I/O at the edge, given to the refresher at start.
+//! Events (`crate::volume::refresh::pod_event_sink`) is the I/O at the edge, given to the refresher at start.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

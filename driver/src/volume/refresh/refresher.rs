@@ -11,11 +11,13 @@
 //! its refresh ends (with fresh answers), so no change is lost and no volume is refreshed twice
 //! at once. A volume another operation holds (a publish, an unpublish) is tried again shortly.
 //!
-//! What a refresh did is told to the volume's pod as an Event, paced (`pod_events`): new
-//! content in place, or an update that could not be applied; and what a volume began to lack of
-//! what it marks optional (the content source notes it with the changes).
+//! What a refresh did is written into the volume's record by the refresh itself
+//! (`NodeService::note_refresh`); here it is told to the volume's pod as an Event, paced
+//! (`pod_events`): new content in place, or an update that could not be applied; and what a
+//! volume began to lack of what it marks optional (the content source notes it with the
+//! changes). Every few seconds the per-share gauges are written from the records.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -23,14 +25,15 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::content::changes::{Absence, Changes, Pending};
-use crate::content::{ContentSource, PassId};
+use crate::content::{ContentSource, Gone, PassId};
 use crate::fair_slots::FairSlots;
 use crate::quote::{Logged, quote};
 use crate::unpoisoned::UnpoisonedMutex;
 use crate::volume::error::Error;
-use crate::volume::pod_events::{EventPacing, PodEvents, PodRef, Refreshed, VolumeOfPod, mounts};
+use crate::volume::refresh::node_entries;
+use crate::volume::refresh::pod_events::{EventPacing, PodEvents, PodRef, Refreshed, VolumeOfPod, mounts};
+use crate::volume::refresh::share_gauges::{self, Mounted};
 use crate::volume::service::NodeService;
-use crate::volume::share_gauges::{Mounted, ShareGauges};
 
 /// How many volumes are refreshed at once in each lane: enough that a few stalled ones (each
 /// given up at the request timeout) leave room for the rest, few enough not to flood the
@@ -73,25 +76,31 @@ impl Lane {
 struct Due {
     volume_id: String,
     of: VolumeOfPod,
-    /// What the volume mounts: the source is told how its refresh ended.
-    attributes: BTreeMap<String, String>,
 }
 
-/// Ends a pass at the content source once its last volume is done with it.
+/// Ends a pass at the content source once its last volume is done with it, with the shares'
+/// per-node entries its volumes' records want then.
 struct PassGuard {
     node: Arc<NodeService>,
     pass: PassId,
+    /// Held while a pass's end reads the records and tells the source: two passes ending
+    /// together tell it in the order they read, so the older never lands last.
+    ending: Arc<Mutex<()>>,
 }
 
 impl Drop for PassGuard {
     fn drop(&mut self) {
-        self.node.end_pass(self.pass);
+        let _ending = self.ending.locked();
+        let shares = self
+            .node
+            .refreshes_where(|record| Some((record.volume_id.clone(), node_entries::share_of(&record.attributes)?)));
+        self.node.end_pass(self.pass, Some(node_entries::wanted(&shares)));
     }
 }
 
 /// Refreshes `node`'s volumes as the changes `source` notes (when it can tell) and the tick
 /// every `every` say, until `stopped` turns true, telling `events` what the refreshes did, and
-/// `source` how each ended (for the shares' status).
+/// `source` which volumes are gone.
 pub async fn run(
     node: Arc<NodeService>,
     source: Arc<dyn ContentSource>,
@@ -114,8 +123,8 @@ struct Refresher {
     in_flight: Arc<Mutex<InFlight>>,
     events: Arc<dyn PodEvents>,
     pacing: Arc<Mutex<EventPacing>>,
-    gauges: Arc<Mutex<ShareGauges>>,
-    /// Told how each refresh ended.
+    pass_ends: Arc<Mutex<()>>,
+    /// Told which volumes are gone.
     source: Option<Arc<dyn ContentSource>>,
 }
 
@@ -128,7 +137,7 @@ impl Refresher {
             in_flight: Arc::default(),
             events,
             pacing: Arc::default(),
-            gauges: Arc::default(),
+            pass_ends: Arc::default(),
             source: None,
         }
     }
@@ -167,14 +176,14 @@ impl Refresher {
                 true => Lane::Access,
                 false => Lane::Content,
             };
-            Some(((volume_of_pod(record), record.attributes.clone()), lane))
+            Some((volume_of_pod(record), lane))
         });
         if due.is_empty() {
             return;
         }
         let pass = self.node.start_pass();
-        let guard = Arc::new(PassGuard { node: self.node.clone(), pass });
-        for (volume_id, ((of, attributes), lane)) in due {
+        let guard = Arc::new(PassGuard { node: self.node.clone(), pass, ending: self.pass_ends.clone() });
+        for (volume_id, (of, lane)) in due {
             let fresh = {
                 let mut in_flight = self.in_flight.locked();
                 if in_flight.running.contains(&volume_id) {
@@ -186,7 +195,7 @@ impl Refresher {
                 }
             };
             if fresh {
-                let due = Due { volume_id, of, attributes };
+                let due = Due { volume_id, of };
                 tokio::spawn(self.clone().refresh(due, lane, Some(guard.clone())));
             }
         }
@@ -195,13 +204,13 @@ impl Refresher {
     /// Refreshes one volume in `lane` (within `pass` at first), again while changes touched it
     /// meanwhile.
     async fn refresh(self, due: Due, mut lane: Lane, mut pass: Option<Arc<PassGuard>>) {
-        let Due { volume_id, of, attributes } = due;
+        let Due { volume_id, of } = due;
         loop {
             let permit = self.slots(lane).acquire(&of.pod.namespace).await;
             let node = self.node.clone();
             let id = volume_id.clone();
-            // Held until the source is told how the refresh ended: the pass's end writes what
-            // it was told.
+            // Held until the refresh is done: the pass's end reads what it wrote into the
+            // volume's record.
             let this_pass = pass.take();
             let pass_id = this_pass.as_ref().map(|guard| guard.pass);
             let result = tokio::task::spawn_blocking(move || node.refresh_volume(&id, pass_id))
@@ -210,7 +219,6 @@ impl Refresher {
             drop(permit);
             let busy = matches!(result, Some(Err(Error::Busy(_))));
             self.tell(&volume_id, &of, &result);
-            self.tell_source(&volume_id, &attributes, &result);
             drop(this_pass);
             report(&volume_id, result);
             if busy {
@@ -243,8 +251,6 @@ impl Refresher {
             Some(Ok(false)) => Refreshed::Unchanged,
             Some(Err(error)) => Refreshed::Failed { why: error.to_string() },
         };
-        let ok = !matches!(refreshed, Refreshed::Failed { .. });
-        self.gauges.locked().refreshed(volume_id, ok, SystemTime::now());
         let event = self.pacing.locked().event(volume_id, of, &refreshed, Instant::now());
         if let Some(event) = event {
             self.events.tell(event);
@@ -252,36 +258,7 @@ impl Refresher {
     }
 }
 
-/// What the content source is told of a refresh that ended with `result` (for the shares'
-/// status): `Some(None)` it succeeded, `Some(Some(why))` it failed (the volume serves what it
-/// had), `None` nothing: the volume is gone, another operation held it, or the apiserver did not
-/// answer. That last says nothing of the share, and the report of it would be one more write to
-/// that apiserver from every node at once: when it is overloaded, its refusals would come back
-/// to it as thousands of status writes (the metrics and the pods' Events say it instead). The
-/// volume's last outcome stands.
-fn told_source(result: &Option<crate::volume::error::Result<bool>>) -> Option<Option<String>> {
-    match result {
-        None | Some(Err(Error::Busy(_))) => None,
-        Some(Err(Error::Content(crate::content::error::Error::Unavailable(_)))) => None,
-        Some(Ok(_)) => Some(None),
-        Some(Err(error)) => Some(Some(error.to_string())),
-    }
-}
-
 impl Refresher {
-    /// Tells the content source how a refresh of `volume_id` ended, as [`told_source`] says.
-    fn tell_source(
-        &self,
-        volume_id: &str,
-        attributes: &BTreeMap<String, String>,
-        result: &Option<crate::volume::error::Result<bool>>,
-    ) {
-        let Some(source) = &self.source else { return };
-        if let Some(failed) = told_source(result) {
-            source.refresh_ended(volume_id, attributes, failed.as_deref());
-        }
-    }
-
     /// Writes the per-share gauges every [`GAUGES_EVERY`] until `stopped` turns true.
     async fn write_gauges(self, mut stopped: watch::Receiver<bool>) {
         let mut ticker = tokio::time::interval(GAUGES_EVERY);
@@ -293,21 +270,16 @@ impl Refresher {
         }
     }
 
-    /// Writes the per-share gauges from the node's live volumes and what their refreshes did,
-    /// and tells the source which volumes are live.
+    /// Writes the per-share gauges from the node's live volumes and their records, and tells
+    /// the source which volumes are live.
     fn update_gauges(&self) {
-        let series = {
-            // The table read under the gauges' lock: a refresh told meanwhile is not lost.
-            let mut gauges = self.gauges.locked();
-            let live = self.node.volumes_where(|record| Mounted::of(&record.attributes, &record.pod.namespace));
-            if let Some(source) = &self.source {
-                source.live_volumes(&live.iter().map(|(id, _)| id.clone()).collect());
-            }
-            let now = SystemTime::now();
-            gauges.sync(live, now);
-            gauges.series(now)
-        };
+        let mounted = self.node.refreshes_where(|record| Mounted::of(&record.attributes, &record.pod.namespace));
+        let series = share_gauges::series(&mounted, SystemTime::now());
         self.node.metrics().set_share_series(&series);
+        if let Some(source) = &self.source {
+            let live: HashSet<String> = self.node.volume_ids_where(|_| true).into_iter().collect();
+            source.gone(Gone::AllBut(&live));
+        }
     }
 
     /// Tells each pod what its volume began to lack of what it marks optional, when its

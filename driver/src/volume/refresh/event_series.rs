@@ -5,7 +5,7 @@
 //! patch every half minute, not an Event each time. The note is part of what makes a repeat
 //! (client-go's key has no note): a pod's volumes, and the different objects an optional volume
 //! lacks, are told apart in the notes, and folding them would hide all but the first. The
-//! decisions are here; the sink (`crate::volume::pod_event_sink`) creates and patches.
+//! decisions are here; the sink (`crate::volume::refresh::pod_event_sink`) creates and patches.
 
 use std::collections::HashMap;
 use std::collections::hash_map::RandomState;

@@ -1,7 +1,7 @@
 //! Events on pods, in the apiserver (`events.k8s.io/v1`) as the driver's ServiceAccount, which
 //! the shipped RBAC lets `create` and `patch` events and nothing more about them: a repeat of a
 //! pod's Event (the same reason and note) within minutes is counted in the first one's `series`
-//! (`volume/event_series.rs`), patched at most every 30 s, not created again. Each write is made
+//! (`volume/refresh/event_series.rs`), patched at most every 30 s, not created again. Each write is made
 //! in the background on the runtime, timed like every request (`apiserver::request`), and a
 //! failure only logged: an Event is a courtesy, never a reason to hold a volume.
 
@@ -15,8 +15,8 @@ use serde_json::json;
 use crate::DRIVER_NAME;
 use crate::apiserver::request::ask;
 use crate::unpoisoned::UnpoisonedMutex;
-use crate::volume::event_series::{EventSeries, Occurrence, SeriesWrite};
-use crate::volume::pod_events::{PodEvent, PodEvents};
+use crate::volume::refresh::event_series::{EventSeries, Occurrence, SeriesWrite};
+use crate::volume::refresh::pod_events::{PodEvent, PodEvents};
 
 /// Creates Events through `client`, reported as this node's driver.
 pub struct ApiserverPodEvents {
@@ -137,7 +137,7 @@ impl PodEvents for ApiserverPodEvents {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::volume::pod_events::PodRef;
+    use crate::volume::refresh::pod_events::PodRef;
 
     fn event(name: &str, warning: bool) -> PodEvent {
         PodEvent {

@@ -14,7 +14,7 @@ use crate::content::payload::{FileContent, Payload};
 use crate::metrics::Metrics;
 use crate::volume::checked::{Publish, Unpublish};
 use crate::volume::mounter::FakeMounter;
-use crate::volume::pod_events::{NoEvents, PodEvent};
+use crate::volume::refresh::pod_events::{NoEvents, PodEvent};
 use crate::volume::service::VolumeSettings;
 use crate::volume::store::FileVolumeStore;
 use crate::volume::target_path::TargetPath;
@@ -49,11 +49,7 @@ impl Gated {
     }
 }
 
-impl ContentSource for Gated {
-    fn ready(&self) -> bool {
-        true
-    }
-
+impl Gated {
     fn content(&self, request: &VolumeAsk) -> Result<Payload> {
         let share = request.attributes.get("share").cloned().unwrap_or_default();
         // Answered as things stood when the fetch started, as an apiserver answers.
@@ -74,6 +70,16 @@ impl ContentSource for Gated {
         }
         drop(held);
         answer
+    }
+}
+
+impl ContentSource for Gated {
+    fn ready(&self) -> bool {
+        true
+    }
+
+    fn open(&self, ask: &VolumeAsk, _: crate::content::Opening) -> Result<crate::content::Opened> {
+        self.content(ask).map(crate::content::Opened::files)
     }
 
     fn changes(&self) -> Option<Arc<Changes>> {
@@ -354,18 +360,4 @@ async fn the_pod_is_told_of_new_content_and_of_an_update_that_could_not_be_appli
     assert_eq!((told[1].warning, told[1].reason), (true, "ContentNotUpdated"));
     assert!(told[1].note.ends_with("still served: the apiserver did not answer within 10 s"), "{}", told[1].note);
     assert_eq!(std::fs::read_to_string(&password).unwrap(), "two", "the previous content is still served");
-}
-
-#[test]
-fn the_source_is_told_of_failures_of_the_share_not_of_an_apiserver_that_did_not_answer() {
-    let told = |result: Option<crate::volume::error::Result<bool>>| told_source(&result);
-    assert_eq!(told(Some(Ok(true))), Some(None), "succeeded");
-    let too_large = ContentError::TooLarge("the volume's content needs 2 MiB".into());
-    assert_eq!(told(Some(Err(too_large.clone().into()))), Some(Some(too_large.to_string())));
-    // The apiserver refusing or not answering: nothing told, so no node writes an entry for it.
-    assert_eq!(
-        told(Some(Err(ContentError::Unavailable("the apiserver did not answer within 10 s".into()).into()))),
-        None
-    );
-    assert_eq!(told(None), None, "the volume gone");
 }
