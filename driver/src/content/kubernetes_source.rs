@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::apiserver::client::ApiserverClients;
 use crate::content::ask::VolumeAsk;
-use crate::content::changes::{Absence, Changes};
+use crate::content::changes::Changes;
 use crate::content::cluster::node_view::VolumeReads;
 use crate::content::cluster::{Cluster, NoticeSettings};
 use crate::content::error::Result;
@@ -27,18 +27,12 @@ use sharedresource_api::node_view::NoticedObject;
 use sharedresource_api::volume_attributes::{OPTIONAL_ATTRIBUTE, selection};
 use sharedresource_api::{Selection, VolumeAttributes};
 
-mod absences;
-
-use absences::Absences;
-
 /// Shares, projections and providers' volumes, read from the cluster.
 pub struct KubernetesSource {
     cluster: Cluster,
     projections: ProjectionOptions,
     /// The providers of secrets kept outside Kubernetes this node runs.
     providers: Providers,
-    /// What each volume lacks of what it marks optional.
-    absences: Absences,
 }
 
 impl KubernetesSource {
@@ -54,7 +48,6 @@ impl KubernetesSource {
             cluster: Cluster::new(clients, runtime, metrics),
             projections: ProjectionOptions { pod_metadata: false, content_limit: u64::MAX },
             providers: Providers::default(),
-            absences: Absences::default(),
         }
     }
 
@@ -105,9 +98,8 @@ impl KubernetesSource {
         self.cluster.changes()
     }
 
-    /// What `request`'s volume shows, from the source of what it names (the one dispatch);
-    /// what it began to lack of what it marks optional is told to its pod (through the
-    /// changes, to the refresher).
+    /// What `request`'s volume shows, from the source of what it names (the one dispatch),
+    /// with what it lacks of what it marks optional.
     async fn opened(&self, request: &VolumeAsk, opening: Opening) -> Result<Opened> {
         let cluster = &self.cluster;
         let selection = match opening {
@@ -142,24 +134,15 @@ impl KubernetesSource {
             }
             Selection::Provider(name) if opening == Opening::Publish && self.providers.is_lazy(name.as_str()) => {
                 let files = provider_volume::lazy_files(cluster, &self.providers, request, &name).await?;
-                (Opened { shown: Shown::Lazy(files), versions: Default::default() }, Vec::new())
+                (Opened { shown: Shown::Lazy(files), versions: Default::default(), absent: Vec::new() }, Vec::new())
             }
             Selection::Provider(name) => {
                 let (files, versions) =
                     provider_volume::payload(cluster, &self.providers, request, &name, pass).await?;
-                (Opened { shown: Shown::Files(files), versions }, Vec::new())
+                (Opened { shown: Shown::Files(files), versions, absent: Vec::new() }, Vec::new())
             }
         };
-        let begun = self.absences.note(&request.volume_id, absent);
-        if !begun.is_empty() {
-            cluster.changes().absent(Absence {
-                pod: request.pod.clone(),
-                volume_name: request.volume_name.clone(),
-                attributes: request.attributes.clone(),
-                absent: begun,
-            });
-        }
-        Ok(opened)
+        Ok(Opened { absent, ..opened })
     }
 }
 
@@ -190,14 +173,8 @@ impl ContentSource for KubernetesSource {
 
     fn gone(&self, gone: Gone<'_>) {
         match gone {
-            Gone::Volume(volume_id) => {
-                self.absences.forget(volume_id);
-                self.cluster.node_view().released(volume_id);
-            }
-            Gone::AllBut(live) => {
-                self.absences.retain_live(live);
-                self.cluster.node_view().retain_live(live);
-            }
+            Gone::Volume(volume_id) => self.cluster.node_view().released(volume_id),
+            Gone::AllBut(live) => self.cluster.node_view().retain_live(live),
         }
     }
 

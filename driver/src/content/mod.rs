@@ -66,12 +66,15 @@ pub struct Opened {
     /// What its provider answered, by object (a Secrets Store provider's object versions);
     /// empty for other sources.
     pub versions: std::collections::BTreeMap<String, String>,
+    /// What it lacks of what it marks optional (objects that do not exist), each said in
+    /// words its pod is told; the volume layer tells the pod when an absence begins.
+    pub absent: Vec<String>,
 }
 
 impl Opened {
     /// Files laid out in full, with no versions.
     pub fn files(payload: Payload) -> Opened {
-        Opened { shown: Shown::Files(payload), versions: Default::default() }
+        Opened { shown: Shown::Files(payload), versions: Default::default(), absent: Vec::new() }
     }
 
     /// The files laid out in full, or why the volume shows lazy files.

@@ -6,7 +6,7 @@
 
 pub mod record;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -37,6 +37,9 @@ pub(crate) struct LiveVolume {
     pub(crate) lazy: Option<LazyMount>,
     /// What its refreshes did: the one record of it the refresh wing's reporters read.
     pub(crate) refreshes: RefreshRecord,
+    /// What its content lacked, at its last, of what it marks optional: its pod hears of an
+    /// absence once, when it begins, not at every refresh while it lasts.
+    pub(crate) lacking: BTreeSet<String>,
     /// Changed whenever a publish or a republish writes the volume: a refresh whose content was
     /// fetched under an older generation writes nothing (it could roll the newer write back).
     pub(crate) generation: u64,
@@ -86,7 +89,7 @@ impl LiveVolumes {
         let generation = self.next_generation();
         let id = volume.record.volume_id.clone();
         let refreshes = RefreshRecord::new(SystemTime::now());
-        let entry = LiveVolume { volume, tokens, secrets, lazy, refreshes, generation };
+        let entry = LiveVolume { volume, tokens, secrets, lazy, refreshes, lacking: BTreeSet::new(), generation };
         self.table.locked().volumes.insert(id, entry);
     }
 
@@ -142,6 +145,12 @@ impl LiveVolumes {
     /// (a refresh that ends after its volume's unpublish leaves nothing behind).
     pub(crate) fn note_refresh(&self, volume_id: &str, outcome: Outcome, now: SystemTime) {
         self.with_mut(volume_id, |live| live.refreshes.note(outcome, now));
+    }
+
+    /// Notes that `volume_id`'s content now lacks `absent`; returns those it did not lack at its
+    /// previous content, for its pod to hear of (none when the volume is not served).
+    pub(crate) fn note_lacking(&self, volume_id: &str, absent: Vec<String>) -> Vec<String> {
+        self.with_mut(volume_id, |live| begun_absences(&mut live.lacking, absent)).unwrap_or_default()
     }
 
     /// How many volumes' last refresh failed.
@@ -212,6 +221,14 @@ impl LiveVolumes {
     }
 }
 
+/// Replaces `lacking` by `absent`; those of `absent` it did not hold.
+fn begun_absences(lacking: &mut BTreeSet<String>, absent: Vec<String>) -> Vec<String> {
+    let now: BTreeSet<String> = absent.into_iter().collect();
+    let begun = now.difference(lacking).cloned().collect();
+    *lacking = now;
+    begun
+}
+
 /// Marks a volume id and a target busy for the life of an operation.
 pub(crate) struct Claim<'a> {
     live: &'a LiveVolumes,
@@ -224,5 +241,26 @@ impl Drop for Claim<'_> {
         for key in &self.keys {
             table.busy.remove(key);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn texts(items: &[&str]) -> Vec<String> {
+        items.iter().map(|item| item.to_string()).collect()
+    }
+
+    #[test]
+    fn an_absence_is_told_when_it_begins_and_again_only_after_it_ended() {
+        let mut lacking = BTreeSet::new();
+        assert_eq!(begun_absences(&mut lacking, texts(&["a"])), ["a"], "at publish");
+        assert!(begun_absences(&mut lacking, texts(&["a"])).is_empty(), "a refresh while it lasts");
+        assert_eq!(begun_absences(&mut lacking, texts(&["a", "b"])), ["b"], "a second object gone: only it");
+        assert!(begun_absences(&mut lacking, texts(&["b"])).is_empty(), "one back, the other still gone");
+        assert!(begun_absences(&mut lacking, Vec::new()).is_empty(), "whole again");
+        assert!(lacking.is_empty());
+        assert_eq!(begun_absences(&mut lacking, texts(&["b"])), ["b"], "gone again: told again");
     }
 }

@@ -33,7 +33,7 @@ impl ContentSource for LazyOnlySource {
             return Ok(Opened::files(Payload::new()));
         };
         let files = self.runtime.block_on(self.providers.lazy_files(provider, ask))?;
-        Ok(Opened { shown: Shown::Lazy(Arc::new(files)), versions: Default::default() })
+        Ok(Opened { shown: Shown::Lazy(Arc::new(files)), versions: Default::default(), absent: Vec::new() })
     }
 
     fn lazy_handed(&self, handed: HandedFiles) -> Result<Arc<dyn LazyFiles>> {

@@ -186,29 +186,28 @@ fn optional_request() -> VolumeAsk {
 }
 
 #[test]
-fn an_optional_share_that_is_missing_serves_nothing_and_its_pod_hears_of_it_once() {
+fn an_optional_share_that_is_missing_serves_nothing_and_says_what_it_lacks() {
     let runtime = runtime();
+    let lacking = |source: &KubernetesSource| {
+        let opened = source.open(&optional_request(), Opening::Refresh(None)).unwrap();
+        let absent = opened.absent.clone();
+        (absent, opened.into_files().unwrap())
+    };
     let source = source(Cluster { share: false, ..everything() }, &runtime);
-    assert_eq!(source.content(&optional_request()), Ok(Payload::new()), "the share does not exist");
-    let told = source.change_log().take().absences;
-    assert_eq!(told.len(), 1, "{told:?}");
-    assert_eq!(told[0].absent, ["SharedSecret \"db\" not found"]);
-    assert_eq!((told[0].pod.name.as_str(), told[0].volume_name.as_str()), ("web", "shared"));
-    assert_eq!(source.content(&optional_request()), Ok(Payload::new()));
-    assert!(source.change_log().take().absences.is_empty(), "told once while it lasts");
+    assert_eq!(lacking(&source), (vec!["SharedSecret \"db\" not found".to_string()], Payload::new()));
+    // Said at every answer: when it begins is the volume layer's to tell (it keeps what each
+    // volume lacked), so the source keeps nothing of the volume and tells no pod itself.
+    assert_eq!(lacking(&source).0.len(), 1);
 
     let source = self::source(Cluster { secret: false, ..everything() }, &runtime);
-    assert_eq!(source.content(&optional_request()), Ok(Payload::new()), "the Secret does not exist");
-    let told = source.change_log().take().absences;
-    assert_eq!(told[0].absent, ["Secret infra/db-creds, shared by SharedSecret \"db\", not found"]);
-    // Unpublished: forgotten, so a new publish under the same id is told again.
-    source.gone(Gone::Volume("csi-1"));
-    source.content(&optional_request()).unwrap();
-    assert_eq!(source.change_log().take().absences.len(), 1);
+    let (absent, files) = lacking(&source);
+    assert_eq!(absent, ["Secret infra/db-creds, shared by SharedSecret \"db\", not found"]);
+    assert!(files.is_empty(), "the Secret does not exist");
 
     let whole = self::source(everything(), &runtime);
-    assert_eq!(whole.content(&optional_request()).unwrap().keys().collect::<Vec<_>>(), ["password"]);
-    assert!(whole.change_log().take().absences.is_empty(), "nothing lacking, nothing told");
+    let (absent, files) = lacking(&whole);
+    assert!(absent.is_empty(), "nothing lacking");
+    assert_eq!(files.keys().collect::<Vec<_>>(), ["password"]);
 }
 
 #[test]
@@ -226,7 +225,6 @@ fn optional_never_turns_a_denial_or_an_outage_into_an_empty_volume() {
             true => assert!(matches!(answer, Err(Error::Denied(_))), "{name}: {answer:?}"),
             false => assert!(matches!(answer, Err(Error::Unavailable(_))), "{name}: {answer:?}"),
         }
-        assert!(source.change_log().take().absences.is_empty(), "{name}: nothing told");
     }
     // `"false"` is the default's spelling: a missing share fails the volume.
     let mut not_optional = request("web");

@@ -819,6 +819,7 @@ impl ContentSource for LazySource {
             return Ok(crate::content::Opened {
                 shown: crate::content::Shown::Lazy(files),
                 versions: Default::default(),
+                absent: Vec::new(),
             });
         }
         self.content(ask).map(crate::content::Opened::files)
@@ -1053,6 +1054,7 @@ impl ContentSource for Versioned {
         Ok(crate::content::Opened {
             shown: crate::content::Shown::Files(self.content(ask)?),
             versions: self.object_versions(),
+            absent: Vec::new(),
         })
     }
 }
@@ -1070,6 +1072,49 @@ async fn the_providers_object_versions_are_recorded_as_a_refresh_changes_them() 
     assert_eq!(settled(node.service.refresh_all()), [("csi-1".to_string(), true)]);
     // What a restarted driver sends the provider back: the versions of the content it shows.
     assert_eq!(recorded(), [("db".to_string(), "v2".to_string())].into());
+}
+
+/// A source whose every volume lacks what `absent` says, noting what it tells in `changes`.
+#[derive(Default)]
+struct Lacking {
+    absent: std::sync::Mutex<Vec<String>>,
+    changes: Arc<crate::content::changes::Changes>,
+}
+
+impl ContentSource for Lacking {
+    fn ready(&self) -> bool {
+        true
+    }
+
+    fn open(&self, _: &VolumeAsk, _: crate::content::Opening) -> Result<crate::content::Opened> {
+        let absent = self.absent.lock().unwrap().clone();
+        Ok(crate::content::Opened { absent, ..crate::content::Opened::files(Default::default()) })
+    }
+
+    fn changes(&self) -> Option<Arc<crate::content::changes::Changes>> {
+        Some(self.changes.clone())
+    }
+}
+
+#[tokio::test]
+async fn a_pod_hears_of_what_its_volume_lacks_when_the_absence_begins_not_while_it_lasts() {
+    let fixture = fixture(settings(false));
+    let source = Arc::new(Lacking::default());
+    *source.absent.lock().unwrap() = vec!["Secret infra/db-creds not found".into()];
+    let node = node_over(&fixture, source.clone());
+    node.node_publish_volume(Request::new(request(&fixture, "csi-1", "unused"))).await.unwrap();
+    let told = || source.changes.take().absences.into_iter().map(|absence| absence.absent).collect::<Vec<_>>();
+    assert_eq!(told(), [["Secret infra/db-creds not found"]], "at publish");
+    settled(node.service.refresh_all());
+    assert!(told().is_empty(), "a refresh while it lasts");
+    source.absent.lock().unwrap().push("Secret infra/ca not found".into());
+    settled(node.service.refresh_all());
+    assert_eq!(told(), [["Secret infra/ca not found"]], "only what began");
+    source.absent.lock().unwrap().clear();
+    settled(node.service.refresh_all());
+    *source.absent.lock().unwrap() = vec!["Secret infra/ca not found".into()];
+    settled(node.service.refresh_all());
+    assert_eq!(told(), [["Secret infra/ca not found"]], "whole again, then gone again: told again");
 }
 
 #[tokio::test]

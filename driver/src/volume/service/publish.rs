@@ -63,7 +63,7 @@ impl NodeService {
 
         // Files laid out in a tmpfs, or a lazy provider's files served through FUSE as they
         // are opened.
-        let Opened { shown, versions } = self.content.open(&request.ask, Opening::Publish)?;
+        let Opened { shown, versions, absent } = self.content.open(&request.ask, Opening::Publish)?;
         if let Shown::Files(payload) = &shown {
             // A hostile key is refused before anything is created or mounted.
             for key in payload.keys() {
@@ -94,6 +94,7 @@ impl NodeService {
                 let volume = PublishedVolume { record, target: target.clone() };
                 let (tokens, secrets) = (request.ask.tokens.clone(), request.ask.secrets.clone());
                 self.live.insert(volume, Some(tokens), Some(secrets), made.serving);
+                self.tell_lacking(&request.ask, absent);
                 self.count_volumes();
                 Ok(())
             }

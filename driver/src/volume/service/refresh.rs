@@ -9,6 +9,7 @@ use std::time::SystemTime;
 use tracing::{info, warn};
 
 use crate::content::ask::VolumeAsk;
+use crate::content::changes::Absence;
 use crate::content::share_entries::ShareEntries;
 use crate::content::{Opened, Opening, PassId, Shown};
 use crate::metrics::RefreshResult;
@@ -157,7 +158,10 @@ impl NodeService {
         };
         let answer = self.content.open(&ask, Opening::Refresh(pass));
         match answer {
-            Ok(Opened { shown: Shown::Files(payload), versions }) => Ok(Fetched { payload, versions, withdrawn: None }),
+            Ok(Opened { shown: Shown::Files(payload), versions, absent }) => {
+                self.tell_lacking(&ask, absent);
+                Ok(Fetched { payload, versions, withdrawn: None })
+            }
             Ok(Opened { shown: Shown::Lazy(_), .. }) => Err(Error::Fault(format!(
                 "the content source opened volume {} for a refresh as lazy files",
                 quote(&record.volume_id)
@@ -168,6 +172,23 @@ impl NodeService {
                 withdrawn: Some(error),
             }),
             Err(error) => Err(error.into()),
+        }
+    }
+
+    /// Notes what `ask`'s volume lacks now of what it marks optional, and tells its pod (through
+    /// the source's changes, to the refresher, which paces the Events) of what it began to lack.
+    pub(super) fn tell_lacking(&self, ask: &VolumeAsk, absent: Vec<String>) {
+        let begun = self.live.note_lacking(&ask.volume_id, absent);
+        if begun.is_empty() {
+            return;
+        }
+        if let Some(changes) = self.content.changes() {
+            changes.absent(Absence {
+                pod: ask.pod.clone(),
+                volume_name: ask.volume_name.clone(),
+                attributes: ask.attributes.clone(),
+                absent: begun,
+            });
         }
     }
 
