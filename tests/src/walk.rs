@@ -1,6 +1,7 @@
-//! The one recursive walk of a directory the suites share: every file below it, in a stable
-//! order, so that a test reading "every page of docs/" or "every Rust file of a crate" reads
-//! the same files on every machine.
+//! The recursive walks of a directory the suites share, in a stable order: every file below it
+//! as it lies (so that a test reading "every page of docs/" or "every Rust file of a crate"
+//! reads the same files on every machine), and every file a container sees in a volume the
+//! driver wrote (its visible names are links into the current version, followed).
 
 use std::path::{Path, PathBuf};
 
@@ -20,6 +21,33 @@ pub fn files_under(dir: &Path) -> Vec<PathBuf> {
         }
     }
     found.sort();
+    found
+}
+
+/// The deepest a volume's visible tree is walked: deeper is a loop of links, not a volume.
+const VISIBLE_DEPTH: usize = 16;
+
+/// Every file a container would see below `target`, a volume laid out by the driver's atomic
+/// writer, as (path below `target`, its metadata through links), sorted by path: the writer's
+/// own `..`-named entries skipped, the visible names followed into the current version.
+pub fn visible_files_under(target: &Path) -> Vec<(String, std::fs::Metadata)> {
+    let mut found = Vec::new();
+    let mut next = vec![(target.to_path_buf(), 0)];
+    while let Some((at, depth)) = next.pop() {
+        for entry in std::fs::read_dir(&at).into_iter().flatten().flatten() {
+            if entry.file_name().to_string_lossy().starts_with("..") {
+                continue;
+            }
+            let path = entry.path();
+            let Ok(meta) = std::fs::metadata(&path) else { continue };
+            if meta.is_dir() && depth < VISIBLE_DEPTH {
+                next.push((path, depth + 1));
+            } else if meta.is_file() {
+                found.push((path.strip_prefix(target).unwrap_or(&path).to_string_lossy().into_owned(), meta));
+            }
+        }
+    }
+    found.sort_by(|a, b| a.0.cmp(&b.0));
     found
 }
 
@@ -54,5 +82,24 @@ mod tests {
         std::fs::write(dir.path().join("docs/driver/state.md"), "").unwrap();
         std::fs::write(dir.path().join("docs/index.md"), "").unwrap();
         assert_eq!(doc_pages(dir.path()), ["README.md", "docs/driver/state.md", "docs/index.md"]);
+    }
+
+    #[test]
+    fn a_volumes_visible_files_are_its_links_followed_and_the_writers_own_entries_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path();
+        // The atomic writer's layout: a version directory, `..data` naming it, visible links.
+        std::fs::create_dir_all(target.join("..2026_v1/sub")).unwrap();
+        std::fs::write(target.join("..2026_v1/a"), "one").unwrap();
+        std::fs::write(target.join("..2026_v1/sub/b"), "two").unwrap();
+        std::os::unix::fs::symlink("..2026_v1", target.join("..data")).unwrap();
+        std::os::unix::fs::symlink("..data/a", target.join("a")).unwrap();
+        std::os::unix::fs::symlink("..data/sub", target.join("sub")).unwrap();
+        // A loop of links is walked no deeper than the bound, and ends.
+        std::os::unix::fs::symlink(".", target.join("..2026_v1/sub/loop")).unwrap();
+        let names: Vec<String> = visible_files_under(target).into_iter().map(|(name, _)| name).collect();
+        assert_eq!(names[..2], ["a".to_string(), "sub/b".to_string()], "{names:?}");
+        assert!(names.iter().all(|name| !name.contains("..")), "{names:?}");
+        assert_eq!(names.len(), 2 + VISIBLE_DEPTH - 1, "the loop followed to the bound: {names:?}");
     }
 }

@@ -234,7 +234,8 @@ async fn workload_flood(tenant: &kube::Client) -> Result<Api<Deployment>, String
     let filler = "x".repeat(FAT_ENV_BYTES);
     for i in 0..FAT_WORKLOADS {
         let name = format!("fat-{i}");
-        let mut template = json!({"metadata": {"labels": {"app": name}}, "spec": workload::reader_pod(&name)["spec"]});
+        let mut template =
+            json!({"metadata": {"labels": {"app": name}}, "spec": workload::share_reader(&name)["spec"]});
         template["spec"]["containers"][0]["env"] = json!([{"name": "FILLER", "value": filler}]);
         let object = json!({
             "apiVersion": "apps/v1", "kind": "Deployment",
@@ -424,7 +425,7 @@ async fn refused_for_budget(admin: &kube::Client, namespace: &str) -> Result<Vec
 /// A new pod of the victim's namespace, made while the two attackers fill the node, mounts the
 /// share and shows `content`; deleted afterwards.
 async fn a_third_namespace_still_mounts(admin: &kube::Client, node: &Node, content: &str) -> Result<(), String> {
-    let pod: Pod = serde_json::from_value(workload::reader_pod(LATE_READER)).map_err(|e| e.to_string())?;
+    let pod: Pod = serde_json::from_value(workload::share_reader(LATE_READER)).map_err(|e| e.to_string())?;
     Api::<Pod>::namespaced(admin.clone(), workload::CONSUMER)
         .create(&PostParams::default(), &pod)
         .await

@@ -39,7 +39,7 @@ use sharedresource_csi_driver::controllers::startup_taint::STARTUP_TAINT_KEY;
 
 use kubectl::Kubectl;
 use overlay::Overlay;
-use workload::{CONSUMER, DRIVER, reader_pod, wait_for_content};
+use workload::{CONSUMER, DRIVER, share_reader, wait_for_content};
 
 type Outcome = Result<(), String>;
 
@@ -526,7 +526,7 @@ impl Installation {
         workload::grant_provider(&self.admin, "e2e").await?;
         let pods = Api::<Pod>::namespaced(self.admin.clone(), CONSUMER);
         let name = "store-reader";
-        let pod: Pod = serde_json::from_value(workload::provider_reader_pod(name)).map_err(|e| e.to_string())?;
+        let pod: Pod = serde_json::from_value(workload::provider_reader(name)).map_err(|e| e.to_string())?;
         let created = pods.create(&Default::default(), &pod).await.map_err(|e| format!("creating {name}: {e}"))?;
         let uid = created.metadata.uid.unwrap_or_default();
         wait_for_content(&self.node, name, workload::PROVIDER_OBJECT, 0)
@@ -717,7 +717,7 @@ impl Installation {
     /// Creates a reader pod; it must come back patched read-only (the mutating webhook, called
     /// through its Service). Returns its uid.
     async fn create_reader(&self, name: &str) -> Result<String, String> {
-        self.create_patched(reader_pod(name)).await
+        self.create_patched(share_reader(name)).await
     }
 
     /// Creates `pod` (one CSI volume, no `readOnly`) in the consumer's namespace; it must come
@@ -804,7 +804,7 @@ impl Installation {
         let file = self.dir.join("privileged-driver.json");
         std::fs::write(&file, object.to_string()).map_err(|e| e.to_string())?;
         self.kubectl.run(&["apply", "-f", &path(&file)]).await?;
-        let mut pod = reader_pod("refused");
+        let mut pod = share_reader("refused");
         pod["spec"]["serviceAccountName"] = json!("default");
         pod["spec"]["volumes"][0]["csi"]["driver"] = json!(driver);
         let message = format!(
@@ -827,7 +827,7 @@ impl Installation {
 
     async fn probes(&self) -> Result<rollout::Probes, String> {
         let (namespace, pod, message) = self.denied_probe().await?;
-        let mut admitted = reader_pod("admitted");
+        let mut admitted = share_reader("admitted");
         admitted["metadata"]["name"] = json!("admitted");
         Ok(rollout::Probes { admitted: (CONSUMER.to_string(), admitted), denied: (namespace, pod, message) })
     }

@@ -15,7 +15,7 @@ use sharedresource_csi_driver::controllers::rollout::plan::{
     OBSERVED_ANNOTATION, RESTART_LABEL, RESTARTED_AT_ANNOTATION,
 };
 
-use crate::workload::{CONSUMER, apply, reader_pod, set_content, wait_for_content};
+use crate::workload::{CONSUMER, apply, set_content, share_reader, wait_for_content};
 
 /// The labelled Deployment, and its pods' `app` label.
 const NAME: &str = "restarted";
@@ -79,7 +79,7 @@ pub async fn restarted_once_when_its_share_changes(
     current: &str,
     next: &str,
 ) -> Result<(), String> {
-    let template = json!({"metadata": {"labels": {"app": NAME}}, "spec": reader_pod(NAME)["spec"]});
+    let template = json!({"metadata": {"labels": {"app": NAME}}, "spec": share_reader(NAME)["spec"]});
     apply(
         admin,
         json!({

@@ -19,7 +19,7 @@ use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 use sharedresource_csi_driver::controllers::startup_taint::STARTUP_TAINT_KEY;
 
-use crate::workload::{CONSUMER, DRIVER, apply, reader_pod};
+use crate::workload::{CONSUMER, DRIVER, apply, share_reader};
 
 /// The pod created before the driver.
 pub const EARLY: &str = "early";
@@ -36,7 +36,7 @@ pub async fn pod_held_off_by_the_taint(admin: &kube::Client) -> Result<String, S
         json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "reader", "namespace": CONSUMER}}),
     )
     .await?;
-    let mut pod = reader_pod(EARLY);
+    let mut pod = share_reader(EARLY);
     pod["spec"]["volumes"][0]["csi"]["readOnly"] = json!(true);
     let pod: Pod = serde_json::from_value(pod).map_err(|e| e.to_string())?;
     let pods = Api::<Pod>::namespaced(admin.clone(), CONSUMER);
@@ -76,7 +76,7 @@ pub const TOLERANT: &str = "tolerant";
 /// the scheduler places it on the tainted node, whose kubelet fails to mount its volume with no
 /// driver to ask; waits for kubelet's FailedMount Event saying so. Returns its uid.
 pub async fn pod_placed_before_the_driver(admin: &kube::Client) -> Result<String, String> {
-    let mut pod = reader_pod(TOLERANT);
+    let mut pod = share_reader(TOLERANT);
     pod["spec"]["volumes"][0]["csi"]["readOnly"] = json!(true);
     pod["spec"]["tolerations"] = json!([{"key": STARTUP_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}]);
     let pod: Pod = serde_json::from_value(pod).map_err(|e| e.to_string())?;

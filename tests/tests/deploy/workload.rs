@@ -145,7 +145,7 @@ pub async fn set_content(admin: &kube::Client, content: &str) -> Result<(), Stri
 
 /// A pod reading the share, as a namespace owner writes it: no node named (the scheduler places
 /// it), no `readOnly` (the mutating webhook adds it), restricted-compliant.
-pub fn reader_pod(name: &str) -> Value {
+pub fn share_reader(name: &str) -> Value {
     let csi = json!({"driver": DRIVER, "volumeAttributes": {"sharedSecret": SHARE}});
     inline_guard_tests::node::reader_pod(name, READER, csi, "/shared")
 }
@@ -206,8 +206,8 @@ pub async fn grant_provider(admin: &kube::Client, provider: &str) -> Result<(), 
     bind_reader(admin, &format!("reader-uses-{provider}"), &role).await
 }
 
-/// A pod reading the provider's object, written like [`reader_pod`]'s (no `readOnly`, no node).
-pub fn provider_reader_pod(name: &str) -> Value {
+/// A pod reading the provider's object, written like [`share_reader`]'s (no `readOnly`, no node).
+pub fn provider_reader(name: &str) -> Value {
     let objects = format!("array:\n  - |\n    objectName: {PROVIDER_OBJECT_NAME}\n");
     let csi = json!({"driver": DRIVER, "volumeAttributes": {"provider": "e2e", "objects": objects}});
     inline_guard_tests::node::reader_pod(name, PROVIDER_READER, csi, "/store")

@@ -104,7 +104,7 @@ const READ_ONLY_REFUSAL: &str = "can't create /shared/probe: Read-only file syst
 /// `read_only` is the csi volume's `readOnly` (absent when `None`). The container's mount
 /// (`volumeMounts`) does not ask for read-only; kubelet makes it read-only all the same when the
 /// csi volume's `readOnly` is true.
-fn reader_pod(node: &Node, name: &str, share: &str, read_only: Option<bool>) -> Value {
+fn share_reader_on(node: &Node, name: &str, share: &str, read_only: Option<bool>) -> Value {
     let mut csi = json!({"driver": SHARED_RESOURCE_DRIVER, "volumeAttributes": {"sharedSecret": share}});
     if let Some(read_only) = read_only {
         csi["readOnly"] = json!(read_only);
@@ -287,7 +287,7 @@ pub async fn container_reads_sees_updates_cannot_write_and_nothing_is_left(suite
     let namespace = "node-reader";
     create_namespace(&suite.admin, namespace, "none", &[]).await?;
     share(suite, namespace, "node-reader", "first version").await?;
-    let pod = create_pod(suite, namespace, &reader_pod(node, "reader", "node-reader", Some(true))).await?;
+    let pod = create_pod(suite, namespace, &share_reader_on(node, "reader", "node-reader", Some(true))).await?;
     let writes = first_content_and_refused_writes(node, namespace, "reader", "content: first version").await?;
     let (host, container) = host_and_container_mount_options(node, &uid(&pod), &writes.1)?;
     if read_only_mount(&host) || !read_only_mount(&container) {
@@ -352,7 +352,8 @@ pub async fn host_read_only_makes_the_drivers_own_mount_read_only(suite: &Suite)
     let namespace = "node-host-read-only";
     create_namespace(&suite.admin, namespace, "none", &[]).await?;
     share(suite, namespace, "node-host-read-only", "read-only on the host").await?;
-    let pod = create_pod(suite, namespace, &reader_pod(node, "host-ro", "node-host-read-only", Some(true))).await?;
+    let pod =
+        create_pod(suite, namespace, &share_reader_on(node, "host-ro", "node-host-read-only", Some(true))).await?;
     let (write, log) =
         first_content_and_refused_writes(node, namespace, "host-ro", "content: read-only on the host").await?;
     let (host, container) = host_and_container_mount_options(node, &uid(&pod), &log)?;
@@ -385,7 +386,7 @@ pub async fn pod_without_read_only_never_starts(suite: &Suite) -> Outcome {
     let namespace = "node-unguarded";
     create_namespace(&suite.admin, namespace, "none", &[]).await?;
     share(suite, namespace, "node-unguarded", "never served").await?;
-    create_pod(suite, namespace, &reader_pod(node, "writable", "node-unguarded", None)).await?;
+    create_pod(suite, namespace, &share_reader_on(node, "writable", "node-unguarded", None)).await?;
     let wanted = "this driver only publishes read-only volumes: set readOnly: true on the pod's csi volume";
     let message = wait_for_event(suite, namespace, "writable", wanted).await?;
     let pod =
@@ -411,7 +412,7 @@ pub async fn webhooks_refuse_one_pod_and_patch_another_that_runs(suite: &Suite) 
     let privileged_driver = "privileged.node.e2e.inlineguard.dev";
     create_csi_driver(&suite.admin, privileged_driver, Some("privileged")).await?;
     create_service_account(&suite.admin, restricted, "reader").await?;
-    let mut refused = reader_pod(node, "refused", "none", Some(true));
+    let mut refused = share_reader_on(node, "refused", "none", Some(true));
     refused["spec"]["volumes"][0]["csi"]["driver"] = json!(privileged_driver);
     let answer = create(&suite.admin, &pods_path(restricted), &refused, false).await?;
     let expected = denied_by(
@@ -425,7 +426,7 @@ pub async fn webhooks_refuse_one_pod_and_patch_another_that_runs(suite: &Suite) 
     let guarded = "node-guarded";
     create_namespace(&suite.admin, guarded, "shared", &[]).await?;
     share(suite, guarded, "node-guarded", "patched and served").await?;
-    let pod = create_pod(suite, guarded, &reader_pod(node, "patched", "node-guarded", None)).await?;
+    let pod = create_pod(suite, guarded, &share_reader_on(node, "patched", "node-guarded", None)).await?;
     let read_only =
         pod.spec.as_ref().and_then(|s| s.volumes.as_ref()).and_then(|v| v[0].csi.as_ref()).and_then(|c| c.read_only);
     if read_only != Some(true) {
@@ -452,7 +453,7 @@ pub async fn an_annotated_pod_gets_its_share_injected_and_reads_it(suite: &Suite
     let namespace = "node-injected";
     create_namespace(&suite.admin, namespace, "shared", &[]).await?;
     share(suite, namespace, "node-injected", "injected and read").await?;
-    let mut pod = reader_pod(node, "injected", "node-injected", Some(true));
+    let mut pod = share_reader_on(node, "injected", "node-injected", Some(true));
     pod["spec"].as_object_mut().map(|spec| spec.remove("volumes"));
     pod["spec"]["containers"][0].as_object_mut().map(|container| container.remove("volumeMounts"));
     pod["metadata"]["annotations"] =
@@ -489,7 +490,7 @@ pub async fn driver_killed_under_a_running_pod_which_still_reads_and_unpublishes
     let namespace = "node-restart";
     create_namespace(&suite.admin, namespace, "none", &[]).await?;
     share(suite, namespace, "node-restart", "survives the driver").await?;
-    let pod = create_pod(suite, namespace, &reader_pod(node, "steady", "node-restart", Some(true))).await?;
+    let pod = create_pod(suite, namespace, &share_reader_on(node, "steady", "node-restart", Some(true))).await?;
     wait_for_log(node, namespace, "steady", "the share's content", |l| l == "content: survives the driver").await?;
     node.kill_driver();
     let before = node.container_log(namespace, "steady", "reader").len();
@@ -555,7 +556,7 @@ pub async fn pod_without_access_waits_and_starts_once_granted(suite: &Suite) -> 
     create_namespace(&suite.admin, namespace, "none", &[]).await?;
     // The share exists, granted to no one.
     share_object(suite, "node-stranger-share", "granted late").await?;
-    create_pod(suite, namespace, &reader_pod(node, "stranger", "node-stranger-share", Some(true))).await?;
+    create_pod(suite, namespace, &share_reader_on(node, "stranger", "node-stranger-share", Some(true))).await?;
     let wanted = "service account node-stranger/reader may not use SharedSecret \"node-stranger-share\"";
     let message =
         wait_for_event(suite, namespace, "stranger", wanted).await.map_err(|e| format!("{e}\n{}", node.log_tails()))?;

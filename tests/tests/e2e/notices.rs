@@ -142,7 +142,7 @@ pub async fn a_node_that_hears_no_notices_still_sees_a_revocation(suite: &Suite)
         create_use_grant(suite, CONSUMER, "sharedsecrets", share).await?;
     }
     create_use_grant(suite, LATE, "sharedsecrets", SHARE).await?;
-    let pod_of = crate::shares::reader_pod;
+    let pod_of = crate::shares::pod_mounting_share;
     let answer = create(admin, &pods_path(CONSUMER), &pod_of("reader", SHARE), false).await?;
     let pod: Pod = serde_json::from_value(answer.body).map_err(|e| e.to_string())?;
     let answer = create(admin, &pods_path(CONSUMER), &pod_of("retargeted", RETARGETED), false).await?;
@@ -353,9 +353,13 @@ pub async fn a_revocation_reaches_a_node_through_the_lease_before_its_status(sui
     create_object(suite, &format!("/api/v1/namespaces/{BROADCAST_OWNER}/secrets"), secret).await?;
     create_shared_secret(suite, BROADCAST_SHARE, BROADCAST_OWNER, "db").await?;
     create_use_grant(suite, BROADCAST_CONSUMER, "sharedsecrets", BROADCAST_SHARE).await?;
-    let answer =
-        create(admin, &pods_path(BROADCAST_CONSUMER), &crate::shares::reader_pod("reader", BROADCAST_SHARE), false)
-            .await?;
+    let answer = create(
+        admin,
+        &pods_path(BROADCAST_CONSUMER),
+        &crate::shares::pod_mounting_share("reader", BROADCAST_SHARE),
+        false,
+    )
+    .await?;
     let pod: Pod = serde_json::from_value(answer.body).map_err(|e| e.to_string())?;
     let question = format!("{BROADCAST_CONSUMER}/reader/sharedsecrets/{BROADCAST_SHARE}");
 

@@ -41,29 +41,16 @@ const VALUE_BYTES: usize = 100 * 1024;
 /// A file of the volume: path below the target, content, permission bits.
 type File = (String, String, u32);
 
-/// Every file a container would see below `target` (the writer's `..` entries skipped; the
-/// visible names are symlinks into the current version, followed).
+/// Every file a container would see below `target` (`walk::visible_files_under`), with its
+/// content and permission bits.
 fn tree(target: &Path) -> Vec<File> {
-    fn walk(root: &Path, dir: &Path, files: &mut Vec<File>) {
-        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-            if entry.file_name().to_string_lossy().starts_with("..") {
-                continue;
-            }
-            let path = entry.path();
-            let Ok(meta) = std::fs::metadata(&path) else { continue };
-            if meta.is_dir() {
-                walk(root, &path, files);
-            } else {
-                let name = path.strip_prefix(root).unwrap_or(&path).to_string_lossy().into_owned();
-                let content = std::fs::read_to_string(&path).unwrap_or_default();
-                files.push((name, content, meta.permissions().mode() & 0o777));
-            }
-        }
-    }
-    let mut files = Vec::new();
-    walk(target, target, &mut files);
-    files.sort();
-    files
+    inline_guard_tests::walk::visible_files_under(target)
+        .into_iter()
+        .map(|(name, meta)| {
+            let content = std::fs::read_to_string(target.join(&name)).unwrap_or_default();
+            (name, content, meta.permissions().mode() & 0o777)
+        })
+        .collect()
 }
 
 /// None of `tokens` is in the driver's records in `state`, checked while volume `volume_id` is

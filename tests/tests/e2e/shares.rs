@@ -95,7 +95,7 @@ fn share(name: &str) -> Value {
 }
 
 /// A pod of account `reader` named `name`, with a volume `db` of SharedSecret `share`.
-pub fn reader_pod(name: &str, share: &str) -> Value {
+pub fn pod_mounting_share(name: &str, share: &str) -> Value {
     json!({
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
         "spec": {
@@ -670,9 +670,9 @@ pub async fn access_updates_revocation_and_deletion_reach_the_files(suite: &Suit
         .await?;
     let mut stored = Vec::new();
     for (namespace, pod) in [
-        ("shares-consumer", reader_pod("reader", "db")),
-        ("shares-stranger", reader_pod("reader", "db")),
-        ("shares-consumer", reader_pod("lost", "nope")),
+        ("shares-consumer", pod_mounting_share("reader", "db")),
+        ("shares-stranger", pod_mounting_share("reader", "db")),
+        ("shares-consumer", pod_mounting_share("lost", "nope")),
     ] {
         let answer = create(admin, &pods_path(namespace), &pod, false).await?;
         if answer.status != 201 {
@@ -915,7 +915,7 @@ pub async fn driver_killed_and_restarted_keeps_and_refreshes_the_volume(suite: &
         "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": "restart-consumer"}]
     }))
     .await?;
-    let mut pod = reader_pod("reader", "unused");
+    let mut pod = pod_mounting_share("reader", "unused");
     pod["spec"]["volumes"][0]["csi"]["volumeAttributes"] = json!({"sharedConfigMap": "settings"});
     let answer = create(admin, &pods_path("restart-consumer"), &pod, false).await?;
     if answer.status != 201 {

@@ -1,15 +1,27 @@
 //! One volume's record of what its refreshes did, kept in its entry of the live table and
 //! written in one place (`NodeService::note_refresh`), once per refresh: since when its content
 //! is current, since when its refreshes fail and why, and what its share's status is to say of
-//! it. The refresh wing's reporters read it (`volume::refresh`: the per-share gauges, the
-//! shares' per-node entries), and a republish (a failure is told to kubelet); it goes when the
-//! volume does, with its entry. Pure: the
-//! clock is passed in.
+//! it; beside them, when its pod was last told of them (the refresher's Events). The refresh
+//! wing's reporters read it (`volume::refresh`: the pod's Events, the per-share gauges, the
+//! shares' per-node entries), and so does a republish (a failure is told to kubelet); it goes
+//! when the volume does, with its entry. Pure: the clock is passed in.
 
-use std::time::SystemTime;
+use std::time::{Instant, SystemTime};
 
 /// The longest reason kept: the words of a share's per-node entry and of an Event quote it.
 pub const MAX_WHY_BYTES: usize = 512;
+
+/// When a volume's pod was last told of its refreshes (`volume::refresh::pod_events` paces
+/// the Events by it).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EventPace {
+    /// When a new version was last told.
+    pub updated: Option<Instant>,
+    /// Versions not told since.
+    pub untold: u32,
+    /// When the failure going on was last told (`None`: none going on, or not told yet).
+    pub failing: Option<Instant>,
+}
 
 /// A volume's refreshes failing.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,12 +87,14 @@ pub struct RefreshRecord {
     pub failing: Option<Failing>,
     /// What its share's status is to say of it.
     pub share: ShareSaid,
+    /// When its pod was last told of its refreshes.
+    pub told: EventPace,
 }
 
 impl RefreshRecord {
     /// A volume this process begins to serve at `now` (published, or found at its start): current.
     pub fn new(now: SystemTime) -> RefreshRecord {
-        RefreshRecord { current_since: now, failing: None, share: ShareSaid::NotYet }
+        RefreshRecord { current_since: now, failing: None, share: ShareSaid::NotYet, told: EventPace::default() }
     }
 
     /// Whether its content is not current (its last refresh failed).
@@ -140,7 +154,9 @@ mod tests {
         assert_eq!(record.current_since, at(10), "not current since the publish");
         assert!(record.stale());
         record.note(Outcome::Current, at(40));
-        assert_eq!(record, RefreshRecord { current_since: at(40), failing: None, share: ShareSaid::Current });
+        let current =
+            RefreshRecord { current_since: at(40), failing: None, share: ShareSaid::Current, ..record.clone() };
+        assert_eq!(record, current);
     }
 
     #[test]

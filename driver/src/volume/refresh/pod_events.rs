@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use sharedresource_api::quote::quote;
 
 use crate::apiserver::rate::TokenBucket;
+use crate::volume::live::record::EventPace;
 use sharedresource_api::share_kind::{SHARED_CONFIG_MAP_ATTRIBUTE, SHARED_SECRET_ATTRIBUTE};
 use sharedresource_api::volume_attributes::{PROJECTION_ATTRIBUTE, PROVIDER_ATTRIBUTE};
 
@@ -95,35 +96,24 @@ pub struct VolumeOfPod {
     pub mounts: String,
 }
 
-/// When each volume was last told of, so each is told at most so often, and each namespace's
-/// bucket of Events.
+/// Each namespace's bucket of Events. When each volume was last told of (so each is told at
+/// most so often) is kept in its refresh record ([`EventPace`]), with the volume.
 #[derive(Debug, Default)]
 pub struct EventPacing {
-    volumes: HashMap<String, Paced>,
     namespaces: HashMap<String, TokenBucket>,
 }
 
-#[derive(Debug, Default)]
-struct Paced {
-    /// When a new version was last told.
-    updated: Option<Instant>,
-    /// Versions not told since.
-    untold: u32,
-    /// When the failure going on was last told (`None`: none going on, or not told yet).
-    failing: Option<Instant>,
-}
-
 impl EventPacing {
-    /// The Event to create for `volume_id`'s refresh at `now`, if any.
+    /// The Event to create for a refresh at `now` of `of`, a volume told of as `paced` says
+    /// (updated), if any.
     pub fn event(
         &mut self,
-        volume_id: &str,
+        paced: &mut EventPace,
         of: &VolumeOfPod,
         refreshed: &Refreshed,
         now: Instant,
     ) -> Option<PodEvent> {
         self.forget_quiet(now);
-        let paced = self.volumes.entry(volume_id.to_string()).or_default();
         let (warning, reason, note) = match refreshed {
             Refreshed::Unchanged => {
                 paced.failing = None;
@@ -187,18 +177,9 @@ impl EventPacing {
         Some(PodEvent { pod: of.pod.clone(), warning: false, reason: "OptionalObjectMissing", note })
     }
 
-    /// Drops `volume_id` (unpublished).
-    pub fn forget(&mut self, volume_id: &str) {
-        self.volumes.remove(volume_id);
-    }
-
-    /// Drops the volumes told of so long ago that they would be told again at once anyway: the
-    /// map holds no more than the volumes active in the last few minutes.
+    /// Drops the namespaces whose bucket is full again: the map holds no more than the
+    /// namespaces told of in the last few seconds.
     fn forget_quiet(&mut self, now: Instant) {
-        let quiet =
-            |at: Option<Instant>| at.is_none_or(|at| now.saturating_duration_since(at) >= NOT_UPDATED_AT_MOST_EVERY);
-        // A volume with changes not told is kept until they are (or it is unpublished).
-        self.volumes.retain(|_, paced| paced.untold > 0 || !(quiet(paced.updated) && quiet(paced.failing)));
         // A full bucket is what a namespace never seen gets: nothing is lost by forgetting it.
         self.namespaces.retain(|_, bucket| !bucket.is_full(now));
     }
@@ -234,6 +215,35 @@ pub fn mounts(attributes: &std::collections::BTreeMap<String, String>) -> String
 mod tests {
     use super::*;
 
+    /// The pacing with each volume's pace by id, as the live table keeps them (one per entry).
+    #[derive(Default)]
+    struct Paced {
+        pacing: EventPacing,
+        volumes: HashMap<String, EventPace>,
+    }
+
+    impl Paced {
+        fn event(
+            &mut self,
+            volume_id: &str,
+            of: &VolumeOfPod,
+            refreshed: &Refreshed,
+            now: Instant,
+        ) -> Option<PodEvent> {
+            let paced = self.volumes.entry(volume_id.to_string()).or_default();
+            self.pacing.event(paced, of, refreshed, now)
+        }
+
+        fn absent(&mut self, of: &VolumeOfPod, absent: &[String], now: Instant) -> Option<PodEvent> {
+            self.pacing.absent(of, absent, now)
+        }
+
+        /// The volume is unpublished: its pace goes with its entry.
+        fn forget(&mut self, volume_id: &str) {
+            self.volumes.remove(volume_id);
+        }
+    }
+
     fn of() -> VolumeOfPod {
         VolumeOfPod {
             pod: PodRef { namespace: "team-a".into(), name: "web".into(), uid: "u-1".into() },
@@ -248,7 +258,7 @@ mod tests {
 
     #[test]
     fn an_absence_is_told_in_a_normal_event_within_the_namespaces_bucket() {
-        let mut pacing = EventPacing::default();
+        let mut pacing = Paced::default();
         let start = Instant::now();
         let absent = ["Secret infra/db, shared by SharedSecret \"db\", not found".to_string()];
         assert_eq!(
@@ -274,7 +284,7 @@ mod tests {
 
     #[test]
     fn a_change_is_told_then_at_most_every_ten_seconds_counting_what_was_not() {
-        let mut pacing = EventPacing::default();
+        let mut pacing = Paced::default();
         let start = Instant::now();
         let first = pacing.event("v", &of(), &Refreshed::Changed, start).unwrap();
         assert_eq!(
@@ -303,7 +313,7 @@ mod tests {
 
     #[test]
     fn a_failure_is_told_at_once_then_every_five_minutes_while_it_lasts_and_again_after_a_recovery() {
-        let mut pacing = EventPacing::default();
+        let mut pacing = Paced::default();
         let start = Instant::now();
         let warning = pacing.event("v", &of(), &failed("the content (70 KiB) does not fit"), start).unwrap();
         assert!(warning.warning);
@@ -323,7 +333,7 @@ mod tests {
 
     #[test]
     fn a_long_reason_is_cut_and_a_forgotten_volume_starts_afresh() {
-        let mut pacing = EventPacing::default();
+        let mut pacing = Paced::default();
         let start = Instant::now();
         let warning = pacing.event("v", &of(), &failed(&"y".repeat(10_000)), start).unwrap();
         assert!(warning.note.len() < 1024, "an Event's note holds 1 KiB: {}", warning.note.len());
@@ -337,15 +347,15 @@ mod tests {
     }
 
     #[test]
-    fn volumes_quiet_for_five_minutes_are_not_kept() {
-        let mut pacing = EventPacing::default();
+    fn namespaces_whose_bucket_filled_again_are_not_kept() {
+        let mut pacing = Paced::default();
         let start = Instant::now();
         for n in 0..100 {
             pacing.event(&format!("v{n}"), &of_namespace(&format!("n{n}")), &Refreshed::Changed, start);
         }
-        assert_eq!((pacing.volumes.len(), pacing.namespaces.len()), (100, 100));
+        assert_eq!(pacing.pacing.namespaces.len(), 100);
         pacing.event("last", &of(), &Refreshed::Changed, start + NOT_UPDATED_AT_MOST_EVERY);
-        assert_eq!((pacing.volumes.len(), pacing.namespaces.len()), (1, 1));
+        assert_eq!(pacing.pacing.namespaces.len(), 1, "only the namespace just told of");
     }
 
     fn of_namespace(namespace: &str) -> VolumeOfPod {
@@ -356,7 +366,7 @@ mod tests {
     /// burst and then one Event a second, while another namespace's volume is told every time.
     #[test]
     fn one_namespace_flooding_gets_its_bucket_and_another_is_told_on() {
-        let mut pacing = EventPacing::default();
+        let mut pacing = Paced::default();
         let start = Instant::now();
         let (mut flood, mut other) = (0, 0);
         for second in 0..60u64 {
@@ -377,7 +387,7 @@ mod tests {
     /// A failure the namespace's bucket had no room for is told at the volume's next refresh.
     #[test]
     fn a_failure_dropped_for_the_namespace_is_told_at_the_next_refresh() {
-        let mut pacing = EventPacing::default();
+        let mut pacing = Paced::default();
         let start = Instant::now();
         for n in 0..NAMESPACE_EVENT_BURST {
             assert!(pacing.event(&format!("v{n}"), &of(), &Refreshed::Changed, start).is_some());

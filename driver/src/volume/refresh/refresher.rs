@@ -241,18 +241,18 @@ impl Refresher {
     /// Tells `of`'s pod what a refresh of `volume_id` did, when the pacing lets it.
     fn tell(&self, volume_id: &str, of: &VolumeOfPod, result: &Option<crate::volume::error::Result<bool>>) {
         let refreshed = match result {
-            None => {
-                self.pacing.locked().forget(volume_id);
-                return;
-            }
+            // Unpublished meanwhile: its pace went with its entry.
+            None => return,
             // Another operation holds the volume: it is tried again shortly, nothing happened.
             Some(Err(Error::Busy(_))) => return,
             Some(Ok(true)) => Refreshed::Changed,
             Some(Ok(false)) => Refreshed::Unchanged,
             Some(Err(error)) => Refreshed::Failed { why: error.to_string() },
         };
-        let event = self.pacing.locked().event(volume_id, of, &refreshed, Instant::now());
-        if let Some(event) = event {
+        let now = Instant::now();
+        let event =
+            self.node.with_event_pace(volume_id, |paced| self.pacing.locked().event(paced, of, &refreshed, now));
+        if let Some(event) = event.flatten() {
             self.events.tell(event);
         }
     }

@@ -17,7 +17,7 @@ use crate::quote::{Logged, quote, quote_path};
 use crate::volume::atomic_writer::Payload;
 use crate::volume::error::{Error, Result};
 use crate::volume::live::record::Outcome;
-use crate::volume::live::record::RefreshRecord;
+use crate::volume::live::record::{EventPace, RefreshRecord};
 use crate::volume::published::PublishedVolume;
 use crate::volume::service::{NodeService, REFRESH_ATTRIBUTE};
 use crate::volume::store::VolumeRecord;
@@ -72,6 +72,12 @@ impl NodeService {
     /// refreshes did (the refresh wing's reporters read them).
     pub fn refreshes_where<T>(&self, pick: impl Fn(&VolumeRecord) -> Option<T>) -> Vec<(T, RefreshRecord)> {
         self.live.select_refreshes(pick)
+    }
+
+    /// What `tell` says, given when `volume_id`'s pod was last told of its refreshes (to
+    /// update); `None` when the volume is not served.
+    pub fn with_event_pace<T>(&self, volume_id: &str, tell: impl FnOnce(&mut EventPace) -> T) -> Option<T> {
+        self.live.with_mut(volume_id, |live| tell(&mut live.refreshes.told))
     }
 
     /// A new refresh pass, started at the content source.

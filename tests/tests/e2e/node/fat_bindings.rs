@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
 
-use super::{ONE_AT_A_TIME, create_pod, delete_and_wait, node, nothing_left, reader_pod, share, uid, wait_for_log};
+use super::{
+    ONE_AT_A_TIME, create_pod, delete_and_wait, node, nothing_left, share, share_reader_on, uid, wait_for_log,
+};
 use crate::support::{Outcome, Suite, create_namespace};
 
 /// The tenant's namespace (short: each subject names it).
@@ -110,7 +112,7 @@ pub async fn a_tenants_fat_bindings_cost_the_driver_nothing(suite: &Suite) -> Ou
         // Another namespace's pod mounts a share after the attack, sees its update and its revocation.
         create_namespace(admin, VICTIM, "none", &[]).await?;
         share(suite, VICTIM, "node-fat", "first").await?;
-        let pod = create_pod(suite, VICTIM, &reader_pod(node, "reader", "node-fat", Some(true))).await?;
+        let pod = create_pod(suite, VICTIM, &share_reader_on(node, "reader", "node-fat", Some(true))).await?;
         wait_for_log(node, VICTIM, "reader", "the share's content", |l| l == "content: first").await?;
         super::volume_present(node, &uid(&pod))?;
         let at = Instant::now();
