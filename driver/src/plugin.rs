@@ -193,6 +193,23 @@ impl Plugin {
         Ok(ClaimedNode { lock, csi_socket, registration_socket, taken })
     }
 
+    /// Serves kubelet's registration on `socket` (when this driver registers itself) until
+    /// `stopped` turns true.
+    async fn serve_registration(
+        &self,
+        socket: Option<socket::BoundSocket>,
+        stopped: watch::Receiver<bool>,
+    ) -> socket::Result<()> {
+        let Some(socket) = socket else {
+            return Ok(());
+        };
+        let routes = Routes::new(RegistrationServer::new(RegistrationService::new(
+            self.csi_socket.clone(),
+            self.registered.clone(),
+        )));
+        socket::serve(socket, routes, Clients::KubeletRegistration, until_stopped(stopped)).await
+    }
+
     /// Serves until `shutdown` completes, then removes its sockets. After `shutdown`, requests
     /// in flight get `shutdownTimeoutSeconds` to finish; then the servers are dropped with
     /// whatever connections are still open. A successor's handover (see `volume::lazy::handover`)
@@ -229,26 +246,8 @@ impl Plugin {
         // once a successor took the volumes; `stop` ends everything (the health port too).
         let (stop_node, node_stopped) = watch::channel(false);
         let (stop, stopped) = watch::channel(false);
-        let until_stopped = |mut stopped: watch::Receiver<bool>| async move {
-            let _ = stopped.wait_for(|stop| *stop).await;
-        };
         let csi = socket::serve(csi_socket, csi_routes, Clients::AsSent, until_stopped(node_stopped.clone()));
-        let registration = async {
-            let Some(registration_socket) = registration_socket else {
-                return Ok(());
-            };
-            let routes = Routes::new(RegistrationServer::new(RegistrationService::new(
-                self.csi_socket.clone(),
-                self.registered.clone(),
-            )));
-            socket::serve(
-                registration_socket,
-                routes,
-                Clients::KubeletRegistration,
-                until_stopped(node_stopped.clone()),
-            )
-            .await
-        };
+        let registration = self.serve_registration(registration_socket, node_stopped.clone());
         let refresher = crate::volume::refresh::run(
             node.clone(),
             self.content.clone(),
@@ -310,6 +309,11 @@ impl Plugin {
             }
         }
     }
+}
+
+/// Completes once `stopped` turns true.
+async fn until_stopped(mut stopped: watch::Receiver<bool>) {
+    let _ = stopped.wait_for(|stop| *stop).await;
 }
 
 /// The health port at `address`, and beside it the probe socket named by its port.
