@@ -14,7 +14,8 @@
   report.py merge PIECE OUTCOMES TREE SECONDS
                                 PIECE's committed outcomes with the survivors' new outcomes from a
                                 run of them alone on TREE (on stdout); the piece then names both
-                                trees and its time is the sum; fails unless every mutant of
+                                trees (one, when TREE is its own: the second stage of a whole
+                                run) and its time is the sum; fails unless every mutant of
                                 OUTCOMES was one `survivors` names
   report.py unchanged BASE PATH...
                                 exits 1, naming the file, unless each tracked file the paths name
@@ -189,7 +190,9 @@ def merge(piece, outcomes_path, tree, seconds):
             before["killed_by"] = mutant["killed_by"]
     if rerun["tests"]:
         data.setdefault("tests", {}).update(rerun["tests"])
-    data["tree"] = f"{data['tree']}; survivors on {tree}"
+    # The second stage of a whole run is on the piece's own tree: nothing to name twice.
+    if tree != data["tree"]:
+        data["tree"] = f"{data['tree']}; survivors on {tree}"
     data["seconds"] = int(data["seconds"]) + int(seconds)
     print(json.dumps(data, indent=1))
 
@@ -445,7 +448,8 @@ def report():
            "(one file per piece, every mutant with its outcome); do not edit by hand. The scope is "
            "`tests/mutation/scope.tsv`. `python3 tests/mutation/report.py check` says what falls short.\n",
            "- Each mutant is tested by the tests of the crate that holds its file (unit tests and that "
-           "crate's integration tests); the end-to-end suite in `tests/` is not counted.",
+           "crate's integration tests; a whole run tries the unit tests first, and all of them on what "
+           "those miss); the end-to-end suite in `tests/` is not counted.",
            "- Score = (caught + timeouts) / (caught + timeouts + missed). Mutants listed in "
            "`equivalent.tsv` (they behave exactly like the original) and unviable ones (they do not "
            "compile) are not scored.",
