@@ -33,9 +33,10 @@ pub fn build_images_in(
 }
 
 /// The previous release's images for amd64, tagged with its tag: built once from its commit's
-/// source (`git archive` of this repository, its own `images/build`, its own target directory,
-/// removed afterwards) and kept in the peers' cache, keyed by the commit. Fails naming the
-/// commit when this clone lacks it (a shallow clone: `git fetch --unshallow`).
+/// source (`git archive` of this repository, its own `images/build` without link-time
+/// optimisation, its own target directory, removed afterwards) and kept in the peers' cache,
+/// keyed by the commit. Fails naming the commit when this clone lacks it (a shallow clone:
+/// `git fetch --unshallow`).
 pub fn previous_release_images() -> Result<PathBuf, String> {
     let (tag, commit) = PREVIOUS_RELEASE;
     let name = format!("release-{tag}-{}", &commit[..12]);
@@ -48,6 +49,7 @@ pub fn previous_release_images() -> Result<PathBuf, String> {
         .tempdir()
         .map_err(|e| format!("a directory for {tag}'s source: {e}"))?;
     extract_release(source.path(), &[])?;
+    without_link_time_optimisation(source.path())?;
     // Built in a directory this process owns beside the cache's entries: a run killed mid-build
     // leaves it to the next one's sweep (OwnedDir), never a half-built entry under the cache key.
     let cache = cached.parent().ok_or("the peers' cache has no directory")?;
@@ -56,6 +58,33 @@ pub fn previous_release_images() -> Result<PathBuf, String> {
     build_images_of(source.path(), &images, Some(tag), Some("amd64"), None)?;
     building.keep(&images, &cached).map_err(|e| format!("keeping {tag}'s images: {e}"))?;
     Ok(cached)
+}
+
+/// The line of the previous release's `images/build` that asks for one codegen unit and fat
+/// link-time optimisation, and what the suite builds it with instead: cargo's release defaults.
+const RELEASE_LTO: (&str, &str) = (
+    "export CARGO_PROFILE_RELEASE_LTO=fat CARGO_PROFILE_RELEASE_CODEGEN_UNITS=1\n",
+    "export CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16\n",
+);
+
+/// Rewrites the one line of `tree`'s `images/build` that asks for fat link-time optimisation
+/// (`RELEASE_LTO`). The programs are the release's code, compiled by the same compiler at the
+/// same optimisation level; link-time optimisation only makes them a sixth smaller, and on two
+/// cores it is most of a cold build's time (the upgrade's first run waits on it). Fails, naming
+/// the file, unless the line is there exactly once: another release's script is read, not
+/// guessed at.
+fn without_link_time_optimisation(tree: &Path) -> Result<(), String> {
+    let script = tree.join("images/build");
+    let text = std::fs::read_to_string(&script).map_err(|e| format!("{}: {e}", script.display()))?;
+    let (asked, instead) = RELEASE_LTO;
+    if text.matches(asked).count() != 1 {
+        return Err(format!(
+            "{}: expected the line `{}` once, to build the previous release without link-time optimisation",
+            script.display(),
+            asked.trim_end()
+        ));
+    }
+    std::fs::write(&script, text.replacen(asked, instead, 1)).map_err(|e| format!("{}: {e}", script.display()))
 }
 
 /// The previous release's own manifests: its `config/` extracted under `into` (`into/config/…`),
@@ -130,4 +159,25 @@ fn build_images_of(
         return Err(format!("images/build failed:\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr)));
     }
     Ok(stdout)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_previous_releases_build_is_rewritten_once_to_skip_link_time_optimisation() {
+        let tree = tempfile::tempdir().unwrap();
+        extract_release(tree.path(), &["images/build"]).unwrap();
+        let released = std::fs::read_to_string(tree.path().join("images/build")).unwrap();
+        without_link_time_optimisation(tree.path()).unwrap();
+        let built = std::fs::read_to_string(tree.path().join("images/build")).unwrap();
+        let (asked, instead) = RELEASE_LTO;
+        assert_ne!(built, released, "the release's script was not rewritten");
+        // The release's script but for that one line.
+        assert_eq!(built, released.replacen(asked, instead, 1));
+        // A script without the line (this one, now) is refused, naming the line.
+        let refused = without_link_time_optimisation(tree.path()).unwrap_err();
+        assert!(refused.contains("CARGO_PROFILE_RELEASE_LTO=fat"), "{refused}");
+    }
 }
