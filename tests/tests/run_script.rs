@@ -180,6 +180,17 @@ fn sessions_of(owner: u32) -> Vec<i32> {
         .collect()
 }
 
+/// The scratch directory of the run `owner` (`inline-guard-run.PID-START` in the temporary
+/// directory), if there is one.
+fn scratch_of(owner: u32) -> Option<PathBuf> {
+    let prefix = format!("inline-guard-run.{owner}-");
+    fs::read_dir(std::env::temp_dir())
+        .ok()?
+        .flatten()
+        .find(|entry| entry.file_name().to_string_lossy().starts_with(&prefix))
+        .map(|entry| entry.path())
+}
+
 fn group_alive(session: i32) -> bool {
     nix::sys::signal::killpg(nix::unistd::Pid::from_raw(session), None).is_ok()
 }
@@ -209,6 +220,9 @@ fn a_sigkilled_runs_cargo_command_and_background_build_are_stopped_by_the_next_r
         "tests/run recorded sessions {sessions:?}, {running:?} running: wanted the build's and cargo test's\n{}",
         output(dir.path())
     );
+    // Its scratch directory (its logs, the background build's output), named after it.
+    let scratch = scratch_of(run.id());
+    assert!(scratch.is_some(), "no scratch directory of the run {} under {}", run.id(), std::env::temp_dir().display());
     run.kill().expect("SIGKILL to tests/run");
     run.wait().expect("waiting for the killed run");
     std::thread::sleep(Duration::from_millis(200));
@@ -235,6 +249,7 @@ fn a_sigkilled_runs_cargo_command_and_background_build_are_stopped_by_the_next_r
         let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(*session), nix::sys::signal::Signal::SIGKILL);
     }
     assert_eq!(status.and_then(|s| s.code()), Some(0), "{}", output(next_dir.path()));
+    assert_eq!(scratch_of(run.id()), None, "the next run left the killed run's scratch directory");
     assert!(
         left.is_empty(),
         "the next run left the killed run's sessions {left:?} running:\n{}",

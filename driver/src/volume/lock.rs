@@ -113,6 +113,25 @@ mod tests {
     }
 
     #[test]
+    fn a_holder_that_wrote_no_pid_or_more_than_a_pid_is_named_unknown() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = StateLock::acquire(dir.path()).unwrap();
+        // What the holder wrote, as the next instance reads it: nothing yet (taken, not yet
+        // written), twenty bytes (shown), twenty-one (not a pid: not shown).
+        for (written, shown) in
+            [("", "unknown"), ("12345678901234567890", "12345678901234567890"), ("123456789012345678901", "unknown")]
+        {
+            std::fs::write(dir.path().join(LOCK_FILE), written).unwrap();
+            let message = StateLock::acquire(dir.path()).unwrap_err().to_string();
+            assert!(
+                message.starts_with(&format!("another sharedresource-csi-driver (pid {shown}) is running")),
+                "{written:?}: {message}"
+            );
+        }
+        drop(first);
+    }
+
+    #[test]
     fn a_holder_letting_go_is_waited_for_within_the_patience_and_not_beyond() {
         let dir = tempfile::tempdir().unwrap();
         let first = StateLock::acquire(dir.path()).unwrap();
