@@ -228,35 +228,35 @@ fn main() -> ExitCode {
 
     // The oldest minor, once the newest's control plane and node are gone (one node per machine);
     // a release's check (tests/release), which tests/run leaves out: said here, never silent.
-    if std::env::var_os(SKIP_OLDEST).is_some_and(|v| v == "1") {
+    let oldest_conclusion = if std::env::var_os(SKIP_OLDEST).is_some_and(|v| v == "1") {
         eprintln!(
             "e2e: NOT RUN: the oldest minor's scenarios (oldest::…): {SKIP_OLDEST}=1, as tests/run sets; \
              tests/release runs them"
         );
-        if let Err(leak) = inline_guard_tests::run_root::finish() {
-            eprintln!("e2e: FAILED: {leak}");
-            return ExitCode::FAILURE;
-        }
-        return conclusion.exit_code();
-    }
-    let oldest: Vec<(String, Scenario)> = scenarios()
-        .into_iter()
-        .filter(|(name, _)| ON_THE_OLDEST_MINOR.contains(name))
-        .chain(oldest_only_scenarios())
-        .map(|(name, scenario)| (format!("oldest::{name}"), scenario))
-        .collect();
-    let start_oldest = || {
-        let peers = inline_guard_tests::peers::peers()?;
-        Suite::start(peers.with_release(inline_guard_tests::peers::oldest_release()?))
+        None
+    } else {
+        let oldest: Vec<(String, Scenario)> = scenarios()
+            .into_iter()
+            .filter(|(name, _)| ON_THE_OLDEST_MINOR.contains(name))
+            .chain(oldest_only_scenarios())
+            .map(|(name, scenario)| (format!("oldest::{name}"), scenario))
+            .collect();
+        let start_oldest = || {
+            let peers = inline_guard_tests::peers::peers()?;
+            Suite::start(peers.with_release(inline_guard_tests::peers::oldest_release()?))
+        };
+        Some(libtest_mimic::run(&args, trials_on(&args, "oldest ", start_oldest, oldest)))
     };
-    let oldest_conclusion = libtest_mimic::run(&args, trials_on(&args, "oldest ", start_oldest, oldest));
 
     // A green run that leaves a mount or a process behind is not green.
     if let Err(leak) = inline_guard_tests::run_root::finish() {
         eprintln!("e2e: FAILED: {leak}");
         return ExitCode::FAILURE;
     }
-    if conclusion.has_failed() { conclusion.exit_code() } else { oldest_conclusion.exit_code() }
+    match oldest_conclusion {
+        Some(oldest) if !conclusion.has_failed() => oldest.exit_code(),
+        _ => conclusion.exit_code(),
+    }
 }
 
 /// A trial per scenario, on one control plane (started by `start` before the first, only when a
