@@ -166,6 +166,9 @@ fn a_finished_run_prints_each_steps_time_and_each_test_binarys() {
         "the binaries' times, longest first: {times}"
     );
     assert!(out.contains("tests: 4 passed, 0 failed"), "{out}");
+    // What cargo test printed is printed as it runs, not only kept in the run's log.
+    let before_times = out.split("==> times").next().unwrap_or_default();
+    assert!(before_times.contains("     Running tests/quick.rs (target/debug/deps/quick-0123)"), "{out}");
 }
 
 /// The sessions `tests/target/.tests-run-sessions` records for the run `owner`.
