@@ -130,11 +130,22 @@ impl WebhookServer {
         self.process.as_ref().map(|p| p.log_tail(lines)).unwrap_or_else(|| format!("{} is not running", self.name))
     }
 
-    /// `GET /metrics` from the health port.
-    pub fn metrics(&self) -> String {
-        http_get(self.health, "/metrics").unwrap_or_default()
+    /// `GET /metrics` from the health port: the whole body of a 200 answer, or why there is none.
+    /// Never an empty text for a scrape that failed: a count read from nothing would be a wrong
+    /// figure (or a counter seen going backwards), not a failed scrape.
+    pub fn metrics(&self) -> Result<String, String> {
+        let response = http_get_within(self.health, "/metrics", METRICS_READ_BOUND)
+            .map_err(|error| format!("{}: GET /metrics: {error}", self.name))?;
+        match response.split_once("\r\n\r\n") {
+            Some((head, body)) if head.split_whitespace().nth(1) == Some("200") => Ok(body.to_string()),
+            _ => Err(format!("{}: GET /metrics: not a 200 answer: {:.200}", self.name, response)),
+        }
     }
 }
+
+/// How long a metrics scrape may take: far above what the server needs on two busy cores (a
+/// scrape that timed out at 2 s once made a CI run count no requests at all).
+const METRICS_READ_BOUND: Duration = Duration::from_secs(30);
 
 /// The status code of a plain-HTTP GET on loopback, if one came back.
 fn http_status(port: u16, path: &str) -> Option<u16> {
@@ -142,13 +153,21 @@ fn http_status(port: u16, path: &str) -> Option<u16> {
     response.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// A readiness probe: a slow answer is no answer, and the caller asks again.
 fn http_get(port: u16, path: &str) -> Option<String> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").ok()?;
+    http_get_within(port, path, Duration::from_secs(2)).ok()
+}
+
+/// A plain-HTTP GET on loopback, the whole response (head and body); no read waits longer than
+/// `bound`.
+fn http_get_within(port: u16, path: &str, bound: Duration) -> Result<String, String> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).map_err(|e| format!("connect: {e}"))?;
+    stream.set_read_timeout(Some(bound)).map_err(|e| e.to_string())?;
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        .map_err(|e| format!("write: {e}"))?;
     let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    Some(response)
+    stream.read_to_string(&mut response).map_err(|e| format!("read (each read bound to {bound:?}): {e}"))?;
+    Ok(response)
 }
 
 /// What `csi-volume-admission webhooks --config CONFIG` prints, one JSON value per document.

@@ -131,7 +131,10 @@ struct Kubelet {
 
 impl Kubelet {
     fn new(root: &Path) -> Kubelet {
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        // A worker of its own, as kubelet's connections have: a current-thread runtime would
+        // leave each dropped connection open until the next call (the server would then wait
+        // out its shutdown grace for a client that is long gone, which kubelet never makes it do).
+        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
         Kubelet { runtime, socket: root.join("csi.sock") }
     }
 

@@ -17,14 +17,14 @@ use crate::support::{
 };
 
 /// Requests the server has answered on `path` (`/validate` or `/mutate`), summed over decisions.
-fn answered(server: &WebhookServer, path: &str) -> u64 {
+fn answered(server: &WebhookServer, path: &str) -> Result<u64, String> {
     let prefix = format!("csi_volume_admission_requests_total{{path=\"{path}\",");
-    server
-        .metrics()
+    Ok(server
+        .metrics()?
         .lines()
         .filter(|line| line.starts_with(&prefix))
         .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
+        .sum::<f64>() as u64)
 }
 
 /// Calls answered on /validate and /mutate while `work` runs.
@@ -32,9 +32,13 @@ async fn calls_during<F: std::future::Future<Output = Result<(), String>>>(
     server: &WebhookServer,
     work: F,
 ) -> Result<(u64, u64), String> {
-    let before = (answered(server, "/validate"), answered(server, "/mutate"));
+    let before = (answered(server, "/validate")?, answered(server, "/mutate")?);
     work.await?;
-    Ok((answered(server, "/validate") - before.0, answered(server, "/mutate") - before.1))
+    let after = (answered(server, "/validate")?, answered(server, "/mutate")?);
+    let since = |path: &str, before: u64, after: u64| {
+        after.checked_sub(before).ok_or_else(|| format!("{path}: the counter went back from {before} to {after}"))
+    };
+    Ok((since("/validate", before.0, after.0)?, since("/mutate", before.1, after.1)?))
 }
 
 /// A pod with one volume of `driver` whose `csi.readOnly` and mount `readOnly` are as given

@@ -116,15 +116,15 @@ fn burst_pod(index: usize) -> Value {
 }
 
 /// `share_lookups` of `question` on the suite's webhook, summed by how they were served.
-fn lookups(suite: &Suite, question: &str) -> BTreeMap<String, u64> {
+fn lookups(suite: &Suite, question: &str) -> Result<BTreeMap<String, u64>, String> {
     let prefix = format!("csi_volume_admission_share_lookups_total{{question=\"{question}\",served=\"");
     let mut counts = BTreeMap::new();
-    for line in suite.shared.metrics().lines().filter(|line| line.starts_with(&prefix)) {
+    for line in suite.shared.metrics()?.lines().filter(|line| line.starts_with(&prefix)) {
         let served = line[prefix.len()..].split('"').next().unwrap_or_default().to_string();
         let count = line.rsplit(' ').next().and_then(|n| n.parse::<f64>().ok()).unwrap_or_default() as u64;
         *counts.entry(served).or_default() += count;
     }
-    counts
+    Ok(counts)
 }
 
 /// The SubjectAccessReviews about `user` in the apiserver's audit log so far.
@@ -211,7 +211,7 @@ async fn access_is_checked_at_creation(suite: &Suite) -> Outcome {
         &denied_by(POD_WEBHOOK, message),
     )?;
 
-    let before = lookups(suite, "access");
+    let before = lookups(suite, "access")?;
     let burst_user = format!("system:serviceaccount:{NAMESPACE}:burst");
     let reviews_before = reviews_about(suite, &burst_user)?;
     let started = Instant::now();
@@ -222,10 +222,15 @@ async fn access_is_checked_at_creation(suite: &Suite) -> Outcome {
     for answer in answers {
         expect("a pod of the burst", &answer?, 201, "")?;
     }
-    let after = lookups(suite, "access");
-    let delta =
-        |served: &str| after.get(served).copied().unwrap_or_default() - before.get(served).copied().unwrap_or_default();
-    let (asked, held, joined) = (delta("asked"), delta("held"), delta("joined"));
+    let after = lookups(suite, "access")?;
+    let delta = |served: &str| {
+        let (before, after) =
+            (before.get(served).copied().unwrap_or_default(), after.get(served).copied().unwrap_or_default());
+        after
+            .checked_sub(before)
+            .ok_or_else(|| format!("lookups served {served:?}: the counter went back from {before} to {after}"))
+    };
+    let (asked, held, joined) = (delta("asked")?, delta("held")?, delta("joined")?);
     // Counted again where the webhook cannot count: the apiserver's audit log of the reviews it
     // was sent about the burst's account. Its ResponseComplete events are written once the
     // answer has gone out, so the last one may land just after the webhook counted its answer:
