@@ -3,8 +3,9 @@
 //! appears, as written, in a report a command makes (`benches/REPORT.md` from `benches/run`,
 //! `tests/mutation/REPORT.md` from `tests/mutation/run`, `tests/cold/REPORT.md` from
 //! `tests/cold/run`); a count of what a run saw (mutants, reads, watches, answers, ...) appears
-//! there by its number, as the reports' tables print counts. Targets and bounds (`< 10 ms`, `≤ 1.5×`) are not measurements; sizes
-//! in KiB, MiB and GiB are, by the docs' convention, configured limits, never measurements.
+//! there by its number on a line, or in a table, that counts the same thing. Targets and bounds
+//! (`< 10 ms`, `≤ 1.5×`) are not measurements; sizes in KiB, MiB and GiB are, by the docs'
+//! convention, configured limits, never measurements.
 //! A number that is neither measured nor a target (a configured interval, a kernel's constant)
 //! is listed in `docs/figures-not-measured.tsv` with why; a listed entry the docs no longer
 //! contain fails too, so the list cannot outlive what it excuses.
@@ -28,9 +29,10 @@ const UNITS: [&str; 16] = [
 
 /// The nouns a run counts what it saw in (`759 mutants`, `22004 watches`, `2 679 reads`, `900
 /// passed`): a number before one is a measured count. A report's tables hold counts without
-/// their noun (`105 / 2 / 22004`), so a count is found when its number stands alone in a report
-/// (not as part of a longer number); a count the docs configure or set up (`1000 volumes`,
-/// `200 nodes`) uses other nouns, or is excused in the list like any configured figure.
+/// their noun (`105 / 2 / 22004`) under a header that names it, so a count is found by its
+/// number standing alone (not part of a longer number) where the report names the noun
+/// ([`counted_in`]); a count the docs configure or set up (`1000 volumes`, `200 nodes`) uses
+/// other nouns, or is excused in the list like any configured figure.
 const COUNTS: [&str; 15] = [
     "mutants",
     "reads",
@@ -56,8 +58,8 @@ struct Figure {
     line: usize,
     /// Written after `<`, `≤`, `>` or `≥`: a target or a bound, not a measurement.
     bound: bool,
-    /// A count's number (a noun of `COUNTS` after it), by which a report is searched.
-    count: Option<String>,
+    /// A count's number and its noun (one of `COUNTS`), by which a report is searched.
+    count: Option<(String, String)>,
 }
 
 /// The figures in `text`: a number (digits, `5 000`-style groups, a decimal part, an optional
@@ -87,7 +89,10 @@ fn figures(text: &str) -> Vec<Figure> {
             if let Some(count) = unit {
                 let before: String = chars[..begin].iter().collect();
                 let bound = ["<", "≤", ">", "≥"].iter().any(|c| before.trim_end().ends_with(c));
-                let count = count.then(|| chars[begin..number_ends].iter().collect());
+                let count = count.then(|| {
+                    let noun = chars[number_ends..end].iter().collect::<String>().trim().to_string();
+                    (chars[begin..number_ends].iter().collect(), noun)
+                });
                 found.push(Figure { text: chars[begin..end].iter().collect(), line: index + 1, bound, count });
             }
             at = end.max(at + 1);
@@ -140,6 +145,39 @@ fn stands_alone(text: &str, number: &str) -> bool {
     })
 }
 
+/// Whether a report counts `number` of `noun`: the number stands alone on a line that names
+/// the noun, or in a table whose header names it (`| piece | caught | … |` above `| 19 |`). A
+/// number alone anywhere would let a small count pass by coincidence (`0 failed` found in
+/// `0.41 s`'s neighbour, `3 handovers` in a table of milliseconds).
+fn counted_in(reports: &str, number: &str, noun: &str) -> bool {
+    let named = |line: &str| line.to_lowercase().contains(&noun_stem(noun));
+    let lines: Vec<&str> = reports.lines().collect();
+    let mut header: Option<&str> = None;
+    for (index, line) in lines.iter().enumerate() {
+        let in_table = line.trim_start().starts_with('|');
+        if !in_table {
+            header = None;
+        } else if header.is_none() && lines.get(index + 1).is_some_and(|next| next.trim_start().starts_with("|-")) {
+            header = Some(line);
+        }
+        if stands_alone(line, number) && (named(line) || header.is_some_and(named)) {
+            return true;
+        }
+    }
+    false
+}
+
+/// What a report writes of `noun` wherever it counts it: `watch` of `watches`, `mutant` of
+/// `mutants`; a mutant that survived is one the reports call missed.
+fn noun_stem(noun: &str) -> String {
+    let noun = noun.to_lowercase();
+    match noun.as_str() {
+        "survived" => "missed".to_string(),
+        _ if noun.ends_with("ches") => noun.trim_end_matches("es").to_string(),
+        _ => noun.strip_suffix('s').unwrap_or(&noun).to_string(),
+    }
+}
+
 /// The documents whose figures must come from a report: the README and every page of docs/,
 /// its folders' pages included.
 fn documents() -> Vec<String> {
@@ -179,7 +217,7 @@ fn every_measured_figure_in_the_readme_and_docs_is_in_a_report_a_command_writes(
             seen += 1;
             let listed = excused.iter().any(|(d, f)| *d == document && *f == figure.text);
             let reported = match &figure.count {
-                Some(number) => stands_alone(&reports, number),
+                Some((number, noun)) => counted_in(&reports, number, noun),
                 None => reports.contains(&figure.text),
             };
             if !figure.bound && !listed && !reported {
@@ -255,7 +293,10 @@ fn the_scanner_finds_figures_as_the_docs_write_them() {
     assert!(found("3 steps, 5 mins, 2 secondary, v1 spec").is_empty());
     // Counts of what a run saw, each with the number a report is searched for.
     let counts = |text: &str| figures(text).into_iter().map(|f| (f.text, f.count)).collect::<Vec<_>>();
-    let count = |text: &str, number: &str| (text.to_string(), Some(number.to_string()));
+    let count = |text: &str, number: &str| {
+        let noun = text[number.len()..].trim().to_string();
+        (text.to_string(), Some((number.to_string(), noun)))
+    };
     assert_eq!(
         counts(
             "759 of 759 mutants, 2 679 reads, 22004 watches, 48 answers differ, 900 passed, 0 failed; 3 readers, 2 ms"
@@ -280,4 +321,24 @@ fn a_count_is_found_by_its_number_standing_alone() {
     assert!(!stands_alone(table, "2204"), "a part of a longer number");
     assert!(!stands_alone(table, "3"), "a whole part of a decimal");
     assert!(!stands_alone(table, "35"), "a part of a version");
+}
+
+#[test]
+fn a_count_is_found_only_where_the_report_counts_that_noun() {
+    let report = "\
+tests: 924 passed, 0 failed
+
+| area | volumes | watches / pods / reads | p50 |
+|---|---:|---|---:|
+| idle | 1000 | 105 / 2 / 22004 | 3 ms |
+
+took 7 s over 3 steps";
+    assert!(counted_in(report, "924", "passed"), "on a line naming the noun");
+    assert!(counted_in(report, "0", "failed"));
+    assert!(counted_in(report, "22004", "watches"), "in a table whose header names it");
+    assert!(counted_in(report, "2", "reads"));
+    assert!(!counted_in(report, "7", "handovers"), "a number of a line that counts something else");
+    assert!(!counted_in(report, "1000", "mutants"), "a table that counts other things");
+
+    assert!(counted_in("| piece | caught | missed |\n|---|---:|---:|\n| isolation | 19 | 1 |", "1", "survived"));
 }
