@@ -241,14 +241,29 @@ mod tests {
             let response = health.answer(&Request::get(path).body(()).unwrap());
             response.status()
         };
+        // Why it is not ready: each reason on its own, the others met.
+        let not_ready = || {
+            use http_body_util::BodyExt as _;
+            let response = health.answer(&Request::get("/readyz").body(()).unwrap());
+            assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+            let body = futures_util::FutureExt::now_or_never(response.into_body().collect()).unwrap().unwrap();
+            String::from_utf8(body.to_bytes().to_vec()).unwrap()
+        };
         assert_eq!(get("/healthz"), StatusCode::OK);
-        assert_eq!(get("/readyz"), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(not_ready(), "not ready: the CSI socket is not serving yet\n", "nothing is ready yet");
+        std::fs::create_dir(dir.path().join("shares")).unwrap();
+        assert_eq!(not_ready(), "not ready: the CSI socket is not serving yet\n", "the source is, the socket not");
+        std::fs::remove_dir(dir.path().join("shares")).unwrap();
         health.serving.store(true, Ordering::SeqCst);
-        assert_eq!(get("/readyz"), StatusCode::SERVICE_UNAVAILABLE, "the static directory does not exist yet");
+        assert_eq!(not_ready(), "not ready: the content source is not ready\n", "the static directory does not exist");
         std::fs::create_dir(dir.path().join("shares")).unwrap();
         assert_eq!(get("/readyz"), StatusCode::OK);
         health.handed_over.store(true, Ordering::SeqCst);
-        assert_eq!(get("/readyz"), StatusCode::SERVICE_UNAVAILABLE, "handed over: never ready again");
+        assert_eq!(
+            not_ready(),
+            "not ready: this driver handed its volumes to a successor and waits to be stopped\n",
+            "handed over: never ready again"
+        );
         assert_eq!(get("/healthz"), StatusCode::OK, "but alive, until it is stopped");
         assert_eq!(get("/metrics"), StatusCode::OK);
         assert_eq!(get("/nope"), StatusCode::NOT_FOUND);
