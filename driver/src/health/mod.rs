@@ -241,32 +241,46 @@ mod tests {
             let response = health.answer(&Request::get(path).body(()).unwrap());
             response.status()
         };
-        // Why it is not ready: each reason on its own, the others met.
-        let not_ready = || {
-            use http_body_util::BodyExt as _;
-            let response = health.answer(&Request::get("/readyz").body(()).unwrap());
-            assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
-            let body = futures_util::FutureExt::now_or_never(response.into_body().collect()).unwrap().unwrap();
-            String::from_utf8(body.to_bytes().to_vec()).unwrap()
-        };
         assert_eq!(get("/healthz"), StatusCode::OK);
-        assert_eq!(not_ready(), "not ready: the CSI socket is not serving yet\n", "nothing is ready yet");
-        std::fs::create_dir(dir.path().join("shares")).unwrap();
-        assert_eq!(not_ready(), "not ready: the CSI socket is not serving yet\n", "the source is, the socket not");
-        std::fs::remove_dir(dir.path().join("shares")).unwrap();
+        assert_eq!(get("/readyz"), StatusCode::SERVICE_UNAVAILABLE);
         health.serving.store(true, Ordering::SeqCst);
-        assert_eq!(not_ready(), "not ready: the content source is not ready\n", "the static directory does not exist");
+        assert_eq!(get("/readyz"), StatusCode::SERVICE_UNAVAILABLE, "the static directory does not exist yet");
         std::fs::create_dir(dir.path().join("shares")).unwrap();
         assert_eq!(get("/readyz"), StatusCode::OK);
         health.handed_over.store(true, Ordering::SeqCst);
-        assert_eq!(
-            not_ready(),
-            "not ready: this driver handed its volumes to a successor and waits to be stopped\n",
-            "handed over: never ready again"
-        );
+        assert_eq!(get("/readyz"), StatusCode::SERVICE_UNAVAILABLE, "handed over: never ready again");
         assert_eq!(get("/healthz"), StatusCode::OK, "but alive, until it is stopped");
         assert_eq!(get("/metrics"), StatusCode::OK);
         assert_eq!(get("/nope"), StatusCode::NOT_FOUND);
+    }
+
+    #[test]
+    fn each_reason_not_to_be_ready_is_told_on_its_own_the_others_met() {
+        let dir = tempfile::tempdir().unwrap();
+        let health = Health {
+            serving: AtomicBool::new(false),
+            handed_over: AtomicBool::new(false),
+            content: Arc::new(crate::content::StaticDirSource::new(dir.path().join("shares"))),
+            metrics: Arc::new(Metrics::new()),
+        };
+        let readyz = || {
+            use http_body_util::BodyExt as _;
+            let response = health.answer(&Request::get("/readyz").body(()).unwrap());
+            let status = response.status();
+            let body = futures_util::FutureExt::now_or_never(response.into_body().collect()).unwrap().unwrap();
+            (status, String::from_utf8(body.to_bytes().to_vec()).unwrap())
+        };
+        let not_ready = |why: &str| (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}\n"));
+        std::fs::create_dir(dir.path().join("shares")).unwrap();
+        assert_eq!(readyz(), not_ready("the CSI socket is not serving yet"), "the source is ready, the socket not");
+        std::fs::remove_dir(dir.path().join("shares")).unwrap();
+        health.serving.store(true, Ordering::SeqCst);
+        assert_eq!(readyz(), not_ready("the content source is not ready"), "the socket serves, the source is not");
+        std::fs::create_dir(dir.path().join("shares")).unwrap();
+        assert_eq!(readyz(), (StatusCode::OK, "ok\n".to_string()));
+        health.handed_over.store(true, Ordering::SeqCst);
+        let handed = "this driver handed its volumes to a successor and waits to be stopped";
+        assert_eq!(readyz(), not_ready(handed), "handed over, the rest ready");
     }
 
     /// A client of the health port: a connection from `source` (any loopback address).
