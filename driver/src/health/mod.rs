@@ -283,6 +283,24 @@ mod tests {
         assert_eq!(readyz(), not_ready(handed), "handed over, the rest ready");
     }
 
+    #[tokio::test]
+    async fn the_health_port_answers_its_probes_within_its_shipped_limits() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("shares")).unwrap();
+        let health = Arc::new(Health {
+            serving: AtomicBool::new(true),
+            handed_over: AtomicBool::new(false),
+            content: Arc::new(crate::content::StaticDirSource::new(dir.path().join("shares"))),
+            metrics: Arc::new(Metrics::new()),
+        });
+        let listener = bind(SocketAddr::from(([127, 0, 0, 1], 0))).await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(serve(listener, health, std::future::pending()));
+        // Bounded: a port that accepts and never answers fails here instead of hanging.
+        let answered = tokio::time::timeout(Duration::from_secs(60), probe("127.0.0.1", port)).await;
+        assert_eq!(answered.as_deref(), Ok("HTTP/1.1 200 OK"));
+    }
+
     /// A client of the health port: a connection from `source` (any loopback address).
     async fn connect_from(source: &str, port: u16) -> tokio::net::TcpStream {
         let socket = tokio::net::TcpSocket::new_v4().unwrap();
