@@ -220,4 +220,27 @@ mod tests {
             sent.locked().iter().map(|(n, at)| (*n, at.duration_since(started).as_millis())).collect();
         assert_eq!(offsets, [(0, 0), (1, 0), (2, 250), (3, 500)]);
     }
+
+    #[tokio::test]
+    async fn every_client_of_one_rate_holds_back_on_one_count_of_what_the_apiserver_accepted() {
+        use tower::{Layer, Service};
+        let answering = |status: u16| {
+            tower::service_fn(move |_: http::Request<()>| async move {
+                Ok::<_, tower::BoxError>(http::Response::builder().status(status).body(()).unwrap())
+            })
+        };
+        let rate = RateLayer::new(1000, 1000);
+        // One client of the rate meets an apiserver refusing everything, past the floor.
+        let mut refused = rate.overload().layer(answering(429));
+        for _ in 0..100 {
+            let _ = refused.call(http::Request::new(())).await;
+        }
+        // Another client of the same rate holds back too, before it has been refused once.
+        let mut other = rate.overload().layer(answering(200));
+        let mut held_back = 0;
+        for _ in 0..20 {
+            held_back += usize::from(other.call(http::Request::new(())).await.is_err());
+        }
+        assert!(held_back > 0, "a second client of the rate sent all 20 while the first was refused 100 times");
+    }
 }
