@@ -72,3 +72,45 @@ pub fn ask(port: u16, path: &str) -> std::io::Result<String> {
     }
     Ok(crate::quote::cut(status_line, 200).to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use super::*;
+    use crate::health::{Health, bind, bind_probe_socket, serve_probes};
+    use crate::metrics::Metrics;
+
+    /// What the probe command prints and exits with, asking for `path` of the driver on `port`.
+    async fn probed(port: u16, path: &str) -> String {
+        let args = ["probe", "--port", &port.to_string(), path].map(OsString::from);
+        let code = tokio::task::spawn_blocking(move || main(args)).await.unwrap();
+        format!("{code:?}")
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_probe_exits_zero_only_when_the_driver_answers_200() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("shares")).unwrap();
+        let health = Arc::new(Health {
+            serving: AtomicBool::new(false),
+            handed_over: AtomicBool::new(false),
+            content: Arc::new(crate::content::StaticDirSource::new(dir.path().join("shares"))),
+            metrics: Arc::new(Metrics::new()),
+        });
+        // A port number no other test's probe socket is named by: one held bound on loopback.
+        let held = bind(SocketAddr::from(([127, 0, 0, 1], 0))).await.unwrap();
+        let port = held.local_addr().unwrap().port();
+        tokio::spawn(serve_probes(bind_probe_socket(port).unwrap(), health.clone(), std::future::pending()));
+        let (success, failure) = (format!("{:?}", ExitCode::SUCCESS), format!("{:?}", ExitCode::from(1)));
+        assert_eq!(probed(port, "/healthz").await, success, "alive");
+        assert_eq!(probed(port, "/readyz").await, failure, "not serving yet: a 503");
+        health.serving.store(true, Ordering::SeqCst);
+        assert_eq!(probed(port, "/readyz").await, success, "ready");
+        // No health port is ever bound at port 0, so no probe socket is named by it.
+        assert_eq!(probed(0, "/readyz").await, failure, "no driver on that socket");
+        drop(held);
+    }
+}
