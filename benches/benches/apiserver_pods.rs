@@ -466,7 +466,7 @@ async fn call_times(admin: &kube::Client, server: &WebhookServer) -> Result<serd
         let mean = mean_of(&apiserver, "apiserver_admission_webhook_admission_duration_seconds", webhook);
         calls.insert(webhook.into(), json!({"apiserver_mean_ms": mean.map(|s| s * 1e3)}));
     }
-    let ours = server.metrics();
+    let ours = server.metrics()?;
     for path in ["/validate", "/mutate"] {
         let mean = mean_of(&ours, "csi_volume_admission_request_duration_seconds", path);
         calls.insert(path.into(), json!({"server_mean_ms": mean.map(|s| s * 1e3)}));
