@@ -8,3 +8,6 @@ pub mod client;
 pub mod overload;
 pub mod rate;
 pub mod request;
+
+#[cfg(test)]
+pub mod fake;

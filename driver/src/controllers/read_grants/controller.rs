@@ -203,3 +203,6 @@ where
     };
     ask(timeout, what, delete).await
 }
+
+#[cfg(test)]
+mod tests;

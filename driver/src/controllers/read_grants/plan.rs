@@ -316,6 +316,19 @@ mod tests {
     }
 
     #[test]
+    fn the_owner_reference_names_the_namespace_whole_as_the_garbage_collector_reads_it() {
+        // Without its apiVersion the apiserver refuses the grant (ownerReferences' apiVersion is
+        // required), so no grant would be made at all.
+        let reference = owner().reference();
+        assert_eq!(
+            (reference.api_version.as_str(), reference.kind.as_str(), reference.name.as_str(), reference.uid.as_str()),
+            ("v1", "Namespace", "inline-guard-driver", "7d3c-uid")
+        );
+        let role = role(&ns("infra"), &Readable::default(), Some(&owner()));
+        assert_eq!(role.metadata.owner_references, Some(vec![reference]));
+    }
+
+    #[test]
     fn the_driver_account_is_namespace_slash_name() {
         assert_eq!(driver().name.as_str(), "sharedresource-csi-driver");
         for bad in ["no-slash", "a/b/c", "/name", "ns/", "NS/name"] {
