@@ -75,7 +75,9 @@ pub async fn remove_when_registered(
         match step(&client, &node, timeout).await {
             Ok(Step::Done { node_uid }) => {
                 // Pods placed here before (tolerating the taint, or bound by name) hear of it.
-                ask_waiting_pods_told(&client, &node, &node_uid, timeout).await;
+                if let Err(failed) = ask_waiting_pods_told(&client, &node, &node_uid, timeout).await {
+                    warn!(error = %Logged(&failed.0), "the pods placed before the driver was registered are not told");
+                }
                 return;
             }
             Ok(Step::NotListed) => {}
@@ -88,8 +90,14 @@ pub async fn remove_when_registered(
 
 /// Writes the time of the registration into node `node`'s `SharedResourceNode` (server-side
 /// apply of that one field, the object owned by the Node of uid `node_uid`, as the node's view
-/// has it, so that it goes with its Node), tried [`REGISTRATION_WRITES`] times with backoff.
-async fn ask_waiting_pods_told(client: &kube::Client, node: &str, node_uid: &str, timeout: Duration) {
+/// has it, so that it goes with its Node), tried [`REGISTRATION_WRITES`] times with backoff; the
+/// last failure when every try failed.
+async fn ask_waiting_pods_told(
+    client: &kube::Client,
+    node: &str,
+    node_uid: &str,
+    timeout: Duration,
+) -> Result<(), RequestFailed> {
     let api = kube::Api::<SharedResourceNode>::all(client.clone());
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     let object = json!({
@@ -100,17 +108,17 @@ async fn ask_waiting_pods_told(client: &kube::Client, node: &str, node_uid: &str
     });
     let apply = PatchParams::apply(REGISTRATION_MANAGER).force();
     let mut wait = FIRST_WAIT;
-    for attempt in 1..=REGISTRATION_WRITES {
+    let mut attempt = 1;
+    loop {
         let what = || format!("writing the registration into SharedResourceNode {}", crate::quote::quote(node));
         match ask(timeout, what, api.patch(node, &apply, &Patch::Apply(&object))).await {
-            Ok(_) => return,
-            Err(failed) if attempt == REGISTRATION_WRITES => {
-                warn!(error = %Logged(&failed.0), "the pods placed before the driver was registered are not told");
-            }
+            Ok(_) => return Ok(()),
+            Err(failed) if attempt == REGISTRATION_WRITES => return Err(failed),
             Err(_) => {}
         }
         tokio::time::sleep(wait).await;
         wait = (wait * 2).min(LONGEST_WAIT);
+        attempt += 1;
     }
 }
 
@@ -152,7 +160,10 @@ async fn step(client: &kube::Client, node: &str, timeout: Duration) -> Result<St
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::apiserver::fake::FakeApiserver;
+    use hyper::Method;
     use k8s_openapi::api::storage::v1::{CSINodeDriver, CSINodeSpec};
+    use serde_json::Value;
 
     fn taint(key: &str, effect: &str) -> Taint {
         Taint { key: key.into(), effect: effect.into(), ..Default::default() }
@@ -189,6 +200,100 @@ mod tests {
         assert!(lists_the_driver(&with(&["ebs.csi.aws.com", DRIVER_NAME])));
         assert!(!lists_the_driver(&with(&["ebs.csi.aws.com"])));
         assert!(!lists_the_driver(&with(&[])));
+    }
+
+    const CSINODE: &str = "/apis/storage.k8s.io/v1/csinodes/node-a";
+    const NODE: &str = "/api/v1/nodes/node-a";
+    const NODE_VIEW: &str = "/apis/sharedresource.inlineguard.dev/v1alpha1/sharedresourcenodes/node-a";
+
+    fn put_csinode(apiserver: &FakeApiserver, drivers: &[&str]) {
+        let drivers: Vec<_> = drivers.iter().map(|name| json!({"name": name, "nodeID": "node-a"})).collect();
+        let object = json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSINode", "metadata": {"name": "node-a"},
+            "spec": {"drivers": drivers}});
+        apiserver.put(CSINODE, object);
+    }
+
+    fn put_node(apiserver: &FakeApiserver, taints: &[&str]) {
+        let taints: Vec<_> = taints.iter().map(|key| json!({"key": key, "effect": "NoSchedule"})).collect();
+        let object = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-a", "uid": "node-a-uid"},
+            "spec": {"taints": taints}});
+        apiserver.put(NODE, object);
+    }
+
+    fn taint_keys(apiserver: &FakeApiserver) -> Vec<Value> {
+        let node = apiserver.get(NODE).unwrap();
+        node["spec"]["taints"].as_array().unwrap().iter().map(|taint| taint["key"].clone()).collect()
+    }
+
+    /// When each request of `method` on `path` came, from `started`.
+    fn times(apiserver: &FakeApiserver, method: Method, path: &str, started: tokio::time::Instant) -> Vec<Duration> {
+        let seen = apiserver.seen().into_iter().filter(|seen| seen.method == method && seen.path == path);
+        seen.map(|seen| seen.at - started).collect()
+    }
+
+    fn millis(list: &[u64]) -> Vec<Duration> {
+        list.iter().map(|millis| Duration::from_millis(*millis)).collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_taint_goes_once_the_csinode_lists_the_driver_then_the_node_view_says_when() {
+        let apiserver = FakeApiserver::new();
+        put_csinode(&apiserver, &["ebs.csi.aws.com"]);
+        put_node(&apiserver, &["dedicated", STARTUP_TAINT_KEY]);
+        let (_sender, registered) = watch::channel(true);
+        let started = tokio::time::Instant::now();
+        let removing = tokio::spawn(remove_when_registered(apiserver.client(), "node-a".into(), registered, Duration::from_secs(5)));
+
+        // Not listed yet: the CSINode is read again after waits that double from 200 ms.
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(times(&apiserver, Method::GET, CSINODE, started), millis(&[0, 200, 600, 1400, 3000, 6200]));
+        assert_eq!(taint_keys(&apiserver), [json!("dedicated"), json!(STARTUP_TAINT_KEY)], "kept while not listed");
+        assert!(apiserver.writes().is_empty(), "nothing written before the CSINode lists the driver");
+
+        put_csinode(&apiserver, &["ebs.csi.aws.com", DRIVER_NAME]);
+        tokio::time::timeout(Duration::from_secs(120), removing).await.unwrap().unwrap();
+        assert_eq!(taint_keys(&apiserver), [json!("dedicated")], "only the startup taint goes");
+        let node_patch = apiserver.writes().into_iter().find(|seen| seen.path == NODE).unwrap();
+        assert!(node_patch.body["metadata"]["resourceVersion"].is_string(), "conditional: {}", node_patch.body);
+        let view = apiserver.get(NODE_VIEW).expect("the node's view is told of the registration");
+        assert!(view["spec"]["driverRegistered"].as_i64().is_some_and(|at| at > 0), "{view}");
+        assert_eq!(view["metadata"]["ownerReferences"][0]["uid"], json!("node-a-uid"), "goes with its Node");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_node_without_the_taint_is_left_as_it_is_and_its_view_still_told() {
+        let apiserver = FakeApiserver::new();
+        put_csinode(&apiserver, &[DRIVER_NAME]);
+        put_node(&apiserver, &["dedicated"]);
+        let (_sender, registered) = watch::channel(true);
+        let removing = remove_when_registered(apiserver.client(), "node-a".into(), registered, Duration::from_secs(5));
+        tokio::time::timeout(Duration::from_secs(120), removing).await.unwrap();
+        let writes: Vec<String> = apiserver.writes().into_iter().map(|seen| seen.path).collect();
+        assert_eq!(writes, [NODE_VIEW], "the Node is not written");
+        assert_eq!(taint_keys(&apiserver), [json!("dedicated")]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_registration_is_written_again_with_backoff_and_its_last_failure_returned() {
+        // Three failures, then written: four tries, 200 ms, 400 ms and 800 ms apart.
+        let apiserver = FakeApiserver::new();
+        apiserver.fail(Method::PATCH, NODE_VIEW, 500, 3);
+        let started = tokio::time::Instant::now();
+        let told = ask_waiting_pods_told(&apiserver.client(), "node-a", "node-a-uid", Duration::from_secs(5)).await;
+        assert!(told.is_ok(), "{told:?}");
+        assert_eq!(times(&apiserver, Method::PATCH, NODE_VIEW, started), millis(&[0, 200, 600, 1400]));
+        assert!(apiserver.get(NODE_VIEW).is_some());
+
+        // Never written: ten tries, the waits doubling up to 30 s, then the last failure.
+        let apiserver = FakeApiserver::new();
+        apiserver.fail(Method::PATCH, NODE_VIEW, 500, usize::MAX);
+        let (client, started) = (apiserver.client(), tokio::time::Instant::now());
+        let telling = ask_waiting_pods_told(&client, "node-a", "node-a-uid", Duration::from_secs(5));
+        let told = tokio::time::timeout(Duration::from_secs(600), telling).await.expect("it gives up");
+        assert!(told.is_err());
+        let tries = times(&apiserver, Method::PATCH, NODE_VIEW, started);
+        assert_eq!(tries, millis(&[0, 200, 600, 1400, 3000, 6200, 12600, 25400, 51000, 81000]));
+        assert_eq!(tokio::time::Instant::now() - started, Duration::from_secs(81), "no wait after the last try");
     }
 
     #[tokio::test]
