@@ -90,6 +90,13 @@ struct State {
     faults: Vec<Fault>,
     /// How a create of a resource (a review: SubjectAccessReview) is answered instead of stored.
     answers: BTreeMap<String, Arc<Answer>>,
+    /// The watches open now, by number: each one's path and query.
+    watches: BTreeMap<u64, String>,
+    watches_made: u64,
+    /// Bumped by [`FakeApiserver::expire_watches`]: a watch of an older one ends.
+    watch_epoch: u64,
+    /// A watch from a resource version below this is answered 410 Gone (the client lists again).
+    expired_below: u64,
 }
 
 /// The apiserver in memory; see the module's comment.
@@ -145,6 +152,26 @@ impl FakeApiserver {
     /// The requests so far other than reads (get, list, watch).
     pub fn writes(&self) -> Vec<Seen> {
         self.seen().into_iter().filter(|seen| seen.method != Method::GET).collect()
+    }
+
+    /// The watches open now (their client has not dropped them) whose path and query contain
+    /// `text`.
+    pub fn watching(&self, text: &str) -> usize {
+        self.lock().watches.values().filter(|watch| watch.contains(text)).count()
+    }
+
+    /// Ends every open watch, and answers a watch from any resource version so far 410 Gone, as
+    /// an apiserver whose watch cache moved on does: its clients list again. What changes before
+    /// they do is seen only in that list.
+    pub fn expire_watches(&self) {
+        let mut state = self.lock();
+        state.watch_epoch += 1;
+        // A version of its own, so that a list made after this is not itself expired.
+        state.version += 1;
+        state.expired_below = state.version;
+        let version = state.version;
+        drop(state);
+        self.newest.send_replace(version);
     }
 
     /// Answers the next `times` requests of `method` on a path containing `path` with `status`.
@@ -212,8 +239,17 @@ impl FakeApiserver {
                 };
                 if query.get("watch").map(String::as_str) == Some("true") {
                     let since = query.get("resourceVersion").and_then(|version| version.parse().ok()).unwrap_or(0);
+                    if since < state.expired_below {
+                        let gone = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                            "message": "too old resource version", "reason": "Expired", "code": 410});
+                        let line = json!({"type": "ERROR", "object": gone}).to_string() + "\n";
+                        return Response::new(Full::new(Bytes::from(line)).boxed_unsync());
+                    }
+                    state.watches_made += 1;
+                    let number = state.watches_made;
+                    state.watches.insert(number, format!("{path}?{}", parts.uri.query().unwrap_or_default()));
                     drop(state);
-                    return self.watch(collection, selector, since);
+                    return self.watch(collection, selector, since, number);
                 }
                 let items: Vec<Value> = state
                     .objects
@@ -307,17 +343,22 @@ impl FakeApiserver {
         Some(object)
     }
 
-    /// A watch of `collection` as `selector` selects, from the change after `since` on; it never
-    /// ends (the client drops it).
-    fn watch(self: Arc<Self>, collection: Collection, selector: Selector, since: u64) -> Response<Body> {
+    /// A watch of `collection` as `selector` selects, from the change after `since` on, open
+    /// (`number` in the open watches) until the client drops it.
+    fn watch(self: Arc<Self>, collection: Collection, selector: Selector, since: u64, number: u64) -> Response<Body> {
         let newest = self.newest.subscribe();
-        let events = futures_util::stream::unfold((self, newest, since), move |(apiserver, mut newest, mut since)| {
+        let epoch = self.lock().watch_epoch;
+        let open = OpenWatch { apiserver: self.clone(), number };
+        let events = futures_util::stream::unfold((open, newest, since), move |(open, mut newest, mut since)| {
             let collection = collection.clone();
             let selector = selector.clone();
             async move {
                 loop {
                     let lines: Vec<String> = {
-                        let state = apiserver.lock();
+                        let state = open.apiserver.lock();
+                        if state.watch_epoch != epoch {
+                            return None;
+                        }
                         let lines = state
                             .log
                             .iter()
@@ -332,7 +373,7 @@ impl FakeApiserver {
                     };
                     if !lines.is_empty() {
                         let frame = Ok::<_, Infallible>(Frame::data(Bytes::from(lines.concat())));
-                        return Some((frame, (apiserver, newest, since)));
+                        return Some((frame, (open, newest, since)));
                     }
                     if newest.changed().await.is_err() {
                         return None;
@@ -341,6 +382,18 @@ impl FakeApiserver {
             }
         });
         Response::new(StreamBody::new(events.boxed()).boxed_unsync())
+    }
+}
+
+/// A watch counted open until its stream is dropped.
+struct OpenWatch {
+    apiserver: Arc<FakeApiserver>,
+    number: u64,
+}
+
+impl Drop for OpenWatch {
+    fn drop(&mut self) {
+        self.apiserver.lock().watches.remove(&self.number);
     }
 }
 

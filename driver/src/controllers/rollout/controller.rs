@@ -99,8 +99,11 @@ pub async fn run(client: Client, settings: RolloutSettings) {
         follow_workloads::<StatefulSet>(&client, followed.clone(), settings.workloads_per_namespace),
         follow_workloads::<DaemonSet>(&client, followed.clone(), settings.workloads_per_namespace),
     ];
-    if secrets.wait_until_ready().await.is_err() || config_maps.wait_until_ready().await.is_err() {
-        return;
+    // Each wait fails only when its watch's task is gone (the runtime stopping), as in read_grants.
+    for ready in [secrets.wait_until_ready().await, config_maps.wait_until_ready().await] {
+        if ready.is_err() {
+            return;
+        }
     }
     for kind in listed {
         if kind.await.is_err() {
@@ -418,3 +421,6 @@ where
     };
     ask(timeout, what, patched).await
 }
+
+#[cfg(test)]
+mod tests;

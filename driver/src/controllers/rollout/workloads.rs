@@ -165,6 +165,8 @@ impl Workloads {
     /// Replaces every workload of `kind` with those of `listed` (a watch listed them again).
     pub fn replace_kind(&mut self, kind: WorkloadKind, listed: Workloads) {
         self.followed.retain(|key, _| key.kind != kind);
+        // A namespace said full while listing is not said full again at its next change.
+        self.told_full.extend(listed.told_full);
         for (key, summary) in listed.followed {
             // Cannot fail for a reason but a full namespace, which is logged where it was listed.
             let _ = self.put(key, Some(summary));
