@@ -214,8 +214,10 @@ impl FakeApiserver {
             query: parts.uri.query().unwrap_or_default().to_owned(),
             body: body.clone(),
         });
-        if let Some(fault) =
-            state.faults.iter_mut().find(|fault| fault.times > 0 && fault.method == parts.method && path.contains(&fault.path))
+        if let Some(fault) = state
+            .faults
+            .iter_mut()
+            .find(|fault| fault.times > 0 && fault.method == parts.method && path.contains(&fault.path))
         {
             fault.times -= 1;
             return status(fault.status, "a fault the test asked for");
@@ -258,7 +260,9 @@ impl FakeApiserver {
                     .map(|(_, object)| object.clone())
                     .collect();
                 let version = state.version.to_string();
-                ok(&json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": version}, "items": items}))
+                ok(
+                    &json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": version}, "items": items}),
+                )
             }
             (Method::POST, None) => {
                 if let Some(answer) = state.answers.get(&collection.1).cloned() {
@@ -364,7 +368,8 @@ impl FakeApiserver {
                             .iter()
                             .filter(|change| change.version > since)
                             .filter(|change| {
-                                in_collection(&change.place, &collection) && selector.matches(&change.place, &change.object)
+                                in_collection(&change.place, &collection)
+                                    && selector.matches(&change.place, &change.object)
                             })
                             .map(|change| json!({"type": change.kind, "object": change.object}).to_string() + "\n")
                             .collect();
@@ -445,7 +450,8 @@ impl Selector {
                 })
                 .collect()
         };
-        let selector = Selector { labels: pairs(query.get("labelSelector"))?, fields: pairs(query.get("fieldSelector"))? };
+        let selector =
+            Selector { labels: pairs(query.get("labelSelector"))?, fields: pairs(query.get("fieldSelector"))? };
         match selector.fields.iter().find(|(field, _)| field != "metadata.name" && field != "metadata.namespace") {
             Some((field, _)) => Err(format!("the fake apiserver does not select by {field}")),
             None => Ok(selector),
@@ -472,7 +478,8 @@ fn query_pairs(query: &str) -> BTreeMap<String, String> {
         let mut decoded = Vec::with_capacity(bytes.len());
         let mut at = 0;
         while at < bytes.len() {
-            let hex = bytes.get(at + 1..at + 3).and_then(|hex| u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok());
+            let hex =
+                bytes.get(at + 1..at + 3).and_then(|hex| u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok());
             match (bytes[at], hex) {
                 (b'%', Some(byte)) => {
                     decoded.push(byte);
@@ -543,6 +550,8 @@ fn status(code: u16, message: &str) -> Response<Body> {
 fn respond(code: StatusCode, body: &Value) -> Response<Body> {
     let mut response = Response::new(Full::new(Bytes::from(body.to_string())).boxed_unsync());
     *response.status_mut() = code;
-    response.headers_mut().insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("application/json"));
+    response
+        .headers_mut()
+        .insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("application/json"));
     response
 }

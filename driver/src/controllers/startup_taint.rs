@@ -242,7 +242,12 @@ mod tests {
         put_node(&apiserver, &["dedicated", STARTUP_TAINT_KEY]);
         let (_sender, registered) = watch::channel(true);
         let started = tokio::time::Instant::now();
-        let removing = tokio::spawn(remove_when_registered(apiserver.client(), "node-a".into(), registered, Duration::from_secs(5)));
+        let removing = tokio::spawn(remove_when_registered(
+            apiserver.client(),
+            "node-a".into(),
+            registered,
+            Duration::from_secs(5),
+        ));
 
         // Not listed yet: the CSINode is read again after waits that double from 200 ms.
         tokio::time::sleep(Duration::from_secs(10)).await;

@@ -8,7 +8,9 @@ use std::time::Duration;
 use hyper::Method;
 use serde_json::{Value, json};
 
-use super::super::plan::{DriverAccount, GRANT_NAME, GrantOwner, MANAGED_BY, MANAGED_BY_LABEL, Readable, binding, role};
+use super::super::plan::{
+    DriverAccount, GRANT_NAME, GrantOwner, MANAGED_BY, MANAGED_BY_LABEL, Readable, binding, role,
+};
 use super::run;
 use crate::apiserver::fake::{FakeApiserver, Seen};
 use sharedresource_api::object_name::{NamespaceName, ObjectName};
@@ -35,7 +37,8 @@ fn binding_path(namespace: &str) -> String {
 }
 
 fn put_driver_namespace(apiserver: &FakeApiserver, uid: &str) {
-    let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": DRIVER_NAMESPACE, "uid": uid}});
+    let namespace =
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": DRIVER_NAMESPACE, "uid": uid}});
     apiserver.put(&format!("/api/v1/namespaces/{DRIVER_NAMESPACE}"), namespace);
 }
 
@@ -80,7 +83,11 @@ async fn until(what: &str, mut done: impl FnMut() -> bool) {
 
 fn secret_names(role: &Value) -> Vec<Value> {
     let rules = role["rules"].as_array().cloned().unwrap_or_default();
-    rules.iter().filter(|rule| rule["resources"] == json!(["secrets"])).map(|rule| rule["resourceNames"].clone()).collect()
+    rules
+        .iter()
+        .filter(|rule| rule["resources"] == json!(["secrets"]))
+        .map(|rule| rule["resourceNames"].clone())
+        .collect()
 }
 
 fn owner_uids(object: &Value) -> Vec<Value> {

@@ -110,7 +110,8 @@ async fn a_workload_is_recorded_at_first_sight_then_restarted_once_per_change_of
     put_deployment(&apiserver, "quiet", "app-sa", false);
     let controller = start(&apiserver, 10);
 
-    until("web recorded", || observed(&apiserver, "web").is_some_and(|record| record.contains("SharedSecret/db="))).await;
+    until("web recorded", || observed(&apiserver, "web").is_some_and(|record| record.contains("SharedSecret/db=")))
+        .await;
     let first = observed(&apiserver, "web").unwrap();
     assert_eq!(restarted_at(&apiserver, "web"), None, "the first sight is recorded, not restarted");
     assert!(apiserver.get("/api/v1/namespaces/csi-driver/secrets/rollout-records-key").is_some(), "the key was made");
@@ -134,7 +135,10 @@ async fn a_workload_is_recorded_at_first_sight_then_restarted_once_per_change_of
     }
     assert_eq!(patches(&apiserver, "other"), Vec::<Value>::new(), "a workload told nothing of a share it may not use");
     assert!(observed(&apiserver, "other").is_none());
-    assert!(apiserver.seen().iter().all(|seen| seen.path != deployment_path("quiet")), "an unlabelled one is never asked of");
+    assert!(
+        apiserver.seen().iter().all(|seen| seen.path != deployment_path("quiet")),
+        "an unlabelled one is never asked of"
+    );
     let reviews = apiserver.writes().into_iter().filter(|seen| seen.path.ends_with("/subjectaccessreviews")).count();
     assert!(reviews >= 2, "web's and other's access were reviewed: {reviews}");
     controller.abort();
@@ -185,7 +189,8 @@ async fn a_share_deleted_and_made_again_with_other_content_restarts_its_workload
     put_secret(&apiserver, "one");
     put_deployment(&apiserver, "web", "app-sa", true);
     let controller = start(&apiserver, 10);
-    until("web recorded", || observed(&apiserver, "web").is_some_and(|record| record.contains("SharedSecret/db="))).await;
+    until("web recorded", || observed(&apiserver, "web").is_some_and(|record| record.contains("SharedSecret/db=")))
+        .await;
     apiserver.remove(SECRET);
     tokio::time::sleep(Duration::from_secs(10)).await;
     assert_eq!(restarted_at(&apiserver, "web"), None, "a Secret gone restarts nothing");
@@ -249,7 +254,8 @@ async fn an_object_gone_while_the_watch_was_away_is_forgotten_at_the_relist() {
     put_deployment(&apiserver, "late", "app-sa", true);
     tokio::time::sleep(Duration::from_secs(10)).await;
     put_secret(&apiserver, "two");
-    until("late recorded", || observed(&apiserver, "late").is_some_and(|record| record.contains("SharedSecret/db="))).await;
+    until("late recorded", || observed(&apiserver, "late").is_some_and(|record| record.contains("SharedSecret/db=")))
+        .await;
     tokio::time::sleep(Duration::from_secs(10)).await;
     assert_eq!(restarted_at(&apiserver, "late"), None, "it never saw the old content");
     controller.abort();
