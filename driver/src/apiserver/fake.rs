@@ -390,6 +390,18 @@ impl FakeApiserver {
     }
 }
 
+/// Waits until `done` holds, for at most ten minutes: in a test that pauses time, a bound on the
+/// steps taken, not on the machine's speed.
+pub async fn until(what: &str, mut done: impl FnMut() -> bool) {
+    for _ in 0..6000 {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("never happened: {what}");
+}
+
 /// A watch counted open until its stream is dropped.
 struct OpenWatch {
     apiserver: Arc<FakeApiserver>,

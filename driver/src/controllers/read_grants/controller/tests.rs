@@ -12,7 +12,7 @@ use super::super::plan::{
     DriverAccount, GRANT_NAME, GrantOwner, MANAGED_BY, MANAGED_BY_LABEL, Readable, binding, role,
 };
 use super::run;
-use crate::apiserver::fake::{FakeApiserver, Seen};
+use crate::apiserver::fake::{FakeApiserver, Seen, until};
 use sharedresource_api::object_name::{NamespaceName, ObjectName};
 
 const SHARES: &str = "/apis/sharedresource.inlineguard.dev/v1alpha1";
@@ -68,17 +68,6 @@ fn put_grants(apiserver: &FakeApiserver, namespace: &str, secrets: &[&str], owne
 
 fn start(apiserver: &Arc<FakeApiserver>) -> tokio::task::JoinHandle<()> {
     tokio::spawn(run(apiserver.client(), driver(), Duration::from_secs(10)))
-}
-
-/// Waits (in paused time) until `done` holds, for at most ten minutes of it.
-async fn until(what: &str, mut done: impl FnMut() -> bool) {
-    for _ in 0..6000 {
-        if done() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("never happened: {what}");
 }
 
 fn secret_names(role: &Value) -> Vec<Value> {

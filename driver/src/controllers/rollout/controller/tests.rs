@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use super::super::plan::{OBSERVED_ANNOTATION, RESTART_LABEL, RESTARTED_AT_ANNOTATION};
 use super::{RolloutSettings, run};
 use crate::DRIVER_NAME;
-use crate::apiserver::fake::FakeApiserver;
+use crate::apiserver::fake::{FakeApiserver, until};
 use sharedresource_api::NamespacedObject;
 
 const SHARES: &str = "/apis/sharedresource.inlineguard.dev/v1alpha1";
@@ -85,17 +85,6 @@ fn start(apiserver: &Arc<FakeApiserver>, per_namespace: usize) -> tokio::task::J
         key_secret: NamespacedObject::parse("csi-driver/rollout-records-key").unwrap(),
     };
     tokio::spawn(run(apiserver.client(), settings))
-}
-
-/// Waits (in paused time) until `done` holds, for at most ten minutes of it.
-async fn until(what: &str, mut done: impl FnMut() -> bool) {
-    for _ in 0..6000 {
-        if done() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("never happened: {what}");
 }
 
 #[tokio::test(start_paused = true)]
