@@ -330,4 +330,4 @@ pub mod offer;
 pub mod take;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

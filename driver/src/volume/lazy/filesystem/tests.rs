@@ -592,3 +592,31 @@ fn a_handed_over_volume_that_does_not_hold_together_is_taken_down_and_an_unrecor
     assert!(store.load_all().unwrap().0.is_empty(), "and its record");
     assert!(service.volume_ids_where(|_| true).is_empty(), "and the service forgot it");
 }
+
+#[test]
+fn a_failed_read_answers_the_errno_that_says_why() {
+    // What the reader's program sees: EACCES for withdrawn access, ENOENT for a file the helper
+    // does not have, ENOMEM for a volume full of what it holds, EIO for anything else.
+    let reason = || "why".to_string();
+    let cases = [
+        (ContentError::Denied(reason()), Errno::EACCES),
+        (ContentError::Missing(reason()), Errno::ENOENT),
+        (ContentError::TooLarge(reason()), Errno::ENOMEM),
+        (ContentError::Unavailable(reason()), Errno::EIO),
+        (ContentError::Internal(reason()), Errno::EIO),
+    ];
+    for (error, errno) in cases {
+        assert_eq!(errno_of(&error), errno, "{error:?}");
+    }
+}
+
+#[test]
+fn handed_content_says_its_size_in_debug_and_never_its_bytes() {
+    let content = HandedContent::of(7, b"hunter2-the-password");
+    let told = format!("{content:?}");
+    assert_eq!(told, "content 7 (28 base64 characters)");
+    let mut volume = crate::volume::lazy::handover::tests::mount();
+    volume.contents = vec![content];
+    let told = format!("{volume:?}");
+    assert!(!told.contains("aHVudGVy") && !told.contains("hunter2"), "{told}");
+}

@@ -12,7 +12,7 @@ fn volume(volume_id: &str) -> HandedVolume {
     HandedVolume { volume_id: volume_id.into(), mount: mount(), files: HandedFiles::example() }
 }
 
-fn mount() -> HandedLazyVolume {
+pub(crate) fn mount() -> HandedLazyVolume {
     HandedLazyVolume {
         negotiated: Negotiated { minor: 31 },
         mounted: (1_700_000_000, 5),
@@ -253,4 +253,45 @@ fn a_successor_keeps_no_more_sockets_than_a_driver_listens_on() {
     let error = take::ask(state.path(), &content, 1 << 20).map(drop).unwrap_err().to_string();
     assert_eq!(error, "the running driver sent more than 2 sockets");
     assert_eq!(predecessor.join().unwrap(), Word::Refused, "the predecessor is told, and serves on");
+}
+
+#[test]
+fn a_challenge_is_lowercase_hex_digits_and_nothing_else() {
+    // The challenge names a file in the state directory: anything but lowercase hex digits
+    // (a `/`, a `.`, an uppercase name another file could have) is refused before it is used.
+    let challenge = |digits: &str| {
+        let (sender, receiver) = UnixStream::pair().unwrap();
+        send_challenge(&sender, digits).unwrap();
+        receive_frame(&receiver, BOUND).map(|frame| match frame {
+            Frame::Prove(heard) => heard,
+            _ => panic!("not a challenge"),
+        })
+    };
+    let good = "0123456789abcdef0123456789abcdef";
+    assert_eq!(challenge(good).unwrap(), good);
+    for bad in
+        ["0123456789ABCDEF0123456789abcdef", "0123456789abcdefg123456789abcdef", "../../../../etc/passwd/aaaaaaaaa"]
+    {
+        assert_eq!(bad.len(), CHALLENGE_DIGITS);
+        let error = challenge(bad).unwrap_err().to_string();
+        assert_eq!(
+            error, "the handover of lazy volumes: receiving a challenge: it is not lowercase hex digits",
+            "{bad}"
+        );
+    }
+}
+
+#[test]
+fn a_socket_path_of_a_sockets_longest_length_is_sent() {
+    // 107 bytes, the longest path a unix socket binds to (sun_path's 108 with its NUL), is sent
+    // and received; one byte more is refused by both sides (above).
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().as_os_str().len() + 1;
+    let path = dir.path().join("s".repeat(SOCKET_PATH_MAX as usize - prefix));
+    assert_eq!(path.as_os_str().len() as u64, SOCKET_PATH_MAX);
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    let (sender, receiver) = UnixStream::pair().unwrap();
+    send_socket(&sender, &ListeningSocket { path: path.clone(), listener: listener.into() }).unwrap();
+    let Frame::Socket(received) = receive_frame(&receiver, BOUND).unwrap() else { panic!("not a socket's frame") };
+    assert_eq!(received.path, path);
 }
