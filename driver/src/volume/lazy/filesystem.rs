@@ -157,16 +157,7 @@ impl LazyMount {
         files: Arc<dyn LazyFiles>,
     ) -> Result<LazyMount> {
         let invalid = |why: String| Error::Handover(format!("the handed-over lazy volume {}: {why}", quote(volume_id)));
-        if handed.inodes.len() > MAX_INODES {
-            return Err(invalid(format!("{} inodes, more than {MAX_INODES}", handed.inodes.len())));
-        }
-        let mut inodes = Inodes::default();
-        for path in &handed.inodes {
-            if inodes.numbers.contains_key(path) {
-                return Err(invalid(format!("the path {} has two inodes", quote(path))));
-            }
-            inodes.number(path);
-        }
+        let inodes = Inodes::handed(&handed.inodes).map_err(invalid)?;
         let mut contents = std::collections::BTreeMap::new();
         for content in handed.contents {
             let (id, bytes) = content.bytes().map_err(invalid)?;
@@ -254,6 +245,26 @@ struct Inodes {
 }
 
 impl Inodes {
+    /// The inodes a predecessor handed over: `paths` are those of inodes 2, 3, ..., each once,
+    /// never the root's (`""`: it has no number to take, and every later path would be
+    /// numbered one less than the kernel holds it), at most [`MAX_INODES`].
+    fn handed(paths: &[String]) -> std::result::Result<Inodes, String> {
+        if paths.len() > MAX_INODES {
+            return Err(format!("{} inodes, more than {MAX_INODES}", paths.len()));
+        }
+        let mut inodes = Inodes::default();
+        for path in paths {
+            if path.is_empty() {
+                return Err("the root's path is among its inodes".into());
+            }
+            if inodes.numbers.contains_key(path) {
+                return Err(format!("the path {} has two inodes", quote(path)));
+            }
+            inodes.number(path);
+        }
+        Ok(inodes)
+    }
+
     fn path(&self, ino: u64) -> Option<&str> {
         if ino == ROOT {
             return Some("");
@@ -326,6 +337,17 @@ impl LazyFilesystem {
 fn fopen_flags(paged: bool) -> u32 {
     let mode = if paged { FOPEN_KEEP_CACHE } else { FOPEN_DIRECT_IO };
     mode | FOPEN_NOFLUSH
+}
+
+/// Adds the entries of `all` from `offset` on (each entry's offset the next one's index) until
+/// one does not fit: the kernel asks again from that one, so none is skipped, and a page holds
+/// as many as fit.
+fn fill(entries: &mut Entries, all: Vec<(u64, Kind, String)>, offset: u64) {
+    for (index, (number, kind, name)) in all.into_iter().enumerate().skip(offset as usize) {
+        if !entries.add(number, index as u64 + 1, kind, name.as_bytes()) {
+            break;
+        }
+    }
 }
 
 /// Opens `ino` with `content` as [`OpenFiles`] says, switching its paged content when asked:
@@ -481,11 +503,7 @@ impl Filesystem for LazyFilesystem {
             all.push((number, kind, name));
         }
         drop(inodes);
-        for (index, (number, kind, name)) in all.into_iter().enumerate().skip(offset as usize) {
-            if !entries.add(number, index as u64 + 1, kind, name.as_bytes()) {
-                break;
-            }
-        }
+        fill(&mut entries, all, offset);
         reply.entries(&entries);
     }
 }

@@ -620,3 +620,69 @@ fn handed_content_says_its_size_in_debug_and_never_its_bytes() {
     let told = format!("{volume:?}");
     assert!(!told.contains("aHVudGVy") && !told.contains("hunter2"), "{told}");
 }
+
+#[test]
+fn handed_inodes_keep_their_numbers_and_a_list_that_cannot_be_the_kernels_is_refused() {
+    let paths: Vec<String> = (0..MAX_INODES).map(|n| format!("secrets/file-{n}")).collect();
+    let inodes = Inodes::handed(&paths).expect("as many as a volume may number");
+    assert_eq!(inodes.path(2), Some("secrets/file-0"));
+    assert_eq!(inodes.path(MAX_INODES as u64 + 1), Some(format!("secrets/file-{}", MAX_INODES - 1).as_str()));
+    assert_eq!(inodes.path(1), Some(""), "the root");
+
+    let one_more: Vec<String> = (0..=MAX_INODES).map(|n| format!("f{n}")).collect();
+    assert_eq!(Inodes::handed(&one_more).err(), Some(format!("{} inodes, more than {MAX_INODES}", MAX_INODES + 1)));
+    let twice = ["a".to_string(), "b".into(), "a".into()];
+    assert_eq!(Inodes::handed(&twice).err(), Some("the path \"a\" has two inodes".into()));
+    let root = ["a".to_string(), String::new(), "b".into()];
+    assert_eq!(Inodes::handed(&root).err(), Some("the root's path is among its inodes".into()));
+}
+
+#[test]
+fn a_lazy_volumes_root_lists_its_entries_with_their_kinds() {
+    let served = Served::new("csi-lazy-listing", None);
+    let list = |dir: &Path| {
+        let mut entries: Vec<(String, bool)> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|entry| {
+                let entry = entry.unwrap();
+                (entry.file_name().to_string_lossy().into_owned(), entry.file_type().unwrap().is_dir())
+            })
+            .collect();
+        entries.sort();
+        entries
+    };
+    assert_eq!(list(&served.text), [("secrets".to_string(), true)]);
+    // The helper's directory is open: it lists nothing, and a name looked up in it is a file.
+    assert_eq!(list(&served.text.join("secrets")), []);
+    assert!(std::fs::metadata(served.file()).unwrap().is_file());
+    served.unmount();
+}
+
+#[test]
+fn a_listing_page_holds_what_fits_and_stops_at_the_first_entry_that_does_not() {
+    let entry = |ino: u64, name: &str| (ino, Kind::File, name.to_string());
+    let reply_of = |entries: &Entries| entries.reply(7);
+    let by_hand = |added: &[(u64, u64, &str)], size: u32| {
+        let mut entries = Entries::new(size);
+        for (ino, offset, name) in added {
+            assert!(entries.add(*ino, *offset, Kind::File, name.as_bytes()));
+        }
+        reply_of(&entries)
+    };
+    let all = || vec![entry(2, "a"), entry(3, "b"), entry(4, "c"), entry(5, "d"), entry(6, "e")];
+
+    // Room for all: every entry in one page.
+    let mut entries = Entries::new(4096);
+    fill(&mut entries, all(), 0);
+    assert_eq!(reply_of(&entries), by_hand(&[(2, 1, "a"), (3, 2, "b"), (4, 3, "c"), (5, 4, "d"), (6, 5, "e")], 4096));
+    // From an offset: the rest.
+    let mut entries = Entries::new(4096);
+    fill(&mut entries, all(), 3);
+    assert_eq!(reply_of(&entries), by_hand(&[(5, 4, "d"), (6, 5, "e")], 4096));
+    // Room for two short entries (32 bytes each): a long name that does not fit ends the page,
+    // and the short one after it waits for the next page rather than jumping it.
+    let long = "l".repeat(40);
+    let mut entries = Entries::new(64);
+    fill(&mut entries, vec![entry(2, "a"), entry(3, &long), entry(4, "c")], 0);
+    assert_eq!(reply_of(&entries), by_hand(&[(2, 1, "a")], 64));
+}
