@@ -134,10 +134,9 @@ impl LazyMount {
         let device = paused.duplicate().map_err(|error| Error::local("handing a lazy volume over", error))?;
         let filesystem = &self.filesystem;
         let (open_files, contents) = filesystem.open_files.locked().export();
-        let since = filesystem.mounted.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         let handed = HandedLazyVolume {
             negotiated: paused.negotiated,
-            mounted: (since.as_secs(), since.subsec_nanos()),
+            mounted: as_handed(filesystem.mounted),
             group: filesystem.group,
             inodes: filesystem.inodes.locked().paths.clone(),
             open_files,
@@ -164,7 +163,7 @@ impl LazyMount {
             contents.insert(id, files.adopt(id, bytes));
         }
         let open_files = OpenFiles::import(handed.open_files, &contents).map_err(invalid)?;
-        let (seconds, nanos) = handed.mounted;
+        let mounted = mounted_at(handed.mounted).ok_or_else(|| invalid("its mount time is out of range".into()))?;
         let filesystem = LazyFilesystem {
             volume: quote(volume_id),
             files,
@@ -172,7 +171,7 @@ impl LazyMount {
             open_files: Arc::new(Mutex::new(open_files)),
             notifier: Arc::default(),
             reads_served: AtomicU64::new(0),
-            mounted: std::time::UNIX_EPOCH + Duration::new(seconds, nanos),
+            mounted,
             group: handed.group,
         };
         LazyMount::start(filesystem, Paused::handed(device, handed.negotiated))
@@ -235,6 +234,20 @@ impl HandedContent {
             .map_err(|_| format!("content {} is not base64", self.id))?;
         Ok((self.id, bytes))
     }
+}
+
+/// A mount time as it travels in a handover: seconds and nanoseconds since the epoch (a time
+/// before it, which no mount has, as the epoch).
+fn as_handed(mounted: SystemTime) -> (u64, u32) {
+    let since = mounted.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    (since.as_secs(), since.subsec_nanos())
+}
+
+/// The mount time a handover carries, or `None` when it is past what a time can be (a broken
+/// or hostile predecessor: refused, not a panic).
+fn mounted_at((seconds, nanos): (u64, u32)) -> Option<SystemTime> {
+    let since = Duration::from_secs(seconds).checked_add(Duration::from_nanos(u64::from(nanos)))?;
+    std::time::UNIX_EPOCH.checked_add(since)
 }
 
 /// Inode numbers by path and back (the root is inode 1, path `""`).

@@ -686,3 +686,24 @@ fn a_listing_page_holds_what_fits_and_stops_at_the_first_entry_that_does_not() {
     fill(&mut entries, vec![entry(2, "a"), entry(3, &long), entry(4, "c")], 0);
     assert_eq!(reply_of(&entries), by_hand(&[(2, 1, "a")], 64));
 }
+
+#[test]
+fn a_mount_time_travels_whole_and_one_past_any_time_is_refused() {
+    let mounted = std::time::UNIX_EPOCH + Duration::new(1_700_000_000, 123_456_789);
+    assert_eq!(as_handed(mounted), (1_700_000_000, 123_456_789));
+    assert_eq!(mounted_at(as_handed(mounted)), Some(mounted));
+    assert_eq!(mounted_at((0, 0)), Some(std::time::UNIX_EPOCH));
+    assert_eq!(mounted_at((u64::MAX, 999_999_999)), None);
+}
+
+#[test]
+fn a_directorys_attributes_are_kept_for_the_cache_ttl_and_an_unfetched_files_not_at_all() {
+    // The kernel keeps what it was told of a directory for the volume's cache TTL (an hour here),
+    // and nothing of a file whose content was never fetched (its size is not known yet).
+    let served = Served::new("csi-lazy-ttl", Some(2000));
+    let (root, ttl) = served.mount.filesystem.attributes(ROOT, "", EntryKind::Directory);
+    assert_eq!((ttl, root.kind, root.perm, root.gid), (HOUR, Kind::Directory, 0o555, 2000));
+    let (file, ttl) = served.mount.filesystem.attributes(2, "secrets/db-password", EntryKind::File);
+    assert_eq!((ttl, file.size, file.perm), (Duration::ZERO, 0, 0o444));
+    served.unmount();
+}
