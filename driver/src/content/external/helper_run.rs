@@ -128,7 +128,7 @@ pub async fn run(
         .process_group(0)
         .kill_on_drop(true);
     let mut child = spawn(&mut command).await.map_err(HelperFailure::Start)?;
-    let group = child.id().and_then(|id| i32::try_from(id).ok()).map(Pid::from_raw);
+    let group = HelperGroup(child.id().and_then(|id| i32::try_from(id).ok()).map(Pid::from_raw));
     let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
         return Err(HelperFailure::Read(std::io::Error::other("no pipes to the helper")));
     };
@@ -139,9 +139,7 @@ pub async fn run(
     })
     .await;
     // Whatever it left running in its group goes with it, in every case.
-    if let Some(group) = group {
-        let _ = killpg(group, Signal::SIGKILL);
-    }
+    drop(group);
     let Ok((output, errors, status)) = finished else {
         let _ = child.wait().await;
         return Err(HelperFailure::Timeout { timeout, stderr: String::new() });
@@ -156,6 +154,20 @@ pub async fn run(
         return Err(HelperFailure::Exit { status, stderr });
     }
     Ok(output)
+}
+
+/// A helper's process group, killed when this is dropped: at the run's end, at its timeout, and
+/// when the run itself is given up unfinished (its future dropped: a publish abandoned, the
+/// driver stopping), where `kill_on_drop` alone kills only the helper and leaves what it
+/// started (a `cat` blocked on a pipe, a `sleep`) running for ever.
+struct HelperGroup(Option<Pid>);
+
+impl Drop for HelperGroup {
+    fn drop(&mut self) {
+        if let Some(group) = self.0 {
+            let _ = killpg(group, Signal::SIGKILL);
+        }
+    }
 }
 
 /// Reads `reader` to its end, keeping at most `limit` bytes; whether there was more. Stops
@@ -335,6 +347,41 @@ mod tests {
                 break;
             }
             assert!(std::time::Instant::now() < deadline, "the helper's child {pid} outlived it: {state:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Whether process `pid` is gone, or a zombie waiting for init.
+    fn dead(pid: &str) -> bool {
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok();
+        state
+            .as_deref()
+            .is_none_or(|stat| stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')))
+    }
+
+    #[tokio::test]
+    async fn a_helper_whose_run_is_given_up_is_killed_with_what_it_started() {
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("child.pid");
+        let script = format!("sleep 600 & echo $! > {}; wait", pid_file.display());
+        let mut running = Box::pin(run_sh(&script, Duration::from_secs(600), 100));
+        // Run until the helper has started its child (bounded: a helper that never starts fails).
+        let started = std::time::Instant::now();
+        let pid = loop {
+            tokio::select! {
+                ended = &mut running => panic!("the helper ended: {ended:?}"),
+                () = tokio::time::sleep(Duration::from_millis(20)) => {}
+            }
+            if let Some(pid) = std::fs::read_to_string(&pid_file).ok().filter(|text| text.ends_with('\n')) {
+                break pid.trim().to_string();
+            }
+            assert!(started.elapsed() < Duration::from_secs(60), "the helper never started its child");
+        };
+        assert!(!dead(&pid), "the positive control: its child runs");
+        drop(running);
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !dead(&pid) {
+            assert!(std::time::Instant::now() < deadline, "the helper's child {pid} outlived its run");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }

@@ -707,3 +707,30 @@ fn a_directorys_attributes_are_kept_for_the_cache_ttl_and_an_unfetched_files_not
     assert_eq!((ttl, file.size, file.perm), (Duration::ZERO, 0, 0o444));
     served.unmount();
 }
+
+#[test]
+fn a_pause_waits_for_the_answers_owed_and_says_so_when_they_do_not_come() {
+    let mut served = Served::new("csi-lazy-owed", None);
+    // A file whose fetch waits until the test lets it go: the helper reads it from a FIFO.
+    let fifo = served.helper.path("files").join("slow");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let reader = {
+        let file = served.text.join("secrets/slow");
+        std::thread::spawn(move || std::fs::read_to_string(file))
+    };
+    // The positive control: the open reached the helper, which waits on the FIFO. (Bounded,
+    // so a fetch that never starts fails the test instead of hanging it.)
+    let asked = std::time::Instant::now();
+    while !served.helper.gets().iter().any(|get| get.contains("slow")) {
+        assert!(asked.elapsed() < Duration::from_secs(60), "the helper was never asked for the file");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let error = served.mount.pause(Duration::from_millis(300)).unwrap_err().to_string();
+    assert!(error.ends_with("1 FUSE answers were still owed after 300ms"), "{error}");
+    // The fetch ends: its answer goes out though the volume is paused, and the pause settles.
+    std::fs::write(&fifo, "late").unwrap();
+    served.mount.pause(Duration::from_secs(60)).unwrap();
+    served.mount.resume().unwrap();
+    assert_eq!(reader.join().unwrap().unwrap(), "late", "the open and its read answered, none failed");
+    served.unmount();
+}
