@@ -210,6 +210,16 @@ impl Plugin {
         socket::serve(socket, routes, Clients::KubeletRegistration, until_stopped(stopped)).await
     }
 
+    /// What the health port tells: not serving yet, nothing handed over.
+    fn health(&self) -> Arc<Health> {
+        Arc::new(Health {
+            serving: std::sync::atomic::AtomicBool::new(false),
+            handed_over: std::sync::atomic::AtomicBool::new(false),
+            content: self.content.clone(),
+            metrics: self.metrics.clone(),
+        })
+    }
+
     /// Serves until `shutdown` completes, then removes its sockets. After `shutdown`, requests
     /// in flight get `shutdownTimeoutSeconds` to finish; then the servers are dropped with
     /// whatever connections are still open. A successor's handover (see `volume::lazy::handover`)
@@ -230,12 +240,7 @@ impl Plugin {
         let offer = Offer::open(&self.config.state_dir, self.config.tmpfs_size)
             .inspect_err(|error| warn!(problem = %crate::quote::Logged(error), "no handover can be offered"))
             .ok();
-        let health = Arc::new(Health {
-            serving: std::sync::atomic::AtomicBool::new(false),
-            handed_over: std::sync::atomic::AtomicBool::new(false),
-            content: self.content.clone(),
-            metrics: self.metrics.clone(),
-        });
+        let health = self.health();
         let csi_routes = Routes::new(IdentityServer::new(IdentityService::new(self.content.clone())))
             .add_service(NodeServer::new(NodeGrpc::new(node.clone())));
         let mut sockets_kept = vec![csi_socket.keeper()];
@@ -255,38 +260,19 @@ impl Plugin {
             node_stopped.clone(),
             self.events.clone(),
         );
-        let health_port = async {
-            if let Some((listener, probes)) = health_listeners {
-                tokio::join!(
-                    health::serve(listener, health.clone(), until_stopped(stopped.clone())),
-                    health::serve_probes(probes, health.clone(), until_stopped(stopped.clone())),
-                );
-            }
-        };
+        let health_port = serve_health(health_listeners, health.clone(), stopped.clone());
         // Held until this driver lets go of the node to a successor, or to the end of `run`.
         let lock = std::sync::Mutex::new(Some(lock));
-        let offering = async {
-            let let_go = || {
-                // The successor replaces the socket files in place: they are not removed here.
-                for kept in &sockets_kept {
-                    kept.store(true, std::sync::atomic::Ordering::SeqCst);
-                }
-                health.handed_over.store(true, std::sync::atomic::Ordering::SeqCst);
-                let _ = stop_node.send(true);
-                drop(lock.locked().take());
-            };
-            let Some(offer) = offer else {
-                return;
-            };
-            tokio::select! {
-                offered = offer.serve(node.clone(), handed_sockets, let_go) => {
-                    if let Err(error) = offered {
-                        warn!(problem = %crate::quote::Logged(&error), "no handover can be offered");
-                    }
-                }
-                () = until_stopped(stopped.clone()) => {}
+        let let_go = || {
+            // The successor replaces the socket files in place: they are not removed here.
+            for kept in &sockets_kept {
+                kept.store(true, std::sync::atomic::Ordering::SeqCst);
             }
+            health.handed_over.store(true, std::sync::atomic::Ordering::SeqCst);
+            let _ = stop_node.send(true);
+            drop(lock.locked().take());
         };
+        let offering = offer_until_stopped(offer, node.clone(), handed_sockets, let_go, stopped.clone());
         health.serving.store(true, std::sync::atomic::Ordering::SeqCst);
         info!(socket = %self.csi_socket.display(), "serving CSI Identity and Node");
         let signal = async {
@@ -308,6 +294,42 @@ impl Plugin {
                 Ok(())
             }
         }
+    }
+}
+
+/// Serves the health port and its probe socket, when they were bound, until `stopped`.
+async fn serve_health(
+    listeners: Option<(tokio::net::TcpListener, tokio::net::UnixListener)>,
+    health: Arc<Health>,
+    stopped: watch::Receiver<bool>,
+) {
+    if let Some((listener, probes)) = listeners {
+        tokio::join!(
+            health::serve(listener, health.clone(), until_stopped(stopped.clone())),
+            health::serve_probes(probes, health, until_stopped(stopped)),
+        );
+    }
+}
+
+/// Offers this driver's node to a successor on `offer` (when it could be opened) until
+/// `stopped`; a successor that takes it calls `let_go`.
+async fn offer_until_stopped(
+    offer: Option<Offer>,
+    node: Arc<NodeService>,
+    sockets: Vec<ListeningSocket>,
+    let_go: impl FnOnce(),
+    stopped: watch::Receiver<bool>,
+) {
+    let Some(offer) = offer else {
+        return;
+    };
+    tokio::select! {
+        offered = offer.serve(node, sockets, let_go) => {
+            if let Err(error) = offered {
+                warn!(problem = %crate::quote::Logged(&error), "no handover can be offered");
+            }
+        }
+        () = until_stopped(stopped) => {}
     }
 }
 

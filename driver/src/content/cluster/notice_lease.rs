@@ -14,6 +14,7 @@
 //! the rest is told. Time is this node's own (when a renewal was seen), never the controller's
 //! clock.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt as _;
@@ -69,122 +70,169 @@ pub fn hearing(last_renewal: Option<Instant>, behind_since: Option<Instant>, now
 /// How often the node looks again at whether it hears notices, besides each renewal.
 const LOOK_EVERY: Duration = Duration::from_secs(1);
 
+/// What the node holds that notices keep current: its object's view of its volumes, the
+/// wake-ups that have volumes looked at again, and the shares held until told they changed.
+type Held = (Arc<NodeView>, Arc<Changes>, Arc<ShareCache>);
+
 /// Follows `lease` on `client`, and while no renewal is heard or `view`'s object lags, forgets
 /// every access answer in `wake` and every share held in `cache` each `fallback`, so every
 /// volume is looked at again; runs until dropped.
 pub async fn follow(
     client: kube::Client,
     lease: LeaseRef,
-    (view, wake, cache): (std::sync::Arc<NodeView>, std::sync::Arc<Changes>, std::sync::Arc<ShareCache>),
-    (answers, denials): (std::sync::Arc<HeldAnswers>, std::sync::Arc<BroadcastDenials>),
+    held: Held,
+    (answers, denials): (Arc<HeldAnswers>, Arc<BroadcastDenials>),
     fallback: Duration,
-    metrics: std::sync::Arc<Metrics>,
+    metrics: Arc<Metrics>,
 ) {
-    let (renewed, mut renewals) = watch::channel::<Option<Instant>>(None);
+    let (renewed, renewals) = watch::channel::<Option<Instant>>(None);
+    let (view, wake, _) = &held;
+    let broadcast = Broadcast { view: view.clone(), wake: wake.clone(), answers, denials: denials.clone() };
+    let watching = watch_lease(client, lease, broadcast, renewed, metrics.clone());
+    futures_util::future::join(watching, fall_back(renewals, held, denials, fallback, metrics)).await;
+}
+
+/// What a broadcast of revocations reaches: the answers held for the node's volumes' questions,
+/// denied at once, and those volumes, looked at again.
+struct Broadcast {
+    view: Arc<NodeView>,
+    wake: Arc<Changes>,
+    answers: Arc<HeldAnswers>,
+    denials: Arc<BroadcastDenials>,
+}
+
+impl Broadcast {
+    /// Denies at once what `revoked` names of the node's questions, until its status says so.
+    fn revoked(&self, revoked: Vec<AccessQuestion>) {
+        // A renewal (every 10 s) leaves the lines as they were: nothing to compare.
+        if revoked.is_empty() {
+            return;
+        }
+        let taken = self.denials.take(revoked, &self.view.questions_of(None), Instant::now());
+        if !taken.is_empty() {
+            info!(
+                questions = taken.len(),
+                "revocations broadcast: denied at once, until this node's status says the same"
+            );
+            self.answers.told(taken.iter().map(|question| (question.clone(), false)), &[]);
+            self.wake.answered(accounts_of(&taken));
+        }
+    }
+}
+
+/// Watches `lease` by name: each renewal is sent on `renewed` (the time this node saw it), and
+/// each broadcast's new revocations reach `broadcast`.
+async fn watch_lease(
+    client: kube::Client,
+    lease: LeaseRef,
+    broadcast: Broadcast,
+    renewed: watch::Sender<Option<Instant>>,
+    metrics: Arc<Metrics>,
+) {
     let api = Api::<Lease>::namespaced(client, lease.namespace.as_str());
     let by_name = watcher::Config::default().fields(&format!("metadata.name={}", lease.name.as_str()));
-    let watch_metrics = metrics.clone();
-    let (asking, waking, denying) = (view.clone(), wake.clone(), denials.clone());
-    let watching = async move {
-        let mut events = watch_stream(api, by_name).default_backoff().boxed();
-        let mut last_renew_time = None;
-        let mut broadcast_seen: Option<String> = None;
-        while let Some(event) = events.next().await {
-            match event {
-                Ok(Event::Apply(lease) | Event::InitApply(lease)) => {
-                    let broadcast = lease.annotations().get(revocations::ANNOTATION).cloned().unwrap_or_default();
-                    let revoked = revoked_since(broadcast_seen.as_deref(), &broadcast);
-                    // A renewal (every 10 s) leaves the lines as they were: nothing to compare.
-                    let taken = if revoked.is_empty() {
-                        Vec::new()
-                    } else {
-                        denying.take(revoked, &asking.questions_of(None), Instant::now())
-                    };
-                    if !taken.is_empty() {
-                        info!(
-                            questions = taken.len(),
-                            "revocations broadcast: denied at once, until this node's status says the same"
-                        );
-                        answers.told(taken.iter().map(|question| (question.clone(), false)), &[]);
-                        waking.answered(accounts_of(&taken));
-                    }
-                    broadcast_seen = Some(broadcast);
-                    let renew_time = lease.spec.and_then(|spec| spec.renew_time);
-                    if renew_time.is_some() && renew_time != last_renew_time {
-                        last_renew_time = renew_time;
-                        renewed.send_replace(Some(Instant::now()));
-                    }
+    let mut events = watch_stream(api, by_name).default_backoff().boxed();
+    let mut last_renew_time = None;
+    let mut broadcast_seen: Option<String> = None;
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(Event::Apply(lease) | Event::InitApply(lease)) => {
+                let lines = lease.annotations().get(revocations::ANNOTATION).cloned().unwrap_or_default();
+                broadcast.revoked(revoked_since(broadcast_seen.as_deref(), &lines));
+                broadcast_seen = Some(lines);
+                let renew_time = lease.spec.and_then(|spec| spec.renew_time);
+                if renew_time.is_some() && renew_time != last_renew_time {
+                    last_renew_time = renew_time;
+                    renewed.send_replace(Some(Instant::now()));
                 }
-                Ok(_) => {}
-                Err(error) => {
-                    watch_metrics.watch_error("Lease");
-                    warn!(error = %Logged(&error), "watch of the access notices' lease failed; retrying with backoff");
-                }
+            }
+            Ok(_) => {}
+            Err(error) => {
+                metrics.watch_error("Lease");
+                warn!(error = %Logged(&error), "watch of the access notices' lease failed; retrying with backoff");
             }
         }
-    };
-    let falling_back = async move {
-        let mut state = Hearing::OnItsOwn;
-        let mut next_forget = Instant::now() + fallback;
-        loop {
-            let last = *renewals.borrow_and_update();
-            let now = Instant::now();
-            let heard = hearing(last, view.behind_since(), now);
-            match (state, heard) {
-                (Hearing::Notices | Hearing::Lagging, Hearing::OnItsOwn) => {
-                    warn!(
-                        fallback_seconds = fallback.as_secs(),
-                        "grant changes may not reach this node (no renewal of the access notices' lease): checking \
-                         every volume's access again on its own"
-                    );
-                    forget_everything(&wake, &cache);
-                    next_forget = now + fallback;
-                }
-                (Hearing::Notices, Hearing::Lagging) => {
-                    let lagging = view.lagging();
-                    warn!(
-                        fallback_seconds = fallback.as_secs(),
-                        namespaces = lagging.namespaces.len(),
-                        objects = lagging.objects.len(),
-                        "this node's object lags its volumes (its write pending or failing, or the controller not \
-                         telling it): checking what it lacks on its own"
-                    );
-                    forget_lagging(lagging, &wake, &cache);
-                    next_forget = now + fallback;
-                }
-                (Hearing::OnItsOwn | Hearing::Lagging, Hearing::Notices) => {
-                    info!(
-                        "the access notices' lease is renewed and this node's object current: grant changes are heard"
-                    )
-                }
-                (Hearing::OnItsOwn, Hearing::OnItsOwn) if now >= next_forget => {
-                    forget_everything(&wake, &cache);
-                    next_forget = now + fallback;
-                }
-                (Hearing::OnItsOwn | Hearing::Lagging, Hearing::Lagging) if now >= next_forget => {
-                    forget_lagging(view.lagging(), &wake, &cache);
-                    next_forget = now + fallback;
-                }
-                _ => {}
-            }
-            let unconfirmed = denials.unconfirmed(now);
-            if !unconfirmed.is_empty() {
-                wake.grant_changed(accounts_of(&unconfirmed));
-            }
-            state = heard;
-            metrics.set_notices_heard(state == Hearing::Notices);
-            // Woken by a renewal, or to look again (the object's state has no signal of its own).
-            let until = match state {
-                Hearing::Notices => now + LOOK_EVERY,
-                Hearing::Lagging | Hearing::OnItsOwn => next_forget.min(now + LOOK_EVERY),
-            };
-            tokio::select! {
-                changed = renewals.changed() => if changed.is_err() { return },
-                _ = tokio::time::sleep_until(until) => {}
-            }
+    }
+}
+
+/// Looks, at each renewal and every [`LOOK_EVERY`], at whether the node hears notices, and
+/// while it does not (or its object lags) has what it holds looked at again every `fallback`;
+/// broadcast denials its status has not confirmed in time have their accounts looked at again.
+async fn fall_back(
+    mut renewals: watch::Receiver<Option<Instant>>,
+    held: Held,
+    denials: Arc<BroadcastDenials>,
+    fallback: Duration,
+    metrics: Arc<Metrics>,
+) {
+    let (view, wake, _) = &held;
+    let mut state = Hearing::OnItsOwn;
+    let mut next_forget = Instant::now() + fallback;
+    loop {
+        let last = *renewals.borrow_and_update();
+        let now = Instant::now();
+        let heard = hearing(last, view.behind_since(), now);
+        if look_again(state, heard, now >= next_forget, fallback, &held) {
+            next_forget = now + fallback;
         }
-    };
-    futures_util::future::join(watching, falling_back).await;
+        let unconfirmed = denials.unconfirmed(now);
+        if !unconfirmed.is_empty() {
+            wake.grant_changed(accounts_of(&unconfirmed));
+        }
+        state = heard;
+        metrics.set_notices_heard(state == Hearing::Notices);
+        // Woken by a renewal, or to look again (the object's state has no signal of its own).
+        let until = match state {
+            Hearing::Notices => now + LOOK_EVERY,
+            Hearing::Lagging | Hearing::OnItsOwn => next_forget.min(now + LOOK_EVERY),
+        };
+        tokio::select! {
+            changed = renewals.changed() => if changed.is_err() { return },
+            _ = tokio::time::sleep_until(until) => {}
+        }
+    }
+}
+
+/// What the node does as its hearing goes from `was` to `heard` (`due`: a fallback's forget is
+/// due): says so when it changes, and forgets what it can no longer count on being told of.
+/// Whether it forgot (the next forget is then a `fallback` away).
+fn look_again(was: Hearing, heard: Hearing, due: bool, fallback: Duration, (view, wake, cache): &Held) -> bool {
+    match (was, heard) {
+        (Hearing::Notices | Hearing::Lagging, Hearing::OnItsOwn) => {
+            warn!(
+                fallback_seconds = fallback.as_secs(),
+                "grant changes may not reach this node (no renewal of the access notices' lease): checking every \
+                 volume's access again on its own"
+            );
+            forget_everything(wake, cache);
+            true
+        }
+        (Hearing::Notices, Hearing::Lagging) => {
+            let lagging = view.lagging();
+            warn!(
+                fallback_seconds = fallback.as_secs(),
+                namespaces = lagging.namespaces.len(),
+                objects = lagging.objects.len(),
+                "this node's object lags its volumes (its write pending or failing, or the controller not telling \
+                 it): checking what it lacks on its own"
+            );
+            forget_lagging(lagging, wake, cache);
+            true
+        }
+        (Hearing::OnItsOwn | Hearing::Lagging, Hearing::Notices) => {
+            info!("the access notices' lease is renewed and this node's object current: grant changes are heard");
+            false
+        }
+        (Hearing::OnItsOwn, Hearing::OnItsOwn) if due => {
+            forget_everything(wake, cache);
+            true
+        }
+        (Hearing::OnItsOwn | Hearing::Lagging, Hearing::Lagging) if due => {
+            forget_lagging(view.lagging(), wake, cache);
+            true
+        }
+        _ => false,
+    }
 }
 
 /// The questions revoked in `now`'s broadcast that were not in `before` (the value last seen;

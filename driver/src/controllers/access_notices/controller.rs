@@ -204,81 +204,154 @@ async fn write_notices(
     gathered: Arc<Gathered>,
     (lease, timeout, answering): (LeaseRef, Duration, bool),
 ) {
-    let api = Api::<SharedResourceNode>::all(client.clone());
-    let mut written: HashMap<String, NodeNotices> = HashMap::new();
-    let mut owed: HashMap<String, Notices> = HashMap::new();
-    let mut book = AnswerBook::default();
-    let mut revocations = RevocationLog::default();
-    // Lines not broadcast yet, and when the next broadcast may be written.
-    let (mut unsent, mut next_broadcast) = (false, tokio::time::Instant::now());
-    let mut retry = FIRST_RETRY;
-    // A review failed (refused under load, or timed out): its question is not current, so its
-    // nodes look at their volumes themselves until a round answers it. Nothing else may come to
-    // start that round, so it is started as an owed write would be.
-    let mut reviews_failed = false;
+    let mut writer = NoticeWriter {
+        api: Api::all(client.clone()),
+        client,
+        nodes,
+        lease,
+        timeout,
+        answering,
+        written: HashMap::new(),
+        owed: HashMap::new(),
+        book: AnswerBook::default(),
+        revocations: RevocationLog::default(),
+        unsent: false,
+        next_broadcast: tokio::time::Instant::now(),
+        retry: FIRST_RETRY,
+        reviews_failed: false,
+    };
     loop {
-        let look = book.next_look();
-        let retry_at = (!owed.is_empty() || reviews_failed).then(|| tokio::time::Instant::now() + retry);
-        let broadcast_at = unsent.then_some(next_broadcast);
-        let wake_at = look.into_iter().chain(retry_at).chain(broadcast_at).min();
         tokio::select! {
             _ = gathered.arrived() => {}
-            _ = sleep_until(wake_at) => {}
+            _ = sleep_until(writer.wake_at()) => {}
         }
         tokio::time::sleep(GATHER).await;
         let (notices, changed) = gathered.take();
-        book.begin_round();
+        writer.round(&notices, &changed).await;
+    }
+}
+
+/// The writer of the nodes' status, and what it keeps from one round to the next.
+struct NoticeWriter {
+    client: Client,
+    api: Api<SharedResourceNode>,
+    nodes: Store<SharedResourceNode>,
+    lease: LeaseRef,
+    timeout: Duration,
+    answering: bool,
+    /// What it wrote last for each node: its base for the next write.
+    written: HashMap<String, NodeNotices>,
+    /// What a failed write still owes each node.
+    owed: HashMap<String, Notices>,
+    book: AnswerBook,
+    revocations: RevocationLog,
+    /// Lines not broadcast yet, and when the next broadcast may be written.
+    unsent: bool,
+    next_broadcast: tokio::time::Instant,
+    retry: Duration,
+    /// A review failed (refused under load, or timed out): its question is not current, so its
+    /// nodes look at their volumes themselves until a round answers it. Nothing else may come
+    /// to start that round, so it is started as an owed write would be.
+    reviews_failed: bool,
+}
+
+/// One node's write: its name, the status written, the patch that writes it, and what it owes
+/// the node should it fail.
+type NodeWrite = (String, NodeNotices, serde_json::Value, Notices);
+
+impl NoticeWriter {
+    /// When a round is due without a notice: an answer's look again, a retry, a broadcast.
+    fn wake_at(&self) -> Option<tokio::time::Instant> {
+        let retry_at = (!self.owed.is_empty() || self.reviews_failed).then(|| tokio::time::Instant::now() + self.retry);
+        let broadcast_at = self.unsent.then_some(self.next_broadcast);
+        self.book.next_look().into_iter().chain(retry_at).chain(broadcast_at).min()
+    }
+
+    /// One round over `notices` and the nodes whose objects `changed`.
+    async fn round(&mut self, notices: &Notices, changed: &HashSet<String>) {
+        self.book.begin_round();
         // Answers asked before these changes are no longer current for their namespaces.
-        book.noticed(&notices);
-        let mut concerned = book.due_looks(tokio::time::Instant::now());
-        concerned.extend(&notices);
-        let states = nodes.state();
-        let answers_changed = if answering {
-            let listing = states.iter().map(|node| {
-                let status = written.get(&node.name_any()).or(node.status.as_ref());
-                (&node.spec, status)
-            });
-            let questions = book.to_ask(listing, &concerned);
-            let asked = super::answers::ask(&client, timeout, questions, &mut book).await;
-            book.look_again(tokio::time::Instant::now(), &notices);
-            reviews_failed = asked.failed;
-            unsent |= revocations.revoked(&asked.revoked, now_millis());
-            if unsent && tokio::time::Instant::now() >= next_broadcast {
-                super::lease::broadcast_revocations(&client, &lease, &revocations, timeout).await;
-                (unsent, next_broadcast) = (false, tokio::time::Instant::now() + BROADCAST_EVERY);
-            }
-            asked.changed
-        } else {
-            HashSet::new()
-        };
+        self.book.noticed(notices);
+        let mut concerned = self.book.due_looks(tokio::time::Instant::now());
+        concerned.extend(notices);
+        let states = self.nodes.state();
+        let answers_changed =
+            if self.answering { self.answer(&states, &concerned, notices).await } else { HashSet::new() };
+        let writes = self.writes_due(&states, notices, changed, &answers_changed);
+        // What was owed to or written for a node gone from the cluster is forgotten.
+        let nodes = &self.nodes;
+        self.written.retain(|name, _| nodes.get(&reflector::ObjectRef::new(name)).is_some());
+        self.owed.retain(|name, _| nodes.get(&reflector::ObjectRef::new(name)).is_some());
+        let failed = self.write(writes).await;
+        self.retry = if failed || self.reviews_failed { (self.retry * 2).min(MAX_RETRY) } else { FIRST_RETRY };
+    }
+
+    /// Answers the questions `concerned` reaches of the nodes' lists, broadcasts what turned
+    /// to denied when a broadcast may be written, and returns the keys of the answers that
+    /// changed.
+    async fn answer(
+        &mut self,
+        states: &[Arc<SharedResourceNode>],
+        concerned: &Notices,
+        notices: &Notices,
+    ) -> HashSet<String> {
+        let listing = states.iter().map(|node| {
+            let status = self.written.get(&node.name_any()).or(node.status.as_ref());
+            (&node.spec, status)
+        });
+        let questions = self.book.to_ask(listing, concerned);
+        let asked = super::answers::ask(&self.client, self.timeout, questions, &mut self.book).await;
+        self.book.look_again(tokio::time::Instant::now(), notices);
+        self.reviews_failed = asked.failed;
+        self.unsent |= self.revocations.revoked(&asked.revoked, now_millis());
+        if self.unsent && tokio::time::Instant::now() >= self.next_broadcast {
+            super::lease::broadcast_revocations(&self.client, &self.lease, &self.revocations, self.timeout).await;
+            (self.unsent, self.next_broadcast) = (false, tokio::time::Instant::now() + BROADCAST_EVERY);
+        }
+        asked.changed
+    }
+
+    /// The writes this round owes: every node the notices concern, whose object changed, that
+    /// lists an answer that changed, or that a failed write is owed to, when its status differs.
+    fn writes_due(
+        &mut self,
+        states: &[Arc<SharedResourceNode>],
+        notices: &Notices,
+        changed: &HashSet<String>,
+        answers_changed: &HashSet<String>,
+    ) -> Vec<NodeWrite> {
         let now = now_millis();
         let mut writes = Vec::new();
         for node in states {
             let name = node.name_any();
-            let mut due = owed.remove(&name).unwrap_or_default();
+            let mut due = self.owed.remove(&name).unwrap_or_default();
             if notices.concern(&node.spec) {
-                due.extend(&notices);
+                due.extend(notices);
             }
             let lists_changed = node.spec.questions.iter().any(|key| answers_changed.contains(key));
             if due.is_empty() && !changed.contains(&name) && !lists_changed {
                 continue;
             }
-            let current = written.get(&name).cloned().unwrap_or_else(|| node.status.clone().unwrap_or_default());
-            if let Some(status) = next_status(&node.spec, &current, &due, now, &book) {
+            let current = self.written.get(&name).cloned().unwrap_or_else(|| node.status.clone().unwrap_or_default());
+            if let Some(status) = next_status(&node.spec, &current, &due, now, &self.book) {
                 debug!(node = %name, namespaces = ?due.namespaces, every_namespace = due.every_namespace, objects = ?due.objects, every_object = due.every_object, node_changed = changed.contains(&name), "telling a node of changes");
                 // What the stored status may still hold: as written last, and as last seen.
                 let before: Vec<NodeNotices> =
-                    written.get(&name).cloned().into_iter().chain(node.status.clone()).collect();
+                    self.written.get(&name).cloned().into_iter().chain(node.status.clone()).collect();
                 let patch = status_patch(&status, &before.iter().collect::<Vec<_>>());
                 writes.push((name, status, patch, due));
             }
         }
-        // What was owed to or written for a node gone from the cluster is forgotten.
-        written.retain(|name, _| nodes.get(&reflector::ObjectRef::new(name)).is_some());
-        owed.retain(|name, _| nodes.get(&reflector::ObjectRef::new(name)).is_some());
+        writes
+    }
+
+    /// Writes `writes`, [`WRITES_AT_ONCE`] at a time; what failed is owed to its node. Whether
+    /// any failed.
+    async fn write(&mut self, writes: Vec<NodeWrite>) -> bool {
+        let timeout = self.timeout;
         let results = futures_util::stream::iter(writes)
             .map(|(name, status, patch, due)| {
-                let api = api.clone();
+                let api = self.api.clone();
                 async move {
                     // The registration's entry is the waiting pods' teller's: never written from here.
                     let patch = Patch::Merge(patch);
@@ -294,16 +367,16 @@ async fn write_notices(
         for (name, status, due, wrote) in results {
             match wrote {
                 Ok(()) => {
-                    written.insert(name, status);
+                    self.written.insert(name, status);
                 }
                 Err(error) => {
                     warn!(node = %name, error = %Logged(&error), "a node could not be told of grant changes; trying again");
-                    owed.insert(name, due);
+                    self.owed.insert(name, due);
                     failed = true;
                 }
             }
         }
-        retry = if failed || reviews_failed { (retry * 2).min(MAX_RETRY) } else { FIRST_RETRY };
+        failed
     }
 }
 
