@@ -204,6 +204,24 @@ async fn a_failed_patch_is_retried_with_backoff() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_patch_the_apiserver_fails_is_tried_again_after_a_second_not_at_the_resync() {
+    // Past the first passes (the watches' lists wake a few), a failed patch is the only thing
+    // that can bring the next pass soon: its backoff (1 s), not the resync minutes later.
+    let apiserver = apiserver();
+    put_share(&apiserver, "db", "team-a", "db-creds");
+    put_secret(&apiserver, "one");
+    let controller = start(&apiserver, 10);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    apiserver.fail(Method::PATCH, &deployment_path("web"), 500, 1);
+    put_deployment(&apiserver, "web", "app-sa", true);
+    let put = tokio::time::Instant::now();
+    until("web recorded", || observed(&apiserver, "web").is_some()).await;
+    assert!(put.elapsed() < Duration::from_secs(10), "tried again {:?} after the workload came", put.elapsed());
+    assert_eq!(patches(&apiserver, "web").len(), 2, "the failed patch, then the one that took");
+    controller.abort();
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_conflict_is_no_failure_the_watch_brings_the_change_that_caused_it() {
     // A 409 says the workload changed since the decision: the controller waits for the watch to
     // bring the change rather than retrying the stale patch. Here nothing changed, so nothing
