@@ -142,3 +142,23 @@ fn a_share_the_pods_may_not_use_is_neither_recorded_nor_restarted_for() {
     let observed = versions(&[(db(), "v1"), (settings(), "s1")]);
     assert_eq!(decide(&mounted, &observed, &visible_to_pods), Decision::Nothing);
 }
+
+#[test]
+fn a_record_is_read_up_to_32_kib_and_a_longer_one_reads_as_none() {
+    // A record of many long-named shares, each with a version: read whole while within the bound
+    // (the longest a workload of MAX_SHARES_PER_WORKLOAD shares writes fits several times over).
+    let record = |shares: usize| -> Observed {
+        (0..shares)
+            .map(|n| (share(ShareKind::Secret, &format!("{n:03}-{}", "s".repeat(200))), "0123456789abcdef".repeat(2)))
+            .collect()
+    };
+    let within = record(MAX_SHARES_PER_WORKLOAD);
+    let text = format_observed("0a1b2c3d", &within);
+    assert!(text.len() > 4096 && text.len() <= 32 * 1024, "{}", text.len());
+    assert_eq!(parse_observed(Some(&text), "0a1b2c3d"), within);
+    // Past the bound, though every entry reads: none.
+    let beyond = record(200);
+    let text = format_observed("0a1b2c3d", &beyond);
+    assert!(text.len() > 32 * 1024);
+    assert_eq!(parse_observed(Some(&text), "0a1b2c3d"), Observed::new());
+}
